@@ -1,0 +1,106 @@
+/* infer: one KServe v2 inference request from bytes to ORT and back.
+ *
+ * infer_parse()  body (JSON, or JSON + binary tensor extension) -> infer_request
+ * infer_bind()   validates the request against the model's signature
+ * infer_run()    builds OrtValues, runs the session, collects outputs (worker thread)
+ * infer_encode() the reply: JSON, or JSON header + binary outputs
+ *
+ * Ownership: an infer_request owns a copy of the body and everything parsed from it;
+ * tensors point into that copy where they can. infer_request_free() releases all of it.
+ * Errors carry the HTTP status to answer with and a message naming the problem.
+ */
+#ifndef TS_INFER_H
+#define TS_INFER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <onnxruntime_c_api.h>
+
+#include "buf.h"
+#include "dtype.h"
+
+#define TS_MAX_DIMS 16
+#define TS_NAME_MAX 256
+
+typedef struct {
+    int http;       /* 400, 404, 413, 500, 503, 504 */
+    char msg[512];
+} ts_err;
+
+void ts_err_set(ts_err *e, int http, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* One tensor's metadata in a model's signature; dims of -1 are dynamic. */
+typedef struct {
+    char name[TS_NAME_MAX];
+    ts_dtype dt;
+    size_t ndim;
+    int64_t dims[TS_MAX_DIMS];
+} io_sig;
+
+typedef struct {
+    size_t n_inputs, n_outputs;
+    io_sig *inputs, *outputs;
+} model_sig;
+
+typedef struct {
+    const char *name; /* points into the parsed JSON (owned by the request) */
+    ts_dtype dt;
+    size_t ndim;
+    int64_t shape[TS_MAX_DIMS];
+    size_t count;         /* elements */
+    const uint8_t *data;  /* binary-extension layout */
+    size_t nbytes;
+    uint8_t *owned;       /* data allocated for this tensor, if any */
+} ts_tensor;
+
+typedef struct {
+    const char *name;
+    bool binary;
+} out_req;
+
+typedef struct {
+    void *json;           /* the parsed json_t root */
+    uint8_t *body;        /* the request body, copied */
+    size_t body_len;
+    const char *id;       /* NULL if absent */
+    ts_tensor *inputs;
+    size_t n_inputs;
+    out_req *outputs;     /* NULL/0: every model output */
+    size_t n_outputs;
+    bool binary_output_default;
+    int64_t timeout_us;   /* parameters.timeout (Triton), 0 if absent */
+} infer_request;
+
+typedef struct {
+    size_t n;
+    char (*names)[TS_NAME_MAX];
+    bool *binary;
+    OrtValue **values;     /* ORT's outputs */
+    ts_tensor *tensors;    /* views on values (numeric) or serialized BYTES (owned) */
+} infer_result;
+
+/* Takes ownership of body (malloc'd). header_len is Inference-Header-Content-Length, or -1. */
+int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit,
+                infer_request *out, ts_err *err);
+void infer_request_free(infer_request *r);
+
+/* Checks names, datatypes and shapes against the model; resolves requested outputs. */
+int infer_bind(const model_sig *sig, infer_request *r, ts_err *err);
+
+/* Runs on a worker thread. On error res is left empty. */
+int infer_run(OrtSession *s, OrtRunOptions *ro, const model_sig *sig, const infer_request *r,
+              infer_result *res, ts_err *err);
+void infer_result_free(infer_result *res);
+
+/* Writes the reply into out. *json_len receives the JSON part's length (the value of
+ * Inference-Header-Content-Length) and *binary whether binary parts follow. */
+int infer_encode(const infer_request *r, const infer_result *res, const char *model,
+                 const char *version, buf *out, size_t *json_len, bool *binary, ts_err *err);
+
+/* Synthesises a request for warm-up: every input zero-filled, dynamic dims set to 1
+ * (or to batch for the first dim). */
+int infer_synth_request(const model_sig *sig, int64_t batch, infer_request *out, ts_err *err);
+
+#endif

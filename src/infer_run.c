@@ -1,0 +1,316 @@
+/* infer_run.c: the ORT side of a request (worker thread) and the reply encoder. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infer.h"
+#include "ortenv.h"
+
+static uint32_t rd_u32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Numeric tensors wrap the request's bytes without a copy unless they are misaligned. */
+static int make_input(const ts_tensor *t, uint8_t **aligned_copy, OrtValue **out, ts_err *err)
+{
+    char msg[512];
+    ONNXTensorElementDataType ot = dtype_to_onnx(t->dt);
+    if (t->dt == DT_BYTES) {
+        OrtAllocator *alloc = NULL;
+        if (ort_check(g_ort->GetAllocatorWithDefaultOptions(&alloc), msg, sizeof msg) ||
+            ort_check(g_ort->CreateTensorAsOrtValue(alloc, t->shape, t->ndim, ot, out), msg,
+                      sizeof msg)) {
+            ts_err_set(err, 500, "input '%s': %s", t->name, msg);
+            return -1;
+        }
+        size_t off = 0;
+        for (size_t i = 0; i < t->count; i++) {
+            uint32_t l = rd_u32le(t->data + off);
+            off += 4;
+            char *dst = NULL;
+            if (ort_check(g_ort->GetResizedStringTensorElementBuffer(*out, i, l, &dst), msg,
+                          sizeof msg)) {
+                ts_err_set(err, 500, "input '%s': %s", t->name, msg);
+                return -1;
+            }
+            if (l) memcpy(dst, t->data + off, l);
+            off += l;
+        }
+        return 0;
+    }
+    void *p = (void *)(uintptr_t)t->data;
+    size_t align = dtype_size(t->dt);
+    if (t->nbytes && ((uintptr_t)p % (align < 8 ? align : 8)) != 0) {
+        *aligned_copy = aligned_alloc(64, (t->nbytes + 63) & ~(size_t)63);
+        if (!*aligned_copy) {
+            ts_err_set(err, 500, "input '%s': out of memory", t->name);
+            return -1;
+        }
+        memcpy(*aligned_copy, t->data, t->nbytes);
+        p = *aligned_copy;
+    }
+    static uint8_t empty[8];
+    if (t->nbytes == 0) p = empty;
+    if (ort_check(g_ort->CreateTensorWithDataAsOrtValue(ortenv_cpu_meminfo(), p, t->nbytes, t->shape,
+                                                        t->ndim, ot, out),
+                  msg, sizeof msg)) {
+        ts_err_set(err, 500, "input '%s': %s", t->name, msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Fills t as a view on value (numeric) or a serialized copy (BYTES). */
+static int collect_output(const char *name, OrtValue *value, ts_tensor *t, ts_err *err)
+{
+    char msg[512];
+    OrtTensorTypeAndShapeInfo *info = NULL;
+    ONNXTensorElementDataType ot;
+    size_t nd = 0, count = 0;
+    if (ort_check(g_ort->GetTensorTypeAndShape(value, &info), msg, sizeof msg)) {
+        ts_err_set(err, 500, "output '%s' is not a tensor: %s", name, msg);
+        return -1;
+    }
+    int rc = ort_check(g_ort->GetTensorElementType(info, &ot), msg, sizeof msg);
+    if (!rc) rc = ort_check(g_ort->GetDimensionsCount(info, &nd), msg, sizeof msg);
+    if (!rc && nd > TS_MAX_DIMS) {
+        snprintf(msg, sizeof msg, "%zu dimensions", nd);
+        rc = -1;
+    }
+    if (!rc) rc = ort_check(g_ort->GetDimensions(info, t->shape, nd), msg, sizeof msg);
+    if (!rc) rc = ort_check(g_ort->GetTensorShapeElementCount(info, &count), msg, sizeof msg);
+    g_ort->ReleaseTensorTypeAndShapeInfo(info);
+    if (rc) {
+        ts_err_set(err, 500, "output '%s': %s", name, msg);
+        return -1;
+    }
+    t->name = name;
+    t->ndim = nd;
+    t->count = count;
+    t->dt = dtype_from_onnx(ot);
+    if (t->dt == DT_INVALID) {
+        ts_err_set(err, 500, "output '%s' has ONNX element type %d, which KServe v2 cannot carry",
+                   name, (int)ot);
+        return -1;
+    }
+    if (t->dt != DT_BYTES) {
+        void *p = NULL;
+        if (ort_check(g_ort->GetTensorMutableData(value, &p), msg, sizeof msg)) {
+            ts_err_set(err, 500, "output '%s': %s", name, msg);
+            return -1;
+        }
+        t->data = p;
+        t->nbytes = count * dtype_size(t->dt);
+        return 0;
+    }
+    size_t total = 0;
+    if (ort_check(g_ort->GetStringTensorDataLength(value, &total), msg, sizeof msg)) {
+        ts_err_set(err, 500, "output '%s': %s", name, msg);
+        return -1;
+    }
+    t->nbytes = total + 4 * count;
+    t->owned = malloc(t->nbytes ? t->nbytes : 1);
+    if (!t->owned) {
+        ts_err_set(err, 500, "output '%s': out of memory", name);
+        return -1;
+    }
+    uint8_t *w = t->owned;
+    for (size_t i = 0; i < count; i++) {
+        size_t l = 0;
+        if (ort_check(g_ort->GetStringTensorElementLength(value, i, &l), msg, sizeof msg)) break;
+        w[0] = (uint8_t)l;
+        w[1] = (uint8_t)(l >> 8);
+        w[2] = (uint8_t)(l >> 16);
+        w[3] = (uint8_t)(l >> 24);
+        if (l && ort_check(g_ort->GetStringTensorElement(value, l, i, w + 4), msg, sizeof msg)) break;
+        w += 4 + l;
+    }
+    if ((size_t)(w - t->owned) != t->nbytes) {
+        ts_err_set(err, 500, "output '%s': could not read string tensor: %s", name, msg);
+        return -1;
+    }
+    t->data = t->owned;
+    return 0;
+}
+
+void infer_result_free(infer_result *res)
+{
+    if (!res) return;
+    for (size_t i = 0; i < res->n; i++) {
+        if (res->values && res->values[i]) g_ort->ReleaseValue(res->values[i]);
+        if (res->tensors) free(res->tensors[i].owned);
+    }
+    free(res->names);
+    free(res->binary);
+    free(res->values);
+    free(res->tensors);
+    memset(res, 0, sizeof *res);
+}
+
+int infer_run(OrtSession *s, OrtRunOptions *ro, const model_sig *sig, const infer_request *r,
+              infer_result *res, ts_err *err)
+{
+    memset(res, 0, sizeof *res);
+    size_t nin = r->n_inputs;
+    size_t nout = r->n_outputs ? r->n_outputs : sig->n_outputs;
+    const char **in_names = calloc(nin, sizeof *in_names);
+    OrtValue **in_vals = calloc(nin, sizeof *in_vals);
+    uint8_t **copies = calloc(nin, sizeof *copies);
+    const char **out_names = calloc(nout, sizeof *out_names);
+    res->names = calloc(nout, sizeof *res->names);
+    res->binary = calloc(nout, sizeof *res->binary);
+    res->values = calloc(nout, sizeof *res->values);
+    res->tensors = calloc(nout, sizeof *res->tensors);
+    int rc = -1;
+    if (!in_names || !in_vals || !copies || !out_names || !res->names || !res->binary ||
+        !res->values || !res->tensors) {
+        ts_err_set(err, 500, "out of memory");
+        goto out;
+    }
+    res->n = nout;
+    for (size_t i = 0; i < nout; i++) {
+        const char *n = r->n_outputs ? r->outputs[i].name : sig->outputs[i].name;
+        snprintf(res->names[i], TS_NAME_MAX, "%s", n);
+        out_names[i] = res->names[i];
+        res->binary[i] = r->n_outputs ? r->outputs[i].binary : r->binary_output_default;
+    }
+    for (size_t i = 0; i < nin; i++) {
+        in_names[i] = r->inputs[i].name;
+        if (make_input(&r->inputs[i], &copies[i], &in_vals[i], err)) goto out;
+    }
+    char msg[480];
+    if (ort_check(g_ort->Run(s, ro, in_names, (const OrtValue *const *)in_vals, nin, out_names, nout,
+                             res->values),
+                  msg, sizeof msg)) {
+        ts_err_set(err, 500, "inference failed: %s", msg);
+        goto out;
+    }
+    for (size_t i = 0; i < nout; i++)
+        if (collect_output(res->names[i], res->values[i], &res->tensors[i], err)) goto out;
+    rc = 0;
+out:
+    for (size_t i = 0; i < nin; i++) {
+        if (in_vals && in_vals[i]) g_ort->ReleaseValue(in_vals[i]);
+        if (copies) free(copies[i]);
+    }
+    free(in_names);
+    free(in_vals);
+    free(copies);
+    free(out_names);
+    if (rc) infer_result_free(res);
+    return rc;
+}
+
+/* ---- encoding ---------------------------------------------------------------------- */
+
+static void put_json_data(buf *b, const ts_tensor *t)
+{
+    const uint8_t *p = t->data;
+    buf_putc(b, '[');
+    size_t off = 0;
+    for (size_t i = 0; i < t->count; i++) {
+        if (i) buf_putc(b, ',');
+        switch (t->dt) {
+        case DT_BOOL: buf_puts(b, p[i] ? "true" : "false"); break;
+        case DT_UINT8: buf_printf(b, "%u", p[i]); break;
+        case DT_INT8: buf_printf(b, "%d", (int8_t)p[i]); break;
+        case DT_UINT16: { uint16_t v; memcpy(&v, p + 2 * i, 2); buf_printf(b, "%u", v); break; }
+        case DT_INT16: { int16_t v; memcpy(&v, p + 2 * i, 2); buf_printf(b, "%d", v); break; }
+        case DT_UINT32: { uint32_t v; memcpy(&v, p + 4 * i, 4); buf_printf(b, "%u", v); break; }
+        case DT_INT32: { int32_t v; memcpy(&v, p + 4 * i, 4); buf_printf(b, "%d", v); break; }
+        case DT_UINT64: {
+            uint64_t v; memcpy(&v, p + 8 * i, 8);
+            buf_printf(b, "%llu", (unsigned long long)v);
+            break;
+        }
+        case DT_INT64: { int64_t v; memcpy(&v, p + 8 * i, 8); buf_printf(b, "%lld", (long long)v); break; }
+        case DT_FP16: { uint16_t v; memcpy(&v, p + 2 * i, 2); buf_put_double(b, dtype_f16_to_f32(v), true); break; }
+        case DT_BF16: { uint16_t v; memcpy(&v, p + 2 * i, 2); buf_put_double(b, dtype_bf16_to_f32(v), true); break; }
+        case DT_FP32: { float v; memcpy(&v, p + 4 * i, 4); buf_put_double(b, v, true); break; }
+        case DT_FP64: { double v; memcpy(&v, p + 8 * i, 8); buf_put_double(b, v, false); break; }
+        case DT_BYTES: {
+            uint32_t l = rd_u32le(p + off);
+            buf_put_json_str(b, (const char *)p + off + 4, l);
+            off += 4 + l;
+            break;
+        }
+        default: buf_puts(b, "null"); break;
+        }
+    }
+    buf_putc(b, ']');
+}
+
+int infer_encode(const infer_request *r, const infer_result *res, const char *model,
+                 const char *version, buf *out, size_t *json_len, bool *binary, ts_err *err)
+{
+    *binary = false;
+    buf_puts(out, "{\"model_name\":");
+    buf_put_json_str(out, model, strlen(model));
+    buf_puts(out, ",\"model_version\":");
+    buf_put_json_str(out, version, strlen(version));
+    if (r->id) {
+        buf_puts(out, ",\"id\":");
+        buf_put_json_str(out, r->id, strlen(r->id));
+    }
+    buf_puts(out, ",\"outputs\":[");
+    for (size_t i = 0; i < res->n; i++) {
+        const ts_tensor *t = &res->tensors[i];
+        if (i) buf_putc(out, ',');
+        buf_puts(out, "{\"name\":");
+        buf_put_json_str(out, t->name, strlen(t->name));
+        buf_printf(out, ",\"datatype\":\"%s\",\"shape\":[", dtype_name(t->dt));
+        for (size_t d = 0; d < t->ndim; d++) buf_printf(out, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+        buf_putc(out, ']');
+        if (res->binary[i]) {
+            buf_printf(out, ",\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
+            *binary = true;
+        } else {
+            buf_puts(out, ",\"data\":");
+            put_json_data(out, t);
+            buf_putc(out, '}');
+        }
+    }
+    buf_puts(out, "]}");
+    *json_len = out->len;
+    for (size_t i = 0; i < res->n; i++)
+        if (res->binary[i]) buf_put(out, res->tensors[i].data, res->tensors[i].nbytes);
+    if (buf_failed(out)) {
+        ts_err_set(err, 500, "reply exceeds the %zu-byte response limit", out->limit);
+        return -1;
+    }
+    return 0;
+}
+
+int infer_synth_request(const model_sig *sig, int64_t batch, infer_request *r, ts_err *err)
+{
+    memset(r, 0, sizeof *r);
+    r->inputs = calloc(sig->n_inputs ? sig->n_inputs : 1, sizeof *r->inputs);
+    if (!r->inputs) {
+        ts_err_set(err, 500, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < sig->n_inputs; i++) {
+        const io_sig *s = &sig->inputs[i];
+        ts_tensor *t = &r->inputs[i];
+        r->n_inputs = i + 1;
+        t->name = s->name;
+        t->dt = s->dt;
+        t->ndim = s->ndim;
+        size_t count = 1;
+        for (size_t d = 0; d < s->ndim; d++) {
+            t->shape[d] = s->dims[d] >= 0 ? s->dims[d] : (d == 0 ? batch : 1);
+            count *= (size_t)t->shape[d];
+        }
+        t->count = count;
+        /* zeros; for BYTES that is count empty strings: a 4-byte zero length each */
+        t->nbytes = t->dt == DT_BYTES ? 4 * count : count * dtype_size(t->dt);
+        t->owned = calloc(t->nbytes ? t->nbytes : 1, 1);
+        if (!t->owned) {
+            ts_err_set(err, 500, "out of memory");
+            return -1;
+        }
+        t->data = t->owned;
+    }
+    return 0;
+}

@@ -1,0 +1,124 @@
+/* tierserve: the inference worker. See docs/ and ../shared/DESIGN.md for the names. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ep.h"
+#include "hwmap.h"
+#include "log.h"
+#include "model.h"
+#include "ortenv.h"
+#include "server.h"
+#include "settings.h"
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 64, EXIT_STRICT = 78 };
+
+typedef struct {
+    server *srv;
+    model_repo *repo;
+} loader_arg;
+
+static void *loader_main(void *p)
+{
+    loader_arg *a = p;
+    size_t failed = model_repo_load_all(a->repo);
+    server_loading_done(a->srv, failed);
+    return NULL;
+}
+
+static int cmd_hwmap(void)
+{
+    char *j = hwmap_json();
+    if (!j) return EXIT_FAIL;
+    printf("%s\n", j);
+    free(j);
+    return EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "hwmap") == 0) return cmd_hwmap();
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        settings_usage(stdout);
+        return EXIT_OK;
+    }
+    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+        printf("tierserve %s\n", TIERSERVE_VERSION);
+        return EXIT_OK;
+    }
+
+    static ts_settings set;
+    char err[2048];
+    if (settings_load(&set, argc, argv, 1, err, sizeof err) != 0) {
+        log_emit(LOG_ERROR, NULL, "bad settings: %s", err);
+        return EXIT_USAGE;
+    }
+    log_level lvl, ort_lvl;
+    log_level_parse(set.log_level, &lvl);
+    log_level_parse(set.ort_log_level, &ort_lvl);
+    log_set_level(lvl);
+    if (!set.model_repository[0]) {
+        log_emit(LOG_ERROR, NULL,
+                 "bad settings: no model repository (set TIERSERVE_MODEL_REPOSITORY or --model-repository)");
+        return EXIT_USAGE;
+    }
+
+    if (ortenv_init(ort_lvl, err, sizeof err) != 0) {
+        log_emit(LOG_ERROR, NULL, "ONNX Runtime initialisation failed: %s", err);
+        return EXIT_FAIL;
+    }
+    LOG_INFO_(NULL, "tierserve %s on ONNX Runtime %s", TIERSERVE_VERSION, ortenv_version());
+
+    /* The tier is decided before any port opens: strict mode must never listen. */
+    static ep_config epc;
+    static ep_result epr;
+    epc = (ep_config){.mode = set.mode,
+                      .strict = set.strict_ep,
+                      .device_id = (int)set.cuda_device_id,
+                      .trt_cache_dir = set.trt_cache_dir,
+                      .trt_fp16 = set.trt_fp16,
+                      .disable_cpu_ep_fallback = set.disable_cpu_ep_fallback};
+    ep_resolve(&epc, &epr);
+    ep_log_decision(&epr);
+    if (epr.decision.refuse) {
+        ortenv_shutdown();
+        return EXIT_STRICT;
+    }
+
+    server *srv = server_create(&set, &epr, err, sizeof err);
+    if (!srv) {
+        log_emit(LOG_ERROR, NULL, "%s", err);
+        ortenv_shutdown();
+        return EXIT_FAIL;
+    }
+    repo_options ro = {.ep_cfg = &epc,
+                       .ep = &epr,
+                       .queue_size = set.queue_size,
+                       .instances = set.instances,
+                       .intra_op_threads = set.intra_op_threads,
+                       .warmup = set.warmup};
+    server_runq_hooks(srv, &ro.work, &ro.work_ctx);
+    model_repo *repo = NULL;
+    if (model_repo_scan(set.model_repository, &ro, &repo, err, sizeof err) != 0) {
+        log_emit(LOG_ERROR, NULL, "bad settings: %s", err);
+        server_destroy(srv);
+        ortenv_shutdown();
+        return EXIT_USAGE;
+    }
+    server_set_repo(srv, repo);
+
+    loader_arg la = {srv, repo};
+    pthread_t loader;
+    if (pthread_create(&loader, NULL, loader_main, &la) != 0) {
+        log_emit(LOG_ERROR, NULL, "could not start the model loader thread");
+        return EXIT_FAIL;
+    }
+    int code = server_run(srv);
+    pthread_join(loader, NULL);
+    model_repo_destroy(repo); /* finishes queued work, joins runners */
+    server_destroy(srv);
+    ortenv_shutdown();
+    LOG_INFO_(NULL, "exit %d", code);
+    return code;
+}

@@ -1,0 +1,546 @@
+#include "model.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "log.h"
+#include "ortenv.h"
+
+#define REPO_MAX_MODELS 1024
+
+struct ts_model {
+    char name[TS_NAME_MAX];
+    char version[24];
+    int64_t version_num;
+    char path[1400];
+    model_config cfg;
+    _Atomic int state;
+    char failure[1600];
+    OrtSession *session;
+    model_sig sig;
+    runq *q;
+    model_stats stats;
+    double warmup_ms;
+    size_t n_placement;
+    placement_entry placement[MODEL_MAX_PLACEMENT];
+};
+
+struct model_repo {
+    repo_options opt;
+    size_t n;
+    ts_model **models; /* sorted by name, then version ascending */
+    _Atomic bool loading_done;
+};
+
+static const char *const k_outcomes[OUT_COUNT] = {"success", "client_error", "rejected",
+                                                  "timeout", "error",        "cancelled"};
+
+const char *model_outcome_name(req_outcome o) { return k_outcomes[o]; }
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static bool is_version_dir(const char *name, int64_t *num)
+{
+    if (!name[0] || strlen(name) > 18) return false;
+    for (const char *p = name; *p; p++)
+        if (*p < '0' || *p > '9') return false;
+    *num = strtoll(name, NULL, 10);
+    return *num > 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_model(const void *a, const void *b)
+{
+    const ts_model *x = *(ts_model *const *)a, *y = *(ts_model *const *)b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : cmp_i64(&x->version_num, &y->version_num);
+}
+
+static ts_model *new_model(const char *name, int64_t v, const char *path, const model_config *cfg)
+{
+    ts_model *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    snprintf(m->name, sizeof m->name, "%s", name);
+    m->version_num = v;
+    snprintf(m->version, sizeof m->version, "%lld", (long long)v);
+    snprintf(m->path, sizeof m->path, "%s", path);
+    m->cfg = *cfg;
+    hist_init(&m->stats.request, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
+    hist_init(&m->stats.queue, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
+    hist_init(&m->stats.compute, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
+    hist_init(&m->stats.batch, HIST_BATCH_BOUNDS, HIST_BATCH_N);
+    return m;
+}
+
+static void fail_model(ts_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail_model(ts_model *m, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->failure, sizeof m->failure, fmt, ap);
+    va_end(ap);
+    atomic_store(&m->state, MODEL_FAILED);
+    LOG_ERROR_(LOGF({"model", m->name}, {"version", m->version}), "model failed to load: %s",
+               m->failure);
+}
+
+/* Adds the versions that the policy selects; a model whose config is bad gets one FAILED
+ * entry so that it shows up in status with the reason. */
+static int add_model_dir(model_repo *r, const char *repo, const char *name, size_t *cap)
+{
+    char dir[1024], cfgpath[1100], err[1600];
+    snprintf(dir, sizeof dir, "%s/%s", repo, name);
+    snprintf(cfgpath, sizeof cfgpath, "%s/config.yaml", dir);
+    model_config cfg;
+    int cfg_rc = modelcfg_load(cfgpath, &cfg, err, sizeof err);
+    if (cfg_rc == 0 && cfg.name[0] && strcmp(cfg.name, name) != 0) {
+        snprintf(err, sizeof err, "%s: name '%s' does not match the directory '%s'", cfgpath,
+                 cfg.name, name);
+        cfg_rc = -1;
+    }
+
+    int64_t versions[256];
+    size_t nv = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && nv < 256) {
+        int64_t v;
+        char onnx[1300];
+        struct stat st;
+        if (!is_version_dir(e->d_name, &v)) continue;
+        snprintf(onnx, sizeof onnx, "%s/%s/model.onnx", dir, e->d_name);
+        if (stat(onnx, &st) == 0 && S_ISREG(st.st_mode)) versions[nv++] = v;
+    }
+    closedir(d);
+    if (nv == 0 && cfg_rc == 0) {
+        LOG_WARN_(LOGF({"model", name}), "skipping %s: no <version>/model.onnx inside", dir);
+        return 0;
+    }
+    qsort(versions, nv, sizeof versions[0], cmp_i64);
+
+    int64_t chosen[256];
+    size_t nc = 0;
+    if (cfg_rc == 0) {
+        if (cfg.vp == VP_ALL) {
+            memcpy(chosen, versions, nv * sizeof *versions);
+            nc = nv;
+        } else if (cfg.vp == VP_LATEST) {
+            size_t k = (size_t)cfg.vp_latest_n < nv ? (size_t)cfg.vp_latest_n : nv;
+            memcpy(chosen, versions + nv - k, k * sizeof *versions);
+            nc = k;
+        } else {
+            for (size_t i = 0; i < cfg.vp_n_specific; i++) {
+                bool found = false;
+                for (size_t j = 0; j < nv; j++) found |= versions[j] == cfg.vp_specific[i];
+                if (!found) {
+                    snprintf(err, sizeof err, "%s: version_policy.specific names version %lld, "
+                             "but there is no %lld/model.onnx", cfgpath,
+                             (long long)cfg.vp_specific[i], (long long)cfg.vp_specific[i]);
+                    cfg_rc = -1;
+                    break;
+                }
+                chosen[nc++] = cfg.vp_specific[i];
+            }
+        }
+    }
+    if (cfg_rc != 0) {
+        modelcfg_defaults(&cfg);
+        chosen[0] = nv ? versions[nv - 1] : 1;
+        nc = 1;
+    }
+    for (size_t i = 0; i < nc; i++) {
+        if (r->n >= REPO_MAX_MODELS) return -1;
+        if (r->n == *cap) {
+            *cap *= 2;
+            ts_model **p = realloc(r->models, *cap * sizeof *p);
+            if (!p) return -1;
+            r->models = p;
+        }
+        char onnx[1300];
+        snprintf(onnx, sizeof onnx, "%s/%lld/model.onnx", dir, (long long)chosen[i]);
+        ts_model *m = new_model(name, chosen[i], onnx, &cfg);
+        if (!m) return -1;
+        r->models[r->n++] = m;
+        if (cfg_rc != 0) fail_model(m, "%s", err);
+    }
+    return 0;
+}
+
+int model_repo_scan(const char *path, const repo_options *opt, model_repo **out, char *err,
+                    size_t errlen)
+{
+    *out = NULL;
+    if (!path[0]) {
+        snprintf(err, errlen, "no model repository: set TIERSERVE_MODEL_REPOSITORY or --model-repository");
+        return -1;
+    }
+    DIR *d = opendir(path);
+    if (!d) {
+        snprintf(err, errlen, "model repository %s: %s", path, strerror(errno));
+        return -1;
+    }
+    model_repo *r = calloc(1, sizeof *r);
+    size_t cap = 16;
+    r->models = calloc(cap, sizeof *r->models);
+    r->opt = *opt;
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char sub[1024];
+        struct stat st;
+        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        if (stat(sub, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        if (strlen(e->d_name) >= TS_NAME_MAX || add_model_dir(r, path, e->d_name, &cap) != 0) {
+            snprintf(err, errlen, "model repository %s: too many models or out of memory at %s",
+                     path, e->d_name);
+            rc = -1;
+            break;
+        }
+    }
+    closedir(d);
+    if (rc == 0 && r->n == 0) {
+        snprintf(err, errlen, "model repository %s has no models (<model>/<version>/model.onnx)", path);
+        rc = -1;
+    }
+    if (rc) {
+        model_repo_destroy(r);
+        return -1;
+    }
+    qsort(r->models, r->n, sizeof *r->models, cmp_model);
+    *out = r;
+    return 0;
+}
+
+/* ---- loading ----------------------------------------------------------------------- */
+
+static int read_io(OrtSession *s, bool inputs, model_sig *sig, char *err, size_t errlen)
+{
+    size_t n = 0;
+    OrtAllocator *alloc = NULL;
+    if (ort_check(g_ort->GetAllocatorWithDefaultOptions(&alloc), err, errlen)) return -1;
+    if (ort_check(inputs ? g_ort->SessionGetInputCount(s, &n) : g_ort->SessionGetOutputCount(s, &n),
+                  err, errlen))
+        return -1;
+    io_sig *ios = calloc(n ? n : 1, sizeof *ios);
+    if (!ios) return -1;
+    if (inputs) sig->inputs = ios, sig->n_inputs = n;
+    else sig->outputs = ios, sig->n_outputs = n;
+    for (size_t i = 0; i < n; i++) {
+        char *name = NULL;
+        OrtTypeInfo *ti = NULL;
+        if (ort_check(inputs ? g_ort->SessionGetInputName(s, i, alloc, &name)
+                             : g_ort->SessionGetOutputName(s, i, alloc, &name),
+                      err, errlen))
+            return -1;
+        snprintf(ios[i].name, sizeof ios[i].name, "%s", name);
+        alloc->Free(alloc, name);
+        if (ort_check(inputs ? g_ort->SessionGetInputTypeInfo(s, i, &ti)
+                             : g_ort->SessionGetOutputTypeInfo(s, i, &ti),
+                      err, errlen))
+            return -1;
+        const OrtTensorTypeAndShapeInfo *tinfo = NULL;
+        ONNXType ot = ONNX_TYPE_UNKNOWN;
+        (void)ort_check(g_ort->GetOnnxTypeFromTypeInfo(ti, &ot), NULL, 0);
+        if (ot != ONNX_TYPE_TENSOR || ort_check(g_ort->CastTypeInfoToTensorInfo(ti, &tinfo), NULL, 0) ||
+            !tinfo) {
+            g_ort->ReleaseTypeInfo(ti);
+            snprintf(err, errlen, "%s '%s' is not a tensor (ONNX type %d: sequence, map and optional "
+                     "values cannot be served over KServe v2)", inputs ? "input" : "output",
+                     ios[i].name, (int)ot);
+            return -1;
+        }
+        ONNXTensorElementDataType et = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+        size_t nd = 0;
+        (void)ort_check(g_ort->GetTensorElementType(tinfo, &et), NULL, 0);
+        (void)ort_check(g_ort->GetDimensionsCount(tinfo, &nd), NULL, 0);
+        if (nd > TS_MAX_DIMS) {
+            g_ort->ReleaseTypeInfo(ti);
+            snprintf(err, errlen, "'%s' has %zu dimensions (at most %d)", ios[i].name, nd, TS_MAX_DIMS);
+            return -1;
+        }
+        (void)ort_check(g_ort->GetDimensions(tinfo, ios[i].dims, nd), NULL, 0);
+        ios[i].ndim = nd;
+        ios[i].dt = dtype_from_onnx(et);
+        g_ort->ReleaseTypeInfo(ti);
+        if (ios[i].dt == DT_INVALID) {
+            snprintf(err, errlen, "%s '%s' has ONNX element type %d, which KServe v2 cannot carry",
+                     inputs ? "input" : "output", ios[i].name, (int)et);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void read_placement(ts_model *m)
+{
+    const OrtEpAssignedSubgraph *const *subs = NULL;
+    size_t n = 0;
+    if (ort_check(g_ort->Session_GetEpGraphAssignmentInfo(m->session, &subs, &n), NULL, 0)) return;
+    for (size_t i = 0; i < n; i++) {
+        const char *ep = NULL;
+        const OrtEpAssignedNode *const *nodes = NULL;
+        size_t nn = 0;
+        if (ort_check(g_ort->EpAssignedSubgraph_GetEpName(subs[i], &ep), NULL, 0) ||
+            ort_check(g_ort->EpAssignedSubgraph_GetNodes(subs[i], &nodes, &nn), NULL, 0))
+            continue;
+        size_t k = 0;
+        while (k < m->n_placement && strcmp(m->placement[k].provider, ep) != 0) k++;
+        if (k == m->n_placement) {
+            if (k == MODEL_MAX_PLACEMENT) continue;
+            snprintf(m->placement[k].provider, sizeof m->placement[k].provider, "%s", ep);
+            m->n_placement++;
+        }
+        m->placement[k].nodes += nn;
+    }
+}
+
+static int create_session(model_repo *r, ts_model *m, char *err, size_t errlen)
+{
+    OrtSessionOptions *so = NULL;
+    if (ort_check(g_ort->CreateSessionOptions(&so), err, errlen)) return -1;
+    int64_t intra = m->cfg.intra_op_threads >= 0 ? m->cfg.intra_op_threads : r->opt.intra_op_threads;
+    int rc = 0;
+    if (intra > 0) rc = ort_check(g_ort->SetIntraOpNumThreads(so, (int)intra), err, errlen);
+    if (!rc && m->cfg.inter_op_threads > 0)
+        rc = ort_check(g_ort->SetInterOpNumThreads(so, (int)m->cfg.inter_op_threads), err, errlen);
+    if (!rc)
+        rc = ort_check(g_ort->AddSessionConfigEntry(so, "session.record_ep_graph_assignment_info", "1"),
+                       err, errlen);
+    if (!rc) rc = ep_apply(r->opt.ep_cfg, r->opt.ep, so, err, errlen);
+    if (!rc) rc = ort_check(g_ort->CreateSession(ortenv_env(), m->path, so, &m->session), err, errlen);
+    g_ort->ReleaseSessionOptions(so);
+    return rc;
+}
+
+/* Builds the warm-up request for one configured sample. */
+static int warmup_request(const ts_model *m, const warmup_sample *s, infer_request *req, ts_err *e)
+{
+    if (infer_synth_request(&m->sig, s->batch_size > 0 ? s->batch_size : 1, req, e)) return -1;
+    for (size_t i = 0; i < s->n_inputs; i++) {
+        const warmup_input *wi = &s->inputs[i];
+        ts_tensor *t = NULL;
+        for (size_t k = 0; k < req->n_inputs; k++)
+            if (strcmp(req->inputs[k].name, wi->name) == 0) t = &req->inputs[k];
+        if (!t) {
+            ts_err_set(e, 400, "model_warmup names input '%s', which the model does not have", wi->name);
+            return -1;
+        }
+        if (t->dt != wi->dt) {
+            ts_err_set(e, 400, "model_warmup input '%s' is %s, the model wants %s", wi->name,
+                       dtype_name(wi->dt), dtype_name(t->dt));
+            return -1;
+        }
+        /* Triton's dims exclude the batch dimension when batch_size is given */
+        size_t lead = s->batch_size > 0 ? 1 : 0;
+        if (wi->ndim + lead != t->ndim) {
+            ts_err_set(e, 400, "model_warmup input '%s' has %zu dims, the model has %zu%s", wi->name,
+                       wi->ndim, t->ndim, lead ? " (including the batch dimension)" : "");
+            return -1;
+        }
+        size_t count = lead ? (size_t)s->batch_size : 1;
+        if (lead) t->shape[0] = s->batch_size;
+        for (size_t d = 0; d < wi->ndim; d++) {
+            t->shape[d + lead] = wi->dims[d];
+            count *= (size_t)wi->dims[d];
+        }
+        free(t->owned);
+        t->count = count;
+        t->nbytes = t->dt == DT_BYTES ? 4 * count : count * dtype_size(t->dt);
+        t->owned = calloc(t->nbytes ? t->nbytes : 1, 1);
+        if (!t->owned) {
+            ts_err_set(e, 500, "out of memory");
+            return -1;
+        }
+        t->data = t->owned;
+        if (wi->random && t->dt != DT_BYTES) {
+            /* bytes from a fixed LCG: deterministic, and any bit pattern is a valid input
+             * except NaN-ish floats, which warm-up tolerates */
+            uint32_t x = 12345;
+            for (size_t b = 0; b < t->nbytes; b++) {
+                x = x * 1103515245u + 12345u;
+                t->owned[b] = (uint8_t)(x >> 24) & 0x3f;
+            }
+        }
+    }
+    return 0;
+}
+
+static int warmup(ts_model *m, char *err, size_t errlen)
+{
+    size_t n_samples = m->cfg.n_warmup ? m->cfg.n_warmup : 1;
+    double t0 = now_ms();
+    for (size_t i = 0; i < n_samples; i++) {
+        const warmup_sample *s = m->cfg.n_warmup ? &m->cfg.warmup[i] : NULL;
+        int64_t count = s ? s->count : 1;
+        infer_request req;
+        ts_err e;
+        int rc = s ? warmup_request(m, s, &req, &e) : infer_synth_request(&m->sig, 1, &req, &e);
+        for (int64_t k = 0; rc == 0 && k < count; k++) {
+            infer_result res;
+            rc = infer_run(m->session, NULL, &m->sig, &req, &res, &e);
+            if (rc == 0) infer_result_free(&res);
+        }
+        infer_request_free(&req);
+        if (rc) {
+            snprintf(err, errlen, "warm-up sample %zu/%zu failed: %s", i + 1, n_samples, e.msg);
+            return -1;
+        }
+        LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}),
+                  "warm-up sample %zu/%zu (%s) done: %lld run(s)", i + 1, n_samples,
+                  s && s->name[0] ? s->name : "synthesised", (long long)count);
+    }
+    m->warmup_ms = now_ms() - t0;
+    return 0;
+}
+
+static void log_placement(const ts_model *m)
+{
+    char text[512] = "";
+    size_t o = 0;
+    for (size_t i = 0; i < m->n_placement && o < sizeof text; i++)
+        o += (size_t)snprintf(text + o, sizeof text - o, "%s%s=%zu", i ? " " : "",
+                              m->placement[i].provider, m->placement[i].nodes);
+    LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "node placement: %s",
+              o ? text : "(not reported)");
+}
+
+static void load_one(model_repo *r, ts_model *m)
+{
+    char err[600];
+    double t0 = now_ms();
+    LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "loading %s", m->path);
+    if (create_session(r, m, err, sizeof err)) {
+        fail_model(m, "%s", err);
+        return;
+    }
+    if (read_io(m->session, true, &m->sig, err, sizeof err) ||
+        read_io(m->session, false, &m->sig, err, sizeof err)) {
+        fail_model(m, "%s", err);
+        return;
+    }
+    read_placement(m);
+    log_placement(m);
+    if (m->cfg.dynamic_batching)
+        LOG_WARN_(LOGF({"model", m->name}),
+                  "dynamic_batching is configured but not implemented yet: each request runs alone");
+    if (r->opt.warmup && warmup(m, err, sizeof err)) {
+        fail_model(m, "%s", err);
+        return;
+    }
+    int64_t qsize = m->cfg.queue_size > 0 ? m->cfg.queue_size : r->opt.queue_size;
+    int64_t inst = m->cfg.instances > 0 ? m->cfg.instances : r->opt.instances;
+    m->q = runq_create((size_t)qsize, (size_t)inst, r->opt.work, r->opt.work_ctx, m->name);
+    if (!m->q) {
+        fail_model(m, "could not start %lld runner thread(s)", (long long)inst);
+        return;
+    }
+    atomic_store(&m->state, MODEL_READY);
+    char load_ms[32], warm_ms[32];
+    snprintf(load_ms, sizeof load_ms, "%.1f", now_ms() - t0);
+    snprintf(warm_ms, sizeof warm_ms, "%.1f", m->warmup_ms);
+    LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}, {"load_ms", load_ms},
+                   {"warmup_ms", warm_ms}),
+              "model ready");
+}
+
+size_t model_repo_load_all(model_repo *r)
+{
+    size_t failed = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        ts_model *m = r->models[i];
+        if (atomic_load(&m->state) == MODEL_LOADING) load_one(r, m);
+        if (atomic_load(&m->state) == MODEL_FAILED) failed++;
+    }
+    atomic_store(&r->loading_done, true);
+    return failed;
+}
+
+void model_repo_destroy(model_repo *r)
+{
+    if (!r) return;
+    for (size_t i = 0; i < r->n; i++) {
+        ts_model *m = r->models[i];
+        runq_destroy(m->q);
+        if (m->session) g_ort->ReleaseSession(m->session);
+        free(m->sig.inputs);
+        free(m->sig.outputs);
+        free(m);
+    }
+    free(r->models);
+    free(r);
+}
+
+/* ---- lookups ------------------------------------------------------------------------ */
+
+size_t model_repo_count(const model_repo *r) { return r->n; }
+ts_model *model_repo_at(const model_repo *r, size_t i) { return i < r->n ? r->models[i] : NULL; }
+
+ts_model *model_repo_find(const model_repo *r, const char *name, const char *version, ts_err *err)
+{
+    ts_model *best = NULL;
+    bool any = false;
+    for (size_t i = 0; i < r->n; i++) {
+        ts_model *m = r->models[i];
+        if (strcmp(m->name, name) != 0) continue;
+        any = true;
+        if (version && version[0]) {
+            if (strcmp(m->version, version) == 0) return m;
+        } else {
+            best = m; /* sorted ascending: the last one is the latest */
+        }
+    }
+    if (best) return best;
+    if (!any) ts_err_set(err, 404, "unknown model '%.200s'", name);
+    else ts_err_set(err, 404, "model '%.200s' has no version '%.32s'", name, version);
+    return NULL;
+}
+
+bool model_repo_loading_done(const model_repo *r) { return atomic_load(&r->loading_done); }
+
+bool model_repo_ready(const model_repo *r, bool strict)
+{
+    if (!atomic_load(&r->loading_done)) return false;
+    if (!strict) return true;
+    for (size_t i = 0; i < r->n; i++)
+        if (atomic_load(&r->models[i]->state) != MODEL_READY) return false;
+    return true;
+}
+
+const char *model_name(const ts_model *m) { return m->name; }
+const char *model_version(const ts_model *m) { return m->version; }
+model_state_t model_state(const ts_model *m) { return (model_state_t)atomic_load(&m->state); }
+const char *model_failure(const ts_model *m) { return m->failure; }
+const model_sig *model_signature(const ts_model *m) { return &m->sig; }
+const model_config *model_cfg(const ts_model *m) { return &m->cfg; }
+OrtSession *model_session(const ts_model *m) { return m->session; }
+runq *model_runq(const ts_model *m) { return m->q; }
+model_stats *model_stats_of(ts_model *m) { return &m->stats; }
+double model_warmup_ms(const ts_model *m) { return m->warmup_ms; }
+
+size_t model_placement(const ts_model *m, const placement_entry **out)
+{
+    *out = m->placement;
+    return m->n_placement;
+}
+
+size_t model_queue_depth(const ts_model *m)
+{
+    return m->q ? runq_depth(m->q) + runq_busy(m->q) : 0;
+}

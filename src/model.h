@@ -1,0 +1,95 @@
+/* model: the model repository (Triton layout) and each served (model, version).
+ *
+ *   <repo>/<model>/config.yaml            optional, Triton field names (modelcfg.h)
+ *   <repo>/<model>/<version>/model.onnx   version: a positive integer
+ *
+ * model_repo_scan() reads the layout and configs (fast, on the main thread); the sessions
+ * are created and warmed up by model_repo_load_all() (slow; the loader thread), one
+ * model at a time. Names, versions and signatures never change after loading, so the loop
+ * thread reads them without locks once model_state() says READY.
+ */
+#ifndef TS_MODEL_H
+#define TS_MODEL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <onnxruntime_c_api.h>
+
+#include "ep.h"
+#include "hist.h"
+#include "infer.h"
+#include "modelcfg.h"
+#include "runq.h"
+
+typedef enum { MODEL_LOADING = 0, MODEL_READY, MODEL_FAILED } model_state_t;
+
+typedef enum {
+    OUT_SUCCESS = 0,
+    OUT_CLIENT_ERROR, /* 4xx: the request was wrong */
+    OUT_REJECTED,     /* 503: queue full, not ready, shutting down */
+    OUT_TIMEOUT,      /* 504 */
+    OUT_ERROR,        /* 5xx from the run itself */
+    OUT_CANCELLED,    /* the client went away */
+    OUT_COUNT
+} req_outcome;
+
+const char *model_outcome_name(req_outcome o);
+
+typedef struct {
+    _Atomic uint64_t outcomes[OUT_COUNT];
+    hist request, queue, compute, batch;
+} model_stats;
+
+#define MODEL_MAX_PLACEMENT 4
+typedef struct {
+    char provider[64];
+    size_t nodes;
+} placement_entry;
+
+typedef struct ts_model ts_model;
+typedef struct model_repo model_repo;
+
+typedef struct {
+    const ep_config *ep_cfg;
+    const ep_result *ep;
+    int64_t queue_size;       /* defaults when config.yaml says nothing */
+    int64_t instances;
+    int64_t intra_op_threads;
+    bool warmup;
+    runq_work_fn work;        /* what each model's runq threads run */
+    void *work_ctx;
+} repo_options;
+
+/* Reads the repository layout. -1 with a message if the repository itself is unusable. */
+int model_repo_scan(const char *path, const repo_options *opt, model_repo **out, char *err,
+                    size_t errlen);
+/* Creates, inspects and warms up every session. Returns how many failed. */
+size_t model_repo_load_all(model_repo *r);
+/* Every model that reached READY: stop intake, finish queued work, free sessions. */
+void model_repo_destroy(model_repo *r);
+
+size_t model_repo_count(const model_repo *r);
+ts_model *model_repo_at(const model_repo *r, size_t i);
+/* version NULL or "": the highest loaded version. 404 with a message when not found. */
+ts_model *model_repo_find(const model_repo *r, const char *name, const char *version, ts_err *err);
+/* Are all models READY (strict) / is loading over (not strict)? */
+bool model_repo_ready(const model_repo *r, bool strict);
+bool model_repo_loading_done(const model_repo *r);
+
+const char *model_name(const ts_model *m);
+const char *model_version(const ts_model *m);
+model_state_t model_state(const ts_model *m);
+const char *model_failure(const ts_model *m);
+const model_sig *model_signature(const ts_model *m);
+const model_config *model_cfg(const ts_model *m);
+OrtSession *model_session(const ts_model *m);
+runq *model_runq(const ts_model *m);
+model_stats *model_stats_of(ts_model *m);
+double model_warmup_ms(const ts_model *m);
+size_t model_placement(const ts_model *m, const placement_entry **out);
+/* Queued + running requests for this model. */
+size_t model_queue_depth(const ts_model *m);
+
+#endif

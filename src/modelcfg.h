@@ -1,0 +1,67 @@
+/* modelcfg: a model's optional config.yaml, with Triton's field names.
+ *
+ * Understood: name, platform, backend, max_batch_size, version_policy, instance_group,
+ * dynamic_batching (default_queue_policy.max_queue_size and default_timeout_microseconds
+ * are enforced; the batching fields are read and reported), parameters
+ * (intra_op_thread_count, inter_op_thread_count), model_warmup. An unknown key is an
+ * error naming the key, the file, line and column.
+ */
+#ifndef TS_MODELCFG_H
+#define TS_MODELCFG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+
+#define MODELCFG_MAX_VERSIONS 32
+#define MODELCFG_MAX_WARMUP 8
+#define MODELCFG_MAX_WARMUP_INPUTS 16
+#define MODELCFG_MAX_DIMS 16
+
+typedef enum { VP_LATEST = 0, VP_ALL, VP_SPECIFIC } version_policy_kind;
+
+typedef struct {
+    char name[256];
+    ts_dtype dt;
+    size_t ndim;
+    int64_t dims[MODELCFG_MAX_DIMS];
+    bool random; /* random_data; otherwise zero_data */
+} warmup_input;
+
+typedef struct {
+    char name[128];
+    int64_t batch_size; /* 0: none given */
+    int64_t count;
+    size_t n_inputs;
+    warmup_input inputs[MODELCFG_MAX_WARMUP_INPUTS];
+} warmup_sample;
+
+typedef struct {
+    bool present; /* a config.yaml was read */
+    char name[256];
+    int64_t max_batch_size;
+    version_policy_kind vp;
+    int64_t vp_latest_n;
+    size_t vp_n_specific;
+    int64_t vp_specific[MODELCFG_MAX_VERSIONS];
+    int64_t instances;        /* 0: the server default */
+    int64_t queue_size;       /* 0: the server default */
+    int64_t default_timeout_us;
+    bool dynamic_batching;    /* the section exists */
+    int64_t max_queue_delay_us;
+    size_t n_preferred;
+    int64_t preferred_batch_size[8];
+    int64_t intra_op_threads; /* -1: the server default */
+    int64_t inter_op_threads; /* -1: ORT's default */
+    size_t n_warmup;
+    warmup_sample warmup[MODELCFG_MAX_WARMUP];
+} model_config;
+
+void modelcfg_defaults(model_config *c);
+/* Reads path into c (defaults first). A missing file is not an error (returns 0, present
+ * stays false). On a bad file: -1 and a message naming file:line:col and the key. */
+int modelcfg_load(const char *path, model_config *c, char *err, size_t errlen);
+
+#endif

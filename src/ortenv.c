@@ -1,0 +1,118 @@
+#include "ortenv.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+const OrtApi *g_ort;
+static OrtEnv *g_env;
+static OrtMemoryInfo *g_cpu_mi;
+
+static pthread_mutex_t g_cap_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool g_capturing;
+static char g_captured[2048];
+
+static log_level map_severity(OrtLoggingLevel s)
+{
+    switch (s) {
+    case ORT_LOGGING_LEVEL_VERBOSE: return LOG_DEBUG;
+    case ORT_LOGGING_LEVEL_INFO: return LOG_INFO;
+    case ORT_LOGGING_LEVEL_WARNING: return LOG_WARN;
+    case ORT_LOGGING_LEVEL_ERROR: return LOG_ERROR;
+    default: return LOG_FATAL;
+    }
+}
+
+static void ort_logger(void *param, OrtLoggingLevel severity, const char *category,
+                       const char *logid, const char *code_location, const char *message)
+{
+    (void)param;
+    (void)logid;
+    if (severity >= ORT_LOGGING_LEVEL_ERROR) {
+        pthread_mutex_lock(&g_cap_mu);
+        if (g_capturing) snprintf(g_captured, sizeof g_captured, "%s", message);
+        pthread_mutex_unlock(&g_cap_mu);
+    }
+    LOG_AT(map_severity(severity),
+           LOGF({"source", "onnxruntime"}, {"category", category ? category : ""},
+                {"location", code_location ? code_location : ""}),
+           "%s", message ? message : "");
+}
+
+static OrtLoggingLevel to_ort_level(log_level l)
+{
+    switch (l) {
+    case LOG_DEBUG: return ORT_LOGGING_LEVEL_VERBOSE;
+    case LOG_INFO: return ORT_LOGGING_LEVEL_INFO;
+    case LOG_WARN: return ORT_LOGGING_LEVEL_WARNING;
+    case LOG_ERROR: return ORT_LOGGING_LEVEL_ERROR;
+    default: return ORT_LOGGING_LEVEL_FATAL;
+    }
+}
+
+int ort_check(OrtStatus *st, char *out, size_t outlen)
+{
+    if (!st) return 0;
+    if (out && outlen) snprintf(out, outlen, "%s", g_ort->GetErrorMessage(st));
+    g_ort->ReleaseStatus(st);
+    return -1;
+}
+
+int ortenv_init(log_level ort_min_level, char *err, size_t errlen)
+{
+    const OrtApiBase *base = OrtGetApiBase();
+    g_ort = base->GetApi(ORT_API_VERSION);
+    if (!g_ort) {
+        snprintf(err, errlen, "ONNX Runtime %s does not provide C API version %d",
+                 base->GetVersionString(), ORT_API_VERSION);
+        return -1;
+    }
+    if (ort_check(g_ort->CreateEnvWithCustomLogger(ort_logger, NULL, to_ort_level(ort_min_level),
+                                                   "tierserve", &g_env),
+                  err, errlen))
+        return -1;
+    return ort_check(g_ort->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &g_cpu_mi),
+                     err, errlen);
+}
+
+OrtEnv *ortenv_env(void) { return g_env; }
+
+const OrtMemoryInfo *ortenv_cpu_meminfo(void) { return g_cpu_mi; }
+
+const char *ortenv_version(void) { return OrtGetApiBase()->GetVersionString(); }
+
+void ortenv_shutdown(void)
+{
+    if (g_cpu_mi) g_ort->ReleaseMemoryInfo(g_cpu_mi);
+    g_cpu_mi = NULL;
+    if (g_env) g_ort->ReleaseEnv(g_env);
+    g_env = NULL;
+}
+
+void ortenv_capture_begin(void)
+{
+    pthread_mutex_lock(&g_cap_mu);
+    g_capturing = true;
+    g_captured[0] = '\0';
+    pthread_mutex_unlock(&g_cap_mu);
+}
+
+void ortenv_fail_reason(const char *msg, char *out, size_t outlen)
+{
+    const char *fail = strstr(msg, "FAIL : ");
+    if (fail) msg = fail + strlen("FAIL : ");
+    while (*msg == ' ' || *msg == '\n') msg++;
+    snprintf(out, outlen, "%s", msg);
+    size_t n = strlen(out);
+    while (n && (out[n - 1] == ' ' || out[n - 1] == '\n' || out[n - 1] == '\r')) out[--n] = '\0';
+}
+
+bool ortenv_capture_end(char *out, size_t outlen)
+{
+    pthread_mutex_lock(&g_cap_mu);
+    g_capturing = false;
+    bool got = g_captured[0] != '\0';
+    ortenv_fail_reason(g_captured, out, outlen);
+    pthread_mutex_unlock(&g_cap_mu);
+    return got;
+}

@@ -1,0 +1,41 @@
+/* ortenv: the process-wide ONNX Runtime API table and environment.
+ *
+ * ORT's own log goes through a custom logger into our JSON lines (never its ANSI text).
+ * While a capture is open, ERROR-level ORT messages are also kept so that ep.c can quote
+ * ORT's real reason for a failed provider ("Failed to load library ... cannot open shared
+ * object file"), which the C API status alone does not carry.
+ */
+#ifndef TS_ORTENV_H
+#define TS_ORTENV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <onnxruntime_c_api.h>
+
+#include "log.h"
+
+extern const OrtApi *g_ort;
+
+/* Creates the API table and the env. Returns 0, or -1 with a message in err. */
+int ortenv_init(log_level ort_min_level, char *err, size_t errlen);
+OrtEnv *ortenv_env(void);
+/* CPU memory info for tensors that wrap our own buffers (created by ortenv_init). */
+const OrtMemoryInfo *ortenv_cpu_meminfo(void);
+void ortenv_shutdown(void);
+const char *ortenv_version(void);
+
+/* ORT's reason in a message: the text after "FAIL : " (or all of it), trimmed. */
+void ortenv_fail_reason(const char *msg, char *out, size_t outlen);
+
+/* Starts keeping ERROR messages from ORT's logger (process-wide; callers are serial). */
+void ortenv_capture_begin(void);
+/* Stops and copies the text after "FAIL : " of the last captured message (or the whole
+ * last message) into out. Returns true if something was captured. */
+bool ortenv_capture_end(char *out, size_t outlen);
+
+/* If st is an error: copies its message into out (may be NULL), releases it, returns -1.
+ * Returns 0 for success (st == NULL). */
+int ort_check(OrtStatus *st, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,696 @@
+#include "server.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "doneq.h"
+#include "health.h"
+#include "hwmap.h"
+#include "log.h"
+#include "ortenv.h"
+#include "status.h"
+
+#define REPLY_LIMIT ((size_t)1 << 31)
+
+struct server {
+    const ts_settings *set;
+    const ep_result *ep;
+    struct event_base *base;
+    struct evhttp *http;
+    struct evhttp_bound_socket *sock;
+    struct event *sigterm, *sigint, *drain_timer, *loaded_ev;
+    doneq *done;
+    model_repo *repo;
+    size_t in_flight;           /* jobs alive; loop thread only */
+    bool draining;
+    int exit_code;
+    int port;
+    _Atomic uint64_t runs;      /* runs started, for the fault injector */
+    _Atomic size_t load_failed;
+    char *hw_json;
+};
+
+typedef struct job {
+    void *link; /* doneq's; must be first */
+    server *srv;
+    ts_model *model;
+    infer_request req;
+    struct evhttp_request *http; /* NULL once replied or the client is gone */
+    struct event *timer;
+    OrtRunOptions *ro;
+    _Atomic bool cancelled;
+    bool counted;
+    int status;       /* reply status set by the runner */
+    ts_err err;
+    buf reply;
+    size_t json_len;
+    bool binary;
+    double t_arrive, t_start, t_end;
+} job;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- replies ------------------------------------------------------------------------ */
+
+static void reply_buf(struct evhttp_request *req, int code, const char *ctype, buf *b)
+{
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    if (ctype) evhttp_add_header(h, "Content-Type", ctype);
+    struct evbuffer *out = evbuffer_new();
+    if (b && b->len) {
+        /* hand the bytes over without a copy; libevent frees them when sent */
+        evbuffer_add_reference(out, b->data, b->len,
+                               (evbuffer_ref_cleanup_cb)(void (*)(void))free, NULL);
+        b->data = NULL;
+        b->len = b->cap = 0;
+    }
+    evhttp_send_reply(req, code, NULL, out);
+    evbuffer_free(out);
+}
+
+static void reply_text(struct evhttp_request *req, int code, const char *ctype, const char *s)
+{
+    buf b;
+    buf_init(&b, REPLY_LIMIT);
+    buf_puts(&b, s);
+    reply_buf(req, code, ctype, &b);
+    buf_free(&b);
+}
+
+static void reply_error(struct evhttp_request *req, int code, const char *msg)
+{
+    buf b;
+    buf_init(&b, 1 << 16);
+    buf_puts(&b, "{\"error\":");
+    buf_put_json_str(&b, msg, strlen(msg));
+    buf_putc(&b, '}');
+    if (code == 503 || code == 429)
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+    reply_buf(req, code, "application/json", &b);
+    buf_free(&b);
+}
+
+static void reply_empty(struct evhttp_request *req, int code)
+{
+    evhttp_send_reply(req, code, NULL, NULL);
+}
+
+/* ---- inference ---------------------------------------------------------------------- */
+
+static void record(job *j, req_outcome o)
+{
+    if (j->counted) return;
+    j->counted = true;
+    model_stats *st = model_stats_of(j->model);
+    atomic_fetch_add(&st->outcomes[o], 1);
+    hist_observe(&st->request, now_s() - j->t_arrive);
+}
+
+static void detach_http(job *j)
+{
+    if (!j->http) return;
+    struct evhttp_connection *c = evhttp_request_get_connection(j->http);
+    if (c) evhttp_connection_set_closecb(c, NULL, NULL);
+    j->http = NULL;
+}
+
+static void cancel_run(job *j)
+{
+    atomic_store(&j->cancelled, true);
+    if (j->ro) (void)ort_check(g_ort->RunOptionsSetTerminate(j->ro), NULL, 0);
+}
+
+static void on_client_close(struct evhttp_connection *c, void *arg)
+{
+    (void)c;
+    job *j = arg;
+    j->http = NULL; /* libevent frees the request right after this */
+    cancel_run(j);
+    record(j, OUT_CANCELLED);
+    LOG_DEBUG_(LOGF({"model", model_name(j->model)}), "client went away; request cancelled");
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    job *j = arg;
+    cancel_run(j);
+    if (!j->http) return;
+    char msg[256];
+    snprintf(msg, sizeof msg, "request timed out after %.0f ms (%s)",
+             (now_s() - j->t_arrive) * 1e3, j->t_start > 0 ? "while running" : "still queued");
+    struct evhttp_request *req = j->http;
+    detach_http(j);
+    reply_error(req, 504, msg);
+    record(j, OUT_TIMEOUT);
+}
+
+static void free_job(job *j)
+{
+    if (j->timer) event_free(j->timer);
+    if (j->ro) g_ort->ReleaseRunOptions(j->ro);
+    infer_request_free(&j->req);
+    buf_free(&j->reply);
+    free(j);
+}
+
+static void maybe_finish_drain(server *srv)
+{
+    if (srv->draining && srv->in_flight == 0) {
+        LOG_INFO_(NULL, "drained: no request in flight; exiting");
+        event_base_loopexit(srv->base, NULL);
+    }
+}
+
+/* Runner thread. */
+static void run_job(void *item, void *ctx)
+{
+    job *j = item;
+    server *srv = ctx;
+    j->t_start = now_s();
+    const char *mname = model_name(j->model);
+    if (atomic_load(&j->cancelled)) {
+        j->status = 504;
+        ts_err_set(&j->err, 504, "request cancelled before it ran");
+    } else {
+        uint64_t n = atomic_fetch_add(&srv->runs, 1) + 1;
+        infer_result res;
+        int rc;
+        if (srv->set->fault_inject_gpu_run > 0 && n == (uint64_t)srv->set->fault_inject_gpu_run) {
+            ts_err_set(&j->err, 500,
+                       "inference failed: CUDA failure 700: an illegal memory access was encountered "
+                       "(injected by TIERSERVE_FAULT_INJECT_GPU_RUN=%lld)",
+                       (long long)srv->set->fault_inject_gpu_run);
+            rc = -1;
+        } else {
+            rc = infer_run(model_session(j->model), j->ro, model_signature(j->model), &j->req, &res,
+                           &j->err);
+        }
+        j->t_end = now_s();
+        model_stats *st = model_stats_of(j->model);
+        hist_observe(&st->queue, j->t_start - j->t_arrive);
+        hist_observe(&st->compute, j->t_end - j->t_start);
+        hist_observe(&st->batch, 1);
+        if (rc == 0) {
+            buf_init(&j->reply, REPLY_LIMIT);
+            rc = infer_encode(&j->req, &res, mname, model_version(j->model), &j->reply,
+                              &j->json_len, &j->binary, &j->err);
+            infer_result_free(&res);
+            j->status = rc == 0 ? 200 : j->err.http;
+        } else {
+            if (atomic_load(&j->cancelled)) ts_err_set(&j->err, 504, "request timed out while running");
+            else health_check_gpu_error(j->err.msg, mname);
+            j->status = j->err.http;
+        }
+    }
+    doneq_push(srv->done, j);
+}
+
+/* Loop thread: a runner finished. */
+static void on_done(void *item, void *ctx)
+{
+    job *j = item;
+    server *srv = ctx;
+    srv->in_flight--;
+    if (j->timer) evtimer_del(j->timer);
+    if (!srv->http) j->http = NULL; /* shutting down: the connection is gone */
+    if (j->http) {
+        struct evhttp_request *req = j->http;
+        detach_http(j);
+        if (j->status == 200) {
+            struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+            if (j->binary) {
+                char len[32];
+                snprintf(len, sizeof len, "%zu", j->json_len);
+                evhttp_add_header(h, "Inference-Header-Content-Length", len);
+            }
+            reply_buf(req, 200, j->binary ? "application/octet-stream" : "application/json",
+                      &j->reply);
+            record(j, OUT_SUCCESS);
+        } else {
+            reply_error(req, j->status, j->err.msg);
+            record(j, j->status == 504 ? OUT_TIMEOUT : j->status < 500 ? OUT_CLIENT_ERROR : OUT_ERROR);
+        }
+    }
+    free_job(j);
+    maybe_finish_drain(srv);
+}
+
+static int64_t parse_header_len(struct evhttp_request *req, ts_err *err)
+{
+    const char *v = evhttp_find_header(evhttp_request_get_input_headers(req),
+                                       "Inference-Header-Content-Length");
+    if (!v) return -1;
+    char *end = NULL;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (errno || end == v || *end || n < 0 || v[0] == '-' || v[0] == '+') {
+        ts_err_set(err, 400, "Inference-Header-Content-Length \"%.40s\" is not a byte count", v);
+        return -2;
+    }
+    return n;
+}
+
+static void handle_infer(server *srv, struct evhttp_request *req, const char *name,
+                         const char *version)
+{
+    ts_err err = {0};
+    if (srv->draining) {
+        reply_error(req, 503, "server is shutting down");
+        return;
+    }
+    if (!health_live()) {
+        char msg[600], why[512];
+        health_gpu_fault_message(why, sizeof why);
+        snprintf(msg, sizeof msg, "worker is not live after a GPU fault: %s", why);
+        reply_error(req, 503, msg);
+        return;
+    }
+    ts_model *m = srv->repo ? model_repo_find(srv->repo, name, version, &err) : NULL;
+    if (!m) {
+        if (!srv->repo) ts_err_set(&err, 503, "models are still loading");
+        reply_error(req, err.http, err.msg);
+        return;
+    }
+    if (model_state(m) != MODEL_READY) {
+        char msg[1800];
+        if (model_state(m) == MODEL_LOADING)
+            snprintf(msg, sizeof msg, "model '%s' version %s is still loading", name, model_version(m));
+        else
+            snprintf(msg, sizeof msg, "model '%s' version %s is unavailable: %s", name,
+                     model_version(m), model_failure(m));
+        reply_error(req, 503, msg);
+        return;
+    }
+    const char *enc = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Encoding");
+    if (enc && strcasecmp(enc, "identity") != 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "Content-Encoding \"%.40s\" is not supported; send the body uncompressed", enc);
+        atomic_fetch_add(&model_stats_of(m)->outcomes[OUT_CLIENT_ERROR], 1);
+        reply_error(req, 415, msg);
+        return;
+    }
+
+    job *j = calloc(1, sizeof *j);
+    if (!j) {
+        reply_error(req, 503, "out of memory");
+        return;
+    }
+    j->srv = srv;
+    j->model = m;
+    j->t_arrive = now_s();
+    int64_t hlen = parse_header_len(req, &err);
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    uint8_t *body = malloc(len ? len : 1);
+    int rc = hlen == -2 ? -1 : 0;
+    if (rc == 0 && !body) {
+        ts_err_set(&err, 503, "out of memory");
+        rc = -1;
+    }
+    if (rc == 0) {
+        evbuffer_remove(in, body, len);
+        rc = infer_parse(body, len, hlen, (size_t)srv->set->max_body_bytes, &j->req, &err);
+        body = NULL; /* owned by j->req now */
+    }
+    free(body);
+    if (rc == 0) rc = infer_bind(model_signature(m), &j->req, &err);
+    if (rc) {
+        reply_error(req, err.http, err.msg);
+        record(j, err.http >= 500 ? OUT_ERROR : OUT_CLIENT_ERROR);
+        free_job(j);
+        return;
+    }
+
+    /* the deadline: the server's, lowered by the model's default and by the request */
+    int64_t timeout_us = srv->set->request_timeout_ms * 1000;
+    const model_config *cfg = model_cfg(m);
+    if (cfg->default_timeout_us > 0 && cfg->default_timeout_us < timeout_us)
+        timeout_us = cfg->default_timeout_us;
+    if (j->req.timeout_us > 0 && j->req.timeout_us < timeout_us) timeout_us = j->req.timeout_us;
+
+    if (ort_check(g_ort->CreateRunOptions(&j->ro), NULL, 0)) j->ro = NULL;
+    j->timer = evtimer_new(srv->base, on_timeout, j);
+    j->http = req;
+    int q = runq_push(model_runq(m), j);
+    if (q != 0) {
+        j->http = NULL;
+        char msg[256];
+        snprintf(msg, sizeof msg, "model '%s' queue is full (%zu requests waiting); retry later",
+                 name, runq_capacity(model_runq(m)));
+        reply_error(req, 503, q == -1 ? msg : "server is shutting down");
+        record(j, OUT_REJECTED);
+        free_job(j);
+        return;
+    }
+    srv->in_flight++;
+    struct timeval tv = {(time_t)(timeout_us / 1000000), (suseconds_t)(timeout_us % 1000000)};
+    if (j->timer) evtimer_add(j->timer, &tv);
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), on_client_close, j);
+}
+
+/* ---- routing ----------------------------------------------------------------------- */
+
+#define MAX_SEGS 8
+
+static size_t split_path(const char *path, char segs[MAX_SEGS][TS_NAME_MAX], bool *bad)
+{
+    size_t n = 0;
+    *bad = false;
+    const char *p = path;
+    while (*p) {
+        while (*p == '/') p++;
+        if (!*p) break;
+        const char *e = strchr(p, '/');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (n == MAX_SEGS || l >= TS_NAME_MAX) {
+            *bad = true;
+            return n;
+        }
+        char raw[TS_NAME_MAX];
+        memcpy(raw, p, l);
+        raw[l] = '\0';
+        char *dec = evhttp_uridecode(raw, 0, NULL);
+        if (!dec || strlen(dec) >= TS_NAME_MAX) {
+            free(dec);
+            *bad = true;
+            return n;
+        }
+        strcpy(segs[n++], dec);
+        free(dec);
+        p += l;
+    }
+    return n;
+}
+
+static void handle_server_metadata(struct evhttp_request *req)
+{
+    reply_text(req, 200, "application/json",
+               "{\"name\":\"tierserve\",\"version\":\"" TIERSERVE_VERSION "\","
+               "\"extensions\":[\"binary_tensor_data\",\"model_configuration\",\"model_repository\"]}");
+}
+
+static bool method_is(struct evhttp_request *req, enum evhttp_cmd_type want)
+{
+    enum evhttp_cmd_type c = evhttp_request_get_command(req);
+    return c == want || (want == EVHTTP_REQ_GET && c == EVHTTP_REQ_HEAD);
+}
+
+static void method_not_allowed(struct evhttp_request *req, const char *allowed)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allowed);
+    reply_error(req, 405, "method not allowed for this endpoint");
+}
+
+static void handle_model(server *srv, struct evhttp_request *req, char segs[MAX_SEGS][TS_NAME_MAX],
+                         size_t n)
+{
+    /* v2 models <m> [versions <v>] [ready|infer|config] */
+    const char *name = segs[2];
+    const char *version = NULL;
+    size_t k = 3;
+    if (n >= 5 && strcmp(segs[3], "versions") == 0) {
+        version = segs[4];
+        k = 5;
+    } else if (n == 4 && strcmp(segs[3], "versions") == 0) {
+        reply_error(req, 404, "missing version after /versions");
+        return;
+    }
+    const char *verb = n > k ? segs[k] : "";
+    if (n > k + 1) {
+        reply_error(req, 404, "unknown endpoint");
+        return;
+    }
+    if (strcmp(verb, "infer") == 0) {
+        if (!method_is(req, EVHTTP_REQ_POST)) { method_not_allowed(req, "POST"); return; }
+        handle_infer(srv, req, name, version);
+        return;
+    }
+    if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
+    ts_err err = {0};
+    ts_model *m = srv->repo ? model_repo_find(srv->repo, name, version, &err) : NULL;
+    if (strcmp(verb, "ready") == 0) {
+        if (m && model_state(m) == MODEL_READY && health_live()) reply_empty(req, 200);
+        else if (!m && srv->repo) reply_error(req, 404, err.msg);
+        else reply_error(req, 503, "model is not ready");
+        return;
+    }
+    if (strcmp(verb, "") != 0 && strcmp(verb, "config") != 0) {
+        reply_error(req, 404, "unknown endpoint");
+        return;
+    }
+    if (!m) {
+        if (!srv->repo) ts_err_set(&err, 503, "models are still loading");
+        reply_error(req, err.http, err.msg);
+        return;
+    }
+    if (model_state(m) != MODEL_READY) {
+        reply_error(req, 503, model_state(m) == MODEL_LOADING ? "model is still loading"
+                                                              : model_failure(m));
+        return;
+    }
+    buf b;
+    buf_init(&b, REPLY_LIMIT);
+    if (strcmp(verb, "config") == 0) status_model_config(srv->repo, m, &b);
+    else status_model_metadata(srv->repo, m, &b);
+    reply_buf(req, 200, "application/json", &b);
+    buf_free(&b);
+}
+
+static bool server_ready(const server *srv)
+{
+    return !srv->draining && health_live() && srv->repo &&
+           model_repo_ready(srv->repo, srv->set->strict_readiness);
+}
+
+static void status_inputs(server *srv, status_view *v)
+{
+    v->set = srv->set;
+    v->ep = srv->ep;
+    v->repo = srv->repo;
+    v->live = health_live();
+    v->ready = server_ready(srv);
+    v->draining = srv->draining;
+    v->in_flight = srv->in_flight;
+    v->hw_json = srv->hw_json;
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    server *srv = arg;
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    char segs[MAX_SEGS][TS_NAME_MAX];
+    bool bad = false;
+    size_t n = path ? split_path(path, segs, &bad) : 0;
+    if (!path || bad) {
+        reply_error(req, 400, "malformed or over-long request path");
+        return;
+    }
+    if (n >= 1 && strcmp(segs[0], "metrics") == 0 && n == 1) {
+        if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
+        status_view v;
+        status_inputs(srv, &v);
+        buf b;
+        buf_init(&b, REPLY_LIMIT);
+        status_metrics(&v, &b);
+        reply_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
+        buf_free(&b);
+        return;
+    }
+    if (n == 0 || strcmp(segs[0], "v2") != 0) {
+        reply_error(req, 404, "unknown endpoint (the API lives under /v2)");
+        return;
+    }
+    if (n == 1) {
+        if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
+        handle_server_metadata(req);
+        return;
+    }
+    if (n == 3 && strcmp(segs[1], "health") == 0) {
+        if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
+        if (strcmp(segs[2], "live") == 0) {
+            if (health_live()) reply_empty(req, 200);
+            else reply_error(req, 503, "not live: GPU fault");
+        } else if (strcmp(segs[2], "ready") == 0) {
+            if (server_ready(srv)) reply_empty(req, 200);
+            else reply_error(req, 503, "not ready");
+        } else {
+            reply_error(req, 404, "unknown endpoint");
+        }
+        return;
+    }
+    if (n == 2 && strcmp(segs[1], "status") == 0) {
+        if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
+        status_view v;
+        status_inputs(srv, &v);
+        buf b;
+        buf_init(&b, REPLY_LIMIT);
+        status_json(&v, &b);
+        reply_buf(req, 200, "application/json", &b);
+        buf_free(&b);
+        return;
+    }
+    if (n == 3 && strcmp(segs[1], "repository") == 0 && strcmp(segs[2], "index") == 0) {
+        if (!method_is(req, EVHTTP_REQ_POST)) { method_not_allowed(req, "POST"); return; }
+        buf b;
+        buf_init(&b, REPLY_LIMIT);
+        status_repository_index(srv->repo, &b);
+        reply_buf(req, 200, "application/json", &b);
+        buf_free(&b);
+        return;
+    }
+    if (n >= 3 && strcmp(segs[1], "models") == 0) {
+        handle_model(srv, req, segs, n);
+        return;
+    }
+    reply_error(req, 404, "unknown endpoint");
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------ */
+
+static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    server *srv = arg;
+    LOG_WARN_(NULL, "drain timeout: exiting with %zu request(s) still in flight", srv->in_flight);
+    event_base_loopexit(srv->base, NULL);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    server *srv = arg;
+    if (srv->draining) return;
+    srv->draining = true;
+    health_set_draining();
+    LOG_INFO_(NULL, "%s received: not ready; draining %zu request(s) in flight",
+              sig == SIGTERM ? "SIGTERM" : "SIGINT", srv->in_flight);
+    struct timeval tv = {(time_t)srv->set->drain_timeout_s, 0};
+    evtimer_add(srv->drain_timer, &tv);
+    maybe_finish_drain(srv);
+}
+
+static void on_loaded(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    server *srv = arg;
+    size_t failed = atomic_load(&srv->load_failed);
+    if (failed && srv->set->exit_on_error) {
+        LOG_ERROR_(NULL, "%zu model(s) failed to load and --exit-on-error is set: exiting", failed);
+        srv->exit_code = 1;
+        event_base_loopexit(srv->base, NULL);
+        return;
+    }
+    LOG_INFO_(NULL, "server ready: %zu model(s) loaded, %zu failed; listening on port %d",
+              model_repo_count(srv->repo) - failed, failed, srv->port);
+}
+
+server *server_create(const ts_settings *s, const ep_result *ep, char *err, size_t errlen)
+{
+    evthread_use_pthreads();
+    server *srv = calloc(1, sizeof *srv);
+    if (!srv) return NULL;
+    srv->set = s;
+    srv->ep = ep;
+    srv->base = event_base_new();
+    srv->http = srv->base ? evhttp_new(srv->base) : NULL;
+    if (!srv->http) {
+        snprintf(err, errlen, "could not create the event loop");
+        server_destroy(srv);
+        return NULL;
+    }
+    evhttp_set_max_body_size(srv->http, (ev_ssize_t)s->max_body_bytes);
+    evhttp_set_max_headers_size(srv->http, 64 * 1024);
+    evhttp_set_timeout(srv->http, (int)s->http_timeout_s);
+    evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                              EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                              EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+    evhttp_set_default_content_type(srv->http, "application/json");
+    evhttp_set_gencb(srv->http, on_request, srv);
+    srv->sock = evhttp_bind_socket_with_handle(srv->http, s->http_address, (ev_uint16_t)s->http_port);
+    if (!srv->sock) {
+        snprintf(err, errlen, "could not listen on %s:%lld: %s", s->http_address,
+                 (long long)s->http_port, strerror(errno));
+        server_destroy(srv);
+        return NULL;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(evhttp_bound_socket_get_fd(srv->sock), (struct sockaddr *)&ss, &sl) == 0)
+        srv->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                   : ((struct sockaddr_in *)&ss)->sin_port);
+    srv->done = doneq_create(srv->base, on_done, srv);
+    srv->sigterm = evsignal_new(srv->base, SIGTERM, on_signal, srv);
+    srv->sigint = evsignal_new(srv->base, SIGINT, on_signal, srv);
+    srv->drain_timer = evtimer_new(srv->base, on_drain_timeout, srv);
+    srv->loaded_ev = event_new(srv->base, -1, 0, on_loaded, srv);
+    if (!srv->done || !srv->sigterm || !srv->sigint || !srv->drain_timer || !srv->loaded_ev) {
+        snprintf(err, errlen, "could not set up loop events");
+        server_destroy(srv);
+        return NULL;
+    }
+    event_add(srv->sigterm, NULL);
+    event_add(srv->sigint, NULL);
+    srv->hw_json = hwmap_json();
+    return srv;
+}
+
+void server_runq_hooks(server *srv, runq_work_fn *fn, void **ctx)
+{
+    *fn = run_job;
+    *ctx = srv;
+}
+
+void server_set_repo(server *srv, model_repo *repo) { srv->repo = repo; }
+int server_port(const server *srv) { return srv->port; }
+
+void server_loading_done(server *srv, size_t failed)
+{
+    atomic_store(&srv->load_failed, failed);
+    event_active(srv->loaded_ev, 0, 0); /* thread-safe: evthread_use_pthreads */
+}
+
+int server_run(server *srv)
+{
+    LOG_INFO_(NULL, "listening on %s:%d", srv->set->http_address, srv->port);
+    event_base_dispatch(srv->base);
+    /* Close every connection now; jobs still held by runners learn it through their close
+     * callbacks (or the srv->http check in on_done) and are freed by server_destroy(). */
+    evhttp_free(srv->http);
+    srv->http = NULL;
+    return srv->exit_code;
+}
+
+void server_destroy(server *srv)
+{
+    if (!srv) return;
+    if (srv->http) evhttp_free(srv->http);
+    if (srv->sigterm) event_free(srv->sigterm);
+    if (srv->sigint) event_free(srv->sigint);
+    if (srv->drain_timer) event_free(srv->drain_timer);
+    if (srv->loaded_ev) event_free(srv->loaded_ev);
+    if (srv->done) doneq_flush(srv->done); /* jobs the runners finished after the loop ended */
+    doneq_destroy(srv->done);
+    if (srv->base) event_base_free(srv->base);
+    free(srv->hw_json);
+    free(srv);
+}

@@ -1,0 +1,192 @@
+#include "settings.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "log.h"
+
+typedef enum { ST_STR, ST_INT, ST_BOOL, ST_MODE, ST_LOGLEVEL } setting_type;
+
+typedef struct {
+    const char *env;
+    const char *flag; /* without the leading "--" */
+    setting_type type;
+    size_t offset;
+    size_t size; /* for ST_STR/ST_LOGLEVEL: the field's capacity */
+    const char *def;
+    int64_t min, max;
+    const char *help;
+} setting_def;
+
+#define OFF(f) offsetof(ts_settings, f)
+#define SZ(f) sizeof(((ts_settings *)0)->f)
+
+static const setting_def k_settings[] = {
+    {"EXECUTION_MODE", "execution-mode", ST_MODE, OFF(mode), 0, "auto", 0, 0,
+     "auto|tensorrt|cuda|cpu: the execution tier to resolve (auto tries TensorRT, CUDA, CPU)"},
+    {"STRICT_EP", "strict-ep", ST_BOOL, OFF(strict_ep), 0, "0", 0, 0,
+     "1: refuse to start (exit 78) if the tier would be degraded"},
+    {"TIERSERVE_MODEL_REPOSITORY", "model-repository", ST_STR, OFF(model_repository),
+     SZ(model_repository), "", 0, 0, "model repository: <repo>/<model>/<version>/model.onnx"},
+    {"TIERSERVE_HTTP_ADDRESS", "http-address", ST_STR, OFF(http_address), SZ(http_address),
+     "0.0.0.0", 0, 0, "address to listen on"},
+    {"TIERSERVE_HTTP_PORT", "http-port", ST_INT, OFF(http_port), 0, "8000", 0, 65535,
+     "HTTP port (0 picks a free one; the chosen port is logged)"},
+    {"TIERSERVE_EXIT_ON_ERROR", "exit-on-error", ST_BOOL, OFF(exit_on_error), 0, "1", 0, 0,
+     "exit if any model fails to load (Triton's flag)"},
+    {"TIERSERVE_STRICT_READINESS", "strict-readiness", ST_BOOL, OFF(strict_readiness), 0, "1", 0,
+     0, "ready only when every model is ready (Triton's flag)"},
+    {"TIERSERVE_LOG_LEVEL", "log-level", ST_LOGLEVEL, OFF(log_level), SZ(log_level), "info", 0, 0,
+     "debug|info|warn|error"},
+    {"TIERSERVE_ORT_LOG_LEVEL", "ort-log-level", ST_LOGLEVEL, OFF(ort_log_level),
+     SZ(ort_log_level), "warn", 0, 0, "lowest ONNX Runtime log severity forwarded to our log"},
+    {"TIERSERVE_CUDA_DEVICE_ID", "cuda-device-id", ST_INT, OFF(cuda_device_id), 0, "0", 0, 63,
+     "CUDA device for the CUDA and TensorRT providers"},
+    {"TIERSERVE_TRT_CACHE_DIR", "trt-cache-dir", ST_STR, OFF(trt_cache_dir), SZ(trt_cache_dir),
+     "", 0, 0, "TensorRT engine and timing cache directory (empty: no cache)"},
+    {"TIERSERVE_TRT_FP16", "trt-fp16", ST_BOOL, OFF(trt_fp16), 0, "0", 0, 0,
+     "let TensorRT build FP16 engines"},
+    {"TIERSERVE_DISABLE_CPU_EP_FALLBACK", "disable-cpu-ep-fallback", ST_BOOL,
+     OFF(disable_cpu_ep_fallback), 0, "0", 0, 0,
+     "session.disable_cpu_ep_fallback: fail a model rather than place nodes on CPU (GPU tiers)"},
+    {"TIERSERVE_REQUEST_TIMEOUT_MS", "request-timeout-ms", ST_INT, OFF(request_timeout_ms), 0,
+     "30000", 1, 3600000, "per-request deadline, queue plus compute (504 when passed)"},
+    {"TIERSERVE_HTTP_TIMEOUT_S", "http-timeout-s", ST_INT, OFF(http_timeout_s), 0, "10", 1, 3600,
+     "HTTP read/write timeout: a stalled or truncated request is dropped after this"},
+    {"TIERSERVE_MAX_BODY_BYTES", "max-body-bytes", ST_INT, OFF(max_body_bytes), 0, "67108864",
+     1024, INT64_C(4294967296), "largest request body accepted (413 above it)"},
+    {"TIERSERVE_QUEUE_SIZE", "queue-size", ST_INT, OFF(queue_size), 0, "128", 1, 1000000,
+     "per-model queue bound (503 + Retry-After when full); config.yaml may override"},
+    {"TIERSERVE_INSTANCES", "instances", ST_INT, OFF(instances), 0, "1", 1, 256,
+     "runner threads per model; config.yaml instance_group.count may override"},
+    {"TIERSERVE_INTRA_OP_THREADS", "intra-op-threads", ST_INT, OFF(intra_op_threads), 0, "0", 0,
+     1024, "ORT intra-op threads per session (0: ORT's default)"},
+    {"TIERSERVE_WARMUP", "warmup", ST_BOOL, OFF(warmup), 0, "1", 0, 0,
+     "run warm-up inferences before reporting ready"},
+    {"TIERSERVE_DRAIN_TIMEOUT_S", "drain-timeout-s", ST_INT, OFF(drain_timeout_s), 0, "30", 0,
+     3600, "on SIGTERM, how long in-flight work may take before exit"},
+    {"TIERSERVE_FAULT_INJECT_GPU_RUN", "fault-inject-gpu-run", ST_INT, OFF(fault_inject_gpu_run),
+     0, "0", 0, INT64_C(1000000000),
+     "testing only: make the Nth Run() report a CUDA error (0: off)"},
+};
+
+#define N_SETTINGS (sizeof k_settings / sizeof k_settings[0])
+
+static int parse_bool(const char *v, bool *out)
+{
+    static const char *const yes[] = {"1", "true", "yes", "on"};
+    static const char *const no[] = {"0", "false", "no", "off"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(v, yes[i]) == 0) { *out = true; return 0; }
+        if (strcasecmp(v, no[i]) == 0) { *out = false; return 0; }
+    }
+    return -1;
+}
+
+static int apply(ts_settings *s, const setting_def *d, const char *v, const char *src, char *err,
+                 size_t errlen)
+{
+    char *base = (char *)s + d->offset;
+    switch (d->type) {
+    case ST_STR:
+        if (strlen(v) >= d->size) {
+            snprintf(err, errlen, "%s %s: value longer than %zu bytes", src, d->env, d->size - 1);
+            return -1;
+        }
+        strcpy(base, v);
+        return 0;
+    case ST_LOGLEVEL: {
+        log_level l;
+        if (log_level_parse(v, &l) != 0) {
+            snprintf(err, errlen, "%s %s: \"%s\" is not one of debug|info|warn|error", src, d->env, v);
+            return -1;
+        }
+        snprintf(base, d->size, "%s", v);
+        return 0;
+    }
+    case ST_BOOL:
+        if (parse_bool(v, (bool *)base) != 0) {
+            snprintf(err, errlen, "%s %s: \"%s\" is not a boolean (1/0, true/false)", src, d->env, v);
+            return -1;
+        }
+        return 0;
+    case ST_MODE:
+        if (tier_mode_parse(v, (exec_mode *)base) != 0) {
+            snprintf(err, errlen, "%s %s: \"%s\" is not one of auto|tensorrt|cuda|cpu", src, d->env, v);
+            return -1;
+        }
+        return 0;
+    case ST_INT: {
+        char *end = NULL;
+        errno = 0;
+        long long n = strtoll(v, &end, 10);
+        if (errno || end == v || *end != '\0' || n < d->min || n > d->max) {
+            snprintf(err, errlen, "%s %s: \"%s\" is not an integer in [%lld, %lld]", src, d->env, v,
+                     (long long)d->min, (long long)d->max);
+            return -1;
+        }
+        *(int64_t *)base = n;
+        return 0;
+    }
+    }
+    return -1;
+}
+
+static const setting_def *find_flag(const char *name, size_t len)
+{
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (strlen(k_settings[i].flag) == len && strncmp(k_settings[i].flag, name, len) == 0)
+            return &k_settings[i];
+    return NULL;
+}
+
+int settings_load(ts_settings *s, int argc, char **argv, int first, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (apply(s, &k_settings[i], k_settings[i].def, "default", err, errlen) != 0) return -1;
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const char *v = getenv(k_settings[i].env);
+        if (v && apply(s, &k_settings[i], v, "environment", err, errlen) != 0) return -1;
+    }
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument \"%s\" (settings are --name=value)", a);
+            return -1;
+        }
+        a += 2;
+        const char *eq = strchr(a, '=');
+        size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
+        const setting_def *d = find_flag(a, nlen);
+        if (!d) {
+            snprintf(err, errlen, "unknown flag \"%s\" (see --help)", argv[i]);
+            return -1;
+        }
+        const char *v = eq ? eq + 1 : NULL;
+        if (!v && d->type == ST_BOOL) v = "1";
+        if (!v) {
+            if (i + 1 >= argc) {
+                snprintf(err, errlen, "flag --%s needs a value", d->flag);
+                return -1;
+            }
+            v = argv[++i];
+        }
+        if (apply(s, d, v, "flag", err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
+void settings_usage(FILE *out)
+{
+    fprintf(out, "usage: tierserve [--flag=value ...]   serve the model repository\n"
+                 "       tierserve hwmap                print the hardware map as JSON\n\n"
+                 "settings (flag / environment variable, default):\n");
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const setting_def *d = &k_settings[i];
+        fprintf(out, "  --%-26s %-34s [%s]\n      %s\n", d->flag, d->env, d->def, d->help);
+    }
+}

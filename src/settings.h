@@ -1,0 +1,49 @@
+/* settings: every worker setting in one table (env var, flag, type, default, bounds, help).
+ *
+ * Precedence: built-in default < environment < command-line flag. A bad value is rejected
+ * with the setting's name and the offending value; the caller exits 64.
+ */
+#ifndef TS_SETTINGS_H
+#define TS_SETTINGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tier.h"
+
+#define SETTINGS_STR_MAX 1024
+
+typedef struct {
+    exec_mode mode;
+    bool strict_ep;
+    char model_repository[SETTINGS_STR_MAX];
+    char http_address[256];
+    int64_t http_port;
+    bool exit_on_error;
+    bool strict_readiness;
+    char log_level[16];
+    char ort_log_level[16];
+    int64_t cuda_device_id;
+    char trt_cache_dir[SETTINGS_STR_MAX];
+    bool trt_fp16;
+    bool disable_cpu_ep_fallback;
+    int64_t request_timeout_ms;
+    int64_t http_timeout_s;
+    int64_t max_body_bytes;
+    int64_t queue_size;
+    int64_t instances;
+    int64_t intra_op_threads;
+    bool warmup;
+    int64_t drain_timeout_s;
+    int64_t fault_inject_gpu_run;
+} ts_settings;
+
+/* Fills defaults, then the environment, then argv (from index `first`). On a bad value,
+ * writes a one-line message naming the setting into err and returns -1. */
+int settings_load(ts_settings *s, int argc, char **argv, int first, char *err, size_t errlen);
+
+/* Writes the settings table (flag, env var, default, help) as usage text. */
+void settings_usage(FILE *out);
+
+#endif

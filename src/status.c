@@ -1,0 +1,357 @@
+#include "status.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "health.h"
+#include "nvml.h"
+
+static void put_str(buf *b, const char *s) { buf_put_json_str(b, s, strlen(s)); }
+
+static const char *state_name(model_state_t s)
+{
+    return s == MODEL_READY ? "READY" : s == MODEL_LOADING ? "LOADING" : "UNAVAILABLE";
+}
+
+static void put_placement(buf *b, const ts_model *m)
+{
+    const placement_entry *p;
+    size_t n = model_placement(m, &p);
+    buf_putc(b, '{');
+    for (size_t i = 0; i < n; i++) {
+        if (i) buf_putc(b, ',');
+        put_str(b, p[i].provider);
+        buf_printf(b, ":%zu", p[i].nodes);
+    }
+    buf_putc(b, '}');
+}
+
+static double gpu_mem_fraction(void)
+{
+    nvml_gpu g[NVML_MAX_GPUS];
+    size_t n = nvml_read(g, NVML_MAX_GPUS, NULL, 0);
+    uint64_t used = 0, total = 0;
+    for (size_t i = 0; i < n; i++) used += g[i].mem_used, total += g[i].mem_total;
+    return total ? (double)used / (double)total : -1;
+}
+
+void status_json(const status_view *v, buf *b)
+{
+    const tier_decision *d = &v->ep->decision;
+    buf_printf(b, "{\"live\":%s,\"ready\":%s,\"draining\":%s,\"requested\":\"%s\",\"strict\":%s,",
+               v->live ? "true" : "false", v->ready ? "true" : "false",
+               v->draining ? "true" : "false", tier_mode_name(v->set->mode),
+               v->set->strict_ep ? "true" : "false");
+    buf_printf(b, "\"active_provider\":\"%s\",\"tier\":\"%s\",\"tier_label\":\"%s\",\"degraded\":%s,",
+               tier_provider_name(d->active), tier_name(d->tier), tier_chip_name(d->tier),
+               d->degraded ? "true" : "false");
+    buf_puts(b, "\"attempts\":[");
+    bool first = true;
+    for (int p = PROV_TENSORRT; p < PROV_CPU; p++) {
+        attempt_state st = v->ep->attempts.state[p];
+        if (st == ATTEMPT_NOT_TRIED) continue;
+        buf_printf(b, "%s{\"provider\":\"%s\",\"ok\":%s,\"reason\":", first ? "" : ",",
+                   tier_provider_name((provider_id)p), st == ATTEMPT_OK ? "true" : "false");
+        if (st == ATTEMPT_OK) buf_puts(b, "null}");
+        else {
+            put_str(b, v->ep->attempts.reason[p]);
+            buf_putc(b, '}');
+        }
+        first = false;
+    }
+    buf_puts(b, "],\"gpu_fault\":");
+    if (health_gpu_faulted()) {
+        char msg[512];
+        health_gpu_fault_message(msg, sizeof msg);
+        put_str(b, msg);
+    } else {
+        buf_puts(b, "null");
+    }
+    size_t depth = 0;
+    if (v->repo)
+        for (size_t i = 0; i < model_repo_count(v->repo); i++)
+            depth += model_queue_depth(model_repo_at(v->repo, i));
+    buf_printf(b, ",\"queue_depth\":%zu,\"in_flight\":%zu,\"gpu_memory_used_fraction\":", depth,
+               v->in_flight);
+    double f = gpu_mem_fraction();
+    if (f >= 0) buf_printf(b, "%.4f", f);
+    else buf_puts(b, "null");
+    buf_puts(b, ",\"models\":[");
+    for (size_t i = 0; v->repo && i < model_repo_count(v->repo); i++) {
+        const ts_model *m = model_repo_at(v->repo, i);
+        buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+        put_str(b, model_name(m));
+        buf_puts(b, ",\"version\":");
+        put_str(b, model_version(m));
+        buf_printf(b, ",\"ready\":%s,\"state\":\"%s\",\"warmup_ms\":%.1f,\"queue_depth\":%zu,",
+                   model_state(m) == MODEL_READY ? "true" : "false", state_name(model_state(m)),
+                   model_warmup_ms(m), model_queue_depth(m));
+        buf_printf(b, "\"max_batch_size\":%lld,\"batching\":%s,\"node_placement\":",
+                   (long long)model_cfg(m)->max_batch_size,
+                   model_cfg(m)->dynamic_batching ? "\"configured, not implemented\"" : "\"off\"");
+        put_placement(b, m);
+        buf_puts(b, ",\"reason\":");
+        if (model_state(m) == MODEL_FAILED) put_str(b, model_failure(m));
+        else buf_puts(b, "null");
+        buf_putc(b, '}');
+    }
+    buf_puts(b, "],\"hardware\":");
+    buf_puts(b, v->hw_json ? v->hw_json : "null");
+    buf_printf(b, ",\"version\":\"%s\",\"onnxruntime_version\":\"%s\"}", TIERSERVE_VERSION,
+               OrtGetApiBase()->GetVersionString());
+}
+
+/* Host CPU busy and iowait ratios since the previous scrape (loop thread only). */
+static void cpu_ratios(double *busy, double *iowait)
+{
+    static unsigned long long prev[8];
+    unsigned long long cur[8] = {0};
+    *busy = *iowait = 0;
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return;
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &cur[0], &cur[1], &cur[2],
+                   &cur[3], &cur[4], &cur[5], &cur[6], &cur[7]);
+    fclose(f);
+    if (n != 8) return;
+    unsigned long long total = 0, ptotal = 0;
+    for (int i = 0; i < 8; i++) total += cur[i], ptotal += prev[i];
+    unsigned long long dt = total - ptotal;
+    if (dt > 0) {
+        unsigned long long idle = (cur[3] - prev[3]) + (cur[4] - prev[4]);
+        *busy = 1.0 - (double)idle / (double)dt;
+        *iowait = (double)(cur[4] - prev[4]) / (double)dt;
+    }
+    memcpy(prev, cur, sizeof prev);
+}
+
+static unsigned long long rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, rss = 0;
+    if (f) {
+        if (fscanf(f, "%llu %llu", &size, &rss) != 2) rss = 0;
+        fclose(f);
+    }
+    return rss * (unsigned long long)sysconf(_SC_PAGESIZE);
+}
+
+static void help(buf *b, const char *name, const char *type, const char *text)
+{
+    buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
+}
+
+/* label value escaping per the exposition format */
+static void label(buf *b, const char *s)
+{
+    buf_putc(b, '"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') buf_putc(b, '\\'), buf_putc(b, *s);
+        else if (*s == '\n') buf_puts(b, "\\n");
+        else buf_putc(b, *s);
+    }
+    buf_putc(b, '"');
+}
+
+void status_metrics(const status_view *v, buf *b)
+{
+    const tier_decision *d = &v->ep->decision;
+    help(b, "tierserve_execution_provider_info", "gauge", "Execution tier this worker resolved (always 1)");
+    buf_printf(b, "tierserve_execution_provider_info{requested=\"%s\",active=\"%s\",tier=\"%s\"} 1\n",
+               tier_mode_name(v->set->mode), tier_provider_name(d->active), tier_name(d->tier));
+    help(b, "tierserve_ep_degraded", "gauge", "1 if the active tier is below the requested one");
+    buf_printf(b, "tierserve_ep_degraded %d\n", d->degraded ? 1 : 0);
+    help(b, "tierserve_gpu_fault", "gauge", "1 once a GPU fault latched the worker not live");
+    buf_printf(b, "tierserve_gpu_fault %d\n", health_gpu_faulted() ? 1 : 0);
+    help(b, "tierserve_live", "gauge", "1 if /v2/health/live answers 200");
+    buf_printf(b, "tierserve_live %d\n", v->live ? 1 : 0);
+    help(b, "tierserve_ready", "gauge", "1 if /v2/health/ready answers 200");
+    buf_printf(b, "tierserve_ready %d\n", v->ready ? 1 : 0);
+    help(b, "tierserve_in_flight", "gauge", "Inference requests accepted and not yet answered");
+    buf_printf(b, "tierserve_in_flight %zu\n", v->in_flight);
+
+    size_t n = v->repo ? model_repo_count(v->repo) : 0;
+    help(b, "tierserve_model_ready", "gauge", "1 if the model version is loaded and warmed up");
+    for (size_t i = 0; i < n; i++) {
+        const ts_model *m = model_repo_at(v->repo, i);
+        buf_puts(b, "tierserve_model_ready{model=");
+        label(b, model_name(m));
+        buf_puts(b, ",version=");
+        label(b, model_version(m));
+        buf_printf(b, "} %d\n", model_state(m) == MODEL_READY ? 1 : 0);
+    }
+    help(b, "tierserve_node_placement", "gauge", "Graph nodes ORT assigned to each provider");
+    for (size_t i = 0; i < n; i++) {
+        const ts_model *m = model_repo_at(v->repo, i);
+        const placement_entry *p;
+        size_t np = model_placement(m, &p);
+        for (size_t k = 0; k < np; k++) {
+            buf_puts(b, "tierserve_node_placement{model=");
+            label(b, model_name(m));
+            buf_printf(b, ",provider=\"%s\"} %zu\n", p[k].provider, p[k].nodes);
+        }
+    }
+    help(b, "tierserve_queue_depth", "gauge", "Requests queued or running per model");
+    for (size_t i = 0; i < n; i++) {
+        const ts_model *m = model_repo_at(v->repo, i);
+        buf_puts(b, "tierserve_queue_depth{model=");
+        label(b, model_name(m));
+        buf_printf(b, ",version=\"%s\"} %zu\n", model_version(m), model_queue_depth(m));
+    }
+    help(b, "tierserve_requests_total", "counter", "Inference requests by outcome");
+    for (size_t i = 0; i < n; i++) {
+        ts_model *m = model_repo_at(v->repo, i);
+        for (int o = 0; o < OUT_COUNT; o++) {
+            buf_puts(b, "tierserve_requests_total{model=");
+            label(b, model_name(m));
+            buf_printf(b, ",version=\"%s\",outcome=\"%s\"} %llu\n", model_version(m),
+                       model_outcome_name((req_outcome)o),
+                       (unsigned long long)atomic_load(&model_stats_of(m)->outcomes[o]));
+        }
+    }
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } hists[] = {
+        {"tierserve_request_duration_seconds", "Arrival to reply", offsetof(model_stats, request)},
+        {"tierserve_queue_duration_seconds", "Arrival to the start of Run()", offsetof(model_stats, queue)},
+        {"tierserve_compute_duration_seconds", "Run() time", offsetof(model_stats, compute)},
+        {"tierserve_batch_size", "Requests per Run()", offsetof(model_stats, batch)},
+    };
+    for (size_t h = 0; h < sizeof hists / sizeof hists[0]; h++) {
+        help(b, hists[h].name, "histogram", hists[h].help);
+        for (size_t i = 0; i < n; i++) {
+            ts_model *m = model_repo_at(v->repo, i);
+            char lbl[TS_NAME_MAX + 64];
+            buf tmp;
+            buf_init(&tmp, sizeof lbl - 1);
+            buf_puts(&tmp, "model=");
+            label(&tmp, model_name(m));
+            buf_printf(&tmp, ",version=\"%s\"", model_version(m));
+            buf_putc(&tmp, '\0');
+            snprintf(lbl, sizeof lbl, "%s", buf_failed(&tmp) ? "model=\"?\"" : (char *)tmp.data);
+            buf_free(&tmp);
+            hist_render((const hist *)((const char *)model_stats_of(m) + hists[h].off), b,
+                        hists[h].name, lbl);
+        }
+    }
+
+    double busy, iowait;
+    cpu_ratios(&busy, &iowait);
+    help(b, "tierserve_cpu_utilization_ratio", "gauge", "Host CPU busy share since the last scrape");
+    buf_printf(b, "tierserve_cpu_utilization_ratio %.4f\n", busy);
+    help(b, "tierserve_cpu_iowait_ratio", "gauge", "Host CPU iowait share since the last scrape");
+    buf_printf(b, "tierserve_cpu_iowait_ratio %.4f\n", iowait);
+    help(b, "tierserve_process_resident_memory_bytes", "gauge", "Worker resident set size");
+    buf_printf(b, "tierserve_process_resident_memory_bytes %llu\n", rss_bytes());
+
+    nvml_gpu g[NVML_MAX_GPUS];
+    size_t ng = nvml_read(g, NVML_MAX_GPUS, NULL, 0);
+    if (ng) {
+        help(b, "tierserve_gpu_utilization_ratio", "gauge", "GPU busy share (NVML)");
+        for (size_t i = 0; i < ng; i++)
+            if (g[i].util >= 0) buf_printf(b, "tierserve_gpu_utilization_ratio{gpu=\"%zu\"} %.3f\n", i, g[i].util);
+        help(b, "tierserve_gpu_memory_used_bytes", "gauge", "GPU memory used (NVML)");
+        for (size_t i = 0; i < ng; i++)
+            buf_printf(b, "tierserve_gpu_memory_used_bytes{gpu=\"%zu\"} %llu\n", i, (unsigned long long)g[i].mem_used);
+        help(b, "tierserve_gpu_memory_total_bytes", "gauge", "GPU memory (NVML)");
+        for (size_t i = 0; i < ng; i++)
+            buf_printf(b, "tierserve_gpu_memory_total_bytes{gpu=\"%zu\"} %llu\n", i, (unsigned long long)g[i].mem_total);
+        help(b, "tierserve_gpu_power_watts", "gauge", "GPU power draw (NVML)");
+        for (size_t i = 0; i < ng; i++)
+            if (g[i].power_w >= 0) buf_printf(b, "tierserve_gpu_power_watts{gpu=\"%zu\"} %.1f\n", i, g[i].power_w);
+    }
+}
+
+static void put_dims(buf *b, const io_sig *s)
+{
+    buf_putc(b, '[');
+    for (size_t d = 0; d < s->ndim; d++) buf_printf(b, "%s%lld", d ? "," : "", (long long)s->dims[d]);
+    buf_putc(b, ']');
+}
+
+static void put_io(buf *b, const io_sig *ios, size_t n, bool config_style)
+{
+    buf_putc(b, '[');
+    for (size_t i = 0; i < n; i++) {
+        buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+        put_str(b, ios[i].name);
+        if (config_style) {
+            buf_printf(b, ",\"data_type\":\"%s\",\"dims\":", dtype_triton_config_name(ios[i].dt));
+        } else {
+            buf_printf(b, ",\"datatype\":\"%s\",\"shape\":", dtype_name(ios[i].dt));
+        }
+        put_dims(b, &ios[i]);
+        buf_putc(b, '}');
+    }
+    buf_putc(b, ']');
+}
+
+static void put_versions(buf *b, const model_repo *r, const char *name)
+{
+    buf_putc(b, '[');
+    bool first = true;
+    for (size_t i = 0; i < model_repo_count(r); i++) {
+        const ts_model *m = model_repo_at(r, i);
+        if (strcmp(model_name(m), name) || model_state(m) != MODEL_READY) continue;
+        if (!first) buf_putc(b, ',');
+        put_str(b, model_version(m));
+        first = false;
+    }
+    buf_putc(b, ']');
+}
+
+void status_model_metadata(const model_repo *r, const ts_model *m, buf *b)
+{
+    const model_sig *s = model_signature(m);
+    buf_puts(b, "{\"name\":");
+    put_str(b, model_name(m));
+    buf_puts(b, ",\"versions\":");
+    put_versions(b, r, model_name(m));
+    buf_puts(b, ",\"platform\":\"onnxruntime_onnx\",\"inputs\":");
+    put_io(b, s->inputs, s->n_inputs, false);
+    buf_puts(b, ",\"outputs\":");
+    put_io(b, s->outputs, s->n_outputs, false);
+    buf_putc(b, '}');
+}
+
+void status_model_config(const model_repo *r, const ts_model *m, buf *b)
+{
+    (void)r;
+    const model_sig *s = model_signature(m);
+    const model_config *c = model_cfg(m);
+    buf_puts(b, "{\"name\":");
+    put_str(b, model_name(m));
+    buf_printf(b, ",\"platform\":\"onnxruntime_onnx\",\"backend\":\"onnxruntime\","
+                  "\"max_batch_size\":%lld,\"input\":",
+               (long long)c->max_batch_size);
+    put_io(b, s->inputs, s->n_inputs, true);
+    buf_puts(b, ",\"output\":");
+    put_io(b, s->outputs, s->n_outputs, true);
+    buf_printf(b, ",\"instance_group\":[{\"count\":%lld,\"kind\":\"KIND_CPU\"}]",
+               (long long)(c->instances ? c->instances : 1));
+    if (c->dynamic_batching) {
+        buf_printf(b, ",\"dynamic_batching\":{\"max_queue_delay_microseconds\":%lld}",
+                   (long long)c->max_queue_delay_us);
+    }
+    buf_putc(b, '}');
+}
+
+void status_repository_index(const model_repo *r, buf *b)
+{
+    buf_putc(b, '[');
+    for (size_t i = 0; r && i < model_repo_count(r); i++) {
+        const ts_model *m = model_repo_at(r, i);
+        buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+        put_str(b, model_name(m));
+        buf_puts(b, ",\"version\":");
+        put_str(b, model_version(m));
+        buf_printf(b, ",\"state\":\"%s\"", state_name(model_state(m)));
+        if (model_state(m) == MODEL_FAILED) {
+            buf_puts(b, ",\"reason\":");
+            put_str(b, model_failure(m));
+        }
+        buf_putc(b, '}');
+    }
+    buf_putc(b, ']');
+}

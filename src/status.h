@@ -1,0 +1,29 @@
+/* status: the JSON and Prometheus views of the worker (/v2/status, /metrics, metadata).
+ * Pure renderers over a snapshot the server fills in; loop thread only. */
+#ifndef TS_STATUS_H
+#define TS_STATUS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "buf.h"
+#include "ep.h"
+#include "model.h"
+#include "settings.h"
+
+typedef struct {
+    const ts_settings *set;
+    const ep_result *ep;
+    const model_repo *repo; /* may be NULL early on */
+    bool live, ready, draining;
+    size_t in_flight;
+    const char *hw_json;
+} status_view;
+
+void status_json(const status_view *v, buf *out);
+void status_metrics(const status_view *v, buf *out);
+void status_model_metadata(const model_repo *r, const ts_model *m, buf *out);
+void status_model_config(const model_repo *r, const ts_model *m, buf *out);
+void status_repository_index(const model_repo *r, buf *out);
+
+#endif
