@@ -32,6 +32,7 @@ struct server {
     doneq *done;
     model_repo *repo;
     size_t in_flight;           /* jobs alive; loop thread only */
+    size_t unflushed;           /* job replies handed to libevent, not yet fully written */
     bool draining;
     int exit_code;
     int port;
@@ -112,6 +113,8 @@ static void reply_empty(struct evhttp_request *req, int code)
 
 /* ---- inference ---------------------------------------------------------------------- */
 
+static void reply_tracked(server *srv, struct evhttp_request *req);
+
 static void record(job *j, req_outcome o)
 {
     if (j->counted) return;
@@ -157,6 +160,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
              (now_s() - j->t_arrive) * 1e3, j->t_start > 0 ? "while running" : "still queued");
     struct evhttp_request *req = j->http;
     detach_http(j);
+    reply_tracked(j->srv, req);
     reply_error(req, 504, msg);
     record(j, OUT_TIMEOUT);
 }
@@ -170,12 +174,34 @@ static void free_job(job *j)
     free(j);
 }
 
+/* A drain ends once no job is alive and every reply has been written out: exiting while a
+ * reply still sits in a socket buffer would lose it. A reply whose client vanished never
+ * completes, so the flush wait is bounded. */
 static void maybe_finish_drain(server *srv)
 {
-    if (srv->draining && srv->in_flight == 0) {
+    if (!srv->draining || srv->in_flight != 0) return;
+    if (srv->unflushed == 0) {
         LOG_INFO_(NULL, "drained: no request in flight; exiting");
         event_base_loopexit(srv->base, NULL);
+    } else {
+        struct timeval grace = {2, 0};
+        event_base_loopexit(srv->base, &grace);
     }
+}
+
+static void on_reply_written(struct evhttp_request *req, void *arg)
+{
+    (void)req;
+    server *srv = arg;
+    srv->unflushed--;
+    maybe_finish_drain(srv);
+}
+
+/* Every reply to an inference request goes through here so a drain can wait for it. */
+static void reply_tracked(server *srv, struct evhttp_request *req)
+{
+    srv->unflushed++;
+    evhttp_request_set_on_complete_cb(req, on_reply_written, srv);
 }
 
 /* Runner thread. */
@@ -233,6 +259,7 @@ static void on_done(void *item, void *ctx)
     if (j->http) {
         struct evhttp_request *req = j->http;
         detach_http(j);
+        reply_tracked(srv, req);
         if (j->status == 200) {
             struct evkeyvalq *h = evhttp_request_get_output_headers(req);
             if (j->binary) {

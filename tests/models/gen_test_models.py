@@ -3,7 +3,8 @@
 
 Usage:  /usr/bin/python3 tests/models/gen_test_models.py OUTDIR
 
-Writes OUTDIR/<name>/<version>/model.onnx for every model in MODELS.
+Writes OUTDIR/<name>/<version>/model.onnx for every model in MODELS, and
+OUTDIR/<name>/config.yaml for the models in CONFIGS (Triton field names).
 All models: ONNX opset 17, IR version 8, producer "tierserve-gen"; output is
 byte-identical on every run. Importable: MODELS (metadata) and write_repo().
 Requires Debian's python3-onnx / python3-numpy (use /usr/bin/python3).
@@ -47,6 +48,13 @@ SIMPLE_DTYPES = ["FP32", "FP64", "INT32", "INT64", "FP16"]
 SLOW_DIM = 512
 SLOW_STEPS = 160  # ~40 ms for batch 64 on 2 CPU cores with ORT 1.29
 TWO_VERSIONS = (1, 3)
+
+# name -> config.yaml text (Triton's field names, read by tierserve).
+# two_versions serves every version on disk (Triton's default policy is
+# latest: 1, which would serve only version 3).
+CONFIGS = {
+    "two_versions": "version_policy:\n  all: {}\n",
+}
 
 
 def _t(name, dt, shape):
@@ -221,11 +229,18 @@ def build_model(name, version=1):
 
 
 def write_repo(outdir):
-    """Write every model to outdir/<name>/<version>/model.onnx.
+    """Write every model to outdir/<name>/<version>/model.onnx, and each
+    CONFIGS entry to outdir/<name>/config.yaml.
 
     Returns the list of written paths (sorted)."""
     paths = []
     for name in sorted(MODELS):
+        if name in CONFIGS:
+            path = os.path.join(outdir, name, "config.yaml")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(CONFIGS[name])
+            paths.append(path)
         for version in MODELS[name]["versions"]:
             path = os.path.join(outdir, name, str(version), "model.onnx")
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -233,7 +248,7 @@ def write_repo(outdir):
             with open(path, "wb") as f:
                 f.write(data)
             paths.append(path)
-    return paths
+    return sorted(paths)
 
 
 def main(argv):
