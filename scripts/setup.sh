@@ -16,9 +16,11 @@ ASUS_VERSION=0.4.9
 CACHE=${TIERSERVE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tierserve}
 SDK_DEFAULT=$CACHE/onnxruntime-$ORT_VERSION
 
-DEB_PACKAGES=(build-essential cmake pkg-config libevent-dev libjansson-dev libcyaml-dev
+DEB_PACKAGES=(build-essential cmake pkg-config libevent-dev libjansson-dev libyaml-dev libcyaml-dev
   libcmocka-dev libhwloc-dev python3-pytest python3-numpy python3-onnx libonnx-testdata
-  nodejs npm curl openssl ca-certificates)
+  openssl ca-certificates)
+# npm fetches ONNX Runtime; an existing Node.js install (e.g. NodeSource's) is kept as it is.
+command -v npm >/dev/null 2>&1 || DEB_PACKAGES+=(nodejs npm)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 

@@ -37,6 +37,9 @@ DATA_DIR = pathlib.Path(os.environ.get("ONNX_NODE_TESTS", "/usr/share/libonnx-te
 EXPECTED_FILE = ROOT / "tests" / "conformance" / "expected_failures.txt"
 RTOL, ATOL = 1e-3, 1e-5
 N_THREADS = 3
+# CONFORMANCE_JSON=1: send every tensor JSON can carry as JSON data (and ask for JSON
+# outputs); BF16, NaN/Inf and non-UTF-8 strings stay binary.  Default: all binary.
+JSON_MODE = os.environ.get("CONFORMANCE_JSON") == "1"
 
 onnx = pytest.importorskip("onnx", reason="python3-onnx is needed to read the node tests")
 from onnx import TensorProto, numpy_helper  # noqa: E402
@@ -180,6 +183,21 @@ def _client(url):
     return c
 
 
+def _json_ok(arr, kdt):
+    """Whether this tensor can travel as JSON data."""
+    if kdt == "BF16":
+        return False
+    if arr.dtype.kind == "f":
+        return bool(np.isfinite(arr).all())
+    if kdt == "BYTES":
+        try:
+            for x in arr.reshape(-1):
+                x.decode("utf-8") if isinstance(x, bytes) else None
+        except UnicodeDecodeError:
+            return False
+    return True
+
+
 def run_test(url, name, index_entry):
     """-> (outcome, reason): outcome 'pass' or 'fail'; reason has a category prefix when the
     failure is one the server cannot help (load failures), else is plain text."""
@@ -221,10 +239,12 @@ def run_test(url, name, index_entry):
             if m["datatype"] != kdt:
                 return "fail", (f"{tag}: metadata says '{n}' is {m['datatype']}, but the test "
                                 f"data is ONNX {TensorProto.DataType.Name(et)} = KServe {kdt}")
-        inputs = [(n, arr, kdt) for n, (kdt, arr, _) in zip(ins, in_t)]
+        inputs = [(n, arr, kdt, not (JSON_MODE and _json_ok(arr, kdt)))
+                  for n, (kdt, arr, _) in zip(ins, in_t)]
         out_names = outs[:len(out_t)]
+        req_outs = [(o, not (JSON_MODE and _json_ok(arr, kdt))) for o, (kdt, arr, _) in zip(out_names, out_t)]
         try:
-            res = client.infer(name, inputs, outputs=[(o, True) for o in out_names])
+            res = client.infer(name, inputs, outputs=req_outs)
         except tritonlike.InferenceServerException as e:
             return "fail", f"{tag}: infer: {str(e)[:400]}"
         except Exception as e:  # noqa: BLE001 - transport trouble: keep going with a new socket
