@@ -221,7 +221,7 @@ static int parse_warmup_input(walker *w, const char *name, yaml_node_t *n, warmu
         } else if (!strcmp(k, "dims")) {
             if (get_int_list(w, v, "dims", 0, 1 << 24, in->dims, MODELCFG_MAX_DIMS, &in->ndim)) return -1;
         } else if (!strcmp(k, "zero_data") || !strcmp(k, "random_data")) {
-            bool b;
+            bool b = false;
             if (get_bool(w, v, k, &b)) return -1;
             if (b) in->random = !strcmp(k, "random_data");
             have_data = true;

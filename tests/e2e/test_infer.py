@@ -195,7 +195,7 @@ def infer_raw(server, model, req_json, headers=None, tail=b""):
     return Reply(*request(server, "POST", f"/v2/models/{model}/infer", body + tail, headers))
 
 
-def assert_equal_exact(dt, got, want):
+def assert_equal_exact(dt, got, want, check_sign=True):
     assert got.shape == want.shape, (got.shape, want.shape)
     if dt == "BYTES":
         assert list(got.reshape(-1)) == [w if isinstance(w, bytes) else w.encode()
@@ -204,7 +204,8 @@ def assert_equal_exact(dt, got, want):
         g = np.asarray(got, dtype=np.float64)
         w = np.asarray(want, dtype=np.float64)
         assert np.array_equal(g, w, equal_nan=True), (g, w)
-        assert np.array_equal(np.signbit(g), np.signbit(w)), f"sign (e.g. -0.0) lost: {g} vs {w}"
+        if check_sign:
+            assert np.array_equal(np.signbit(g), np.signbit(w)), f"sign (e.g. -0.0) lost: {g} vs {w}"
     else:
         assert got.dtype == np.dtype(NP[dt]), got.dtype
         assert np.array_equal(got, want), (got, want)
@@ -477,7 +478,20 @@ def test_identity_roundtrip(server, dt, mode):
     else:
         assert HDR not in r.headers and r.headers["content-type"].startswith("application/json")
         assert "data" in out and "parameters" not in out
-    assert_equal_exact(dt, r.array("OUTPUT0"), x)
+    # the sign of -0.0 in JSON replies is checked by test_json_output_keeps_negative_zero
+    assert_equal_exact(dt, r.array("OUTPUT0"), x, check_sign=out_mode == "binary")
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+def test_json_output_keeps_negative_zero(server, dt):
+    """-0.0 must come back as a JSON number that a JSON reader (Python's json, hence
+    tritonclient's np.array(data)) reads as negative zero, e.g. "-0.0" as Triton writes it.
+    A bare "-0" is read as the integer 0 and the sign is lost."""
+    x = np.array([[-0.0, 0.0, -1.0]], dtype=NP[dt])
+    r = infer(server, f"identity_{dt.lower()}", [tensor("INPUT0", dt, x, True)])
+    assert r.status == 200, r.json
+    got = np.array(r.out("OUTPUT0")["data"], dtype=NP[dt])
+    assert list(np.signbit(got).reshape(-1)) == [True, False, True], r.body
 
 
 def test_identity_uint64_full_range_binary_in_json_out(server):
@@ -562,20 +576,22 @@ def test_identity_bool_binary_layout(server):
 @pytest.mark.parametrize("dt,values", [
     # 1 + 2**-11 + 2**-40 lies just above the FP16 halfway point 1 + 2**-11: rounds up to
     # 1 + 2**-10. Rounding the double to float32 first lands exactly on the tie (-> 1.0).
-    ("FP16", [1 + 2**-11 + 2**-40, -(1 + 2**-11 + 2**-40), 0.1, 70000.0, 65519.0]),
+    ("FP16", [1 + 2**-11 + 2**-40, -(1 + 2**-11 + 2**-40), 0.1, 65519.0, 2**-25 + 2**-40]),
     ("BF16", [1 + 2**-8 + 2**-40, -(1 + 2**-8 + 2**-40), 0.1, 3.0e38, 1e-40]),
 ])
 def test_half_json_input_rounding(server, dt, values):
     """JSON numbers for FP16/BF16 inputs are rounded once, to nearest-even, like numpy."""
     if dt == "FP16":
-        want = np.array(values, dtype=np.float64).astype(np.float16).astype(np.float64)
+        want = np.array(values, dtype=np.float64).astype(np.float16)
     else:
-        want = np.array([_bf16_round(v) for v in values])
+        want = np.array([_bf16_round(v) for v in values], dtype=np.float32)
     req = {"inputs": [{"name": "INPUT0", "datatype": dt, "shape": [1, len(values)],
                        "data": values}]}
     r = infer_raw(server, f"identity_{dt.lower()}", req)
     assert r.status == 200, r.json
-    np.testing.assert_array_equal(np.array(r.out("OUTPUT0")["data"], dtype=np.float64), want)
+    # the reply's decimal text round-trips to the datatype, not to the exact binary value
+    got = np.array(r.out("OUTPUT0")["data"], dtype=np.float64).astype(want.dtype)
+    np.testing.assert_array_equal(got, want)
 
 
 def _bf16_round(v):
@@ -879,6 +895,19 @@ def test_error_malformed_requests(server, case):
                       tail=struct.pack("<I", 1) + b"a" + struct.pack("<I", 7)[:4])
         model = "identity_bytes"
     check_error(r, 400)
+    assert_serves(server)
+
+
+@pytest.mark.parametrize("dt,value", [("INT8", 128), ("INT8", -129), ("UINT8", -1),
+                                      ("UINT8", 256), ("INT16", 32768), ("UINT16", 65536),
+                                      ("INT32", -2**31 - 1), ("UINT32", 2**32),
+                                      ("UINT64", -1), ("BOOL", 1), ("FP32", "1.0"),
+                                      ("INT32", 1.5), ("BYTES", 7)])
+def test_error_json_value_not_in_datatype(server, dt, value):
+    first = {"BOOL": True, "BYTES": "ok"}.get(dt, 0)  # a valid element, then the bad one
+    r = infer_raw(server, f"identity_{dt.lower()}", {"inputs": [
+        {"name": "INPUT0", "datatype": dt, "shape": [1, 2], "data": [first, value]}]})
+    check_error(r, 400, "INPUT0", dt)
     assert_serves(server)
 
 
