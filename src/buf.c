@@ -71,7 +71,7 @@ void buf_printf(buf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
-static size_t utf8_valid_len(const unsigned char *s, size_t avail)
+size_t buf_utf8_len(const unsigned char *s, size_t avail)
 {
     unsigned char c = s[0];
     size_t n;
@@ -97,7 +97,7 @@ void buf_put_json_str(buf *b, const char *s, size_t n)
     size_t run = 0; /* bytes copied verbatim in one go */
     for (size_t i = 0; i < n;) {
         unsigned char c = p[i];
-        size_t k = c < 0x80 ? 1 : utf8_valid_len(p + i, n - i);
+        size_t k = c < 0x80 ? 1 : buf_utf8_len(p + i, n - i);
         if (c >= 0x20 && c != '"' && c != '\\' && k > 0) {
             i += k;
             run += k;

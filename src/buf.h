@@ -20,6 +20,8 @@ void buf_put(buf *b, const void *p, size_t n);
 void buf_puts(buf *b, const char *s);
 void buf_putc(buf *b, char c);
 void buf_printf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Length of the valid UTF-8 sequence at s (at most avail bytes), or 0 if it is not one. */
+size_t buf_utf8_len(const unsigned char *s, size_t avail);
 /* Appends s as a JSON string (with quotes); invalid UTF-8 becomes U+FFFD. */
 void buf_put_json_str(buf *b, const char *s, size_t n);
 /* Appends a double the way JSON readers round-trip it (%.17g, or %.9g for float

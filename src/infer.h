@@ -99,6 +99,9 @@ void infer_result_free(infer_result *res);
 int infer_encode(const infer_request *r, const infer_result *res, const char *model,
                  const char *version, buf *out, size_t *json_len, bool *binary, ts_err *err);
 
+/* (Re)allocates t's data as zeros for t's dtype and shape (count follows the shape). */
+int infer_tensor_zero_fill(ts_tensor *t, ts_err *err);
+
 /* Synthesises a request for warm-up: every input zero-filled, dynamic dims set to 1
  * (or to batch for the first dim). */
 int infer_synth_request(const model_sig *sig, int64_t batch, infer_request *out, ts_err *err);

@@ -297,20 +297,26 @@ int infer_synth_request(const model_sig *sig, int64_t batch, infer_request *r, t
         t->name = s->name;
         t->dt = s->dt;
         t->ndim = s->ndim;
-        size_t count = 1;
-        for (size_t d = 0; d < s->ndim; d++) {
+        for (size_t d = 0; d < s->ndim; d++)
             t->shape[d] = s->dims[d] >= 0 ? s->dims[d] : (d == 0 ? batch : 1);
-            count *= (size_t)t->shape[d];
-        }
-        t->count = count;
-        /* zeros; for BYTES that is count empty strings: a 4-byte zero length each */
-        t->nbytes = t->dt == DT_BYTES ? 4 * count : count * dtype_size(t->dt);
-        t->owned = calloc(t->nbytes ? t->nbytes : 1, 1);
-        if (!t->owned) {
-            ts_err_set(err, 500, "out of memory");
-            return -1;
-        }
-        t->data = t->owned;
+        if (infer_tensor_zero_fill(t, err)) return -1;
+    }
+    return 0;
+}
+
+int infer_tensor_zero_fill(ts_tensor *t, ts_err *err)
+{
+    size_t count = 1;
+    for (size_t d = 0; d < t->ndim; d++) count *= (size_t)t->shape[d];
+    free(t->owned);
+    t->count = count;
+    /* zeros; for BYTES that is count empty strings: a 4-byte zero length each */
+    t->nbytes = t->dt == DT_BYTES ? 4 * count : count * dtype_size(t->dt);
+    t->owned = calloc(t->nbytes ? t->nbytes : 1, 1);
+    t->data = t->owned;
+    if (!t->owned) {
+        ts_err_set(err, 500, "out of memory");
+        return -1;
     }
     return 0;
 }

@@ -1,5 +1,7 @@
 #include "log.h"
 
+#include "buf.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -34,25 +36,6 @@ int log_level_parse(const char *name, log_level *out)
     return -1;
 }
 
-/* Length of a valid UTF-8 sequence starting at s, or 0 if it is not one. */
-static size_t utf8_seq_len(const unsigned char *s)
-{
-    unsigned char c = s[0];
-    size_t n;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) n = 2;
-    else if (c >= 0xe0 && c <= 0xef) n = 3;
-    else if (c >= 0xf0 && c <= 0xf4) n = 4;
-    else return 0;
-    for (size_t i = 1; i < n; i++)
-        if ((s[i] & 0xc0) != 0x80) return 0;
-    if (n == 3 && c == 0xe0 && s[1] < 0xa0) return 0;
-    if (n == 3 && c == 0xed && s[1] >= 0xa0) return 0;
-    if (n == 4 && c == 0xf0 && s[1] < 0x90) return 0;
-    if (n == 4 && c == 0xf4 && s[1] >= 0x90) return 0;
-    return n;
-}
-
 static size_t put(char *dst, size_t len, size_t cap, const char *s, size_t n)
 {
     if (len + n >= cap) return len;
@@ -84,7 +67,7 @@ size_t log_json_escape(char *dst, size_t len, size_t cap, const char *s)
             len = put(dst, len, cap, (const char *)p, 1);
             p++;
         } else {
-            size_t n = utf8_seq_len(p);
+            size_t n = buf_utf8_len(p, 4); /* stops at the NUL: it is no continuation byte */
             if (n == 0) {
                 len = put(dst, len, cap, "\xef\xbf\xbd", 3);
                 p++;

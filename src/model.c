@@ -354,21 +354,9 @@ static int warmup_request(const ts_model *m, const warmup_sample *s, infer_reque
                        wi->ndim, t->ndim, lead ? " (including the batch dimension)" : "");
             return -1;
         }
-        size_t count = lead ? (size_t)s->batch_size : 1;
         if (lead) t->shape[0] = s->batch_size;
-        for (size_t d = 0; d < wi->ndim; d++) {
-            t->shape[d + lead] = wi->dims[d];
-            count *= (size_t)wi->dims[d];
-        }
-        free(t->owned);
-        t->count = count;
-        t->nbytes = t->dt == DT_BYTES ? 4 * count : count * dtype_size(t->dt);
-        t->owned = calloc(t->nbytes ? t->nbytes : 1, 1);
-        if (!t->owned) {
-            ts_err_set(e, 500, "out of memory");
-            return -1;
-        }
-        t->data = t->owned;
+        for (size_t d = 0; d < wi->ndim; d++) t->shape[d + lead] = wi->dims[d];
+        if (infer_tensor_zero_fill(t, e)) return -1;
         if (wi->random && t->dt != DT_BYTES) {
             /* bytes from a fixed LCG: deterministic, and any bit pattern is a valid input
              * except NaN-ish floats, which warm-up tolerates */

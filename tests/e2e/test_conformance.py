@@ -37,6 +37,7 @@ DATA_DIR = pathlib.Path(os.environ.get("ONNX_NODE_TESTS", "/usr/share/libonnx-te
 EXPECTED_FILE = ROOT / "tests" / "conformance" / "expected_failures.txt"
 RTOL, ATOL = 1e-3, 1e-5
 N_THREADS = 3
+MAX_MODELS_PER_WORKER = 1000
 # CONFORMANCE_JSON=1: send every tensor JSON can carry as JSON data (and ask for JSON
 # outputs); BF16, NaN/Inf and non-UTF-8 strings stay binary.  Default: all binary.
 JSON_MODE = os.environ.get("CONFORMANCE_JSON") == "1"
@@ -325,21 +326,29 @@ def test_onnx_node_conformance(tmp_path):
     if only:
         names = [n for n in names if re.search(only, n)]
     assert names, f"no node tests found under {DATA_DIR}"
-    repo = tmp_path / "repo"
-    build_repo(names, repo)
-    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu"},
-                     args=["--exit-on-error=0", "--strict-readiness=0", "--warmup=0",
-                           "--intra-op-threads=1"],
-                     timeout=300)
-    t_loaded = time.monotonic()
-    try:
-        index = {e["name"]: e for e in tritonlike.TritonLikeClient(w.url).get_model_repository_index()}
-        with concurrent.futures.ThreadPoolExecutor(N_THREADS) as pool:
-            futs = {n: pool.submit(run_test, w.url, n, index.get(n)) for n in names}
-            results = {n: f.result() for n, f in futs.items()}
-        alive = w.proc.poll() is None
-    finally:
-        code = w.stop()
+    # One worker serves every test; the repository scan caps a worker at 1024 models
+    # (REPO_MAX_MODELS in src/model.c), so a larger test set is served in shards.
+    results, load_s, alive, codes, workers = {}, 0.0, True, [], []
+    for k in range(0, len(names), MAX_MODELS_PER_WORKER):
+        shard = names[k:k + MAX_MODELS_PER_WORKER]
+        repo = tmp_path / f"repo{k // MAX_MODELS_PER_WORKER}"
+        build_repo(shard, repo)
+        t_start = time.monotonic()
+        w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu"},
+                         args=["--exit-on-error=0", "--strict-readiness=0", "--warmup=0",
+                               "--intra-op-threads=1"],
+                         timeout=300)
+        workers.append(w)
+        load_s += time.monotonic() - t_start
+        try:
+            index = {e["name"]: e for e in
+                     tritonlike.TritonLikeClient(w.url).get_model_repository_index()}
+            with concurrent.futures.ThreadPoolExecutor(N_THREADS) as pool:
+                futs = {n: pool.submit(run_test, w.url, n, index.get(n)) for n in shard}
+                results.update({n: f.result() for n, f in futs.items()})
+            alive = alive and w.proc.poll() is None
+        finally:
+            codes.append(w.stop())
     elapsed = time.monotonic() - t0
 
     if os.environ.get("CONFORMANCE_REPORT"):
@@ -368,7 +377,7 @@ def test_onnx_node_conformance(tmp_path):
         cats[c] = cats.get(c, 0) + 1
     print(f"\nconformance: {len(passed)} passed / {len(names)} total, {len(exp_fail)} expected "
           f"failures, {len(unexpected)} unexpected failures  "
-          f"(load {t_loaded - t0:.1f}s, total {elapsed:.1f}s)")
+          f"({len(workers)} worker(s), load {load_s:.1f}s, total {elapsed:.1f}s)")
     print("expected failures by category: " + ", ".join(f"{c}={k}" for c, k in sorted(cats.items())))
     for n in unexpected:
         print(f"  UNEXPECTED FAILURE {n}: {results[n][1]}")
@@ -381,8 +390,9 @@ def test_onnx_node_conformance(tmp_path):
     for n in moved:
         print(f"  listed as '{expected[n]}' but now fails with: {results[n][1]}")
 
-    assert alive, f"worker died during the sweep:\n{w.log_text()[-4000:]}"
-    assert code == 0, f"worker exit code {code}:\n{w.log_text()[-4000:]}"
+    for w, code in zip(workers, codes):
+        assert alive, f"a worker died during the sweep:\n{w.log_text()[-4000:]}"
+        assert code == 0, f"worker exit code {code}:\n{w.log_text()[-4000:]}"
     problems = []
     if unexpected:
         problems.append(f"{len(unexpected)} unexpected failure(s): {unexpected[:20]}")
