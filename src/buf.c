@@ -131,8 +131,12 @@ void buf_put_double(buf *b, double v, bool float_precision)
         buf_puts(b, v > 0 ? "Infinity" : "-Infinity");
         return;
     }
-    char tmp[40];
+    char tmp[48];
     int n = snprintf(tmp, sizeof tmp, float_precision ? "%.9g" : "%.17g", v);
-    /* keep it a JSON number that reads back as a float ("1" is fine too, but be explicit) */
+    /* "-0" or "3" would read back as integers (and -0 as 0): keep it a float */
+    if (!strpbrk(tmp, ".e")) {
+        memcpy(tmp + n, ".0", 3);
+        n += 2;
+    }
     buf_put(b, tmp, (size_t)n);
 }

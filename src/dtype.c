@@ -122,3 +122,17 @@ uint16_t dtype_f32_to_bf16(float f)
 }
 
 float dtype_bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
+
+/* double -> float rounding to odd: when inexact, take the neighbour whose last mantissa bit
+ * is 1. A float rounded that way carries enough to round once more, to half or bfloat16,
+ * exactly as if the double had been rounded directly (no double-rounding error). */
+static float f64_to_f32_odd(double d)
+{
+    float f = (float)d;
+    if ((double)f == d || isnan(d) || isinf(f)) return f;
+    if ((f32_bits(f) & 1u) == 0) f = nextafterf(f, (double)f < d ? INFINITY : -INFINITY);
+    return f;
+}
+
+uint16_t dtype_f64_to_f16(double d) { return dtype_f32_to_f16(f64_to_f32_odd(d)); }
+uint16_t dtype_f64_to_bf16(double d) { return dtype_f32_to_bf16(f64_to_f32_odd(d)); }

@@ -44,5 +44,8 @@ uint16_t dtype_f32_to_f16(float f);
 float dtype_f16_to_f32(uint16_t h);
 uint16_t dtype_f32_to_bf16(float f);
 float dtype_bf16_to_f32(uint16_t b);
+/* Directly from double, rounded once (JSON numbers are doubles). */
+uint16_t dtype_f64_to_f16(double d);
+uint16_t dtype_f64_to_bf16(double d);
 
 #endif

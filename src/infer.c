@@ -158,7 +158,7 @@ static int fill_one(json_fill *f, json_t *v)
             float x = (float)d;
             memcpy(p, &x, 4);
         } else {
-            uint16_t h = f->dt == DT_FP16 ? dtype_f32_to_f16((float)d) : dtype_f32_to_bf16((float)d);
+            uint16_t h = f->dt == DT_FP16 ? dtype_f64_to_f16(d) : dtype_f64_to_bf16(d);
             memcpy(p, &h, 2);
         }
         return 0;
@@ -255,7 +255,8 @@ static int parse_input(json_t *in, size_t idx, size_t json_len, const uint8_t *b
     }
     json_t *name = json_object_get(in, "name");
     if (!json_is_string(name) || json_string_length(name) == 0 ||
-        json_string_length(name) >= TS_NAME_MAX) {
+        json_string_length(name) >= TS_NAME_MAX ||
+        strlen(json_string_value(name)) != json_string_length(name)) {
         ts_err_set(err, 400, "inputs[%zu]: \"name\" must be a non-empty string under %d bytes", idx,
                    TS_NAME_MAX);
         return -1;
@@ -326,7 +327,7 @@ static int parse_outputs(json_t *outs, infer_request *r, ts_err *err)
     for (size_t i = 0; i < n; i++) {
         json_t *o = json_array_get(outs, i);
         json_t *name = json_is_object(o) ? json_object_get(o, "name") : NULL;
-        if (!json_is_string(name)) {
+        if (!json_is_string(name) || strlen(json_string_value(name)) != json_string_length(name)) {
             ts_err_set(err, 400, "outputs[%zu]: \"name\" must be a string", i);
             return -1;
         }
@@ -380,7 +381,8 @@ int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit
         return -1;
     }
     json_error_t je;
-    json_t *root = json_loadb((const char *)body, jlen, JSON_REJECT_DUPLICATES, &je);
+    /* \u0000 is allowed: BYTES elements may hold NULs (we write them that way too) */
+    json_t *root = json_loadb((const char *)body, jlen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!root) {
         ts_err_set(err, 400, "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
         return -1;
@@ -391,8 +393,8 @@ int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit
         return -1;
     }
     json_t *id = json_object_get(root, "id");
-    if (id && !json_is_string(id)) {
-        ts_err_set(err, 400, "\"id\" must be a string");
+    if (id && (!json_is_string(id) || strlen(json_string_value(id)) != json_string_length(id))) {
+        ts_err_set(err, 400, "\"id\" must be a string without NUL characters");
         return -1;
     }
     r->id = id ? json_string_value(id) : NULL;
@@ -417,13 +419,14 @@ int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit
         r->timeout_us = json_integer_value(to);
     }
 
+    /* empty is fine: a model may take no inputs (infer_bind checks what the model needs) */
     json_t *ins = json_object_get(root, "inputs");
-    if (!json_is_array(ins) || json_array_size(ins) == 0) {
-        ts_err_set(err, 400, "\"inputs\" must be a non-empty array");
+    if (!json_is_array(ins)) {
+        ts_err_set(err, 400, "\"inputs\" must be an array");
         return -1;
     }
     size_t nin = json_array_size(ins);
-    r->inputs = calloc(nin, sizeof *r->inputs);
+    r->inputs = calloc(nin ? nin : 1, sizeof *r->inputs);
     if (!r->inputs) {
         ts_err_set(err, 500, "out of memory");
         return -1;
@@ -488,7 +491,9 @@ int infer_bind(const model_sig *sig, infer_request *r, ts_err *err)
                        dtype_name(t->dt), dtype_name(s->dt));
             return -1;
         }
-        bool ok = s->ndim == t->ndim;
+        /* ORT reports no dims both for scalars and for inputs of unknown rank: leave those
+         * to ORT's own check (its invalid-argument error becomes a 400) */
+        bool ok = s->ndim == 0 || s->ndim == t->ndim;
         for (size_t d = 0; ok && d < s->ndim; d++)
             if (s->dims[d] >= 0 && s->dims[d] != t->shape[d]) ok = false;
         if (!ok) {

@@ -179,11 +179,14 @@ int infer_run(OrtSession *s, OrtRunOptions *ro, const model_sig *sig, const infe
         in_names[i] = r->inputs[i].name;
         if (make_input(&r->inputs[i], &copies[i], &in_vals[i], err)) goto out;
     }
-    char msg[480];
-    if (ort_check(g_ort->Run(s, ro, in_names, (const OrtValue *const *)in_vals, nin, out_names, nout,
-                             res->values),
-                  msg, sizeof msg)) {
-        ts_err_set(err, 500, "inference failed: %s", msg);
+    OrtStatus *st = g_ort->Run(s, ro, in_names, (const OrtValue *const *)in_vals, nin, out_names,
+                               nout, res->values);
+    if (st) {
+        /* ORT validates what we cannot see in the signature (e.g. inputs of unknown rank):
+         * its invalid-argument errors are the client's; everything else is ours */
+        int http = g_ort->GetErrorCode(st) == ORT_INVALID_ARGUMENT ? 400 : 500;
+        ts_err_set(err, http, "inference failed: %s", g_ort->GetErrorMessage(st));
+        g_ort->ReleaseStatus(st);
         goto out;
     }
     for (size_t i = 0; i < nout; i++)

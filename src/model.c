@@ -11,7 +11,7 @@
 #include "log.h"
 #include "ortenv.h"
 
-#define REPO_MAX_MODELS 1024
+#define REPO_MAX_MODELS 8192
 
 struct ts_model {
     char name[TS_NAME_MAX];
@@ -26,6 +26,7 @@ struct ts_model {
     runq *q;
     model_stats stats;
     double warmup_ms;
+    int64_t instances; /* runner threads actually started */
     size_t n_placement;
     placement_entry placement[MODEL_MAX_PLACEMENT];
 };
@@ -434,6 +435,7 @@ static void load_one(model_repo *r, ts_model *m)
     }
     int64_t qsize = m->cfg.queue_size > 0 ? m->cfg.queue_size : r->opt.queue_size;
     int64_t inst = m->cfg.instances > 0 ? m->cfg.instances : r->opt.instances;
+    m->instances = inst;
     m->q = runq_create((size_t)qsize, (size_t)inst, r->opt.work, r->opt.work_ctx, m->name);
     if (!m->q) {
         fail_model(m, "could not start %lld runner thread(s)", (long long)inst);
@@ -521,6 +523,7 @@ OrtSession *model_session(const ts_model *m) { return m->session; }
 runq *model_runq(const ts_model *m) { return m->q; }
 model_stats *model_stats_of(ts_model *m) { return &m->stats; }
 double model_warmup_ms(const ts_model *m) { return m->warmup_ms; }
+int64_t model_instances(const ts_model *m) { return m->instances; }
 
 size_t model_placement(const ts_model *m, const placement_entry **out)
 {

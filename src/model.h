@@ -88,6 +88,7 @@ OrtSession *model_session(const ts_model *m);
 runq *model_runq(const ts_model *m);
 model_stats *model_stats_of(ts_model *m);
 double model_warmup_ms(const ts_model *m);
+int64_t model_instances(const ts_model *m); /* runner threads started (0 until READY) */
 size_t model_placement(const ts_model *m, const placement_entry **out);
 /* Queued + running requests for this model. */
 size_t model_queue_depth(const ts_model *m);

@@ -494,7 +494,7 @@ static void handle_model(server *srv, struct evhttp_request *req, char segs[MAX_
     }
     buf b;
     buf_init(&b, REPLY_LIMIT);
-    if (strcmp(verb, "config") == 0) status_model_config(srv->repo, m, &b);
+    if (strcmp(verb, "config") == 0) status_model_config(m, srv->ep->decision.active != PROV_CPU, &b);
     else status_model_metadata(srv->repo, m, &b);
     reply_buf(req, 200, "application/json", &b);
     buf_free(&b);

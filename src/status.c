@@ -315,9 +315,8 @@ void status_model_metadata(const model_repo *r, const ts_model *m, buf *b)
     buf_putc(b, '}');
 }
 
-void status_model_config(const model_repo *r, const ts_model *m, buf *b)
+void status_model_config(const ts_model *m, bool gpu, buf *b)
 {
-    (void)r;
     const model_sig *s = model_signature(m);
     const model_config *c = model_cfg(m);
     buf_puts(b, "{\"name\":");
@@ -328,8 +327,8 @@ void status_model_config(const model_repo *r, const ts_model *m, buf *b)
     put_io(b, s->inputs, s->n_inputs, true);
     buf_puts(b, ",\"output\":");
     put_io(b, s->outputs, s->n_outputs, true);
-    buf_printf(b, ",\"instance_group\":[{\"count\":%lld,\"kind\":\"KIND_CPU\"}]",
-               (long long)(c->instances ? c->instances : 1));
+    buf_printf(b, ",\"instance_group\":[{\"count\":%lld,\"kind\":\"%s\"}]",
+               (long long)model_instances(m), gpu ? "KIND_GPU" : "KIND_CPU");
     if (c->dynamic_batching) {
         buf_printf(b, ",\"dynamic_batching\":{\"max_queue_delay_microseconds\":%lld}",
                    (long long)c->max_queue_delay_us);

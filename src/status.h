@@ -23,7 +23,8 @@ typedef struct {
 void status_json(const status_view *v, buf *out);
 void status_metrics(const status_view *v, buf *out);
 void status_model_metadata(const model_repo *r, const ts_model *m, buf *out);
-void status_model_config(const model_repo *r, const ts_model *m, buf *out);
+/* gpu: the worker runs a GPU tier (instance kind KIND_GPU) */
+void status_model_config(const ts_model *m, bool gpu, buf *out);
 void status_repository_index(const model_repo *r, buf *out);
 
 #endif

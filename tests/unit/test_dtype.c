@@ -52,6 +52,17 @@ static void test_bf16(void **state)
     }
 }
 
+static void test_from_double_rounds_once(void **state)
+{
+    (void)state;
+    /* just above a half tie: rounding to float first would land on the tie and go down */
+    assert_int_equal(dtype_f64_to_f16(1.0004882812500009), 0x3c01);
+    assert_int_equal(dtype_f64_to_f16(1.00048828125), 0x3c00); /* the tie itself: even */
+    assert_int_equal(dtype_f64_to_bf16(1.0039062500000009), 0x3f81);
+    assert_int_equal(dtype_f64_to_f16(-0.0), 0x8000);
+    assert_int_equal(dtype_f64_to_f16(1e300), 0x7c00);
+}
+
 static void test_tables(void **state)
 {
     (void)state;
@@ -72,6 +83,7 @@ int main(void)
         cmocka_unit_test(test_f16_known_values),
         cmocka_unit_test(test_f16_round_trip_all),
         cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_from_double_rounds_once),
         cmocka_unit_test(test_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

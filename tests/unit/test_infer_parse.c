@@ -81,7 +81,7 @@ static void test_json_errors(void **state)
     expect_error("", 400, "empty");
     expect_error("{", 400, "malformed JSON");
     expect_error("[]", 400, "JSON object");
-    expect_error("{\"inputs\":[]}", 400, "non-empty");
+    expect_error("{\"inputs\":{}}", 400, "must be an array");
     expect_error("{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP33\",\"shape\":[1],\"data\":[1]}]}", 400, "FP33");
     expect_error("{\"inputs\":[{\"name\":\"x\",\"datatype\":\"UINT8\",\"shape\":[1],\"data\":[300]}]}", 400, "out of range");
     expect_error("{\"inputs\":[{\"name\":\"x\",\"datatype\":\"INT32\",\"shape\":[1],\"data\":[1.5]}]}", 400, "integer");

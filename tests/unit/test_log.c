@@ -33,6 +33,15 @@ static void test_buf_json_str(void **state)
     buf_putc(&b, '\0');
     assert_string_equal((char *)b.data, "\"x\\u0000y\xef\xbf\xbd\xef\xbf\xbd\"");
     buf_free(&b);
+    buf_init(&b, 1024);
+    buf_put_double(&b, -0.0, true);
+    buf_putc(&b, ' ');
+    buf_put_double(&b, 3.0, false);
+    buf_putc(&b, ' ');
+    buf_put_double(&b, (double)1e30f, true);
+    buf_putc(&b, '\0');
+    assert_string_equal((char *)b.data, "-0.0 3.0 1.00000002e+30");
+    buf_free(&b);
     buf_init(&b, 4);
     buf_puts(&b, "hello");
     assert_true(buf_failed(&b));
