@@ -39,6 +39,7 @@ struct server {
     _Atomic uint64_t runs;      /* runs started, for the fault injector */
     _Atomic size_t load_failed;
     char *hw_json;
+    double t_created;           /* for the time-to-ready log line */
 };
 
 typedef struct job {
@@ -627,8 +628,11 @@ static void on_loaded(evutil_socket_t fd, short what, void *arg)
         event_base_loopexit(srv->base, NULL);
         return;
     }
-    LOG_INFO_(NULL, "server ready: %zu model(s) loaded, %zu failed; listening on port %d",
-              model_repo_count(srv->repo) - failed, failed, srv->port);
+    char ready_ms[32];
+    snprintf(ready_ms, sizeof ready_ms, "%.1f", (now_s() - srv->t_created) * 1e3);
+    LOG_INFO_(LOGF({"time_to_ready_ms", ready_ms}),
+              "server ready after %s ms: %zu model(s) loaded, %zu failed; listening on port %d",
+              ready_ms, model_repo_count(srv->repo) - failed, failed, srv->port);
 }
 
 server *server_create(const ts_settings *s, const ep_result *ep, char *err, size_t errlen)
@@ -638,6 +642,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     if (!srv) return NULL;
     srv->set = s;
     srv->ep = ep;
+    srv->t_created = now_s();
     srv->base = event_base_new();
     srv->http = srv->base ? evhttp_new(srv->base) : NULL;
     if (!srv->http) {
