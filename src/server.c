@@ -19,6 +19,7 @@
 #include "log.h"
 #include "ortenv.h"
 #include "status.h"
+#include "zcodec.h"
 
 #define REPLY_LIMIT ((size_t)1 << 31)
 
@@ -57,6 +58,7 @@ typedef struct job {
     buf reply;
     size_t json_len;
     bool binary;
+    zc_kind reply_enc;  /* what the client's Accept-Encoding asked for */
     double t_arrive, t_start, t_end;
 } job;
 
@@ -239,6 +241,9 @@ static void run_job(void *item, void *ctx)
             rc = infer_encode(&j->req, &res, mname, model_version(j->model), &j->reply,
                               &j->json_len, &j->binary, &j->err);
             infer_result_free(&res);
+            /* the JSON header length stays the uncompressed one: clients inflate first */
+            if (rc == 0 && j->reply_enc != ZC_NONE && zcodec_compress(&j->reply, j->reply_enc) != 0)
+                j->reply_enc = ZC_NONE;
             j->status = rc == 0 ? 200 : j->err.http;
         } else {
             if (atomic_load(&j->cancelled)) ts_err_set(&j->err, 504, "request timed out while running");
@@ -268,6 +273,7 @@ static void on_done(void *item, void *ctx)
                 snprintf(len, sizeof len, "%zu", j->json_len);
                 evhttp_add_header(h, "Inference-Header-Content-Length", len);
             }
+            if (j->reply_enc != ZC_NONE) evhttp_add_header(h, "Content-Encoding", zcodec_name(j->reply_enc));
             reply_buf(req, 200, j->binary ? "application/octet-stream" : "application/json",
                       &j->reply);
             record(j, OUT_SUCCESS);
@@ -326,10 +332,12 @@ static void handle_infer(server *srv, struct evhttp_request *req, const char *na
         reply_error(req, 503, msg);
         return;
     }
-    const char *enc = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Encoding");
-    if (enc && strcasecmp(enc, "identity") != 0) {
+    struct evkeyvalq *in_h = evhttp_request_get_input_headers(req);
+    const char *enc = evhttp_find_header(in_h, "Content-Encoding");
+    zc_kind body_enc = zcodec_parse_encoding(enc);
+    if (body_enc == ZC_UNSUPPORTED) {
         char msg[128];
-        snprintf(msg, sizeof msg, "Content-Encoding \"%.40s\" is not supported; send the body uncompressed", enc);
+        snprintf(msg, sizeof msg, "Content-Encoding \"%.40s\" is not supported (gzip, deflate, identity)", enc);
         atomic_fetch_add(&model_stats_of(m)->outcomes[OUT_CLIENT_ERROR], 1);
         reply_error(req, 415, msg);
         return;
@@ -343,6 +351,7 @@ static void handle_infer(server *srv, struct evhttp_request *req, const char *na
     j->srv = srv;
     j->model = m;
     j->t_arrive = now_s();
+    j->reply_enc = zcodec_pick_accept(evhttp_find_header(in_h, "Accept-Encoding"));
     int64_t hlen = parse_header_len(req, &err);
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
@@ -354,6 +363,22 @@ static void handle_infer(server *srv, struct evhttp_request *req, const char *na
     }
     if (rc == 0) {
         evbuffer_remove(in, body, len);
+        if (body_enc != ZC_NONE) {
+            uint8_t *plain = NULL;
+            size_t plain_len = 0;
+            int zr = zcodec_inflate(body, len, (size_t)srv->set->max_body_bytes, &plain, &plain_len);
+            free(body);
+            body = plain;
+            len = plain_len;
+            if (zr == -2)
+                ts_err_set(&err, 413, "%s body inflates beyond the %lld-byte limit", zcodec_name(body_enc),
+                           (long long)srv->set->max_body_bytes);
+            else if (zr)
+                ts_err_set(&err, 400, "%s body is corrupt or truncated", zcodec_name(body_enc));
+            rc = zr ? -1 : 0;
+        }
+    }
+    if (rc == 0) {
         rc = infer_parse(body, len, hlen, (size_t)srv->set->max_body_bytes, &j->req, &err);
         body = NULL; /* owned by j->req now */
     }

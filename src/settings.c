@@ -57,7 +57,7 @@ static const setting_def k_settings[] = {
     {"TIERSERVE_HTTP_TIMEOUT_S", "http-timeout-s", ST_INT, OFF(http_timeout_s), 0, "10", 1, 3600,
      "HTTP read/write timeout: a stalled or truncated request is dropped after this"},
     {"TIERSERVE_MAX_BODY_BYTES", "max-body-bytes", ST_INT, OFF(max_body_bytes), 0, "67108864",
-     1024, INT64_C(4294967296), "largest request body accepted (413 above it)"},
+     1024, INT64_C(4294967295), "largest request body accepted, also after gzip/deflate (413 above it)"},
     {"TIERSERVE_QUEUE_SIZE", "queue-size", ST_INT, OFF(queue_size), 0, "128", 1, 1000000,
      "per-model queue bound (503 + Retry-After when full); config.yaml may override"},
     {"TIERSERVE_INSTANCES", "instances", ST_INT, OFF(instances), 0, "1", 1, 256,

@@ -73,7 +73,7 @@ for mode, port in (("auto", 18431), ("cpu", 18432)):
         if trt_missing and enabled != ["CUDA EP enabled"]:
             print("FAIL: TensorRT absent but auto did not end at CUDA EP enabled"); ok = False
 gp, gl = res["auto"]; cp, cl = res["cpu"]
-ref_p, ref_l = demo_reference(x)
+ref = demo_reference(x); ref_p, ref_l = ref["probabilities"], ref["label"]
 dp = float(np.max(np.abs(gp - cp)))
 print(f"max |gpu - cpu| probabilities = {dp:.3g}; labels equal: {np.array_equal(gl, cl)}; "
       f"max |cpu - numpy| = {float(np.max(np.abs(cp - ref_p))):.3g}")

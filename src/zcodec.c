@@ -1,0 +1,137 @@
+#include "zcodec.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <zlib.h>
+
+zc_kind zcodec_parse_encoding(const char *v)
+{
+    if (!v || !*v || strcasecmp(v, "identity") == 0) return ZC_NONE;
+    if (strcasecmp(v, "gzip") == 0) return ZC_GZIP;
+    if (strcasecmp(v, "deflate") == 0) return ZC_DEFLATE;
+    return ZC_UNSUPPORTED;
+}
+
+/* True if the comma-separated list names token with a q-value above zero. */
+static bool accepts(const char *list, const char *token)
+{
+    size_t tl = strlen(token);
+    for (const char *p = list; p && *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        const char *end = strchr(p, ',');
+        size_t l = end ? (size_t)(end - p) : strlen(p);
+        if (l >= tl && strncasecmp(p, token, tl) == 0 && (l == tl || p[tl] == ';' || p[tl] == ' ')) {
+            const char *q = memchr(p, ';', l);
+            if (!q) return true;
+            const char *qv = strstr(q, "q=");
+            return !(qv && qv < p + l && strtod(qv + 2, NULL) <= 0.0);
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return false;
+}
+
+zc_kind zcodec_pick_accept(const char *v)
+{
+    if (!v) return ZC_NONE;
+    if (accepts(v, "gzip")) return ZC_GZIP;
+    if (accepts(v, "deflate")) return ZC_DEFLATE;
+    return ZC_NONE;
+}
+
+const char *zcodec_name(zc_kind k) { return k == ZC_GZIP ? "gzip" : k == ZC_DEFLATE ? "deflate" : "identity"; }
+
+int zcodec_inflate(const uint8_t *in, size_t len, size_t limit, uint8_t **out, size_t *outlen)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 15 + 32) != Z_OK) return -1; /* 32: accept gzip or zlib headers */
+    size_t cap = len * 4 + 1024;
+    if (cap > limit) cap = limit + 1;
+    uint8_t *o = malloc(cap);
+    if (!o) {
+        inflateEnd(&z);
+        return -1;
+    }
+    z.next_in = (Bytef *)(uintptr_t)in;
+    z.avail_in = (uInt)len;
+    size_t have = 0;
+    int rc;
+    for (;;) {
+        if (have == cap) {
+            if (cap > limit) { /* already past the limit */
+                rc = -2;
+                break;
+            }
+            size_t ncap = cap * 2 > limit + 1 ? limit + 1 : cap * 2;
+            uint8_t *n = realloc(o, ncap);
+            if (!n) {
+                rc = -1;
+                break;
+            }
+            o = n;
+            cap = ncap;
+        }
+        z.next_out = o + have;
+        z.avail_out = (uInt)(cap - have);
+        int zr = inflate(&z, Z_NO_FLUSH);
+        have = cap - z.avail_out;
+        if (have > limit) {
+            rc = -2;
+            break;
+        }
+        if (zr == Z_STREAM_END) {
+            rc = z.avail_in == 0 ? 0 : -1; /* trailing garbage is corrupt */
+            break;
+        }
+        if (zr != Z_OK && !(zr == Z_BUF_ERROR && z.avail_out == 0)) {
+            rc = -1;
+            break;
+        }
+        if (z.avail_in == 0 && z.avail_out != 0) { /* input ended before the stream did */
+            rc = -1;
+            break;
+        }
+    }
+    inflateEnd(&z);
+    if (rc) {
+        free(o);
+        return rc;
+    }
+    *out = o;
+    *outlen = have;
+    return 0;
+}
+
+int zcodec_compress(buf *b, zc_kind k)
+{
+    if (k != ZC_GZIP && k != ZC_DEFLATE) return -1;
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, k == ZC_GZIP ? 31 : 15, 8,
+                     Z_DEFAULT_STRATEGY) != Z_OK)
+        return -1;
+    size_t cap = deflateBound(&z, (uLong)b->len);
+    uint8_t *o = malloc(cap ? cap : 1);
+    if (!o) {
+        deflateEnd(&z);
+        return -1;
+    }
+    z.next_in = b->data;
+    z.avail_in = (uInt)b->len;
+    z.next_out = o;
+    z.avail_out = (uInt)cap;
+    int zr = deflate(&z, Z_FINISH);
+    size_t n = cap - z.avail_out;
+    deflateEnd(&z);
+    if (zr != Z_STREAM_END) {
+        free(o);
+        return -1;
+    }
+    free(b->data);
+    b->data = o;
+    b->len = n;
+    b->cap = cap;
+    return 0;
+}

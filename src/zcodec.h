@@ -1,0 +1,26 @@
+/* zcodec: gzip and deflate (zlib-wrapped, as tritonclient means it) bodies, bounded.
+ * Requests with Content-Encoding: gzip|deflate are inflated up to the body limit; replies
+ * are compressed when the client's Accept-Encoding asks for it. */
+#ifndef TS_ZCODEC_H
+#define TS_ZCODEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+
+typedef enum { ZC_NONE = 0, ZC_GZIP, ZC_DEFLATE, ZC_UNSUPPORTED } zc_kind;
+
+/* Content-Encoding value -> kind ("identity" and NULL are ZC_NONE). */
+zc_kind zcodec_parse_encoding(const char *v);
+/* Accept-Encoding -> what to answer with (gzip preferred; ZC_NONE when neither). */
+zc_kind zcodec_pick_accept(const char *v);
+const char *zcodec_name(zc_kind k);
+
+/* Inflates in[0..len) into a malloc'd buffer. Returns 0; -1 corrupt; -2 larger than limit. */
+int zcodec_inflate(const uint8_t *in, size_t len, size_t limit, uint8_t **out, size_t *outlen);
+/* Compresses b in place. Returns 0, or -1 (b unchanged). */
+int zcodec_compress(buf *b, zc_kind k);
+
+#endif
