@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ortenv.h"
 
 /* No tensor may claim more elements than this, whatever its shape says. */
 #define TS_MAX_ELEMENTS (INT64_C(1) << 31)
