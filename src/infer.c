@@ -409,6 +409,14 @@ int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit
         return -1;
     }
     r->binary_output_default = bdo && json_is_true(bdo);
+    json_t *prio = params ? json_object_get(params, "priority") : NULL;
+    if (prio) {
+        if (!json_is_integer(prio) || json_integer_value(prio) < 0 || json_integer_value(prio) > 1000) {
+            ts_err_set(err, 400, "parameters.priority must be an integer level (1 = highest; 0 = the model's default)");
+            return -1;
+        }
+        r->priority = (int)json_integer_value(prio);
+    }
     json_t *to = params ? json_object_get(params, "timeout") : NULL;
     if (to) {
         if (!json_is_integer(to) || json_integer_value(to) < 0) {
@@ -525,5 +533,37 @@ int infer_bind(const model_sig *sig, infer_request *r, ts_err *err)
             return -1;
         }
     }
+    /* every input is present exactly once: put them in the signature's order, so that
+     * requests batched together line up input by input */
+    for (size_t k = 0; k < sig->n_inputs; k++)
+        for (size_t i = k; i < r->n_inputs; i++)
+            if (strcmp(r->inputs[i].name, sig->inputs[k].name) == 0 && i != k) {
+                ts_tensor tmp = r->inputs[k];
+                r->inputs[k] = r->inputs[i];
+                r->inputs[i] = tmp;
+            }
     return 0;
+}
+
+int64_t infer_rows(const infer_request *r)
+{
+    if (r->n_inputs == 0 || r->inputs[0].ndim == 0) return -1;
+    int64_t rows = r->inputs[0].shape[0];
+    for (size_t i = 1; i < r->n_inputs; i++)
+        if (r->inputs[i].ndim == 0 || r->inputs[i].shape[0] != rows) return -1;
+    return rows;
+}
+
+uint64_t infer_batch_key(const infer_request *r)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over dtypes and non-batch dims */
+#define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        const ts_tensor *t = &r->inputs[i];
+        MIX(t->dt);
+        MIX(t->ndim);
+        for (size_t d = 1; d < t->ndim; d++) MIX(t->shape[d]);
+    }
+#undef MIX
+    return h ? h : 1;
 }

@@ -71,6 +71,7 @@ typedef struct {
     size_t n_outputs;
     bool binary_output_default;
     int64_t timeout_us;   /* parameters.timeout (Triton), 0 if absent */
+    int priority;         /* parameters.priority, 0 if absent (the model's default) */
 } infer_request;
 
 typedef struct {
@@ -86,13 +87,26 @@ int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit
                 infer_request *out, ts_err *err);
 void infer_request_free(infer_request *r);
 
-/* Checks names, datatypes and shapes against the model; resolves requested outputs. */
+/* Checks names, datatypes and shapes against the model; resolves requested outputs; puts
+ * the inputs in the signature's order. */
 int infer_bind(const model_sig *sig, infer_request *r, ts_err *err);
+
+/* The batch-dimension size all inputs share, or -1 (scalars, or inputs that disagree). */
+int64_t infer_rows(const infer_request *r);
+/* Requests with equal keys have the same dtypes and non-batch dims (never 0). */
+uint64_t infer_batch_key(const infer_request *r);
 
 /* Runs on a worker thread. On error res is left empty. */
 int infer_run(OrtSession *s, OrtRunOptions *ro, const model_sig *sig, const infer_request *r,
               infer_result *res, ts_err *err);
 void infer_result_free(infer_result *res);
+
+/* Runs n bound requests as one Run(): inputs concatenated along dim 0, every output split
+ * back by each request's rows. per[i] are views into merged (free per[i], then merged).
+ * On error every request shares it. n == 1 is a plain infer_run into per[0]. */
+int infer_run_batch(OrtSession *s, OrtRunOptions *ro, const model_sig *sig,
+                    infer_request *const *reqs, size_t n, infer_result *merged, infer_result *per,
+                    ts_err *err);
 
 /* Writes the reply into out. *json_len receives the JSON part's length (the value of
  * Inference-Header-Content-Length) and *binary whether binary parts follow. */

@@ -323,3 +323,129 @@ int infer_tensor_zero_fill(ts_tensor *t, ts_err *err)
     }
     return 0;
 }
+
+/* ---- batching ------------------------------------------------------------------------ */
+
+static int merge_inputs(const model_sig *sig, infer_request *const *reqs, size_t n,
+                        infer_request *mr, int64_t *total_rows, ts_err *err)
+{
+    memset(mr, 0, sizeof *mr);
+    size_t nin = sig->n_inputs;
+    mr->inputs = calloc(nin ? nin : 1, sizeof *mr->inputs);
+    if (!mr->inputs) {
+        ts_err_set(err, 500, "out of memory");
+        return -1;
+    }
+    *total_rows = 0;
+    for (size_t j = 0; j < n; j++) *total_rows += infer_rows(reqs[j]);
+    for (size_t k = 0; k < nin; k++) {
+        ts_tensor *t = &mr->inputs[k];
+        const ts_tensor *f = &reqs[0]->inputs[k];
+        mr->n_inputs = k + 1;
+        *t = (ts_tensor){.name = f->name, .dt = f->dt, .ndim = f->ndim};
+        memcpy(t->shape, f->shape, sizeof t->shape);
+        t->shape[0] = *total_rows;
+        for (size_t j = 0; j < n; j++) {
+            t->count += reqs[j]->inputs[k].count;
+            t->nbytes += reqs[j]->inputs[k].nbytes;
+        }
+        t->owned = malloc(t->nbytes ? t->nbytes : 1);
+        if (!t->owned) {
+            ts_err_set(err, 500, "out of memory");
+            return -1;
+        }
+        size_t off = 0;
+        for (size_t j = 0; j < n; j++) { /* the BYTES layout concatenates as it is */
+            memcpy(t->owned + off, reqs[j]->inputs[k].data, reqs[j]->inputs[k].nbytes);
+            off += reqs[j]->inputs[k].nbytes;
+        }
+        t->data = t->owned;
+    }
+    return 0;
+}
+
+/* Byte offset of each row's start in an output (rows+1 entries), BYTES-aware. */
+static int row_offsets(const ts_tensor *t, int64_t rows, size_t *offs, ts_err *err)
+{
+    if (t->ndim == 0 || t->shape[0] != rows) {
+        ts_err_set(err, 500, "output '%s' does not keep the batch dimension (%lld rows in, %lld out)",
+                   t->name, (long long)rows, (long long)(t->ndim ? t->shape[0] : -1));
+        return -1;
+    }
+    size_t per_row = rows ? t->count / (size_t)rows : 0;
+    if (t->dt != DT_BYTES) {
+        for (int64_t r = 0; r <= rows; r++) offs[r] = (size_t)r * per_row * dtype_size(t->dt);
+        return 0;
+    }
+    size_t off = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        offs[r] = off;
+        for (size_t e = 0; e < per_row; e++) off += 4 + rd_u32le(t->data + off);
+    }
+    offs[rows] = off;
+    return 0;
+}
+
+int infer_run_batch(OrtSession *s, OrtRunOptions *ro, const model_sig *sig,
+                    infer_request *const *reqs, size_t n, infer_result *merged, infer_result *per,
+                    ts_err *err)
+{
+    memset(merged, 0, sizeof *merged);
+    if (n == 1) return infer_run(s, ro, sig, reqs[0], per, err);
+    for (size_t j = 0; j < n; j++) memset(&per[j], 0, sizeof per[j]);
+    infer_request mr;
+    int64_t rows = 0;
+    int rc = merge_inputs(sig, reqs, n, &mr, &rows, err);
+    if (rc == 0) rc = infer_run(s, ro, sig, &mr, merged, err);
+    infer_request_free(&mr);
+    if (rc) return -1;
+
+    size_t nout = merged->n;
+    size_t *offs = calloc(nout * (size_t)(rows + 1), sizeof *offs);
+    if (!offs) {
+        ts_err_set(err, 500, "out of memory");
+        goto fail;
+    }
+    for (size_t o = 0; o < nout; o++)
+        if (row_offsets(&merged->tensors[o], rows, offs + o * (size_t)(rows + 1), err)) goto fail;
+
+    int64_t row0 = 0;
+    for (size_t j = 0; j < n; j++) {
+        const infer_request *r = reqs[j];
+        int64_t rj = infer_rows(r);
+        infer_result *p = &per[j];
+        p->n = r->n_outputs ? r->n_outputs : nout;
+        p->names = calloc(p->n, sizeof *p->names);
+        p->binary = calloc(p->n, sizeof *p->binary);
+        p->tensors = calloc(p->n, sizeof *p->tensors);
+        if (!p->names || !p->binary || !p->tensors) {
+            ts_err_set(err, 500, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < p->n; i++) {
+            const char *want = r->n_outputs ? r->outputs[i].name : merged->names[i];
+            size_t o = 0;
+            while (o < nout && strcmp(merged->names[o], want) != 0) o++;
+            const ts_tensor *mt = &merged->tensors[o];
+            const size_t *ro_ = offs + o * (size_t)(rows + 1);
+            ts_tensor *t = &p->tensors[i];
+            snprintf(p->names[i], TS_NAME_MAX, "%s", want);
+            p->binary[i] = r->n_outputs ? r->outputs[i].binary : r->binary_output_default;
+            *t = *mt;
+            t->owned = NULL;
+            t->name = p->names[i];
+            t->shape[0] = rj;
+            t->count = rows ? mt->count / (size_t)rows * (size_t)rj : 0;
+            t->data = mt->data + ro_[row0];
+            t->nbytes = ro_[row0 + rj] - ro_[row0];
+        }
+        row0 += rj;
+    }
+    free(offs);
+    return 0;
+fail:
+    free(offs);
+    for (size_t j = 0; j < n; j++) infer_result_free(&per[j]);
+    infer_result_free(merged);
+    return -1;
+}

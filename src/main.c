@@ -98,7 +98,7 @@ int main(int argc, char **argv)
                        .instances = set.instances,
                        .intra_op_threads = set.intra_op_threads,
                        .warmup = set.warmup};
-    server_runq_hooks(srv, &ro.work, &ro.work_ctx);
+    server_sched_hooks(srv, &ro.run, &ro.compat, &ro.work_ctx);
     model_repo *repo = NULL;
     if (model_repo_scan(set.model_repository, &ro, &repo, err, sizeof err) != 0) {
         log_emit(LOG_ERROR, NULL, "bad settings: %s", err);

@@ -23,7 +23,9 @@ struct ts_model {
     char failure[1600];
     OrtSession *session;
     model_sig sig;
-    runq *q;
+    sched *s;
+    bool batching;
+    char batching_note[200];
     model_stats stats;
     double warmup_ms;
     int64_t instances; /* runner threads actually started */
@@ -410,6 +412,39 @@ static void log_placement(const ts_model *m)
               o ? text : "(not reported)");
 }
 
+/* Batching needs max_batch_size > 0, a dynamic_batching section, and a batch dimension:
+ * dim 0 dynamic on every input and output. Anything else runs one request per Run(). */
+static void decide_batching(ts_model *m)
+{
+    m->batching = false;
+    if (m->cfg.max_batch_size <= 0) {
+        snprintf(m->batching_note, sizeof m->batching_note, "off: max_batch_size is 0");
+        return;
+    }
+    const io_sig *lists[2] = {m->sig.inputs, m->sig.outputs};
+    size_t counts[2] = {m->sig.n_inputs, m->sig.n_outputs};
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i < counts[k]; i++) {
+            const io_sig *s = &lists[k][i];
+            if (s->ndim == 0 || s->dims[0] != -1) {
+                snprintf(m->batching_note, sizeof m->batching_note,
+                         "disabled: %s '%.64s' has no batch dimension (first dim %s)",
+                         k ? "output" : "input", s->name, s->ndim ? "is fixed" : "missing");
+                return;
+            }
+        }
+    }
+    if (!m->cfg.dynamic_batching) {
+        snprintf(m->batching_note, sizeof m->batching_note,
+                 "off: no dynamic_batching section (max_batch_size %lld)", (long long)m->cfg.max_batch_size);
+        return;
+    }
+    m->batching = true;
+    snprintf(m->batching_note, sizeof m->batching_note,
+             "on: up to %lld rows, waiting at most %lld us", (long long)m->cfg.max_batch_size,
+             (long long)m->cfg.max_queue_delay_us);
+}
+
 static void load_one(model_repo *r, ts_model *m)
 {
     char err[600];
@@ -426,21 +461,29 @@ static void load_one(model_repo *r, ts_model *m)
     }
     read_placement(m);
     log_placement(m);
-    if (m->cfg.dynamic_batching)
-        LOG_WARN_(LOGF({"model", m->name}),
-                  "dynamic_batching is configured but not implemented yet: each request runs alone");
+    decide_batching(m);
     if (r->opt.warmup && warmup(m, err, sizeof err)) {
         fail_model(m, "%s", err);
         return;
     }
-    int64_t qsize = m->cfg.queue_size > 0 ? m->cfg.queue_size : r->opt.queue_size;
     int64_t inst = m->cfg.instances > 0 ? m->cfg.instances : r->opt.instances;
+    sched_config sc = {.levels = (size_t)modelcfg_levels(&m->cfg),
+                       .threads = (size_t)inst,
+                       .max_batch = m->batching ? m->cfg.max_batch_size : 1,
+                       .max_delay_us = m->cfg.max_queue_delay_us,
+                       .n_preferred = m->cfg.n_preferred};
+    memcpy(sc.preferred, m->cfg.preferred_batch_size, sizeof sc.preferred);
+    for (size_t l = 0; l < sc.levels; l++) {
+        int64_t cap = modelcfg_policy(&m->cfg, (int)l + 1)->max_queue_size;
+        sc.capacity[l] = (size_t)(cap > 0 ? cap : r->opt.queue_size);
+    }
     m->instances = inst;
-    m->q = runq_create((size_t)qsize, (size_t)inst, r->opt.work, r->opt.work_ctx, m->name);
-    if (!m->q) {
+    m->s = sched_create(&sc, r->opt.run, r->opt.compat, r->opt.work_ctx, m->name);
+    if (!m->s) {
         fail_model(m, "could not start %lld runner thread(s)", (long long)inst);
         return;
     }
+    LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "batching %s", m->batching_note);
     atomic_store(&m->state, MODEL_READY);
     char load_ms[32], warm_ms[32];
     snprintf(load_ms, sizeof load_ms, "%.1f", now_ms() - t0);
@@ -467,7 +510,7 @@ void model_repo_destroy(model_repo *r)
     if (!r) return;
     for (size_t i = 0; i < r->n; i++) {
         ts_model *m = r->models[i];
-        runq_destroy(m->q);
+        sched_destroy(m->s);
         if (m->session) g_ort->ReleaseSession(m->session);
         free(m->sig.inputs);
         free(m->sig.outputs);
@@ -520,7 +563,12 @@ const char *model_failure(const ts_model *m) { return m->failure; }
 const model_sig *model_signature(const ts_model *m) { return &m->sig; }
 const model_config *model_cfg(const ts_model *m) { return &m->cfg; }
 OrtSession *model_session(const ts_model *m) { return m->session; }
-runq *model_runq(const ts_model *m) { return m->q; }
+sched *model_sched(const ts_model *m) { return m->s; }
+bool model_batching(const ts_model *m, const char **note)
+{
+    if (note) *note = m->batching_note;
+    return m->batching;
+}
 model_stats *model_stats_of(ts_model *m) { return &m->stats; }
 double model_warmup_ms(const ts_model *m) { return m->warmup_ms; }
 int64_t model_instances(const ts_model *m) { return m->instances; }
@@ -533,5 +581,5 @@ size_t model_placement(const ts_model *m, const placement_entry **out)
 
 size_t model_queue_depth(const ts_model *m)
 {
-    return m->q ? runq_depth(m->q) + runq_busy(m->q) : 0;
+    return m->s ? sched_depth(m->s) + sched_busy(m->s) : 0;
 }

@@ -21,7 +21,7 @@
 #include "hist.h"
 #include "infer.h"
 #include "modelcfg.h"
-#include "runq.h"
+#include "scheduler.h"
 
 typedef enum { MODEL_LOADING = 0, MODEL_READY, MODEL_FAILED } model_state_t;
 
@@ -58,7 +58,8 @@ typedef struct {
     int64_t instances;
     int64_t intra_op_threads;
     bool warmup;
-    runq_work_fn work;        /* what each model's runq threads run */
+    sched_run_fn run;         /* what each model's runner threads run */
+    sched_compat_fn compat;   /* which queued requests may share a Run() */
     void *work_ctx;
 } repo_options;
 
@@ -85,7 +86,9 @@ const char *model_failure(const ts_model *m);
 const model_sig *model_signature(const ts_model *m);
 const model_config *model_cfg(const ts_model *m);
 OrtSession *model_session(const ts_model *m);
-runq *model_runq(const ts_model *m);
+sched *model_sched(const ts_model *m);
+/* Does this model batch requests? note: "on: ...", "off: ..." or "disabled: <why>". */
+bool model_batching(const ts_model *m, const char **note);
 model_stats *model_stats_of(ts_model *m);
 double model_warmup_ms(const ts_model *m);
 int64_t model_instances(const ts_model *m); /* runner threads started (0 until READY) */

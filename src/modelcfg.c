@@ -145,19 +145,24 @@ static int parse_instance_group(walker *w, yaml_node_t *n, model_config *c)
     return 0;
 }
 
-static int parse_queue_policy(walker *w, yaml_node_t *n, model_config *c)
+static int parse_queue_policy(walker *w, yaml_node_t *n, const char *where, queue_policy *q)
 {
-    if (need_map(w, n, "default_queue_policy")) return -1;
+    if (need_map(w, n, where)) return -1;
     FOR_EACH_PAIR(w, n, k, v) {
         if (!strcmp(k, "max_queue_size")) {
-            if (get_int(w, v, "max_queue_size", 1, 1000000, &c->queue_size)) return -1;
+            if (get_int(w, v, "max_queue_size", 1, 1000000, &q->max_queue_size)) return -1;
         } else if (!strcmp(k, "default_timeout_microseconds")) {
-            if (get_int(w, v, "default_timeout_microseconds", 0, INT64_C(3600000000), &c->default_timeout_us))
+            if (get_int(w, v, "default_timeout_microseconds", 0, INT64_C(3600000000), &q->default_timeout_us))
                 return -1;
-        } else if (!strcmp(k, "timeout_action") || !strcmp(k, "allow_timeout_override")) {
-            /* read by the batcher (issue: dynamic batching); accepted here */
+        } else if (!strcmp(k, "timeout_action")) {
+            const char *s = scalar(v);
+            if (s && !strcmp(s, "REJECT")) q->action = TIMEOUT_REJECT;
+            else if (s && !strcmp(s, "DELAY")) q->action = TIMEOUT_DELAY;
+            else return fail(w, v, "timeout_action must be REJECT or DELAY");
+        } else if (!strcmp(k, "allow_timeout_override")) {
+            if (get_bool(w, v, k, &q->allow_timeout_override)) return -1;
         } else {
-            return fail(w, v, "unknown key '%s' in dynamic_batching.default_queue_policy", k);
+            return fail(w, v, "unknown key '%s' in %s", k, where);
         }
     }
     return 0;
@@ -167,18 +172,42 @@ static int parse_dynamic_batching(walker *w, yaml_node_t *n, model_config *c)
 {
     if (need_map(w, n, "dynamic_batching")) return -1;
     c->dynamic_batching = true;
+    yaml_node_t *level_policies = NULL;
     FOR_EACH_PAIR(w, n, k, v) {
         if (!strcmp(k, "max_queue_delay_microseconds")) {
             if (get_int(w, v, k, 0, 10000000, &c->max_queue_delay_us)) return -1;
         } else if (!strcmp(k, "preferred_batch_size")) {
             if (get_int_list(w, v, k, 1, 1 << 20, c->preferred_batch_size, 8, &c->n_preferred)) return -1;
         } else if (!strcmp(k, "default_queue_policy")) {
-            if (parse_queue_policy(w, v, c)) return -1;
-        } else if (!strcmp(k, "priority_levels") || !strcmp(k, "default_priority_level") ||
-                   !strcmp(k, "priority_queue_policy") || !strcmp(k, "preserve_ordering")) {
-            /* accepted; priorities are scheduled by the batcher */
+            if (parse_queue_policy(w, v, "dynamic_batching.default_queue_policy", &c->default_policy)) return -1;
+        } else if (!strcmp(k, "priority_levels")) {
+            if (get_int(w, v, k, 1, MODELCFG_MAX_LEVELS, &c->priority_levels)) return -1;
+        } else if (!strcmp(k, "default_priority_level")) {
+            if (get_int(w, v, k, 1, MODELCFG_MAX_LEVELS, &c->default_priority_level)) return -1;
+        } else if (!strcmp(k, "priority_queue_policy")) {
+            level_policies = v; /* read after priority_levels is known */
+        } else if (!strcmp(k, "preserve_ordering")) {
+            bool b = false;
+            if (get_bool(w, v, k, &b)) return -1;
         } else {
             return fail(w, v, "unknown key '%s' in dynamic_batching", k);
+        }
+    }
+    int64_t levels = c->priority_levels ? c->priority_levels : 1;
+    if (c->default_priority_level > levels)
+        return fail(w, n, "default_priority_level %lld is above priority_levels %lld",
+                    (long long)c->default_priority_level, (long long)levels);
+    if (level_policies) {
+        if (need_map(w, level_policies, "priority_queue_policy")) return -1;
+        FOR_EACH_PAIR(w, level_policies, k, v) {
+            char *end = NULL;
+            long lvl = strtol(k, &end, 10);
+            if (*end || lvl < 1 || lvl > levels)
+                return fail(w, v, "priority_queue_policy key '%s' is not a level in 1..%lld", k, (long long)levels);
+            /* a level's policy starts from the default policy's values */
+            c->level_policy[lvl - 1] = c->default_policy;
+            if (parse_queue_policy(w, v, "priority_queue_policy.<level>", &c->level_policy[lvl - 1])) return -1;
+            c->level_policy_set[lvl - 1] = true;
         }
     }
     return 0;
@@ -295,6 +324,22 @@ void modelcfg_defaults(model_config *c)
     c->vp_latest_n = 1;
     c->intra_op_threads = -1;
     c->inter_op_threads = -1;
+}
+
+const queue_policy *modelcfg_policy(const model_config *c, int level)
+{
+    if (level >= 1 && level <= MODELCFG_MAX_LEVELS && c->level_policy_set[level - 1])
+        return &c->level_policy[level - 1];
+    return &c->default_policy;
+}
+
+int modelcfg_levels(const model_config *c) { return c->priority_levels > 0 ? (int)c->priority_levels : 1; }
+
+int modelcfg_default_level(const model_config *c)
+{
+    /* Triton's default is the lowest priority when levels exist */
+    if (c->default_priority_level > 0) return (int)c->default_priority_level;
+    return modelcfg_levels(c);
 }
 
 int modelcfg_load(const char *path, model_config *c, char *err, size_t errlen)

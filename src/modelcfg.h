@@ -1,8 +1,8 @@
 /* modelcfg: a model's optional config.yaml, with Triton's field names.
  *
  * Understood: name, platform, backend, max_batch_size, version_policy, instance_group,
- * dynamic_batching (default_queue_policy.max_queue_size and default_timeout_microseconds
- * are enforced; the batching fields are read and reported), parameters
+ * dynamic_batching (max_queue_delay_microseconds, preferred_batch_size, priority_levels,
+ * default_priority_level, default_queue_policy, priority_queue_policy), parameters
  * (intra_op_thread_count, inter_op_thread_count), model_warmup. An unknown key is an
  * error naming the key, the file, line and column.
  */
@@ -38,6 +38,18 @@ typedef struct {
     warmup_input inputs[MODELCFG_MAX_WARMUP_INPUTS];
 } warmup_sample;
 
+#define MODELCFG_MAX_LEVELS 16
+
+typedef enum { TIMEOUT_REJECT = 0, TIMEOUT_DELAY } timeout_action;
+
+/* Triton's ModelQueuePolicy. */
+typedef struct {
+    int64_t max_queue_size;     /* 0: the server default */
+    int64_t default_timeout_us; /* time allowed in the queue; 0: no queue timeout */
+    timeout_action action;      /* what happens when it passes */
+    bool allow_timeout_override;/* a request's parameters.timeout may lower it */
+} queue_policy;
+
 typedef struct {
     bool present; /* a config.yaml was read */
     char name[256];
@@ -47,9 +59,12 @@ typedef struct {
     size_t vp_n_specific;
     int64_t vp_specific[MODELCFG_MAX_VERSIONS];
     int64_t instances;        /* 0: the server default */
-    int64_t queue_size;       /* 0: the server default */
-    int64_t default_timeout_us;
     bool dynamic_batching;    /* the section exists */
+    int64_t priority_levels;  /* 0: one level */
+    int64_t default_priority_level;
+    queue_policy default_policy;
+    queue_policy level_policy[MODELCFG_MAX_LEVELS]; /* index level-1 */
+    bool level_policy_set[MODELCFG_MAX_LEVELS];
     int64_t max_queue_delay_us;
     size_t n_preferred;
     int64_t preferred_batch_size[8];
@@ -60,6 +75,11 @@ typedef struct {
 } model_config;
 
 void modelcfg_defaults(model_config *c);
+/* The queue policy of a priority level (1-based): its own, else the default policy. */
+const queue_policy *modelcfg_policy(const model_config *c, int level);
+/* Levels configured (>= 1) and the level requests get when they name none. */
+int modelcfg_levels(const model_config *c);
+int modelcfg_default_level(const model_config *c);
 /* Reads path into c (defaults first). A missing file is not an error (returns 0, present
  * stays false). On a bad file: -1 and a message naming file:line:col and the key. */
 int modelcfg_load(const char *path, model_config *c, char *err, size_t errlen);

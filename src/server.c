@@ -19,50 +19,9 @@
 #include "log.h"
 #include "ortenv.h"
 #include "status.h"
-#include "zcodec.h"
+#include "server_internal.h"
 
-#define REPLY_LIMIT ((size_t)1 << 31)
-
-struct server {
-    const ts_settings *set;
-    const ep_result *ep;
-    struct event_base *base;
-    struct evhttp *http;
-    struct evhttp_bound_socket *sock;
-    struct event *sigterm, *sigint, *drain_timer, *loaded_ev;
-    doneq *done;
-    model_repo *repo;
-    size_t in_flight;           /* jobs alive; loop thread only */
-    size_t unflushed;           /* job replies handed to libevent, not yet fully written */
-    bool draining;
-    int exit_code;
-    int port;
-    _Atomic uint64_t runs;      /* runs started, for the fault injector */
-    _Atomic size_t load_failed;
-    char *hw_json;
-    double t_created;           /* for the time-to-ready log line */
-};
-
-typedef struct job {
-    void *link; /* doneq's; must be first */
-    server *srv;
-    ts_model *model;
-    infer_request req;
-    struct evhttp_request *http; /* NULL once replied or the client is gone */
-    struct event *timer;
-    OrtRunOptions *ro;
-    _Atomic bool cancelled;
-    bool counted;
-    int status;       /* reply status set by the runner */
-    ts_err err;
-    buf reply;
-    size_t json_len;
-    bool binary;
-    zc_kind reply_enc;  /* what the client's Accept-Encoding asked for */
-    double t_arrive, t_start, t_end;
-} job;
-
-static double now_s(void)
+double server_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -71,7 +30,7 @@ static double now_s(void)
 
 /* ---- replies ------------------------------------------------------------------------ */
 
-static void reply_buf(struct evhttp_request *req, int code, const char *ctype, buf *b)
+void server_reply_buf(struct evhttp_request *req, int code, const char *ctype, buf *b)
 {
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     if (ctype) evhttp_add_header(h, "Content-Type", ctype);
@@ -92,11 +51,11 @@ static void reply_text(struct evhttp_request *req, int code, const char *ctype, 
     buf b;
     buf_init(&b, REPLY_LIMIT);
     buf_puts(&b, s);
-    reply_buf(req, code, ctype, &b);
+    server_reply_buf(req, code, ctype, &b);
     buf_free(&b);
 }
 
-static void reply_error(struct evhttp_request *req, int code, const char *msg)
+void server_reply_error(struct evhttp_request *req, int code, const char *msg)
 {
     buf b;
     buf_init(&b, 1 << 16);
@@ -105,7 +64,7 @@ static void reply_error(struct evhttp_request *req, int code, const char *msg)
     buf_putc(&b, '}');
     if (code == 503 || code == 429)
         evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
-    reply_buf(req, code, "application/json", &b);
+    server_reply_buf(req, code, "application/json", &b);
     buf_free(&b);
 }
 
@@ -114,73 +73,10 @@ static void reply_empty(struct evhttp_request *req, int code)
     evhttp_send_reply(req, code, NULL, NULL);
 }
 
-/* ---- inference ---------------------------------------------------------------------- */
-
-static void reply_tracked(server *srv, struct evhttp_request *req);
-
-static void record(job *j, req_outcome o)
-{
-    if (j->counted) return;
-    j->counted = true;
-    model_stats *st = model_stats_of(j->model);
-    atomic_fetch_add(&st->outcomes[o], 1);
-    hist_observe(&st->request, now_s() - j->t_arrive);
-}
-
-static void detach_http(job *j)
-{
-    if (!j->http) return;
-    struct evhttp_connection *c = evhttp_request_get_connection(j->http);
-    if (c) evhttp_connection_set_closecb(c, NULL, NULL);
-    j->http = NULL;
-}
-
-static void cancel_run(job *j)
-{
-    atomic_store(&j->cancelled, true);
-    if (j->ro) (void)ort_check(g_ort->RunOptionsSetTerminate(j->ro), NULL, 0);
-}
-
-static void on_client_close(struct evhttp_connection *c, void *arg)
-{
-    (void)c;
-    job *j = arg;
-    j->http = NULL; /* libevent frees the request right after this */
-    cancel_run(j);
-    record(j, OUT_CANCELLED);
-    LOG_DEBUG_(LOGF({"model", model_name(j->model)}), "client went away; request cancelled");
-}
-
-static void on_timeout(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    job *j = arg;
-    cancel_run(j);
-    if (!j->http) return;
-    char msg[256];
-    snprintf(msg, sizeof msg, "request timed out after %.0f ms (%s)",
-             (now_s() - j->t_arrive) * 1e3, j->t_start > 0 ? "while running" : "still queued");
-    struct evhttp_request *req = j->http;
-    detach_http(j);
-    reply_tracked(j->srv, req);
-    reply_error(req, 504, msg);
-    record(j, OUT_TIMEOUT);
-}
-
-static void free_job(job *j)
-{
-    if (j->timer) event_free(j->timer);
-    if (j->ro) g_ort->ReleaseRunOptions(j->ro);
-    infer_request_free(&j->req);
-    buf_free(&j->reply);
-    free(j);
-}
-
 /* A drain ends once no job is alive and every reply has been written out: exiting while a
  * reply still sits in a socket buffer would lose it. A reply whose client vanished never
  * completes, so the flush wait is bounded. */
-static void maybe_finish_drain(server *srv)
+void server_maybe_finish_drain(server *srv)
 {
     if (!srv->draining || srv->in_flight != 0) return;
     if (srv->unflushed == 0) {
@@ -190,232 +86,6 @@ static void maybe_finish_drain(server *srv)
         struct timeval grace = {2, 0};
         event_base_loopexit(srv->base, &grace);
     }
-}
-
-static void on_reply_written(struct evhttp_request *req, void *arg)
-{
-    (void)req;
-    server *srv = arg;
-    srv->unflushed--;
-    maybe_finish_drain(srv);
-}
-
-/* Every reply to an inference request goes through here so a drain can wait for it. */
-static void reply_tracked(server *srv, struct evhttp_request *req)
-{
-    srv->unflushed++;
-    evhttp_request_set_on_complete_cb(req, on_reply_written, srv);
-}
-
-/* Runner thread. */
-static void run_job(void *item, void *ctx)
-{
-    job *j = item;
-    server *srv = ctx;
-    j->t_start = now_s();
-    const char *mname = model_name(j->model);
-    if (atomic_load(&j->cancelled)) {
-        j->status = 504;
-        ts_err_set(&j->err, 504, "request cancelled before it ran");
-    } else {
-        uint64_t n = atomic_fetch_add(&srv->runs, 1) + 1;
-        infer_result res;
-        int rc;
-        if (srv->set->fault_inject_gpu_run > 0 && n == (uint64_t)srv->set->fault_inject_gpu_run) {
-            ts_err_set(&j->err, 500,
-                       "inference failed: CUDA failure 700: an illegal memory access was encountered "
-                       "(injected by TIERSERVE_FAULT_INJECT_GPU_RUN=%lld)",
-                       (long long)srv->set->fault_inject_gpu_run);
-            rc = -1;
-        } else {
-            rc = infer_run(model_session(j->model), j->ro, model_signature(j->model), &j->req, &res,
-                           &j->err);
-        }
-        j->t_end = now_s();
-        model_stats *st = model_stats_of(j->model);
-        hist_observe(&st->queue, j->t_start - j->t_arrive);
-        hist_observe(&st->compute, j->t_end - j->t_start);
-        hist_observe(&st->batch, 1);
-        if (rc == 0) {
-            buf_init(&j->reply, REPLY_LIMIT);
-            rc = infer_encode(&j->req, &res, mname, model_version(j->model), &j->reply,
-                              &j->json_len, &j->binary, &j->err);
-            infer_result_free(&res);
-            /* the JSON header length stays the uncompressed one: clients inflate first */
-            if (rc == 0 && j->reply_enc != ZC_NONE && zcodec_compress(&j->reply, j->reply_enc) != 0)
-                j->reply_enc = ZC_NONE;
-            j->status = rc == 0 ? 200 : j->err.http;
-        } else {
-            if (atomic_load(&j->cancelled)) ts_err_set(&j->err, 504, "request timed out while running");
-            else health_check_gpu_error(j->err.msg, mname);
-            j->status = j->err.http;
-        }
-    }
-    doneq_push(srv->done, j);
-}
-
-/* Loop thread: a runner finished. */
-static void on_done(void *item, void *ctx)
-{
-    job *j = item;
-    server *srv = ctx;
-    srv->in_flight--;
-    if (j->timer) evtimer_del(j->timer);
-    if (!srv->http) j->http = NULL; /* shutting down: the connection is gone */
-    if (j->http) {
-        struct evhttp_request *req = j->http;
-        detach_http(j);
-        reply_tracked(srv, req);
-        if (j->status == 200) {
-            struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-            if (j->binary) {
-                char len[32];
-                snprintf(len, sizeof len, "%zu", j->json_len);
-                evhttp_add_header(h, "Inference-Header-Content-Length", len);
-            }
-            if (j->reply_enc != ZC_NONE) evhttp_add_header(h, "Content-Encoding", zcodec_name(j->reply_enc));
-            reply_buf(req, 200, j->binary ? "application/octet-stream" : "application/json",
-                      &j->reply);
-            record(j, OUT_SUCCESS);
-        } else {
-            reply_error(req, j->status, j->err.msg);
-            record(j, j->status == 504 ? OUT_TIMEOUT : j->status < 500 ? OUT_CLIENT_ERROR : OUT_ERROR);
-        }
-    }
-    free_job(j);
-    maybe_finish_drain(srv);
-}
-
-static int64_t parse_header_len(struct evhttp_request *req, ts_err *err)
-{
-    const char *v = evhttp_find_header(evhttp_request_get_input_headers(req),
-                                       "Inference-Header-Content-Length");
-    if (!v) return -1;
-    char *end = NULL;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    if (errno || end == v || *end || n < 0 || v[0] == '-' || v[0] == '+') {
-        ts_err_set(err, 400, "Inference-Header-Content-Length \"%.40s\" is not a byte count", v);
-        return -2;
-    }
-    return n;
-}
-
-static void handle_infer(server *srv, struct evhttp_request *req, const char *name,
-                         const char *version)
-{
-    ts_err err = {0};
-    if (srv->draining) {
-        reply_error(req, 503, "server is shutting down");
-        return;
-    }
-    if (!health_live()) {
-        char msg[600], why[512];
-        health_gpu_fault_message(why, sizeof why);
-        snprintf(msg, sizeof msg, "worker is not live after a GPU fault: %s", why);
-        reply_error(req, 503, msg);
-        return;
-    }
-    ts_model *m = srv->repo ? model_repo_find(srv->repo, name, version, &err) : NULL;
-    if (!m) {
-        if (!srv->repo) ts_err_set(&err, 503, "models are still loading");
-        reply_error(req, err.http, err.msg);
-        return;
-    }
-    if (model_state(m) != MODEL_READY) {
-        char msg[1800];
-        if (model_state(m) == MODEL_LOADING)
-            snprintf(msg, sizeof msg, "model '%s' version %s is still loading", name, model_version(m));
-        else
-            snprintf(msg, sizeof msg, "model '%s' version %s is unavailable: %s", name,
-                     model_version(m), model_failure(m));
-        reply_error(req, 503, msg);
-        return;
-    }
-    struct evkeyvalq *in_h = evhttp_request_get_input_headers(req);
-    const char *enc = evhttp_find_header(in_h, "Content-Encoding");
-    zc_kind body_enc = zcodec_parse_encoding(enc);
-    if (body_enc == ZC_UNSUPPORTED) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "Content-Encoding \"%.40s\" is not supported (gzip, deflate, identity)", enc);
-        atomic_fetch_add(&model_stats_of(m)->outcomes[OUT_CLIENT_ERROR], 1);
-        reply_error(req, 415, msg);
-        return;
-    }
-
-    job *j = calloc(1, sizeof *j);
-    if (!j) {
-        reply_error(req, 503, "out of memory");
-        return;
-    }
-    j->srv = srv;
-    j->model = m;
-    j->t_arrive = now_s();
-    j->reply_enc = zcodec_pick_accept(evhttp_find_header(in_h, "Accept-Encoding"));
-    int64_t hlen = parse_header_len(req, &err);
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
-    uint8_t *body = malloc(len ? len : 1);
-    int rc = hlen == -2 ? -1 : 0;
-    if (rc == 0 && !body) {
-        ts_err_set(&err, 503, "out of memory");
-        rc = -1;
-    }
-    if (rc == 0) {
-        evbuffer_remove(in, body, len);
-        if (body_enc != ZC_NONE) {
-            uint8_t *plain = NULL;
-            size_t plain_len = 0;
-            int zr = zcodec_inflate(body, len, (size_t)srv->set->max_body_bytes, &plain, &plain_len);
-            free(body);
-            body = plain;
-            len = plain_len;
-            if (zr == -2)
-                ts_err_set(&err, 413, "%s body inflates beyond the %lld-byte limit", zcodec_name(body_enc),
-                           (long long)srv->set->max_body_bytes);
-            else if (zr)
-                ts_err_set(&err, 400, "%s body is corrupt or truncated", zcodec_name(body_enc));
-            rc = zr ? -1 : 0;
-        }
-    }
-    if (rc == 0) {
-        rc = infer_parse(body, len, hlen, (size_t)srv->set->max_body_bytes, &j->req, &err);
-        body = NULL; /* owned by j->req now */
-    }
-    free(body);
-    if (rc == 0) rc = infer_bind(model_signature(m), &j->req, &err);
-    if (rc) {
-        reply_error(req, err.http, err.msg);
-        record(j, err.http >= 500 ? OUT_ERROR : OUT_CLIENT_ERROR);
-        free_job(j);
-        return;
-    }
-
-    /* the deadline: the server's, lowered by the model's default and by the request */
-    int64_t timeout_us = srv->set->request_timeout_ms * 1000;
-    const model_config *cfg = model_cfg(m);
-    if (cfg->default_timeout_us > 0 && cfg->default_timeout_us < timeout_us)
-        timeout_us = cfg->default_timeout_us;
-    if (j->req.timeout_us > 0 && j->req.timeout_us < timeout_us) timeout_us = j->req.timeout_us;
-
-    if (ort_check(g_ort->CreateRunOptions(&j->ro), NULL, 0)) j->ro = NULL;
-    j->timer = evtimer_new(srv->base, on_timeout, j);
-    j->http = req;
-    int q = runq_push(model_runq(m), j);
-    if (q != 0) {
-        j->http = NULL;
-        char msg[256];
-        snprintf(msg, sizeof msg, "model '%s' queue is full (%zu requests waiting); retry later",
-                 name, runq_capacity(model_runq(m)));
-        reply_error(req, 503, q == -1 ? msg : "server is shutting down");
-        record(j, OUT_REJECTED);
-        free_job(j);
-        return;
-    }
-    srv->in_flight++;
-    struct timeval tv = {(time_t)(timeout_us / 1000000), (suseconds_t)(timeout_us % 1000000)};
-    if (j->timer) evtimer_add(j->timer, &tv);
-    evhttp_connection_set_closecb(evhttp_request_get_connection(req), on_client_close, j);
 }
 
 /* ---- routing ----------------------------------------------------------------------- */
@@ -468,7 +138,7 @@ static bool method_is(struct evhttp_request *req, enum evhttp_cmd_type want)
 static void method_not_allowed(struct evhttp_request *req, const char *allowed)
 {
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allowed);
-    reply_error(req, 405, "method not allowed for this endpoint");
+    server_reply_error(req, 405, "method not allowed for this endpoint");
 }
 
 static void handle_model(server *srv, struct evhttp_request *req, char segs[MAX_SEGS][TS_NAME_MAX],
@@ -482,17 +152,17 @@ static void handle_model(server *srv, struct evhttp_request *req, char segs[MAX_
         version = segs[4];
         k = 5;
     } else if (n == 4 && strcmp(segs[3], "versions") == 0) {
-        reply_error(req, 404, "missing version after /versions");
+        server_reply_error(req, 404, "missing version after /versions");
         return;
     }
     const char *verb = n > k ? segs[k] : "";
     if (n > k + 1) {
-        reply_error(req, 404, "unknown endpoint");
+        server_reply_error(req, 404, "unknown endpoint");
         return;
     }
     if (strcmp(verb, "infer") == 0) {
         if (!method_is(req, EVHTTP_REQ_POST)) { method_not_allowed(req, "POST"); return; }
-        handle_infer(srv, req, name, version);
+        server_handle_infer(srv, req, name, version);
         return;
     }
     if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
@@ -500,21 +170,21 @@ static void handle_model(server *srv, struct evhttp_request *req, char segs[MAX_
     ts_model *m = srv->repo ? model_repo_find(srv->repo, name, version, &err) : NULL;
     if (strcmp(verb, "ready") == 0) {
         if (m && model_state(m) == MODEL_READY && health_live()) reply_empty(req, 200);
-        else if (!m && srv->repo) reply_error(req, 404, err.msg);
-        else reply_error(req, 503, "model is not ready");
+        else if (!m && srv->repo) server_reply_error(req, 404, err.msg);
+        else server_reply_error(req, 503, "model is not ready");
         return;
     }
     if (strcmp(verb, "") != 0 && strcmp(verb, "config") != 0) {
-        reply_error(req, 404, "unknown endpoint");
+        server_reply_error(req, 404, "unknown endpoint");
         return;
     }
     if (!m) {
         if (!srv->repo) ts_err_set(&err, 503, "models are still loading");
-        reply_error(req, err.http, err.msg);
+        server_reply_error(req, err.http, err.msg);
         return;
     }
     if (model_state(m) != MODEL_READY) {
-        reply_error(req, 503, model_state(m) == MODEL_LOADING ? "model is still loading"
+        server_reply_error(req, 503, model_state(m) == MODEL_LOADING ? "model is still loading"
                                                               : model_failure(m));
         return;
     }
@@ -522,7 +192,7 @@ static void handle_model(server *srv, struct evhttp_request *req, char segs[MAX_
     buf_init(&b, REPLY_LIMIT);
     if (strcmp(verb, "config") == 0) status_model_config(m, srv->ep->decision.active != PROV_CPU, &b);
     else status_model_metadata(srv->repo, m, &b);
-    reply_buf(req, 200, "application/json", &b);
+    server_reply_buf(req, 200, "application/json", &b);
     buf_free(&b);
 }
 
@@ -553,7 +223,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     bool bad = false;
     size_t n = path ? split_path(path, segs, &bad) : 0;
     if (!path || bad) {
-        reply_error(req, 400, "malformed or over-long request path");
+        server_reply_error(req, 400, "malformed or over-long request path");
         return;
     }
     if (n >= 1 && strcmp(segs[0], "metrics") == 0 && n == 1) {
@@ -563,12 +233,12 @@ static void on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, REPLY_LIMIT);
         status_metrics(&v, &b);
-        reply_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
+        server_reply_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
         buf_free(&b);
         return;
     }
     if (n == 0 || strcmp(segs[0], "v2") != 0) {
-        reply_error(req, 404, "unknown endpoint (the API lives under /v2)");
+        server_reply_error(req, 404, "unknown endpoint (the API lives under /v2)");
         return;
     }
     if (n == 1) {
@@ -580,12 +250,12 @@ static void on_request(struct evhttp_request *req, void *arg)
         if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
         if (strcmp(segs[2], "live") == 0) {
             if (health_live()) reply_empty(req, 200);
-            else reply_error(req, 503, "not live: GPU fault");
+            else server_reply_error(req, 503, "not live: GPU fault");
         } else if (strcmp(segs[2], "ready") == 0) {
             if (server_ready(srv)) reply_empty(req, 200);
-            else reply_error(req, 503, "not ready");
+            else server_reply_error(req, 503, "not ready");
         } else {
-            reply_error(req, 404, "unknown endpoint");
+            server_reply_error(req, 404, "unknown endpoint");
         }
         return;
     }
@@ -596,7 +266,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, REPLY_LIMIT);
         status_json(&v, &b);
-        reply_buf(req, 200, "application/json", &b);
+        server_reply_buf(req, 200, "application/json", &b);
         buf_free(&b);
         return;
     }
@@ -605,7 +275,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, REPLY_LIMIT);
         status_repository_index(srv->repo, &b);
-        reply_buf(req, 200, "application/json", &b);
+        server_reply_buf(req, 200, "application/json", &b);
         buf_free(&b);
         return;
     }
@@ -613,7 +283,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         handle_model(srv, req, segs, n);
         return;
     }
-    reply_error(req, 404, "unknown endpoint");
+    server_reply_error(req, 404, "unknown endpoint");
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------ */
@@ -638,7 +308,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
               sig == SIGTERM ? "SIGTERM" : "SIGINT", srv->in_flight);
     struct timeval tv = {(time_t)srv->set->drain_timeout_s, 0};
     evtimer_add(srv->drain_timer, &tv);
-    maybe_finish_drain(srv);
+    server_maybe_finish_drain(srv);
 }
 
 static void on_loaded(evutil_socket_t fd, short what, void *arg)
@@ -654,7 +324,7 @@ static void on_loaded(evutil_socket_t fd, short what, void *arg)
         return;
     }
     char ready_ms[32];
-    snprintf(ready_ms, sizeof ready_ms, "%.1f", (now_s() - srv->t_created) * 1e3);
+    snprintf(ready_ms, sizeof ready_ms, "%.1f", (server_now() - srv->t_created) * 1e3);
     LOG_INFO_(LOGF({"time_to_ready_ms", ready_ms}),
               "server ready after %s ms: %zu model(s) loaded, %zu failed; listening on port %d",
               ready_ms, model_repo_count(srv->repo) - failed, failed, srv->port);
@@ -667,7 +337,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     if (!srv) return NULL;
     srv->set = s;
     srv->ep = ep;
-    srv->t_created = now_s();
+    srv->t_created = server_now();
     srv->base = event_base_new();
     srv->http = srv->base ? evhttp_new(srv->base) : NULL;
     if (!srv->http) {
@@ -695,7 +365,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     if (getsockname(evhttp_bound_socket_get_fd(srv->sock), (struct sockaddr *)&ss, &sl) == 0)
         srv->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                    : ((struct sockaddr_in *)&ss)->sin_port);
-    srv->done = doneq_create(srv->base, on_done, srv);
+    srv->done = doneq_create(srv->base, server_on_job_done, srv);
     srv->sigterm = evsignal_new(srv->base, SIGTERM, on_signal, srv);
     srv->sigint = evsignal_new(srv->base, SIGINT, on_signal, srv);
     srv->drain_timer = evtimer_new(srv->base, on_drain_timeout, srv);
@@ -711,9 +381,10 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     return srv;
 }
 
-void server_runq_hooks(server *srv, runq_work_fn *fn, void **ctx)
+void server_sched_hooks(server *srv, sched_run_fn *run, sched_compat_fn *compat, void **ctx)
 {
-    *fn = run_job;
+    *run = server_run_batch;
+    *compat = server_jobs_compatible;
     *ctx = srv;
 }
 

@@ -15,8 +15,8 @@ typedef struct server server;
 
 /* Binds the listener (port 0 picks one) and sets up routes; does not run the loop. */
 server *server_create(const ts_settings *s, const ep_result *ep, char *err, size_t errlen);
-/* The work function model runqs must run, and its context. */
-void server_runq_hooks(server *srv, runq_work_fn *fn, void **ctx);
+/* What each model's scheduler runs (and batches by), and its context. */
+void server_sched_hooks(server *srv, sched_run_fn *run, sched_compat_fn *compat, void **ctx);
 /* Hands the (scanned, possibly still loading) repository to the server. */
 void server_set_repo(server *srv, model_repo *repo);
 int server_port(const server *srv);

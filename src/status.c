@@ -87,9 +87,13 @@ void status_json(const status_view *v, buf *b)
         buf_printf(b, ",\"ready\":%s,\"state\":\"%s\",\"warmup_ms\":%.1f,\"queue_depth\":%zu,",
                    model_state(m) == MODEL_READY ? "true" : "false", state_name(model_state(m)),
                    model_warmup_ms(m), model_queue_depth(m));
-        buf_printf(b, "\"max_batch_size\":%lld,\"batching\":%s,\"node_placement\":",
-                   (long long)model_cfg(m)->max_batch_size,
-                   model_cfg(m)->dynamic_batching ? "\"configured, not implemented\"" : "\"off\"");
+        const char *note = "";
+        bool batching = model_batching(m, &note);
+        buf_printf(b, "\"max_batch_size\":%lld,\"batching\":%s,\"batching_note\":",
+                   (long long)model_cfg(m)->max_batch_size, batching ? "true" : "false");
+        put_str(b, note);
+        buf_printf(b, ",\"instances\":%lld,\"priority_levels\":%d,\"node_placement\":",
+                   (long long)model_instances(m), modelcfg_levels(model_cfg(m)));
         put_placement(b, m);
         buf_puts(b, ",\"reason\":");
         if (model_state(m) == MODEL_FAILED) put_str(b, model_failure(m));
@@ -330,8 +334,12 @@ void status_model_config(const ts_model *m, bool gpu, buf *b)
     buf_printf(b, ",\"instance_group\":[{\"count\":%lld,\"kind\":\"%s\"}]",
                (long long)model_instances(m), gpu ? "KIND_GPU" : "KIND_CPU");
     if (c->dynamic_batching) {
-        buf_printf(b, ",\"dynamic_batching\":{\"max_queue_delay_microseconds\":%lld}",
-                   (long long)c->max_queue_delay_us);
+        buf_printf(b, ",\"dynamic_batching\":{\"max_queue_delay_microseconds\":%lld,"
+                      "\"preferred_batch_size\":[", (long long)c->max_queue_delay_us);
+        for (size_t i = 0; i < c->n_preferred; i++)
+            buf_printf(b, "%s%lld", i ? "," : "", (long long)c->preferred_batch_size[i]);
+        buf_printf(b, "],\"priority_levels\":%d,\"default_priority_level\":%d}",
+                   modelcfg_levels(c), modelcfg_default_level(c));
     }
     buf_putc(b, '}');
 }

@@ -95,8 +95,8 @@ static void test_modelcfg_full(void **state)
     assert_int_equal(c.vp_n_specific, 2);
     assert_int_equal(c.vp_specific[1], 3);
     assert_int_equal(c.instances, 3);
-    assert_int_equal(c.queue_size, 16);
-    assert_int_equal(c.default_timeout_us, 5000);
+    assert_int_equal(c.default_policy.max_queue_size, 16);
+    assert_int_equal(c.default_policy.default_timeout_us, 5000);
     assert_int_equal(c.n_preferred, 2);
     assert_int_equal(c.intra_op_threads, 2);
     assert_int_equal(c.n_warmup, 1);

@@ -1,0 +1,457 @@
+/* server_infer.c: one inference request's life, from the loop to a runner and back.
+ *
+ * loop:   parse + bind -> job -> sched_submit (503 if the level is full) -> deadline timer
+ * runner: take a batch -> Run() -> encode each reply (and compress) -> doneq
+ * loop:   reply, record, free
+ * A queued job can be taken back (queue timeout REJECT, deadline, client gone) or demoted
+ * (timeout_action DELAY); a running one can only be cancelled: its result is dropped.
+ */
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/keyvalq_struct.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "health.h"
+#include "log.h"
+#include "ortenv.h"
+#include "server_internal.h"
+#include "zcodec.h"
+
+typedef struct job {
+    void *link; /* doneq's; must be first */
+    sched_item item;
+    server *srv;
+    ts_model *model;
+    infer_request req;
+    uint64_t key;      /* batching compatibility; 0: runs alone */
+    struct evhttp_request *http; /* NULL once replied or the client is gone */
+    struct event *timer;
+    OrtRunOptions *ro;
+    _Atomic bool cancelled;
+    bool counted;
+    double deadline;   /* monotonic seconds: 504 after this */
+    double queue_deadline; /* the level's queue timeout, or 0 */
+    timeout_action on_queue_timeout;
+    int status;        /* reply status set by the runner */
+    ts_err err;
+    buf reply;
+    size_t json_len;
+    bool binary;
+    zc_kind reply_enc; /* what the client's Accept-Encoding asked for */
+    double t_arrive, t_start, t_end;
+} job;
+
+static job *job_of(sched_item *it) { return (job *)((char *)it - offsetof(job, item)); }
+
+static void record(job *j, req_outcome o)
+{
+    if (j->counted) return;
+    j->counted = true;
+    model_stats *st = model_stats_of(j->model);
+    atomic_fetch_add(&st->outcomes[o], 1);
+    hist_observe(&st->request, server_now() - j->t_arrive);
+}
+
+static void on_reply_written(struct evhttp_request *req, void *arg)
+{
+    (void)req;
+    server *srv = arg;
+    srv->unflushed--;
+    server_maybe_finish_drain(srv);
+}
+
+/* Replies to a job's client; the drain waits for these to be written out. */
+static void reply_job(job *j, int code, const char *ctype, buf *b, const char *error)
+{
+    struct evhttp_request *req = j->http;
+    if (!req) return;
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    if (c) evhttp_connection_set_closecb(c, NULL, NULL);
+    j->http = NULL;
+    j->srv->unflushed++;
+    evhttp_request_set_on_complete_cb(req, on_reply_written, j->srv);
+    if (error) server_reply_error(req, code, error);
+    else server_reply_buf(req, code, ctype, b);
+}
+
+static void free_job(job *j)
+{
+    if (j->timer) event_free(j->timer);
+    if (j->ro) g_ort->ReleaseRunOptions(j->ro);
+    infer_request_free(&j->req);
+    buf_free(&j->reply);
+    free(j);
+}
+
+/* The job will never reach a runner: finish it here. */
+static void retire_unrun(job *j)
+{
+    j->srv->in_flight--;
+    server *srv = j->srv;
+    free_job(j);
+    server_maybe_finish_drain(srv);
+}
+
+static void cancel_run(job *j)
+{
+    atomic_store(&j->cancelled, true);
+    if (j->ro) (void)ort_check(g_ort->RunOptionsSetTerminate(j->ro), NULL, 0);
+}
+
+static void on_client_close(struct evhttp_connection *c, void *arg)
+{
+    (void)c;
+    job *j = arg;
+    j->http = NULL; /* libevent frees the request right after this */
+    record(j, OUT_CANCELLED);
+    LOG_DEBUG_(LOGF({"model", model_name(j->model)}), "client went away; request cancelled");
+    if (sched_remove(model_sched(j->model), &j->item)) retire_unrun(j);
+    else cancel_run(j);
+}
+
+static void arm_timer(job *j)
+{
+    double at = j->deadline;
+    if (j->queue_deadline > 0 && j->queue_deadline < at) at = j->queue_deadline;
+    double in = at - server_now();
+    if (in < 0) in = 0;
+    struct timeval tv = {(time_t)in, (suseconds_t)((in - (double)(time_t)in) * 1e6)};
+    evtimer_add(j->timer, &tv);
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    job *j = arg;
+    sched *s = model_sched(j->model);
+    double now = server_now();
+    bool queue_timeout = j->queue_deadline > 0 && now < j->deadline;
+    char msg[256];
+    if (queue_timeout) {
+        j->queue_deadline = 0; /* fires once */
+        if (j->on_queue_timeout == TIMEOUT_DELAY) {
+            sched_demote(s, &j->item); /* no-op if a runner has it already */
+            arm_timer(j);
+            return;
+        }
+        if (!sched_remove(s, &j->item)) { /* already running: only the deadline applies now */
+            arm_timer(j);
+            return;
+        }
+        snprintf(msg, sizeof msg, "request timed out in the queue after %.0f ms (queue policy of "
+                 "priority level %d)", (now - j->t_arrive) * 1e3, j->item.level);
+        reply_job(j, 504, NULL, NULL, msg);
+        record(j, OUT_TIMEOUT);
+        retire_unrun(j);
+        return;
+    }
+    bool queued = sched_remove(s, &j->item);
+    snprintf(msg, sizeof msg, "request timed out after %.0f ms (%s)", (now - j->t_arrive) * 1e3,
+             queued ? "still queued" : "while running");
+    reply_job(j, 504, NULL, NULL, msg);
+    record(j, OUT_TIMEOUT);
+    if (queued) retire_unrun(j);
+    else cancel_run(j);
+}
+
+bool server_jobs_compatible(const sched_item *a, const sched_item *b)
+{
+    const job *x = (const job *)((const char *)a - offsetof(job, item));
+    const job *y = (const job *)((const char *)b - offsetof(job, item));
+    return x->key != 0 && x->key == y->key;
+}
+
+/* ---- runner threads ---------------------------------------------------------------- */
+
+static void finish_job(job *j, infer_result *res, int rc, const ts_err *shared_err)
+{
+    const char *mname = model_name(j->model);
+    if (rc == 0) {
+        buf_init(&j->reply, REPLY_LIMIT);
+        rc = infer_encode(&j->req, res, mname, model_version(j->model), &j->reply, &j->json_len,
+                          &j->binary, &j->err);
+        /* the JSON header length stays the uncompressed one: clients inflate first */
+        if (rc == 0 && j->reply_enc != ZC_NONE && zcodec_compress(&j->reply, j->reply_enc) != 0)
+            j->reply_enc = ZC_NONE;
+        j->status = rc == 0 ? 200 : j->err.http;
+        return;
+    }
+    j->err = *shared_err;
+    if (atomic_load(&j->cancelled)) ts_err_set(&j->err, 504, "request timed out while running");
+    else health_check_gpu_error(j->err.msg, mname);
+    j->status = j->err.http;
+}
+
+void server_run_batch(sched_item **items, size_t n, void *ctx)
+{
+    server *srv = ctx;
+    job **run = calloc(n, sizeof *run);
+    infer_request **reqs = calloc(n, sizeof *reqs);
+    infer_result *per = calloc(n, sizeof *per);
+    if (!run || !reqs || !per) { /* cannot even run: fail each request */
+        for (size_t i = 0; i < n; i++) {
+            job *j = job_of(items[i]);
+            j->status = 503;
+            ts_err_set(&j->err, 503, "out of memory");
+            doneq_push(srv->done, j);
+        }
+        free(run);
+        free(reqs);
+        free(per);
+        return;
+    }
+    size_t m = 0;
+    double t0 = server_now();
+    for (size_t i = 0; i < n; i++) {
+        job *j = job_of(items[i]);
+        j->t_start = t0;
+        if (atomic_load(&j->cancelled)) {
+            j->status = 504;
+            ts_err_set(&j->err, 504, "request cancelled before it ran");
+            doneq_push(srv->done, j);
+            continue;
+        }
+        run[m] = j;
+        reqs[m++] = &j->req;
+    }
+    ts_model *model = m ? run[0]->model : NULL;
+    if (m == 0) goto out;
+    uint64_t nth = atomic_fetch_add(&srv->runs, 1) + 1;
+    infer_result merged;
+    ts_err err = {0};
+    int rc;
+    if (srv->set->fault_inject_gpu_run > 0 && nth == (uint64_t)srv->set->fault_inject_gpu_run) {
+        ts_err_set(&err, 500,
+                   "inference failed: CUDA failure 700: an illegal memory access was encountered "
+                   "(injected by TIERSERVE_FAULT_INJECT_GPU_RUN=%lld)",
+                   (long long)srv->set->fault_inject_gpu_run);
+        memset(&merged, 0, sizeof merged);
+        rc = -1;
+    } else {
+        /* a lone request can be terminated on its deadline; a batch runs to the end */
+        rc = infer_run_batch(model_session(model), m == 1 ? run[0]->ro : NULL,
+                             model_signature(model), reqs, m, &merged, per, &err);
+    }
+    double t1 = server_now();
+    model_stats *st = model_stats_of(model);
+    hist_observe(&st->batch, (double)m);
+    for (size_t i = 0; i < m; i++) {
+        job *j = run[i];
+        j->t_end = t1;
+        hist_observe(&st->queue, j->t_start - j->t_arrive);
+        hist_observe(&st->compute, t1 - t0);
+        finish_job(j, &per[i], rc, &err);
+        infer_result_free(&per[i]);
+    }
+    infer_result_free(&merged);
+    for (size_t i = 0; i < m; i++) doneq_push(srv->done, run[i]);
+out:
+    free(run);
+    free(reqs);
+    free(per);
+}
+
+/* ---- loop thread ---------------------------------------------------------------------- */
+
+void server_on_job_done(void *item, void *ctx)
+{
+    job *j = item;
+    server *srv = ctx;
+    srv->in_flight--;
+    if (j->timer) evtimer_del(j->timer);
+    if (!srv->http) j->http = NULL; /* shutting down: the connection is gone */
+    if (j->http) {
+        if (j->status == 200) {
+            struct evkeyvalq *h = evhttp_request_get_output_headers(j->http);
+            if (j->binary) {
+                char len[32];
+                snprintf(len, sizeof len, "%zu", j->json_len);
+                evhttp_add_header(h, "Inference-Header-Content-Length", len);
+            }
+            if (j->reply_enc != ZC_NONE) evhttp_add_header(h, "Content-Encoding", zcodec_name(j->reply_enc));
+            reply_job(j, 200, j->binary ? "application/octet-stream" : "application/json",
+                      &j->reply, NULL);
+            record(j, OUT_SUCCESS);
+        } else {
+            reply_job(j, j->status, NULL, NULL, j->err.msg);
+            record(j, j->status == 504 ? OUT_TIMEOUT : j->status < 500 ? OUT_CLIENT_ERROR : OUT_ERROR);
+        }
+    }
+    free_job(j);
+    server_maybe_finish_drain(srv);
+}
+
+static int64_t parse_header_len(struct evhttp_request *req, ts_err *err)
+{
+    const char *v = evhttp_find_header(evhttp_request_get_input_headers(req),
+                                       "Inference-Header-Content-Length");
+    if (!v) return -1;
+    char *end = NULL;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (errno || end == v || *end || n < 0 || v[0] == '-' || v[0] == '+') {
+        ts_err_set(err, 400, "Inference-Header-Content-Length \"%.40s\" is not a byte count", v);
+        return -2;
+    }
+    return n;
+}
+
+/* The body, inflated if it came compressed. Returns a malloc'd buffer or NULL with err. */
+static uint8_t *read_body(server *srv, struct evhttp_request *req, zc_kind enc, size_t *len,
+                          ts_err *err)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t n = evbuffer_get_length(in);
+    uint8_t *body = malloc(n ? n : 1);
+    if (!body) {
+        ts_err_set(err, 503, "out of memory");
+        return NULL;
+    }
+    evbuffer_remove(in, body, n);
+    *len = n;
+    if (enc == ZC_NONE) return body;
+    uint8_t *plain = NULL;
+    int zr = zcodec_inflate(body, n, (size_t)srv->set->max_body_bytes, &plain, len);
+    free(body);
+    if (zr == -2)
+        ts_err_set(err, 413, "%s body inflates beyond the %lld-byte limit", zcodec_name(enc),
+                   (long long)srv->set->max_body_bytes);
+    else if (zr)
+        ts_err_set(err, 400, "%s body is corrupt or truncated", zcodec_name(enc));
+    return zr ? NULL : plain;
+}
+
+/* Refusals before a job exists: shutting down, not live, unknown or unready model. */
+static ts_model *admit(server *srv, struct evhttp_request *req, const char *name,
+                       const char *version)
+{
+    ts_err err = {0};
+    if (srv->draining) {
+        server_reply_error(req, 503, "server is shutting down");
+        return NULL;
+    }
+    if (!health_live()) {
+        char msg[600], why[512];
+        health_gpu_fault_message(why, sizeof why);
+        snprintf(msg, sizeof msg, "worker is not live after a GPU fault: %s", why);
+        server_reply_error(req, 503, msg);
+        return NULL;
+    }
+    ts_model *m = srv->repo ? model_repo_find(srv->repo, name, version, &err) : NULL;
+    if (!m) {
+        if (!srv->repo) ts_err_set(&err, 503, "models are still loading");
+        server_reply_error(req, err.http, err.msg);
+        return NULL;
+    }
+    if (model_state(m) != MODEL_READY) {
+        char msg[1800];
+        if (model_state(m) == MODEL_LOADING)
+            snprintf(msg, sizeof msg, "model '%s' version %s is still loading", name, model_version(m));
+        else
+            snprintf(msg, sizeof msg, "model '%s' version %s is unavailable: %s", name,
+                     model_version(m), model_failure(m));
+        server_reply_error(req, 503, msg);
+        return NULL;
+    }
+    return m;
+}
+
+/* Scheduling facts from the model's config: level, batch key, deadlines. */
+static int plan_job(server *srv, job *j, ts_err *err)
+{
+    const model_config *cfg = model_cfg(j->model);
+    int levels = modelcfg_levels(cfg);
+    int level = j->req.priority ? j->req.priority : modelcfg_default_level(cfg);
+    if (level > levels) {
+        ts_err_set(err, 400, "parameters.priority %d is not a level of model '%s' (1..%d)",
+                   j->req.priority, model_name(j->model), levels);
+        return -1;
+    }
+    j->item.level = level;
+    int64_t rows = infer_rows(&j->req);
+    j->item.rows = rows > 0 ? rows : 1;
+    const char *note = NULL;
+    if (model_batching(j->model, &note) && rows >= 0) {
+        if (rows > cfg->max_batch_size) {
+            ts_err_set(err, 400, "batch of %lld rows exceeds max_batch_size %lld of model '%s'",
+                       (long long)rows, (long long)cfg->max_batch_size, model_name(j->model));
+            return -1;
+        }
+        j->key = infer_batch_key(&j->req);
+    }
+    /* deadline: the server's, lowered by the request's parameters.timeout */
+    int64_t timeout_us = srv->set->request_timeout_ms * 1000;
+    if (j->req.timeout_us > 0 && j->req.timeout_us < timeout_us) timeout_us = j->req.timeout_us;
+    j->deadline = j->t_arrive + (double)timeout_us / 1e6;
+    /* queue timeout: the level's policy, lowered by the request if the policy allows */
+    const queue_policy *qp = modelcfg_policy(cfg, level);
+    int64_t qt = qp->default_timeout_us;
+    if (qp->allow_timeout_override && j->req.timeout_us > 0 && (qt == 0 || j->req.timeout_us < qt))
+        qt = j->req.timeout_us;
+    j->queue_deadline = qt > 0 ? j->t_arrive + (double)qt / 1e6 : 0;
+    j->on_queue_timeout = qp->action;
+    return 0;
+}
+
+void server_handle_infer(server *srv, struct evhttp_request *req, const char *name,
+                         const char *version)
+{
+    ts_model *m = admit(srv, req, name, version);
+    if (!m) return;
+    struct evkeyvalq *in_h = evhttp_request_get_input_headers(req);
+    const char *enc = evhttp_find_header(in_h, "Content-Encoding");
+    zc_kind body_enc = zcodec_parse_encoding(enc);
+    if (body_enc == ZC_UNSUPPORTED) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "Content-Encoding \"%.40s\" is not supported (gzip, deflate, identity)", enc);
+        atomic_fetch_add(&model_stats_of(m)->outcomes[OUT_CLIENT_ERROR], 1);
+        server_reply_error(req, 415, msg);
+        return;
+    }
+    job *j = calloc(1, sizeof *j);
+    if (!j) {
+        server_reply_error(req, 503, "out of memory");
+        return;
+    }
+    j->srv = srv;
+    j->model = m;
+    j->t_arrive = server_now();
+    j->reply_enc = zcodec_pick_accept(evhttp_find_header(in_h, "Accept-Encoding"));
+    ts_err err = {0};
+    size_t len = 0;
+    int64_t hlen = parse_header_len(req, &err);
+    uint8_t *body = hlen == -2 ? NULL : read_body(srv, req, body_enc, &len, &err);
+    int rc = body ? infer_parse(body, len, hlen, (size_t)srv->set->max_body_bytes, &j->req, &err) : -1;
+    if (rc == 0) rc = infer_bind(model_signature(m), &j->req, &err);
+    if (rc == 0) rc = plan_job(srv, j, &err);
+    if (rc) {
+        server_reply_error(req, err.http, err.msg);
+        record(j, err.http >= 500 && err.http != 503 ? OUT_ERROR : OUT_CLIENT_ERROR);
+        free_job(j);
+        return;
+    }
+    if (ort_check(g_ort->CreateRunOptions(&j->ro), NULL, 0)) j->ro = NULL;
+    j->timer = evtimer_new(srv->base, on_timeout, j);
+    j->item.enqueued = j->t_arrive;
+    j->http = req;
+    sched *s = model_sched(m);
+    int q = sched_submit(s, &j->item);
+    if (q != 0) {
+        j->http = NULL;
+        char msg[256];
+        snprintf(msg, sizeof msg, "model '%s' queue for priority level %d is full (%zu requests "
+                 "waiting); retry later", name, j->item.level, sched_capacity(s, j->item.level));
+        server_reply_error(req, 503, q == -1 ? msg : "server is shutting down");
+        record(j, OUT_REJECTED);
+        free_job(j);
+        return;
+    }
+    srv->in_flight++;
+    if (j->timer) arm_timer(j);
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), on_client_close, j);
+}

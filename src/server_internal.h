@@ -1,0 +1,51 @@
+/* server_internal.h: what server.c (routing, lifecycle) and server_infer.c (inference jobs)
+ * share. Not a public header: everything here runs on the event-loop thread unless said. */
+#ifndef TS_SERVER_INTERNAL_H
+#define TS_SERVER_INTERNAL_H
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "buf.h"
+#include "doneq.h"
+#include "server.h"
+
+#define REPLY_LIMIT ((size_t)1 << 31)
+
+struct server {
+    const ts_settings *set;
+    const ep_result *ep;
+    struct event_base *base;
+    struct evhttp *http;
+    struct evhttp_bound_socket *sock;
+    struct event *sigterm, *sigint, *drain_timer, *loaded_ev;
+    doneq *done;
+    model_repo *repo;
+    size_t in_flight;           /* jobs alive; loop thread only */
+    size_t unflushed;           /* job replies handed to libevent, not yet fully written */
+    bool draining;
+    int exit_code;
+    int port;
+    _Atomic uint64_t runs;      /* runs started, for the fault injector */
+    _Atomic size_t load_failed;
+    char *hw_json;
+    double t_created;           /* for the time-to-ready log line */
+};
+
+
+double server_now(void);
+void server_reply_buf(struct evhttp_request *req, int code, const char *ctype, buf *b);
+void server_reply_error(struct evhttp_request *req, int code, const char *msg);
+/* Exits the loop once draining, no job alive and every tracked reply written. */
+void server_maybe_finish_drain(server *srv);
+
+/* server_infer.c */
+void server_handle_infer(server *srv, struct evhttp_request *req, const char *name,
+                         const char *version);
+void server_on_job_done(void *item, void *ctx);        /* doneq handler */
+void server_run_batch(sched_item **items, size_t n, void *ctx); /* runner threads */
+bool server_jobs_compatible(const sched_item *a, const sched_item *b);
+
+#endif
