@@ -97,6 +97,7 @@ int main(int argc, char **argv)
                        .queue_size = set.queue_size,
                        .instances = set.instances,
                        .intra_op_threads = set.intra_op_threads,
+                       .place_instances = set.cpu_placement && epr.decision.active == PROV_CPU,
                        .warmup = set.warmup};
     server_sched_hooks(srv, &ro.run, &ro.compat, &ro.work_ctx);
     model_repo *repo = NULL;

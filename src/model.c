@@ -10,6 +10,7 @@
 
 #include "log.h"
 #include "ortenv.h"
+#include "placement.h"
 
 #define REPO_MAX_MODELS 8192
 
@@ -21,7 +22,10 @@ struct ts_model {
     model_config cfg;
     _Atomic int state;
     char failure[1600];
-    OrtSession *session;
+    OrtSession *session;      /* instance 0's; the only one without placement */
+    OrtSession **sessions;    /* one per instance when instances are placed on cores */
+    size_t n_sessions;
+    instance_place *places;   /* per instance, when placed */
     model_sig sig;
     sched *s;
     bool batching;
@@ -314,22 +318,71 @@ static void read_placement(ts_model *m)
     }
 }
 
-static int create_session(model_repo *r, ts_model *m, char *err, size_t errlen)
+/* place: the instance's cores (NULL: ORT's default threads, no pinning). */
+static int create_session(model_repo *r, ts_model *m, const instance_place *place,
+                          OrtSession **out, char *err, size_t errlen)
 {
     OrtSessionOptions *so = NULL;
     if (ort_check(g_ort->CreateSessionOptions(&so), err, errlen)) return -1;
     int64_t intra = m->cfg.intra_op_threads >= 0 ? m->cfg.intra_op_threads : r->opt.intra_op_threads;
+    if (place) intra = (int64_t)place->n;
     int rc = 0;
     if (intra > 0) rc = ort_check(g_ort->SetIntraOpNumThreads(so, (int)intra), err, errlen);
+    if (!rc && place && place->n > 1) {
+        char aff[1024];
+        placement_ort_affinity(place, aff, sizeof aff);
+        rc = ort_check(g_ort->AddSessionConfigEntry(so, "session.intra_op_thread_affinities", aff),
+                       err, errlen);
+    }
     if (!rc && m->cfg.inter_op_threads > 0)
         rc = ort_check(g_ort->SetInterOpNumThreads(so, (int)m->cfg.inter_op_threads), err, errlen);
     if (!rc)
         rc = ort_check(g_ort->AddSessionConfigEntry(so, "session.record_ep_graph_assignment_info", "1"),
                        err, errlen);
     if (!rc) rc = ep_apply(r->opt.ep_cfg, r->opt.ep, so, err, errlen);
-    if (!rc) rc = ort_check(g_ort->CreateSession(ortenv_env(), m->path, so, &m->session), err, errlen);
+    if (!rc) rc = ort_check(g_ort->CreateSession(ortenv_env(), m->path, so, out), err, errlen);
     g_ort->ReleaseSessionOptions(so);
     return rc;
+}
+
+/* CPU tiers with several instances: give each its own session on its own cores. */
+static int place_instances(model_repo *r, ts_model *m, int64_t inst, char *err, size_t errlen)
+{
+    if (!r->opt.place_instances || inst < 2) return 0;
+    topo_pu pus[PLACEMENT_MAX_PUS];
+    size_t npu = placement_topology(pus, PLACEMENT_MAX_PUS);
+    if (npu == 0) return 0;
+    m->places = calloc((size_t)inst, sizeof *m->places);
+    m->sessions = calloc((size_t)inst, sizeof *m->sessions);
+    if (!m->places || !m->sessions) return -1;
+    int64_t want = m->cfg.intra_op_threads >= 0 ? m->cfg.intra_op_threads : r->opt.intra_op_threads;
+    size_t threads = placement_plan(pus, npu, (size_t)inst, (size_t)(want > 0 ? want : 0), m->places);
+    m->sessions[0] = m->session; /* instance 0 is re-created below with its placement */
+    m->session = NULL;
+    g_ort->ReleaseSession(m->sessions[0]);
+    m->sessions[0] = NULL;
+    for (int64_t i = 0; i < inst; i++) {
+        const instance_place *p = &m->places[i];
+        char list[256] = "";
+        size_t o = 0;
+        for (size_t k = 0; k < p->n && o < sizeof list; k++)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", k ? "," : "", p->pus[k]);
+        if (create_session(r, m, p, &m->sessions[i], err, errlen)) return -1;
+        m->n_sessions = (size_t)i + 1;
+        char idx[24];
+        snprintf(idx, sizeof idx, "%lld", (long long)i);
+        LOG_INFO_(LOGF({"model", m->name}, {"instance", idx}),
+                  "instance %lld on CPU(s) %s with %zu intra-op thread(s)%s", (long long)i, list,
+                  threads, p->shared ? " (shared: more instances than cores)" : "");
+    }
+    m->session = m->sessions[0];
+    return 0;
+}
+
+static void pin_runner(size_t runner, void *arg)
+{
+    ts_model *m = arg;
+    if (m->places && runner < m->n_sessions) placement_bind_self(&m->places[runner]);
 }
 
 /* Builds the warm-up request for one configured sample. */
@@ -383,10 +436,13 @@ static int warmup(ts_model *m, char *err, size_t errlen)
         infer_request req;
         ts_err e;
         int rc = s ? warmup_request(m, s, &req, &e) : infer_synth_request(&m->sig, 1, &req, &e);
-        for (int64_t k = 0; rc == 0 && k < count; k++) {
-            infer_result res;
-            rc = infer_run(m->session, NULL, &m->sig, &req, &res, &e);
-            if (rc == 0) infer_result_free(&res);
+        size_t ns = m->n_sessions ? m->n_sessions : 1;
+        for (size_t si = 0; si < ns; si++) {
+            for (int64_t k = 0; rc == 0 && k < count; k++) {
+                infer_result res;
+                rc = infer_run(model_session_for(m, si), NULL, &m->sig, &req, &res, &e);
+                if (rc == 0) infer_result_free(&res);
+            }
         }
         infer_request_free(&req);
         if (rc) {
@@ -450,7 +506,7 @@ static void load_one(model_repo *r, ts_model *m)
     char err[600];
     double t0 = now_ms();
     LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "loading %s", m->path);
-    if (create_session(r, m, err, sizeof err)) {
+    if (create_session(r, m, NULL, &m->session, err, sizeof err)) {
         fail_model(m, "%s", err);
         return;
     }
@@ -462,16 +518,22 @@ static void load_one(model_repo *r, ts_model *m)
     read_placement(m);
     log_placement(m);
     decide_batching(m);
+    int64_t inst = m->cfg.instances > 0 ? m->cfg.instances : r->opt.instances;
+    if (place_instances(r, m, inst, err, sizeof err)) {
+        fail_model(m, "placing %lld instances: %s", (long long)inst, err);
+        return;
+    }
     if (r->opt.warmup && warmup(m, err, sizeof err)) {
         fail_model(m, "%s", err);
         return;
     }
-    int64_t inst = m->cfg.instances > 0 ? m->cfg.instances : r->opt.instances;
     sched_config sc = {.levels = (size_t)modelcfg_levels(&m->cfg),
                        .threads = (size_t)inst,
                        .max_batch = m->batching ? m->cfg.max_batch_size : 1,
                        .max_delay_us = m->cfg.max_queue_delay_us,
-                       .n_preferred = m->cfg.n_preferred};
+                       .n_preferred = m->cfg.n_preferred,
+                       .thread_init = pin_runner,
+                       .thread_init_arg = m};
     memcpy(sc.preferred, m->cfg.preferred_batch_size, sizeof sc.preferred);
     for (size_t l = 0; l < sc.levels; l++) {
         int64_t cap = modelcfg_policy(&m->cfg, (int)l + 1)->max_queue_size;
@@ -511,7 +573,13 @@ void model_repo_destroy(model_repo *r)
     for (size_t i = 0; i < r->n; i++) {
         ts_model *m = r->models[i];
         sched_destroy(m->s);
-        if (m->session) g_ort->ReleaseSession(m->session);
+        if (m->sessions) {
+            for (size_t k = 0; k < m->n_sessions; k++) g_ort->ReleaseSession(m->sessions[k]);
+        } else if (m->session) {
+            g_ort->ReleaseSession(m->session);
+        }
+        free(m->sessions);
+        free(m->places);
         free(m->sig.inputs);
         free(m->sig.outputs);
         free(m);
@@ -563,6 +631,17 @@ const char *model_failure(const ts_model *m) { return m->failure; }
 const model_sig *model_signature(const ts_model *m) { return &m->sig; }
 const model_config *model_cfg(const ts_model *m) { return &m->cfg; }
 OrtSession *model_session(const ts_model *m) { return m->session; }
+
+OrtSession *model_session_for(const ts_model *m, size_t runner)
+{
+    return m->n_sessions ? m->sessions[runner % m->n_sessions] : m->session;
+}
+
+size_t model_instance_places(const ts_model *m, const instance_place **out)
+{
+    *out = m->places;
+    return m->places ? m->n_sessions : 0;
+}
 sched *model_sched(const ts_model *m) { return m->s; }
 bool model_batching(const ts_model *m, const char **note)
 {

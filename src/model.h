@@ -21,6 +21,7 @@
 #include "hist.h"
 #include "infer.h"
 #include "modelcfg.h"
+#include "placement.h"
 #include "scheduler.h"
 
 typedef enum { MODEL_LOADING = 0, MODEL_READY, MODEL_FAILED } model_state_t;
@@ -57,6 +58,7 @@ typedef struct {
     int64_t queue_size;       /* defaults when config.yaml says nothing */
     int64_t instances;
     int64_t intra_op_threads;
+    bool place_instances;     /* CPU tier, several instances: a session per instance on its cores */
     bool warmup;
     sched_run_fn run;         /* what each model's runner threads run */
     sched_compat_fn compat;   /* which queued requests may share a Run() */
@@ -86,6 +88,10 @@ const char *model_failure(const ts_model *m);
 const model_sig *model_signature(const ts_model *m);
 const model_config *model_cfg(const ts_model *m);
 OrtSession *model_session(const ts_model *m);
+/* The session runner number `runner` uses (its instance's, when instances are placed). */
+OrtSession *model_session_for(const ts_model *m, size_t runner);
+/* Per-instance cores, when placed (0 otherwise). */
+size_t model_instance_places(const ts_model *m, const instance_place **out);
 sched *model_sched(const ts_model *m);
 /* Does this model batch requests? note: "on: ...", "off: ..." or "disabled: <why>". */
 bool model_batching(const ts_model *m, const char **note);

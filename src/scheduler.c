@@ -99,7 +99,9 @@ static void *runner_main(void *arg)
     void **a = arg;
     sched *s = a[0];
     sched_item **batch = a[1];
+    size_t runner = (size_t)(uintptr_t)a[2];
     free(a);
+    if (s->cfg.thread_init) s->cfg.thread_init(runner, s->cfg.thread_init_arg);
     size_t max_items = s->cfg.max_batch > 1 ? (size_t)s->cfg.max_batch : 1;
     pthread_mutex_lock(&s->mu);
     for (;;) {
@@ -137,7 +139,7 @@ static void *runner_main(void *arg)
         s->depth -= n;
         s->busy += n;
         pthread_mutex_unlock(&s->mu);
-        s->run(batch, n, s->ctx);
+        s->run(batch, n, runner, s->ctx);
         pthread_mutex_lock(&s->mu);
         s->busy -= n;
     }
@@ -169,7 +171,7 @@ sched *sched_create(const sched_config *cfg, sched_run_fn run, sched_compat_fn c
     }
     size_t max_items = cfg->max_batch > 1 ? (size_t)cfg->max_batch : 1;
     for (size_t i = 0; i < cfg->threads; i++) {
-        void **arg = malloc(2 * sizeof *arg);
+        void **arg = malloc(3 * sizeof *arg);
         sched_item **batch = calloc(max_items, sizeof *batch);
         if (!arg || !batch) {
             free(arg);
@@ -179,6 +181,7 @@ sched *sched_create(const sched_config *cfg, sched_run_fn run, sched_compat_fn c
         }
         arg[0] = s;
         arg[1] = batch;
+        arg[2] = (void *)(uintptr_t)i;
         if (pthread_create(&s->threads[i], NULL, runner_main, arg) != 0) {
             free(arg);
             free(batch);

@@ -36,11 +36,13 @@ typedef struct {
     int64_t max_delay_us;                 /* how long a batch may wait to fill */
     size_t n_preferred;
     int64_t preferred[SCHED_MAX_PREFERRED];
+    void (*thread_init)(size_t runner, void *arg); /* optional: runs first on each runner */
+    void *thread_init_arg;
 } sched_config;
 
-/* Runs on a runner thread with n >= 1 items, highest priority first. The callee owns the
- * items from here on. */
-typedef void (*sched_run_fn)(sched_item **items, size_t n, void *ctx);
+/* Runs on runner thread number `runner` with n >= 1 items, highest priority first. The
+ * callee owns the items from here on. */
+typedef void (*sched_run_fn)(sched_item **items, size_t n, size_t runner, void *ctx);
 /* May a and b share a Run()? Called with the scheduler's lock held: must be cheap. */
 typedef bool (*sched_compat_fn)(const sched_item *a, const sched_item *b);
 

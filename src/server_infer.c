@@ -187,7 +187,7 @@ static void finish_job(job *j, infer_result *res, int rc, const ts_err *shared_e
     j->status = j->err.http;
 }
 
-void server_run_batch(sched_item **items, size_t n, void *ctx)
+void server_run_batch(sched_item **items, size_t n, size_t runner, void *ctx)
 {
     server *srv = ctx;
     job **run = calloc(n, sizeof *run);
@@ -234,7 +234,7 @@ void server_run_batch(sched_item **items, size_t n, void *ctx)
         rc = -1;
     } else {
         /* a lone request can be terminated on its deadline; a batch runs to the end */
-        rc = infer_run_batch(model_session(model), m == 1 ? run[0]->ro : NULL,
+        rc = infer_run_batch(model_session_for(model, runner), m == 1 ? run[0]->ro : NULL,
                              model_signature(model), reqs, m, &merged, per, &err);
     }
     double t1 = server_now();

@@ -45,7 +45,7 @@ void server_maybe_finish_drain(server *srv);
 void server_handle_infer(server *srv, struct evhttp_request *req, const char *name,
                          const char *version);
 void server_on_job_done(void *item, void *ctx);        /* doneq handler */
-void server_run_batch(sched_item **items, size_t n, void *ctx); /* runner threads */
+void server_run_batch(sched_item **items, size_t n, size_t runner, void *ctx); /* runners */
 bool server_jobs_compatible(const sched_item *a, const sched_item *b);
 
 #endif

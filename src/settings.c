@@ -64,6 +64,8 @@ static const setting_def k_settings[] = {
      "runner threads per model; config.yaml instance_group.count may override"},
     {"TIERSERVE_INTRA_OP_THREADS", "intra-op-threads", ST_INT, OFF(intra_op_threads), 0, "0", 0,
      1024, "ORT intra-op threads per session (0: ORT's default)"},
+    {"TIERSERVE_CPU_PLACEMENT", "cpu-placement", ST_BOOL, OFF(cpu_placement), 0, "1", 0, 0,
+     "on CPU tiers, give each of a model's instances its own session pinned to its own cores"},
     {"TIERSERVE_WARMUP", "warmup", ST_BOOL, OFF(warmup), 0, "1", 0, 0,
      "run warm-up inferences before reporting ready"},
     {"TIERSERVE_DRAIN_TIMEOUT_S", "drain-timeout-s", ST_INT, OFF(drain_timeout_s), 0, "30", 0,

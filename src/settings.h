@@ -34,6 +34,7 @@ typedef struct {
     int64_t queue_size;
     int64_t instances;
     int64_t intra_op_threads;
+    bool cpu_placement;
     bool warmup;
     int64_t drain_timeout_s;
     int64_t fault_inject_gpu_run;

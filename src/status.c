@@ -95,6 +95,16 @@ void status_json(const status_view *v, buf *b)
         buf_printf(b, ",\"instances\":%lld,\"priority_levels\":%d,\"node_placement\":",
                    (long long)model_instances(m), modelcfg_levels(model_cfg(m)));
         put_placement(b, m);
+        const instance_place *ip;
+        size_t ni = model_instance_places(m, &ip);
+        buf_puts(b, ",\"instance_cpus\":");
+        if (ni == 0) buf_puts(b, "null");
+        for (size_t k = 0; k < ni; k++) {
+            buf_putc(b, k ? ',' : '[');
+            for (size_t p = 0; p < ip[k].n; p++) buf_printf(b, "%s%d", p ? "," : "[", ip[k].pus[p]);
+            buf_putc(b, ']');
+        }
+        if (ni) buf_putc(b, ']');
         buf_puts(b, ",\"reason\":");
         if (model_state(m) == MODEL_FAILED) put_str(b, model_failure(m));
         else buf_puts(b, "null");

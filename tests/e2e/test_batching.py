@@ -229,3 +229,40 @@ def test_queue_timeout_answers_504_and_spares_the_rest(worker):
     assert all(c == 200 for c, _ in ys)
     for _, y in ys[1:]:
         np.testing.assert_array_equal(y, ys[0][1])
+
+
+def test_instances_get_their_own_cores(tmp_path, test_repo):
+    """Two CPU instances of one model: a session each, and each runner thread pinned to its
+    own core (read back from /proc, not from our own status)."""
+    import os
+    repo = tmp_path / "repo"
+    shutil.copytree(test_repo / "demo", repo / "demo")
+    (repo / "demo" / "config.yaml").write_text("instance_group:\n  - count: 2\n    kind: KIND_CPU\n")
+    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    try:
+        _, st = w.get_json("/v2/status")
+        places = st["models"][0]["instance_cpus"]
+        assert st["models"][0]["instances"] == 2 and len(places) == 2
+        ncpu = os.cpu_count()
+        if ncpu >= 2:
+            assert not set(places[0]) & set(places[1]), places
+        pinned = []
+        for tid in os.listdir(f"/proc/{w.proc.pid}/task"):
+            comm = open(f"/proc/{w.proc.pid}/task/{tid}/comm").read().strip()
+            if comm.startswith("run-demo"):
+                status = open(f"/proc/{w.proc.pid}/task/{tid}/status").read()
+                allowed = [l.split(":")[1].strip() for l in status.splitlines()
+                           if l.startswith("Cpus_allowed_list")][0]
+                pinned.append(allowed)
+        assert sorted(pinned) == sorted(str(p[0]) for p in places), (pinned, places)
+        msgs = [l["msg"] for l in w.log_lines()]
+        assert any(m.startswith("instance 0 on CPU(s) ") for m in msgs)
+        assert any(m.startswith("instance 1 on CPU(s) ") for m in msgs)
+        # and both instances serve correct results
+        from gen_demo import demo_reference
+        x = values("FP32", 3, 4, seed=9)
+        for r in fire(w.url, "demo", [[("input", x, "FP32")]] * 6):
+            np.testing.assert_allclose(r.as_numpy("probabilities"),
+                                       demo_reference(x)["probabilities"], rtol=1e-5, atol=1e-6)
+    finally:
+        assert w.stop() == 0

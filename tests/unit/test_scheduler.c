@@ -23,9 +23,10 @@ static int g_batches[MAX_BATCHES][16]; /* ids per batch, -1 terminated */
 static size_t g_nb;
 static pthread_mutex_t g_gate = PTHREAD_MUTEX_INITIALIZER; /* held: runners block */
 
-static void record_run(sched_item **items, size_t n, void *ctx)
+static void record_run(sched_item **items, size_t n, size_t runner, void *ctx)
 {
     (void)ctx;
+    (void)runner;
     pthread_mutex_lock(&g_gate);
     pthread_mutex_unlock(&g_gate);
     pthread_mutex_lock(&g_mu);
