@@ -9,6 +9,10 @@
 #include <string.h>
 
 
+/* At most this many inputs or outputs in one request (models have far fewer; the bound
+ * keeps the duplicate-name checks cheap). */
+#define TS_MAX_IO 1024
+
 /* No tensor may claim more elements than this, whatever its shape says. */
 #define TS_MAX_ELEMENTS (INT64_C(1) << 31)
 
@@ -153,12 +157,22 @@ static int fill_one(json_fill *f, json_t *v)
         double d = json_number_value(v);
         if (f->dt == DT_FP64) {
             memcpy(p, &d, 8);
-        } else if (f->dt == DT_FP32) {
+            return 0;
+        }
+        bool inf;
+        if (f->dt == DT_FP32) {
             float x = (float)d;
             memcpy(p, &x, 4);
+            inf = isinf(x);
         } else {
             uint16_t h = f->dt == DT_FP16 ? dtype_f64_to_f16(d) : dtype_f64_to_bf16(d);
             memcpy(p, &h, 2);
+            inf = (h & 0x7fffu) == (f->dt == DT_FP16 ? 0x7c00u : 0x7f80u);
+        }
+        if (inf) { /* JSON has no infinity: a finite number that overflows is a mistake */
+            ts_err_set(f->err, 400, "input '%s': element %zu: %g is out of range for %s", f->name,
+                       f->idx, d, dtype_name(f->dt));
+            return -1;
         }
         return 0;
     }
@@ -318,6 +332,10 @@ static int parse_outputs(json_t *outs, infer_request *r, ts_err *err)
     }
     size_t n = json_array_size(outs);
     if (n == 0) return 0;
+    if (n > TS_MAX_IO) {
+        ts_err_set(err, 400, "%zu outputs requested, at most %d", n, TS_MAX_IO);
+        return -1;
+    }
     r->outputs = calloc(n, sizeof *r->outputs);
     if (!r->outputs) {
         ts_err_set(err, 500, "out of memory");
@@ -433,6 +451,10 @@ int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit
         return -1;
     }
     size_t nin = json_array_size(ins);
+    if (nin > TS_MAX_IO) {
+        ts_err_set(err, 400, "%zu inputs given, at most %d", nin, TS_MAX_IO);
+        return -1;
+    }
     r->inputs = calloc(nin ? nin : 1, sizeof *r->inputs);
     if (!r->inputs) {
         ts_err_set(err, 500, "out of memory");

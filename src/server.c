@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "doneq.h"
@@ -214,9 +215,52 @@ static void status_inputs(server *srv, status_view *v)
     v->hw_json = srv->hw_json;
 }
 
+/* Every reply's on-complete callback: restarts the connection's request clock, and settles
+ * the drain's count for inference replies. */
+static void on_any_reply_complete(struct evhttp_request *req, void *arg)
+{
+    server *srv = arg;
+    if (srv->guard && connguard_reply_complete(srv->guard, req)) {
+        struct evhttp_connection *c = evhttp_request_get_connection(req);
+        if (c) evhttp_connection_set_closecb(c, NULL, NULL);
+        srv->unflushed--;
+        server_maybe_finish_drain(srv);
+    }
+}
+
+/* Requests whose length two parties could read differently (request smuggling): more than
+ * one Content-Length, or a Transfer-Encoding other than plain chunked. */
+static const char *ambiguous_framing(struct evhttp_request *req)
+{
+    struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+    const char *cl = NULL, *te = NULL;
+    for (struct evkeyval *kv = h->tqh_first; kv; kv = kv->next.tqe_next) {
+        if (strcasecmp(kv->key, "Content-Length") == 0) {
+            if (cl && strcmp(cl, kv->value) != 0) return "conflicting Content-Length headers";
+            cl = kv->value;
+        } else if (strcasecmp(kv->key, "Transfer-Encoding") == 0) {
+            if (te) return "more than one Transfer-Encoding header";
+            te = kv->value;
+        }
+    }
+    if (te && strcasecmp(te, "chunked") != 0) return "Transfer-Encoding other than chunked";
+    if (te && cl) return "both Transfer-Encoding and Content-Length";
+    return NULL;
+}
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
     server *srv = arg;
+    if (srv->guard) connguard_dispatched(srv->guard, req);
+    evhttp_request_set_on_complete_cb(req, on_any_reply_complete, srv);
+    const char *bad_framing = ambiguous_framing(req);
+    if (bad_framing) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "refusing a request with %s; closing the connection", bad_framing);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        server_reply_error(req, 400, msg);
+        return;
+    }
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     char segs[MAX_SEGS][TS_NAME_MAX];
@@ -353,6 +397,12 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
                                               EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
     evhttp_set_default_content_type(srv->http, "application/json");
     evhttp_set_gencb(srv->http, on_request, srv);
+    srv->guard = connguard_create(srv->base, srv->http, (double)s->http_timeout_s);
+    if (!srv->guard) {
+        snprintf(err, errlen, "could not set up the connection guard");
+        server_destroy(srv);
+        return NULL;
+    }
     srv->sock = evhttp_bind_socket_with_handle(srv->http, s->http_address, (ev_uint16_t)s->http_port);
     if (!srv->sock) {
         snprintf(err, errlen, "could not listen on %s:%lld: %s", s->http_address,
@@ -417,6 +467,7 @@ void server_destroy(server *srv)
     if (srv->drain_timer) event_free(srv->drain_timer);
     if (srv->loaded_ev) event_free(srv->loaded_ev);
     if (srv->done) doneq_flush(srv->done); /* jobs the runners finished after the loop ended */
+    connguard_destroy(srv->guard);           /* after evhttp_free: only our references remain */
     doneq_destroy(srv->done);
     if (srv->base) event_base_free(srv->base);
     free(srv->hw_json);

@@ -8,12 +8,14 @@
  */
 #include <errno.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/keyvalq_struct.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include "health.h"
 #include "log.h"
@@ -30,6 +32,7 @@ typedef struct job {
     uint64_t key;      /* batching compatibility; 0: runs alone */
     struct evhttp_request *http; /* NULL once replied or the client is gone */
     struct event *timer;
+    struct event *eof_watch; /* the client's socket: EOF or reset while we work = it left */
     OrtRunOptions *ro;
     _Atomic bool cancelled;
     bool counted;
@@ -56,24 +59,31 @@ static void record(job *j, req_outcome o)
     hist_observe(&st->request, server_now() - j->t_arrive);
 }
 
-static void on_reply_written(struct evhttp_request *req, void *arg)
+/* The reply was handed over but the connection died before it was written. */
+static void on_reply_abandoned(struct evhttp_connection *c, void *arg)
 {
-    (void)req;
+    (void)c;
     server *srv = arg;
     srv->unflushed--;
     server_maybe_finish_drain(srv);
 }
 
-/* Replies to a job's client; the drain waits for these to be written out. */
+/* Replies to a job's client; the drain waits for these to be written out (the server's
+ * on-complete callback or on_reply_abandoned settles the count). */
 static void reply_job(job *j, int code, const char *ctype, buf *b, const char *error)
 {
     struct evhttp_request *req = j->http;
     if (!req) return;
     struct evhttp_connection *c = evhttp_request_get_connection(req);
-    if (c) evhttp_connection_set_closecb(c, NULL, NULL);
     j->http = NULL;
-    j->srv->unflushed++;
-    evhttp_request_set_on_complete_cb(req, on_reply_written, j->srv);
+    if (j->eof_watch) event_del(j->eof_watch);
+    server *srv = j->srv;
+    if (c && srv->guard && connguard_track_reply(srv->guard, req)) {
+        srv->unflushed++;
+        evhttp_connection_set_closecb(c, on_reply_abandoned, srv);
+    } else if (c) {
+        evhttp_connection_set_closecb(c, NULL, NULL);
+    }
     if (error) server_reply_error(req, code, error);
     else server_reply_buf(req, code, ctype, b);
 }
@@ -81,6 +91,7 @@ static void reply_job(job *j, int code, const char *ctype, buf *b, const char *e
 static void free_job(job *j)
 {
     if (j->timer) event_free(j->timer);
+    if (j->eof_watch) event_free(j->eof_watch);
     if (j->ro) g_ort->ReleaseRunOptions(j->ro);
     infer_request_free(&j->req);
     buf_free(&j->reply);
@@ -107,10 +118,25 @@ static void on_client_close(struct evhttp_connection *c, void *arg)
     (void)c;
     job *j = arg;
     j->http = NULL; /* libevent frees the request right after this */
+    if (j->eof_watch) event_del(j->eof_watch);
     record(j, OUT_CANCELLED);
     LOG_DEBUG_(LOGF({"model", model_name(j->model)}), "client went away; request cancelled");
     if (sched_remove(model_sched(j->model), &j->item)) retire_unrun(j);
     else cancel_run(j);
+}
+
+static void on_peer_readable(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    job *j = arg;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+        return; /* a pipelined request or a spurious wake: leave the socket to evhttp */
+    /* EOF or reset: tear the connection down; its close callback cancels the job */
+    struct evhttp_request *req = j->http;
+    struct evhttp_connection *conn = req ? evhttp_request_get_connection(req) : NULL;
+    if (conn) evhttp_connection_free(conn);
 }
 
 static void arm_timer(job *j)
@@ -453,5 +479,13 @@ void server_handle_infer(server *srv, struct evhttp_request *req, const char *na
     }
     srv->in_flight++;
     if (j->timer) arm_timer(j);
-    evhttp_connection_set_closecb(evhttp_request_get_connection(req), on_client_close, j);
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    evhttp_connection_set_closecb(conn, on_client_close, j);
+    /* libevent 2.1 stops reading a connection while its request is served, so it would
+     * never notice the client leaving: watch the socket ourselves */
+    evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(conn));
+    if (fd >= 0) {
+        j->eof_watch = event_new(srv->base, fd, EV_READ, on_peer_readable, j);
+        if (j->eof_watch) event_add(j->eof_watch, NULL);
+    }
 }

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "buf.h"
+#include "connguard.h"
 #include "doneq.h"
 #include "server.h"
 
@@ -22,6 +23,7 @@ struct server {
     struct evhttp_bound_socket *sock;
     struct event *sigterm, *sigint, *drain_timer, *loaded_ev;
     doneq *done;
+    connguard *guard;
     model_repo *repo;
     size_t in_flight;           /* jobs alive; loop thread only */
     size_t unflushed;           /* job replies handed to libevent, not yet fully written */
