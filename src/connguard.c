@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -18,6 +20,7 @@ typedef struct guard {
     struct bufferevent *bev;   /* we hold a reference */
     double waiting_since;      /* 0 while a request is being served */
     bool tracked;              /* the reply in progress is one the server counts */
+    bool nodelay;              /* TCP_NODELAY set on the socket */
     connguard *owner;
 } guard;
 
@@ -79,7 +82,16 @@ static guard *guard_of(connguard *g, struct evhttp_request *req)
 void connguard_dispatched(connguard *g, struct evhttp_request *req)
 {
     guard *x = guard_of(g, req);
-    if (x) x->waiting_since = 0;
+    if (!x) return;
+    x->waiting_since = 0;
+    if (!x->nodelay) {
+        /* a reply's last partial segment must not wait for the client's delayed ACK
+         * (Nagle's algorithm held large replies back by 40 ms) */
+        int one = 1;
+        evutil_socket_t s = bufferevent_getfd(x->bev);
+        if (s >= 0) setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        x->nodelay = true;
+    }
 }
 
 bool connguard_track_reply(connguard *g, struct evhttp_request *req)

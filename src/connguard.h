@@ -21,7 +21,8 @@ struct evhttp_request;
 typedef struct connguard connguard;
 
 connguard *connguard_create(struct event_base *base, struct evhttp *http, double timeout_s);
-/* A complete request arrived on req's connection: stop its clock until the reply is out. */
+/* A complete request arrived on req's connection: stop its clock until the reply is out
+ * (and, the first time, set TCP_NODELAY on the socket). */
 void connguard_dispatched(connguard *g, struct evhttp_request *req);
 /* Remember that req's reply is one the caller counts (it will ask reply_complete). */
 bool connguard_track_reply(connguard *g, struct evhttp_request *req); /* false: not tracked */

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jfast.h"
+
 
 /* At most this many inputs or outputs in one request (models have far fewer; the bound
  * keeps the duplicate-name checks cheap). */
@@ -259,8 +261,41 @@ static int parse_json_data(json_t *data, size_t json_len, ts_tensor *t, ts_err *
     return rc;
 }
 
+/* The fast path's view of the request text: the data arrays it found, by input. */
+typedef struct {
+    const char *text;
+    const jfast_span *spans;
+    int n;
+    bool failed; /* a data array the fast path could not take: redo it all with jansson */
+} fast_ctx;
+
+static const jfast_span *fast_span_for(const fast_ctx *fc, size_t idx)
+{
+    for (int k = 0; fc && k < fc->n; k++)
+        if (fc->spans[k].input == idx) return &fc->spans[k];
+    return NULL;
+}
+
+static int parse_fast_data(fast_ctx *fc, const jfast_span *sp, size_t json_len, ts_tensor *t)
+{
+    if (t->dt == DT_BYTES || t->count > json_len) {
+        fc->failed = true;
+        return -1;
+    }
+    size_t n = t->count * dtype_size(t->dt);
+    t->owned = malloc(n ? n : 1);
+    if (!t->owned ||
+        jfast_parse_array(fc->text + sp->start, fc->text + sp->end, t->dt, t->owned, t->count)) {
+        fc->failed = true;
+        return -1;
+    }
+    t->data = t->owned;
+    t->nbytes = n;
+    return 0;
+}
+
 static int parse_input(json_t *in, size_t idx, size_t json_len, const uint8_t *bin, size_t bin_len, size_t *bin_off,
-                       ts_tensor *t, ts_err *err)
+                       fast_ctx *fc, ts_tensor *t, ts_err *err)
 {
     if (!json_is_object(in)) {
         ts_err_set(err, 400, "inputs[%zu] must be an object", idx);
@@ -298,6 +333,8 @@ static int parse_input(json_t *in, size_t idx, size_t json_len, const uint8_t *b
         ts_err_set(err, 400, "input '%s': no \"data\" and no parameters.binary_data_size", t->name);
         return -1;
     }
+    const jfast_span *sp = data ? fast_span_for(fc, idx) : NULL;
+    if (sp) return parse_fast_data(fc, sp, json_len, t);
     if (data) return parse_json_data(data, json_len, t, err);
 
     if (!json_is_integer(bds) || json_integer_value(bds) < 0) {
@@ -373,6 +410,9 @@ static int parse_outputs(json_t *outs, infer_request *r, ts_err *err)
     return 0;
 }
 
+static int parse_json_part(infer_request *r, const char *text, size_t text_len, size_t jlen,
+                           fast_ctx *fc, ts_err *err);
+
 int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit,
                 infer_request *r, ts_err *err)
 {
@@ -397,9 +437,47 @@ int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit
         ts_err_set(err, 400, "empty request body: expected a JSON inference request");
         return -1;
     }
+    /* Big JSON bodies: find the data arrays, let jansson parse only the skeleton around
+     * them, and read the numbers straight into the tensors. Anything the fast path does
+     * not take is parsed again, all of it, by jansson (which also words the errors). */
+    if (jlen >= 16384) {
+        jfast_span spans[JFAST_MAX_SPANS];
+        int ns = jfast_find_data((const char *)body, jlen, spans, JFAST_MAX_SPANS);
+        char *skel = ns > 0 ? malloc(jlen) : NULL;
+        if (skel) {
+            size_t sl = 0, from = 0; /* the text with each data array replaced by a 0 */
+            for (int k = 0; k < ns; k++) {
+                memcpy(skel + sl, body + from, spans[k].start - from);
+                sl += spans[k].start - from;
+                skel[sl++] = '0';
+                from = spans[k].end;
+            }
+            memcpy(skel + sl, body + from, jlen - from);
+            sl += jlen - from;
+            fast_ctx fc = {(const char *)body, spans, ns, false};
+            int rc = parse_json_part(r, skel, sl, jlen, &fc, err);
+            free(skel);
+            if (!fc.failed) return rc;
+            uint8_t *keep = r->body;
+            r->body = NULL;
+            infer_request_free(r);
+            r->body = keep;
+            r->body_len = len;
+        }
+    }
+    return parse_json_part(r, (const char *)body, jlen, jlen, NULL, err);
+}
+
+/* Parses text (the JSON part of the body, or the fast path's skeleton of it); jlen is the
+ * JSON part's length in the body, where the binary part starts. */
+static int parse_json_part(infer_request *r, const char *text, size_t text_len, size_t jlen,
+                           fast_ctx *fc, ts_err *err)
+{
+    uint8_t *body = r->body;
+    size_t len = r->body_len;
     json_error_t je;
     /* \u0000 is allowed: BYTES elements may hold NULs (we write them that way too) */
-    json_t *root = json_loadb((const char *)body, jlen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    json_t *root = json_loadb(text, text_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!root) {
         ts_err_set(err, 400, "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
         return -1;
@@ -464,7 +542,7 @@ int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit
     size_t bin_len = len - jlen, bin_off = 0;
     for (size_t i = 0; i < nin; i++) {
         r->n_inputs = i + 1;
-        if (parse_input(json_array_get(ins, i), i, jlen, bin, bin_len, &bin_off, &r->inputs[i], err))
+        if (parse_input(json_array_get(ins, i), i, jlen, bin, bin_len, &bin_off, fc, &r->inputs[i], err))
             return -1;
         for (size_t j = 0; j < i; j++)
             if (strcmp(r->inputs[j].name, r->inputs[i].name) == 0) {

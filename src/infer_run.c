@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "infer.h"
+#include "jfast.h"
 #include "ortenv.h"
 
 static uint32_t rd_u32le(const uint8_t *p)
@@ -207,40 +208,52 @@ out:
 
 /* ---- encoding ---------------------------------------------------------------------- */
 
+/* Numbers go through jfast's formatters into a stack chunk, appended in bulk. */
 static void put_json_data(buf *b, const ts_tensor *t)
 {
     const uint8_t *p = t->data;
+    char chunk[4096];
+    size_t n = 0, off = 0;
     buf_putc(b, '[');
-    size_t off = 0;
     for (size_t i = 0; i < t->count; i++) {
-        if (i) buf_putc(b, ',');
+        if (n > sizeof chunk - 40) {
+            buf_put(b, chunk, n);
+            n = 0;
+        }
+        if (i) chunk[n++] = ',';
         switch (t->dt) {
-        case DT_BOOL: buf_puts(b, p[i] ? "true" : "false"); break;
-        case DT_UINT8: buf_printf(b, "%u", p[i]); break;
-        case DT_INT8: buf_printf(b, "%d", (int8_t)p[i]); break;
-        case DT_UINT16: { uint16_t v; memcpy(&v, p + 2 * i, 2); buf_printf(b, "%u", v); break; }
-        case DT_INT16: { int16_t v; memcpy(&v, p + 2 * i, 2); buf_printf(b, "%d", v); break; }
-        case DT_UINT32: { uint32_t v; memcpy(&v, p + 4 * i, 4); buf_printf(b, "%u", v); break; }
-        case DT_INT32: { int32_t v; memcpy(&v, p + 4 * i, 4); buf_printf(b, "%d", v); break; }
-        case DT_UINT64: {
-            uint64_t v; memcpy(&v, p + 8 * i, 8);
-            buf_printf(b, "%llu", (unsigned long long)v);
+        case DT_BOOL: n += (size_t)(p[i] ? (memcpy(chunk + n, "true", 4), 4) : (memcpy(chunk + n, "false", 5), 5)); break;
+        case DT_UINT8: n += jfast_fmt_u64(chunk + n, p[i]); break;
+        case DT_INT8: n += jfast_fmt_i64(chunk + n, (int8_t)p[i]); break;
+        case DT_UINT16: { uint16_t v; memcpy(&v, p + 2 * i, 2); n += jfast_fmt_u64(chunk + n, v); break; }
+        case DT_INT16: { int16_t v; memcpy(&v, p + 2 * i, 2); n += jfast_fmt_i64(chunk + n, v); break; }
+        case DT_UINT32: { uint32_t v; memcpy(&v, p + 4 * i, 4); n += jfast_fmt_u64(chunk + n, v); break; }
+        case DT_INT32: { int32_t v; memcpy(&v, p + 4 * i, 4); n += jfast_fmt_i64(chunk + n, v); break; }
+        case DT_UINT64: { uint64_t v; memcpy(&v, p + 8 * i, 8); n += jfast_fmt_u64(chunk + n, v); break; }
+        case DT_INT64: { int64_t v; memcpy(&v, p + 8 * i, 8); n += jfast_fmt_i64(chunk + n, v); break; }
+        case DT_FP16: { uint16_t v; memcpy(&v, p + 2 * i, 2); n += jfast_fmt_f32(chunk + n, dtype_f16_to_f32(v)); break; }
+        case DT_BF16: { uint16_t v; memcpy(&v, p + 2 * i, 2); n += jfast_fmt_f32(chunk + n, dtype_bf16_to_f32(v)); break; }
+        case DT_FP32: { float v; memcpy(&v, p + 4 * i, 4); n += jfast_fmt_f32(chunk + n, v); break; }
+        case DT_FP64: {
+            double v;
+            memcpy(&v, p + 8 * i, 8);
+            buf_put(b, chunk, n);
+            n = 0;
+            buf_put_double(b, v, false);
             break;
         }
-        case DT_INT64: { int64_t v; memcpy(&v, p + 8 * i, 8); buf_printf(b, "%lld", (long long)v); break; }
-        case DT_FP16: { uint16_t v; memcpy(&v, p + 2 * i, 2); buf_put_double(b, dtype_f16_to_f32(v), true); break; }
-        case DT_BF16: { uint16_t v; memcpy(&v, p + 2 * i, 2); buf_put_double(b, dtype_bf16_to_f32(v), true); break; }
-        case DT_FP32: { float v; memcpy(&v, p + 4 * i, 4); buf_put_double(b, v, true); break; }
-        case DT_FP64: { double v; memcpy(&v, p + 8 * i, 8); buf_put_double(b, v, false); break; }
         case DT_BYTES: {
             uint32_t l = rd_u32le(p + off);
+            buf_put(b, chunk, n);
+            n = 0;
             buf_put_json_str(b, (const char *)p + off + 4, l);
             off += 4 + l;
             break;
         }
-        default: buf_puts(b, "null"); break;
+        default: memcpy(chunk + n, "null", 4); n += 4; break;
         }
     }
+    buf_put(b, chunk, n);
     buf_putc(b, ']');
 }
 
