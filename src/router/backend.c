@@ -1,0 +1,270 @@
+/* backend.c: pools, backends, keep-alive connections, active probes and ejection. */
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "router.h"
+#include "tier.h"
+
+double rt_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int rt_pools_init(router *r, char *err, size_t errlen)
+{
+    for (unsigned i = 0; i < r->cfg->pools_count; i++) {
+        const rc_pool *pc = &r->cfg->pools[i];
+        rt_pool *p = &r->pools[r->n_pools++];
+        memset(p, 0, sizeof *p);
+        p->cfg = pc;
+        p->n = pc->backends_count;
+        p->backends = calloc(p->n, sizeof *p->backends);
+        if (!p->backends) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        for (size_t k = 0; k < p->n; k++) {
+            rt_backend *b = &p->backends[k];
+            b->pool = p;
+            const char *s = pc->backends[k];
+            const char *c = strrchr(s, ':');
+            snprintf(b->host, sizeof b->host, "%.*s", (int)(c - s), s);
+            b->port = (unsigned)atoi(c + 1);
+            snprintf(b->addr, sizeof b->addr, "%s", s);
+            b->gpu_mem = -1;
+            b->free_conns = calloc(pc->max_in_flight, sizeof *b->free_conns);
+            if (!b->free_conns) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+        }
+        if (pc->kind == POOL_GPU) r->gpu = p;
+        else r->cpu = p;
+    }
+    return 0;
+}
+
+void rt_pools_free(router *r)
+{
+    for (size_t i = 0; i < r->n_pools; i++) {
+        rt_pool *p = &r->pools[i];
+        for (size_t k = 0; k < p->n; k++) {
+            rt_backend *b = &p->backends[k];
+            for (size_t c = 0; c < b->n_free; c++) evhttp_connection_free(b->free_conns[c]);
+            free(b->free_conns);
+            if (b->probe) evhttp_connection_free(b->probe);
+        }
+        free(p->backends);
+    }
+}
+
+bool rt_backend_usable(const rt_backend *b, double now)
+{
+    return b->probed && b->live && b->ready && b->tier_ok && now >= b->ejected_until &&
+           b->in_flight < b->pool->cfg->max_in_flight;
+}
+
+size_t rt_pool_healthy(const rt_pool *p, double now)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < p->n; k++) {
+        const rt_backend *b = &p->backends[k];
+        n += b->probed && b->live && b->ready && b->tier_ok && now >= b->ejected_until;
+    }
+    return n;
+}
+
+/* Least in flight among the usable; ties go to the one after the last pick. */
+rt_backend *rt_pick_backend(rt_pool *p, const rt_backend *avoid, double now)
+{
+    static size_t rr;
+    rt_backend *best = NULL;
+    for (size_t i = 0; i < p->n; i++) {
+        rt_backend *b = &p->backends[(rr + i) % p->n];
+        if (b == avoid || !rt_backend_usable(b, now)) continue;
+        if (!best || b->in_flight < best->in_flight) best = b;
+    }
+    rr++;
+    return best;
+}
+
+struct evhttp_connection *rt_conn_get(router *r, rt_backend *b)
+{
+    if (b->n_free) return b->free_conns[--b->n_free];
+    struct evhttp_connection *c = evhttp_connection_base_new(r->base, NULL, b->host, (ev_uint16_t)b->port);
+    if (!c) return NULL;
+    evhttp_connection_set_retries(c, 0);
+    evhttp_connection_set_max_body_size(c, (ev_ssize_t)r->cfg->max_body_bytes * 2);
+    b->n_conns++;
+    return c;
+}
+
+void rt_conn_put(rt_backend *b, struct evhttp_connection *c)
+{
+    if (b->n_free < b->pool->cfg->max_in_flight) b->free_conns[b->n_free++] = c;
+    else rt_conn_drop(b, c);
+}
+
+void rt_conn_drop(rt_backend *b, struct evhttp_connection *c)
+{
+    evhttp_connection_free(c);
+    b->n_conns--;
+}
+
+/* Passive health: consecutive failures eject for a time that doubles with each ejection. */
+void rt_backend_result(router *r, rt_backend *b, bool ok, const char *why)
+{
+    if (ok) {
+        b->consecutive_failures = 0;
+        return;
+    }
+    b->failures++;
+    if (++b->consecutive_failures < r->cfg->ejection.consecutive_failures) return;
+    double now = rt_now();
+    if (now < b->ejected_until) return;
+    b->ejections++;
+    double ms = r->cfg->ejection.base_ms * pow(2.0, (double)(b->ejections - 1));
+    if (ms > r->cfg->ejection.max_ms) ms = r->cfg->ejection.max_ms;
+    b->ejected_until = now + ms / 1e3;
+    r->ejections_total++;
+    char dur[32], fails[32];
+    snprintf(dur, sizeof dur, "%.0f", ms);
+    snprintf(fails, sizeof fails, "%u", b->consecutive_failures);
+    LOG_WARN_(LOGF({"backend", b->addr}, {"pool", b->pool->cfg->name}, {"ejected_ms", dur},
+                   {"consecutive_failures", fails}),
+              "ejected backend %s for %s ms after %s consecutive failures (last: %s)", b->addr, dur,
+              fails, why);
+    b->consecutive_failures = 0;
+}
+
+static int tier_rank_of(const char *t)
+{
+    if (strcmp(t, "tensorrt") == 0) return MIN_TIER_TENSORRT;
+    if (strcmp(t, "cuda") == 0) return MIN_TIER_CUDA;
+    return MIN_TIER_CPU; /* cpu, cpu-fallback */
+}
+
+static void set_health(rt_backend *b, bool live, bool ready, bool tier_ok, const char *why)
+{
+    bool was = b->probed && b->live && b->ready && b->tier_ok;
+    bool now = live && ready && tier_ok;
+    b->live = live;
+    b->ready = ready;
+    b->tier_ok = tier_ok;
+    b->probed = true;
+    if (was != now)
+        LOG_INFO_(LOGF({"backend", b->addr}, {"pool", b->pool->cfg->name}, {"tier", b->tier}),
+                  "backend %s is now %s (%s)", b->addr, now ? "healthy" : "unhealthy", why);
+}
+
+static void on_probe(struct evhttp_request *resp, void *arg)
+{
+    rt_backend *b = arg;
+    b->probe_in_flight = false;
+    int code = resp ? evhttp_request_get_response_code(resp) : 0;
+    if (code == 0) {
+        set_health(b, false, false, b->tier_ok, "probe failed: no answer");
+        return;
+    }
+    struct evbuffer *in = evhttp_request_get_input_buffer(resp);
+    size_t n = evbuffer_get_length(in);
+    json_t *st = json_loadb((const char *)evbuffer_pullup(in, (ev_ssize_t)n), n, 0, NULL);
+    if (!st) {
+        set_health(b, false, false, false, "probe: /v2/status is not JSON");
+        return;
+    }
+    bool live = json_is_true(json_object_get(st, "live"));
+    bool ready = json_is_true(json_object_get(st, "ready"));
+    const char *tier = json_string_value(json_object_get(st, "tier"));
+    snprintf(b->tier, sizeof b->tier, "%s", tier ? tier : "unknown");
+    json_t *q = json_object_get(st, "queue_depth");
+    b->worker_queue = json_is_number(q) ? json_number_value(q) : 0;
+    json_t *m = json_object_get(st, "gpu_memory_used_fraction");
+    b->gpu_mem = json_is_number(m) ? json_number_value(m) : -1;
+    bool tier_ok = tier && tier_rank_of(tier) >= (int)b->pool->cfg->min_tier;
+    char why[96];
+    snprintf(why, sizeof why, "live=%d ready=%d tier=%s", live, ready, b->tier);
+    set_health(b, live, ready, tier_ok, why);
+    if (live && ready) b->last_probe_ok = rt_now();
+    json_decref(st);
+}
+
+void rt_probe_all(router *r)
+{
+    double timeout = r->cfg->probe_interval_ms * 2 / 1e3;
+    for (size_t i = 0; i < r->n_pools; i++) {
+        rt_pool *p = &r->pools[i];
+        for (size_t k = 0; k < p->n; k++) {
+            rt_backend *b = &p->backends[k];
+            if (b->probe_in_flight) continue;
+            if (!b->probe) {
+                b->probe = evhttp_connection_base_new(r->base, NULL, b->host, (ev_uint16_t)b->port);
+                if (!b->probe) continue;
+                evhttp_connection_set_retries(b->probe, 0);
+                struct timeval tv = {(time_t)timeout, (suseconds_t)((timeout - (double)(time_t)timeout) * 1e6)};
+                evhttp_connection_set_timeout_tv(b->probe, &tv);
+            }
+            struct evhttp_request *req = evhttp_request_new(on_probe, b);
+            evhttp_add_header(evhttp_request_get_output_headers(req), "Host", b->host);
+            if (evhttp_make_request(b->probe, req, EVHTTP_REQ_GET, "/v2/status") == 0)
+                b->probe_in_flight = true;
+        }
+    }
+}
+
+void rt_pool_record_latency(rt_pool *p, double now, double secs)
+{
+    size_t i = (p->lat_head + p->lat_len) % RT_LAT_WINDOW;
+    if (p->lat_len == RT_LAT_WINDOW) p->lat_head = (p->lat_head + 1) % RT_LAT_WINDOW;
+    else p->lat_len++;
+    p->lat_t[i] = now;
+    p->lat_v[i] = secs;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double rt_pool_p95_ms(rt_pool *p, double now, double window_s)
+{
+    static double tmp[RT_LAT_WINDOW];
+    size_t n = 0;
+    for (size_t k = 0; k < p->lat_len; k++) {
+        size_t i = (p->lat_head + k) % RT_LAT_WINDOW;
+        if (now - p->lat_t[i] <= window_s) tmp[n++] = p->lat_v[i];
+    }
+    if (n == 0) return -1;
+    qsort(tmp, n, sizeof *tmp, cmp_d);
+    return tmp[(size_t)((double)(n - 1) * 0.95)] * 1e3;
+}
+
+/* The three signals of a pool: queue per healthy backend (the worker's own queue plus our
+ * in-flight), p95 over the last 10 s, the highest GPU memory fraction reported. */
+void rt_pool_signals(router *r, rt_pool *p, double now, pool_signals *s)
+{
+    (void)r;
+    size_t healthy = rt_pool_healthy(p, now);
+    double queue = 0, mem = -1;
+    for (size_t k = 0; k < p->n; k++) {
+        const rt_backend *b = &p->backends[k];
+        if (!(b->probed && b->live)) continue;
+        queue += b->worker_queue > b->in_flight ? b->worker_queue : b->in_flight;
+        if (b->gpu_mem > mem) mem = b->gpu_mem;
+    }
+    s->value[SIG_QUEUE] = healthy ? queue / (double)healthy : (queue > 0 ? queue : 0);
+    s->value[SIG_P95] = rt_pool_p95_ms(p, now, 10.0);
+    s->value[SIG_GPU_MEM] = mem;
+    s->healthy = healthy;
+    s->total = p->n;
+}

@@ -1,0 +1,148 @@
+/* tierrouter: the gateway in front of tierserve pools. `tierrouter --config router.yaml` */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "log.h"
+#include "router.h"
+
+static void log_events(router *r)
+{
+    const policy_state *st = &r->st;
+    for (size_t i = 0; i < st->n_events; i++) {
+        const policy_event *e = &st->events[i];
+        r->policy_events[e->kind]++;
+        char sig[256];
+        size_t o = 0;
+        for (int s = 0; s < SIG_COUNT && o < sizeof sig; s++) {
+            if (e->value[s] < 0)
+                o += (size_t)snprintf(sig + o, sizeof sig - o, "%s%s=unknown", s ? " " : "", policy_signal_name((policy_signal)s));
+            else
+                o += (size_t)snprintf(sig + o, sizeof sig - o, "%s%s=%.3g%s", s ? " " : "",
+                                      policy_signal_name((policy_signal)s), e->value[s], e->hot[s] ? "(hot)" : "");
+        }
+        char from[16], to[16], healthy[16];
+        snprintf(from, sizeof from, "%zu", e->stage_from);
+        snprintf(to, sizeof to, "%zu", e->stage_to);
+        snprintf(healthy, sizeof healthy, "%zu", e->healthy);
+        LOG_WARN_(LOGF({"event", policy_event_name(e->kind)}, {"stage_from", from}, {"stage_to", to},
+                       {"healthy_gpu_backends", healthy}),
+                  "policy %s: stage %s -> %s (%s; healthy GPU backends %s)", policy_event_name(e->kind), from,
+                  to, sig, healthy);
+    }
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    router *r = arg;
+    double now = rt_now();
+    rt_probe_all(r);
+    /* no policy before every backend has answered (or failed) a first probe: a router that
+     * just started has not lost its GPU pool */
+    bool all_probed = true;
+    for (size_t i = 0; i < r->n_pools; i++)
+        for (size_t k = 0; k < r->pools[i].n; k++) all_probed &= r->pools[i].backends[k].probed;
+    if (!all_probed && now - r->started < 5.0 * r->cfg->probe_interval_ms / 1e3) return;
+    if (r->gpu) {
+        rt_pool_signals(r, r->gpu, now, &r->last_signals);
+    } else {
+        memset(&r->last_signals, 0, sizeof r->last_signals);
+        for (int s = 0; s < SIG_COUNT; s++) r->last_signals.value[s] = -1;
+    }
+    policy_tick(r->pol, &r->last_signals, now, &r->st);
+    log_events(r);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    router *r = arg;
+    LOG_INFO_(NULL, "%s received: exiting", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    event_base_loopexit(r->base, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = getenv("TIERROUTER_CONFIG");
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) path = argv[++i];
+        else if (strncmp(argv[i], "--config=", 9) == 0) path = argv[i] + 9;
+        else if (strcmp(argv[i], "--help") == 0) {
+            printf("usage: tierrouter --config router.yaml   (or TIERROUTER_CONFIG)\n");
+            return 0;
+        } else {
+            log_emit(LOG_ERROR, NULL, "bad arguments: unknown argument '%s' (usage: tierrouter --config FILE)", argv[i]);
+            return 64;
+        }
+    }
+    if (!path) {
+        log_emit(LOG_ERROR, NULL, "bad arguments: no config (tierrouter --config FILE or TIERROUTER_CONFIG)");
+        return 64;
+    }
+    char err[2048];
+    static router r;
+    r.cfg = rconfig_load(path, err, sizeof err);
+    if (!r.cfg) {
+        log_emit(LOG_ERROR, NULL, "bad config: %s", err);
+        return 64;
+    }
+    const char *lvl = getenv("TIERROUTER_LOG_LEVEL");
+    log_level l;
+    if (lvl && log_level_parse(lvl, &l) == 0) log_set_level(l);
+    const char *port_env = getenv("TIERROUTER_PORT");
+    if (port_env) r.cfg->port = (unsigned)atoi(port_env);
+    signal(SIGPIPE, SIG_IGN);
+    policy_config pc;
+    rconfig_policy(r.cfg, &pc);
+    r.pol = policy_create(&pc);
+    for (int p = 0; p < 2; p++)
+        for (int q = 0; q < PRIO_COUNT; q++) hist_init(&r.latency[p][q], HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
+    if (rt_pools_init(&r, err, sizeof err) != 0) {
+        log_emit(LOG_ERROR, NULL, "%s", err);
+        return 1;
+    }
+    r.base = event_base_new();
+    r.http = evhttp_new(r.base);
+    evhttp_set_max_body_size(r.http, (ev_ssize_t)r.cfg->max_body_bytes);
+    evhttp_set_max_headers_size(r.http, 64 * 1024);
+    evhttp_set_timeout(r.http, 10);
+    evhttp_set_allowed_methods(r.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
+                                           EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(r.http, rt_on_request, &r);
+    r.guard = connguard_create(r.base, r.http, 10.0);
+    struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(r.http, r.cfg->address, (ev_uint16_t)r.cfg->port);
+    if (!sock) {
+        log_emit(LOG_ERROR, NULL, "could not listen on %s:%u", r.cfg->address, r.cfg->port);
+        return 1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &sl);
+    r.port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    r.tick = event_new(r.base, -1, EV_PERSIST, on_tick, &r);
+    struct timeval iv = {(time_t)(r.cfg->probe_interval_ms / 1000), (suseconds_t)(r.cfg->probe_interval_ms % 1000) * 1000};
+    event_add(r.tick, &iv);
+    r.sigterm = evsignal_new(r.base, SIGTERM, on_signal, &r);
+    r.sigint = evsignal_new(r.base, SIGINT, on_signal, &r);
+    event_add(r.sigterm, NULL);
+    event_add(r.sigint, NULL);
+    r.started = rt_now();
+    rt_probe_all(&r);
+    LOG_INFO_(NULL, "tierrouter %s listening on %s:%d with %u pool(s)", TIERSERVE_VERSION, r.cfg->address, r.port,
+              r.cfg->pools_count);
+    event_base_dispatch(r.base);
+    evhttp_free(r.http);
+    connguard_destroy(r.guard);
+    rt_pools_free(&r);
+    event_free(r.tick);
+    event_free(r.sigterm);
+    event_free(r.sigint);
+    event_base_free(r.base);
+    policy_destroy(r.pol);
+    rconfig_free(r.cfg);
+    return 0;
+}

@@ -1,0 +1,437 @@
+/* proxy.c: the client-facing KServe v2 front of tierrouter: classify, route, proxy, retry. */
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "log.h"
+#include "router.h"
+
+typedef struct proxy_req {
+    router *r;
+    struct evhttp_request *client; /* NULL once the client is gone */
+    uint8_t *body;
+    size_t body_len;
+    char logical[256], version[32], verb[16];
+    priority_class prio;
+    bool sensitive;
+    double t0, deadline;
+    char request_id[80];
+    rt_pool *pool;
+    rt_backend *backend, *first_backend;
+    struct evhttp_connection *conn;
+    enum evhttp_request_error err_kind;
+    bool error_seen, retried;
+    /* forwarded request headers */
+    char ctype[128], ihcl[32], cenc[32], aenc[64];
+} proxy_req;
+
+void rt_reply_error(struct evhttp_request *req, int code, const char *msg)
+{
+    buf b;
+    buf_init(&b, 1 << 16);
+    buf_puts(&b, "{\"error\":");
+    buf_put_json_str(&b, msg, strlen(msg));
+    buf_putc(&b, '}');
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Content-Type", "application/json");
+    if (code == 503 || code == 429) evhttp_add_header(h, "Retry-After", "1");
+    struct evbuffer *out = evbuffer_new();
+    evbuffer_add(out, b.data, b.len);
+    evhttp_send_reply(req, code, NULL, out);
+    evbuffer_free(out);
+    buf_free(&b);
+}
+
+static int pool_index(router *r, const rt_pool *p) { return p == r->gpu ? 0 : 1; }
+
+static void count(proxy_req *pr, int outcome)
+{
+    router *r = pr->r;
+    int pi = pr->pool ? pool_index(r, pr->pool) : (r->gpu ? 0 : 1);
+    r->requests[pi][pr->prio][outcome]++;
+    hist_observe(&r->latency[pi][pr->prio], rt_now() - pr->t0);
+}
+
+static void proxy_free(proxy_req *pr)
+{
+    if (pr->client) {
+        struct evhttp_connection *c = evhttp_request_get_connection(pr->client);
+        if (c) evhttp_connection_set_closecb(c, NULL, NULL);
+    }
+    pr->r->active--;
+    free(pr->body);
+    free(pr);
+}
+
+static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)
+{
+    if (pr->client) rt_reply_error(pr->client, code, msg);
+    count(pr, outcome);
+    proxy_free(pr);
+}
+
+static void on_client_close(struct evhttp_connection *c, void *arg)
+{
+    (void)c;
+    proxy_req *pr = arg;
+    pr->client = NULL; /* the backend's answer, when it comes, is dropped */
+}
+
+/* The physical model this pool serves for the logical name, or NULL if it does not. */
+static const char *physical(const rt_pool *p, const char *logical)
+{
+    if (p->cfg->models_count == 0) return logical;
+    for (unsigned i = 0; i < p->cfg->models_count; i++)
+        if (strcmp(p->cfg->models[i].name, logical) == 0) return p->cfg->models[i].serve;
+    return NULL;
+}
+
+static bool pool_can_take(const rt_pool *p, const proxy_req *pr, double now)
+{
+    if (!p || (pr->sensitive && !p->cfg->sensitive) || !physical(p, pr->logical)) return false;
+    for (size_t k = 0; k < p->n; k++)
+        if (rt_backend_usable(&p->backends[k], now)) return true;
+    return false;
+}
+
+static int send_to_backend(proxy_req *pr);
+
+static void on_backend_error(enum evhttp_request_error e, void *arg)
+{
+    proxy_req *pr = arg;
+    pr->err_kind = e;
+    pr->error_seen = true;
+}
+
+static const char *const k_hop_by_hop[] = {"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding",
+                                           "TE", "Trailer", "Upgrade", "Content-Length", "Date", "Server"};
+
+static bool hop_by_hop(const char *k)
+{
+    for (size_t i = 0; i < sizeof k_hop_by_hop / sizeof k_hop_by_hop[0]; i++)
+        if (strcasecmp(k, k_hop_by_hop[i]) == 0) return true;
+    return false;
+}
+
+/* May this request be retried now? A share of active requests, with a floor, so that the
+ * in-flight requests of one dead backend are always retried. */
+static bool retry_allowed(router *r)
+{
+    double cap = r->cfg->retry.ratio * r->active;
+    if (cap < r->cfg->retry.min_concurrency) cap = r->cfg->retry.min_concurrency;
+    return r->retries_active < cap;
+}
+
+static void try_again(proxy_req *pr, const char *why)
+{
+    router *r = pr->r;
+    double now = rt_now();
+    if (!pr->retried && now < pr->deadline && retry_allowed(r)) {
+        /* another backend: same pool first, the other pool if the data class allows */
+        rt_pool *pools[2] = {pr->pool, pr->pool == r->gpu ? r->cpu : r->gpu};
+        for (int i = 0; i < 2; i++) {
+            rt_pool *p = pools[i];
+            if (!pool_can_take(p, pr, now)) continue;
+            rt_backend *b = rt_pick_backend(p, pr->first_backend, now);
+            if (!b) continue;
+            pr->retried = true;
+            r->retries++;
+            r->retries_active++;
+            pr->pool = p;
+            pr->backend = b;
+            LOG_DEBUG_(LOGF({"request_id", pr->request_id}, {"backend", b->addr}),
+                       "retrying on %s after: %s", b->addr, why);
+            if (send_to_backend(pr) == 0) return;
+            r->retries_active--;
+            break;
+        }
+        if (!pr->retried) r->retries_denied++;
+    }
+    bool timeout = pr->error_seen && pr->err_kind == EVREQ_HTTP_TIMEOUT;
+    char msg[700];
+    snprintf(msg, sizeof msg, "backend %s failed: %s%s", pr->backend ? pr->backend->addr : "?", why,
+             pr->retried ? " (after one retry)" : "");
+    finish_error(pr, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_BACKEND_ERR, msg);
+}
+
+static void on_backend_reply(struct evhttp_request *resp, void *arg)
+{
+    proxy_req *pr = arg;
+    router *r = pr->r;
+    rt_backend *b = pr->backend;
+    b->in_flight--;
+    if (pr->retried) r->retries_active--;
+    int code = resp ? evhttp_request_get_response_code(resp) : 0;
+    double now = rt_now();
+    if (code == 0 || code >= 500) {
+        /* the connection is suspect: drop it rather than reuse it */
+        if (code == 0) rt_conn_drop(b, pr->conn);
+        else rt_conn_put(b, pr->conn);
+        pr->conn = NULL;
+        char why[96];
+        if (code == 0)
+            snprintf(why, sizeof why, "%s", pr->error_seen && pr->err_kind == EVREQ_HTTP_TIMEOUT ? "timed out" : "connection failed or reset");
+        else
+            snprintf(why, sizeof why, "answered %d", code);
+        rt_backend_result(r, b, false, why);
+        /* connect failure, reset, timeout or 5xx: once more elsewhere; after that a failed
+         * connection becomes 502/504 and a backend's own 5xx is passed through */
+        if (!pr->retried || code == 0) {
+            try_again(pr, why);
+            return;
+        }
+    } else {
+        rt_conn_put(b, pr->conn);
+        pr->conn = NULL;
+        rt_backend_result(r, b, true, NULL);
+    }
+    rt_pool_record_latency(pr->pool, now, now - pr->t0);
+    b->requests++;
+    if (!pr->client) {
+        count(pr, OUT_OK);
+        proxy_free(pr);
+        return;
+    }
+    struct evkeyvalq *in = evhttp_request_get_input_headers(resp);
+    struct evkeyvalq *out = evhttp_request_get_output_headers(pr->client);
+    for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next)
+        if (!hop_by_hop(kv->key)) evhttp_add_header(out, kv->key, kv->value);
+    evhttp_add_header(out, r->cfg->request_id_header, pr->request_id);
+    evhttp_add_header(out, "X-Tierrouter-Pool", pr->pool->cfg->name);
+    evhttp_add_header(out, "X-Tierrouter-Backend", b->addr);
+    evhttp_send_reply(pr->client, code, NULL, evhttp_request_get_input_buffer(resp));
+    count(pr, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERR : OUT_BACKEND_ERR);
+    proxy_free(pr);
+}
+
+static int send_to_backend(proxy_req *pr)
+{
+    router *r = pr->r;
+    rt_backend *b = pr->backend;
+    pr->conn = rt_conn_get(r, b);
+    if (!pr->conn) return -1;
+    pr->error_seen = false;
+    double left = pr->deadline - rt_now();
+    if (left < 0.001) left = 0.001;
+    struct timeval tv = {(time_t)left, (suseconds_t)((left - (double)(time_t)left) * 1e6)};
+    evhttp_connection_set_timeout_tv(pr->conn, &tv);
+    struct evhttp_request *req = evhttp_request_new(on_backend_reply, pr);
+    evhttp_request_set_error_cb(req, on_backend_error);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Host", b->host);
+    if (pr->ctype[0]) evhttp_add_header(h, "Content-Type", pr->ctype);
+    if (pr->ihcl[0]) evhttp_add_header(h, "Inference-Header-Content-Length", pr->ihcl);
+    if (pr->cenc[0]) evhttp_add_header(h, "Content-Encoding", pr->cenc);
+    if (pr->aenc[0]) evhttp_add_header(h, "Accept-Encoding", pr->aenc);
+    evhttp_add_header(h, r->cfg->request_id_header, pr->request_id);
+    evbuffer_add(evhttp_request_get_output_buffer(req), pr->body, pr->body_len);
+    char uri[600];
+    const char *phys = physical(pr->pool, pr->logical);
+    char *enc = evhttp_uriencode(phys, -1, 0);
+    if (pr->version[0])
+        snprintf(uri, sizeof uri, "/v2/models/%s/versions/%s/%s", enc, pr->version, pr->verb);
+    else
+        snprintf(uri, sizeof uri, "/v2/models/%s/%s", enc, pr->verb);
+    free(enc);
+    if (evhttp_make_request(pr->conn, req, EVHTTP_REQ_POST, uri) != 0) {
+        rt_conn_drop(b, pr->conn);
+        pr->conn = NULL;
+        return -1;
+    }
+    b->in_flight++;
+    if (!pr->first_backend) pr->first_backend = b;
+    return 0;
+}
+
+static priority_class parse_priority(const char *v)
+{
+    if (!v) return PRIO_NORMAL;
+    if (strcasecmp(v, "urgent") == 0) return PRIO_URGENT;
+    if (strcasecmp(v, "batch") == 0) return PRIO_BATCH;
+    if (strcasecmp(v, "normal") == 0) return PRIO_NORMAL;
+    return PRIO_COUNT;
+}
+
+static void copy_header(struct evkeyvalq *h, const char *name, char *out, size_t len)
+{
+    const char *v = evhttp_find_header(h, name);
+    snprintf(out, len, "%s", v ? v : "");
+}
+
+static void handle_infer(router *r, struct evhttp_request *req, const char *model, const char *version,
+                         const char *verb)
+{
+    struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+    priority_class prio = parse_priority(evhttp_find_header(h, r->cfg->priority_header));
+    if (prio == PRIO_COUNT) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%s must be urgent, normal or batch", r->cfg->priority_header);
+        rt_reply_error(req, 400, msg);
+        return;
+    }
+    if (version && strlen(version) >= 32) {
+        rt_reply_error(req, 400, "model version is longer than 31 characters");
+        return;
+    }
+    const char *dc = evhttp_find_header(h, r->cfg->data_class_header);
+    bool sensitive = dc && strcasecmp(dc, "sensitive") == 0;
+    proxy_req *pr = calloc(1, sizeof *pr);
+    if (!pr) {
+        rt_reply_error(req, 503, "out of memory");
+        return;
+    }
+    pr->r = r;
+    pr->client = req;
+    pr->prio = prio;
+    pr->sensitive = sensitive;
+    pr->t0 = rt_now();
+    unsigned dl = prio == PRIO_URGENT ? r->cfg->deadline_ms.urgent
+                  : prio == PRIO_BATCH ? r->cfg->deadline_ms.batch
+                                       : r->cfg->deadline_ms.normal;
+    pr->deadline = pr->t0 + dl / 1e3;
+    snprintf(pr->logical, sizeof pr->logical, "%s", model);
+    snprintf(pr->version, sizeof pr->version, "%.31s", version ? version : "");
+    snprintf(pr->verb, sizeof pr->verb, "%s", verb);
+    const char *rid = evhttp_find_header(h, r->cfg->request_id_header);
+    if (rid && strlen(rid) < sizeof pr->request_id) snprintf(pr->request_id, sizeof pr->request_id, "%s", rid);
+    else snprintf(pr->request_id, sizeof pr->request_id, "tr-%d-%llu", r->port, (unsigned long long)++r->seq);
+    copy_header(h, "Content-Type", pr->ctype, sizeof pr->ctype);
+    copy_header(h, "Inference-Header-Content-Length", pr->ihcl, sizeof pr->ihcl);
+    copy_header(h, "Content-Encoding", pr->cenc, sizeof pr->cenc);
+    copy_header(h, "Accept-Encoding", pr->aenc, sizeof pr->aenc);
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    pr->body_len = evbuffer_get_length(in);
+    pr->body = malloc(pr->body_len ? pr->body_len : 1);
+    if (!pr->body) {
+        free(pr);
+        rt_reply_error(req, 503, "out of memory");
+        return;
+    }
+    evbuffer_remove(in, pr->body, pr->body_len);
+    r->active++;
+
+    /* the policy picks the pool kind; the data class and health can overrule it */
+    double now = rt_now();
+    route_pools rp = {pool_can_take(r->gpu, pr, now), pool_can_take(r->cpu, pr, now), true, true};
+    route_target t = policy_route(&r->st, prio, false, &rp, (double)rand() / ((double)RAND_MAX + 1));
+    if (t == ROUTE_NONE) {
+        bool any = (r->gpu && physical(r->gpu, model)) || (r->cpu && physical(r->cpu, model));
+        char msg[400];
+        if (!any) {
+            snprintf(msg, sizeof msg, "unknown model '%.200s': no pool serves it", model);
+            finish_error(pr, 404, OUT_CLIENT_ERR, msg);
+        } else if (sensitive) {
+            snprintf(msg, sizeof msg, "no healthy pool may take sensitive data for model '%.200s'", model);
+            finish_error(pr, 503, OUT_NO_BACKEND, msg);
+        } else if (prio == PRIO_BATCH) {
+            finish_error(pr, 429, OUT_SHED, "every pool is saturated: batch traffic is shed first");
+        } else {
+            snprintf(msg, sizeof msg, "no healthy backend can take model '%.200s' now", model);
+            finish_error(pr, 503, OUT_NO_BACKEND, msg);
+        }
+        return;
+    }
+    pr->pool = t == ROUTE_GPU ? r->gpu : r->cpu;
+    pr->backend = rt_pick_backend(pr->pool, NULL, now);
+    if (!pr->backend || send_to_backend(pr) != 0) {
+        try_again(pr, "could not send");
+        return;
+    }
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), on_client_close, pr);
+}
+
+#define MAX_SEGS 8
+
+void rt_on_request(struct evhttp_request *req, void *arg)
+{
+    router *r = arg;
+    if (r->guard) connguard_dispatched(r->guard, req);
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    char segs[MAX_SEGS][256];
+    size_t n = 0;
+    for (const char *p = path ? path : ""; *p && n < MAX_SEGS;) {
+        while (*p == '/') p++;
+        if (!*p) break;
+        size_t l = strcspn(p, "/");
+        if (l >= sizeof segs[0]) {
+            rt_reply_error(req, 400, "path segment too long");
+            return;
+        }
+        char raw[256];
+        memcpy(raw, p, l);
+        raw[l] = '\0';
+        char *dec = evhttp_uridecode(raw, 0, NULL);
+        snprintf(segs[n++], sizeof segs[0], "%s", dec ? dec : "");
+        free(dec);
+        p += l;
+    }
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    if (n == 1 && strcmp(segs[0], "metrics") == 0) {
+        buf b;
+        buf_init(&b, 1 << 24);
+        rt_metrics(r, &b);
+        struct evbuffer *out = evbuffer_new();
+        evbuffer_add(out, b.data, b.len);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
+        evhttp_send_reply(req, 200, NULL, out);
+        evbuffer_free(out);
+        buf_free(&b);
+        return;
+    }
+    if (n == 2 && strcmp(segs[0], "admin") == 0 && strcmp(segs[1], "status") == 0) {
+        buf b;
+        buf_init(&b, 1 << 24);
+        rt_status_json(r, &b);
+        struct evbuffer *out = evbuffer_new();
+        evbuffer_add(out, b.data, b.len);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+        evhttp_send_reply(req, 200, NULL, out);
+        evbuffer_free(out);
+        buf_free(&b);
+        return;
+    }
+    if (n == 0 || strcmp(segs[0], "v2") != 0) {
+        rt_reply_error(req, 404, "unknown endpoint");
+        return;
+    }
+    double now = rt_now();
+    if (n == 1) {
+        struct evbuffer *out = evbuffer_new();
+        evbuffer_add_printf(out, "{\"name\":\"tierrouter\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\"]}",
+                            TIERSERVE_VERSION);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+        evhttp_send_reply(req, 200, NULL, out);
+        evbuffer_free(out);
+        return;
+    }
+    if (n == 3 && strcmp(segs[1], "health") == 0) {
+        bool ready = (r->gpu && rt_pool_healthy(r->gpu, now)) || (r->cpu && rt_pool_healthy(r->cpu, now));
+        if (strcmp(segs[2], "live") == 0) evhttp_send_reply(req, 200, NULL, NULL);
+        else if (strcmp(segs[2], "ready") == 0 && ready) evhttp_send_reply(req, 200, NULL, NULL);
+        else if (strcmp(segs[2], "ready") == 0) rt_reply_error(req, 503, "no healthy backend in any pool");
+        else rt_reply_error(req, 404, "unknown endpoint");
+        return;
+    }
+    if (n >= 4 && strcmp(segs[1], "models") == 0) {
+        const char *version = NULL;
+        size_t k = 3;
+        if (n >= 6 && strcmp(segs[3], "versions") == 0) {
+            version = segs[4];
+            k = 5;
+        }
+        if (n == k + 1 && strcmp(segs[k], "infer") == 0) {
+            if (cmd != EVHTTP_REQ_POST) {
+                rt_reply_error(req, 405, "method not allowed for this endpoint");
+                return;
+            }
+            handle_infer(r, req, segs[2], version, "infer");
+            return;
+        }
+    }
+    rt_reply_error(req, 404, "the router serves /v2, /v2/health/*, /v2/models/{m}/infer, /admin/status, /metrics");
+}

@@ -1,0 +1,80 @@
+/* rconfig: tierrouter's YAML config (libcyaml schema to C structs), validated.
+ * A bad key or value is rejected with the key and the file position (libcyaml's
+ * backtrace), a bad combination with the key path. See config/router.sample.yaml. */
+#ifndef TS_RCONFIG_H
+#define TS_RCONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy.h"
+
+typedef enum { POOL_GPU = 0, POOL_CPU = 1 } pool_kind;
+typedef enum { MIN_TIER_CPU = 1, MIN_TIER_CUDA = 2, MIN_TIER_TENSORRT = 3 } min_tier;
+
+typedef struct {
+    char *name;  /* logical model name clients use */
+    char *serve; /* physical model this pool serves for it */
+} rc_model;
+
+typedef struct {
+    double high, low;
+} rc_marks;
+
+typedef struct {
+    char *name;
+    unsigned kind;         /* pool_kind */
+    bool sensitive;        /* may take sensitive data */
+    unsigned min_tier;     /* GPU pools: a backend counts healthy at this tier or better */
+    char **backends;       /* "host:port" */
+    unsigned backends_count;
+    unsigned max_in_flight;/* per backend */
+    rc_model *models;
+    unsigned models_count;
+} rc_pool;
+
+typedef struct {
+    double ratio;
+    unsigned min_concurrency;
+} rc_retry;
+
+typedef struct {
+    unsigned consecutive_failures;
+    unsigned base_ms, max_ms;
+} rc_ejection;
+
+typedef struct {
+    unsigned urgent, normal, batch;
+} rc_deadlines;
+
+typedef struct {
+    rc_marks queue, p95_ms, gpu_memory;
+    unsigned require;
+    double sustain_s, cooldown_s, stage_hold_s, rollback_hold_s;
+    double *stages;
+    unsigned stages_count;
+} rc_policy;
+
+typedef struct {
+    char *address;
+    unsigned port;
+    unsigned probe_interval_ms;
+    unsigned request_timeout_ms;
+    unsigned max_body_bytes;
+    char *priority_header, *data_class_header, *request_id_header;
+    rc_retry retry;
+    rc_ejection ejection;
+    rc_deadlines deadline_ms;
+    rc_policy policy;
+    rc_pool *pools;
+    unsigned pools_count;
+} router_config;
+
+/* Loads and validates path. On error returns NULL with a message in err. */
+router_config *rconfig_load(const char *path, char *err, size_t errlen);
+void rconfig_free(router_config *c);
+/* The policy part as policy.h wants it. */
+void rconfig_policy(const router_config *c, policy_config *out);
+
+#endif

@@ -1,0 +1,100 @@
+/* tierrouter internals: pools of tierserve backends, the proxy, and the policy driving it.
+ * Everything runs on one event loop; nothing here is thread-safe (nor needs to be). */
+#ifndef TS_ROUTER_H
+#define TS_ROUTER_H
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "connguard.h"
+#include "hist.h"
+#include "policy.h"
+#include "rconfig.h"
+
+#define RT_LAT_WINDOW 4096
+
+typedef struct rt_pool rt_pool;
+
+typedef struct rt_backend {
+    rt_pool *pool;
+    char host[256];
+    unsigned port;
+    char addr[300];
+    struct evhttp_connection **free_conns; /* idle keep-alive connections */
+    size_t n_free, n_conns;
+    struct evhttp_connection *probe;
+    bool probe_in_flight;
+    /* from the last probe of /v2/status */
+    bool probed, live, ready, tier_ok;
+    char tier[32];
+    double gpu_mem;      /* -1 unknown */
+    double worker_queue; /* queue_depth the worker reported */
+    double last_probe_ok;
+    /* passive health */
+    unsigned in_flight, consecutive_failures, ejections;
+    double ejected_until;
+    uint64_t requests, failures;
+} rt_backend;
+
+struct rt_pool {
+    const rc_pool *cfg;
+    rt_backend *backends;
+    size_t n;
+    double lat_t[RT_LAT_WINDOW], lat_v[RT_LAT_WINDOW]; /* ring: time, seconds */
+    size_t lat_head, lat_len;
+};
+
+enum { OUT_OK = 0, OUT_CLIENT_ERR, OUT_SHED, OUT_NO_BACKEND, OUT_BACKEND_ERR, OUT_TIMEOUT, OUT_N };
+
+typedef struct router {
+    struct event_base *base;
+    struct evhttp *http;
+    connguard *guard;
+    router_config *cfg;
+    rt_pool pools[2];
+    size_t n_pools;
+    rt_pool *gpu, *cpu; /* either may be NULL */
+    policy *pol;
+    policy_state st;
+    pool_signals last_signals;
+    struct event *tick, *sigterm, *sigint;
+    unsigned active;          /* requests being proxied */
+    unsigned retries_active;
+    uint64_t seq;
+    uint64_t requests[2][PRIO_COUNT][OUT_N]; /* [pool][priority][outcome]; pool 0 = gpu */
+    uint64_t retries, retries_denied, ejections_total, policy_events[8];
+    hist latency[2][PRIO_COUNT];
+    int port;
+    double started;
+} router;
+
+/* backend.c */
+int rt_pools_init(router *r, char *err, size_t errlen);
+void rt_pools_free(router *r);
+bool rt_backend_usable(const rt_backend *b, double now);
+rt_backend *rt_pick_backend(rt_pool *p, const rt_backend *avoid, double now);
+struct evhttp_connection *rt_conn_get(router *r, rt_backend *b);
+void rt_conn_put(rt_backend *b, struct evhttp_connection *c);
+void rt_conn_drop(rt_backend *b, struct evhttp_connection *c);
+void rt_backend_result(router *r, rt_backend *b, bool ok, const char *why);
+void rt_probe_all(router *r);
+size_t rt_pool_healthy(const rt_pool *p, double now);
+void rt_pool_record_latency(rt_pool *p, double now, double secs);
+double rt_pool_p95_ms(rt_pool *p, double now, double window_s);
+void rt_pool_signals(router *r, rt_pool *p, double now, pool_signals *out);
+
+/* proxy.c */
+void rt_on_request(struct evhttp_request *req, void *arg);
+
+/* rstatus.c */
+void rt_status_json(router *r, buf *out);
+void rt_metrics(router *r, buf *out);
+
+double rt_now(void);
+void rt_reply_error(struct evhttp_request *req, int code, const char *msg);
+
+#endif

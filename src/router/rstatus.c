@@ -1,0 +1,108 @@
+/* rstatus.c: /admin/status (what the dashboard reads) and /metrics for tierrouter. */
+#include <stdio.h>
+#include <string.h>
+
+#include "router.h"
+
+static const char *const k_prio[PRIO_COUNT] = {"urgent", "normal", "batch"};
+static const char *const k_out[OUT_N] = {"success", "client_error", "shed", "no_backend", "backend_error", "timeout"};
+
+static void put_num(buf *b, double v)
+{
+    if (v < 0) buf_puts(b, "null");
+    else buf_printf(b, "%.4g", v);
+}
+
+void rt_status_json(router *r, buf *b)
+{
+    double now = rt_now();
+    const policy_state *st = &r->st;
+    buf_printf(b, "{\"stage\":%zu,\"pressure\":%s,\"hard_failover\":%s,\"returning\":%s,", st->stage,
+               st->pressure ? "true" : "false", st->hard_failover ? "true" : "false",
+               st->returning ? "true" : "false");
+    buf_puts(b, "\"signals\":{");
+    for (int s = 0; s < SIG_COUNT; s++) {
+        buf_printf(b, "%s\"%s\":{\"value\":", s ? "," : "", policy_signal_name((policy_signal)s));
+        put_num(b, r->last_signals.value[s]);
+        buf_printf(b, ",\"hot\":%s}", st->hot[s] ? "true" : "false");
+    }
+    buf_puts(b, "},\"cpu_share\":{");
+    for (int p = 0; p < PRIO_COUNT; p++) buf_printf(b, "%s\"%s\":%.3g", p ? "," : "", k_prio[p], st->cpu_share[p]);
+    buf_printf(b, "},\"active\":%u,\"retries\":%llu,\"ejections\":%llu,\"pools\":[", r->active,
+               (unsigned long long)r->retries, (unsigned long long)r->ejections_total);
+    for (size_t i = 0; i < r->n_pools; i++) {
+        rt_pool *p = &r->pools[i];
+        buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+        buf_put_json_str(b, p->cfg->name, strlen(p->cfg->name));
+        static const char *const tiers[] = {"", "cpu", "cuda", "tensorrt"};
+        buf_printf(b, ",\"kind\":\"%s\",\"sensitive\":%s,\"min_tier\":\"%s\",\"healthy\":%zu,\"p95_ms\":",
+                   p->cfg->kind == POOL_GPU ? "gpu" : "cpu", p->cfg->sensitive ? "true" : "false",
+                   tiers[p->cfg->min_tier], rt_pool_healthy(p, now));
+        put_num(b, rt_pool_p95_ms(p, now, 10.0));
+        buf_puts(b, ",\"backends\":[");
+        for (size_t k = 0; k < p->n; k++) {
+            rt_backend *be = &p->backends[k];
+            buf_puts(b, k ? ",{\"address\":" : "{\"address\":");
+            buf_put_json_str(b, be->addr, strlen(be->addr));
+            bool healthy = be->probed && be->live && be->ready && be->tier_ok && now >= be->ejected_until;
+            buf_printf(b, ",\"healthy\":%s,\"live\":%s,\"ready\":%s,\"tier\":", healthy ? "true" : "false",
+                       be->live ? "true" : "false", be->ready ? "true" : "false");
+            buf_put_json_str(b, be->tier[0] ? be->tier : "unknown", strlen(be->tier[0] ? be->tier : "unknown"));
+            buf_printf(b, ",\"tier_ok\":%s,\"in_flight\":%u,\"worker_queue\":%.0f,\"gpu_memory_used_fraction\":",
+                       be->tier_ok ? "true" : "false", be->in_flight, be->worker_queue);
+            put_num(b, be->gpu_mem);
+            buf_printf(b, ",\"ejected_for_ms\":%.0f,\"ejections\":%u,\"requests\":%llu,\"failures\":%llu}",
+                       now < be->ejected_until ? (be->ejected_until - now) * 1e3 : 0.0, be->ejections,
+                       (unsigned long long)be->requests, (unsigned long long)be->failures);
+        }
+        buf_puts(b, "]}");
+    }
+    buf_puts(b, "]}");
+}
+
+void rt_metrics(router *r, buf *b)
+{
+    double now = rt_now();
+    buf_puts(b, "# HELP tierrouter_requests_total Inference requests by pool, priority and outcome\n"
+                "# TYPE tierrouter_requests_total counter\n");
+    for (size_t i = 0; i < r->n_pools; i++) {
+        int pi = &r->pools[i] == r->gpu ? 0 : 1;
+        for (int p = 0; p < PRIO_COUNT; p++)
+            for (int o = 0; o < OUT_N; o++)
+                buf_printf(b, "tierrouter_requests_total{pool=\"%s\",priority=\"%s\",outcome=\"%s\"} %llu\n",
+                           r->pools[i].cfg->name, k_prio[p], k_out[o], (unsigned long long)r->requests[pi][p][o]);
+    }
+    buf_puts(b, "# HELP tierrouter_request_duration_seconds Arrival to reply, by pool and priority\n"
+                "# TYPE tierrouter_request_duration_seconds histogram\n");
+    for (size_t i = 0; i < r->n_pools; i++) {
+        int pi = &r->pools[i] == r->gpu ? 0 : 1;
+        for (int p = 0; p < PRIO_COUNT; p++) {
+            char lbl[160];
+            snprintf(lbl, sizeof lbl, "pool=\"%s\",priority=\"%s\"", r->pools[i].cfg->name, k_prio[p]);
+            hist_render(&r->latency[pi][p], b, "tierrouter_request_duration_seconds", lbl);
+        }
+    }
+    buf_printf(b, "# TYPE tierrouter_retries_total counter\ntierrouter_retries_total %llu\n"
+                  "# TYPE tierrouter_retries_denied_total counter\ntierrouter_retries_denied_total %llu\n"
+                  "# TYPE tierrouter_ejections_total counter\ntierrouter_ejections_total %llu\n"
+                  "# TYPE tierrouter_stage gauge\ntierrouter_stage %zu\n"
+                  "# TYPE tierrouter_pressure gauge\ntierrouter_pressure %d\n"
+                  "# TYPE tierrouter_hard_failover gauge\ntierrouter_hard_failover %d\n",
+               (unsigned long long)r->retries, (unsigned long long)r->retries_denied,
+               (unsigned long long)r->ejections_total, r->st.stage, r->st.pressure, r->st.hard_failover);
+    buf_puts(b, "# TYPE tierrouter_policy_events_total counter\n");
+    for (int e = EV_PRESSURE_START; e <= EV_GPU_RECOVERED; e++)
+        buf_printf(b, "tierrouter_policy_events_total{event=\"%s\"} %llu\n", policy_event_name((policy_event_kind)e),
+                   (unsigned long long)r->policy_events[e]);
+    buf_puts(b, "# TYPE tierrouter_cpu_share gauge\n");
+    for (int p = 0; p < PRIO_COUNT; p++)
+        buf_printf(b, "tierrouter_cpu_share{priority=\"%s\"} %.3f\n", k_prio[p], r->st.cpu_share[p]);
+    buf_puts(b, "# TYPE tierrouter_backend_healthy gauge\n");
+    for (size_t i = 0; i < r->n_pools; i++)
+        for (size_t k = 0; k < r->pools[i].n; k++) {
+            rt_backend *be = &r->pools[i].backends[k];
+            bool h = be->probed && be->live && be->ready && be->tier_ok && now >= be->ejected_until;
+            buf_printf(b, "tierrouter_backend_healthy{pool=\"%s\",backend=\"%s\",tier=\"%s\"} %d\n",
+                       r->pools[i].cfg->name, be->addr, be->tier[0] ? be->tier : "unknown", h);
+        }
+}

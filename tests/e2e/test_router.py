@@ -1,0 +1,296 @@
+"""tierrouter end to end: real tierserve workers behind a real router, workers killed.
+
+The machine has no GPU. Tests that need a healthy "GPU" pool run its workers with
+EXECUTION_MODE=cpu and set the pool's min_tier to cpu (and say so); one test keeps the
+default min_tier (cuda) and checks that an auto worker that fell back to CPU is not counted
+as GPU capacity.
+"""
+import concurrent.futures as cf
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env, start_worker
+import tritonlike
+
+ROUTER_BIN = str(pathlib.Path(BIN).with_name("tierrouter"))
+DEMO = ROOT / "models"
+X = np.random.default_rng(5).uniform(0, 8, (2, 4)).astype(np.float32)
+
+
+class Router:
+    def __init__(self, cfg_text, tmp):
+        self.cfg = tmp / f"router-{time.monotonic_ns()}.yaml"
+        self.cfg.write_text(cfg_text)
+        self.log = tmp / f"router-{time.monotonic_ns()}.log"
+        env = dict(os.environ, TIERROUTER_PORT="0", **sanitizer_env())
+        self.proc = subprocess.Popen([ROUTER_BIN, "--config", str(self.cfg)], stderr=open(self.log, "wb"), env=env)
+        self.port = None
+        deadline = time.time() + 20
+        while time.time() < deadline and self.proc.poll() is None:
+            m = re.search(r"listening on [^:]+:(\d+)", self.log.read_text())
+            if m:
+                self.port = int(m.group(1))
+                break
+            time.sleep(0.05)
+        assert self.port, self.log.read_text()
+
+    @property
+    def url(self):
+        return f"127.0.0.1:{self.port}"
+
+    def status(self):
+        with urllib.request.urlopen(f"http://{self.url}/admin/status", timeout=5) as r:
+            return json.loads(r.read())
+
+    def backend(self, port):
+        for p in self.status()["pools"]:
+            for b in p["backends"]:
+                if b["address"].endswith(f":{port}"):
+                    return b
+        raise KeyError(port)
+
+    def wait_healthy(self, n, timeout=15):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            st = self.status()
+            if sum(p["healthy"] for p in st["pools"]) >= n:
+                return st
+            time.sleep(0.05)
+        raise AssertionError(f"router never saw {n} healthy backends: {self.status()}")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=20)
+        text = self.log.read_text(errors="replace")
+        assert not [m for m in SANITIZER_MARKERS if m in text], text[-4000:]
+        return code
+
+
+def config(gpu_ports, cpu_ports, gpu_min_tier="cpu", extra=""):
+    gb = ", ".join(f'"127.0.0.1:{p}"' for p in gpu_ports)
+    cb = ", ".join(f'"127.0.0.1:{p}"' for p in cpu_ports)
+    return f"""
+address: 127.0.0.1
+probe_interval_ms: 100
+{extra}
+pools:
+  - name: gpu
+    kind: gpu
+    sensitive: false
+    min_tier: {gpu_min_tier}
+    backends: [{gb}]
+  - name: cpu
+    kind: cpu
+    sensitive: true
+    backends: [{cb}]
+"""
+
+
+def worker_requests(w, model="demo"):
+    text = w.http("GET", "/metrics")[2].decode()
+    m = re.search(r'tierserve_requests_total\{model="%s",version="1",outcome="success"\} (\d+)' % model, text)
+    return int(m.group(1))
+
+
+@pytest.fixture()
+def stack(tmp_path):
+    """Two 'GPU' workers (EXECUTION_MODE=cpu, pool min_tier cpu) and one CPU worker."""
+    gpus = [start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"}) for _ in range(2)]
+    cpu = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    r = Router(config([g.port for g in gpus], [cpu.port]), tmp_path)
+    r.wait_healthy(3)
+    yield r, gpus, cpu
+    assert r.stop() == 0
+    for w in gpus + [cpu]:
+        w.stop()
+
+
+def test_router_speaks_kserve_like_a_worker(stack):
+    r, gpus, cpu = stack
+    from gen_demo import demo_reference
+    c = tritonlike.TritonLikeClient(r.url)
+    assert c.is_server_live() and c.is_server_ready()
+    for binary in (True, False):
+        res = c.infer("demo", [("input", X, "FP32")], binary_inputs=binary, binary_outputs=binary)
+        np.testing.assert_allclose(res.as_numpy("probabilities"), demo_reference(X)["probabilities"],
+                                   rtol=1e-5, atol=1e-6)
+    with pytest.raises(tritonlike.InferenceServerException) as e:
+        c.infer("nope", [("input", X, "FP32")])
+    assert e.value.status() == "404"
+    # normal traffic stays on the GPU pool while it is healthy and unpressured
+    code, headers, _ = _post(r, "demo")
+    assert code == 200 and headers["X-Tierrouter-Pool"] == "gpu" and headers.get("X-Request-Id")
+
+
+def _post(r, model, headers=None, body=None):
+    body = body or json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4],
+                                           "data": X.ravel().tolist()}]}).encode()
+    req = urllib.request.Request(f"http://{r.url}/v2/models/{model}/infer", data=body, method="POST",
+                                 headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def test_kill9_under_load_loses_nothing_and_readmits(stack, tmp_path):
+    r, gpus, cpu = stack
+    victim = gpus[0]
+    port = victim.port
+    stop = threading.Event()
+    results = []
+
+    def load():
+        c = tritonlike.TritonLikeClient(r.url)
+        while not stop.is_set():
+            try:
+                c.infer("demo", [("input", X, "FP32")])
+                results.append(200)
+            except tritonlike.InferenceServerException as e:
+                results.append(e.status())
+
+    threads = [threading.Thread(target=load) for _ in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    killed_at = time.monotonic()
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait()
+    while r.backend(port)["healthy"]:
+        time.sleep(0.005)
+    off_after = time.monotonic() - killed_at
+    time.sleep(1.0)
+    stop.set()
+    for t in threads:
+        t.join()
+    print(f"\nkill -9 of a GPU worker: traffic off it after {off_after * 1e3:.0f} ms "
+          f"(probe interval 100 ms); {len(results)} requests under load")
+    assert results and all(x == 200 for x in results), [x for x in results if x != 200][:5]
+    assert off_after < 1.0
+    # restart on the same port: re-admitted, and traffic reaches it again
+    w = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"}, args=[f"--http-port={port}"])
+    gpus[0] = w
+    deadline = time.time() + 10
+    while not r.backend(port)["healthy"] and time.time() < deadline:
+        time.sleep(0.05)
+    assert r.backend(port)["healthy"]
+    for _ in range(30):
+        assert _post(r, "demo")[0] == 200
+    assert worker_requests(w) > 0
+
+
+def test_gpu_fault_injection_ejects_the_worker(tmp_path):
+    faulty = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_FAULT_INJECT_GPU_RUN": "4"})
+    good = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    cpu = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    r = Router(config([faulty.port, good.port], [cpu.port]), tmp_path)
+    try:
+        r.wait_healthy(3)
+        codes = [_post(r, "demo")[0] for _ in range(40)]
+        assert all(c == 200 for c in codes), codes  # the faulted run is retried elsewhere
+        deadline = time.time() + 2  # the next probes see live=false in its /v2/status
+        while r.backend(faulty.port)["live"] and time.time() < deadline:
+            time.sleep(0.02)
+        b = r.backend(faulty.port)
+        assert not b["healthy"] and not b["live"]
+        assert faulty.http("GET", "/v2/health/live")[0] == 503
+    finally:
+        assert r.stop() == 0
+        for w in (faulty, good, cpu):
+            w.stop()
+
+
+def test_sensitive_traffic_never_reaches_a_non_sensitive_pool(stack):
+    r, gpus, cpu = stack
+    cpu_before = worker_requests(cpu)
+    hdr = {"X-Data-Class": "sensitive", "X-Priority": "urgent"}
+    codes = [_post(r, "demo", hdr)[0] for _ in range(20)]
+    # and under failover: every GPU worker gone
+    for g in gpus:
+        g.proc.send_signal(signal.SIGKILL)
+        g.proc.wait()
+    codes += [_post(r, "demo", hdr)[0] for _ in range(20)]
+    assert all(c == 200 for c in codes), codes
+    # counted on the workers' side: every sensitive request, before and during the
+    # failover, was served by the sensitive (CPU) pool's worker
+    assert worker_requests(cpu) - cpu_before == 40
+    # with the sensitive pool gone too: 503, never the GPU pool
+    cpu.proc.send_signal(signal.SIGKILL)
+    cpu.proc.wait()
+    deadline = time.time() + 5
+    while r.status()["pools"][1]["healthy"] and time.time() < deadline:
+        time.sleep(0.05)
+    code, _, body = _post(r, "demo", hdr)
+    assert code == 503 and "sensitive" in json.loads(body)["error"]
+
+
+def test_sensitive_counted_on_live_gpu_workers(stack):
+    """The same, with the GPU workers alive the whole time: their counters do not move."""
+    r, gpus, cpu = stack
+    before = [worker_requests(g) for g in gpus]
+    hdr = {"X-Data-Class": "sensitive"}
+    for _ in range(25):
+        assert _post(r, "demo", hdr)[0] == 200
+    assert [worker_requests(g) for g in gpus] == before
+    for _ in range(10):  # normal traffic does reach them
+        assert _post(r, "demo")[0] == 200
+    assert sum(worker_requests(g) for g in gpus) > sum(before)
+
+
+def test_cpu_fallback_worker_is_not_gpu_capacity(tmp_path):
+    auto = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "auto"})  # cpu-fallback here
+    cpu = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    r = Router(config([auto.port], [cpu.port], gpu_min_tier="cuda"), tmp_path)
+    try:
+        r.wait_healthy(1)
+        time.sleep(0.5)
+        b = r.backend(auto.port)
+        assert b["tier"] == "cpu-fallback" and b["live"] and b["ready"]
+        assert not b["tier_ok"] and not b["healthy"]
+        st = r.status()
+        assert st["hard_failover"] is True  # no GPU capacity at all: everything on the CPU pool
+        code, headers, _ = _post(r, "demo", {"X-Priority": "urgent"})
+        assert code == 200 and headers["X-Tierrouter-Pool"] == "cpu"
+    finally:
+        assert r.stop() == 0
+        auto.stop()
+        cpu.stop()
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("pools:\n  - name: g\n    kind: gpu\n    backends: [\"a:1\"]\n    bogus: 3\n", "bogus"),
+    ("pools:\n  - name: g\n    kind: tpu\n    backends: [\"a:1\"]\n", "kind"),
+    ("pools:\n  - name: g\n    kind: gpu\n    backends: [\"nohostport\"]\n", "backends[0]"),
+    ("policy:\n  p95_ms: {high: 100, low: 200}\npools:\n  - name: g\n    kind: gpu\n    backends: [\"a:1\"]\n", "p95_ms"),
+    ("policy:\n  require: 4\npools:\n  - name: g\n    kind: gpu\n    backends: [\"a:1\"]\n", "require"),
+    ("port: 9000\n", "pools"),
+    ("pools: [\n", "line"),
+])
+def test_bad_config_is_refused_naming_the_key(tmp_path, text, needle):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(text)
+    p = subprocess.run([ROUTER_BIN, "--config", str(cfg)], capture_output=True, timeout=20,
+                       env=dict(os.environ, **sanitizer_env()))
+    assert p.returncode == 64, p.stderr
+    assert needle in p.stderr.decode(), p.stderr.decode()
+
+
+def test_malformed_client_requests_never_reach_a_backend(stack):
+    r, gpus, cpu = stack
+    before = [worker_requests(w) for w in gpus + [cpu]]
+    assert _post(r, "demo", {"X-Priority": "whenever"})[0] == 400
+    assert _post(r, "demo", {}, body=b"not json")[0] == 400  # the backend answers 400 (passed through)
+    code, _, _ = _post(r, "x" * 40 + "/versions/" + "9" * 40)
+    assert code == 400
+    assert [worker_requests(w) for w in gpus + [cpu]] == before
