@@ -157,6 +157,36 @@ def measured(worker, fn):
     return r
 
 
+def router_overhead(w, tmp, demo_binary, concs, secs):
+    """The same binary demo request straight to the worker and through tierrouter."""
+    cfg = tmp / "router.yaml"
+    cfg.write_text("address: 127.0.0.1\nprobe_interval_ms: 250\npools:\n"
+                   "  - name: gpu\n    kind: gpu\n    min_tier: cpu\n    max_in_flight: 256\n"
+                   f"    backends: [\"127.0.0.1:{w.port}\"]\n")
+    log = tmp / "router.log"
+    proc = subprocess.Popen([str(BIN / "tierrouter"), "--config", str(cfg)], stderr=open(log, "wb"),
+                            env=dict(os.environ, TIERROUTER_PORT="0"))
+    port = None
+    for _ in range(200):
+        for line in log.read_text().splitlines():
+            msg = json.loads(line).get("msg", "")
+            if "listening on" in msg:
+                port = int(msg.split(":")[-1].split()[0])
+        if port:
+            break
+        time.sleep(0.05)
+    time.sleep(1.0)  # first probes
+    (bpath, hl) = demo_binary
+    out = []
+    for c in concs:
+        d = loadgen(w.port, "/v2/models/demo/infer", bpath, hl, c, secs)
+        r = loadgen(port, "/v2/models/demo/infer", bpath, hl, c, secs)
+        out.append((c, d, r))
+    proc.terminate()
+    proc.wait(timeout=30)
+    return out
+
+
 def svg_chart(rows, path):
     """Grouped bars: throughput per configuration at each concurrency (log scale)."""
     series = sorted({(r["model"], r["mode"]) for r in rows})
@@ -236,6 +266,7 @@ def main():
             id_rows[proto] = loadgen(w.port, "/v2/models/identity224/infer", body, hlen, 1, secs)
         rate = json.loads(subprocess.run([str(BIN / "bench_jsonrate"), "1", "3", "224", "224"],
                                          capture_output=True, text=True, check=True).stdout)
+        router_rows = router_overhead(w, tmp, bodies["demo"][0], concs, secs)
         final_rss = w.rss_kb()
         w.stop()
     finally:
@@ -284,6 +315,12 @@ def main():
     print(f"  worker RSS: {idle_rss / 1024:.1f} MB after loading the sessions, peak {peak64 / 1024:.1f} MB "
           f"under load (max concurrency {concs[-1]}), {final_rss / 1024:.1f} MB after -> beyond the "
           f"sessions: {(peak64 - idle_rss) / 1024:.1f} MB at peak (target < 20 MB)")
+    print("\ntierrouter in front of the same worker (demo, binary), same run:")
+    for c, d, r in router_rows:
+        print(f"  c={c:<3} direct {d['throughput']:8.0f}/s p50 {d['p50_us']:7.0f} us p99 {d['p99_us']:7.0f} us | "
+              f"router {r['throughput']:8.0f}/s p50 {r['p50_us']:7.0f} us p99 {r['p99_us']:7.0f} us | "
+              f"added p50 {r['p50_us'] - d['p50_us']:+.0f} us, p99 {r['p99_us'] - d['p99_us']:+.0f} us, "
+              f"throughput x{r['throughput'] / d['throughput']:.2f}, errors {r['errors']}")
     print(f"\nwrote {OUT / 'results.csv'} and {OUT / 'throughput.svg'}")
 
 
