@@ -215,7 +215,13 @@ static int send_to_backend(proxy_req *pr)
     pr->conn = rt_conn_get(r, b);
     if (!pr->conn) return -1;
     pr->error_seen = false;
+    /* a try that hangs must leave time for the retry: the first gets per_try_timeout_ms,
+     * or half of what is left, the retry all that remains */
     double left = pr->deadline - rt_now();
+    if (!pr->first_backend) {
+        double per_try = r->cfg->retry.per_try_timeout_ms ? r->cfg->retry.per_try_timeout_ms / 1e3 : left / 2;
+        if (per_try < left) left = per_try;
+    }
     if (left < 0.001) left = 0.001;
     struct timeval tv = {(time_t)left, (suseconds_t)((left - (double)(time_t)left) * 1e6)};
     evhttp_connection_set_timeout_tv(pr->conn, &tv);

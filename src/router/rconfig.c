@@ -47,7 +47,8 @@ static const cyaml_schema_field_t k_policy_fields[] = {
     CYAML_FIELD_END};
 static const cyaml_schema_field_t k_retry_fields[] = {
     CYAML_FIELD_FLOAT("budget_ratio", CYAML_FLAG_OPTIONAL, rc_retry, ratio),
-    CYAML_FIELD_UINT("min_concurrency", CYAML_FLAG_OPTIONAL, rc_retry, min_concurrency), CYAML_FIELD_END};
+    CYAML_FIELD_UINT("min_concurrency", CYAML_FLAG_OPTIONAL, rc_retry, min_concurrency),
+    CYAML_FIELD_UINT("per_try_timeout_ms", CYAML_FLAG_OPTIONAL, rc_retry, per_try_timeout_ms), CYAML_FIELD_END};
 static const cyaml_schema_field_t k_ejection_fields[] = {
     CYAML_FIELD_UINT("consecutive_failures", CYAML_FLAG_OPTIONAL, rc_ejection, consecutive_failures),
     CYAML_FIELD_UINT("base_ms", CYAML_FLAG_OPTIONAL, rc_ejection, base_ms),

@@ -37,6 +37,7 @@ typedef struct {
 typedef struct {
     double ratio;
     unsigned min_concurrency;
+    unsigned per_try_timeout_ms; /* 0: half the request's deadline for the first try */
 } rc_retry;
 
 typedef struct {

@@ -294,3 +294,117 @@ def test_malformed_client_requests_never_reach_a_backend(stack):
     code, _, _ = _post(r, "x" * 40 + "/versions/" + "9" * 40)
     assert code == 400
     assert [worker_requests(w) for w in gpus + [cpu]] == before
+
+
+class FakeBackend:
+    """A backend that looks healthy to probes but misbehaves on inference: 'garbage' answers
+    bytes that are not HTTP, 'hang' never answers, 'close' drops the connection."""
+
+    def __init__(self, mode):
+        import socket
+        self.mode = mode
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        self.hits = 0
+        self.conns = []
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.conns.append(c)
+            threading.Thread(target=self.handle, args=(c,), daemon=True).start()
+
+    def handle(self, c):
+        c.settimeout(10)
+        buf = b""
+        try:
+            while not self.stop.is_set():
+                data = c.recv(65536)
+                if not data:
+                    return
+                buf += data
+                while b"\r\n\r\n" in buf:
+                    head, rest = buf.split(b"\r\n\r\n", 1)
+                    m = re.search(rb"(?i)content-length: *(\d+)", head)
+                    n = int(m.group(1)) if m else 0
+                    if len(rest) < n:
+                        break
+                    buf = rest[n:]
+                    if head.startswith(b"GET /v2/status"):
+                        body = json.dumps({"live": True, "ready": True, "tier": "cpu", "queue_depth": 0,
+                                           "gpu_memory_used_fraction": None}).encode()
+                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                                  + str(len(body)).encode() + b"\r\n\r\n" + body)
+                        continue
+                    self.hits += 1
+                    if self.mode == "garbage":
+                        c.sendall(b"\x00\xffthis is not HTTP at all\r\n\r\n")
+                        c.close()
+                        return
+                    if self.mode == "close":
+                        c.close()
+                        return
+                    time.sleep(30)  # hang
+                    return
+        except OSError:
+            return
+
+    def close(self):
+        self.stop.set()
+        for c in self.conns:
+            try:
+                c.close()
+            except OSError:
+                pass
+        self.sock.close()
+
+
+@pytest.mark.parametrize("mode", ["garbage", "close", "hang"])
+def test_misbehaving_backend_is_retried_or_answered_never_a_crash(tmp_path, mode):
+    bad = FakeBackend(mode)
+    good = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    cpu = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    extra = "deadline_ms: {urgent: 1500, normal: 1500, batch: 1500}\n"
+    r = Router(config([bad.port, good.port], [cpu.port], extra=extra), tmp_path)
+    try:
+        r.wait_healthy(3)
+        codes = [_post(r, "demo")[0] for _ in range(12)]
+        # every request that met the bad backend was retried on a good one
+        assert all(c == 200 for c in codes), codes
+        assert bad.hits >= 1
+        # with only the bad backend in the GPU pool and no CPU pool fallback allowed
+        # (sensitive traffic pinned to a pool that is just the bad backend): 502/504
+        r2 = Router(f"""
+address: 127.0.0.1
+probe_interval_ms: 100
+{extra}
+pools:
+  - name: gpu
+    kind: gpu
+    sensitive: true
+    min_tier: cpu
+    backends: ["127.0.0.1:{bad.port}"]
+""", tmp_path)
+        try:
+            r2.wait_healthy(1)
+            code, _, body = _post(r2, "demo", {"X-Data-Class": "sensitive"})
+            assert code == (504 if mode == "hang" else 502), (code, body)
+            assert "error" in json.loads(body)
+            assert r2.proc.poll() is None  # still running
+        finally:
+            assert r2.stop() == 0
+        assert r.proc.poll() is None
+    finally:
+        assert r.stop() == 0
+        bad.close()
+        good.stop()
+        cpu.stop()
