@@ -46,6 +46,7 @@ typedef struct job {
     bool binary;
     zc_kind reply_enc; /* what the client's Accept-Encoding asked for */
     double t_arrive, t_start, t_end;
+    double compute_share; /* this request's share of its Run(): the batch time / batch size */
 } job;
 
 static job *job_of(sched_item *it) { return (job *)((char *)it - offsetof(job, item)); }
@@ -269,6 +270,7 @@ void server_run_batch(sched_item **items, size_t n, size_t runner, void *ctx)
     for (size_t i = 0; i < m; i++) {
         job *j = run[i];
         j->t_end = t1;
+        j->compute_share = (t1 - t0) / (double)m;
         hist_observe(&st->queue, j->t_start - j->t_arrive);
         hist_observe(&st->compute, t1 - t0);
         finish_job(j, &per[i], rc, &err);
@@ -300,6 +302,10 @@ void server_on_job_done(void *item, void *ctx)
                 evhttp_add_header(h, "Inference-Header-Content-Length", len);
             }
             if (j->reply_enc != ZC_NONE) evhttp_add_header(h, "Content-Encoding", zcodec_name(j->reply_enc));
+            /* what the router bills usage-priced pools by */
+            char cms[32];
+            snprintf(cms, sizeof cms, "%.3f", j->compute_share * 1e3);
+            evhttp_add_header(h, "Tierserve-Compute-Ms", cms);
             reply_job(j, 200, j->binary ? "application/octet-stream" : "application/json",
                       &j->reply, NULL);
             record(j, OUT_SUCCESS);

@@ -221,13 +221,13 @@ void rt_probe_all(router *r)
     }
 }
 
-void rt_pool_record_latency(rt_pool *p, double now, double secs)
+void ring_add(lat_ring *r, double now, double secs)
 {
-    size_t i = (p->lat_head + p->lat_len) % RT_LAT_WINDOW;
-    if (p->lat_len == RT_LAT_WINDOW) p->lat_head = (p->lat_head + 1) % RT_LAT_WINDOW;
-    else p->lat_len++;
-    p->lat_t[i] = now;
-    p->lat_v[i] = secs;
+    size_t i = (r->head + r->len) % RT_LAT_WINDOW;
+    if (r->len == RT_LAT_WINDOW) r->head = (r->head + 1) % RT_LAT_WINDOW;
+    else r->len++;
+    r->t[i] = now;
+    r->v[i] = secs;
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -236,17 +236,37 @@ static int cmp_d(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-double rt_pool_p95_ms(rt_pool *p, double now, double window_s)
+double ring_p95(const lat_ring *r, double now, double window_s)
 {
     static double tmp[RT_LAT_WINDOW];
     size_t n = 0;
-    for (size_t k = 0; k < p->lat_len; k++) {
-        size_t i = (p->lat_head + k) % RT_LAT_WINDOW;
-        if (now - p->lat_t[i] <= window_s) tmp[n++] = p->lat_v[i];
+    for (size_t k = 0; k < r->len; k++) {
+        size_t i = (r->head + k) % RT_LAT_WINDOW;
+        if (now - r->t[i] <= window_s) tmp[n++] = r->v[i];
     }
     if (n == 0) return -1;
     qsort(tmp, n, sizeof *tmp, cmp_d);
-    return tmp[(size_t)((double)(n - 1) * 0.95)] * 1e3;
+    return tmp[(size_t)((double)(n - 1) * 0.95)];
+}
+
+double ring_share_within(const lat_ring *r, double now, double window_s, double target_s)
+{
+    size_t n = 0, ok = 0;
+    for (size_t k = 0; k < r->len; k++) {
+        size_t i = (r->head + k) % RT_LAT_WINDOW;
+        if (now - r->t[i] > window_s) continue;
+        n++;
+        ok += r->v[i] <= target_s;
+    }
+    return n ? (double)ok / (double)n : 1.0;
+}
+
+void rt_pool_record_latency(rt_pool *p, double now, double secs) { ring_add(&p->lat, now, secs); }
+
+double rt_pool_p95_ms(rt_pool *p, double now, double window_s)
+{
+    double v = ring_p95(&p->lat, now, window_s);
+    return v < 0 ? -1 : v * 1e3;
 }
 
 /* The three signals of a pool: queue per healthy backend (the worker's own queue plus our

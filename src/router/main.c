@@ -55,6 +55,9 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
     policy_tick(r->pol, &r->last_signals, now, &r->st);
     log_events(r);
+    size_t backends[32];
+    for (size_t i = 0; i < r->n_pools && i < 32; i++) backends[i] = r->pools[i].n;
+    cost_tick(r->cost, backends, now);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -99,6 +102,7 @@ int main(int argc, char **argv)
     policy_config pc;
     rconfig_policy(r.cfg, &pc);
     r.pol = policy_create(&pc);
+    r.cost = cost_create(r.cfg);
     for (int p = 0; p < 2; p++)
         for (int q = 0; q < PRIO_COUNT; q++) hist_init(&r.latency[p][q], HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
     if (rt_pools_init(&r, err, sizeof err) != 0) {
@@ -143,6 +147,7 @@ int main(int argc, char **argv)
     event_free(r.sigint);
     event_base_free(r.base);
     policy_destroy(r.pol);
+    cost_destroy(r.cost);
     rconfig_free(r.cfg);
     return 0;
 }

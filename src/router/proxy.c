@@ -19,7 +19,9 @@ typedef struct proxy_req {
     priority_class prio;
     bool sensitive;
     double t0, deadline;
+    double try_deadline; /* when the current try's timeout fires */
     char request_id[80];
+    char tenant[64];
     rt_pool *pool;
     rt_backend *backend, *first_backend;
     struct evhttp_connection *conn;
@@ -99,6 +101,7 @@ static bool pool_can_take(const rt_pool *p, const proxy_req *pr, double now)
 }
 
 static int send_to_backend(proxy_req *pr);
+static void account(proxy_req *pr, struct evhttp_request *resp, int code);
 
 static void on_backend_error(enum evhttp_request_error e, void *arg)
 {
@@ -151,7 +154,9 @@ static void try_again(proxy_req *pr, const char *why)
         }
         if (!pr->retried) r->retries_denied++;
     }
-    bool timeout = pr->error_seen && pr->err_kind == EVREQ_HTTP_TIMEOUT;
+    /* past the deadline it is a timeout, whatever the last try's error looked like */
+    bool timeout = (pr->error_seen && pr->err_kind == EVREQ_HTTP_TIMEOUT) || rt_now() >= pr->deadline ||
+                   rt_now() >= pr->try_deadline - 0.0005;
     char msg[700];
     snprintf(msg, sizeof msg, "backend %s failed: %s%s", pr->backend ? pr->backend->addr : "?", why,
              pr->retried ? " (after one retry)" : "");
@@ -193,6 +198,7 @@ static void on_backend_reply(struct evhttp_request *resp, void *arg)
     b->requests++;
     if (!pr->client) {
         count(pr, OUT_OK);
+        account(pr, resp, code);
         proxy_free(pr);
         return;
     }
@@ -205,7 +211,21 @@ static void on_backend_reply(struct evhttp_request *resp, void *arg)
     evhttp_add_header(out, "X-Tierrouter-Backend", b->addr);
     evhttp_send_reply(pr->client, code, NULL, evhttp_request_get_input_buffer(resp));
     count(pr, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERR : OUT_BACKEND_ERR);
+    account(pr, resp, code);
     proxy_free(pr);
+}
+
+/* Cost and SLO bookkeeping for a request a backend answered. */
+static void account(proxy_req *pr, struct evhttp_request *resp, int code)
+{
+    router *r = pr->r;
+    double now = rt_now();
+    ring_add(&r->slo[pr->prio], now, now - pr->t0);
+    if (code >= 400) return;
+    const char *cms = evhttp_find_header(evhttp_request_get_input_headers(resp), "Tierserve-Compute-Ms");
+    double compute_s = cms ? atof(cms) / 1e3 : 0;
+    cost_request(r->cost, (size_t)(pr->pool - r->pools), cost_tenant_index(r->cfg, pr->tenant), pr->prio,
+                 compute_s, now);
 }
 
 static int send_to_backend(proxy_req *pr)
@@ -223,6 +243,7 @@ static int send_to_backend(proxy_req *pr)
         if (per_try < left) left = per_try;
     }
     if (left < 0.001) left = 0.001;
+    pr->try_deadline = rt_now() + left;
     struct timeval tv = {(time_t)left, (suseconds_t)((left - (double)(time_t)left) * 1e6)};
     evhttp_connection_set_timeout_tv(pr->conn, &tv);
     struct evhttp_request *req = evhttp_request_new(on_backend_reply, pr);
@@ -283,8 +304,42 @@ static void handle_infer(router *r, struct evhttp_request *req, const char *mode
         rt_reply_error(req, 400, "model version is longer than 31 characters");
         return;
     }
+    /* tenant: from its API key when tenants have keys (an unknown key is 401), else from
+     * the tenant header; a tenant may be marked sensitive as a whole */
+    const rc_tenant *tenant = NULL;
+    bool keys = false;
+    for (unsigned i = 0; i < r->cfg->tenants_count; i++) keys |= r->cfg->tenants[i].api_key != NULL;
+    const char *key = evhttp_find_header(h, r->cfg->api_key_header);
+    const char *tname = evhttp_find_header(h, r->cfg->tenant_header);
+    if (keys) {
+        for (unsigned i = 0; key && i < r->cfg->tenants_count; i++)
+            if (r->cfg->tenants[i].api_key && strcmp(r->cfg->tenants[i].api_key, key) == 0)
+                tenant = &r->cfg->tenants[i];
+        if (!tenant) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "%s %s", r->cfg->api_key_header, key ? "is not a known key" : "is missing");
+            rt_reply_error(req, 401, msg);
+            return;
+        }
+    } else {
+        for (unsigned i = 0; tname && i < r->cfg->tenants_count; i++)
+            if (strcmp(r->cfg->tenants[i].name, tname) == 0) tenant = &r->cfg->tenants[i];
+    }
     const char *dc = evhttp_find_header(h, r->cfg->data_class_header);
-    bool sensitive = dc && strcasecmp(dc, "sensitive") == 0;
+    bool sensitive = (dc && strcasecmp(dc, "sensitive") == 0) || (tenant && tenant->sensitive);
+    /* a request may shorten its priority's deadline, never extend it */
+    const char *dh = evhttp_find_header(h, r->cfg->deadline_header);
+    long deadline_override = -1;
+    if (dh) {
+        char *end = NULL;
+        deadline_override = strtol(dh, &end, 10);
+        if (end == dh || *end || deadline_override <= 0) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "%s must be a positive number of milliseconds", r->cfg->deadline_header);
+            rt_reply_error(req, 400, msg);
+            return;
+        }
+    }
     proxy_req *pr = calloc(1, sizeof *pr);
     if (!pr) {
         rt_reply_error(req, 503, "out of memory");
@@ -298,7 +353,9 @@ static void handle_infer(router *r, struct evhttp_request *req, const char *mode
     unsigned dl = prio == PRIO_URGENT ? r->cfg->deadline_ms.urgent
                   : prio == PRIO_BATCH ? r->cfg->deadline_ms.batch
                                        : r->cfg->deadline_ms.normal;
+    if (deadline_override > 0 && (unsigned long)deadline_override < dl) dl = (unsigned)deadline_override;
     pr->deadline = pr->t0 + dl / 1e3;
+    snprintf(pr->tenant, sizeof pr->tenant, "%s", tenant ? tenant->name : "unknown");
     snprintf(pr->logical, sizeof pr->logical, "%s", model);
     snprintf(pr->version, sizeof pr->version, "%.31s", version ? version : "");
     snprintf(pr->verb, sizeof pr->verb, "%s", verb);
@@ -384,6 +441,30 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         struct evbuffer *out = evbuffer_new();
         evbuffer_add(out, b.data, b.len);
         evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
+        evhttp_send_reply(req, 200, NULL, out);
+        evbuffer_free(out);
+        buf_free(&b);
+        return;
+    }
+    if (n >= 1 && strcmp(segs[0], "admin") == 0 && r->cfg->admin_token) {
+        const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+        if (!auth || strncmp(auth, "Bearer ", 7) != 0 || strcmp(auth + 7, r->cfg->admin_token) != 0) {
+            evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+            rt_reply_error(req, 401, "admin endpoints need Authorization: Bearer <admin_token>");
+            return;
+        }
+    }
+    if (n == 2 && strcmp(segs[0], "admin") == 0 && strcmp(segs[1], "cost") == 0) {
+        double window = 300;
+        const char *q = uri ? evhttp_uri_get_query(uri) : NULL;
+        if (q && strncmp(q, "window=", 7) == 0) window = atof(q + 7);
+        if (window <= 0) window = 300;
+        buf b;
+        buf_init(&b, 1 << 20);
+        cost_json(r->cost, window, rt_now(), &b);
+        struct evbuffer *out = evbuffer_new();
+        evbuffer_add(out, b.data, b.len);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
         evhttp_send_reply(req, 200, NULL, out);
         evbuffer_free(out);
         buf_free(&b);

@@ -17,6 +17,11 @@ static const cyaml_schema_field_t k_model_fields[] = {
 static const cyaml_schema_value_t k_model = {CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, rc_model, k_model_fields)};
 static const cyaml_schema_value_t k_backend = {CYAML_VALUE_STRING(CYAML_FLAG_POINTER, char, 3, 255)};
 
+static const cyaml_strval_t k_cost_models[] = {{"none", COST_NONE}, {"usage", COST_USAGE}, {"fixed", COST_FIXED}};
+static const cyaml_schema_field_t k_cost_fields[] = {
+    CYAML_FIELD_ENUM("model", CYAML_FLAG_DEFAULT, rc_cost, model, k_cost_models, CYAML_ARRAY_LEN(k_cost_models)),
+    CYAML_FIELD_FLOAT("usd_per_hour", CYAML_FLAG_DEFAULT, rc_cost, usd_per_hour), CYAML_FIELD_END};
+
 static const cyaml_schema_field_t k_pool_fields[] = {
     CYAML_FIELD_STRING_PTR("name", CYAML_FLAG_POINTER, rc_pool, name, 1, 63),
     CYAML_FIELD_ENUM("kind", CYAML_FLAG_DEFAULT, rc_pool, kind, k_kinds, CYAML_ARRAY_LEN(k_kinds)),
@@ -25,6 +30,7 @@ static const cyaml_schema_field_t k_pool_fields[] = {
     CYAML_FIELD_SEQUENCE("backends", CYAML_FLAG_POINTER, rc_pool, backends, &k_backend, 1, 256),
     CYAML_FIELD_UINT("max_in_flight", CYAML_FLAG_OPTIONAL, rc_pool, max_in_flight),
     CYAML_FIELD_SEQUENCE("models", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, rc_pool, models, &k_model, 0, 256),
+    CYAML_FIELD_MAPPING("cost", CYAML_FLAG_OPTIONAL, rc_pool, cost, k_cost_fields),
     CYAML_FIELD_END};
 static const cyaml_schema_value_t k_pool = {CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, rc_pool, k_pool_fields)};
 
@@ -58,6 +64,12 @@ static const cyaml_schema_field_t k_deadline_fields[] = {
     CYAML_FIELD_UINT("normal", CYAML_FLAG_OPTIONAL, rc_deadlines, normal),
     CYAML_FIELD_UINT("batch", CYAML_FLAG_OPTIONAL, rc_deadlines, batch), CYAML_FIELD_END};
 
+static const cyaml_schema_field_t k_tenant_fields[] = {
+    CYAML_FIELD_STRING_PTR("name", CYAML_FLAG_POINTER, rc_tenant, name, 1, 63),
+    CYAML_FIELD_STRING_PTR("api_key", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, rc_tenant, api_key, 8, 255),
+    CYAML_FIELD_BOOL("sensitive", CYAML_FLAG_OPTIONAL, rc_tenant, sensitive), CYAML_FIELD_END};
+static const cyaml_schema_value_t k_tenant = {CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, rc_tenant, k_tenant_fields)};
+
 static const cyaml_schema_field_t k_top_fields[] = {
     CYAML_FIELD_STRING_PTR("address", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, address, 1, 255),
     CYAML_FIELD_UINT("port", CYAML_FLAG_OPTIONAL, router_config, port),
@@ -67,9 +79,15 @@ static const cyaml_schema_field_t k_top_fields[] = {
     CYAML_FIELD_STRING_PTR("priority_header", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, priority_header, 1, 63),
     CYAML_FIELD_STRING_PTR("data_class_header", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, data_class_header, 1, 63),
     CYAML_FIELD_STRING_PTR("request_id_header", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, request_id_header, 1, 63),
+    CYAML_FIELD_STRING_PTR("tenant_header", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, tenant_header, 1, 63),
+    CYAML_FIELD_STRING_PTR("api_key_header", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, api_key_header, 1, 63),
+    CYAML_FIELD_STRING_PTR("deadline_header", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, deadline_header, 1, 63),
+    CYAML_FIELD_STRING_PTR("admin_token", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, admin_token, 8, 255),
+    CYAML_FIELD_SEQUENCE("tenants", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, tenants, &k_tenant, 0, 1024),
     CYAML_FIELD_MAPPING("retry", CYAML_FLAG_OPTIONAL, router_config, retry, k_retry_fields),
     CYAML_FIELD_MAPPING("ejection", CYAML_FLAG_OPTIONAL, router_config, ejection, k_ejection_fields),
     CYAML_FIELD_MAPPING("deadline_ms", CYAML_FLAG_OPTIONAL, router_config, deadline_ms, k_deadline_fields),
+    CYAML_FIELD_MAPPING("slo_p95_ms", CYAML_FLAG_OPTIONAL, router_config, slo_p95_ms, k_deadline_fields),
     CYAML_FIELD_MAPPING("policy", CYAML_FLAG_OPTIONAL, router_config, policy, k_policy_fields),
     CYAML_FIELD_SEQUENCE("pools", CYAML_FLAG_POINTER, router_config, pools, &k_pool, 1, 32),
     CYAML_FIELD_END};
@@ -137,6 +155,17 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
     if (!c->priority_header) c->priority_header = strdup("X-Priority");
     if (!c->data_class_header) c->data_class_header = strdup("X-Data-Class");
     if (!c->request_id_header) c->request_id_header = strdup("X-Request-Id");
+    if (!c->tenant_header) c->tenant_header = strdup("X-Tenant");
+    if (!c->api_key_header) c->api_key_header = strdup("X-Api-Key");
+    if (!c->deadline_header) c->deadline_header = strdup("X-Deadline-Ms");
+    for (unsigned i = 0; i < c->tenants_count; i++)
+        for (unsigned j = 0; j < i; j++) {
+            if (strcmp(c->tenants[i].name, c->tenants[j].name) == 0)
+                return fail(err, errlen, path, "tenants[%u].name: '%s' is used twice", i, c->tenants[i].name);
+            if (c->tenants[i].api_key && c->tenants[j].api_key &&
+                strcmp(c->tenants[i].api_key, c->tenants[j].api_key) == 0)
+                return fail(err, errlen, path, "tenants[%u].api_key: the same key as tenants[%u]", i, j);
+        }
     if (c->retry.ratio == 0) c->retry.ratio = 0.2;
     if (c->retry.ratio < 0 || c->retry.ratio > 1)
         return fail(err, errlen, path, "retry.budget_ratio: %g is not in 0..1", c->retry.ratio);
@@ -166,6 +195,8 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
                 return fail(err, errlen, path, "pools[%u].name: '%s' is used twice", i, p->name);
         if (p->min_tier == 0) p->min_tier = p->kind == POOL_GPU ? MIN_TIER_CUDA : MIN_TIER_CPU;
         if (p->max_in_flight == 0) p->max_in_flight = 64;
+        if (p->cost.usd_per_hour < 0)
+            return fail(err, errlen, path, "pools[%u].cost.usd_per_hour: %g is negative", i, p->cost.usd_per_hour);
         for (unsigned b = 0; b < p->backends_count; b++) {
             char host[256];
             unsigned port;

@@ -22,6 +22,13 @@ typedef struct {
     double high, low;
 } rc_marks;
 
+typedef enum { COST_NONE = 0, COST_USAGE, COST_FIXED } cost_model;
+
+typedef struct {
+    unsigned model;        /* cost_model */
+    double usd_per_hour;   /* per backend */
+} rc_cost;
+
 typedef struct {
     char *name;
     unsigned kind;         /* pool_kind */
@@ -32,6 +39,7 @@ typedef struct {
     unsigned max_in_flight;/* per backend */
     rc_model *models;
     unsigned models_count;
+    rc_cost cost;
 } rc_pool;
 
 typedef struct {
@@ -58,16 +66,27 @@ typedef struct {
 } rc_policy;
 
 typedef struct {
+    char *name;
+    char *api_key;     /* optional */
+    bool sensitive;    /* every request of this tenant is sensitive data */
+} rc_tenant;
+
+typedef struct {
     char *address;
     unsigned port;
     unsigned probe_interval_ms;
     unsigned request_timeout_ms;
     unsigned max_body_bytes;
     char *priority_header, *data_class_header, *request_id_header;
+    char *tenant_header, *api_key_header, *deadline_header;
+    char *admin_token;       /* when set, admin endpoints need "Authorization: Bearer <token>" */
+    rc_tenant *tenants;
+    unsigned tenants_count;
     rc_retry retry;
     rc_ejection ejection;
     rc_deadlines deadline_ms;
     rc_policy policy;
+    rc_deadlines slo_p95_ms;   /* per-priority p95 targets; 0: none */
     rc_pool *pools;
     unsigned pools_count;
 } router_config;

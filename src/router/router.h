@@ -11,6 +11,7 @@
 
 #include "buf.h"
 #include "connguard.h"
+#include "cost.h"
 #include "hist.h"
 #include "policy.h"
 #include "rconfig.h"
@@ -18,6 +19,18 @@
 #define RT_LAT_WINDOW 4096
 
 typedef struct rt_pool rt_pool;
+
+/* Recent latencies (time, seconds), newest last; old ones fall out by count or age. */
+typedef struct {
+    double t[RT_LAT_WINDOW], v[RT_LAT_WINDOW];
+    size_t head, len;
+} lat_ring;
+
+void ring_add(lat_ring *r, double now, double secs);
+/* p95 in seconds over the last window_s, or -1 with no samples. */
+double ring_p95(const lat_ring *r, double now, double window_s);
+/* Share of samples in the window at or under target_s (1 with no samples). */
+double ring_share_within(const lat_ring *r, double now, double window_s, double target_s);
 
 typedef struct rt_backend {
     rt_pool *pool;
@@ -44,8 +57,7 @@ struct rt_pool {
     const rc_pool *cfg;
     rt_backend *backends;
     size_t n;
-    double lat_t[RT_LAT_WINDOW], lat_v[RT_LAT_WINDOW]; /* ring: time, seconds */
-    size_t lat_head, lat_len;
+    lat_ring lat;
 };
 
 enum { OUT_OK = 0, OUT_CLIENT_ERR, OUT_SHED, OUT_NO_BACKEND, OUT_BACKEND_ERR, OUT_TIMEOUT, OUT_N };
@@ -70,6 +82,8 @@ typedef struct router {
     hist latency[2][PRIO_COUNT];
     int port;
     double started;
+    cost_book *cost;
+    lat_ring slo[PRIO_COUNT];
 } router;
 
 /* backend.c */

@@ -28,6 +28,19 @@ void rt_status_json(router *r, buf *b)
     }
     buf_puts(b, "},\"cpu_share\":{");
     for (int p = 0; p < PRIO_COUNT; p++) buf_printf(b, "%s\"%s\":%.3g", p ? "," : "", k_prio[p], st->cpu_share[p]);
+    buf_puts(b, "},\"slo\":{");
+    const unsigned targets[PRIO_COUNT] = {r->cfg->slo_p95_ms.urgent, r->cfg->slo_p95_ms.normal, r->cfg->slo_p95_ms.batch};
+    for (int p = 0; p < PRIO_COUNT; p++) {
+        double p95 = ring_p95(&r->slo[p], now, 60.0);
+        buf_printf(b, "%s\"%s\":{\"target_p95_ms\":", p ? "," : "", k_prio[p]);
+        if (targets[p]) buf_printf(b, "%u", targets[p]);
+        else buf_puts(b, "null");
+        buf_puts(b, ",\"p95_ms\":");
+        put_num(b, p95 < 0 ? -1 : p95 * 1e3);
+        buf_puts(b, ",\"compliance\":");
+        if (targets[p]) buf_printf(b, "%.4f}", ring_share_within(&r->slo[p], now, 60.0, targets[p] / 1e3));
+        else buf_puts(b, "null}");
+    }
     buf_printf(b, "},\"active\":%u,\"retries\":%llu,\"ejections\":%llu,\"pools\":[", r->active,
                (unsigned long long)r->retries, (unsigned long long)r->ejections_total);
     for (size_t i = 0; i < r->n_pools; i++) {
@@ -94,6 +107,22 @@ void rt_metrics(router *r, buf *b)
     for (int e = EV_PRESSURE_START; e <= EV_GPU_RECOVERED; e++)
         buf_printf(b, "tierrouter_policy_events_total{event=\"%s\"} %llu\n", policy_event_name((policy_event_kind)e),
                    (unsigned long long)r->policy_events[e]);
+    cost_metrics(r->cost, b);
+    const unsigned targets[PRIO_COUNT] = {r->cfg->slo_p95_ms.urgent, r->cfg->slo_p95_ms.normal, r->cfg->slo_p95_ms.batch};
+    buf_puts(b, "# HELP tierrouter_slo_p95_seconds p95 latency over the last 60 s, by priority\n"
+                "# TYPE tierrouter_slo_p95_seconds gauge\n");
+    for (int p = 0; p < PRIO_COUNT; p++) {
+        double p95 = ring_p95(&r->slo[p], now, 60.0);
+        if (p95 >= 0) buf_printf(b, "tierrouter_slo_p95_seconds{priority=\"%s\"} %.6f\n", k_prio[p], p95);
+    }
+    buf_puts(b, "# HELP tierrouter_slo_compliance_ratio Share of the last 60 s of requests within the p95 target\n"
+                "# TYPE tierrouter_slo_compliance_ratio gauge\n");
+    for (int p = 0; p < PRIO_COUNT; p++)
+        if (targets[p]) {
+            buf_printf(b, "tierrouter_slo_target_seconds{priority=\"%s\"} %.3f\n", k_prio[p], targets[p] / 1e3);
+            buf_printf(b, "tierrouter_slo_compliance_ratio{priority=\"%s\"} %.4f\n", k_prio[p],
+                       ring_share_within(&r->slo[p], now, 60.0, targets[p] / 1e3));
+        }
     buf_puts(b, "# TYPE tierrouter_cpu_share gauge\n");
     for (int p = 0; p < PRIO_COUNT; p++)
         buf_printf(b, "tierrouter_cpu_share{priority=\"%s\"} %.3f\n", k_prio[p], r->st.cpu_share[p]);

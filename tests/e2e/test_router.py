@@ -408,3 +408,101 @@ pools:
         bad.close()
         good.stop()
         cpu.stop()
+
+
+def test_tenants_api_keys_admin_token_and_cost(tmp_path):
+    gpu = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    cpu = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    cfg = f"""
+address: 127.0.0.1
+probe_interval_ms: 100
+admin_token: s3cret-admin-token
+slo_p95_ms: {{urgent: 5000, normal: 5000, batch: 5000}}
+tenants:
+  - {{name: acme, api_key: acme-key-0001}}
+  - {{name: clinic, api_key: clinic-key-0001, sensitive: true}}
+pools:
+  - name: gpu
+    kind: gpu
+    min_tier: cpu
+    backends: ["127.0.0.1:{gpu.port}"]
+    cost: {{model: usage, usd_per_hour: 3600}}
+  - name: cpu
+    kind: cpu
+    sensitive: true
+    backends: ["127.0.0.1:{cpu.port}"]
+    cost: {{model: fixed, usd_per_hour: 36}}
+"""
+    r = Router(cfg, tmp_path)
+    try:
+        auth = {"Authorization": "Bearer s3cret-admin-token"}  # /admin/* needs it here
+        req = urllib.request.Request(f"http://{r.url}/admin/status")
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=5)
+        assert e.value.code == 401
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            st = json.loads(urllib.request.urlopen(urllib.request.Request(f"http://{r.url}/admin/status",
+                                                                          headers=auth), timeout=5).read())
+            if sum(p["healthy"] for p in st["pools"]) == 2:
+                break
+            time.sleep(0.05)
+        assert _post(r, "demo")[0] == 401                                   # no key
+        assert _post(r, "demo", {"X-Api-Key": "nope-nope-nope"})[0] == 401  # unknown key
+        code, h, _ = _post(r, "demo", {"X-Api-Key": "acme-key-0001"})
+        assert code == 200 and h["X-Tierrouter-Pool"] == "gpu"
+        # a tenant marked sensitive is pinned to the sensitive pool without any header
+        code, h, _ = _post(r, "demo", {"X-Api-Key": "clinic-key-0001"})
+        assert code == 200 and h["X-Tierrouter-Pool"] == "cpu"
+        # the worker reports what the request cost in compute time
+        direct = gpu.http("POST", "/v2/models/demo/infer", json.dumps(
+            {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}).encode())
+        assert float(direct[1]["Tierserve-Compute-Ms"]) > 0
+        for _ in range(20):
+            assert _post(r, "demo", {"X-Api-Key": "acme-key-0001", "X-Priority": "batch"})[0] == 200
+        time.sleep(0.5)  # a few ticks: the fixed pool accrues
+        cost = json.loads(urllib.request.urlopen(urllib.request.Request(
+            f"http://{r.url}/admin/cost?window=60", headers=auth), timeout=5).read())
+        pools = {p["name"]: p for p in cost["pools"]}
+        tenants = {t["name"]: t for t in cost["tenants"]}
+        assert pools["gpu"]["requests"] == 21 and pools["gpu"]["cost_usd"] > 0  # usage: $1/s of compute
+        assert pools["cpu"]["cost_usd"] > 0                                      # fixed: accrues anyway
+        assert tenants["acme"]["requests"] == 21 and tenants["clinic"]["requests"] == 1
+        assert tenants["acme"]["usd_per_request"] > 0
+        metrics = urllib.request.urlopen(urllib.request.Request(f"http://{r.url}/metrics"), timeout=5).read().decode()
+        assert re.search(r'tierrouter_cost_usd_total\{pool="gpu",tenant="acme",priority="batch"\} [0-9.]+', metrics)
+        assert 'tierrouter_slo_compliance_ratio{priority="batch"} 1.0000' in metrics
+        assert 'tierrouter_slo_p95_seconds{priority="batch"}' in metrics
+    finally:
+        assert r.stop() == 0
+        gpu.stop()
+        cpu.stop()
+
+
+def test_deadline_header_only_shortens(tmp_path, test_repo):
+    import shutil
+    repo = tmp_path / "repo"
+    shutil.copytree(test_repo / "slow", repo / "slow")
+    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    r = Router(f"""
+address: 127.0.0.1
+probe_interval_ms: 100
+pools:
+  - name: cpu
+    kind: cpu
+    backends: ["127.0.0.1:{w.port}"]
+""", tmp_path)
+    try:
+        r.wait_healthy(1)
+        x = np.ones((512, 512), np.float32)
+        body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [512, 512],
+                                       "parameters": {"binary_data_size": x.nbytes}}]}).encode()
+        hdr = {"Inference-Header-Content-Length": str(len(body))}
+        assert _post(r, "slow", dict(hdr, **{"X-Deadline-Ms": "soon"}), body + x.tobytes())[0] == 400
+        code, _, raw = _post(r, "slow", dict(hdr, **{"X-Deadline-Ms": "5"}), body + x.tobytes())
+        assert code == 504, raw
+        code, _, raw = _post(r, "slow", dict(hdr, **{"X-Deadline-Ms": "999999999"}), body + x.tobytes())
+        assert code == 200, raw  # a longer deadline is not an error, it is just not granted
+    finally:
+        assert r.stop() == 0
+        w.stop()

@@ -1,0 +1,179 @@
+#include "cost.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    double usd;
+    double n;
+} cell;
+
+struct cost_book {
+    const router_config *cfg;
+    size_t pools, tenants; /* tenants = configured + "unknown" + "idle" */
+    cell *total;
+    cell *ring;            /* [bucket][pool][tenant][prio] */
+    int64_t *bucket_id;    /* which 10 s slot each ring entry holds */
+    double *pending;       /* [pool][tenant][prio]: requests since the last tick (fixed) */
+    double last_tick;
+};
+
+static const char *const k_prio[PRIO_COUNT] = {"urgent", "normal", "batch"};
+
+static size_t idx(const cost_book *b, size_t pool, size_t tenant, int prio)
+{
+    return (pool * b->tenants + tenant) * PRIO_COUNT + (size_t)prio;
+}
+
+static size_t slice(const cost_book *b) { return b->pools * b->tenants * PRIO_COUNT; }
+
+cost_book *cost_create(const router_config *c)
+{
+    cost_book *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->cfg = c;
+    b->pools = c->pools_count;
+    b->tenants = c->tenants_count + 2;
+    b->total = calloc(slice(b), sizeof *b->total);
+    b->pending = calloc(slice(b), sizeof *b->pending);
+    b->ring = calloc(slice(b) * COST_BUCKETS, sizeof *b->ring);
+    b->bucket_id = calloc(COST_BUCKETS, sizeof *b->bucket_id);
+    b->last_tick = -1;
+    if (!b->total || !b->pending || !b->ring || !b->bucket_id) {
+        cost_destroy(b);
+        return NULL;
+    }
+    for (size_t i = 0; i < COST_BUCKETS; i++) b->bucket_id[i] = -1;
+    return b;
+}
+
+void cost_destroy(cost_book *b)
+{
+    if (!b) return;
+    free(b->total);
+    free(b->pending);
+    free(b->ring);
+    free(b->bucket_id);
+    free(b);
+}
+
+size_t cost_tenant_index(const router_config *c, const char *name)
+{
+    for (unsigned i = 0; name && i < c->tenants_count; i++)
+        if (strcmp(c->tenants[i].name, name) == 0) return i;
+    return c->tenants_count; /* unknown */
+}
+
+static const char *tenant_name(const cost_book *b, size_t t)
+{
+    if (t < b->cfg->tenants_count) return b->cfg->tenants[t].name;
+    return t == b->cfg->tenants_count ? "unknown" : "idle";
+}
+
+static cell *bucket(cost_book *b, double now)
+{
+    int64_t id = (int64_t)floor(now / COST_BUCKET_S);
+    size_t k = (size_t)(id % COST_BUCKETS);
+    if (b->bucket_id[k] != id) {
+        memset(b->ring + k * slice(b), 0, slice(b) * sizeof *b->ring);
+        b->bucket_id[k] = id;
+    }
+    return b->ring + k * slice(b);
+}
+
+static void add(cost_book *b, size_t i, double usd, double n, double now)
+{
+    b->total[i].usd += usd;
+    b->total[i].n += n;
+    cell *c = bucket(b, now) + i;
+    c->usd += usd;
+    c->n += n;
+}
+
+void cost_request(cost_book *b, size_t pool, size_t tenant, priority_class prio, double compute_s, double now)
+{
+    const rc_cost *pc = &b->cfg->pools[pool].cost;
+    double usd = pc->model == COST_USAGE ? pc->usd_per_hour / 3600.0 * compute_s : 0;
+    add(b, idx(b, pool, tenant, prio), usd, 1, now);
+    b->pending[idx(b, pool, tenant, prio)] += 1;
+}
+
+void cost_tick(cost_book *b, const size_t *backends, double now)
+{
+    double dt = b->last_tick < 0 ? 0 : now - b->last_tick;
+    b->last_tick = now;
+    for (size_t p = 0; p < b->pools; p++) {
+        const rc_cost *pc = &b->cfg->pools[p].cost;
+        double accrued = pc->model == COST_FIXED ? pc->usd_per_hour * (double)backends[p] * dt / 3600.0 : 0;
+        double served = 0;
+        for (size_t t = 0; t < b->tenants; t++)
+            for (int q = 0; q < PRIO_COUNT; q++) served += b->pending[idx(b, p, t, q)];
+        if (accrued > 0 && served == 0) add(b, idx(b, p, b->tenants - 1, PRIO_NORMAL), accrued, 0, now);
+        for (size_t t = 0; t < b->tenants; t++)
+            for (int q = 0; q < PRIO_COUNT; q++) {
+                size_t i = idx(b, p, t, q);
+                if (accrued > 0 && served > 0 && b->pending[i] > 0)
+                    add(b, i, accrued * b->pending[i] / served, 0, now);
+                b->pending[i] = 0;
+            }
+    }
+}
+
+void cost_metrics(const cost_book *b, buf *out)
+{
+    buf_puts(out, "# HELP tierrouter_cost_usd_total Cost attributed to requests, by pool, tenant and priority\n"
+                  "# TYPE tierrouter_cost_usd_total counter\n");
+    for (size_t p = 0; p < b->pools; p++)
+        for (size_t t = 0; t < b->tenants; t++)
+            for (int q = 0; q < PRIO_COUNT; q++) {
+                const cell *c = &b->total[idx(b, p, t, q)];
+                if (c->usd == 0 && c->n == 0) continue;
+                buf_printf(out, "tierrouter_cost_usd_total{pool=\"%s\",tenant=\"%s\",priority=\"%s\"} %.9f\n",
+                           b->cfg->pools[p].name, tenant_name(b, t), k_prio[q], c->usd);
+            }
+}
+
+void cost_json(const cost_book *b, double window_s, double now, buf *out)
+{
+    if (window_s > COST_BUCKETS * COST_BUCKET_S) window_s = COST_BUCKETS * COST_BUCKET_S;
+    int64_t newest = (int64_t)floor(now / COST_BUCKET_S);
+    int64_t oldest = (int64_t)floor((now - window_s) / COST_BUCKET_S);
+    size_t np = b->pools, nt = b->tenants;
+    cell by_pool[32] = {{0}}, by_prio[PRIO_COUNT] = {{0}};
+    cell *by_tenant = calloc(nt, sizeof *by_tenant);
+    if (!by_tenant) return;
+    for (size_t k = 0; k < COST_BUCKETS; k++) {
+        if (b->bucket_id[k] < oldest || b->bucket_id[k] > newest) continue;
+        const cell *s = b->ring + k * slice(b);
+        for (size_t p = 0; p < np; p++)
+            for (size_t t = 0; t < nt; t++)
+                for (int q = 0; q < PRIO_COUNT; q++) {
+                    const cell *c = &s[idx(b, p, t, q)];
+                    by_pool[p].usd += c->usd, by_pool[p].n += c->n;
+                    by_tenant[t].usd += c->usd, by_tenant[t].n += c->n;
+                    by_prio[q].usd += c->usd, by_prio[q].n += c->n;
+                }
+    }
+#define ENTRY(name, c)                                                                                  \
+    buf_printf(out, "{\"name\":\"%s\",\"cost_usd\":%.9f,\"requests\":%.0f,\"usd_per_request\":%.9f}", name, \
+               (c).usd, (c).n, (c).n > 0 ? (c).usd / (c).n : 0.0)
+    buf_printf(out, "{\"window_s\":%.0f,\"pools\":[", window_s);
+    for (size_t p = 0; p < np; p++) {
+        if (p) buf_putc(out, ',');
+        ENTRY(b->cfg->pools[p].name, by_pool[p]);
+    }
+    buf_puts(out, "],\"tenants\":[");
+    for (size_t t = 0; t < nt; t++) {
+        if (t) buf_putc(out, ',');
+        ENTRY(tenant_name(b, t), by_tenant[t]);
+    }
+    buf_puts(out, "],\"priorities\":[");
+    for (int q = 0; q < PRIO_COUNT; q++) {
+        if (q) buf_putc(out, ',');
+        ENTRY(k_prio[q], by_prio[q]);
+    }
+    buf_puts(out, "]}");
+#undef ENTRY
+    free(by_tenant);
+}

@@ -1,0 +1,35 @@
+/* cost: what each request cost, by pool, tenant and priority, in total and over a window.
+ *
+ * usage pools bill usd_per_hour x the compute time the worker reports per request
+ * (Tierserve-Compute-Ms: its share of the Run() it was batched into); fixed pools accrue
+ * usd_per_hour per backend whether used or not, spread at each tick over the requests the
+ * pool served since the previous tick (an idle pool's cost goes to tenant "idle"). */
+#ifndef TS_COST_H
+#define TS_COST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "policy.h"
+#include "rconfig.h"
+
+#define COST_BUCKET_S 10
+#define COST_BUCKETS 360 /* one hour of 10 s buckets */
+
+typedef struct cost_book cost_book;
+
+cost_book *cost_create(const router_config *c);
+void cost_destroy(cost_book *b);
+/* tenant: index into the config's tenants, or tenants_count for "unknown". */
+size_t cost_tenant_index(const router_config *c, const char *name);
+/* One request served: usage cost now, fixed cost at the next tick. */
+void cost_request(cost_book *b, size_t pool, size_t tenant, priority_class prio, double compute_s, double now);
+/* Accrues fixed pools' cost since the last tick; backends: per pool, how many. */
+void cost_tick(cost_book *b, const size_t *backends, double now);
+/* Prometheus lines for tierrouter_cost_usd_total. */
+void cost_metrics(const cost_book *b, buf *out);
+/* /admin/cost JSON over the last window_s seconds (<= one hour). */
+void cost_json(const cost_book *b, double window_s, double now, buf *out);
+
+#endif
