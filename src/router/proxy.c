@@ -19,7 +19,7 @@ typedef struct proxy_req {
     priority_class prio;
     bool sensitive;
     double t0, deadline;
-    double try_deadline; /* when the current try's timeout fires */
+    double try_sent, try_left; /* when the current try went out, and its timeout */
     char request_id[80];
     char tenant[64];
     rt_pool *pool;
@@ -155,8 +155,12 @@ static void try_again(proxy_req *pr, const char *why)
         if (!pr->retried) r->retries_denied++;
     }
     /* past the deadline it is a timeout, whatever the last try's error looked like */
+    /* libevent schedules the try's timeout from its cached loop time, which can lag our
+     * clock by a loop iteration, and does not always report it as a timeout: a try that
+     * failed near its timeout counts as timed out */
+    double slack = pr->try_left * 0.2 > 0.002 ? pr->try_left * 0.2 : 0.002;
     bool timeout = (pr->error_seen && pr->err_kind == EVREQ_HTTP_TIMEOUT) || rt_now() >= pr->deadline ||
-                   rt_now() >= pr->try_deadline - 0.0005;
+                   rt_now() - pr->try_sent >= pr->try_left - slack;
     char msg[700];
     snprintf(msg, sizeof msg, "backend %s failed: %s%s", pr->backend ? pr->backend->addr : "?", why,
              pr->retried ? " (after one retry)" : "");
@@ -243,7 +247,8 @@ static int send_to_backend(proxy_req *pr)
         if (per_try < left) left = per_try;
     }
     if (left < 0.001) left = 0.001;
-    pr->try_deadline = rt_now() + left;
+    pr->try_sent = rt_now();
+    pr->try_left = left;
     struct timeval tv = {(time_t)left, (suseconds_t)((left - (double)(time_t)left) * 1e6)};
     evhttp_connection_set_timeout_tv(pr->conn, &tv);
     struct evhttp_request *req = evhttp_request_new(on_backend_reply, pr);
