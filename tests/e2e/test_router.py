@@ -506,3 +506,83 @@ pools:
     finally:
         assert r.stop() == 0
         w.stop()
+
+
+def test_pressure_moves_normal_traffic_in_stages_and_back(tmp_path, test_repo):
+    """Live policy: a GPU pool driven into pressure (queue and p95 both hot) sheds normal
+    traffic to the CPU pool stage by stage while urgent stays, then rolls back."""
+    import shutil
+    repo = tmp_path / "repo"
+    shutil.copytree(test_repo / "slow", repo / "slow")
+    gpu = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INSTANCES": "1"})
+    cpu = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INSTANCES": "1"})
+    r = Router(f"""
+address: 127.0.0.1
+probe_interval_ms: 50
+policy:
+  queue: {{high: 2, low: 0.5}}
+  p95_ms: {{high: 60, low: 20}}
+  require: 2
+  sustain_s: 0.3
+  cooldown_s: 0.5
+  stages: [0, 0.5, 1]
+  stage_hold_s: 0.4
+  rollback_hold_s: 0.4
+pools:
+  - name: gpu
+    kind: gpu
+    min_tier: cpu
+    backends: ["127.0.0.1:{gpu.port}"]
+  - name: cpu
+    kind: cpu
+    backends: ["127.0.0.1:{cpu.port}"]
+""", tmp_path)
+    x = np.ones((64, 512), np.float32)
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [64, 512],
+                                   "parameters": {"binary_data_size": x.nbytes}}]}).encode()
+    hdr = {"Inference-Header-Content-Length": str(len(body))}
+    try:
+        r.wait_healthy(2)
+        stop = threading.Event()
+        seen = {"normal": [], "urgent": []}
+
+        def load(prio):
+            while not stop.is_set():
+                code, h, _ = _post(r, "slow", dict(hdr, **{"X-Priority": prio}), body + x.tobytes())
+                seen[prio].append((time.monotonic(), code, h.get("X-Tierrouter-Pool")))
+
+        threads = [threading.Thread(target=load, args=("normal",)) for _ in range(6)]
+        threads += [threading.Thread(target=load, args=("urgent",))]
+        for t in threads:
+            t.start()
+        deadline = time.time() + 20
+        max_stage = 0
+        while time.time() < deadline:
+            st = r.status()
+            max_stage = max(max_stage, st["stage"])
+            if max_stage == 2:
+                break
+            time.sleep(0.05)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert max_stage == 2, r.status()
+        assert all(code == 200 for _, code, _ in seen["normal"] + seen["urgent"])
+        assert any(pool == "cpu" for _, _, pool in seen["normal"]), "normal traffic never moved"
+        assert all(pool == "gpu" for _, _, pool in seen["urgent"]), "urgent left the GPU pool"
+        # the decisions are logged with the signal values that caused them
+        log = r.log.read_text()
+        ups = [json.loads(l) for l in log.splitlines() if '"event":"stage_up"' in l]
+        assert [(u["stage_from"], u["stage_to"]) for u in ups[:2]] == [("0", "1"), ("1", "2")]
+        assert "(hot)" in ups[0]["msg"]
+        # load gone: back to stage 0 in steps
+        deadline = time.time() + 20
+        while r.status()["stage"] != 0 and time.time() < deadline:
+            time.sleep(0.05)
+        assert r.status()["stage"] == 0
+        downs = [l for l in r.log.read_text().splitlines() if '"event":"stage_down"' in l]
+        assert len(downs) == 2
+    finally:
+        assert r.stop() == 0
+        gpu.stop()
+        cpu.stop()
