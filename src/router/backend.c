@@ -1,6 +1,9 @@
 /* backend.c: pools, backends, keep-alive connections, active probes and ejection. */
 #include <event2/buffer.h>
+#include <arpa/inet.h>
+#include <event2/dns.h>
 #include <event2/http.h>
+#include <event2/util.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +22,42 @@ double rt_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static rt_backend *backend_new(rt_pool *p, const char *host, unsigned port, int dns_entry)
+{
+    if (p->n >= RT_MAX_BACKENDS) return NULL;
+    rt_backend *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->free_conns = calloc(p->cfg->max_in_flight, sizeof *b->free_conns);
+    if (!b->free_conns) {
+        free(b);
+        return NULL;
+    }
+    b->pool = p;
+    b->dns_entry = dns_entry;
+    snprintf(b->host, sizeof b->host, "%s", host);
+    b->port = port;
+    snprintf(b->addr, sizeof b->addr, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
+    b->gpu_mem = -1;
+    p->backends[p->n++] = b;
+    return b;
+}
+
+static void backend_free(rt_backend *b)
+{
+    for (size_t c = 0; c < b->n_free; c++) evhttp_connection_free(b->free_conns[c]);
+    free(b->free_conns);
+    if (b->probe) evhttp_connection_free(b->probe);
+    free(b);
+}
+
+/* An IPv4 or IPv6 literal (no resolution needed)? */
+static bool is_ip_literal(const char *h)
+{
+    struct in6_addr a6;
+    struct in_addr a4;
+    return inet_pton(AF_INET, h, &a4) == 1 || inet_pton(AF_INET6, h, &a6) == 1;
+}
+
 int rt_pools_init(router *r, char *err, size_t errlen)
 {
     for (unsigned i = 0; i < r->cfg->pools_count; i++) {
@@ -26,25 +65,31 @@ int rt_pools_init(router *r, char *err, size_t errlen)
         rt_pool *p = &r->pools[r->n_pools++];
         memset(p, 0, sizeof *p);
         p->cfg = pc;
-        p->n = pc->backends_count;
-        p->backends = calloc(p->n, sizeof *p->backends);
-        if (!p->backends) {
+        p->r = r;
+        p->dns = calloc(pc->backends_count, sizeof *p->dns);
+        if (!p->dns) {
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        for (size_t k = 0; k < p->n; k++) {
-            rt_backend *b = &p->backends[k];
-            b->pool = p;
+        for (size_t k = 0; k < pc->backends_count; k++) {
             const char *s = pc->backends[k];
             const char *c = strrchr(s, ':');
-            snprintf(b->host, sizeof b->host, "%.*s", (int)(c - s), s);
-            b->port = (unsigned)atoi(c + 1);
-            snprintf(b->addr, sizeof b->addr, "%s", s);
-            b->gpu_mem = -1;
-            b->free_conns = calloc(pc->max_in_flight, sizeof *b->free_conns);
-            if (!b->free_conns) {
-                snprintf(err, errlen, "out of memory");
-                return -1;
+            char host[256];
+            snprintf(host, sizeof host, "%.*s", (int)(c - s), s);
+            if (host[0] == '[') { /* [v6]:port */
+                memmove(host, host + 1, strlen(host));
+                host[strcspn(host, "]")] = '\0';
+            }
+            unsigned port = (unsigned)atoi(c + 1);
+            if (is_ip_literal(host)) {
+                if (!backend_new(p, host, port, -1)) {
+                    snprintf(err, errlen, "pool %s: too many backends", pc->name);
+                    return -1;
+                }
+            } else {
+                rt_dns *d = &p->dns[p->n_dns++];
+                snprintf(d->host, sizeof d->host, "%s", host);
+                d->port = port;
             }
         }
         if (pc->kind == POOL_GPU) r->gpu = p;
@@ -57,19 +102,115 @@ void rt_pools_free(router *r)
 {
     for (size_t i = 0; i < r->n_pools; i++) {
         rt_pool *p = &r->pools[i];
+        for (size_t k = 0; k < p->n; k++) backend_free(p->backends[k]);
+        for (size_t k = 0; k < p->n_dns; k++)
+            if (p->dns[k].req) evdns_getaddrinfo_cancel(p->dns[k].req);
+        free(p->dns);
+    }
+}
+
+typedef struct {
+    rt_pool *pool;
+    size_t entry;
+} dns_ctx;
+
+static void on_resolved(int result, struct evutil_addrinfo *res, void *arg)
+{
+    dns_ctx *ctx = arg;
+    rt_pool *p = ctx->pool;
+    rt_dns *d = &p->dns[ctx->entry];
+    free(ctx);
+    d->resolving = false;
+    d->req = NULL;
+    if (result == EVUTIL_EAI_CANCEL) return;
+    if (result != 0) {
+        LOG_WARN_(LOGF({"pool", p->cfg->name}, {"dns_name", d->host}), "resolving %s failed: %s; keeping %s",
+                  d->host, evutil_gai_strerror(result), "the backends it had");
+        return;
+    }
+    char seen[RT_MAX_BACKENDS][INET6_ADDRSTRLEN];
+    size_t n_seen = 0;
+    for (struct evutil_addrinfo *a = res; a && n_seen < RT_MAX_BACKENDS; a = a->ai_next) {
+        char ip[INET6_ADDRSTRLEN] = "";
+        if (a->ai_family == AF_INET)
+            evutil_inet_ntop(AF_INET, &((struct sockaddr_in *)a->ai_addr)->sin_addr, ip, sizeof ip);
+        else if (a->ai_family == AF_INET6)
+            evutil_inet_ntop(AF_INET6, &((struct sockaddr_in6 *)a->ai_addr)->sin6_addr, ip, sizeof ip);
+        else continue;
+        bool dup = false;
+        for (size_t s = 0; s < n_seen; s++) dup |= strcmp(seen[s], ip) == 0;
+        if (!dup) snprintf(seen[n_seen++], sizeof seen[0], "%s", ip);
+    }
+    evutil_freeaddrinfo(res);
+    int entry = (int)(d - p->dns);
+    /* new addresses become backends; addresses that left become gone */
+    for (size_t s = 0; s < n_seen; s++) {
+        bool have = false;
         for (size_t k = 0; k < p->n; k++) {
-            rt_backend *b = &p->backends[k];
-            for (size_t c = 0; c < b->n_free; c++) evhttp_connection_free(b->free_conns[c]);
-            free(b->free_conns);
-            if (b->probe) evhttp_connection_free(b->probe);
+            rt_backend *b = p->backends[k];
+            if (b->dns_entry == entry && strcmp(b->host, seen[s]) == 0) {
+                have = true;
+                b->gone = false;
+            }
         }
-        free(p->backends);
+        if (!have && backend_new(p, seen[s], d->port, entry))
+            LOG_INFO_(LOGF({"pool", p->cfg->name}, {"dns_name", d->host}, {"backend", seen[s]}),
+                      "backend %s:%u joined from DNS name %s", seen[s], d->port, d->host);
+    }
+    for (size_t k = 0; k < p->n; k++) {
+        rt_backend *b = p->backends[k];
+        if (b->dns_entry != entry || b->gone) continue;
+        bool still = false;
+        for (size_t s = 0; s < n_seen; s++) still |= strcmp(b->host, seen[s]) == 0;
+        if (!still) {
+            b->gone = true;
+            LOG_INFO_(LOGF({"pool", p->cfg->name}, {"dns_name", d->host}, {"backend", b->addr}),
+                      "backend %s left DNS name %s", b->addr, d->host);
+        }
+    }
+}
+
+void rt_dns_refresh(router *r, double now)
+{
+    if (r->dns_refreshed > 0 && now - r->dns_refreshed < r->cfg->dns_refresh_s) return;
+    r->dns_refreshed = now;
+    for (size_t i = 0; i < r->n_pools; i++) {
+        rt_pool *p = &r->pools[i];
+        for (size_t k = 0; k < p->n_dns; k++) {
+            rt_dns *d = &p->dns[k];
+            if (d->resolving) continue;
+            dns_ctx *ctx = malloc(sizeof *ctx);
+            if (!ctx) continue;
+            ctx->pool = p;
+            ctx->entry = k;
+            struct evutil_addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+            d->resolving = true;
+            /* the callback can run right away (a hosts-file or literal answer) */
+            struct evdns_getaddrinfo_request *q = evdns_getaddrinfo(r->dns, d->host, NULL, &hints, on_resolved, ctx);
+            if (d->resolving) d->req = q;
+        }
+    }
+}
+
+void rt_reap(router *r)
+{
+    for (size_t i = 0; i < r->n_pools; i++) {
+        rt_pool *p = &r->pools[i];
+        for (size_t k = 0; k < p->n;) {
+            rt_backend *b = p->backends[k];
+            if (b->gone && b->in_flight == 0 && !b->probe_in_flight) {
+                backend_free(b);
+                p->backends[k] = p->backends[--p->n];
+                continue;
+            }
+            k++;
+        }
     }
 }
 
 bool rt_backend_usable(const rt_backend *b, double now)
 {
-    return b->probed && b->live && b->ready && b->tier_ok && now >= b->ejected_until &&
+    return !b->gone && b->probed && b->live && b->ready && b->tier_ok && now >= b->ejected_until &&
            b->in_flight < b->pool->cfg->max_in_flight;
 }
 
@@ -77,8 +218,8 @@ size_t rt_pool_healthy(const rt_pool *p, double now)
 {
     size_t n = 0;
     for (size_t k = 0; k < p->n; k++) {
-        const rt_backend *b = &p->backends[k];
-        n += b->probed && b->live && b->ready && b->tier_ok && now >= b->ejected_until;
+        const rt_backend *b = p->backends[k];
+        n += !b->gone && b->probed && b->live && b->ready && b->tier_ok && now >= b->ejected_until;
     }
     return n;
 }
@@ -88,8 +229,9 @@ rt_backend *rt_pick_backend(rt_pool *p, const rt_backend *avoid, double now)
 {
     static size_t rr;
     rt_backend *best = NULL;
+    if (!p || p->n == 0) return NULL;
     for (size_t i = 0; i < p->n; i++) {
-        rt_backend *b = &p->backends[(rr + i) % p->n];
+        rt_backend *b = p->backends[(rr + i) % p->n];
         if (b == avoid || !rt_backend_usable(b, now)) continue;
         if (!best || b->in_flight < best->in_flight) best = b;
     }
@@ -204,7 +346,7 @@ void rt_probe_all(router *r)
     for (size_t i = 0; i < r->n_pools; i++) {
         rt_pool *p = &r->pools[i];
         for (size_t k = 0; k < p->n; k++) {
-            rt_backend *b = &p->backends[k];
+            rt_backend *b = p->backends[k];
             if (b->probe_in_flight) continue;
             if (!b->probe) {
                 b->probe = evhttp_connection_base_new(r->base, NULL, b->host, (ev_uint16_t)b->port);
@@ -277,7 +419,7 @@ void rt_pool_signals(router *r, rt_pool *p, double now, pool_signals *s)
     size_t healthy = rt_pool_healthy(p, now);
     double queue = 0, mem = -1;
     for (size_t k = 0; k < p->n; k++) {
-        const rt_backend *b = &p->backends[k];
+        const rt_backend *b = p->backends[k];
         if (!(b->probed && b->live)) continue;
         queue += b->worker_queue > b->in_flight ? b->worker_queue : b->in_flight;
         if (b->gpu_mem > mem) mem = b->gpu_mem;

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include <event2/dns.h>
+
 #include "log.h"
 #include "router.h"
 
@@ -40,12 +42,14 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)what;
     router *r = arg;
     double now = rt_now();
+    rt_dns_refresh(r, now);
+    rt_reap(r);
     rt_probe_all(r);
     /* no policy before every backend has answered (or failed) a first probe: a router that
      * just started has not lost its GPU pool */
     bool all_probed = true;
     for (size_t i = 0; i < r->n_pools; i++)
-        for (size_t k = 0; k < r->pools[i].n; k++) all_probed &= r->pools[i].backends[k].probed;
+        for (size_t k = 0; k < r->pools[i].n; k++) all_probed &= r->pools[i].backends[k]->probed;
     if (!all_probed && now - r->started < 5.0 * r->cfg->probe_interval_ms / 1e3) return;
     if (r->gpu) {
         rt_pool_signals(r, r->gpu, now, &r->last_signals);
@@ -110,6 +114,21 @@ int main(int argc, char **argv)
         return 1;
     }
     r.base = event_base_new();
+    /* names in backends (a Kubernetes headless Service) resolve through evdns, off the loop's
+     * critical path; /etc/resolv.conf and /etc/hosts as the system has them */
+    if (r.cfg->dns_nameserver) {
+        r.dns = evdns_base_new(r.base, 0);
+        if (!r.dns || evdns_base_nameserver_ip_add(r.dns, r.cfg->dns_nameserver) != 0) {
+            log_emit(LOG_ERROR, NULL, "bad config: dns_nameserver: '%s' is not ip[:port]", r.cfg->dns_nameserver);
+            return 64;
+        }
+    } else {
+        r.dns = evdns_base_new(r.base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
+        if (!r.dns) {
+            r.dns = evdns_base_new(r.base, 0);
+            if (r.dns) evdns_base_load_hosts(r.dns, NULL);
+        }
+    }
     r.http = evhttp_new(r.base);
     evhttp_set_max_body_size(r.http, (ev_ssize_t)r.cfg->max_body_bytes);
     evhttp_set_max_headers_size(r.http, 64 * 1024);
@@ -135,6 +154,7 @@ int main(int argc, char **argv)
     event_add(r.sigterm, NULL);
     event_add(r.sigint, NULL);
     r.started = rt_now();
+    rt_dns_refresh(&r, r.started);
     rt_probe_all(&r);
     LOG_INFO_(NULL, "tierrouter %s listening on %s:%d with %u pool(s)", TIERSERVE_VERSION, r.cfg->address, r.port,
               r.cfg->pools_count);
@@ -142,6 +162,7 @@ int main(int argc, char **argv)
     evhttp_free(r.http);
     connguard_destroy(r.guard);
     rt_pools_free(&r);
+    if (r.dns) evdns_base_free(r.dns, 1);
     event_free(r.tick);
     event_free(r.sigterm);
     event_free(r.sigint);

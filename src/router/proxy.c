@@ -96,7 +96,7 @@ static bool pool_can_take(const rt_pool *p, const proxy_req *pr, double now)
 {
     if (!p || (pr->sensitive && !p->cfg->sensitive) || !physical(p, pr->logical)) return false;
     for (size_t k = 0; k < p->n; k++)
-        if (rt_backend_usable(&p->backends[k], now)) return true;
+        if (rt_backend_usable(p->backends[k], now)) return true;
     return false;
 }
 

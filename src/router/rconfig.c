@@ -74,6 +74,8 @@ static const cyaml_schema_field_t k_top_fields[] = {
     CYAML_FIELD_STRING_PTR("address", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, address, 1, 255),
     CYAML_FIELD_UINT("port", CYAML_FLAG_OPTIONAL, router_config, port),
     CYAML_FIELD_UINT("probe_interval_ms", CYAML_FLAG_OPTIONAL, router_config, probe_interval_ms),
+    CYAML_FIELD_UINT("dns_refresh_s", CYAML_FLAG_OPTIONAL, router_config, dns_refresh_s),
+    CYAML_FIELD_STRING_PTR("dns_nameserver", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, dns_nameserver, 3, 63),
     CYAML_FIELD_UINT("request_timeout_ms", CYAML_FLAG_OPTIONAL, router_config, request_timeout_ms),
     CYAML_FIELD_UINT("max_body_bytes", CYAML_FLAG_OPTIONAL, router_config, max_body_bytes),
     CYAML_FIELD_STRING_PTR("priority_header", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, priority_header, 1, 63),
@@ -151,6 +153,7 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
     if (c->probe_interval_ms < 20 || c->probe_interval_ms > 60000)
         return fail(err, errlen, path, "probe_interval_ms: %u is not in 20..60000", c->probe_interval_ms);
     if (c->request_timeout_ms == 0) c->request_timeout_ms = 30000;
+    if (c->dns_refresh_s == 0) c->dns_refresh_s = 5;
     if (c->max_body_bytes == 0) c->max_body_bytes = 64u << 20;
     if (!c->priority_header) c->priority_header = strdup("X-Priority");
     if (!c->data_class_header) c->data_class_header = strdup("X-Data-Class");

@@ -75,6 +75,8 @@ typedef struct {
     char *address;
     unsigned port;
     unsigned probe_interval_ms;
+    unsigned dns_refresh_s;    /* how often backend names are re-resolved */
+    char *dns_nameserver;      /* "ip[:port]" to ask instead of /etc/resolv.conf's */
     unsigned request_timeout_ms;
     unsigned max_body_bytes;
     char *priority_header, *data_class_header, *request_id_header;

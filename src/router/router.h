@@ -34,6 +34,8 @@ double ring_share_within(const lat_ring *r, double now, double window_s, double 
 
 typedef struct rt_backend {
     rt_pool *pool;
+    int dns_entry;       /* index of the DNS name it came from, or -1 (a static address) */
+    bool gone;           /* no longer in DNS: unusable, freed once idle */
     char host[256];
     unsigned port;
     char addr[300];
@@ -53,17 +55,33 @@ typedef struct rt_backend {
     uint64_t requests, failures;
 } rt_backend;
 
+#define RT_MAX_BACKENDS 256
+
+/* A backends entry whose host is a name (e.g. a Kubernetes headless Service): re-resolved
+ * every dns_refresh_s, one backend per address. */
+typedef struct {
+    char host[256];
+    unsigned port;
+    bool resolving;
+    struct evdns_getaddrinfo_request *req;
+} rt_dns;
+
 struct rt_pool {
     const rc_pool *cfg;
-    rt_backend *backends;
+    rt_backend *backends[RT_MAX_BACKENDS]; /* stable pointers: requests hold them */
     size_t n;
+    rt_dns *dns;
+    size_t n_dns;
     lat_ring lat;
+    struct router *r;
 };
 
 enum { OUT_OK = 0, OUT_CLIENT_ERR, OUT_SHED, OUT_NO_BACKEND, OUT_BACKEND_ERR, OUT_TIMEOUT, OUT_N };
 
 typedef struct router {
     struct event_base *base;
+    struct evdns_base *dns;
+    double dns_refreshed;
     struct evhttp *http;
     connguard *guard;
     router_config *cfg;
@@ -96,6 +114,9 @@ void rt_conn_put(rt_backend *b, struct evhttp_connection *c);
 void rt_conn_drop(rt_backend *b, struct evhttp_connection *c);
 void rt_backend_result(router *r, rt_backend *b, bool ok, const char *why);
 void rt_probe_all(router *r);
+/* Re-resolves DNS-named backends when due, frees backends that left DNS once idle. */
+void rt_dns_refresh(router *r, double now);
+void rt_reap(router *r);
 size_t rt_pool_healthy(const rt_pool *p, double now);
 void rt_pool_record_latency(rt_pool *p, double now, double secs);
 double rt_pool_p95_ms(rt_pool *p, double now, double window_s);

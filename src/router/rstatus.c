@@ -54,7 +54,7 @@ void rt_status_json(router *r, buf *b)
         put_num(b, rt_pool_p95_ms(p, now, 10.0));
         buf_puts(b, ",\"backends\":[");
         for (size_t k = 0; k < p->n; k++) {
-            rt_backend *be = &p->backends[k];
+            rt_backend *be = p->backends[k];
             buf_puts(b, k ? ",{\"address\":" : "{\"address\":");
             buf_put_json_str(b, be->addr, strlen(be->addr));
             bool healthy = be->probed && be->live && be->ready && be->tier_ok && now >= be->ejected_until;
@@ -64,7 +64,8 @@ void rt_status_json(router *r, buf *b)
             buf_printf(b, ",\"tier_ok\":%s,\"in_flight\":%u,\"worker_queue\":%.0f,\"gpu_memory_used_fraction\":",
                        be->tier_ok ? "true" : "false", be->in_flight, be->worker_queue);
             put_num(b, be->gpu_mem);
-            buf_printf(b, ",\"ejected_for_ms\":%.0f,\"ejections\":%u,\"requests\":%llu,\"failures\":%llu}",
+            buf_printf(b, ",\"from_dns\":%s,\"ejected_for_ms\":%.0f,\"ejections\":%u,\"requests\":%llu,\"failures\":%llu}",
+                       be->dns_entry >= 0 ? "true" : "false",
                        now < be->ejected_until ? (be->ejected_until - now) * 1e3 : 0.0, be->ejections,
                        (unsigned long long)be->requests, (unsigned long long)be->failures);
         }
@@ -129,7 +130,7 @@ void rt_metrics(router *r, buf *b)
     buf_puts(b, "# TYPE tierrouter_backend_healthy gauge\n");
     for (size_t i = 0; i < r->n_pools; i++)
         for (size_t k = 0; k < r->pools[i].n; k++) {
-            rt_backend *be = &r->pools[i].backends[k];
+            rt_backend *be = r->pools[i].backends[k];
             bool h = be->probed && be->live && be->ready && be->tier_ok && now >= be->ejected_until;
             buf_printf(b, "tierrouter_backend_healthy{pool=\"%s\",backend=\"%s\",tier=\"%s\"} %d\n",
                        r->pools[i].cfg->name, be->addr, be->tier[0] ? be->tier : "unknown", h);

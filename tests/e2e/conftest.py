@@ -42,10 +42,11 @@ class Worker:
         self.proc = proc
         self.log_path = log_path
         self.port = None
+        self.host = "127.0.0.1"
 
     @property
     def url(self):
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def log_text(self):
         return pathlib.Path(self.log_path).read_text(errors="replace")
@@ -110,6 +111,7 @@ def start_worker(repo, tmp_path, env=None, args=(), wait_ready=True, timeout=60)
     proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=e)
     logf.close()
     w = Worker(proc, log_path)
+    w.host = e["TIERSERVE_HTTP_ADDRESS"]
     _WORKERS.append(w)
     deadline = time.time() + timeout
     while time.time() < deadline:

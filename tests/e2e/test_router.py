@@ -586,3 +586,89 @@ pools:
         assert r.stop() == 0
         gpu.stop()
         cpu.stop()
+
+
+class TinyDNS:
+    """A UDP DNS server on loopback answering A queries from a list the test changes."""
+
+    def __init__(self):
+        import socket
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.addrs = {}
+        self.stop = threading.Event()
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        import struct
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                q, peer = self.sock.recvfrom(512)
+            except OSError:
+                continue
+            qid, _flags, qd = struct.unpack(">HHH", q[:6])
+            i, labels = 12, []
+            while q[i]:
+                labels.append(q[i + 1:i + 1 + q[i]].decode())
+                i += q[i] + 1
+            qtype = struct.unpack(">H", q[i + 1:i + 3])[0]
+            question = q[12:i + 5]
+            ips = self.addrs.get(".".join(labels).lower(), []) if qtype == 1 else []  # evdns randomizes case
+            head = struct.pack(">HHHHHH", qid, 0x8180, 1, len(ips), 0, 0)
+            answers = b"".join(struct.pack(">HHHIH", 0xC00C, 1, 1, 1, 4) + bytes(map(int, ip.split(".")))
+                               for ip in ips)
+            self.sock.sendto(head + question + answers, peer)
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+
+
+def test_dns_backends_join_and_leave(tmp_path):
+    """A backends entry given by name (a headless Service) is re-resolved: addresses that
+    appear become backends, addresses that leave stop getting traffic."""
+    a = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_HTTP_ADDRESS": "127.0.0.2"})
+    b = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_HTTP_ADDRESS": "127.0.0.3"},
+                     args=[f"--http-port={a.port}"])
+    dns = TinyDNS()
+    dns.addrs["workers.test"] = ["127.0.0.2"]
+    r = Router(f"""
+address: 127.0.0.1
+probe_interval_ms: 100
+dns_refresh_s: 1
+dns_nameserver: "127.0.0.1:{dns.port}"
+pools:
+  - name: cpu
+    kind: cpu
+    backends: ["workers.test:{a.port}"]
+""", tmp_path)
+    try:
+        def backends():
+            return {x["address"]: x for x in r.status()["pools"][0]["backends"]}
+        deadline = time.time() + 10
+        while time.time() < deadline and not any(x["healthy"] for x in backends().values()):
+            time.sleep(0.05)
+        assert list(backends()) == [f"127.0.0.2:{a.port}"] and backends()[f"127.0.0.2:{a.port}"]["from_dns"]
+        dns.addrs["workers.test"] = ["127.0.0.2", "127.0.0.3"]
+        deadline = time.time() + 10
+        while time.time() < deadline and sum(x["healthy"] for x in backends().values()) < 2:
+            time.sleep(0.05)
+        assert sum(x["healthy"] for x in backends().values()) == 2
+        dns.addrs["workers.test"] = ["127.0.0.3"]
+        deadline = time.time() + 10
+        while time.time() < deadline and f"127.0.0.2:{a.port}" in backends():
+            time.sleep(0.05)
+        assert list(backends()) == [f"127.0.0.3:{a.port}"]
+        served_a = worker_requests(a)
+        for _ in range(10):
+            assert _post(r, "demo")[0] == 200
+        assert worker_requests(a) == served_a and worker_requests(b) >= 10
+        log = r.log.read_text()
+        assert "joined from DNS name workers.test" in log and "left DNS name workers.test" in log
+    finally:
+        assert r.stop() == 0
+        dns.close()
+        a.stop()
+        b.stop()
