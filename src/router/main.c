@@ -107,8 +107,9 @@ int main(int argc, char **argv)
     rconfig_policy(r.cfg, &pc);
     r.pol = policy_create(&pc);
     r.cost = cost_create(r.cfg);
-    for (int p = 0; p < 2; p++)
-        for (int q = 0; q < PRIO_COUNT; q++) hist_init(&r.latency[p][q], HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
+    for (int k = 0; k <= RT_MAX_MODELS; k++)
+        for (int p = 0; p < 2; p++)
+            for (int q = 0; q < PRIO_COUNT; q++) hist_init(&r.latency[k][p][q], HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
     if (rt_pools_init(&r, err, sizeof err) != 0) {
         log_emit(LOG_ERROR, NULL, "%s", err);
         return 1;

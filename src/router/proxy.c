@@ -50,12 +50,25 @@ void rt_reply_error(struct evhttp_request *req, int code, const char *msg)
 
 static int pool_index(router *r, const rt_pool *p) { return p == r->gpu ? 0 : 1; }
 
+/* The model's slot for the latency histograms: known names first come, first served,
+ * RT_MAX_MODELS at most; the rest share "other" (index RT_MAX_MODELS). */
+static size_t model_slot(router *r, const char *name)
+{
+    for (size_t i = 0; i < r->n_models; i++)
+        if (strcmp(r->model_names[i], name) == 0) return i;
+    if (r->n_models == RT_MAX_MODELS || strlen(name) >= sizeof r->model_names[0]) return RT_MAX_MODELS;
+    snprintf(r->model_names[r->n_models], sizeof r->model_names[0], "%s", name);
+    return r->n_models++;
+}
+
 static void count(proxy_req *pr, int outcome)
 {
     router *r = pr->r;
     int pi = pr->pool ? pool_index(r, pr->pool) : (r->gpu ? 0 : 1);
     r->requests[pi][pr->prio][outcome]++;
-    hist_observe(&r->latency[pi][pr->prio], rt_now() - pr->t0);
+    /* only requests that reached a pool get a model label: unknown names cannot grow it */
+    size_t slot = outcome == OUT_CLIENT_ERR && !pr->backend ? RT_MAX_MODELS : model_slot(r, pr->logical);
+    hist_observe(&r->latency[slot][pi][pr->prio], rt_now() - pr->t0);
 }
 
 static void proxy_free(proxy_req *pr)

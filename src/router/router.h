@@ -17,6 +17,7 @@
 #include "rconfig.h"
 
 #define RT_LAT_WINDOW 4096
+#define RT_MAX_MODELS 32
 
 typedef struct rt_pool rt_pool;
 
@@ -97,7 +98,10 @@ typedef struct router {
     uint64_t seq;
     uint64_t requests[2][PRIO_COUNT][OUT_N]; /* [pool][priority][outcome]; pool 0 = gpu */
     uint64_t retries, retries_denied, ejections_total, policy_events[8];
-    hist latency[2][PRIO_COUNT];
+    /* latency by model too: the label set stays bounded (RT_MAX_MODELS names, then "other") */
+    char model_names[RT_MAX_MODELS][64];
+    size_t n_models;
+    hist latency[RT_MAX_MODELS + 1][2][PRIO_COUNT];
     int port;
     double started;
     cost_book *cost;

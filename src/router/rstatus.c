@@ -88,12 +88,28 @@ void rt_metrics(router *r, buf *b)
     }
     buf_puts(b, "# HELP tierrouter_request_duration_seconds Arrival to reply, by pool and priority\n"
                 "# TYPE tierrouter_request_duration_seconds histogram\n");
-    for (size_t i = 0; i < r->n_pools; i++) {
-        int pi = &r->pools[i] == r->gpu ? 0 : 1;
-        for (int p = 0; p < PRIO_COUNT; p++) {
-            char lbl[160];
-            snprintf(lbl, sizeof lbl, "pool=\"%s\",priority=\"%s\"", r->pools[i].cfg->name, k_prio[p]);
-            hist_render(&r->latency[pi][p], b, "tierrouter_request_duration_seconds", lbl);
+    for (size_t k = 0; k <= r->n_models; k++) {
+        const char *model = k < r->n_models ? r->model_names[k] : "other";
+        size_t slot = k < r->n_models ? k : RT_MAX_MODELS;
+        for (size_t i = 0; i < r->n_pools; i++) {
+            int pi = &r->pools[i] == r->gpu ? 0 : 1;
+            for (int p = 0; p < PRIO_COUNT; p++) {
+                const hist *h = &r->latency[slot][pi][p];
+                uint64_t any = 0;
+                for (size_t c = 0; c <= h->n_bounds; c++) any += atomic_load(&h->counts[c]);
+                if (!any) continue; /* only series that saw requests */
+                char esc[160];
+                size_t e = 0;
+                for (const char *c = model; *c && e + 3 < sizeof esc; c++) {
+                    if (*c == '"' || *c == '\\') esc[e++] = '\\';
+                    esc[e++] = *c == '\n' ? 'n' : *c;
+                }
+                esc[e] = '\0';
+                char lbl[320];
+                snprintf(lbl, sizeof lbl, "pool=\"%s\",priority=\"%s\",model=\"%s\"", r->pools[i].cfg->name,
+                         k_prio[p], esc);
+                hist_render(h, b, "tierrouter_request_duration_seconds", lbl);
+            }
         }
     }
     buf_printf(b, "# TYPE tierrouter_retries_total counter\ntierrouter_retries_total %llu\n"

@@ -473,6 +473,9 @@ pools:
         assert re.search(r'tierrouter_cost_usd_total\{pool="gpu",tenant="acme",priority="batch"\} [0-9.]+', metrics)
         assert 'tierrouter_slo_compliance_ratio{priority="batch"} 1.0000' in metrics
         assert 'tierrouter_slo_p95_seconds{priority="batch"}' in metrics
+        # latency by pool, priority and model
+        m = re.search(r'tierrouter_request_duration_seconds_count\{pool="gpu",priority="batch",model="demo"\} (\d+)', metrics)
+        assert m and int(m.group(1)) == 20
     finally:
         assert r.stop() == 0
         gpu.stop()
