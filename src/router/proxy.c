@@ -27,6 +27,7 @@ typedef struct proxy_req {
     struct evhttp_connection *conn;
     enum evhttp_request_error err_kind;
     bool error_seen, retried;
+    bool streaming; /* a chunked reply is being passed through: no retry from here on */
     /* forwarded request headers */
     char ctype[128], ihcl[32], cenc[32], aenc[64];
 } proxy_req;
@@ -189,6 +190,26 @@ static void on_backend_reply(struct evhttp_request *resp, void *arg)
     if (pr->retried) r->retries_active--;
     int code = resp ? evhttp_request_get_response_code(resp) : 0;
     double now = rt_now();
+    if (pr->streaming) { /* the reply has been going out chunk by chunk: end it */
+        if (code == 0) rt_conn_drop(b, pr->conn);
+        else rt_conn_put(b, pr->conn);
+        pr->conn = NULL;
+        rt_backend_result(r, b, code != 0, "the stream broke off");
+        if (pr->client) {
+            if (code != 0) {
+                evhttp_send_reply_end(pr->client);
+            } else { /* a broken stream must not look complete: drop the client's connection */
+                struct evhttp_connection *c = evhttp_request_get_connection(pr->client);
+                evhttp_connection_set_closecb(c, NULL, NULL);
+                pr->client = NULL;
+                evhttp_connection_free(c);
+            }
+        }
+        count(pr, code ? OUT_OK : OUT_BACKEND_ERR);
+        if (code) account(pr, resp, code);
+        proxy_free(pr);
+        return;
+    }
     if (code == 0 || code >= 500) {
         /* the connection is suspect: drop it rather than reuse it */
         if (code == 0) rt_conn_drop(b, pr->conn);
@@ -245,6 +266,37 @@ static void account(proxy_req *pr, struct evhttp_request *resp, int code)
                  compute_s, now);
 }
 
+/* Chunked replies (token streams) are passed through as they arrive instead of being
+ * buffered: the client's reply starts with the backend's headers, each chunk is forwarded
+ * at once, and the reply ends when the backend's does. */
+static void on_backend_chunk(struct evhttp_request *resp, void *arg)
+{
+    proxy_req *pr = arg;
+    if (pr->client) evhttp_send_reply_chunk(pr->client, evhttp_request_get_input_buffer(resp));
+    else evbuffer_drain(evhttp_request_get_input_buffer(resp), evbuffer_get_length(evhttp_request_get_input_buffer(resp)));
+}
+
+static int on_backend_headers(struct evhttp_request *resp, void *arg)
+{
+    proxy_req *pr = arg;
+    const char *te = evhttp_find_header(evhttp_request_get_input_headers(resp), "Transfer-Encoding");
+    int code = evhttp_request_get_response_code(resp);
+    if (!te || strcasecmp(te, "chunked") != 0 || code >= 500) return 0; /* buffered as usual */
+    pr->streaming = true;
+    evhttp_request_set_chunked_cb(resp, on_backend_chunk);
+    if (pr->client) {
+        struct evkeyvalq *in = evhttp_request_get_input_headers(resp);
+        struct evkeyvalq *out = evhttp_request_get_output_headers(pr->client);
+        for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next)
+            if (!hop_by_hop(kv->key)) evhttp_add_header(out, kv->key, kv->value);
+        evhttp_add_header(out, pr->r->cfg->request_id_header, pr->request_id);
+        evhttp_add_header(out, "X-Tierrouter-Pool", pr->pool->cfg->name);
+        evhttp_add_header(out, "X-Tierrouter-Backend", pr->backend->addr);
+        evhttp_send_reply_start(pr->client, code, evhttp_request_get_response_code_line(resp));
+    }
+    return 0;
+}
+
 static int send_to_backend(proxy_req *pr)
 {
     router *r = pr->r;
@@ -266,6 +318,7 @@ static int send_to_backend(proxy_req *pr)
     evhttp_connection_set_timeout_tv(pr->conn, &tv);
     struct evhttp_request *req = evhttp_request_new(on_backend_reply, pr);
     evhttp_request_set_error_cb(req, on_backend_error);
+    evhttp_request_set_header_cb(req, on_backend_headers);
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     evhttp_add_header(h, "Host", b->host);
     if (pr->ctype[0]) evhttp_add_header(h, "Content-Type", pr->ctype);

@@ -346,6 +346,18 @@ class FakeBackend:
                                   + str(len(body)).encode() + b"\r\n\r\n" + body)
                         continue
                     self.hits += 1
+                    if self.mode in ("stream", "stream-break"):
+                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                  b"Transfer-Encoding: chunked\r\n\r\n")
+                        for k in range(5):
+                            piece = f"data: token{k}\n\n".encode()
+                            c.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                            time.sleep(0.2)
+                            if self.mode == "stream-break" and k == 2:
+                                c.close()
+                                return
+                        c.sendall(b"0\r\n\r\n")
+                        continue
                     if self.mode == "garbage":
                         c.sendall(b"\x00\xffthis is not HTTP at all\r\n\r\n")
                         c.close()
@@ -675,3 +687,56 @@ pools:
         dns.close()
         a.stop()
         b.stop()
+
+
+@pytest.mark.parametrize("mode", ["stream", "stream-break"])
+def test_chunked_replies_stream_through(tmp_path, mode):
+    """A backend streaming a chunked reply (a token stream): the client gets each chunk as
+    it comes, not all at the end; a stream that breaks off is not passed on as complete."""
+    import socket
+    be = FakeBackend(mode)
+    r = Router(f"""
+address: 127.0.0.1
+probe_interval_ms: 100
+pools:
+  - name: cpu
+    kind: cpu
+    min_tier: cpu
+    backends: ["127.0.0.1:{be.port}"]
+""", tmp_path)
+    try:
+        r.wait_healthy(1)
+        s = socket.create_connection(("127.0.0.1", r.port), timeout=5)
+        body = b'{"inputs":[]}'
+        t0 = time.monotonic()
+        s.sendall(b"POST /v2/models/llm/infer HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                  + str(len(body)).encode() + b"\r\n\r\n" + body)
+        got, first_at = b"", None
+        while True:
+            try:
+                data = s.recv(65536)
+            except socket.timeout:
+                break
+            if not data:
+                break
+            if first_at is None and b"token0" in got + data:
+                first_at = time.monotonic() - t0
+            got += data
+            if got.endswith(b"0\r\n\r\n"):
+                break
+        total = time.monotonic() - t0
+        s.close()
+        head, _, rest = got.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and b"chunked" in head.lower()
+        assert b"X-Tierrouter-Pool: cpu" in head
+        assert first_at is not None and first_at < 0.5, (first_at, total)  # not buffered to the end
+        if mode == "stream":
+            assert all(f"token{k}".encode() in rest for k in range(5))
+            assert rest.endswith(b"0\r\n\r\n") and total >= 0.8
+        else:
+            assert b"token2" in rest and b"token3" not in rest
+            assert not rest.endswith(b"0\r\n\r\n")  # never looks complete
+        assert r.proc.poll() is None
+    finally:
+        assert r.stop() == 0
+        be.close()
