@@ -28,6 +28,9 @@ typedef struct proxy_req {
     enum evhttp_request_error err_kind;
     bool error_seen, retried;
     bool streaming; /* a chunked reply is being passed through: no retry from here on */
+    route_target want;      /* the pool the policy chose */
+    struct proxy_req *qnext; /* admission queue link */
+    struct event *qtimer;   /* while queued: gives up after admission.queue_timeout_ms */
     /* forwarded request headers */
     char ctype[128], ihcl[32], cenc[32], aenc[64];
 } proxy_req;
@@ -72,15 +75,20 @@ static void count(proxy_req *pr, int outcome)
     hist_observe(&r->latency[slot][pi][pr->prio], rt_now() - pr->t0);
 }
 
+static void admission_drain(router *r);
+
 static void proxy_free(proxy_req *pr)
 {
+    router *r = pr->r;
     if (pr->client) {
         struct evhttp_connection *c = evhttp_request_get_connection(pr->client);
         if (c) evhttp_connection_set_closecb(c, NULL, NULL);
     }
-    pr->r->active--;
+    if (pr->qtimer) event_free(pr->qtimer);
+    r->active--;
     free(pr->body);
     free(pr);
+    admission_drain(r); /* a slot may have freed up */
 }
 
 static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)
@@ -90,11 +98,18 @@ static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)
     proxy_free(pr);
 }
 
+static void queue_remove(router *r, proxy_req *pr);
+
 static void on_client_close(struct evhttp_connection *c, void *arg)
 {
     (void)c;
     proxy_req *pr = arg;
     pr->client = NULL; /* the backend's answer, when it comes, is dropped */
+    if (pr->qtimer) { /* still waiting for admission: nothing was sent anywhere */
+        queue_remove(pr->r, pr);
+        count(pr, OUT_SHED);
+        proxy_free(pr);
+    }
 }
 
 /* The physical model this pool serves for the logical name, or NULL if it does not. */
@@ -106,9 +121,21 @@ static const char *physical(const rt_pool *p, const char *logical)
     return NULL;
 }
 
+/* May this pool serve the request at all (data class, model, a healthy backend)? */
+static bool pool_fits(const rt_pool *p, const proxy_req *pr, double now)
+{
+    return p && (!pr->sensitive || p->cfg->sensitive) && physical(p, pr->logical) && rt_pool_healthy(p, now) > 0;
+}
+
+/* ... and can it take one more request now (in-flight limits)? */
 static bool pool_can_take(const rt_pool *p, const proxy_req *pr, double now)
 {
-    if (!p || (pr->sensitive && !p->cfg->sensitive) || !physical(p, pr->logical)) return false;
+    if (!pool_fits(p, pr, now)) return false;
+    if (p->cfg->pool_max_in_flight) {
+        unsigned busy = 0;
+        for (size_t k = 0; k < p->n; k++) busy += p->backends[k]->in_flight;
+        if (busy >= p->cfg->pool_max_in_flight) return false;
+    }
     for (size_t k = 0; k < p->n; k++)
         if (rt_backend_usable(p->backends[k], now)) return true;
     return false;
@@ -360,6 +387,106 @@ static void copy_header(struct evkeyvalq *h, const char *name, char *out, size_t
     snprintf(out, len, "%s", v ? v : "");
 }
 
+/* ---- admission ------------------------------------------------------------------------
+ * The chosen pool full: spill to the other pool if the data class allows and it has room;
+ * else batch is shed (429); urgent and normal wait briefly in a bounded queue, urgent first,
+ * and get 503 + Retry-After if no room frees up in time. */
+
+static bool dispatch(proxy_req *pr)
+{
+    router *r = pr->r;
+    double now = rt_now();
+    rt_pool *first = pr->want == ROUTE_GPU ? r->gpu : r->cpu;
+    rt_pool *second = first == r->gpu ? r->cpu : r->gpu;
+    rt_pool *order[2] = {first, second};
+    for (int i = 0; i < 2; i++) {
+        if (!pool_can_take(order[i], pr, now)) continue;
+        pr->pool = order[i];
+        pr->backend = rt_pick_backend(pr->pool, NULL, now);
+        if (pr->backend && send_to_backend(pr) == 0) return true;
+    }
+    return false;
+}
+
+static void queue_remove(router *r, proxy_req *pr)
+{
+    for (int q = 0; q < 2; q++)
+        for (proxy_req **pp = (proxy_req **)&r->admq[q]; *pp; pp = &(*pp)->qnext)
+            if (*pp == pr) {
+                *pp = pr->qnext;
+                r->admq_len--;
+                if (pr->qtimer) event_free(pr->qtimer);
+                pr->qtimer = NULL;
+                return;
+            }
+}
+
+static void on_queue_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    proxy_req *pr = arg;
+    queue_remove(pr->r, pr);
+    char msg[160];
+    snprintf(msg, sizeof msg, "no capacity for model '%.64s' within %u ms: every pool is at its in-flight limit",
+             pr->logical, pr->r->cfg->admission.queue_timeout_ms);
+    finish_error(pr, 503, OUT_SHED, msg);
+}
+
+static void admit(proxy_req *pr)
+{
+    router *r = pr->r;
+    if (dispatch(pr)) return;
+    if (pr->prio == PRIO_BATCH) {
+        finish_error(pr, 429, OUT_SHED, "every pool is saturated: batch traffic is shed first");
+        return;
+    }
+    if (r->admq_len >= r->cfg->admission.queue_size) {
+        finish_error(pr, 503, OUT_SHED, "every pool is saturated and the admission queue is full");
+        return;
+    }
+    int q = pr->prio == PRIO_URGENT ? 0 : 1;
+    proxy_req **pp = (proxy_req **)&r->admq[q];
+    while (*pp) pp = &(*pp)->qnext;
+    *pp = pr;
+    pr->qnext = NULL;
+    r->admq_len++;
+    pr->qtimer = evtimer_new(r->base, on_queue_timeout, pr);
+    double wait = r->cfg->admission.queue_timeout_ms / 1e3;
+    double left = pr->deadline - rt_now();
+    if (left < wait) wait = left > 0 ? left : 0;
+    struct timeval tv = {(time_t)wait, (suseconds_t)((wait - (double)(time_t)wait) * 1e6)};
+    if (pr->qtimer) evtimer_add(pr->qtimer, &tv);
+}
+
+/* A slot freed up somewhere: the queue's head gets it, urgent first. */
+static void admission_drain(router *r)
+{
+    for (int q = 0; q < 2; q++) {
+        while (r->admq[q]) {
+            proxy_req *pr = r->admq[q];
+            if (!pr->client) { /* left while queued */
+                queue_remove(r, pr);
+                count(pr, OUT_SHED);
+                proxy_free(pr);
+                continue;
+            }
+            r->admq[q] = pr->qnext;
+            r->admq_len--;
+            if (dispatch(pr)) {
+                if (pr->qtimer) event_free(pr->qtimer);
+                pr->qtimer = NULL;
+                continue;
+            }
+            /* still no room: back to the head, stop for now */
+            pr->qnext = r->admq[q];
+            r->admq[q] = pr;
+            r->admq_len++;
+            return;
+        }
+    }
+}
+
 static void handle_infer(router *r, struct evhttp_request *req, const char *model, const char *version,
                          const char *verb)
 {
@@ -450,7 +577,7 @@ static void handle_infer(router *r, struct evhttp_request *req, const char *mode
 
     /* the policy picks the pool kind; the data class and health can overrule it */
     double now = rt_now();
-    route_pools rp = {pool_can_take(r->gpu, pr, now), pool_can_take(r->cpu, pr, now), true, true};
+    route_pools rp = {pool_fits(r->gpu, pr, now), pool_fits(r->cpu, pr, now), true, true};
     route_target t = policy_route(&r->st, prio, false, &rp, (double)rand() / ((double)RAND_MAX + 1));
     if (t == ROUTE_NONE) {
         bool any = (r->gpu && physical(r->gpu, model)) || (r->cpu && physical(r->cpu, model));
@@ -469,13 +596,9 @@ static void handle_infer(router *r, struct evhttp_request *req, const char *mode
         }
         return;
     }
-    pr->pool = t == ROUTE_GPU ? r->gpu : r->cpu;
-    pr->backend = rt_pick_backend(pr->pool, NULL, now);
-    if (!pr->backend || send_to_backend(pr) != 0) {
-        try_again(pr, "could not send");
-        return;
-    }
+    pr->want = t;
     evhttp_connection_set_closecb(evhttp_request_get_connection(req), on_client_close, pr);
+    admit(pr);
 }
 
 #define MAX_SEGS 8

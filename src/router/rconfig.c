@@ -29,6 +29,7 @@ static const cyaml_schema_field_t k_pool_fields[] = {
     CYAML_FIELD_ENUM("min_tier", CYAML_FLAG_OPTIONAL, rc_pool, min_tier, k_tiers, CYAML_ARRAY_LEN(k_tiers)),
     CYAML_FIELD_SEQUENCE("backends", CYAML_FLAG_POINTER, rc_pool, backends, &k_backend, 1, 256),
     CYAML_FIELD_UINT("max_in_flight", CYAML_FLAG_OPTIONAL, rc_pool, max_in_flight),
+    CYAML_FIELD_UINT("pool_max_in_flight", CYAML_FLAG_OPTIONAL, rc_pool, pool_max_in_flight),
     CYAML_FIELD_SEQUENCE("models", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, rc_pool, models, &k_model, 0, 256),
     CYAML_FIELD_MAPPING("cost", CYAML_FLAG_OPTIONAL, rc_pool, cost, k_cost_fields),
     CYAML_FIELD_END};
@@ -70,6 +71,10 @@ static const cyaml_schema_field_t k_tenant_fields[] = {
     CYAML_FIELD_BOOL("sensitive", CYAML_FLAG_OPTIONAL, rc_tenant, sensitive), CYAML_FIELD_END};
 static const cyaml_schema_value_t k_tenant = {CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, rc_tenant, k_tenant_fields)};
 
+static const cyaml_schema_field_t k_admission_fields[] = {
+    CYAML_FIELD_UINT("queue_size", CYAML_FLAG_OPTIONAL, rc_admission, queue_size),
+    CYAML_FIELD_UINT("queue_timeout_ms", CYAML_FLAG_OPTIONAL, rc_admission, queue_timeout_ms), CYAML_FIELD_END};
+
 static const cyaml_schema_field_t k_top_fields[] = {
     CYAML_FIELD_STRING_PTR("address", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, address, 1, 255),
     CYAML_FIELD_UINT("port", CYAML_FLAG_OPTIONAL, router_config, port),
@@ -90,6 +95,7 @@ static const cyaml_schema_field_t k_top_fields[] = {
     CYAML_FIELD_MAPPING("ejection", CYAML_FLAG_OPTIONAL, router_config, ejection, k_ejection_fields),
     CYAML_FIELD_MAPPING("deadline_ms", CYAML_FLAG_OPTIONAL, router_config, deadline_ms, k_deadline_fields),
     CYAML_FIELD_MAPPING("slo_p95_ms", CYAML_FLAG_OPTIONAL, router_config, slo_p95_ms, k_deadline_fields),
+    CYAML_FIELD_MAPPING("admission", CYAML_FLAG_OPTIONAL, router_config, admission, k_admission_fields),
     CYAML_FIELD_MAPPING("policy", CYAML_FLAG_OPTIONAL, router_config, policy, k_policy_fields),
     CYAML_FIELD_SEQUENCE("pools", CYAML_FLAG_POINTER, router_config, pools, &k_pool, 1, 32),
     CYAML_FIELD_END};
@@ -178,6 +184,8 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
     if (c->ejection.max_ms == 0) c->ejection.max_ms = 30000;
     if (c->ejection.max_ms < c->ejection.base_ms)
         return fail(err, errlen, path, "ejection.max_ms must be >= ejection.base_ms");
+    if (c->admission.queue_size == 0) c->admission.queue_size = 256;
+    if (c->admission.queue_timeout_ms == 0) c->admission.queue_timeout_ms = 200;
     if (c->deadline_ms.urgent == 0) c->deadline_ms.urgent = 5000;
     if (c->deadline_ms.normal == 0) c->deadline_ms.normal = 15000;
     if (c->deadline_ms.batch == 0) c->deadline_ms.batch = 60000;

@@ -37,6 +37,7 @@ typedef struct {
     char **backends;       /* "host:port" */
     unsigned backends_count;
     unsigned max_in_flight;/* per backend */
+    unsigned pool_max_in_flight; /* the whole pool (0: backends x max_in_flight) */
     rc_model *models;
     unsigned models_count;
     rc_cost cost;
@@ -56,6 +57,11 @@ typedef struct {
 typedef struct {
     unsigned urgent, normal, batch;
 } rc_deadlines;
+
+typedef struct {
+    unsigned queue_size;       /* requests that may wait for capacity, all pools together */
+    unsigned queue_timeout_ms; /* how long one may wait */
+} rc_admission;
 
 typedef struct {
     rc_marks queue, p95_ms, gpu_memory;
@@ -87,6 +93,7 @@ typedef struct {
     rc_retry retry;
     rc_ejection ejection;
     rc_deadlines deadline_ms;
+    rc_admission admission;
     rc_policy policy;
     rc_deadlines slo_p95_ms;   /* per-priority p95 targets; 0: none */
     rc_pool *pools;

@@ -105,6 +105,8 @@ typedef struct router {
     int port;
     double started;
     cost_book *cost;
+    void *admq[2];      /* admission queue heads: urgent, normal (proxy_req lists) */
+    unsigned admq_len;
     lat_ring slo[PRIO_COUNT];
 } router;
 

@@ -740,3 +740,52 @@ pools:
     finally:
         assert r.stop() == 0
         be.close()
+
+
+def test_admission_spills_queues_briefly_and_sheds_batch(tmp_path, test_repo):
+    """Both pools at their in-flight limit: normal requests wait briefly in a bounded queue
+    and all complete; batch is shed at once (429); past the queue bound: 503."""
+    import shutil
+    repo = tmp_path / "repo"
+    shutil.copytree(test_repo / "slow", repo / "slow")
+    gpu = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INSTANCES": "1"})
+    cpu = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INSTANCES": "1"})
+    r = Router(f"""
+address: 127.0.0.1
+probe_interval_ms: 100
+admission: {{queue_size: 4, queue_timeout_ms: 10000}}
+pools:
+  - name: gpu
+    kind: gpu
+    min_tier: cpu
+    max_in_flight: 1
+    backends: ["127.0.0.1:{gpu.port}"]
+  - name: cpu
+    kind: cpu
+    max_in_flight: 1
+    backends: ["127.0.0.1:{cpu.port}"]
+""", tmp_path)
+    x = np.ones((256, 512), np.float32)
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [256, 512],
+                                   "parameters": {"binary_data_size": x.nbytes}}]}).encode()
+    hdr = {"Inference-Header-Content-Length": str(len(body))}
+    try:
+        r.wait_healthy(2)
+        with cf.ThreadPoolExecutor(12) as ex:
+            normal = [ex.submit(_post, r, "slow", dict(hdr), body + x.tobytes()) for _ in range(6)]
+            time.sleep(0.15)
+            batch = ex.submit(_post, r, "slow", dict(hdr, **{"X-Priority": "batch"}), body + x.tobytes())
+            extra = [ex.submit(_post, r, "slow", dict(hdr), body + x.tobytes()) for _ in range(3)]
+            codes = [f.result()[0] for f in normal]
+            bcode, bh, braw = batch.result()
+            ecodes = [f.result()[0] for f in extra]
+        # 2 running + 4 queued: the 6 normal ones all complete, spread over both pools
+        assert codes == [200] * 6, codes
+        assert bcode == 429 and bh.get("Retry-After") and "shed" in json.loads(braw)["error"]
+        # the 3 extra arrived with the queue full: refused, never queued without bound
+        assert ecodes.count(503) >= 1 and set(ecodes) <= {200, 503}, ecodes
+        assert worker_requests(gpu, "slow") + worker_requests(cpu, "slow") == 6 + ecodes.count(200)
+    finally:
+        assert r.stop() == 0
+        gpu.stop()
+        cpu.stop()
