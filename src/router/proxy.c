@@ -170,11 +170,14 @@ static bool retry_allowed(router *r)
     return r->retries_active < cap;
 }
 
-static void try_again(proxy_req *pr, const char *why)
+/* exempt: the try failed to connect or was reset, i.e. the backend is dead or dying, not
+ * overloaded: such a retry never counts against the budget, so a dead backend's requests
+ * are always retried however many were in flight on it. */
+static void try_again(proxy_req *pr, const char *why, bool exempt)
 {
     router *r = pr->r;
     double now = rt_now();
-    if (!pr->retried && now < pr->deadline && retry_allowed(r)) {
+    if (!pr->retried && now < pr->deadline && (exempt || retry_allowed(r))) {
         /* another backend: same pool first, the other pool if the data class allows */
         rt_pool *pools[2] = {pr->pool, pr->pool == r->gpu ? r->cpu : r->gpu};
         for (int i = 0; i < 2; i++) {
@@ -251,7 +254,8 @@ static void on_backend_reply(struct evhttp_request *resp, void *arg)
         /* connect failure, reset, timeout or 5xx: once more elsewhere; after that a failed
          * connection becomes 502/504 and a backend's own 5xx is passed through */
         if (!pr->retried || code == 0) {
-            try_again(pr, why);
+            bool timed_out = pr->error_seen && pr->err_kind == EVREQ_HTTP_TIMEOUT;
+            try_again(pr, why, code == 0 && !timed_out);
             return;
         }
     } else {
