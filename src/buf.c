@@ -140,3 +140,10 @@ void buf_put_double(buf *b, double v, bool float_precision)
     }
     buf_put(b, tmp, (size_t)n);
 }
+
+void buf_put_error_json(buf *b, const char *msg)
+{
+    buf_puts(b, "{\"error\":");
+    buf_put_json_str(b, msg, strlen(msg));
+    buf_putc(b, '}');
+}

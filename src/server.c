@@ -60,9 +60,7 @@ void server_reply_error(struct evhttp_request *req, int code, const char *msg)
 {
     buf b;
     buf_init(&b, 1 << 16);
-    buf_puts(&b, "{\"error\":");
-    buf_put_json_str(&b, msg, strlen(msg));
-    buf_putc(&b, '}');
+    buf_put_error_json(&b, msg);
     if (code == 503 || code == 429)
         evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
     server_reply_buf(req, code, "application/json", &b);

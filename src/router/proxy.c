@@ -35,20 +35,15 @@ typedef struct proxy_req {
     char ctype[128], ihcl[32], cenc[32], aenc[64];
 } proxy_req;
 
+static void reply_buf(struct evhttp_request *req, int code, const char *ctype, const buf *b);
+
 void rt_reply_error(struct evhttp_request *req, int code, const char *msg)
 {
     buf b;
     buf_init(&b, 1 << 16);
-    buf_puts(&b, "{\"error\":");
-    buf_put_json_str(&b, msg, strlen(msg));
-    buf_putc(&b, '}');
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Type", "application/json");
-    if (code == 503 || code == 429) evhttp_add_header(h, "Retry-After", "1");
-    struct evbuffer *out = evbuffer_new();
-    evbuffer_add(out, b.data, b.len);
-    evhttp_send_reply(req, code, NULL, out);
-    evbuffer_free(out);
+    buf_put_error_json(&b, msg);
+    if (code == 503 || code == 429) evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+    reply_buf(req, code, "application/json", &b);
     buf_free(&b);
 }
 
@@ -605,6 +600,16 @@ static void handle_infer(router *r, struct evhttp_request *req, const char *mode
     admit(pr);
 }
 
+/* Replies with b's bytes (copied) and a Content-Type. */
+static void reply_buf(struct evhttp_request *req, int code, const char *ctype, const buf *b)
+{
+    struct evbuffer *out = evbuffer_new();
+    evbuffer_add(out, b->data, b->len);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", ctype);
+    evhttp_send_reply(req, code, NULL, out);
+    evbuffer_free(out);
+}
+
 #define MAX_SEGS 8
 
 void rt_on_request(struct evhttp_request *req, void *arg)
@@ -636,11 +641,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, 1 << 24);
         rt_metrics(r, &b);
-        struct evbuffer *out = evbuffer_new();
-        evbuffer_add(out, b.data, b.len);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
-        evhttp_send_reply(req, 200, NULL, out);
-        evbuffer_free(out);
+        reply_buf(req, 200, "text/plain; version=0.0.4", &b);
         buf_free(&b);
         return;
     }
@@ -660,11 +661,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, 1 << 20);
         cost_json(r->cost, window, rt_now(), &b);
-        struct evbuffer *out = evbuffer_new();
-        evbuffer_add(out, b.data, b.len);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-        evhttp_send_reply(req, 200, NULL, out);
-        evbuffer_free(out);
+        reply_buf(req, 200, "application/json", &b);
         buf_free(&b);
         return;
     }
@@ -672,11 +669,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, 1 << 24);
         rt_status_json(r, &b);
-        struct evbuffer *out = evbuffer_new();
-        evbuffer_add(out, b.data, b.len);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-        evhttp_send_reply(req, 200, NULL, out);
-        evbuffer_free(out);
+        reply_buf(req, 200, "application/json", &b);
         buf_free(&b);
         return;
     }
