@@ -102,6 +102,24 @@ def worker_requests(w, model="demo"):
     return int(m.group(1))
 
 
+def slow_workers(tmp_path, test_repo, n=2):
+    """n single-runner workers on a repository holding only the `slow` model."""
+    import shutil
+    repo = tmp_path / "slowrepo"
+    if not repo.exists():
+        shutil.copytree(test_repo / "slow", repo / "slow")
+    return [start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INSTANCES": "1"})
+            for _ in range(n)]
+
+
+def slow_request(rows):
+    """(headers, body) of a binary `slow` request with `rows` rows."""
+    x = np.ones((rows, 512), np.float32)
+    head = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 512],
+                                   "parameters": {"binary_data_size": x.nbytes}}]}).encode()
+    return {"Inference-Header-Content-Length": str(len(head))}, head + x.tobytes()
+
+
 @pytest.fixture()
 def stack(tmp_path):
     """Two 'GPU' workers (EXECUTION_MODE=cpu, pool min_tier cpu) and one CPU worker."""
@@ -495,10 +513,7 @@ pools:
 
 
 def test_deadline_header_only_shortens(tmp_path, test_repo):
-    import shutil
-    repo = tmp_path / "repo"
-    shutil.copytree(test_repo / "slow", repo / "slow")
-    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    (w,) = slow_workers(tmp_path, test_repo, 1)
     r = Router(f"""
 address: 127.0.0.1
 probe_interval_ms: 100
@@ -509,14 +524,11 @@ pools:
 """, tmp_path)
     try:
         r.wait_healthy(1)
-        x = np.ones((512, 512), np.float32)
-        body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [512, 512],
-                                       "parameters": {"binary_data_size": x.nbytes}}]}).encode()
-        hdr = {"Inference-Header-Content-Length": str(len(body))}
-        assert _post(r, "slow", dict(hdr, **{"X-Deadline-Ms": "soon"}), body + x.tobytes())[0] == 400
-        code, _, raw = _post(r, "slow", dict(hdr, **{"X-Deadline-Ms": "5"}), body + x.tobytes())
+        hdr, payload = slow_request(512)
+        assert _post(r, "slow", dict(hdr, **{"X-Deadline-Ms": "soon"}), payload)[0] == 400
+        code, _, raw = _post(r, "slow", dict(hdr, **{"X-Deadline-Ms": "5"}), payload)
         assert code == 504, raw
-        code, _, raw = _post(r, "slow", dict(hdr, **{"X-Deadline-Ms": "999999999"}), body + x.tobytes())
+        code, _, raw = _post(r, "slow", dict(hdr, **{"X-Deadline-Ms": "999999999"}), payload)
         assert code == 200, raw  # a longer deadline is not an error, it is just not granted
     finally:
         assert r.stop() == 0
@@ -526,11 +538,7 @@ pools:
 def test_pressure_moves_normal_traffic_in_stages_and_back(tmp_path, test_repo):
     """Live policy: a GPU pool driven into pressure (queue and p95 both hot) sheds normal
     traffic to the CPU pool stage by stage while urgent stays, then rolls back."""
-    import shutil
-    repo = tmp_path / "repo"
-    shutil.copytree(test_repo / "slow", repo / "slow")
-    gpu = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INSTANCES": "1"})
-    cpu = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INSTANCES": "1"})
+    gpu, cpu = slow_workers(tmp_path, test_repo)
     r = Router(f"""
 address: 127.0.0.1
 probe_interval_ms: 50
@@ -552,10 +560,7 @@ pools:
     kind: cpu
     backends: ["127.0.0.1:{cpu.port}"]
 """, tmp_path)
-    x = np.ones((64, 512), np.float32)
-    body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [64, 512],
-                                   "parameters": {"binary_data_size": x.nbytes}}]}).encode()
-    hdr = {"Inference-Header-Content-Length": str(len(body))}
+    hdr, payload = slow_request(64)
     try:
         r.wait_healthy(2)
         stop = threading.Event()
@@ -563,7 +568,7 @@ pools:
 
         def load(prio):
             while not stop.is_set():
-                code, h, _ = _post(r, "slow", dict(hdr, **{"X-Priority": prio}), body + x.tobytes())
+                code, h, _ = _post(r, "slow", dict(hdr, **{"X-Priority": prio}), payload)
                 seen[prio].append((time.monotonic(), code, h.get("X-Tierrouter-Pool")))
 
         threads = [threading.Thread(target=load, args=("normal",)) for _ in range(6)]
@@ -745,11 +750,7 @@ pools:
 def test_admission_spills_queues_briefly_and_sheds_batch(tmp_path, test_repo):
     """Both pools at their in-flight limit: normal requests wait briefly in a bounded queue
     and all complete; batch is shed at once (429); past the queue bound: 503."""
-    import shutil
-    repo = tmp_path / "repo"
-    shutil.copytree(test_repo / "slow", repo / "slow")
-    gpu = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INSTANCES": "1"})
-    cpu = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INSTANCES": "1"})
+    gpu, cpu = slow_workers(tmp_path, test_repo)
     r = Router(f"""
 address: 127.0.0.1
 probe_interval_ms: 100
@@ -765,17 +766,14 @@ pools:
     max_in_flight: 1
     backends: ["127.0.0.1:{cpu.port}"]
 """, tmp_path)
-    x = np.ones((256, 512), np.float32)
-    body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [256, 512],
-                                   "parameters": {"binary_data_size": x.nbytes}}]}).encode()
-    hdr = {"Inference-Header-Content-Length": str(len(body))}
+    hdr, payload = slow_request(256)
     try:
         r.wait_healthy(2)
         with cf.ThreadPoolExecutor(12) as ex:
-            normal = [ex.submit(_post, r, "slow", dict(hdr), body + x.tobytes()) for _ in range(6)]
+            normal = [ex.submit(_post, r, "slow", dict(hdr), payload) for _ in range(6)]
             time.sleep(0.15)
-            batch = ex.submit(_post, r, "slow", dict(hdr, **{"X-Priority": "batch"}), body + x.tobytes())
-            extra = [ex.submit(_post, r, "slow", dict(hdr), body + x.tobytes()) for _ in range(3)]
+            batch = ex.submit(_post, r, "slow", dict(hdr, **{"X-Priority": "batch"}), payload)
+            extra = [ex.submit(_post, r, "slow", dict(hdr), payload) for _ in range(3)]
             codes = [f.result()[0] for f in normal]
             bcode, bh, braw = batch.result()
             ecodes = [f.result()[0] for f in extra]
