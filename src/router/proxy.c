@@ -15,7 +15,9 @@ typedef struct proxy_req {
     struct evhttp_request *client; /* NULL once the client is gone */
     uint8_t *body;
     size_t body_len;
-    char logical[256], version[32], verb[16];
+    char logical[256], version[32], verb[16]; /* verb "": model metadata */
+    enum evhttp_cmd_type method;
+    bool is_infer; /* only inference counts in metrics, SLOs and cost */
     priority_class prio;
     bool sensitive;
     double t0, deadline;
@@ -63,6 +65,7 @@ static size_t model_slot(router *r, const char *name)
 static void count(proxy_req *pr, int outcome)
 {
     router *r = pr->r;
+    if (!pr->is_infer) return;
     int pi = pr->pool ? pool_index(r, pr->pool) : (r->gpu ? 0 : 1);
     r->requests[pi][pr->prio][outcome]++;
     /* only requests that reached a pool get a model label: unknown names cannot grow it */
@@ -283,6 +286,7 @@ static void on_backend_reply(struct evhttp_request *resp, void *arg)
 static void account(proxy_req *pr, struct evhttp_request *resp, int code)
 {
     router *r = pr->r;
+    if (!pr->is_infer) return;
     double now = rt_now();
     ring_add(&r->slo[pr->prio], now, now - pr->t0);
     if (code >= 400) return;
@@ -356,12 +360,11 @@ static int send_to_backend(proxy_req *pr)
     char uri[600];
     const char *phys = physical(pr->pool, pr->logical);
     char *enc = evhttp_uriencode(phys, -1, 0);
-    if (pr->version[0])
-        snprintf(uri, sizeof uri, "/v2/models/%s/versions/%s/%s", enc, pr->version, pr->verb);
-    else
-        snprintf(uri, sizeof uri, "/v2/models/%s/%s", enc, pr->verb);
+    int n = pr->version[0] ? snprintf(uri, sizeof uri, "/v2/models/%s/versions/%s", enc, pr->version)
+                           : snprintf(uri, sizeof uri, "/v2/models/%s", enc);
+    if (pr->verb[0] && n > 0 && (size_t)n < sizeof uri) snprintf(uri + n, sizeof uri - (size_t)n, "/%s", pr->verb);
     free(enc);
-    if (evhttp_make_request(pr->conn, req, EVHTTP_REQ_POST, uri) != 0) {
+    if (evhttp_make_request(pr->conn, req, pr->method, uri) != 0) {
         rt_conn_drop(b, pr->conn);
         pr->conn = NULL;
         return -1;
@@ -486,8 +489,11 @@ static void admission_drain(router *r)
     }
 }
 
-static void handle_infer(router *r, struct evhttp_request *req, const char *model, const char *version,
-                         const char *verb)
+/* Inference, and the model endpoints (metadata, ready, config), which go to a backend that
+ * serves the model exactly like inference does, so a client cannot tell the router from a
+ * worker. */
+static void handle_model(router *r, struct evhttp_request *req, const char *model, const char *version,
+                         const char *verb, enum evhttp_cmd_type method)
 {
     struct evkeyvalq *h = evhttp_request_get_input_headers(req);
     priority_class prio = parse_priority(evhttp_find_header(h, r->cfg->priority_header));
@@ -556,6 +562,8 @@ static void handle_infer(router *r, struct evhttp_request *req, const char *mode
     snprintf(pr->logical, sizeof pr->logical, "%s", model);
     snprintf(pr->version, sizeof pr->version, "%.31s", version ? version : "");
     snprintf(pr->verb, sizeof pr->verb, "%s", verb);
+    pr->method = method;
+    pr->is_infer = strcmp(verb, "infer") == 0;
     const char *rid = evhttp_find_header(h, r->cfg->request_id_header);
     if (rid && strlen(rid) < sizeof pr->request_id) snprintf(pr->request_id, sizeof pr->request_id, "%s", rid);
     else snprintf(pr->request_id, sizeof pr->request_id, "tr-%d-%llu", r->port, (unsigned long long)++r->seq);
@@ -695,21 +703,31 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         else rt_reply_error(req, 404, "unknown endpoint");
         return;
     }
-    if (n >= 4 && strcmp(segs[1], "models") == 0) {
+    if (n >= 3 && strcmp(segs[1], "models") == 0) {
         const char *version = NULL;
         size_t k = 3;
-        if (n >= 6 && strcmp(segs[3], "versions") == 0) {
+        if (n >= 5 && strcmp(segs[3], "versions") == 0) {
             version = segs[4];
             k = 5;
         }
-        if (n == k + 1 && strcmp(segs[k], "infer") == 0) {
+        const char *verb = n == k ? "" : n == k + 1 ? segs[k] : NULL;
+        if (verb && strcmp(verb, "infer") == 0) {
             if (cmd != EVHTTP_REQ_POST) {
                 rt_reply_error(req, 405, "method not allowed for this endpoint");
                 return;
             }
-            handle_infer(r, req, segs[2], version, "infer");
+            handle_model(r, req, segs[2], version, "infer", EVHTTP_REQ_POST);
+            return;
+        }
+        if (verb && (!verb[0] || strcmp(verb, "ready") == 0 || strcmp(verb, "config") == 0)) {
+            if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
+                rt_reply_error(req, 405, "method not allowed for this endpoint");
+                return;
+            }
+            handle_model(r, req, segs[2], version, verb, EVHTTP_REQ_GET);
             return;
         }
     }
-    rt_reply_error(req, 404, "the router serves /v2, /v2/health/*, /v2/models/{m}/infer, /admin/status, /metrics");
+    rt_reply_error(req, 404, "the router serves /v2, /v2/health/*, /v2/models/{m}[/versions/{v}][/ready|/config|/infer], "
+                             "/admin/status, /admin/cost, /metrics");
 }

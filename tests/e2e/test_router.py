@@ -145,6 +145,14 @@ def test_router_speaks_kserve_like_a_worker(stack):
     with pytest.raises(tritonlike.InferenceServerException) as e:
         c.infer("nope", [("input", X, "FP32")])
     assert e.value.status() == "404"
+    # the model endpoints answer as a worker's do
+    direct = tritonlike.TritonLikeClient(gpus[0].url)
+    assert c.is_model_ready("demo") and c.is_model_ready("demo", "1")
+    assert not c.is_model_ready("nope") and not c.is_model_ready("demo", "7")
+    assert c.get_model_metadata("demo") == direct.get_model_metadata("demo")
+    assert c.get_model_metadata("demo", "1") == direct.get_model_metadata("demo", "1")
+    assert c.get_model_config("demo")["name"] == "demo"
+    assert _post(r, "demo/ready")[0] == 404  # POST to a model endpoint that is not infer
     # normal traffic stays on the GPU pool while it is healthy and unpressured
     code, headers, _ = _post(r, "demo")
     assert code == 200 and headers["X-Tierrouter-Pool"] == "gpu" and headers.get("X-Request-Id")
