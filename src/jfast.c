@@ -118,13 +118,23 @@ static int scan_input(cur *c, size_t idx, jfast_span *spans, size_t max, int *n)
         bool data = key_is(c, a, b, "data") && c->i < c->n && c->s[c->i] == '[';
         size_t vstart = c->i;
         if (data) { /* numbers and brackets only (no strings): find the matching ']' */
-            int depth = 0;
-            size_t k = c->i;
-            for (; k < c->n; k++) {
-                char d = c->s[k];
-                if (d == '[') depth++;
-                else if (d == ']' && --depth == 0) break;
-                else if (d == '"' || d == '{') return -1; /* BYTES or odd: jansson's job */
+            size_t k = c->i + 1;
+            /* a flat array (the common case): the first ']' ends it if no '[' comes first;
+             * memchr finds both at memory speed */
+            const char *close = memchr(c->s + k, ']', c->n - k);
+            const char *open = close ? memchr(c->s + k, '[', (size_t)(close - (c->s + k))) : NULL;
+            if (close && !open) {
+                size_t span = (size_t)(close - (c->s + k));
+                if (memchr(c->s + k, '"', span) || memchr(c->s + k, '{', span)) return -1;
+                k = (size_t)(close - c->s);
+            } else {
+                int depth = 1;
+                for (; k < c->n; k++) {
+                    char d = c->s[k];
+                    if (d == '[') depth++;
+                    else if (d == ']' && --depth == 0) break;
+                    else if (d == '"' || d == '{') return -1; /* BYTES or odd: jansson's job */
+                }
             }
             if (k >= c->n) return -1;
             c->i = k + 1;
@@ -408,11 +418,19 @@ size_t jfast_fmt_f32(char *out, float f)
         d /= 10;
         e10++;
     }
+    /* two digits per division */
+    static const char k_pairs[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                  "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                                  "8081828384858687888990919293949596979899";
     char dig[10];
-    for (int i = 8; i >= 0; i--) {
-        dig[i] = (char)('0' + d % 10);
-        d /= 10;
+    uint32_t rest = (uint32_t)d;
+    for (int i = 7; i >= 1; i -= 2) {
+        uint32_t q = rest / 100, r = rest - q * 100;
+        dig[i] = k_pairs[2 * r];
+        dig[i + 1] = k_pairs[2 * r + 1];
+        rest = q;
     }
+    dig[0] = (char)('0' + rest);
     int nd = 9;
     while (nd > 1 && dig[nd - 1] == '0') nd--; /* %g drops trailing zeros */
     if (e10 < -4 || e10 >= 9) {
