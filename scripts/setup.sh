@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 ORT_VERSION=1.29.0
 ASUS_VERSION=0.4.9
-CACHE=${TIERSERVE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tierserve}
+CACHE=${TIERSERVE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/tierserve}
 SDK_DEFAULT=$CACHE/onnxruntime-$ORT_VERSION
 
 DEB_PACKAGES=(build-essential cmake pkg-config libevent-dev libjansson-dev libyaml-dev libcyaml-dev
