@@ -20,6 +20,7 @@
 #include "log.h"
 #include "ortenv.h"
 #include "status.h"
+#include "httppath.h"
 #include "server_internal.h"
 
 double server_now(void)
@@ -89,37 +90,6 @@ void server_maybe_finish_drain(server *srv)
 
 /* ---- routing ----------------------------------------------------------------------- */
 
-#define MAX_SEGS 8
-
-static size_t split_path(const char *path, char segs[MAX_SEGS][TS_NAME_MAX], bool *bad)
-{
-    size_t n = 0;
-    *bad = false;
-    const char *p = path;
-    while (*p) {
-        while (*p == '/') p++;
-        if (!*p) break;
-        const char *e = strchr(p, '/');
-        size_t l = e ? (size_t)(e - p) : strlen(p);
-        if (n == MAX_SEGS || l >= TS_NAME_MAX) {
-            *bad = true;
-            return n;
-        }
-        char raw[TS_NAME_MAX];
-        memcpy(raw, p, l);
-        raw[l] = '\0';
-        char *dec = evhttp_uridecode(raw, 0, NULL);
-        if (!dec || strlen(dec) >= TS_NAME_MAX) {
-            free(dec);
-            *bad = true;
-            return n;
-        }
-        strcpy(segs[n++], dec);
-        free(dec);
-        p += l;
-    }
-    return n;
-}
 
 static void handle_server_metadata(struct evhttp_request *req)
 {
@@ -140,7 +110,7 @@ static void method_not_allowed(struct evhttp_request *req, const char *allowed)
     server_reply_error(req, 405, "method not allowed for this endpoint");
 }
 
-static void handle_model(server *srv, struct evhttp_request *req, char segs[MAX_SEGS][TS_NAME_MAX],
+static void handle_model(server *srv, struct evhttp_request *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX],
                          size_t n)
 {
     /* v2 models <m> [versions <v>] [ready|infer|config] */
@@ -261,9 +231,9 @@ static void on_request(struct evhttp_request *req, void *arg)
     }
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    char segs[MAX_SEGS][TS_NAME_MAX];
+    char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX];
     bool bad = false;
-    size_t n = path ? split_path(path, segs, &bad) : 0;
+    size_t n = path ? httppath_split(path, segs, &bad) : 0;
     if (!path || bad) {
         server_reply_error(req, 400, "malformed or over-long request path");
         return;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "httppath.h"
 #include "log.h"
 #include "router.h"
 
@@ -618,7 +619,6 @@ static void reply_buf(struct evhttp_request *req, int code, const char *ctype, c
     evbuffer_free(out);
 }
 
-#define MAX_SEGS 8
 
 void rt_on_request(struct evhttp_request *req, void *arg)
 {
@@ -626,23 +626,12 @@ void rt_on_request(struct evhttp_request *req, void *arg)
     if (r->guard) connguard_dispatched(r->guard, req);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    char segs[MAX_SEGS][256];
-    size_t n = 0;
-    for (const char *p = path ? path : ""; *p && n < MAX_SEGS;) {
-        while (*p == '/') p++;
-        if (!*p) break;
-        size_t l = strcspn(p, "/");
-        if (l >= sizeof segs[0]) {
-            rt_reply_error(req, 400, "path segment too long");
-            return;
-        }
-        char raw[256];
-        memcpy(raw, p, l);
-        raw[l] = '\0';
-        char *dec = evhttp_uridecode(raw, 0, NULL);
-        snprintf(segs[n++], sizeof segs[0], "%s", dec ? dec : "");
-        free(dec);
-        p += l;
+    char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX];
+    bool bad = false;
+    size_t n = path ? httppath_split(path, segs, &bad) : 0;
+    if (!path || bad) {
+        rt_reply_error(req, 400, "malformed or over-long request path");
+        return;
     }
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     if (n == 1 && strcmp(segs[0], "metrics") == 0) {

@@ -319,6 +319,7 @@ def test_malformed_client_requests_never_reach_a_backend(stack):
     assert _post(r, "demo", {}, body=b"not json")[0] == 400  # the backend answers 400 (passed through)
     code, _, _ = _post(r, "x" * 40 + "/versions/" + "9" * 40)
     assert code == 400
+    assert _post(r, "a/b/c/d/e/f/g/h")[0] == 400  # too many path segments: refused, not truncated
     assert [worker_requests(w) for w in gpus + [cpu]] == before
 
 

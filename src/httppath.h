@@ -1,0 +1,16 @@
+/* httppath: a request path split into percent-decoded segments, bounded (worker and router). */
+#ifndef TS_HTTPPATH_H
+#define TS_HTTPPATH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define HTTPPATH_MAX_SEGS 8
+#define HTTPPATH_SEG_MAX 256
+
+/* Splits path on '/', skipping empty segments. Returns the count; *bad is set (and the
+ * caller should answer 400) when there are too many segments or one is too long or
+ * does not decode. */
+size_t httppath_split(const char *path, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], bool *bad);
+
+#endif
