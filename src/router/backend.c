@@ -62,10 +62,17 @@ int rt_pools_init(router *r, char *err, size_t errlen)
 {
     for (unsigned i = 0; i < r->cfg->pools_count; i++) {
         const rc_pool *pc = &r->cfg->pools[i];
-        rt_pool *p = &r->pools[r->n_pools++];
+        rt_pool *p = &r->pools[r->n_pools];
         memset(p, 0, sizeof *p);
         p->cfg = pc;
         p->r = r;
+        p->index = r->n_pools++;
+        if (pc->kind == POOL_GPU) {
+            policy_config polc;
+            rconfig_policy(r->cfg, &polc);
+            p->pol = policy_create(&polc);
+            for (int s = 0; s < SIG_COUNT; s++) p->sig.value[s] = -1;
+        }
         p->dns = calloc(pc->backends_count, sizeof *p->dns);
         if (!p->dns) {
             snprintf(err, errlen, "out of memory");
@@ -92,8 +99,6 @@ int rt_pools_init(router *r, char *err, size_t errlen)
                 d->port = port;
             }
         }
-        if (pc->kind == POOL_GPU) r->gpu = p;
-        else r->cpu = p;
     }
     return 0;
 }
@@ -106,7 +111,19 @@ void rt_pools_free(router *r)
         for (size_t k = 0; k < p->n_dns; k++)
             if (p->dns[k].req) evdns_getaddrinfo_cancel(p->dns[k].req);
         free(p->dns);
+        policy_destroy(p->pol);
     }
+}
+
+const rt_pool *rt_lead_gpu_pool(const router *r)
+{
+    const rt_pool *lead = NULL;
+    for (size_t i = 0; i < r->n_pools; i++) {
+        const rt_pool *p = &r->pools[i];
+        if (p->cfg->kind != POOL_GPU) continue;
+        if (!lead || p->st.stage > lead->st.stage || (p->st.hard_failover && !lead->st.hard_failover)) lead = p;
+    }
+    return lead;
 }
 
 typedef struct {

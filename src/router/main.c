@@ -10,12 +10,12 @@
 #include "log.h"
 #include "router.h"
 
-static void log_events(router *r)
+static void log_events(router *r, rt_pool *p)
 {
-    const policy_state *st = &r->st;
+    const policy_state *st = &p->st;
     for (size_t i = 0; i < st->n_events; i++) {
         const policy_event *e = &st->events[i];
-        r->policy_events[e->kind]++;
+        r->policy_events[p->index][e->kind]++;
         char sig[256];
         size_t o = 0;
         for (int s = 0; s < SIG_COUNT && o < sizeof sig; s++) {
@@ -29,10 +29,10 @@ static void log_events(router *r)
         snprintf(from, sizeof from, "%zu", e->stage_from);
         snprintf(to, sizeof to, "%zu", e->stage_to);
         snprintf(healthy, sizeof healthy, "%zu", e->healthy);
-        LOG_WARN_(LOGF({"event", policy_event_name(e->kind)}, {"stage_from", from}, {"stage_to", to},
-                       {"healthy_gpu_backends", healthy}),
-                  "policy %s: stage %s -> %s (%s; healthy GPU backends %s)", policy_event_name(e->kind), from,
-                  to, sig, healthy);
+        LOG_WARN_(LOGF({"event", policy_event_name(e->kind)}, {"pool", p->cfg->name}, {"stage_from", from},
+                       {"stage_to", to}, {"healthy_gpu_backends", healthy}),
+                  "policy %s: pool %s stage %s -> %s (%s; healthy GPU backends %s)", policy_event_name(e->kind),
+                  p->cfg->name, from, to, sig, healthy);
     }
 }
 
@@ -51,16 +51,16 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     for (size_t i = 0; i < r->n_pools; i++)
         for (size_t k = 0; k < r->pools[i].n; k++) all_probed &= r->pools[i].backends[k]->probed;
     if (!all_probed && now - r->started < 5.0 * r->cfg->probe_interval_ms / 1e3) return;
-    if (r->gpu) {
-        rt_pool_signals(r, r->gpu, now, &r->last_signals);
-    } else {
-        memset(&r->last_signals, 0, sizeof r->last_signals);
-        for (int s = 0; s < SIG_COUNT; s++) r->last_signals.value[s] = -1;
+    /* each GPU pool has its own policy over its own signals */
+    for (size_t i = 0; i < r->n_pools; i++) {
+        rt_pool *p = &r->pools[i];
+        if (!p->pol) continue;
+        rt_pool_signals(r, p, now, &p->sig);
+        policy_tick(p->pol, &p->sig, now, &p->st);
+        log_events(r, p);
     }
-    policy_tick(r->pol, &r->last_signals, now, &r->st);
-    log_events(r);
-    size_t backends[32];
-    for (size_t i = 0; i < r->n_pools && i < 32; i++) backends[i] = r->pools[i].n;
+    size_t backends[RT_MAX_POOLS];
+    for (size_t i = 0; i < r->n_pools; i++) backends[i] = r->pools[i].n;
     cost_tick(r->cost, backends, now);
 }
 
@@ -103,12 +103,9 @@ int main(int argc, char **argv)
     const char *port_env = getenv("TIERROUTER_PORT");
     if (port_env) r.cfg->port = (unsigned)atoi(port_env);
     signal(SIGPIPE, SIG_IGN);
-    policy_config pc;
-    rconfig_policy(r.cfg, &pc);
-    r.pol = policy_create(&pc);
     r.cost = cost_create(r.cfg);
     for (int k = 0; k <= RT_MAX_MODELS; k++)
-        for (int p = 0; p < 2; p++)
+        for (int p = 0; p <= RT_MAX_POOLS; p++)
             for (int q = 0; q < PRIO_COUNT; q++) hist_init(&r.latency[k][p][q], HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
     if (rt_pools_init(&r, err, sizeof err) != 0) {
         log_emit(LOG_ERROR, NULL, "%s", err);
@@ -168,7 +165,6 @@ int main(int argc, char **argv)
     event_free(r.sigterm);
     event_free(r.sigint);
     event_base_free(r.base);
-    policy_destroy(r.pol);
     cost_destroy(r.cost);
     rconfig_free(r.cfg);
     return 0;

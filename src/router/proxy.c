@@ -1,5 +1,6 @@
 /* proxy.c: the client-facing KServe v2 front of tierrouter: classify, route, proxy, retry. */
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <stdio.h>
@@ -30,7 +31,8 @@ typedef struct proxy_req {
     struct evhttp_connection *conn;
     enum evhttp_request_error err_kind;
     bool error_seen, retried;
-    bool streaming; /* a chunked reply is being passed through: no retry from here on */
+    bool streaming; /* the reply is being passed through: no retry from here on */
+    bool paused;    /* reading from the backend waits for the client to catch up */
     route_target want;      /* the pool the policy chose */
     struct proxy_req *qnext; /* admission queue link */
     struct event *qtimer;   /* while queued: gives up after admission.queue_timeout_ms */
@@ -50,7 +52,6 @@ void rt_reply_error(struct evhttp_request *req, int code, const char *msg)
     buf_free(&b);
 }
 
-static int pool_index(router *r, const rt_pool *p) { return p == r->gpu ? 0 : 1; }
 
 /* The model's slot for the latency histograms: known names first come, first served,
  * RT_MAX_MODELS at most; the rest share "other" (index RT_MAX_MODELS). */
@@ -67,7 +68,7 @@ static void count(proxy_req *pr, int outcome)
 {
     router *r = pr->r;
     if (!pr->is_infer) return;
-    int pi = pr->pool ? pool_index(r, pr->pool) : (r->gpu ? 0 : 1);
+    size_t pi = pr->pool ? pr->pool->index : RT_POOL_NONE; /* "none": refused before routing */
     r->requests[pi][pr->prio][outcome]++;
     /* only requests that reached a pool get a model label: unknown names cannot grow it */
     size_t slot = outcome == OUT_CLIENT_ERR && !pr->backend ? RT_MAX_MODELS : model_slot(r, pr->logical);
@@ -98,12 +99,15 @@ static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)
 }
 
 static void queue_remove(router *r, proxy_req *pr);
+static void stream_resume(proxy_req *pr);
+static void copy_reply_headers(proxy_req *pr, struct evhttp_request *resp, bool with_length);
 
 static void on_client_close(struct evhttp_connection *c, void *arg)
 {
     (void)c;
     proxy_req *pr = arg;
     pr->client = NULL; /* the backend's answer, when it comes, is dropped */
+    stream_resume(pr);  /* ... and read to its end, not left paused */
     if (pr->qtimer) { /* still waiting for admission: nothing was sent anywhere */
         queue_remove(pr->r, pr);
         count(pr, OUT_SHED);
@@ -124,6 +128,33 @@ static const char *physical(const rt_pool *p, const char *logical)
 static bool pool_fits(const rt_pool *p, const proxy_req *pr, double now)
 {
     return p && (!pr->sensitive || p->cfg->sensitive) && physical(p, pr->logical) && rt_pool_healthy(p, now) > 0;
+}
+
+/* The pools of one kind that fit the request, least loaded first (in flight per healthy
+ * backend; config order on ties). Returns how many. */
+static size_t candidates(router *r, const proxy_req *pr, pool_kind kind, double now, rt_pool **out)
+{
+    size_t n = 0;
+    double load[RT_MAX_POOLS];
+    for (size_t i = 0; i < r->n_pools; i++) {
+        rt_pool *p = &r->pools[i];
+        if (p->cfg->kind != kind || !pool_fits(p, pr, now)) continue;
+        unsigned busy = 0;
+        for (size_t k = 0; k < p->n; k++) busy += p->backends[k]->in_flight;
+        double l = (double)busy / (double)rt_pool_healthy(p, now);
+        size_t j = n++;
+        for (; j > 0 && load[j - 1] > l; j--) out[j] = out[j - 1], load[j] = load[j - 1];
+        out[j] = p, load[j] = l;
+    }
+    return n;
+}
+
+/* Where to try, in order: the wanted kind's pools, then the other kind's (a spill). */
+static size_t pool_order(router *r, const proxy_req *pr, route_target want, double now, rt_pool **out)
+{
+    pool_kind first = want == ROUTE_GPU ? POOL_GPU : POOL_CPU;
+    size_t n = candidates(r, pr, first, now, out);
+    return n + candidates(r, pr, first == POOL_GPU ? POOL_CPU : POOL_GPU, now, out + n);
 }
 
 /* ... and can it take one more request now (in-flight limits)? */
@@ -177,10 +208,13 @@ static void try_again(proxy_req *pr, const char *why, bool exempt)
     router *r = pr->r;
     double now = rt_now();
     if (!pr->retried && now < pr->deadline && (exempt || retry_allowed(r))) {
-        /* another backend: same pool first, the other pool if the data class allows */
-        rt_pool *pools[2] = {pr->pool, pr->pool == r->gpu ? r->cpu : r->gpu};
-        for (int i = 0; i < 2; i++) {
+        /* another backend: same pool first, then the other pools the data class allows */
+        rt_pool *pools[RT_MAX_POOLS + 1];
+        pools[0] = pr->pool;
+        size_t np = 1 + pool_order(r, pr, pr->pool->cfg->kind == POOL_GPU ? ROUTE_GPU : ROUTE_CPU, now, pools + 1);
+        for (size_t i = 0; i < np; i++) {
             rt_pool *p = pools[i];
+            if (i > 0 && p == pr->pool) continue;
             if (!pool_can_take(p, pr, now)) continue;
             rt_backend *b = rt_pick_backend(p, pr->first_backend, now);
             if (!b) continue;
@@ -219,11 +253,16 @@ static void on_backend_reply(struct evhttp_request *resp, void *arg)
     if (pr->retried) r->retries_active--;
     int code = resp ? evhttp_request_get_response_code(resp) : 0;
     double now = rt_now();
-    if (pr->streaming) { /* the reply has been going out chunk by chunk: end it */
+    if (pr->streaming) { /* the reply has been going out piece by piece: end it */
+        stream_resume(pr); /* the last piece may have paused it: a pooled connection reads */
         if (code == 0) rt_conn_drop(b, pr->conn);
         else rt_conn_put(b, pr->conn);
         pr->conn = NULL;
         rt_backend_result(r, b, code != 0, "the stream broke off");
+        if (code != 0) {
+            rt_pool_record_latency(pr->pool, now, now - pr->t0);
+            b->requests++;
+        }
         if (pr->client) {
             if (code != 0) {
                 evhttp_send_reply_end(pr->client);
@@ -234,7 +273,7 @@ static void on_backend_reply(struct evhttp_request *resp, void *arg)
                 evhttp_connection_free(c);
             }
         }
-        count(pr, code ? OUT_OK : OUT_BACKEND_ERR);
+        count(pr, code == 0 ? OUT_BACKEND_ERR : code < 400 ? OUT_OK : OUT_CLIENT_ERR);
         if (code) account(pr, resp, code);
         proxy_free(pr);
         return;
@@ -270,13 +309,7 @@ static void on_backend_reply(struct evhttp_request *resp, void *arg)
         proxy_free(pr);
         return;
     }
-    struct evkeyvalq *in = evhttp_request_get_input_headers(resp);
-    struct evkeyvalq *out = evhttp_request_get_output_headers(pr->client);
-    for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next)
-        if (!hop_by_hop(kv->key)) evhttp_add_header(out, kv->key, kv->value);
-    evhttp_add_header(out, r->cfg->request_id_header, pr->request_id);
-    evhttp_add_header(out, "X-Tierrouter-Pool", pr->pool->cfg->name);
-    evhttp_add_header(out, "X-Tierrouter-Backend", b->addr);
+    copy_reply_headers(pr, resp, false);
     evhttp_send_reply(pr->client, code, NULL, evhttp_request_get_input_buffer(resp));
     count(pr, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERR : OUT_BACKEND_ERR);
     account(pr, resp, code);
@@ -297,32 +330,69 @@ static void account(proxy_req *pr, struct evhttp_request *resp, int code)
                  compute_s, now);
 }
 
-/* Chunked replies (token streams) are passed through as they arrive instead of being
- * buffered: the client's reply starts with the backend's headers, each chunk is forwarded
- * at once, and the reply ends when the backend's does. */
+/* Replies are passed through as they arrive instead of being buffered: the client's reply
+ * starts with the backend's headers, each piece of body is forwarded at once (a chunked reply
+ * as chunks, so token streams flow; a Content-Length reply as its bytes), and the reply ends
+ * when the backend's does. Only 5xx replies are held, since they may be retried elsewhere.
+ * A client that reads slower than the backend writes pauses reading from the backend once
+ * RT_STREAM_HIGH bytes wait for it, so a large reply never piles up in the router. */
+#define RT_STREAM_HIGH (1u << 20)
+
+static void stream_resume(proxy_req *pr)
+{
+    if (!pr->paused) return;
+    pr->paused = false;
+    if (pr->conn) bufferevent_enable(evhttp_connection_get_bufferevent(pr->conn), EV_READ);
+}
+
+static void on_client_drained(struct evhttp_connection *c, void *arg)
+{
+    (void)c;
+    stream_resume(arg);
+}
+
 static void on_backend_chunk(struct evhttp_request *resp, void *arg)
 {
     proxy_req *pr = arg;
-    if (pr->client) evhttp_send_reply_chunk(pr->client, evhttp_request_get_input_buffer(resp));
-    else evbuffer_drain(evhttp_request_get_input_buffer(resp), evbuffer_get_length(evhttp_request_get_input_buffer(resp)));
+    struct evbuffer *in = evhttp_request_get_input_buffer(resp);
+    if (!pr->client) {
+        evbuffer_drain(in, evbuffer_get_length(in));
+        return;
+    }
+    evhttp_send_reply_chunk_with_cb(pr->client, in, on_client_drained, pr);
+    struct bufferevent *cb = evhttp_connection_get_bufferevent(evhttp_request_get_connection(pr->client));
+    if (pr->conn && evbuffer_get_length(bufferevent_get_output(cb)) > RT_STREAM_HIGH) {
+        pr->paused = true;
+        pr->r->stream_pauses++;
+        bufferevent_disable(evhttp_connection_get_bufferevent(pr->conn), EV_READ);
+    }
+}
+
+/* The backend's headers, and the router's, on the client's reply. */
+static void copy_reply_headers(proxy_req *pr, struct evhttp_request *resp, bool with_length)
+{
+    struct evkeyvalq *in = evhttp_request_get_input_headers(resp);
+    struct evkeyvalq *out = evhttp_request_get_output_headers(pr->client);
+    for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next)
+        if (!hop_by_hop(kv->key) || (with_length && strcasecmp(kv->key, "Content-Length") == 0))
+            evhttp_add_header(out, kv->key, kv->value);
+    evhttp_add_header(out, pr->r->cfg->request_id_header, pr->request_id);
+    evhttp_add_header(out, "X-Tierrouter-Pool", pr->pool->cfg->name);
+    evhttp_add_header(out, "X-Tierrouter-Backend", pr->backend->addr);
 }
 
 static int on_backend_headers(struct evhttp_request *resp, void *arg)
 {
     proxy_req *pr = arg;
-    const char *te = evhttp_find_header(evhttp_request_get_input_headers(resp), "Transfer-Encoding");
     int code = evhttp_request_get_response_code(resp);
-    if (!te || strcasecmp(te, "chunked") != 0 || code >= 500) return 0; /* buffered as usual */
+    if (code >= 500) return 0; /* held: the retry may answer instead */
     pr->streaming = true;
     evhttp_request_set_chunked_cb(resp, on_backend_chunk);
     if (pr->client) {
-        struct evkeyvalq *in = evhttp_request_get_input_headers(resp);
-        struct evkeyvalq *out = evhttp_request_get_output_headers(pr->client);
-        for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next)
-            if (!hop_by_hop(kv->key)) evhttp_add_header(out, kv->key, kv->value);
-        evhttp_add_header(out, pr->r->cfg->request_id_header, pr->request_id);
-        evhttp_add_header(out, "X-Tierrouter-Pool", pr->pool->cfg->name);
-        evhttp_add_header(out, "X-Tierrouter-Backend", pr->backend->addr);
+        /* a Content-Length reply keeps its length; a chunked one is re-chunked to the client
+         * (or, for an HTTP/1.0 client, ends with the connection) */
+        const char *te = evhttp_find_header(evhttp_request_get_input_headers(resp), "Transfer-Encoding");
+        copy_reply_headers(pr, resp, te == NULL);
         evhttp_send_reply_start(pr->client, code, evhttp_request_get_response_code_line(resp));
     }
     return 0;
@@ -399,10 +469,9 @@ static bool dispatch(proxy_req *pr)
 {
     router *r = pr->r;
     double now = rt_now();
-    rt_pool *first = pr->want == ROUTE_GPU ? r->gpu : r->cpu;
-    rt_pool *second = first == r->gpu ? r->cpu : r->gpu;
-    rt_pool *order[2] = {first, second};
-    for (int i = 0; i < 2; i++) {
+    rt_pool *order[RT_MAX_POOLS];
+    size_t n = pool_order(r, pr, pr->want, now, order);
+    for (size_t i = 0; i < n; i++) {
         if (!pool_can_take(order[i], pr, now)) continue;
         pr->pool = order[i];
         pr->backend = rt_pick_backend(pr->pool, NULL, now);
@@ -583,12 +652,17 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
     evbuffer_remove(in, pr->body, pr->body_len);
     r->active++;
 
-    /* the policy picks the pool kind; the data class and health can overrule it */
+    /* the policy of the GPU pool the request would go to picks GPU or CPU; the data class
+     * and health can overrule it */
     double now = rt_now();
-    route_pools rp = {pool_fits(r->gpu, pr, now), pool_fits(r->cpu, pr, now), true, true};
-    route_target t = policy_route(&r->st, prio, false, &rp, (double)rand() / ((double)RAND_MAX + 1));
+    rt_pool *gpus[RT_MAX_POOLS], *cpus[RT_MAX_POOLS];
+    size_t ng = candidates(r, pr, POOL_GPU, now, gpus), nc = candidates(r, pr, POOL_CPU, now, cpus);
+    static const policy_state k_calm;
+    route_pools rp = {ng > 0, nc > 0, true, true};
+    route_target t = policy_route(ng ? &gpus[0]->st : &k_calm, prio, false, &rp, (double)rand() / ((double)RAND_MAX + 1));
     if (t == ROUTE_NONE) {
-        bool any = (r->gpu && physical(r->gpu, model)) || (r->cpu && physical(r->cpu, model));
+        bool any = false;
+        for (size_t i = 0; i < r->n_pools; i++) any |= physical(&r->pools[i], model) != NULL;
         char msg[400];
         if (!any) {
             snprintf(msg, sizeof msg, "unknown model '%.200s': no pool serves it", model);
@@ -685,7 +759,8 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         return;
     }
     if (n == 3 && strcmp(segs[1], "health") == 0) {
-        bool ready = (r->gpu && rt_pool_healthy(r->gpu, now)) || (r->cpu && rt_pool_healthy(r->cpu, now));
+        bool ready = false;
+        for (size_t i = 0; i < r->n_pools; i++) ready |= rt_pool_healthy(&r->pools[i], now) > 0;
         if (strcmp(segs[2], "live") == 0) evhttp_send_reply(req, 200, NULL, NULL);
         else if (strcmp(segs[2], "ready") == 0 && ready) evhttp_send_reply(req, 200, NULL, NULL);
         else if (strcmp(segs[2], "ready") == 0) rt_reply_error(req, 503, "no healthy backend in any pool");

@@ -97,7 +97,7 @@ static const cyaml_schema_field_t k_top_fields[] = {
     CYAML_FIELD_MAPPING("slo_p95_ms", CYAML_FLAG_OPTIONAL, router_config, slo_p95_ms, k_deadline_fields),
     CYAML_FIELD_MAPPING("admission", CYAML_FLAG_OPTIONAL, router_config, admission, k_admission_fields),
     CYAML_FIELD_MAPPING("policy", CYAML_FLAG_OPTIONAL, router_config, policy, k_policy_fields),
-    CYAML_FIELD_SEQUENCE("pools", CYAML_FLAG_POINTER, router_config, pools, &k_pool, 1, 32),
+    CYAML_FIELD_SEQUENCE("pools", CYAML_FLAG_POINTER, router_config, pools, &k_pool, 1, RC_MAX_POOLS),
     CYAML_FIELD_END};
 static const cyaml_schema_value_t k_top = {CYAML_VALUE_MAPPING(CYAML_FLAG_POINTER, router_config, k_top_fields)};
 
@@ -196,11 +196,8 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
     if (policy_config_check(&pc, perr, sizeof perr))
         return fail(err, errlen, path, "policy.%s", perr);
 
-    size_t gpu = 0, cpu = 0;
     for (unsigned i = 0; i < c->pools_count; i++) {
         rc_pool *p = &c->pools[i];
-        if (p->kind == POOL_GPU) gpu++;
-        else cpu++;
         for (unsigned j = 0; j < i; j++)
             if (strcmp(c->pools[j].name, p->name) == 0)
                 return fail(err, errlen, path, "pools[%u].name: '%s' is used twice", i, p->name);
@@ -216,8 +213,6 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
                             p->backends[b]);
         }
     }
-    if (gpu > 1 || cpu > 1)
-        return fail(err, errlen, path, "pools: one gpu and one cpu pool are supported for now (got %zu gpu, %zu cpu)", gpu, cpu);
     return 0;
 }
 

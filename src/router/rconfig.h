@@ -11,6 +11,8 @@
 #include "policy.h"
 
 typedef enum { POOL_GPU = 0, POOL_CPU = 1 } pool_kind;
+
+#define RC_MAX_POOLS 8
 typedef enum { MIN_TIER_CPU = 1, MIN_TIER_CUDA = 2, MIN_TIER_TENSORRT = 3 } min_tier;
 
 typedef struct {

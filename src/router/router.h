@@ -18,6 +18,8 @@
 
 #define RT_LAT_WINDOW 4096
 #define RT_MAX_MODELS 32
+#define RT_MAX_POOLS RC_MAX_POOLS
+#define RT_POOL_NONE RT_MAX_POOLS /* metrics of requests refused before a pool was chosen */
 
 typedef struct rt_pool rt_pool;
 
@@ -75,6 +77,11 @@ struct rt_pool {
     size_t n_dns;
     lat_ring lat;
     struct router *r;
+    size_t index; /* in router.pools */
+    /* GPU pools only: the pressure policy of this pool, its state and last signals */
+    policy *pol;
+    policy_state st;
+    pool_signals sig;
 };
 
 enum { OUT_OK = 0, OUT_CLIENT_ERR, OUT_SHED, OUT_NO_BACKEND, OUT_BACKEND_ERR, OUT_TIMEOUT, OUT_N };
@@ -86,22 +93,19 @@ typedef struct router {
     struct evhttp *http;
     connguard *guard;
     router_config *cfg;
-    rt_pool pools[2];
+    rt_pool pools[RT_MAX_POOLS];
     size_t n_pools;
-    rt_pool *gpu, *cpu; /* either may be NULL */
-    policy *pol;
-    policy_state st;
-    pool_signals last_signals;
     struct event *tick, *sigterm, *sigint;
     unsigned active;          /* requests being proxied */
     unsigned retries_active;
     uint64_t seq;
-    uint64_t requests[2][PRIO_COUNT][OUT_N]; /* [pool][priority][outcome]; pool 0 = gpu */
-    uint64_t retries, retries_denied, ejections_total, policy_events[8];
+    uint64_t requests[RT_MAX_POOLS + 1][PRIO_COUNT][OUT_N]; /* [pool or RT_POOL_NONE][priority][outcome] */
+    uint64_t retries, retries_denied, ejections_total, stream_pauses;
+    uint64_t policy_events[RT_MAX_POOLS][8]; /* [pool][policy_event_kind] */
     /* latency by model too: the label set stays bounded (RT_MAX_MODELS names, then "other") */
     char model_names[RT_MAX_MODELS][64];
     size_t n_models;
-    hist latency[RT_MAX_MODELS + 1][2][PRIO_COUNT];
+    hist latency[RT_MAX_MODELS + 1][RT_MAX_POOLS + 1][PRIO_COUNT];
     int port;
     double started;
     cost_book *cost;
@@ -127,6 +131,9 @@ size_t rt_pool_healthy(const rt_pool *p, double now);
 void rt_pool_record_latency(rt_pool *p, double now, double secs);
 double rt_pool_p95_ms(rt_pool *p, double now, double window_s);
 void rt_pool_signals(router *r, rt_pool *p, double now, pool_signals *out);
+/* The GPU pool whose policy has moved the most traffic (highest stage, then hard failover),
+ * or NULL without GPU pools: the summary /admin/status and the gauges show. */
+const rt_pool *rt_lead_gpu_pool(const router *r);
 
 /* proxy.c */
 void rt_on_request(struct evhttp_request *req, void *arg);

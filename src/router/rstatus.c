@@ -7,28 +7,49 @@
 static const char *const k_prio[PRIO_COUNT] = {"urgent", "normal", "batch"};
 static const char *const k_out[OUT_N] = {"success", "client_error", "shed", "no_backend", "backend_error", "timeout"};
 
+static const char *pool_name(const router *r, size_t i)
+{
+    return i < r->n_pools ? r->pools[i].cfg->name : "none";
+}
+
 static void put_num(buf *b, double v)
 {
     if (v < 0) buf_puts(b, "null");
     else buf_printf(b, "%.4g", v);
 }
 
-void rt_status_json(router *r, buf *b)
+/* One GPU pool's policy: stage, pressure, signals and the CPU shares it sets. */
+static void policy_json(buf *b, const policy_state *st, const pool_signals *sig)
 {
-    double now = rt_now();
-    const policy_state *st = &r->st;
-    buf_printf(b, "{\"stage\":%zu,\"pressure\":%s,\"hard_failover\":%s,\"returning\":%s,", st->stage,
+    buf_printf(b, "\"stage\":%zu,\"pressure\":%s,\"hard_failover\":%s,\"returning\":%s,", st->stage,
                st->pressure ? "true" : "false", st->hard_failover ? "true" : "false",
                st->returning ? "true" : "false");
     buf_puts(b, "\"signals\":{");
     for (int s = 0; s < SIG_COUNT; s++) {
         buf_printf(b, "%s\"%s\":{\"value\":", s ? "," : "", policy_signal_name((policy_signal)s));
-        put_num(b, r->last_signals.value[s]);
+        put_num(b, sig->value[s]);
         buf_printf(b, ",\"hot\":%s}", st->hot[s] ? "true" : "false");
     }
     buf_puts(b, "},\"cpu_share\":{");
     for (int p = 0; p < PRIO_COUNT; p++) buf_printf(b, "%s\"%s\":%.3g", p ? "," : "", k_prio[p], st->cpu_share[p]);
-    buf_puts(b, "},\"slo\":{");
+    buf_puts(b, "}");
+}
+
+static const policy_state k_calm;
+static const pool_signals k_unknown = {{-1, -1, -1}, 0, 0};
+
+void rt_status_json(router *r, buf *b)
+{
+    double now = rt_now();
+    /* the top level summarises the GPU pool whose policy moved the most traffic; each GPU
+     * pool's own policy is in its pools[] entry */
+    const rt_pool *lead = rt_lead_gpu_pool(r);
+    buf_puts(b, "{\"lead_gpu_pool\":");
+    if (lead) buf_put_json_str(b, lead->cfg->name, strlen(lead->cfg->name));
+    else buf_puts(b, "null");
+    buf_puts(b, ",");
+    policy_json(b, lead ? &lead->st : &k_calm, lead ? &lead->sig : &k_unknown);
+    buf_puts(b, ",\"slo\":{");
     const unsigned targets[PRIO_COUNT] = {r->cfg->slo_p95_ms.urgent, r->cfg->slo_p95_ms.normal, r->cfg->slo_p95_ms.batch};
     for (int p = 0; p < PRIO_COUNT; p++) {
         double p95 = ring_p95(&r->slo[p], now, 60.0);
@@ -52,6 +73,11 @@ void rt_status_json(router *r, buf *b)
                    p->cfg->kind == POOL_GPU ? "gpu" : "cpu", p->cfg->sensitive ? "true" : "false",
                    tiers[p->cfg->min_tier], rt_pool_healthy(p, now));
         put_num(b, rt_pool_p95_ms(p, now, 10.0));
+        if (p->pol) {
+            buf_puts(b, ",\"policy\":{");
+            policy_json(b, &p->st, &p->sig);
+            buf_puts(b, "}");
+        }
         buf_puts(b, ",\"backends\":[");
         for (size_t k = 0; k < p->n; k++) {
             rt_backend *be = p->backends[k];
@@ -79,20 +105,21 @@ void rt_metrics(router *r, buf *b)
     double now = rt_now();
     buf_puts(b, "# HELP tierrouter_requests_total Inference requests by pool, priority and outcome\n"
                 "# TYPE tierrouter_requests_total counter\n");
-    for (size_t i = 0; i < r->n_pools; i++) {
-        int pi = &r->pools[i] == r->gpu ? 0 : 1;
+    /* pool "none": requests refused before a pool was chosen (bad headers, unknown model) */
+    for (size_t i = 0; i <= r->n_pools; i++) {
+        size_t pi = i < r->n_pools ? i : RT_POOL_NONE;
         for (int p = 0; p < PRIO_COUNT; p++)
             for (int o = 0; o < OUT_N; o++)
                 buf_printf(b, "tierrouter_requests_total{pool=\"%s\",priority=\"%s\",outcome=\"%s\"} %llu\n",
-                           r->pools[i].cfg->name, k_prio[p], k_out[o], (unsigned long long)r->requests[pi][p][o]);
+                           pool_name(r, pi), k_prio[p], k_out[o], (unsigned long long)r->requests[pi][p][o]);
     }
     buf_puts(b, "# HELP tierrouter_request_duration_seconds Arrival to reply, by pool and priority\n"
                 "# TYPE tierrouter_request_duration_seconds histogram\n");
     for (size_t k = 0; k <= r->n_models; k++) {
         const char *model = k < r->n_models ? r->model_names[k] : "other";
         size_t slot = k < r->n_models ? k : RT_MAX_MODELS;
-        for (size_t i = 0; i < r->n_pools; i++) {
-            int pi = &r->pools[i] == r->gpu ? 0 : 1;
+        for (size_t i = 0; i <= r->n_pools; i++) {
+            size_t pi = i < r->n_pools ? i : RT_POOL_NONE;
             for (int p = 0; p < PRIO_COUNT; p++) {
                 const hist *h = &r->latency[slot][pi][p];
                 uint64_t any = 0;
@@ -106,7 +133,7 @@ void rt_metrics(router *r, buf *b)
                 }
                 esc[e] = '\0';
                 char lbl[320];
-                snprintf(lbl, sizeof lbl, "pool=\"%s\",priority=\"%s\",model=\"%s\"", r->pools[i].cfg->name,
+                snprintf(lbl, sizeof lbl, "pool=\"%s\",priority=\"%s\",model=\"%s\"", pool_name(r, pi),
                          k_prio[p], esc);
                 hist_render(h, b, "tierrouter_request_duration_seconds", lbl);
             }
@@ -115,15 +142,33 @@ void rt_metrics(router *r, buf *b)
     buf_printf(b, "# TYPE tierrouter_retries_total counter\ntierrouter_retries_total %llu\n"
                   "# TYPE tierrouter_retries_denied_total counter\ntierrouter_retries_denied_total %llu\n"
                   "# TYPE tierrouter_ejections_total counter\ntierrouter_ejections_total %llu\n"
-                  "# TYPE tierrouter_stage gauge\ntierrouter_stage %zu\n"
-                  "# TYPE tierrouter_pressure gauge\ntierrouter_pressure %d\n"
-                  "# TYPE tierrouter_hard_failover gauge\ntierrouter_hard_failover %d\n",
+                  "# HELP tierrouter_stream_pauses_total Replies whose backend reads paused for a slow client\n"
+                  "# TYPE tierrouter_stream_pauses_total counter\ntierrouter_stream_pauses_total %llu\n",
                (unsigned long long)r->retries, (unsigned long long)r->retries_denied,
-               (unsigned long long)r->ejections_total, r->st.stage, r->st.pressure, r->st.hard_failover);
+               (unsigned long long)r->ejections_total, (unsigned long long)r->stream_pauses);
+    /* per GPU pool: its policy's stage, pressure, failover, CPU shares and decisions */
+    static const char *const gauges[] = {"stage", "pressure", "hard_failover"};
+    for (int g = 0; g < 3; g++) {
+        buf_printf(b, "# TYPE tierrouter_%s gauge\n", gauges[g]);
+        for (size_t i = 0; i < r->n_pools; i++) {
+            const rt_pool *p = &r->pools[i];
+            if (!p->pol) continue;
+            size_t v = g == 0 ? p->st.stage : g == 1 ? p->st.pressure : p->st.hard_failover;
+            buf_printf(b, "tierrouter_%s{pool=\"%s\"} %zu\n", gauges[g], p->cfg->name, v);
+        }
+    }
+    buf_puts(b, "# TYPE tierrouter_cpu_share gauge\n");
+    for (size_t i = 0; i < r->n_pools; i++) {
+        const rt_pool *p = &r->pools[i];
+        for (int q = 0; p->pol && q < PRIO_COUNT; q++)
+            buf_printf(b, "tierrouter_cpu_share{pool=\"%s\",priority=\"%s\"} %.3f\n", p->cfg->name, k_prio[q],
+                       p->st.cpu_share[q]);
+    }
     buf_puts(b, "# TYPE tierrouter_policy_events_total counter\n");
-    for (int e = EV_PRESSURE_START; e <= EV_GPU_RECOVERED; e++)
-        buf_printf(b, "tierrouter_policy_events_total{event=\"%s\"} %llu\n", policy_event_name((policy_event_kind)e),
-                   (unsigned long long)r->policy_events[e]);
+    for (size_t i = 0; i < r->n_pools; i++)
+        for (int e = EV_PRESSURE_START; r->pools[i].pol && e <= EV_GPU_RECOVERED; e++)
+            buf_printf(b, "tierrouter_policy_events_total{pool=\"%s\",event=\"%s\"} %llu\n", r->pools[i].cfg->name,
+                       policy_event_name((policy_event_kind)e), (unsigned long long)r->policy_events[i][e]);
     cost_metrics(r->cost, b);
     const unsigned targets[PRIO_COUNT] = {r->cfg->slo_p95_ms.urgent, r->cfg->slo_p95_ms.normal, r->cfg->slo_p95_ms.batch};
     buf_puts(b, "# HELP tierrouter_slo_p95_seconds p95 latency over the last 60 s, by priority\n"
@@ -140,9 +185,6 @@ void rt_metrics(router *r, buf *b)
             buf_printf(b, "tierrouter_slo_compliance_ratio{priority=\"%s\"} %.4f\n", k_prio[p],
                        ring_share_within(&r->slo[p], now, 60.0, targets[p] / 1e3));
         }
-    buf_puts(b, "# TYPE tierrouter_cpu_share gauge\n");
-    for (int p = 0; p < PRIO_COUNT; p++)
-        buf_printf(b, "tierrouter_cpu_share{priority=\"%s\"} %.3f\n", k_prio[p], r->st.cpu_share[p]);
     buf_puts(b, "# TYPE tierrouter_backend_healthy gauge\n");
     for (size_t i = 0; i < r->n_pools; i++)
         for (size_t k = 0; k < r->pools[i].n; k++) {

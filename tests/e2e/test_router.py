@@ -28,11 +28,11 @@ X = np.random.default_rng(5).uniform(0, 8, (2, 4)).astype(np.float32)
 
 
 class Router:
-    def __init__(self, cfg_text, tmp):
+    def __init__(self, cfg_text, tmp, env=None):
         self.cfg = tmp / f"router-{time.monotonic_ns()}.yaml"
         self.cfg.write_text(cfg_text)
         self.log = tmp / f"router-{time.monotonic_ns()}.log"
-        env = dict(os.environ, TIERROUTER_PORT="0", **sanitizer_env())
+        env = dict(os.environ, TIERROUTER_PORT="0", **sanitizer_env(), **(env or {}))
         self.proc = subprocess.Popen([ROUTER_BIN, "--config", str(self.cfg)], stderr=open(self.log, "wb"), env=env)
         self.port = None
         deadline = time.time() + 20

@@ -1,0 +1,275 @@
+"""tierrouter with more than one pool of a kind, per-model pools, and large replies.
+
+Every "GPU" worker here runs EXECUTION_MODE=cpu behind a pool with min_tier cpu (this machine
+has no GPU); the policy and routing code cannot tell the difference.
+"""
+import concurrent.futures as cf
+import hashlib
+import json
+import re
+import socket
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from conftest import SANITIZED, start_worker
+from test_router import DEMO, Router, _post, worker_requests
+
+
+def pools_config(pools, extra=""):
+    """pools: (name, kind, sensitive, ports, models or None)."""
+    out = [f"address: 127.0.0.1\nprobe_interval_ms: 100\n{extra}\npools:"]
+    for name, kind, sensitive, ports, models in pools:
+        backends = ", ".join(f'"127.0.0.1:{p}"' for p in ports)
+        out.append(f"  - name: {name}\n    kind: {kind}\n    sensitive: {str(sensitive).lower()}\n"
+                   f"    min_tier: cpu\n    backends: [{backends}]")
+        if models:
+            out.append("    models:\n" + "\n".join(f"      - {{name: {a}, serve: {b}}}" for a, b in models))
+    return "\n".join(out) + "\n"
+
+
+def metric(r, name, **labels):
+    with urllib.request.urlopen(f"http://{r.url}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    lbl = r"\{%s\}" % re.escape(sel) if sel else ""
+    m = re.search(r"^%s%s ([0-9.e+-]+)$" % (re.escape(name), lbl), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def wait_for(pred, timeout=10, what=""):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def pool_status(r, name):
+    return next(p for p in r.status()["pools"] if p["name"] == name)
+
+
+@pytest.fixture()
+def four_pools(tmp_path):
+    """Two GPU pools, a general CPU pool and a CPU-only pool that may take sensitive data."""
+    ws = {n: start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"}) for n in ("gpu-a", "gpu-b", "cpu", "vault")}
+    r = Router(pools_config([("gpu-a", "gpu", False, [ws["gpu-a"].port], None),
+                             ("gpu-b", "gpu", False, [ws["gpu-b"].port], None),
+                             ("cpu", "cpu", False, [ws["cpu"].port], None),
+                             ("vault", "cpu", True, [ws["vault"].port], None)]), tmp_path)
+    r.wait_healthy(4)
+    yield r, ws
+    assert r.stop() == 0
+    for w in ws.values():
+        w.stop()
+
+
+def test_sensitive_goes_only_to_the_pool_marked_for_it(four_pools):
+    r, ws = four_pools
+    before = {n: worker_requests(w) for n, w in ws.items()}
+    for prio in ("urgent", "normal", "batch"):
+        for _ in range(5):
+            code, headers, _ = _post(r, "demo", {"X-Data-Class": "sensitive", "X-Priority": prio})
+            assert code == 200 and headers["X-Tierrouter-Pool"] == "vault"
+    after = {n: worker_requests(w) for n, w in ws.items()}
+    # counted where the work ran: only the vault's worker saw them
+    assert {n: after[n] - before[n] for n in ws} == {"gpu-a": 0, "gpu-b": 0, "cpu": 0, "vault": 15}
+
+
+def test_concurrent_traffic_uses_both_gpu_pools(four_pools):
+    r, ws = four_pools
+    with cf.ThreadPoolExecutor(8) as ex:
+        pools = list(ex.map(lambda _: _post(r, "demo")[1]["X-Tierrouter-Pool"], range(240)))
+    assert pools.count("gpu-a") > 0 and pools.count("gpu-b") > 0, pools
+    assert pools.count("cpu") + pools.count("vault") == 0  # no pressure: GPU-first
+
+
+def test_losing_one_gpu_pool_keeps_urgent_on_the_other(four_pools):
+    r, ws = four_pools
+    ws["gpu-a"].proc.kill()
+    wait_for(lambda: pool_status(r, "gpu-a")["healthy"] == 0, what="gpu-a ejected")
+    wait_for(lambda: pool_status(r, "gpu-a")["policy"]["hard_failover"], what="gpu-a hard failover")
+    for _ in range(10):
+        code, headers, _ = _post(r, "demo", {"X-Priority": "urgent"})
+        assert code == 200 and headers["X-Tierrouter-Pool"] == "gpu-b"  # still a GPU
+    st = r.status()
+    assert st["lead_gpu_pool"] == "gpu-a" and st["hard_failover"] is True
+    assert pool_status(r, "gpu-b")["policy"]["hard_failover"] is False
+    assert metric(r, "tierrouter_hard_failover", pool="gpu-a") == 1
+    assert metric(r, "tierrouter_hard_failover", pool="gpu-b") == 0
+    assert metric(r, "tierrouter_policy_events_total", pool="gpu-a", event="hard_failover") >= 1
+    # and with no GPU pool left, urgent traffic fails over to the CPU pools
+    ws["gpu-b"].proc.kill()
+    wait_for(lambda: pool_status(r, "gpu-b")["healthy"] == 0, what="gpu-b ejected")
+    for _ in range(10):
+        code, headers, _ = _post(r, "demo", {"X-Priority": "urgent"})
+        assert code == 200 and headers["X-Tierrouter-Pool"] in ("cpu", "vault")
+
+
+def test_pools_serve_only_their_models(tmp_path):
+    """`models` maps a logical name to the pool's physical model; a pool that does not list
+    a name never gets its requests, even when it is the only pool with room."""
+    a = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    b = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    r = Router(pools_config([("gpu", "gpu", False, [a.port], [("demo", "demo")]),
+                             ("cpu", "cpu", False, [b.port], [("demo-cheap", "demo")])]), tmp_path)
+    try:
+        r.wait_healthy(2)
+        for model, pool, w in (("demo", "gpu", a), ("demo-cheap", "cpu", b)):
+            n0 = worker_requests(w)
+            for _ in range(5):
+                code, headers, _ = _post(r, model)
+                assert code == 200 and headers["X-Tierrouter-Pool"] == pool
+            assert worker_requests(w) - n0 == 5
+        a.proc.kill()  # the only pool serving "demo" is gone: 503, never the other pool
+        wait_for(lambda: pool_status(r, "gpu")["healthy"] == 0, what="gpu ejected")
+        n0 = worker_requests(b)
+        code, _, body = _post(r, "demo")
+        assert code == 503 and b"demo" in body
+        assert worker_requests(b) == n0
+        assert _post(r, "nothing-serves-this")[0] == 404
+    finally:
+        assert r.stop() == 0
+        a.stop()
+        b.stop()
+
+
+def test_more_pools_than_supported_is_refused(tmp_path):
+    import subprocess
+    from conftest import sanitizer_env
+    from test_router import ROUTER_BIN
+    cfg = tmp_path / "many.yaml"
+    cfg.write_text(pools_config([(f"p{i}", "cpu", False, [1000 + i], None) for i in range(9)]))
+    p = subprocess.run([ROUTER_BIN, "--config", str(cfg)], capture_output=True, timeout=20,
+                       env=dict(__import__("os").environ, **sanitizer_env()))
+    assert p.returncode == 64 and b"pools" in p.stderr, p.stderr
+
+
+class BigBackend:
+    """Answers every inference with a Content-Length reply of `size` patterned bytes, as fast
+    as the socket takes them; healthy to probes."""
+
+    def __init__(self, size):
+        self.size = size
+        self.block = hashlib.sha256(b"tierrouter").digest() * 2048  # 64 KiB
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self.handle, args=(c,), daemon=True).start()
+
+    def handle(self, c):
+        buf = b""
+        try:
+            while not self.stop.is_set():
+                data = c.recv(65536)
+                if not data:
+                    return
+                buf += data
+                while b"\r\n\r\n" in buf:
+                    head, rest = buf.split(b"\r\n\r\n", 1)
+                    m = re.search(rb"(?i)content-length: *(\d+)", head)
+                    n = int(m.group(1)) if m else 0
+                    if len(rest) < n:
+                        break
+                    buf = rest[n:]
+                    if head.startswith(b"GET /v2/status"):
+                        body = json.dumps({"live": True, "ready": True, "tier": "cpu", "queue_depth": 0}).encode()
+                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+                        continue
+                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                              b"Content-Length: %d\r\n\r\n" % self.size)
+                    left = self.size
+                    while left:
+                        piece = self.block[:min(left, len(self.block))]
+                        c.sendall(piece)
+                        left -= len(piece)
+        except OSError:
+            return
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+
+def test_large_reply_streams_to_a_slow_client_in_bounded_memory(tmp_path):
+    size = 48 << 20
+    be = BigBackend(size)
+    # ASan keeps freed memory in quarantine; a small one keeps RSS meaningful
+    r = Router(pools_config([("cpu", "cpu", False, [be.port], None)]), tmp_path,
+               env={"ASAN_OPTIONS": "quarantine_size_mb=4:detect_leaks=1:halt_on_error=1"} if SANITIZED else None)
+    try:
+        r.wait_healthy(1)
+        rss0 = rss_kib(r.proc.pid)
+        s = socket.create_connection(("127.0.0.1", r.port), timeout=30)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        body = json.dumps({"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]}).encode()
+        s.sendall(b"POST /v2/models/blob/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += s.recv(65536)
+        head, _, rest = got.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        assert b"Content-Length: %d" % size in head and b"chunked" not in head.lower()  # length kept
+        h = hashlib.sha256(rest)
+        n, peak, done = len(rest), [0], threading.Event()
+
+        def sample():
+            while not done.is_set():
+                peak[0] = max(peak[0], rss_kib(r.proc.pid) - rss0)
+                time.sleep(0.005)
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            while n < size:  # a slow reader: about 40 MB/s at most
+                data = s.recv(min(65536, size - n))
+                assert data, f"reply cut short at {n} bytes"
+                h.update(data)
+                n += len(data)
+                time.sleep(0.0015)
+        finally:
+            done.set()
+            sampler.join()
+        s.close()
+        peak = peak[0]
+        want = hashlib.sha256()
+        for k in range(0, size, len(be.block)):
+            want.update(be.block[:min(len(be.block), size - k)])
+        assert h.hexdigest() == want.hexdigest()
+        print(f"router RSS growth while passing {size >> 20} MiB to a slow client: {peak / 1024:.1f} MiB")
+        assert peak < 16 * 1024, f"router RSS grew {peak} KiB"  # far below the reply's size
+        assert metric(r, "tierrouter_stream_pauses_total") >= 1
+        assert r.proc.poll() is None
+    finally:
+        assert r.stop() == 0
+        be.close()
+
+
+def test_backend_client_errors_pass_through_with_their_message(four_pools):
+    r, ws = four_pools
+    body = json.dumps({"inputs": [{"name": "no_such_input", "datatype": "FP32", "shape": [1, 4],
+                                   "data": [1, 2, 3, 4]}]}).encode()
+    code, headers, text = _post(r, "demo", body=body)
+    assert code == 400 and b"no_such_input" in text  # the worker's own words
+    assert headers.get("X-Tierrouter-Pool") in ("gpu-a", "gpu-b")
+    assert metric(r, "tierrouter_requests_total", pool=headers["X-Tierrouter-Pool"], priority="normal",
+                  outcome="client_error") >= 1
