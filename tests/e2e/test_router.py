@@ -159,7 +159,7 @@ def test_router_speaks_kserve_like_a_worker(stack):
 
 
 def _post(r, model, headers=None, body=None):
-    body = body or json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4],
+    body = body if body is not None else json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4],
                                            "data": X.ravel().tolist()}]}).encode()
     req = urllib.request.Request(f"http://{r.url}/v2/models/{model}/infer", data=body, method="POST",
                                  headers=headers or {})
@@ -312,15 +312,76 @@ def test_bad_config_is_refused_naming_the_key(tmp_path, text, needle):
     assert needle in p.stderr.decode(), p.stderr.decode()
 
 
-def test_malformed_client_requests_never_reach_a_backend(stack):
+def worker_seen(w):
+    """Every inference request a worker has answered, whatever the outcome."""
+    text = w.http("GET", "/metrics")[2].decode()
+    return sum(int(n) for n in re.findall(r'^tierserve_requests_total\{[^}]*\} (\d+)$', text, re.M))
+
+
+_GOOD_HEAD = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4],
+                          "parameters": {"binary_data_size": 16}}]}
+
+
+@pytest.mark.parametrize("headers,body,code,needle", [
+    ({"X-Priority": "whenever"}, None, 400, "X-Priority"),
+    ({"X-Deadline-Ms": "soon"}, None, 400, "X-Deadline-Ms"),
+    ({}, b"", 400, "empty request body"),
+    ({}, b"not json", 400, "invalid JSON at byte 0"),
+    ({}, b'{"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}',
+     400, "invalid JSON"),  # truncated
+    ({}, b'{"inputs": []}', 400, "inputs"),
+    ({}, b'{"inputs": [{"name": "input", "shape": [1, 4], "data": [1, 2, 3, 4]}]}', 400, "datatype"),
+    ({}, b'{"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, -4], "data": [1]}]}', 400, "shape"),
+    ({}, b'{"inputs": [{"name": "in\xff", "datatype": "FP32", "shape": [1], "data": [1]}]}', 400, "UTF-8"),
+    ({}, b"[" * 100 + b"]" * 100, 400, "deep"),
+    ({"Inference-Header-Content-Length": "many"}, None, 400, "Inference-Header-Content-Length"),
+    ({"Inference-Header-Content-Length": "99999"}, json.dumps(_GOOD_HEAD).encode() + bytes(16), 400,
+     "larger than"),
+    ({"Inference-Header-Content-Length": "5"}, json.dumps(_GOOD_HEAD).encode() + bytes(16), 400, "invalid JSON"),
+    ({"Content-Encoding": "br"}, None, 415, "Content-Encoding"),
+    ({"Content-Encoding": "gzip"}, b"not gzip at all", 400, "gzip"),
+])
+def test_malformed_client_requests_never_reach_a_backend(stack, headers, body, code, needle):
     r, gpus, cpu = stack
-    before = [worker_requests(w) for w in gpus + [cpu]]
-    assert _post(r, "demo", {"X-Priority": "whenever"})[0] == 400
-    assert _post(r, "demo", {}, body=b"not json")[0] == 400  # the backend answers 400 (passed through)
+    before = [worker_seen(w) for w in gpus + [cpu]]
+    got, hdrs, text = _post(r, "demo", headers, body=body)
+    assert got == code, text
+    msg = json.loads(text)["error"]
+    assert needle.lower() in msg.lower(), msg
+    assert "X-Tierrouter-Backend" not in hdrs  # answered by the router itself
+    assert [worker_seen(w) for w in gpus + [cpu]] == before
+    assert r.proc.poll() is None
+
+
+def test_malformed_paths_are_refused(stack):
+    r, gpus, cpu = stack
+    before = [worker_seen(w) for w in gpus + [cpu]]
     code, _, _ = _post(r, "x" * 40 + "/versions/" + "9" * 40)
     assert code == 400
     assert _post(r, "a/b/c/d/e/f/g/h")[0] == 400  # too many path segments: refused, not truncated
-    assert [worker_requests(w) for w in gpus + [cpu]] == before
+    assert [worker_seen(w) for w in gpus + [cpu]] == before
+
+
+def test_valid_bodies_in_every_encoding_pass_the_router(stack):
+    """The router's check must not refuse what a worker accepts: JSON, binary, compressed."""
+    import gzip
+    import zlib
+    r, gpus, cpu = stack
+    x = X[:1]
+    head = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4],
+                                   "parameters": {"binary_data_size": 16}}]}).encode()
+    binary = head + x.tobytes()
+    plain = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4],
+                                    "data": x.ravel().tolist()}], "outputs": [{"name": "probabilities"}],
+                        "id": "r1", "parameters": {}}).encode()
+    cases = [({}, plain), ({"Inference-Header-Content-Length": str(len(head))}, binary),
+             ({"Content-Encoding": "gzip"}, gzip.compress(plain)),
+             ({"Content-Encoding": "deflate"}, zlib.compress(plain)),
+             ({"Content-Encoding": "gzip", "Inference-Header-Content-Length": str(len(head))}, gzip.compress(binary))]
+    for headers, body in cases:
+        code, hdrs, text = _post(r, "demo", headers, body=body)
+        assert code == 200, (headers, text)
+        assert "X-Tierrouter-Backend" in hdrs
 
 
 class FakeBackend:
@@ -721,7 +782,7 @@ pools:
     try:
         r.wait_healthy(1)
         s = socket.create_connection(("127.0.0.1", r.port), timeout=5)
-        body = b'{"inputs":[]}'
+        body = b'{"inputs":[{"name":"prompt","datatype":"BYTES","shape":[1],"data":["hi"]}]}'
         t0 = time.monotonic()
         s.sendall(b"POST /v2/models/llm/infer HTTP/1.1\r\nHost: x\r\nContent-Length: "
                   + str(len(body)).encode() + b"\r\n\r\n" + body)

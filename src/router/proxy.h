@@ -1,0 +1,42 @@
+/* proxy.h: a request on its way through tierrouter, shared by the front (front.c: endpoints,
+ * classification, validation) and the proxy (proxy.c: routing, admission, retries). */
+#ifndef TS_ROUTER_PROXY_H
+#define TS_ROUTER_PROXY_H
+
+#include "router.h"
+
+typedef struct proxy_req {
+    router *r;
+    struct evhttp_request *client; /* NULL once the client is gone */
+    uint8_t *body;
+    size_t body_len;
+    char logical[256], version[32], verb[16]; /* verb "": model metadata */
+    enum evhttp_cmd_type method;
+    bool is_infer; /* only inference counts in metrics, SLOs and cost */
+    priority_class prio;
+    bool sensitive;
+    double t0, deadline;
+    double try_sent, try_left; /* when the current try went out, and its timeout */
+    char request_id[80];
+    char tenant[64];
+    rt_pool *pool;
+    rt_backend *backend, *first_backend;
+    struct evhttp_connection *conn;
+    enum evhttp_request_error err_kind;
+    bool error_seen, retried;
+    bool streaming; /* the reply is being passed through: no retry from here on */
+    bool paused;    /* reading from the backend waits for the client to catch up */
+    route_target want;      /* the pool the policy chose */
+    struct proxy_req *qnext; /* admission queue link */
+    struct event *qtimer;   /* while queued: gives up after admission.queue_timeout_ms */
+    /* forwarded request headers */
+    char ctype[128], ihcl[32], cenc[32], aenc[64];
+} proxy_req;
+
+/* Takes a classified request (body, headers and deadline filled in, r->active counted) to a
+ * pool and a backend, or answers it. Owns pr from here on. */
+void rt_proxy_route(proxy_req *pr);
+/* Answers pr with an error, counts it and frees it. */
+void rt_proxy_fail(proxy_req *pr, int code, int outcome, const char *msg);
+
+#endif
