@@ -155,6 +155,20 @@ static bool hop_by_hop(const char *k)
     return false;
 }
 
+/* Is k one of the field names the message's Connection header lists (RFC 9110 7.6.1: those
+ * are hop-by-hop too, whatever their names)? */
+static bool named_by_connection(const char *connection, const char *k)
+{
+    size_t klen = strlen(k);
+    for (const char *p = connection; p && *p;) {
+        p += strspn(p, " \t,");
+        size_t n = strcspn(p, " \t,");
+        if (n == klen && strncasecmp(p, k, n) == 0) return true;
+        p += n;
+    }
+    return false;
+}
+
 /* May this request be retried now? A share of active requests, with a floor, so that the
  * in-flight requests of one dead backend are always retried. */
 static bool retry_allowed(router *r)
@@ -337,9 +351,12 @@ static void copy_reply_headers(proxy_req *pr, struct evhttp_request *resp, bool 
 {
     struct evkeyvalq *in = evhttp_request_get_input_headers(resp);
     struct evkeyvalq *out = evhttp_request_get_output_headers(pr->client);
-    for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next)
+    const char *connection = evhttp_find_header(in, "Connection");
+    for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
+        if (named_by_connection(connection, kv->key)) continue;
         if (!hop_by_hop(kv->key) || (with_length && strcasecmp(kv->key, "Content-Length") == 0))
             evhttp_add_header(out, kv->key, kv->value);
+    }
     evhttp_add_header(out, pr->r->cfg->request_id_header, pr->request_id);
     evhttp_add_header(out, "X-Tierrouter-Pool", pr->pool->cfg->name);
     evhttp_add_header(out, "X-Tierrouter-Backend", pr->backend->addr);

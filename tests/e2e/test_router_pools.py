@@ -152,8 +152,9 @@ class BigBackend:
     """Answers every inference with a Content-Length reply of `size` patterned bytes, as fast
     as the socket takes them; healthy to probes."""
 
-    def __init__(self, size):
+    def __init__(self, size, headers=b""):
         self.size = size
+        self.headers = headers
         self.block = hashlib.sha256(b"tierrouter").digest() * 2048  # 64 KiB
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -191,8 +192,8 @@ class BigBackend:
                         body = json.dumps({"live": True, "ready": True, "tier": "cpu", "queue_depth": 0}).encode()
                         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
                         continue
-                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
-                              b"Content-Length: %d\r\n\r\n" % self.size)
+                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n" + self.headers
+                              + b"Content-Length: %d\r\n\r\n" % self.size)
                     left = self.size
                     while left:
                         piece = self.block[:min(left, len(self.block))]
@@ -273,3 +274,22 @@ def test_backend_client_errors_pass_through_with_their_message(four_pools):
     assert headers.get("X-Tierrouter-Pool") in ("gpu-a", "gpu-b")
     assert metric(r, "tierrouter_requests_total", pool=headers["X-Tierrouter-Pool"], priority="normal",
                   outcome="client_error") >= 1
+
+
+def test_hop_by_hop_headers_stop_at_the_router(tmp_path):
+    """RFC 9110 7.6.1: Connection, Keep-Alive and the like, and every field the Connection
+    header names, belong to one hop; end-to-end fields pass."""
+    be = BigBackend(5, headers=b"Connection: keep-alive, X-Hop-Secret\r\nKeep-Alive: timeout=5\r\n"
+                               b"X-Hop-Secret: 42\r\nX-Kept: yes\r\nTrailer: X-Nothing\r\n")
+    r = Router(pools_config([("cpu", "cpu", False, [be.port], None)]), tmp_path)
+    try:
+        r.wait_healthy(1)
+        code, headers, body = _post(r, "blob")
+        assert code == 200 and len(body) == 5
+        names = {k.lower() for k in headers}
+        assert "x-kept" in names and "x-hop-secret" not in names
+        assert "keep-alive" not in names and "trailer" not in names
+        assert headers.get("Content-Length") == "5"
+    finally:
+        assert r.stop() == 0
+        be.close()
