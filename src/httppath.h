@@ -13,4 +13,13 @@
  * does not decode. */
 size_t httppath_split(const char *path, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], bool *bad);
 
+struct evhttp_request;
+/* The front door the worker and the router share. Refuses framing that two parties could
+ * read differently (request smuggling: conflicting Content-Length headers, a Transfer-Encoding
+ * other than plain chunked, or both), then splits the path. Returns the segment count, or -1
+ * with the 400 message in msg; *close says the connection must be closed too (after bad
+ * framing nothing later on it can be trusted). */
+int httppath_request(struct evhttp_request *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg,
+                     size_t msglen, bool *close);
+
 #endif

@@ -196,48 +196,20 @@ static void on_any_reply_complete(struct evhttp_request *req, void *arg)
     }
 }
 
-/* Requests whose length two parties could read differently (request smuggling): more than
- * one Content-Length, or a Transfer-Encoding other than plain chunked. */
-static const char *ambiguous_framing(struct evhttp_request *req)
-{
-    struct evkeyvalq *h = evhttp_request_get_input_headers(req);
-    const char *cl = NULL, *te = NULL;
-    for (struct evkeyval *kv = h->tqh_first; kv; kv = kv->next.tqe_next) {
-        if (strcasecmp(kv->key, "Content-Length") == 0) {
-            if (cl && strcmp(cl, kv->value) != 0) return "conflicting Content-Length headers";
-            cl = kv->value;
-        } else if (strcasecmp(kv->key, "Transfer-Encoding") == 0) {
-            if (te) return "more than one Transfer-Encoding header";
-            te = kv->value;
-        }
-    }
-    if (te && strcasecmp(te, "chunked") != 0) return "Transfer-Encoding other than chunked";
-    if (te && cl) return "both Transfer-Encoding and Content-Length";
-    return NULL;
-}
-
 static void on_request(struct evhttp_request *req, void *arg)
 {
     server *srv = arg;
     if (srv->guard) connguard_dispatched(srv->guard, req);
     evhttp_request_set_on_complete_cb(req, on_any_reply_complete, srv);
-    const char *bad_framing = ambiguous_framing(req);
-    if (bad_framing) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "refusing a request with %s; closing the connection", bad_framing);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+    char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], msg[160];
+    bool close_conn = false;
+    int n_ = httppath_request(req, segs, msg, sizeof msg, &close_conn);
+    if (n_ < 0) {
+        if (close_conn) evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
         server_reply_error(req, 400, msg);
         return;
     }
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX];
-    bool bad = false;
-    size_t n = path ? httppath_split(path, segs, &bad) : 0;
-    if (!path || bad) {
-        server_reply_error(req, 400, "malformed or over-long request path");
-        return;
-    }
+    size_t n = (size_t)n_;
     if (n >= 1 && strcmp(segs[0], "metrics") == 0 && n == 1) {
         if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
         status_view v;

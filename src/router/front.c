@@ -213,14 +213,15 @@ void rt_on_request(struct evhttp_request *req, void *arg)
     router *r = arg;
     if (r->guard) connguard_dispatched(r->guard, req);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX];
-    bool bad = false;
-    size_t n = path ? httppath_split(path, segs, &bad) : 0;
-    if (!path || bad) {
-        rt_reply_error(req, 400, "malformed or over-long request path");
+    char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], msg[160];
+    bool close_conn = false;
+    int n_ = httppath_request(req, segs, msg, sizeof msg, &close_conn);
+    if (n_ < 0) {
+        if (close_conn) evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        rt_reply_error(req, 400, msg);
         return;
     }
+    size_t n = (size_t)n_;
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     if (n == 1 && strcmp(segs[0], "metrics") == 0) {
         buf b;

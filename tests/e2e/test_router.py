@@ -21,6 +21,7 @@ import pytest
 
 from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env, start_worker
 import tritonlike
+from fakehttp import FakeHTTP
 
 ROUTER_BIN = str(pathlib.Path(BIN).with_name("tierrouter"))
 DEMO = ROOT / "models"
@@ -384,88 +385,37 @@ def test_valid_bodies_in_every_encoding_pass_the_router(stack):
         assert "X-Tierrouter-Backend" in hdrs
 
 
-class FakeBackend:
+class FakeBackend(FakeHTTP):
     """A backend that looks healthy to probes but misbehaves on inference: 'garbage' answers
-    bytes that are not HTTP, 'hang' never answers, 'close' drops the connection."""
+    bytes that are not HTTP, 'hang' never answers, 'close' drops the connection, 'stream'
+    sends a chunked token stream ('stream-break' breaks it off halfway)."""
 
     def __init__(self, mode):
-        import socket
         self.mode = mode
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.stop = threading.Event()
-        self.hits = 0
-        self.conns = []
-        threading.Thread(target=self.serve, daemon=True).start()
+        super().__init__()
 
-    def serve(self):
-        self.sock.settimeout(0.2)
-        while not self.stop.is_set():
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.conns.append(c)
-            threading.Thread(target=self.handle, args=(c,), daemon=True).start()
-
-    def handle(self, c):
-        c.settimeout(10)
-        buf = b""
-        try:
-            while not self.stop.is_set():
-                data = c.recv(65536)
-                if not data:
-                    return
-                buf += data
-                while b"\r\n\r\n" in buf:
-                    head, rest = buf.split(b"\r\n\r\n", 1)
-                    m = re.search(rb"(?i)content-length: *(\d+)", head)
-                    n = int(m.group(1)) if m else 0
-                    if len(rest) < n:
-                        break
-                    buf = rest[n:]
-                    if head.startswith(b"GET /v2/status"):
-                        body = json.dumps({"live": True, "ready": True, "tier": "cpu", "queue_depth": 0,
-                                           "gpu_memory_used_fraction": None}).encode()
-                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                                  + str(len(body)).encode() + b"\r\n\r\n" + body)
-                        continue
-                    self.hits += 1
-                    if self.mode in ("stream", "stream-break"):
-                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                                  b"Transfer-Encoding: chunked\r\n\r\n")
-                        for k in range(5):
-                            piece = f"data: token{k}\n\n".encode()
-                            c.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
-                            time.sleep(0.2)
-                            if self.mode == "stream-break" and k == 2:
-                                c.close()
-                                return
-                        c.sendall(b"0\r\n\r\n")
-                        continue
-                    if self.mode == "garbage":
-                        c.sendall(b"\x00\xffthis is not HTTP at all\r\n\r\n")
-                        c.close()
-                        return
-                    if self.mode == "close":
-                        c.close()
-                        return
-                    time.sleep(30)  # hang
-                    return
-        except OSError:
-            return
-
-    def close(self):
-        self.stop.set()
-        for c in self.conns:
-            try:
-                c.close()
-            except OSError:
-                pass
-        self.sock.close()
+    def respond(self, c, head, body):
+        if self.mode in ("stream", "stream-break"):
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n")
+            for k in range(5):
+                piece = f"data: token{k}\n\n".encode()
+                c.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                time.sleep(0.2)
+                if self.mode == "stream-break" and k == 2:
+                    c.close()
+                    return False
+            c.sendall(b"0\r\n\r\n")
+            return True
+        if self.mode == "garbage":
+            c.sendall(b"\x00\xffthis is not HTTP at all\r\n\r\n")
+            c.close()
+            return False
+        if self.mode == "close":
+            c.close()
+            return False
+        time.sleep(30)  # hang
+        return False
 
 
 @pytest.mark.parametrize("mode", ["garbage", "close", "hang"])

@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 
 from conftest import SANITIZED, start_worker
+from fakehttp import FakeHTTP
 from test_router import DEMO, Router, _post, worker_requests
 
 
@@ -148,63 +149,25 @@ def test_more_pools_than_supported_is_refused(tmp_path):
     assert p.returncode == 64 and b"pools" in p.stderr, p.stderr
 
 
-class BigBackend:
+class BigBackend(FakeHTTP):
     """Answers every inference with a Content-Length reply of `size` patterned bytes, as fast
-    as the socket takes them; healthy to probes."""
+    as the socket takes them, with `headers` (raw lines) added."""
 
     def __init__(self, size, headers=b""):
         self.size = size
         self.headers = headers
         self.block = hashlib.sha256(b"tierrouter").digest() * 2048  # 64 KiB
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.stop = threading.Event()
-        threading.Thread(target=self.serve, daemon=True).start()
+        super().__init__()
 
-    def serve(self):
-        self.sock.settimeout(0.2)
-        while not self.stop.is_set():
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self.handle, args=(c,), daemon=True).start()
-
-    def handle(self, c):
-        buf = b""
-        try:
-            while not self.stop.is_set():
-                data = c.recv(65536)
-                if not data:
-                    return
-                buf += data
-                while b"\r\n\r\n" in buf:
-                    head, rest = buf.split(b"\r\n\r\n", 1)
-                    m = re.search(rb"(?i)content-length: *(\d+)", head)
-                    n = int(m.group(1)) if m else 0
-                    if len(rest) < n:
-                        break
-                    buf = rest[n:]
-                    if head.startswith(b"GET /v2/status"):
-                        body = json.dumps({"live": True, "ready": True, "tier": "cpu", "queue_depth": 0}).encode()
-                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-                        continue
-                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n" + self.headers
-                              + b"Content-Length: %d\r\n\r\n" % self.size)
-                    left = self.size
-                    while left:
-                        piece = self.block[:min(left, len(self.block))]
-                        c.sendall(piece)
-                        left -= len(piece)
-        except OSError:
-            return
-
-    def close(self):
-        self.stop.set()
-        self.sock.close()
+    def respond(self, c, head, body):
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n" + self.headers
+                  + b"Content-Length: %d\r\n\r\n" % self.size)
+        left = self.size
+        while left:
+            piece = self.block[:min(left, len(self.block))]
+            c.sendall(piece)
+            left -= len(piece)
+        return True
 
 
 def rss_kib(pid):
@@ -293,3 +256,27 @@ def test_hop_by_hop_headers_stop_at_the_router(tmp_path):
     finally:
         assert r.stop() == 0
         be.close()
+
+
+@pytest.mark.parametrize("framing", [
+    b"Content-Length: 13\r\nContent-Length: 14\r\n",
+    b"Content-Length: 13\r\nTransfer-Encoding: chunked\r\n",
+    b"Transfer-Encoding: gzip\r\n",
+])
+def test_ambiguous_framing_is_refused_and_the_connection_closed(four_pools, framing):
+    """Request smuggling: a length two parties could read differently never reaches a worker."""
+    from test_router import worker_seen
+    r, ws = four_pools
+    before = {n: worker_seen(w) for n, w in ws.items()}
+    s = socket.create_connection(("127.0.0.1", r.port), timeout=5)
+    s.sendall(b"POST /v2/models/demo/infer HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n" + b'{"inputs": []}')
+    got = b""
+    while True:
+        data = s.recv(65536)
+        if not data:
+            break  # closed by the router
+        got += data
+    s.close()
+    assert got.startswith(b"HTTP/1.1 400"), got[:200]
+    assert {n: worker_seen(w) for n, w in ws.items()} == before
+    assert r.proc.poll() is None
