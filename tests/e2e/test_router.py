@@ -33,7 +33,7 @@ class Router:
         self.cfg = tmp / f"router-{time.monotonic_ns()}.yaml"
         self.cfg.write_text(cfg_text)
         self.log = tmp / f"router-{time.monotonic_ns()}.log"
-        env = dict(os.environ, TIERROUTER_PORT="0", **sanitizer_env(), **(env or {}))
+        env = {**os.environ, "TIERROUTER_PORT": "0", **sanitizer_env(), **(env or {})}
         self.proc = subprocess.Popen([ROUTER_BIN, "--config", str(self.cfg)], stderr=open(self.log, "wb"), env=env)
         self.port = None
         deadline = time.time() + 20
