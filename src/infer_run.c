@@ -149,20 +149,75 @@ void infer_result_free(infer_result *res)
     memset(res, 0, sizeof *res);
 }
 
-int infer_run(OrtSession *s, OrtRunOptions *ro, const model_sig *sig, const infer_request *r,
-              infer_result *res, ts_err *err)
+/* ORT validates what we cannot see in the signature (e.g. inputs of unknown rank): its
+ * invalid-argument errors are the client's; everything else is ours. */
+static int run_failed(OrtStatus *st, ts_err *err)
+{
+    int http = g_ort->GetErrorCode(st) == ORT_INVALID_ARGUMENT ? 400 : 500;
+    ts_err_set(err, http, "inference failed: %s", g_ort->GetErrorMessage(st));
+    g_ort->ReleaseStatus(st);
+    return -1;
+}
+
+static ts_dtype output_dtype(const model_sig *sig, const char *name)
+{
+    for (size_t i = 0; i < sig->n_outputs; i++)
+        if (strcmp(sig->outputs[i].name, name) == 0) return sig->outputs[i].dt;
+    return DT_INVALID;
+}
+
+/* Bind, RunWithBinding(), take the outputs (new references), and always leave the binding
+ * cleared: it must not keep the request's input buffers or this run's outputs alive. */
+static int run_bound(const infer_target *t, OrtRunOptions *ro, const model_sig *sig,
+                     const char **in_names, OrtValue **in_vals, size_t nin,
+                     const char **out_names, size_t nout, OrtValue **outs, ts_err *err)
+{
+    OrtIoBinding *b = t->binding;
+    OrtStatus *st = NULL;
+    for (size_t i = 0; !st && i < nin; i++) st = g_ort->BindInput(b, in_names[i], in_vals[i]);
+    for (size_t i = 0; !st && i < nout; i++) {
+        const OrtMemoryInfo *mi =
+            output_dtype(sig, out_names[i]) == DT_BYTES ? ortenv_cpu_meminfo() : t->out_mem;
+        st = g_ort->BindOutputToDevice(b, out_names[i], mi);
+    }
+    if (!st) st = g_ort->RunWithBinding(t->session, ro, b);
+    /* the device->host copy into pinned memory may be asynchronous on the CUDA stream */
+    if (!st) st = g_ort->SynchronizeBoundOutputs(b);
+    OrtAllocator *alloc = NULL;
+    OrtValue **vals = NULL;
+    size_t n = 0;
+    if (!st) st = g_ort->GetAllocatorWithDefaultOptions(&alloc);
+    if (!st) st = g_ort->GetBoundOutputValues(b, alloc, &vals, &n);
+    g_ort->ClearBoundInputs(b);
+    g_ort->ClearBoundOutputs(b);
+    if (st) return run_failed(st, err);
+    int rc = 0;
+    if (n != nout) {
+        ts_err_set(err, 500, "inference failed: %zu outputs bound, %zu returned", nout, n);
+        rc = -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (rc == 0) outs[i] = vals[i];
+        else g_ort->ReleaseValue(vals[i]);
+    }
+    if (vals) alloc->Free(alloc, vals);
+    return rc;
+}
+
+int infer_run(const infer_target *t, OrtRunOptions *ro, const model_sig *sig,
+              const infer_request *r, infer_result *res, ts_err *err)
 {
     memset(res, 0, sizeof *res);
     size_t nin = r->n_inputs;
     size_t nout = r->n_outputs ? r->n_outputs : sig->n_outputs;
-    const char **in_names = calloc(nin, sizeof *in_names);
-    OrtValue **in_vals = calloc(nin, sizeof *in_vals);
-    uint8_t **copies = calloc(nin, sizeof *copies);
-    const char **out_names = calloc(nout, sizeof *out_names);
-    res->names = calloc(nout, sizeof *res->names);
-    res->binary = calloc(nout, sizeof *res->binary);
-    res->values = calloc(nout, sizeof *res->values);
-    res->tensors = calloc(nout, sizeof *res->tensors);
+    const char **in_names = calloc(nin ? nin : 1, sizeof *in_names);
+    OrtValue **in_vals = calloc(nin ? nin : 1, sizeof *in_vals);
+    uint8_t **copies = calloc(nin ? nin : 1, sizeof *copies);
+    const char **out_names = calloc(nout ? nout : 1, sizeof *out_names);
+    res->names = calloc(nout ? nout : 1, sizeof *res->names);
+    res->binary = calloc(nout ? nout : 1, sizeof *res->binary);
+    res->values = calloc(nout ? nout : 1, sizeof *res->values);
+    res->tensors = calloc(nout ? nout : 1, sizeof *res->tensors);
     int rc = -1;
     if (!in_names || !in_vals || !copies || !out_names || !res->names || !res->binary ||
         !res->values || !res->tensors) {
@@ -180,15 +235,16 @@ int infer_run(OrtSession *s, OrtRunOptions *ro, const model_sig *sig, const infe
         in_names[i] = r->inputs[i].name;
         if (make_input(&r->inputs[i], &copies[i], &in_vals[i], err)) goto out;
     }
-    OrtStatus *st = g_ort->Run(s, ro, in_names, (const OrtValue *const *)in_vals, nin, out_names,
-                               nout, res->values);
-    if (st) {
-        /* ORT validates what we cannot see in the signature (e.g. inputs of unknown rank):
-         * its invalid-argument errors are the client's; everything else is ours */
-        int http = g_ort->GetErrorCode(st) == ORT_INVALID_ARGUMENT ? 400 : 500;
-        ts_err_set(err, http, "inference failed: %s", g_ort->GetErrorMessage(st));
-        g_ort->ReleaseStatus(st);
-        goto out;
+    if (t->binding) {
+        if (run_bound(t, ro, sig, in_names, in_vals, nin, out_names, nout, res->values, err))
+            goto out;
+    } else {
+        OrtStatus *st = g_ort->Run(t->session, ro, in_names, (const OrtValue *const *)in_vals, nin,
+                                   out_names, nout, res->values);
+        if (st) {
+            run_failed(st, err);
+            goto out;
+        }
     }
     for (size_t i = 0; i < nout; i++)
         if (collect_output(res->names[i], res->values[i], &res->tensors[i], err)) goto out;
@@ -399,17 +455,17 @@ static int row_offsets(const ts_tensor *t, int64_t rows, size_t *offs, ts_err *e
     return 0;
 }
 
-int infer_run_batch(OrtSession *s, OrtRunOptions *ro, const model_sig *sig,
+int infer_run_batch(const infer_target *tgt, OrtRunOptions *ro, const model_sig *sig,
                     infer_request *const *reqs, size_t n, infer_result *merged, infer_result *per,
                     ts_err *err)
 {
     memset(merged, 0, sizeof *merged);
-    if (n == 1) return infer_run(s, ro, sig, reqs[0], per, err);
+    if (n == 1) return infer_run(tgt, ro, sig, reqs[0], per, err);
     for (size_t j = 0; j < n; j++) memset(&per[j], 0, sizeof per[j]);
     infer_request mr;
     int64_t rows = 0;
     int rc = merge_inputs(sig, reqs, n, &mr, &rows, err);
-    if (rc == 0) rc = infer_run(s, ro, sig, &mr, merged, err);
+    if (rc == 0) rc = infer_run(tgt, ro, sig, &mr, merged, err);
     infer_request_free(&mr);
     if (rc) return -1;
 

@@ -98,6 +98,7 @@ int main(int argc, char **argv)
                        .instances = set.instances,
                        .intra_op_threads = set.intra_op_threads,
                        .place_instances = set.cpu_placement && epr.decision.active == PROV_CPU,
+                       .io_binding = set.io_binding,
                        .warmup = set.warmup};
     server_sched_hooks(srv, &ro.run, &ro.compat, &ro.work_ctx);
     model_repo *repo = NULL;

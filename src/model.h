@@ -23,6 +23,7 @@
 #include "modelcfg.h"
 #include "placement.h"
 #include "scheduler.h"
+#include "settings.h"
 
 typedef enum { MODEL_LOADING = 0, MODEL_READY, MODEL_FAILED } model_state_t;
 
@@ -59,6 +60,7 @@ typedef struct {
     int64_t instances;
     int64_t intra_op_threads;
     bool place_instances;     /* CPU tier, several instances: a session per instance on its cores */
+    ts_switch io_binding;     /* TIERSERVE_IO_BINDING: auto = on for the GPU tiers only */
     bool warmup;
     sched_run_fn run;         /* what each model's runner threads run */
     sched_compat_fn compat;   /* which queued requests may share a Run() */
@@ -90,8 +92,19 @@ const model_config *model_cfg(const ts_model *m);
 OrtSession *model_session(const ts_model *m);
 /* The session runner number `runner` uses (its instance's, when instances are placed). */
 OrtSession *model_session_for(const ts_model *m, size_t runner);
+/* What runner number `runner` runs on: its session, and its IoBinding when the model runs
+ * with one (each runner owns its binding; see infer_target). */
+void model_target(const ts_model *m, size_t runner, infer_target *out);
 /* Per-instance cores, when placed (0 otherwise). */
 size_t model_instance_places(const ts_model *m, const instance_place **out);
+/* The instance plan (one instance = one runner thread): how many, and each one's CUDA
+ * device (-1: CPU) and configured kind. Complete once the model is READY. note: "" or why
+ * the plan differs from the config (e.g. gpus ignored on the CPU tier). */
+size_t model_instance_count(const ts_model *m, const char **note);
+int model_instance_device(const ts_model *m, size_t i);
+instance_kind model_instance_kind(const ts_model *m, size_t i);
+/* Does this model run through IoBinding? note: "on: ...", "off: ...". */
+bool model_io_binding(const ts_model *m, const char **note);
 sched *model_sched(const ts_model *m);
 /* Does this model batch requests? note: "on: ...", "off: ..." or "disabled: <why>". */
 bool model_batching(const ts_model *m, const char **note);

@@ -119,28 +119,58 @@ static int parse_version_policy(walker *w, yaml_node_t *n, model_config *c)
     return 0;
 }
 
+static int parse_gpus(walker *w, yaml_node_t *v, instance_group_cfg *g)
+{
+    if (get_int_list(w, v, "instance_group.gpus", 0, 63, g->gpus, MODELCFG_MAX_GPUS, &g->n_gpus))
+        return -1;
+    for (size_t i = 0; i < g->n_gpus; i++)
+        for (size_t k = 0; k < i; k++)
+            if (g->gpus[i] == g->gpus[k])
+                return fail(w, v, "instance_group.gpus lists device %lld twice", (long long)g->gpus[i]);
+    return 0;
+}
+
 static int parse_instance_group(walker *w, yaml_node_t *n, model_config *c)
 {
     if (n->type != YAML_SEQUENCE_NODE) return fail(w, n, "instance_group must be a list");
     c->instances = 0;
+    c->n_groups = 0;
+    int64_t expanded = 0; /* instances on a GPU tier, where gpus multiplies the count */
     for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
         yaml_node_t *g = node(w, *it);
         if (need_map(w, g, "instance_group[]")) return -1;
-        int64_t count = 1;
+        if (c->n_groups >= MODELCFG_MAX_GROUPS)
+            return fail(w, g, "instance_group has more than %d entries", MODELCFG_MAX_GROUPS);
+        instance_group_cfg *grp = &c->groups[c->n_groups];
+        *grp = (instance_group_cfg){.count = 1, .kind = KIND_AUTO};
+        yaml_node_t *gpus_node = NULL;
         FOR_EACH_PAIR(w, g, k, v) {
             if (!strcmp(k, "count")) {
-                if (get_int(w, v, "instance_group.count", 1, 256, &count)) return -1;
+                if (get_int(w, v, "instance_group.count", 1, MODELCFG_MAX_INSTANCES, &grp->count)) return -1;
             } else if (!strcmp(k, "kind")) {
                 const char *s = scalar(v);
-                if (!s || (strcmp(s, "KIND_CPU") && strcmp(s, "KIND_GPU") && strcmp(s, "KIND_AUTO")))
-                    return fail(w, v, "instance_group.kind must be KIND_AUTO, KIND_CPU or KIND_GPU");
-            } else if (!strcmp(k, "name") || !strcmp(k, "gpus")) {
-                /* accepted for Triton compatibility; the device comes from TIERSERVE_CUDA_DEVICE_ID */
+                if (s && !strcmp(s, "KIND_AUTO")) grp->kind = KIND_AUTO;
+                else if (s && !strcmp(s, "KIND_CPU")) grp->kind = KIND_CPU;
+                else if (s && !strcmp(s, "KIND_GPU")) grp->kind = KIND_GPU;
+                else return fail(w, v, "instance_group.kind must be KIND_AUTO, KIND_CPU or KIND_GPU");
+            } else if (!strcmp(k, "gpus")) {
+                if (parse_gpus(w, v, grp)) return -1;
+                gpus_node = v;
+            } else if (!strcmp(k, "name")) {
+                /* accepted for Triton compatibility */
             } else {
                 return fail(w, v, "unknown key '%s' in instance_group", k);
             }
         }
-        c->instances += count;
+        if (grp->kind == KIND_CPU && grp->n_gpus)
+            return fail(w, gpus_node, "instance_group.gpus is set on a KIND_CPU group (gpus needs "
+                        "KIND_GPU or KIND_AUTO)");
+        c->instances += grp->count;
+        expanded += grp->count * (int64_t)(grp->n_gpus ? grp->n_gpus : 1);
+        if (expanded > MODELCFG_MAX_INSTANCES)
+            return fail(w, g, "instance_group makes %lld instances (count on each of gpus); at most %d",
+                        (long long)expanded, MODELCFG_MAX_INSTANCES);
+        c->n_groups++;
     }
     return 0;
 }
@@ -324,6 +354,11 @@ void modelcfg_defaults(model_config *c)
     c->vp_latest_n = 1;
     c->intra_op_threads = -1;
     c->inter_op_threads = -1;
+}
+
+const char *modelcfg_kind_name(instance_kind k)
+{
+    return k == KIND_CPU ? "KIND_CPU" : k == KIND_GPU ? "KIND_GPU" : "KIND_AUTO";
 }
 
 const queue_policy *modelcfg_policy(const model_config *c, int level)

@@ -1,6 +1,7 @@
 /* modelcfg: a model's optional config.yaml, with Triton's field names.
  *
- * Understood: name, platform, backend, max_batch_size, version_policy, instance_group,
+ * Understood: name, platform, backend, max_batch_size, version_policy, instance_group
+ * (count, kind, gpus, name),
  * dynamic_batching (max_queue_delay_microseconds, preferred_batch_size, priority_levels,
  * default_priority_level, default_queue_policy, priority_queue_policy), parameters
  * (intra_op_thread_count, inter_op_thread_count), model_warmup. An unknown key is an
@@ -19,8 +20,25 @@
 #define MODELCFG_MAX_WARMUP 8
 #define MODELCFG_MAX_WARMUP_INPUTS 16
 #define MODELCFG_MAX_DIMS 16
+#define MODELCFG_MAX_GROUPS 16
+#define MODELCFG_MAX_GPUS 16
+#define MODELCFG_MAX_INSTANCES 256 /* per model, after gpus multiplies the counts */
 
 typedef enum { VP_LATEST = 0, VP_ALL, VP_SPECIFIC } version_policy_kind;
+
+typedef enum { KIND_AUTO = 0, KIND_CPU, KIND_GPU } instance_kind;
+
+/* One instance_group entry. On the cuda/tensorrt tiers it makes `count` instances on each
+ * device in gpus (none listed: count on TIERSERVE_CUDA_DEVICE_ID); on the CPU tier gpus
+ * is ignored and it makes `count` instances. KIND_CPU never lists gpus (Triton's rule). */
+typedef struct {
+    int64_t count;
+    instance_kind kind;
+    size_t n_gpus;
+    int64_t gpus[MODELCFG_MAX_GPUS]; /* CUDA device ids, distinct */
+} instance_group_cfg;
+
+const char *modelcfg_kind_name(instance_kind k);
 
 typedef struct {
     char name[256];
@@ -58,7 +76,9 @@ typedef struct {
     int64_t vp_latest_n;
     size_t vp_n_specific;
     int64_t vp_specific[MODELCFG_MAX_VERSIONS];
-    int64_t instances;        /* 0: the server default */
+    int64_t instances;        /* sum of the groups' counts; 0: the server default */
+    size_t n_groups;
+    instance_group_cfg groups[MODELCFG_MAX_GROUPS];
     bool dynamic_batching;    /* the section exists */
     int64_t priority_levels;  /* 0: one level */
     int64_t default_priority_level;

@@ -261,8 +261,10 @@ void server_run_batch(sched_item **items, size_t n, size_t runner, void *ctx)
         rc = -1;
     } else {
         /* a lone request can be terminated on its deadline; a batch runs to the end */
-        rc = infer_run_batch(model_session_for(model, runner), m == 1 ? run[0]->ro : NULL,
-                             model_signature(model), reqs, m, &merged, per, &err);
+        infer_target target;
+        model_target(model, runner, &target);
+        rc = infer_run_batch(&target, m == 1 ? run[0]->ro : NULL, model_signature(model), reqs, m,
+                             &merged, per, &err);
     }
     double t1 = server_now();
     model_stats *st = model_stats_of(model);

@@ -8,7 +8,7 @@
 
 #include "log.h"
 
-typedef enum { ST_STR, ST_INT, ST_BOOL, ST_MODE, ST_LOGLEVEL } setting_type;
+typedef enum { ST_STR, ST_INT, ST_BOOL, ST_MODE, ST_LOGLEVEL, ST_SWITCH } setting_type;
 
 typedef struct {
     const char *env;
@@ -44,7 +44,7 @@ static const setting_def k_settings[] = {
     {"TIERSERVE_ORT_LOG_LEVEL", "ort-log-level", ST_LOGLEVEL, OFF(ort_log_level),
      SZ(ort_log_level), "warn", 0, 0, "lowest ONNX Runtime log severity forwarded to our log"},
     {"TIERSERVE_CUDA_DEVICE_ID", "cuda-device-id", ST_INT, OFF(cuda_device_id), 0, "0", 0, 63,
-     "CUDA device for the CUDA and TensorRT providers"},
+     "CUDA device for the CUDA and TensorRT providers (a model's instance_group.gpus overrides it)"},
     {"TIERSERVE_TRT_CACHE_DIR", "trt-cache-dir", ST_STR, OFF(trt_cache_dir), SZ(trt_cache_dir),
      "", 0, 0, "TensorRT engine and timing cache directory (empty: no cache)"},
     {"TIERSERVE_TRT_FP16", "trt-fp16", ST_BOOL, OFF(trt_fp16), 0, "0", 0, 0,
@@ -52,6 +52,9 @@ static const setting_def k_settings[] = {
     {"TIERSERVE_DISABLE_CPU_EP_FALLBACK", "disable-cpu-ep-fallback", ST_BOOL,
      OFF(disable_cpu_ep_fallback), 0, "0", 0, 0,
      "session.disable_cpu_ep_fallback: fail a model rather than place nodes on CPU (GPU tiers)"},
+    {"TIERSERVE_IO_BINDING", "io-binding", ST_SWITCH, OFF(io_binding), 0, "auto", 0, 0,
+     "auto|on|off: run through ORT IoBinding, outputs written once into pinned host memory "
+     "(auto: on for the cuda/tensorrt tiers, off on CPU; on: every tier)"},
     {"TIERSERVE_REQUEST_TIMEOUT_MS", "request-timeout-ms", ST_INT, OFF(request_timeout_ms), 0,
      "30000", 1, 3600000, "per-request deadline, queue plus compute (504 when passed)"},
     {"TIERSERVE_HTTP_TIMEOUT_S", "http-timeout-s", ST_INT, OFF(http_timeout_s), 0, "10", 1, 3600,
@@ -88,6 +91,20 @@ static int parse_bool(const char *v, bool *out)
     return -1;
 }
 
+const char *settings_switch_name(ts_switch v)
+{
+    return v == SWITCH_ON ? "on" : v == SWITCH_OFF ? "off" : "auto";
+}
+
+static int parse_switch(const char *v, ts_switch *out)
+{
+    bool b;
+    if (strcasecmp(v, "auto") == 0) *out = SWITCH_AUTO;
+    else if (parse_bool(v, &b) == 0) *out = b ? SWITCH_ON : SWITCH_OFF;
+    else return -1;
+    return 0;
+}
+
 static int apply(ts_settings *s, const setting_def *d, const char *v, const char *src, char *err,
                  size_t errlen)
 {
@@ -112,6 +129,12 @@ static int apply(ts_settings *s, const setting_def *d, const char *v, const char
     case ST_BOOL:
         if (parse_bool(v, (bool *)base) != 0) {
             snprintf(err, errlen, "%s %s: \"%s\" is not a boolean (1/0, true/false)", src, d->env, v);
+            return -1;
+        }
+        return 0;
+    case ST_SWITCH:
+        if (parse_switch(v, (ts_switch *)base) != 0) {
+            snprintf(err, errlen, "%s %s: \"%s\" is not one of auto|on|off", src, d->env, v);
             return -1;
         }
         return 0;

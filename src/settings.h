@@ -14,6 +14,11 @@
 
 #define SETTINGS_STR_MAX 1024
 
+/* A three-way setting: auto lets the tier decide. */
+typedef enum { SWITCH_AUTO = 0, SWITCH_OFF, SWITCH_ON } ts_switch;
+
+const char *settings_switch_name(ts_switch v);
+
 typedef struct {
     exec_mode mode;
     bool strict_ep;
@@ -28,6 +33,7 @@ typedef struct {
     char trt_cache_dir[SETTINGS_STR_MAX];
     bool trt_fp16;
     bool disable_cpu_ep_fallback;
+    ts_switch io_binding;
     int64_t request_timeout_ms;
     int64_t http_timeout_s;
     int64_t max_body_bytes;

@@ -27,6 +27,48 @@ static void put_placement(buf *b, const ts_model *m)
     buf_putc(b, '}');
 }
 
+static void put_device(buf *b, int device)
+{
+    if (device >= 0) buf_printf(b, "\"cuda:%d\"", device);
+    else buf_puts(b, "\"cpu\"");
+}
+
+/* The instance plan, its note and the IoBinding mode; complete only once READY (the loader
+ * thread writes them before it publishes the state). */
+static void put_instances(buf *b, const ts_model *m, const instance_place *ip, size_t ni)
+{
+    bool ready = model_state(m) == MODEL_READY;
+    const char *inote = "", *bnote = "";
+    size_t n = model_instance_count(m, &inote);
+    bool bound = model_io_binding(m, &bnote);
+    buf_printf(b, ",\"io_binding\":%s,\"io_binding_note\":", ready && bound ? "true" : "false");
+    if (ready) put_str(b, bnote);
+    else buf_puts(b, "null");
+    buf_puts(b, ",\"instance_note\":");
+    if (ready && inote[0]) put_str(b, inote);
+    else buf_puts(b, "null");
+    buf_puts(b, ",\"instance_plan\":");
+    if (!ready) {
+        buf_puts(b, "null");
+        return;
+    }
+    buf_putc(b, '[');
+    for (size_t k = 0; k < n; k++) {
+        buf_printf(b, "%s{\"instance\":%zu,\"kind\":\"%s\",\"device\":", k ? "," : "", k,
+                   modelcfg_kind_name(model_instance_kind(m, k)));
+        put_device(b, model_instance_device(m, k));
+        buf_puts(b, ",\"cpus\":");
+        if (k < ni) {
+            for (size_t p = 0; p < ip[k].n; p++) buf_printf(b, "%s%d", p ? "," : "[", ip[k].pus[p]);
+            buf_putc(b, ']');
+        } else {
+            buf_puts(b, "null");
+        }
+        buf_putc(b, '}');
+    }
+    buf_putc(b, ']');
+}
+
 static double gpu_mem_fraction(void)
 {
     nvml_gpu g[NVML_MAX_GPUS];
@@ -105,6 +147,7 @@ void status_json(const status_view *v, buf *b)
             buf_putc(b, ']');
         }
         if (ni) buf_putc(b, ']');
+        put_instances(b, m, ip, ni);
         buf_puts(b, ",\"reason\":");
         if (model_state(m) == MODEL_FAILED) put_str(b, model_failure(m));
         else buf_puts(b, "null");
@@ -329,6 +372,31 @@ void status_model_metadata(const model_repo *r, const ts_model *m, buf *b)
     buf_putc(b, '}');
 }
 
+/* Triton's shape: on a GPU tier one group per device with its gpus, else one CPU group. */
+static void put_config_groups(buf *b, const ts_model *m, bool gpu)
+{
+    size_t n = model_instance_count(m, NULL);
+    if (!gpu || n == 0) {
+        buf_printf(b, ",\"instance_group\":[{\"count\":%lld,\"kind\":\"%s\"}]",
+                   (long long)model_instances(m), gpu ? "KIND_GPU" : "KIND_CPU");
+        return;
+    }
+    buf_puts(b, ",\"instance_group\":[");
+    bool first = true;
+    for (size_t i = 0; i < n; i++) {
+        int dev = model_instance_device(m, i);
+        bool seen = false;
+        for (size_t k = 0; k < i; k++) seen |= model_instance_device(m, k) == dev;
+        if (seen) continue;
+        size_t count = 0;
+        for (size_t k = i; k < n; k++) count += model_instance_device(m, k) == dev;
+        buf_printf(b, "%s{\"count\":%zu,\"kind\":\"KIND_GPU\",\"gpus\":[%d]}", first ? "" : ",",
+                   count, dev);
+        first = false;
+    }
+    buf_putc(b, ']');
+}
+
 void status_model_config(const ts_model *m, bool gpu, buf *b)
 {
     const model_sig *s = model_signature(m);
@@ -341,8 +409,7 @@ void status_model_config(const ts_model *m, bool gpu, buf *b)
     put_io(b, s->inputs, s->n_inputs, true);
     buf_puts(b, ",\"output\":");
     put_io(b, s->outputs, s->n_outputs, true);
-    buf_printf(b, ",\"instance_group\":[{\"count\":%lld,\"kind\":\"%s\"}]",
-               (long long)model_instances(m), gpu ? "KIND_GPU" : "KIND_CPU");
+    put_config_groups(b, m, gpu);
     if (c->dynamic_batching) {
         buf_printf(b, ",\"dynamic_batching\":{\"max_queue_delay_microseconds\":%lld,"
                       "\"preferred_batch_size\":[", (long long)c->max_queue_delay_us);

@@ -128,6 +128,95 @@ static void test_modelcfg_errors(void **state)
     assert_false(c.present);
 }
 
+static void test_io_binding_setting(void **state)
+{
+    (void)state;
+    ts_settings s;
+    char err[512];
+    unsetenv("TIERSERVE_IO_BINDING");
+    char *argv[] = {"tierserve", NULL};
+    assert_int_equal(settings_load(&s, 1, argv, 1, err, sizeof err), 0);
+    assert_int_equal(s.io_binding, SWITCH_AUTO); /* the tier decides */
+    setenv("TIERSERVE_IO_BINDING", "on", 1);
+    assert_int_equal(settings_load(&s, 1, argv, 1, err, sizeof err), 0);
+    assert_int_equal(s.io_binding, SWITCH_ON);
+    char *argv2[] = {"tierserve", "--io-binding=off", NULL};
+    assert_int_equal(settings_load(&s, 2, argv2, 1, err, sizeof err), 0);
+    assert_int_equal(s.io_binding, SWITCH_OFF); /* flag beats env */
+    assert_string_equal(settings_switch_name(s.io_binding), "off");
+    unsetenv("TIERSERVE_IO_BINDING");
+    expect_bad("TIERSERVE_IO_BINDING", "maybe", "TIERSERVE_IO_BINDING");
+    expect_bad("TIERSERVE_IO_BINDING", "maybe", "auto|on|off");
+}
+
+static void test_modelcfg_instance_gpus(void **state)
+{
+    (void)state;
+    char *p = write_tmp("instance_group:\n"
+                        "  - count: 2\n    kind: KIND_GPU\n    gpus: [0, 1]\n"
+                        "  - name: spare\n    count: 1\n    kind: KIND_CPU\n"
+                        "  - gpus: [3]\n"
+                        "  - count: 1\n    gpus: []\n");
+    model_config c;
+    char err[512];
+    assert_int_equal(modelcfg_load(p, &c, err, sizeof err), 0);
+    unlink(p);
+    assert_int_equal(c.n_groups, 4);
+    assert_int_equal(c.groups[0].count, 2);
+    assert_int_equal(c.groups[0].kind, KIND_GPU);
+    assert_int_equal(c.groups[0].n_gpus, 2);
+    assert_int_equal(c.groups[0].gpus[0], 0);
+    assert_int_equal(c.groups[0].gpus[1], 1);
+    assert_int_equal(c.groups[1].kind, KIND_CPU);
+    assert_int_equal(c.groups[1].n_gpus, 0);
+    assert_int_equal(c.groups[2].count, 1); /* Triton's default count */
+    assert_int_equal(c.groups[2].kind, KIND_AUTO);
+    assert_int_equal(c.groups[2].n_gpus, 1);
+    assert_int_equal(c.groups[2].gpus[0], 3);
+    assert_int_equal(c.groups[3].n_gpus, 0); /* an empty list is no list */
+    /* the counts (what the CPU tier runs); gpus multiplies them on the GPU tiers only */
+    assert_int_equal(c.instances, 5);
+    assert_string_equal(modelcfg_kind_name(c.groups[0].kind), "KIND_GPU");
+
+    /* no instance_group: no groups, the server default */
+    p = write_tmp("max_batch_size: 4\n");
+    assert_int_equal(modelcfg_load(p, &c, err, sizeof err), 0);
+    unlink(p);
+    assert_int_equal(c.n_groups, 0);
+    assert_int_equal(c.instances, 0);
+}
+
+static void expect_cfg_error(const char *yaml, const char *where, const char *needle)
+{
+    model_config c;
+    char err[512] = "";
+    char *p = write_tmp(yaml);
+    int rc = modelcfg_load(p, &c, err, sizeof err);
+    unlink(p);
+    if (rc != -1 || !strstr(err, where) || !strstr(err, needle))
+        fail_msg("rc %d err '%s' (wanted '%s' and '%s')", rc, err, where, needle);
+    if (strncmp(err, "/tmp/tierserve-cfg-", 19) != 0) fail_msg("err does not name the file: '%s'", err);
+}
+
+static void test_modelcfg_instance_gpus_errors(void **state)
+{
+    (void)state;
+    expect_cfg_error("instance_group:\n  - count: 1\n    gpus: [0, -1]\n", ":3:15:",
+                     "instance_group.gpus must be an integer in [0, 63]");
+    expect_cfg_error("instance_group:\n  - gpus: [64]\n", ":2:12:", "instance_group.gpus");
+    expect_cfg_error("instance_group:\n  - gpus: [0, x]\n", ":2:15:", "instance_group.gpus");
+    expect_cfg_error("instance_group:\n  - gpus: 1\n", ":2:11:", "instance_group.gpus must be a list");
+    expect_cfg_error("instance_group:\n  - gpus: [1, 0, 1]\n", ":2:11:", "lists device 1 twice");
+    expect_cfg_error("instance_group:\n  - gpus: [0]\n    kind: KIND_CPU\n", ":2:11:",
+                     "gpus is set on a KIND_CPU group");
+    expect_cfg_error("instance_group:\n  - count: 1\n    kind: KIND_TPU\n", ":3:11:",
+                     "instance_group.kind must be KIND_AUTO, KIND_CPU or KIND_GPU");
+    expect_cfg_error("instance_group:\n  - count: 200\n    gpus: [0, 1]\n", ":2:5:",
+                     "makes 400 instances");
+    expect_cfg_error("instance_group:\n  - count: 1\n    gpu: [0]\n", ":3:10:",
+                     "unknown key 'gpu' in instance_group");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -135,6 +224,9 @@ int main(void)
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_modelcfg_full),
         cmocka_unit_test(test_modelcfg_errors),
+        cmocka_unit_test(test_io_binding_setting),
+        cmocka_unit_test(test_modelcfg_instance_gpus),
+        cmocka_unit_test(test_modelcfg_instance_gpus_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
