@@ -117,8 +117,7 @@ class Worker:
         sys.exit("tierserve did not start")
 
     def cpu_s(self):
-        f = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        return proc_cpu_s(self.proc.pid)
 
     def rss_kb(self):
         for line in open(f"/proc/{self.proc.pid}/status"):
@@ -129,6 +128,11 @@ class Worker:
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=60)
+
+
+def proc_cpu_s(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def loadgen(port, path, body, header_len, conc, secs):
@@ -157,8 +161,10 @@ def measured(worker, fn):
     return r
 
 
-def router_overhead(w, tmp, demo_binary, concs, secs):
-    """The same binary demo request straight to the worker and through tierrouter."""
+def router_overhead(w, tmp, demo_binary, json224, concs, secs):
+    """The same binary demo request straight to the worker and through tierrouter, with the
+    CPU each process spent per 1000 requests (on a 2-core box the router's share is what
+    throughput loses); and a 1.5 MB JSON request at c=1, which the router scans (jcheck)."""
     cfg = tmp / "router.yaml"
     cfg.write_text("address: 127.0.0.1\nprobe_interval_ms: 250\npools:\n"
                    "  - name: gpu\n    kind: gpu\n    min_tier: cpu\n    max_in_flight: 256\n"
@@ -178,10 +184,21 @@ def router_overhead(w, tmp, demo_binary, concs, secs):
     time.sleep(1.0)  # first probes
     (bpath, hl) = demo_binary
     out = []
+
+    def run(p, path, body, hlen, c):
+        w0, r0 = w.cpu_s(), proc_cpu_s(proc.pid)
+        res = loadgen(p, path, body, hlen, c, secs)
+        n = max(res["requests"], 1)
+        res["worker_cpu_ms_per_req"] = (w.cpu_s() - w0) / n * 1e3
+        res["router_cpu_ms_per_req"] = (proc_cpu_s(proc.pid) - r0) / n * 1e3
+        return res
     for c in concs:
-        d = loadgen(w.port, "/v2/models/demo/infer", bpath, hl, c, secs)
-        r = loadgen(port, "/v2/models/demo/infer", bpath, hl, c, secs)
-        out.append((c, d, r))
+        d = run(w.port, "/v2/models/demo/infer", bpath, hl, c)
+        r = run(port, "/v2/models/demo/infer", bpath, hl, c)
+        out.append((f"demo binary c={c}", d, r))
+    d = run(w.port, "/v2/models/identity224/infer", json224, -1, 1)
+    r = run(port, "/v2/models/identity224/infer", json224, -1, 1)
+    out.append(("identity224 JSON c=1", d, r))
     proc.terminate()
     proc.wait(timeout=30)
     return out
@@ -266,7 +283,7 @@ def main():
             id_rows[proto] = loadgen(w.port, "/v2/models/identity224/infer", body, hlen, 1, secs)
         rate = json.loads(subprocess.run([str(BIN / "bench_jsonrate"), "1", "3", "224", "224"],
                                          capture_output=True, text=True, check=True).stdout)
-        router_rows = router_overhead(w, tmp, bodies["demo"][0], concs, secs)
+        router_rows = router_overhead(w, tmp, bodies["demo"][0], bodies["identity224"][1], concs, secs)
         final_rss = w.rss_kb()
         w.stop()
     finally:
@@ -315,12 +332,14 @@ def main():
     print(f"  worker RSS: {idle_rss / 1024:.1f} MB after loading the sessions, peak {peak64 / 1024:.1f} MB "
           f"under load (max concurrency {concs[-1]}), {final_rss / 1024:.1f} MB after -> beyond the "
           f"sessions: {(peak64 - idle_rss) / 1024:.1f} MB at peak (target < 20 MB)")
-    print("\ntierrouter in front of the same worker (demo, binary), same run:")
-    for c, d, r in router_rows:
-        print(f"  c={c:<3} direct {d['throughput']:8.0f}/s p50 {d['p50_us']:7.0f} us p99 {d['p99_us']:7.0f} us | "
-              f"router {r['throughput']:8.0f}/s p50 {r['p50_us']:7.0f} us p99 {r['p99_us']:7.0f} us | "
+    print("\ntierrouter in front of the same worker, same run (CPU: ms per request, worker + router):")
+    for name, d, r in router_rows:
+        print(f"  {name:<21} direct {d['throughput']:7.0f}/s p50 {d['p50_us']:6.0f} us p99 {d['p99_us']:6.0f} us | "
+              f"router {r['throughput']:7.0f}/s p50 {r['p50_us']:6.0f} us p99 {r['p99_us']:6.0f} us | "
               f"added p50 {r['p50_us'] - d['p50_us']:+.0f} us, p99 {r['p99_us'] - d['p99_us']:+.0f} us, "
-              f"throughput x{r['throughput'] / d['throughput']:.2f}, errors {r['errors']}")
+              f"throughput x{r['throughput'] / d['throughput']:.2f}, errors {r['errors']} | CPU "
+              f"{d['worker_cpu_ms_per_req']:.3f} -> {r['worker_cpu_ms_per_req']:.3f} + "
+              f"{r['router_cpu_ms_per_req']:.3f}")
     print(f"\nwrote {OUT / 'results.csv'} and {OUT / 'throughput.svg'}")
 
 

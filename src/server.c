@@ -322,7 +322,10 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     srv->set = s;
     srv->ep = ep;
     srv->t_created = server_now();
-    srv->base = event_base_new();
+    struct event_config *ecfg = event_config_new();
+    event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+    srv->base = event_base_new_with_config(ecfg);
+    event_config_free(ecfg);
     srv->http = srv->base ? evhttp_new(srv->base) : NULL;
     if (!srv->http) {
         snprintf(err, errlen, "could not create the event loop");

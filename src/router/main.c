@@ -111,7 +111,10 @@ int main(int argc, char **argv)
         log_emit(LOG_ERROR, NULL, "%s", err);
         return 1;
     }
-    r.base = event_base_new();
+    struct event_config *ecfg = event_config_new();
+    event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+    r.base = event_base_new_with_config(ecfg);
+    event_config_free(ecfg);
     /* names in backends (a Kubernetes headless Service) resolve through evdns, off the loop's
      * critical path; /etc/resolv.conf and /etc/hosts as the system has them */
     if (r.cfg->dns_nameserver) {
