@@ -47,6 +47,7 @@ static void backend_free(rt_backend *b)
     for (size_t c = 0; c < b->n_free; c++) evhttp_connection_free(b->free_conns[c]);
     free(b->free_conns);
     if (b->probe) evhttp_connection_free(b->probe);
+    free(b->models);
     free(b);
 }
 
@@ -225,19 +226,20 @@ void rt_reap(router *r)
     }
 }
 
+bool rt_backend_healthy(const rt_backend *b, double now)
+{
+    return !b->gone && b->probed && b->live && b->ready && b->tier_ok && now >= b->ejected_until;
+}
+
 bool rt_backend_usable(const rt_backend *b, double now)
 {
-    return !b->gone && b->probed && b->live && b->ready && b->tier_ok && now >= b->ejected_until &&
-           b->in_flight < b->pool->cfg->max_in_flight;
+    return rt_backend_healthy(b, now) && b->in_flight < b->pool->cfg->max_in_flight;
 }
 
 size_t rt_pool_healthy(const rt_pool *p, double now)
 {
     size_t n = 0;
-    for (size_t k = 0; k < p->n; k++) {
-        const rt_backend *b = p->backends[k];
-        n += !b->gone && b->probed && b->live && b->ready && b->tier_ok && now >= b->ejected_until;
-    }
+    for (size_t k = 0; k < p->n; k++) n += rt_backend_healthy(p->backends[k], now);
     return n;
 }
 
@@ -325,6 +327,45 @@ static void set_health(rt_backend *b, bool live, bool ready, bool tier_ok, const
                   "backend %s is now %s (%s)", b->addr, now ? "healthy" : "unhealthy", why);
 }
 
+/* The models a backend's /v2/status lists, one entry per name (ready when any version is). */
+static void read_models(rt_backend *b, const json_t *models)
+{
+    size_t n = json_is_array(models) ? json_array_size(models) : 0;
+    if (n > RT_BACKEND_MAX_MODELS) n = RT_BACKEND_MAX_MODELS;
+    rt_backend_model *list = n ? calloc(n, sizeof *list) : NULL;
+    size_t k = 0;
+    for (size_t i = 0; list && i < n; i++) {
+        const json_t *m = json_array_get(models, i);
+        const char *name = json_string_value(json_object_get(m, "name"));
+        const char *version = json_string_value(json_object_get(m, "version"));
+        bool ready = json_is_true(json_object_get(m, "ready"));
+        if (!name || strlen(name) >= sizeof list[0].name) continue;
+        size_t j = 0;
+        while (j < k && strcmp(list[j].name, name) != 0) j++;
+        if (j == k) {
+            snprintf(list[k].name, sizeof list[k].name, "%s", name);
+            k++;
+        }
+        if (ready && !list[j].ready) {
+            list[j].ready = true;
+            snprintf(list[j].version, sizeof list[j].version, "%s", version ? version : "");
+        }
+    }
+    free(b->models);
+    b->models = list;
+    b->n_models = k;
+}
+
+bool rt_backend_has_model(const rt_backend *b, const char *name, const char **version)
+{
+    for (size_t i = 0; i < b->n_models; i++)
+        if (b->models[i].ready && strcmp(b->models[i].name, name) == 0) {
+            if (version) *version = b->models[i].version;
+            return true;
+        }
+    return false;
+}
+
 static void on_probe(struct evhttp_request *resp, void *arg)
 {
     rt_backend *b = arg;
@@ -350,6 +391,7 @@ static void on_probe(struct evhttp_request *resp, void *arg)
     json_t *m = json_object_get(st, "gpu_memory_used_fraction");
     b->gpu_mem = json_is_number(m) ? json_number_value(m) : -1;
     bool tier_ok = tier && tier_rank_of(tier) >= (int)b->pool->cfg->min_tier;
+    read_models(b, json_object_get(st, "models"));
     char why[96];
     snprintf(why, sizeof why, "live=%d ready=%d tier=%s", live, ready, b->tier);
     set_health(b, live, ready, tier_ok, why);

@@ -266,11 +266,23 @@ void rt_on_request(struct evhttp_request *req, void *arg)
     double now = rt_now();
     if (n == 1) {
         struct evbuffer *out = evbuffer_new();
-        evbuffer_add_printf(out, "{\"name\":\"tierrouter\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\"]}",
+        evbuffer_add_printf(out, "{\"name\":\"tierrouter\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\",\"model_repository\"]}",
                             TIERSERVE_VERSION);
         evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
         evhttp_send_reply(req, 200, NULL, out);
         evbuffer_free(out);
+        return;
+    }
+    if (n == 3 && strcmp(segs[1], "repository") == 0 && strcmp(segs[2], "index") == 0) {
+        if (cmd != EVHTTP_REQ_POST) {
+            rt_reply_error(req, 405, "method not allowed for this endpoint");
+            return;
+        }
+        buf b;
+        buf_init(&b, 1 << 20);
+        rt_repository_index(r, &b);
+        reply_buf(req, 200, "application/json", &b);
+        buf_free(&b);
         return;
     }
     if (n == 3 && strcmp(segs[1], "health") == 0) {
@@ -307,6 +319,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
             return;
         }
     }
-    rt_reply_error(req, 404, "the router serves /v2, /v2/health/*, /v2/models/{m}[/versions/{v}][/ready|/config|/infer], "
+    rt_reply_error(req, 404, "the router serves /v2, /v2/health/*, /v2/repository/index, "
+                             "/v2/models/{m}[/versions/{v}][/ready|/config|/infer], "
                              "/admin/status, /admin/cost, /metrics");
 }

@@ -35,6 +35,12 @@ double ring_p95(const lat_ring *r, double now, double window_s);
 /* Share of samples in the window at or under target_s (1 with no samples). */
 double ring_share_within(const lat_ring *r, double now, double window_s, double target_s);
 
+#define RT_BACKEND_MAX_MODELS 256
+typedef struct rt_backend_model {
+    char name[128], version[32];
+    bool ready;
+} rt_backend_model;
+
 typedef struct rt_backend {
     rt_pool *pool;
     int dns_entry;       /* index of the DNS name it came from, or -1 (a static address) */
@@ -52,6 +58,9 @@ typedef struct rt_backend {
     double gpu_mem;      /* -1 unknown */
     double worker_queue; /* queue_depth the worker reported */
     double last_probe_ok;
+    /* the models its last /v2/status listed (bounded: RT_BACKEND_MAX_MODELS) */
+    struct rt_backend_model *models;
+    size_t n_models;
     /* passive health */
     unsigned in_flight, consecutive_failures, ejections;
     double ejected_until;
@@ -117,6 +126,9 @@ typedef struct router {
 /* backend.c */
 int rt_pools_init(router *r, char *err, size_t errlen);
 void rt_pools_free(router *r);
+/* Probed live, ready and at the pool's tier, not ejected, not gone from DNS. */
+bool rt_backend_healthy(const rt_backend *b, double now);
+/* ... and under its in-flight limit. */
 bool rt_backend_usable(const rt_backend *b, double now);
 rt_backend *rt_pick_backend(rt_pool *p, const rt_backend *avoid, double now);
 struct evhttp_connection *rt_conn_get(router *r, rt_backend *b);
@@ -138,7 +150,13 @@ const rt_pool *rt_lead_gpu_pool(const router *r);
 /* proxy.c */
 void rt_on_request(struct evhttp_request *req, void *arg);
 
+/* Is the physical model ready on this backend, by its last probe? */
+bool rt_backend_has_model(const rt_backend *b, const char *name, const char **version);
+
 /* rstatus.c */
+/* POST /v2/repository/index: every logical model the pools serve, READY when a healthy
+ * backend of a pool serving it has its physical model ready. */
+void rt_repository_index(router *r, buf *out);
 void rt_status_json(router *r, buf *out);
 void rt_metrics(router *r, buf *out);
 

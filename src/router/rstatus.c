@@ -83,7 +83,7 @@ void rt_status_json(router *r, buf *b)
             rt_backend *be = p->backends[k];
             buf_puts(b, k ? ",{\"address\":" : "{\"address\":");
             buf_put_json_str(b, be->addr, strlen(be->addr));
-            bool healthy = be->probed && be->live && be->ready && be->tier_ok && now >= be->ejected_until;
+            bool healthy = rt_backend_healthy(be, now);
             buf_printf(b, ",\"healthy\":%s,\"live\":%s,\"ready\":%s,\"tier\":", healthy ? "true" : "false",
                        be->live ? "true" : "false", be->ready ? "true" : "false");
             buf_put_json_str(b, be->tier[0] ? be->tier : "unknown", strlen(be->tier[0] ? be->tier : "unknown"));
@@ -189,8 +189,66 @@ void rt_metrics(router *r, buf *b)
     for (size_t i = 0; i < r->n_pools; i++)
         for (size_t k = 0; k < r->pools[i].n; k++) {
             rt_backend *be = r->pools[i].backends[k];
-            bool h = be->probed && be->live && be->ready && be->tier_ok && now >= be->ejected_until;
+            bool h = rt_backend_healthy(be, now);
             buf_printf(b, "tierrouter_backend_healthy{pool=\"%s\",backend=\"%s\",tier=\"%s\"} %d\n",
                        r->pools[i].cfg->name, be->addr, be->tier[0] ? be->tier : "unknown", h);
         }
+}
+
+/* ---- POST /v2/repository/index ------------------------------------------------------- */
+
+#define RT_INDEX_MAX 512
+
+typedef struct {
+    const char *name, *version;
+    bool ready;
+} index_entry;
+
+static void index_add(index_entry *e, size_t *n, const char *name, bool ready, const char *version)
+{
+    size_t i = 0;
+    while (i < *n && strcmp(e[i].name, name) != 0) i++;
+    if (i == *n) {
+        if (*n == RT_INDEX_MAX) return;
+        e[(*n)++] = (index_entry){name, "", false};
+    }
+    if (ready && !e[i].ready) e[i].ready = true, e[i].version = version;
+}
+
+void rt_repository_index(router *r, buf *b)
+{
+    static index_entry e[RT_INDEX_MAX];
+    size_t n = 0;
+    double now = rt_now();
+    for (size_t i = 0; i < r->n_pools; i++) {
+        const rt_pool *p = &r->pools[i];
+        if (p->cfg->models_count) { /* the logical names it lists, by their physical models */
+            for (unsigned m = 0; m < p->cfg->models_count; m++) {
+                const char *version = "";
+                bool ready = false;
+                for (size_t k = 0; k < p->n && !ready; k++)
+                    ready = rt_backend_healthy(p->backends[k], now) &&
+                            rt_backend_has_model(p->backends[k], p->cfg->models[m].serve, &version);
+                index_add(e, &n, p->cfg->models[m].name, ready, version);
+            }
+            continue;
+        }
+        for (size_t k = 0; k < p->n; k++) { /* every model its backends report, as itself */
+            const rt_backend *be = p->backends[k];
+            bool healthy = rt_backend_healthy(be, now);
+            for (size_t m = 0; m < be->n_models; m++)
+                index_add(e, &n, be->models[m].name, healthy && be->models[m].ready, be->models[m].version);
+        }
+    }
+    buf_putc(b, '[');
+    for (size_t i = 0; i < n; i++) {
+        buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+        buf_put_json_str(b, e[i].name, strlen(e[i].name));
+        buf_puts(b, ",\"version\":");
+        buf_put_json_str(b, e[i].version, strlen(e[i].version));
+        buf_printf(b, ",\"state\":\"%s\"", e[i].ready ? "READY" : "UNAVAILABLE");
+        if (!e[i].ready) buf_puts(b, ",\"reason\":\"no healthy backend has it ready\"");
+        buf_putc(b, '}');
+    }
+    buf_putc(b, ']');
 }

@@ -80,6 +80,13 @@ def test_sensitive_goes_only_to_the_pool_marked_for_it(four_pools):
     assert {n: after[n] - before[n] for n in ws} == {"gpu-a": 0, "gpu-b": 0, "cpu": 0, "vault": 15}
 
 
+def test_repository_index_lists_what_pools_without_a_model_list_serve(four_pools):
+    r, ws = four_pools
+    body = urllib.request.urlopen(urllib.request.Request(f"http://{r.url}/v2/repository/index", data=b"",
+                                                         method="POST"), timeout=5).read()
+    assert json.loads(body) == [{"name": "demo", "version": "1", "state": "READY"}]
+
+
 def test_concurrent_traffic_uses_both_gpu_pools(four_pools):
     r, ws = four_pools
     with cf.ThreadPoolExecutor(8) as ex:
@@ -125,8 +132,17 @@ def test_pools_serve_only_their_models(tmp_path):
                 code, headers, _ = _post(r, model)
                 assert code == 200 and headers["X-Tierrouter-Pool"] == pool
             assert worker_requests(w) - n0 == 5
+        # the repository index a Triton client reads lists the logical names
+        import tritonlike
+        c = tritonlike.TritonLikeClient(r.url)
+        index = {e["name"]: e for e in c.get_model_repository_index()}
+        assert set(index) == {"demo", "demo-cheap"}
+        assert all(e["state"] == "READY" and e["version"] == "1" for e in index.values()), index
+        assert "model_repository" in c.get_server_metadata()["extensions"]
         a.proc.kill()  # the only pool serving "demo" is gone: 503, never the other pool
         wait_for(lambda: pool_status(r, "gpu")["healthy"] == 0, what="gpu ejected")
+        index = {e["name"]: e for e in c.get_model_repository_index()}
+        assert index["demo"]["state"] == "UNAVAILABLE" and index["demo-cheap"]["state"] == "READY"
         n0 = worker_requests(b)
         code, _, body = _post(r, "demo")
         assert code == 503 and b"demo" in body
