@@ -134,15 +134,13 @@ void cost_metrics(const cost_book *b, buf *out)
             }
 }
 
-void cost_json(const cost_book *b, double window_s, double now, buf *out)
+/* Sums the buckets of the last window_s seconds by pool, tenant and priority. */
+static void window_sum(const cost_book *b, double window_s, double now, cell *by_pool, cell *by_tenant,
+                       cell *by_prio)
 {
-    if (window_s > COST_BUCKETS * COST_BUCKET_S) window_s = COST_BUCKETS * COST_BUCKET_S;
     int64_t newest = (int64_t)floor(now / COST_BUCKET_S);
     int64_t oldest = (int64_t)floor((now - window_s) / COST_BUCKET_S);
     size_t np = b->pools, nt = b->tenants;
-    cell by_pool[32] = {{0}}, by_prio[PRIO_COUNT] = {{0}};
-    cell *by_tenant = calloc(nt, sizeof *by_tenant);
-    if (!by_tenant) return;
     for (size_t k = 0; k < COST_BUCKETS; k++) {
         if (b->bucket_id[k] < oldest || b->bucket_id[k] > newest) continue;
         const cell *s = b->ring + k * slice(b);
@@ -155,6 +153,31 @@ void cost_json(const cost_book *b, double window_s, double now, buf *out)
                     by_prio[q].usd += c->usd, by_prio[q].n += c->n;
                 }
     }
+}
+
+void cost_pool_window(const cost_book *b, size_t pool, double window_s, double now, double *usd, double *requests)
+{
+    cell by_pool[RC_MAX_POOLS] = {{0}}, by_prio[PRIO_COUNT] = {{0}};
+    cell *by_tenant = calloc(b->tenants, sizeof *by_tenant);
+    *usd = *requests = 0;
+    if (!by_tenant || pool >= b->pools) {
+        free(by_tenant);
+        return;
+    }
+    window_sum(b, window_s, now, by_pool, by_tenant, by_prio);
+    *usd = by_pool[pool].usd;
+    *requests = by_pool[pool].n;
+    free(by_tenant);
+}
+
+void cost_json(const cost_book *b, double window_s, double now, buf *out)
+{
+    if (window_s > COST_BUCKETS * COST_BUCKET_S) window_s = COST_BUCKETS * COST_BUCKET_S;
+    size_t np = b->pools, nt = b->tenants;
+    cell by_pool[RC_MAX_POOLS] = {{0}}, by_prio[PRIO_COUNT] = {{0}};
+    cell *by_tenant = calloc(nt, sizeof *by_tenant);
+    if (!by_tenant) return;
+    window_sum(b, window_s, now, by_pool, by_tenant, by_prio);
 #define ENTRY(name, c)                                                                                  \
     buf_printf(out, "{\"name\":\"%s\",\"cost_usd\":%.9f,\"requests\":%.0f,\"usd_per_request\":%.9f}", name, \
                (c).usd, (c).n, (c).n > 0 ? (c).usd / (c).n : 0.0)

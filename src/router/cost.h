@@ -29,6 +29,8 @@ void cost_request(cost_book *b, size_t pool, size_t tenant, priority_class prio,
 void cost_tick(cost_book *b, const size_t *backends, double now);
 /* Prometheus lines for tierrouter_cost_usd_total. */
 void cost_metrics(const cost_book *b, buf *out);
+/* One pool's cost and requests over the last window_s seconds (<= one hour). */
+void cost_pool_window(const cost_book *b, size_t pool, double window_s, double now, double *usd, double *requests);
 /* /admin/cost JSON over the last window_s seconds (<= one hour). */
 void cost_json(const cost_book *b, double window_s, double now, buf *out);
 

@@ -73,6 +73,13 @@ void rt_status_json(router *r, buf *b)
                    p->cfg->kind == POOL_GPU ? "gpu" : "cpu", p->cfg->sensitive ? "true" : "false",
                    tiers[p->cfg->min_tier], rt_pool_healthy(p, now));
         put_num(b, rt_pool_p95_ms(p, now, 10.0));
+        /* what the pool costs: its price model, and the last 5 minutes' spend per request */
+        static const char *const models[] = {"none", "usage", "fixed"};
+        double usd, n;
+        cost_pool_window(r->cost, i, 300, now, &usd, &n);
+        buf_printf(b, ",\"cost\":{\"model\":\"%s\",\"usd_per_hour\":%.6g,\"window_s\":300,\"usd\":%.10g,"
+                      "\"requests\":%.0f,\"usd_per_request\":%.10g}",
+                   models[p->cfg->cost.model], p->cfg->cost.usd_per_hour, usd, n, n > 0 ? usd / n : 0.0);
         if (p->pol) {
             buf_puts(b, ",\"policy\":{");
             policy_json(b, &p->st, &p->sig);

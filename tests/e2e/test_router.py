@@ -519,6 +519,14 @@ pools:
         assert pools["cpu"]["cost_usd"] > 0                                      # fixed: accrues anyway
         assert tenants["acme"]["requests"] == 21 and tenants["clinic"]["requests"] == 1
         assert tenants["acme"]["usd_per_request"] > 0
+        # the dashboard's view: each pool's price model and recent spend in /admin/status
+        st = json.loads(urllib.request.urlopen(urllib.request.Request(f"http://{r.url}/admin/status",
+                                                                      headers=auth), timeout=5).read())
+        sc = {p["name"]: p["cost"] for p in st["pools"]}
+        assert sc["gpu"]["model"] == "usage" and sc["gpu"]["usd_per_hour"] == 3600
+        assert sc["gpu"]["requests"] == 21 and sc["gpu"]["usd"] == pytest.approx(pools["gpu"]["cost_usd"], rel=1e-3)
+        assert sc["gpu"]["usd_per_request"] == pytest.approx(sc["gpu"]["usd"] / 21, rel=1e-3)
+        assert sc["cpu"]["model"] == "fixed" and sc["cpu"]["usd"] > 0
         metrics = urllib.request.urlopen(urllib.request.Request(f"http://{r.url}/metrics"), timeout=5).read().decode()
         assert re.search(r'tierrouter_cost_usd_total\{pool="gpu",tenant="acme",priority="batch"\} [0-9.]+', metrics)
         assert 'tierrouter_slo_compliance_ratio{priority="batch"} 1.0000' in metrics
