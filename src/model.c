@@ -10,53 +10,8 @@
 
 #include "log.h"
 #include "ortenv.h"
+#include "model_internal.h"
 #include "placement.h"
-
-#define REPO_MAX_MODELS 8192
-
-/* One instance: one runner thread, and on the GPU tiers the device its session uses. */
-typedef struct {
-    instance_kind kind;      /* as configured */
-    int device;              /* CUDA device id; -1 on the CPU tier */
-    OrtIoBinding *binding;   /* its runner's alone; NULL: plain Run() */
-    OrtMemoryInfo *pinned;   /* CudaPinned on `device` (owned), GPU tiers with binding */
-} instance_rt;
-
-struct ts_model {
-    char name[TS_NAME_MAX];
-    char version[24];
-    int64_t version_num;
-    char path[1400];
-    model_config cfg;
-    _Atomic int state;
-    char failure[1600];
-    OrtSession *session;      /* instance 0's; the only one without placement */
-    OrtSession **sessions;    /* one per instance when placed on cores or on listed gpus */
-    size_t n_sessions;
-    instance_place *places;   /* per instance, when placed */
-    instance_rt *inst;        /* the instance plan */
-    size_t n_inst;
-    bool device_sessions;     /* GPU tier and the config lists gpus: a session per instance */
-    char instance_note[300];
-    bool io_binding;
-    char io_binding_note[400];
-    model_sig sig;
-    sched *s;
-    bool batching;
-    char batching_note[200];
-    model_stats stats;
-    double warmup_ms;
-    int64_t instances; /* runner threads actually started */
-    size_t n_placement;
-    placement_entry placement[MODEL_MAX_PLACEMENT];
-};
-
-struct model_repo {
-    repo_options opt;
-    size_t n;
-    ts_model **models; /* sorted by name, then version ascending */
-    _Atomic bool loading_done;
-};
 
 static const char *const k_outcomes[OUT_COUNT] = {"success", "client_error", "rejected",
                                                   "timeout", "error",        "cancelled"};
@@ -332,213 +287,6 @@ static void read_placement(ts_model *m)
     }
 }
 
-/* place: the instance's cores (NULL: ORT's default threads, no pinning). device: the CUDA
- * device for the GPU providers (-1: the CPU tier). */
-static int create_session(model_repo *r, ts_model *m, const instance_place *place, int device,
-                          OrtSession **out, char *err, size_t errlen)
-{
-    ep_config epc = *r->opt.ep_cfg;
-    if (device >= 0) epc.device_id = device;
-    OrtSessionOptions *so = NULL;
-    if (ort_check(g_ort->CreateSessionOptions(&so), err, errlen)) return -1;
-    int64_t intra = m->cfg.intra_op_threads >= 0 ? m->cfg.intra_op_threads : r->opt.intra_op_threads;
-    if (place) intra = (int64_t)place->n;
-    int rc = 0;
-    if (intra > 0) rc = ort_check(g_ort->SetIntraOpNumThreads(so, (int)intra), err, errlen);
-    if (!rc && place && place->n > 1) {
-        char aff[1024];
-        placement_ort_affinity(place, aff, sizeof aff);
-        rc = ort_check(g_ort->AddSessionConfigEntry(so, "session.intra_op_thread_affinities", aff),
-                       err, errlen);
-    }
-    if (!rc && m->cfg.inter_op_threads > 0)
-        rc = ort_check(g_ort->SetInterOpNumThreads(so, (int)m->cfg.inter_op_threads), err, errlen);
-    if (!rc)
-        rc = ort_check(g_ort->AddSessionConfigEntry(so, "session.record_ep_graph_assignment_info", "1"),
-                       err, errlen);
-    if (!rc) rc = ep_apply(&epc, r->opt.ep, so, err, errlen);
-    if (!rc) rc = ort_check(g_ort->CreateSession(ortenv_env(), m->path, so, out), err, errlen);
-    g_ort->ReleaseSessionOptions(so);
-    return rc;
-}
-
-/* CPU tiers with several instances: give each its own session on its own cores. */
-static int place_instances(model_repo *r, ts_model *m, int64_t inst, char *err, size_t errlen)
-{
-    if (!r->opt.place_instances || inst < 2) return 0;
-    topo_pu pus[PLACEMENT_MAX_PUS];
-    size_t npu = placement_topology(pus, PLACEMENT_MAX_PUS);
-    if (npu == 0) return 0;
-    m->places = calloc((size_t)inst, sizeof *m->places);
-    m->sessions = calloc((size_t)inst, sizeof *m->sessions);
-    if (!m->places || !m->sessions) return -1;
-    int64_t want = m->cfg.intra_op_threads >= 0 ? m->cfg.intra_op_threads : r->opt.intra_op_threads;
-    size_t threads = placement_plan(pus, npu, (size_t)inst, (size_t)(want > 0 ? want : 0), m->places);
-    m->sessions[0] = m->session; /* instance 0 is re-created below with its placement */
-    m->session = NULL;
-    g_ort->ReleaseSession(m->sessions[0]);
-    m->sessions[0] = NULL;
-    for (int64_t i = 0; i < inst; i++) {
-        const instance_place *p = &m->places[i];
-        char list[256] = "";
-        size_t o = 0;
-        for (size_t k = 0; k < p->n && o < sizeof list; k++)
-            o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", k ? "," : "", p->pus[k]);
-        if (create_session(r, m, p, -1, &m->sessions[i], err, errlen)) return -1;
-        m->n_sessions = (size_t)i + 1;
-        char idx[24];
-        snprintf(idx, sizeof idx, "%lld", (long long)i);
-        LOG_INFO_(LOGF({"model", m->name}, {"instance", idx}),
-                  "instance %lld on CPU(s) %s with %zu intra-op thread(s)%s", (long long)i, list,
-                  threads, p->shared ? " (shared: more instances than cores)" : "");
-    }
-    m->session = m->sessions[0];
-    return 0;
-}
-
-static bool on_gpu_tier(const model_repo *r) { return r->opt.ep->decision.active != PROV_CPU; }
-
-/* Triton's instance_group on this worker's tier: on the GPU tiers `count` instances on each
- * listed device (none listed: the worker's device); on the CPU tier `count` instances and
- * gpus ignored. Instances are ordered group by group, device by device. */
-static int plan_instances(model_repo *r, ts_model *m)
-{
-    const model_config *c = &m->cfg;
-    bool gpu = on_gpu_tier(r);
-    int dflt = gpu ? r->opt.ep_cfg->device_id : -1;
-    size_t n = 0;
-    bool any_gpus = false, any_kind_cpu = false;
-    for (size_t g = 0; g < c->n_groups; g++) {
-        const instance_group_cfg *grp = &c->groups[g];
-        n += (size_t)grp->count * (gpu && grp->n_gpus ? grp->n_gpus : 1);
-        any_gpus |= grp->n_gpus > 0;
-        any_kind_cpu |= grp->kind == KIND_CPU;
-    }
-    if (c->n_groups == 0) n = (size_t)r->opt.instances;
-    m->inst = calloc(n ? n : 1, sizeof *m->inst);
-    if (!m->inst) return -1;
-    m->n_inst = n;
-    size_t k = 0;
-    for (size_t g = 0; g < c->n_groups; g++) {
-        const instance_group_cfg *grp = &c->groups[g];
-        size_t reps = gpu && grp->n_gpus ? grp->n_gpus : 1;
-        for (size_t d = 0; d < reps; d++)
-            for (int64_t i = 0; i < grp->count; i++, k++) {
-                m->inst[k].kind = grp->kind;
-                m->inst[k].device = gpu && grp->n_gpus ? (int)grp->gpus[d] : dflt;
-            }
-    }
-    for (; k < n; k++) m->inst[k] = (instance_rt){.kind = KIND_AUTO, .device = dflt};
-    m->device_sessions = gpu && any_gpus;
-    const char *tier = tier_name(r->opt.ep->decision.tier);
-    if (!gpu && any_gpus) {
-        char list[200] = "";
-        size_t o = 0;
-        for (size_t g = 0; g < c->n_groups; g++)
-            for (size_t d = 0; d < c->groups[g].n_gpus && o < sizeof list; d++)
-                o += (size_t)snprintf(list + o, sizeof list - o, "%s%lld", o ? "," : "",
-                                      (long long)c->groups[g].gpus[d]);
-        snprintf(m->instance_note, sizeof m->instance_note,
-                 "instance_group.gpus [%s] ignored on the %s tier: %zu instance(s) on CPU", list,
-                 tier, n);
-    } else if (gpu && any_kind_cpu) {
-        snprintf(m->instance_note, sizeof m->instance_note,
-                 "KIND_CPU instance(s) run on the %s tier like the others (one tier per worker)", tier);
-    }
-    return 0;
-}
-
-/* GPU tiers, gpus listed: each instance gets its own session on its own device (instance
- * 0's is the one the model was inspected with). Each holds its own copy of the weights. */
-static int create_device_sessions(model_repo *r, ts_model *m, char *err, size_t errlen)
-{
-    if (!m->device_sessions) return 0;
-    m->sessions = calloc(m->n_inst, sizeof *m->sessions);
-    if (!m->sessions) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    m->sessions[0] = m->session;
-    m->n_sessions = 1;
-    for (size_t i = 1; i < m->n_inst; i++) {
-        if (create_session(r, m, NULL, m->inst[i].device, &m->sessions[i], err, errlen)) return -1;
-        m->n_sessions = i + 1;
-    }
-    for (size_t i = 0; i < m->n_inst; i++) {
-        char idx[24], dev[24];
-        snprintf(idx, sizeof idx, "%zu", i);
-        snprintf(dev, sizeof dev, "cuda:%d", m->inst[i].device);
-        LOG_INFO_(LOGF({"model", m->name}, {"instance", idx}, {"device", dev}),
-                  "instance %zu on %s (%s)", i, dev, modelcfg_kind_name(m->inst[i].kind));
-    }
-    return 0;
-}
-
-static void release_io_binding(ts_model *m)
-{
-    for (size_t i = 0; m->inst && i < m->n_inst; i++) {
-        if (m->inst[i].binding) g_ort->ReleaseIoBinding(m->inst[i].binding);
-        if (m->inst[i].pinned) g_ort->ReleaseMemoryInfo(m->inst[i].pinned);
-        m->inst[i].binding = NULL;
-        m->inst[i].pinned = NULL;
-    }
-    m->io_binding = false;
-}
-
-/* One IoBinding per runner (bindings are not thread-safe; a runner reuses its own and
- * clears it after each run). On the GPU tiers numeric outputs are bound to CudaPinned
- * memory on the instance's device: ORT copies device->host once, straight into the memory
- * the reply is encoded from. With TIERSERVE_IO_BINDING=on a failure here fails the model;
- * with auto the model falls back to plain Run() and says why. */
-static int setup_io_binding(model_repo *r, ts_model *m, char *err, size_t errlen)
-{
-    ts_switch sw = r->opt.io_binding;
-    bool gpu = on_gpu_tier(r);
-    const char *tier = tier_name(r->opt.ep->decision.tier);
-    if (sw == SWITCH_OFF || (sw == SWITCH_AUTO && !gpu)) {
-        snprintf(m->io_binding_note, sizeof m->io_binding_note,
-                 "off: plain Run() (TIERSERVE_IO_BINDING=%s on the %s tier)", settings_switch_name(sw),
-                 tier);
-        return 0;
-    }
-    char msg[400] = "";
-    for (size_t i = 0; i < m->n_inst; i++) {
-        instance_rt *in = &m->inst[i];
-        if (ort_check(g_ort->CreateIoBinding(model_session_for(m, i), &in->binding), msg, sizeof msg) ||
-            (gpu && ort_check(g_ort->CreateMemoryInfo("CudaPinned", OrtDeviceAllocator, in->device,
-                                                      OrtMemTypeCPUOutput, &in->pinned),
-                              msg, sizeof msg))) {
-            release_io_binding(m);
-            if (sw == SWITCH_ON) {
-                snprintf(err, errlen, "TIERSERVE_IO_BINDING=on: could not set up IoBinding: %s", msg);
-                return -1;
-            }
-            snprintf(m->io_binding_note, sizeof m->io_binding_note,
-                     "off: could not set up IoBinding (%.300s); plain Run()", msg);
-            LOG_WARN_(LOGF({"model", m->name}, {"version", m->version}), "io binding %s",
-                      m->io_binding_note);
-            return 0;
-        }
-    }
-    m->io_binding = true;
-    if (gpu)
-        snprintf(m->io_binding_note, sizeof m->io_binding_note,
-                 "on: outputs bound to CudaPinned host memory on the instance's device, BYTES "
-                 "outputs to CPU memory (TIERSERVE_IO_BINDING=%s on the %s tier)",
-                 settings_switch_name(sw), tier);
-    else
-        snprintf(m->io_binding_note, sizeof m->io_binding_note,
-                 "on: outputs bound to CPU memory (TIERSERVE_IO_BINDING=%s on the %s tier)",
-                 settings_switch_name(sw), tier);
-    return 0;
-}
-
-static void pin_runner(size_t runner, void *arg)
-{
-    ts_model *m = arg;
-    if (m->places && runner < m->n_sessions) placement_bind_self(&m->places[runner]);
-}
-
 /* Builds the warm-up request for one configured sample. */
 static int warmup_request(const ts_model *m, const warmup_sample *s, infer_request *req, ts_err *e)
 {
@@ -662,11 +410,11 @@ static void load_one(model_repo *r, ts_model *m)
     char err[600];
     double t0 = now_ms();
     LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "loading %s", m->path);
-    if (plan_instances(r, m)) {
+    if (model_plan_instances(r, m)) {
         fail_model(m, "out of memory planning instances");
         return;
     }
-    if (create_session(r, m, NULL, m->inst[0].device, &m->session, err, sizeof err)) {
+    if (model_create_session(r, m, NULL, m->inst[0].device, &m->session, err, sizeof err)) {
         fail_model(m, "%s", err);
         return;
     }
@@ -681,15 +429,15 @@ static void load_one(model_repo *r, ts_model *m)
     int64_t inst = (int64_t)m->n_inst;
     if (m->instance_note[0])
         LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "%s", m->instance_note);
-    if (create_device_sessions(r, m, err, sizeof err)) {
+    if (model_create_device_sessions(r, m, err, sizeof err)) {
         fail_model(m, "creating %lld instances: %s", (long long)inst, err);
         return;
     }
-    if (!m->device_sessions && place_instances(r, m, inst, err, sizeof err)) {
+    if (!m->device_sessions && model_place_instances(r, m, inst, err, sizeof err)) {
         fail_model(m, "placing %lld instances: %s", (long long)inst, err);
         return;
     }
-    if (setup_io_binding(r, m, err, sizeof err)) {
+    if (model_setup_io_binding(r, m, err, sizeof err)) {
         fail_model(m, "%s", err);
         return;
     }
@@ -698,7 +446,7 @@ static void load_one(model_repo *r, ts_model *m)
         /* auto must never fail a model that plain Run() serves */
         char why[300];
         snprintf(why, sizeof why, "%.299s", err);
-        release_io_binding(m);
+        model_release_io_binding(m);
         snprintf(m->io_binding_note, sizeof m->io_binding_note,
                  "off: a warm-up run through IoBinding failed (%.299s); plain Run()", why);
         LOG_WARN_(LOGF({"model", m->name}, {"version", m->version}), "io binding %s",
@@ -714,7 +462,7 @@ static void load_one(model_repo *r, ts_model *m)
                        .max_batch = m->batching ? m->cfg.max_batch_size : 1,
                        .max_delay_us = m->cfg.max_queue_delay_us,
                        .n_preferred = m->cfg.n_preferred,
-                       .thread_init = pin_runner,
+                       .thread_init = model_pin_runner,
                        .thread_init_arg = m};
     memcpy(sc.preferred, m->cfg.preferred_batch_size, sizeof sc.preferred);
     for (size_t l = 0; l < sc.levels; l++) {
@@ -756,7 +504,7 @@ void model_repo_destroy(model_repo *r)
     for (size_t i = 0; i < r->n; i++) {
         ts_model *m = r->models[i];
         sched_destroy(m->s);
-        release_io_binding(m); /* bindings before their sessions */
+        model_release_io_binding(m); /* bindings before their sessions */
         free(m->inst);
         if (m->sessions) {
             for (size_t k = 0; k < m->n_sessions; k++) g_ort->ReleaseSession(m->sessions[k]);
@@ -822,38 +570,11 @@ OrtSession *model_session_for(const ts_model *m, size_t runner)
     return m->n_sessions ? m->sessions[runner % m->n_sessions] : m->session;
 }
 
-void model_target(const ts_model *m, size_t runner, infer_target *out)
-{
-    const instance_rt *in = m->n_inst ? &m->inst[runner % m->n_inst] : NULL;
-    out->session = model_session_for(m, runner);
-    out->binding = m->io_binding && in ? in->binding : NULL;
-    out->out_mem = in && in->pinned ? in->pinned : ortenv_cpu_meminfo();
-}
 
-size_t model_instance_count(const ts_model *m, const char **note)
-{
-    if (note) *note = m->instance_note;
-    return m->n_inst;
-}
 
-int model_instance_device(const ts_model *m, size_t i) { return i < m->n_inst ? m->inst[i].device : -1; }
 
-instance_kind model_instance_kind(const ts_model *m, size_t i)
-{
-    return i < m->n_inst ? m->inst[i].kind : KIND_AUTO;
-}
 
-bool model_io_binding(const ts_model *m, const char **note)
-{
-    if (note) *note = m->io_binding_note;
-    return m->io_binding;
-}
 
-size_t model_instance_places(const ts_model *m, const instance_place **out)
-{
-    *out = m->places;
-    return m->places ? m->n_sessions : 0;
-}
 sched *model_sched(const ts_model *m) { return m->s; }
 bool model_batching(const ts_model *m, const char **note)
 {
