@@ -4,6 +4,9 @@
 #include <event2/bufferevent.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,6 +424,11 @@ static int send_to_backend(proxy_req *pr)
         pr->conn = NULL;
         return -1;
     }
+    /* the socket exists now (a pooled connection may have reconnected): without NODELAY a
+     * large body's last segment waits for the worker's delayed ACK, 40 ms */
+    evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(pr->conn));
+    int one = 1;
+    if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     b->in_flight++;
     if (!pr->first_backend) pr->first_backend = b;
     return 0;
