@@ -110,7 +110,7 @@ def start_worker(repo, tmp_path, env=None, args=(), wait_ready=True, timeout=60)
     logf = open(log_path, "wb")
     proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=e)
     logf.close()
-    w = Worker(proc, log_path)
+    w = Worker(track(proc), log_path)
     w.host = e["TIERSERVE_HTTP_ADDRESS"]
     _WORKERS.append(w)
     deadline = time.time() + timeout
@@ -135,6 +135,23 @@ def start_worker(repo, tmp_path, env=None, args=(), wait_ready=True, timeout=60)
 
 
 _WORKERS = []
+_CHILDREN = []  # every process a test started (workers, routers)
+
+
+def track(proc):
+    """Registers a child process: whatever a failing test or fixture leaves running is
+    killed when the session ends, so no run leaves servers behind."""
+    _CHILDREN.append(proc)
+    return proc
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _reap_children():
+    yield
+    for p in _CHILDREN:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
 
 
 @pytest.fixture(autouse=True)

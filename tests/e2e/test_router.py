@@ -19,7 +19,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env, start_worker
+from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env, start_worker, track
 import tritonlike
 from fakehttp import FakeHTTP
 
@@ -34,7 +34,8 @@ class Router:
         self.cfg.write_text(cfg_text)
         self.log = tmp / f"router-{time.monotonic_ns()}.log"
         env = {**os.environ, "TIERROUTER_PORT": "0", **sanitizer_env(), **(env or {})}
-        self.proc = subprocess.Popen([ROUTER_BIN, "--config", str(self.cfg)], stderr=open(self.log, "wb"), env=env)
+        self.proc = track(subprocess.Popen([ROUTER_BIN, "--config", str(self.cfg)], stderr=open(self.log, "wb"),
+                                           env=env))
         self.port = None
         deadline = time.time() + 20
         while time.time() < deadline and self.proc.poll() is None:
