@@ -180,6 +180,7 @@ static void status_inputs(server *srv, status_view *v)
     v->ready = server_ready(srv);
     v->draining = srv->draining;
     v->in_flight = srv->in_flight;
+    v->inline_runs = srv->inline_runs;
     v->hw_json = srv->hw_json;
 }
 

@@ -214,9 +214,22 @@ static void finish_job(job *j, infer_result *res, int rc, const ts_err *shared_e
     j->status = j->err.http;
 }
 
+/* How a finished job goes back to the loop: through the done queue from a runner thread, or
+ * directly when it ran on the loop thread itself. */
+typedef void (*job_done_fn)(server *srv, job *j);
+
+static void done_via_queue(server *srv, job *j) { doneq_push(srv->done, j); }
+static void done_inline(server *srv, job *j) { server_on_job_done(j, srv); }
+
+static void run_jobs(server *srv, sched_item **items, size_t n, size_t runner, job_done_fn done);
+
 void server_run_batch(sched_item **items, size_t n, size_t runner, void *ctx)
 {
-    server *srv = ctx;
+    run_jobs(ctx, items, n, runner, done_via_queue);
+}
+
+static void run_jobs(server *srv, sched_item **items, size_t n, size_t runner, job_done_fn done)
+{
     job **run = calloc(n, sizeof *run);
     infer_request **reqs = calloc(n, sizeof *reqs);
     infer_result *per = calloc(n, sizeof *per);
@@ -225,7 +238,7 @@ void server_run_batch(sched_item **items, size_t n, size_t runner, void *ctx)
             job *j = job_of(items[i]);
             j->status = 503;
             ts_err_set(&j->err, 503, "out of memory");
-            doneq_push(srv->done, j);
+            done(srv, j);
         }
         free(run);
         free(reqs);
@@ -240,7 +253,7 @@ void server_run_batch(sched_item **items, size_t n, size_t runner, void *ctx)
         if (atomic_load(&j->cancelled)) {
             j->status = 504;
             ts_err_set(&j->err, 504, "request cancelled before it ran");
-            doneq_push(srv->done, j);
+            done(srv, j);
             continue;
         }
         run[m] = j;
@@ -269,6 +282,10 @@ void server_run_batch(sched_item **items, size_t n, size_t runner, void *ctx)
     double t1 = server_now();
     model_stats *st = model_stats_of(model);
     hist_observe(&st->batch, (double)m);
+    /* smoothed Run() time: what decides whether a lone request may run on the loop thread
+     * (relaxed: a lost update between runners only delays the average) */
+    uint64_t ns = (uint64_t)((t1 - t0) * 1e9), old = atomic_load_explicit(&st->run_ewma_ns, memory_order_relaxed);
+    atomic_store_explicit(&st->run_ewma_ns, old ? (old * 7 + ns) / 8 : ns, memory_order_relaxed);
     for (size_t i = 0; i < m; i++) {
         job *j = run[i];
         j->t_end = t1;
@@ -279,7 +296,7 @@ void server_run_batch(sched_item **items, size_t n, size_t runner, void *ctx)
         infer_result_free(&per[i]);
     }
     infer_result_free(&merged);
-    for (size_t i = 0; i < m; i++) doneq_push(srv->done, run[i]);
+    for (size_t i = 0; i < m; i++) done(srv, run[i]);
 out:
     free(run);
     free(reqs);
@@ -432,6 +449,27 @@ static int plan_job(server *srv, job *j, ts_err *err)
     return 0;
 }
 
+/* May this request run on the loop thread? Only on an idle worker: this request and the 7
+ * before it each found nothing else in flight (one busy moment resets the streak, so under
+ * concurrent load every request takes the runners and the loop stays free for I/O). And only
+ * when it would not batch, the model runs without IO binding (bindings belong to runner
+ * threads), and its recent Run() took at most inline_max_us: the loop is blocked for about
+ * that long at most, which is also why such a run needs no deadline timer. */
+#define INLINE_IDLE_STREAK 8
+
+static bool run_inline_ok(server *srv, const job *j)
+{
+    /* busy: something in flight, or other connections ready in this loop iteration (an
+     * inline run completes before the next request is read, so in_flight alone would never
+     * see concurrent clients) */
+    bool busy = srv->in_flight || event_base_get_num_events(srv->base, EVENT_BASE_COUNT_ACTIVE) > 0;
+    srv->idle_streak = busy ? 0 : srv->idle_streak < INLINE_IDLE_STREAK ? srv->idle_streak + 1 : INLINE_IDLE_STREAK;
+    if (srv->set->inline_max_us <= 0 || srv->idle_streak < INLINE_IDLE_STREAK || j->key != 0) return false;
+    if (model_io_binding(j->model, NULL)) return false;
+    uint64_t ewma = atomic_load_explicit(&model_stats_of(j->model)->run_ewma_ns, memory_order_relaxed);
+    return ewma > 0 && ewma <= (uint64_t)srv->set->inline_max_us * 1000;
+}
+
 void server_handle_infer(server *srv, struct evhttp_request *req, const char *name,
                          const char *version)
 {
@@ -467,6 +505,16 @@ void server_handle_infer(server *srv, struct evhttp_request *req, const char *na
         server_reply_error(req, err.http, err.msg);
         record(j, err.http >= 500 && err.http != 503 ? OUT_ERROR : OUT_CLIENT_ERROR);
         free_job(j);
+        return;
+    }
+    if (run_inline_ok(srv, j)) {
+        /* idle worker, fast model: run it here, no handoff to a runner and back */
+        j->http = req;
+        j->item.enqueued = j->t_arrive;
+        srv->in_flight++;
+        srv->inline_runs++;
+        sched_item *items[1] = {&j->item};
+        run_jobs(srv, items, 1, 0, done_inline);
         return;
     }
     if (ort_check(g_ort->CreateRunOptions(&j->ro), NULL, 0)) j->ro = NULL;

@@ -26,6 +26,8 @@ struct server {
     connguard *guard;
     model_repo *repo;
     size_t in_flight;           /* jobs alive; loop thread only */
+    unsigned idle_streak;       /* consecutive requests that found nothing in flight */
+    uint64_t inline_runs;       /* requests run on the loop thread (TIERSERVE_INLINE_MAX_US) */
     size_t unflushed;           /* job replies handed to libevent, not yet fully written */
     bool draining;
     int exit_code;

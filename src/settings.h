@@ -40,6 +40,7 @@ typedef struct {
     int64_t queue_size;
     int64_t instances;
     int64_t intra_op_threads;
+    int64_t inline_max_us;
     bool cpu_placement;
     bool warmup;
     int64_t drain_timeout_s;

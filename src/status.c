@@ -114,8 +114,8 @@ void status_json(const status_view *v, buf *b)
     if (v->repo)
         for (size_t i = 0; i < model_repo_count(v->repo); i++)
             depth += model_queue_depth(model_repo_at(v->repo, i));
-    buf_printf(b, ",\"queue_depth\":%zu,\"in_flight\":%zu,\"gpu_memory_used_fraction\":", depth,
-               v->in_flight);
+    buf_printf(b, ",\"queue_depth\":%zu,\"in_flight\":%zu,\"inline_runs\":%llu,\"gpu_memory_used_fraction\":",
+               depth, v->in_flight, (unsigned long long)v->inline_runs);
     double f = gpu_mem_fraction();
     if (f >= 0) buf_printf(b, "%.4f", f);
     else buf_puts(b, "null");
@@ -226,6 +226,9 @@ void status_metrics(const status_view *v, buf *b)
     buf_printf(b, "tierserve_ready %d\n", v->ready ? 1 : 0);
     help(b, "tierserve_in_flight", "gauge", "Inference requests accepted and not yet answered");
     buf_printf(b, "tierserve_in_flight %zu\n", v->in_flight);
+    help(b, "tierserve_inline_runs_total", "counter",
+         "Requests an idle worker ran on its event loop thread (TIERSERVE_INLINE_MAX_US)");
+    buf_printf(b, "tierserve_inline_runs_total %llu\n", (unsigned long long)v->inline_runs);
 
     size_t n = v->repo ? model_repo_count(v->repo) : 0;
     help(b, "tierserve_model_ready", "gauge", "1 if the model version is loaded and warmed up");

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "buf.h"
 #include "ep.h"
@@ -17,6 +18,7 @@ typedef struct {
     const model_repo *repo; /* may be NULL early on */
     bool live, ready, draining;
     size_t in_flight;
+    uint64_t inline_runs; /* requests an idle worker ran on its loop thread */
     const char *hw_json;
 } status_view;
 

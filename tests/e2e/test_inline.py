@@ -1,0 +1,97 @@
+"""The idle-worker fast path (TIERSERVE_INLINE_MAX_US): a lone request for a fast model on a
+worker with nothing else to do runs on the event loop thread instead of being handed to a
+runner thread and back. It must give the same answers, never apply under concurrent load,
+never bypass the batcher, and never run a slow model on the loop."""
+import concurrent.futures as cf
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, start_worker
+from gen_demo import demo_reference
+
+X = np.random.default_rng(11).uniform(0, 8, (1, 4)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory, test_repo):
+    root = tmp_path_factory.mktemp("inline-repo")
+    shutil.copytree(ROOT / "models" / "demo", root / "demo", ignore=shutil.ignore_patterns("*.md"))
+    shutil.copytree(ROOT / "models" / "demo", root / "demo_batched", ignore=shutil.ignore_patterns("*.md"))
+    (root / "demo_batched" / "config.yaml").write_text(
+        "max_batch_size: 8\ndynamic_batching:\n  max_queue_delay_microseconds: 100\n")
+    shutil.copytree(test_repo / "slow", root / "slow")
+    return root
+
+
+def infer(w, model, x=X):
+    body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": list(x.shape),
+                                   "data": x.ravel().tolist()}]}).encode()
+    code, _, text = w.http("POST", f"/v2/models/{model}/infer", body)
+    assert code == 200, text
+    return json.loads(text)
+
+
+def inline_runs(w):
+    return json.loads(w.http("GET", "/v2/status")[2])["inline_runs"]
+
+
+def metric(w, name):
+    for line in w.http("GET", "/metrics")[2].decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} missing")
+
+
+def test_idle_worker_runs_fast_requests_inline_with_the_same_answers(repo, tmp_path):
+    # a generous bound, so that a slow (sanitizer) build still counts the demo model as fast
+    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INLINE_MAX_US": "5000"})
+    try:
+        rng = np.random.default_rng(3)
+        for _ in range(40):
+            x = rng.uniform(0, 8, (1, 4)).astype(np.float32)
+            out = {o["name"]: o for o in infer(w, "demo", x)["outputs"]}
+            ref = demo_reference(x)
+            assert np.allclose(out["probabilities"]["data"], ref["probabilities"].ravel(), atol=1e-6)
+            assert out["label"]["data"] == ref["label"].ravel().tolist()
+        n = inline_runs(w)
+        # the first requests seed the Run() average and the idle streak through the runners
+        assert n >= 25, n
+        assert metric(w, "tierserve_inline_runs_total") == n
+    finally:
+        w.stop()
+
+
+def test_never_inline_under_concurrency_for_batching_or_slow_models(repo, tmp_path):
+    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    try:
+        for _ in range(20):
+            infer(w, "demo")  # idle: inline from here on
+        n0 = inline_runs(w)
+        with cf.ThreadPoolExecutor(16) as ex:
+            list(ex.map(lambda _: infer(w, "demo"), range(800)))
+        share = (inline_runs(w) - n0) / 800
+        print(f"share of 800 requests at concurrency 16 run inline: {share:.3f}")
+        assert share < 0.5  # concurrent clients go to the runners
+        n1 = inline_runs(w)
+        for _ in range(30):
+            infer(w, "demo_batched")  # the batcher decides, always
+        for _ in range(12):
+            w.http("POST", "/v2/models/slow/infer", json.dumps(
+                {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 512],
+                             "data": [1.0] * 512}]}).encode())
+        assert inline_runs(w) == n1
+    finally:
+        w.stop()
+
+
+def test_inline_can_be_switched_off(repo, tmp_path):
+    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INLINE_MAX_US": "0"})
+    try:
+        for _ in range(30):
+            infer(w, "demo")
+        assert inline_runs(w) == 0
+    finally:
+        w.stop()
