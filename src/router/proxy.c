@@ -44,13 +44,24 @@ static void count(proxy_req *pr, int outcome)
 
 static void admission_drain(router *r);
 
+/* Takes the client's request away from pr before its final reply: libevent may free the
+ * request inside evhttp_send_reply_end (when nothing is left to write), so nothing may touch
+ * it afterwards, and its connection, which lives on for keep-alive, must not call back
+ * into a pr that is gone. */
+static struct evhttp_request *detach_client(proxy_req *pr)
+{
+    struct evhttp_request *req = pr->client;
+    if (!req) return NULL;
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    if (c) evhttp_connection_set_closecb(c, NULL, NULL);
+    pr->client = NULL;
+    return req;
+}
+
 static void proxy_free(proxy_req *pr)
 {
     router *r = pr->r;
-    if (pr->client) {
-        struct evhttp_connection *c = evhttp_request_get_connection(pr->client);
-        if (c) evhttp_connection_set_closecb(c, NULL, NULL);
-    }
+    detach_client(pr);
     if (pr->qtimer) event_free(pr->qtimer);
     r->active--;
     free(pr->body);
@@ -60,7 +71,8 @@ static void proxy_free(proxy_req *pr)
 
 static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)
 {
-    if (pr->client) rt_reply_error(pr->client, code, msg);
+    struct evhttp_request *client = detach_client(pr);
+    if (client) rt_reply_error(client, code, msg);
     count(pr, outcome);
     proxy_free(pr);
 }
@@ -244,16 +256,10 @@ static void on_backend_reply(struct evhttp_request *resp, void *arg)
             rt_pool_record_latency(pr->pool, now, now - pr->t0);
             b->requests++;
         }
-        if (pr->client) {
-            if (code != 0) {
-                evhttp_send_reply_end(pr->client);
-            } else { /* a broken stream must not look complete: drop the client's connection */
-                struct evhttp_connection *c = evhttp_request_get_connection(pr->client);
-                evhttp_connection_set_closecb(c, NULL, NULL);
-                pr->client = NULL;
-                evhttp_connection_free(c);
-            }
-        }
+        struct evhttp_request *client = detach_client(pr);
+        if (client && code != 0) evhttp_send_reply_end(client);
+        else if (client) /* a broken stream must not look complete: drop the client's connection */
+            evhttp_connection_free(evhttp_request_get_connection(client));
         count(pr, code == 0 ? OUT_BACKEND_ERR : code < 400 ? OUT_OK : OUT_CLIENT_ERR);
         if (code) account(pr, resp, code);
         proxy_free(pr);
@@ -291,7 +297,7 @@ static void on_backend_reply(struct evhttp_request *resp, void *arg)
         return;
     }
     copy_reply_headers(pr, resp, false);
-    evhttp_send_reply(pr->client, code, NULL, evhttp_request_get_input_buffer(resp));
+    evhttp_send_reply(detach_client(pr), code, NULL, evhttp_request_get_input_buffer(resp));
     count(pr, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERR : OUT_BACKEND_ERR);
     account(pr, resp, code);
     proxy_free(pr);

@@ -296,3 +296,34 @@ def test_ambiguous_framing_is_refused_and_the_connection_closed(four_pools, fram
     assert got.startswith(b"HTTP/1.1 400"), got[:200]
     assert {n: worker_seen(w) for n, w in ws.items()} == before
     assert r.proc.poll() is None
+
+
+def test_token_stream_to_an_http10_client(tmp_path):
+    """An HTTP/1.0 client cannot take chunks: the stream goes out raw and ends with the
+    connection. The backend's last chunk comes after everything before it was written, so
+    libevent finishes the client's request the moment the router ends it (a use-after-free
+    before the router let go of the request first)."""
+    from test_router import FakeBackend
+    be = FakeBackend("stream")
+    r = Router(pools_config([("cpu", "cpu", False, [be.port], None)]), tmp_path)
+    try:
+        r.wait_healthy(1)
+        for _ in range(2):
+            s = socket.create_connection(("127.0.0.1", r.port), timeout=10)
+            body = b'{"inputs":[{"name":"prompt","datatype":"BYTES","shape":[1],"data":["hi"]}]}'
+            s.sendall(b"POST /v2/models/llm/infer HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            got = b""
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    break
+                got += data
+            s.close()
+            head, _, rest = got.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.0 200") or head.startswith(b"HTTP/1.1 200"), head
+            assert b"chunked" not in head.lower()
+            assert all(b"token%d" % k in rest for k in range(5)), rest
+        assert r.proc.poll() is None
+    finally:
+        assert r.stop() == 0
+        be.close()
