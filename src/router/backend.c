@@ -437,7 +437,7 @@ static int cmp_d(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-double ring_p95(const lat_ring *r, double now, double window_s)
+size_t ring_quantiles(const lat_ring *r, double now, double window_s, const double *q, double *out, size_t nq)
 {
     static double tmp[RT_LAT_WINDOW];
     size_t n = 0;
@@ -445,9 +445,19 @@ double ring_p95(const lat_ring *r, double now, double window_s)
         size_t i = (r->head + k) % RT_LAT_WINDOW;
         if (now - r->t[i] <= window_s) tmp[n++] = r->v[i];
     }
-    if (n == 0) return -1;
+    for (size_t j = 0; j < nq; j++) out[j] = -1;
+    if (n == 0) return 0;
     qsort(tmp, n, sizeof *tmp, cmp_d);
-    return tmp[(size_t)((double)(n - 1) * 0.95)];
+    for (size_t j = 0; j < nq; j++) out[j] = tmp[(size_t)((double)(n - 1) * q[j])];
+    return n;
+}
+
+double ring_p95(const lat_ring *r, double now, double window_s)
+{
+    static const double q = 0.95;
+    double v;
+    ring_quantiles(r, now, window_s, &q, &v, 1);
+    return v;
 }
 
 double ring_share_within(const lat_ring *r, double now, double window_s, double target_s)

@@ -32,6 +32,9 @@ typedef struct {
 void ring_add(lat_ring *r, double now, double secs);
 /* p95 in seconds over the last window_s, or -1 with no samples. */
 double ring_p95(const lat_ring *r, double now, double window_s);
+/* Quantiles q[0..nq) (in 0..1) of the samples in the window, into out (seconds; -1 with
+ * none). Returns how many samples the window held. */
+size_t ring_quantiles(const lat_ring *r, double now, double window_s, const double *q, double *out, size_t nq);
 /* Share of samples in the window at or under target_s (1 with no samples). */
 double ring_share_within(const lat_ring *r, double now, double window_s, double target_s);
 

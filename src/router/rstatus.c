@@ -51,13 +51,20 @@ void rt_status_json(router *r, buf *b)
     policy_json(b, lead ? &lead->st : &k_calm, lead ? &lead->sig : &k_unknown);
     buf_puts(b, ",\"slo\":{");
     const unsigned targets[PRIO_COUNT] = {r->cfg->slo_p95_ms.urgent, r->cfg->slo_p95_ms.normal, r->cfg->slo_p95_ms.batch};
+    /* p50/p95/p99 over the last 60 s of each priority's requests, against its p95 target */
+    static const double qs[3] = {0.5, 0.95, 0.99};
+    static const char *const qn[3] = {"p50_ms", "p95_ms", "p99_ms"};
     for (int p = 0; p < PRIO_COUNT; p++) {
-        double p95 = ring_p95(&r->slo[p], now, 60.0);
+        double v[3];
+        size_t n = ring_quantiles(&r->slo[p], now, 60.0, qs, v, 3);
         buf_printf(b, "%s\"%s\":{\"target_p95_ms\":", p ? "," : "", k_prio[p]);
         if (targets[p]) buf_printf(b, "%u", targets[p]);
         else buf_puts(b, "null");
-        buf_puts(b, ",\"p95_ms\":");
-        put_num(b, p95 < 0 ? -1 : p95 * 1e3);
+        buf_printf(b, ",\"requests_60s\":%zu", n);
+        for (int k = 0; k < 3; k++) {
+            buf_printf(b, ",\"%s\":", qn[k]);
+            put_num(b, v[k] < 0 ? -1 : v[k] * 1e3);
+        }
         buf_puts(b, ",\"compliance\":");
         if (targets[p]) buf_printf(b, "%.4f}", ring_share_within(&r->slo[p], now, 60.0, targets[p] / 1e3));
         else buf_puts(b, "null}");

@@ -523,6 +523,9 @@ pools:
         # the dashboard's view: each pool's price model and recent spend in /admin/status
         st = json.loads(urllib.request.urlopen(urllib.request.Request(f"http://{r.url}/admin/status",
                                                                       headers=auth), timeout=5).read())
+        slo = st["slo"]["batch"]
+        assert slo["requests_60s"] == 20 and slo["target_p95_ms"] == 5000 and slo["compliance"] == 1
+        assert 0 < slo["p50_ms"] <= slo["p95_ms"] <= slo["p99_ms"] < 5000, slo
         sc = {p["name"]: p["cost"] for p in st["pools"]}
         assert sc["gpu"]["model"] == "usage" and sc["gpu"]["usd_per_hour"] == 3600
         assert sc["gpu"]["requests"] == 21 and sc["gpu"]["usd"] == pytest.approx(pools["gpu"]["cost_usd"], rel=1e-3)
