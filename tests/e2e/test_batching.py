@@ -83,15 +83,8 @@ def fire(url, model, payloads, binary=True, **kw):
         return list(ex.map(one, payloads))
 
 
-@pytest.mark.parametrize("dt", DTYPES)
-def test_each_request_gets_its_own_rows(worker, dt):
-    model = f"identity_{dt.lower()}"
-    before = worker.http("GET", "/metrics")[2].decode()
-    lbl = f'model="{model}",version="1"'
-    runs0 = metric(before, "tierserve_batch_size_count", lbl)
-    rows_sum0 = metric(before, "tierserve_batch_size_sum", lbl)
-    datas = [values(dt, 1 + i % 3, 5, seed=i) for i in range(10)]
-    results = fire(worker.url, model, [[("INPUT0", d, dt)] for d in datas])
+def assert_own_rows(dt, datas, results):
+    """Each identity reply holds exactly the rows its own request sent."""
     for d, r in zip(datas, results):
         got = r.as_numpy("OUTPUT0")
         if dt == "BF16":
@@ -103,6 +96,18 @@ def test_each_request_gets_its_own_rows(worker, dt):
         else:
             assert got.dtype == d.dtype and got.shape == d.shape
             np.testing.assert_array_equal(got, d)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_each_request_gets_its_own_rows(worker, dt):
+    model = f"identity_{dt.lower()}"
+    before = worker.http("GET", "/metrics")[2].decode()
+    lbl = f'model="{model}",version="1"'
+    runs0 = metric(before, "tierserve_batch_size_count", lbl)
+    rows_sum0 = metric(before, "tierserve_batch_size_sum", lbl)
+    datas = [values(dt, 1 + i % 3, 5, seed=i) for i in range(10)]
+    results = fire(worker.url, model, [[("INPUT0", d, dt)] for d in datas])
+    assert_own_rows(dt, datas, results)
     after = worker.http("GET", "/metrics")[2].decode()
     runs = metric(after, "tierserve_batch_size_count", lbl) - runs0
     batched = metric(after, "tierserve_batch_size_sum", lbl) - rows_sum0

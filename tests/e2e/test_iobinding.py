@@ -21,7 +21,7 @@ import pytest
 import gen_test_models
 import tritonlike
 from conftest import start_worker
-from test_batching import BATCH_CFG, DTYPES, fire, values
+from test_batching import BATCH_CFG, DTYPES, assert_own_rows, fire, values
 from test_infer import (  # noqa: F401  (re-collected here, against the binding worker)
     DEMO_X, infer, tensor, test_binary_data_output_overridden_per_output, test_demo,
     test_error_unknown_output, test_error_wrong_datatype, test_fixed_shape,
@@ -173,16 +173,7 @@ def test_batched_requests_get_their_own_rows(batch_worker, dt):
     runs0, rows0 = batch_runs(batch_worker, model)
     datas = [values(dt, 1 + i % 3, 5, seed=50 + i) for i in range(12)]
     results = fire(batch_worker.url, model, [[("INPUT0", d, dt)] for d in datas])
-    for d, r in zip(datas, results):
-        got = r.as_numpy("OUTPUT0")
-        if dt == "BF16":
-            want = (d.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
-            np.testing.assert_array_equal(got.astype(np.float32), want)
-        elif dt == "BYTES":
-            assert got.tolist() == d.tolist()
-        else:
-            assert got.dtype == d.dtype and got.shape == d.shape
-            np.testing.assert_array_equal(got, d)
+    assert_own_rows(dt, datas, results)
     runs1, rows1 = batch_runs(batch_worker, model)
     assert rows1 - rows0 == 12
     assert runs1 - runs0 < 12, "no batch was formed"
