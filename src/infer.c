@@ -413,6 +413,19 @@ static int parse_outputs(json_t *outs, infer_request *r, ts_err *err)
 static int parse_json_part(infer_request *r, const char *text, size_t text_len, size_t jlen,
                            fast_ctx *fc, ts_err *err);
 
+int64_t infer_header_len(const char *v, ts_err *err)
+{
+    if (!v) return -1;
+    char *end = NULL;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (errno || end == v || *end || n < 0 || v[0] == '-' || v[0] == '+') {
+        ts_err_set(err, 400, "Inference-Header-Content-Length \"%.40s\" is not a byte count", v);
+        return -2;
+    }
+    return n;
+}
+
 int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit,
                 infer_request *r, ts_err *err)
 {

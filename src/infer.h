@@ -84,6 +84,9 @@ typedef struct {
 } infer_result;
 
 /* Takes ownership of body (malloc'd). header_len is Inference-Header-Content-Length, or -1. */
+/* The Inference-Header-Content-Length value: -1 when absent (v NULL), -2 with err (400)
+ * when it is not a byte count, else the length. */
+int64_t infer_header_len(const char *v, ts_err *err);
 int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit,
                 infer_request *out, ts_err *err);
 void infer_request_free(infer_request *r);

@@ -337,21 +337,6 @@ void server_on_job_done(void *item, void *ctx)
     server_maybe_finish_drain(srv);
 }
 
-static int64_t parse_header_len(struct evhttp_request *req, ts_err *err)
-{
-    const char *v = evhttp_find_header(evhttp_request_get_input_headers(req),
-                                       "Inference-Header-Content-Length");
-    if (!v) return -1;
-    char *end = NULL;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    if (errno || end == v || *end || n < 0 || v[0] == '-' || v[0] == '+') {
-        ts_err_set(err, 400, "Inference-Header-Content-Length \"%.40s\" is not a byte count", v);
-        return -2;
-    }
-    return n;
-}
-
 /* The body, inflated if it came compressed. Returns a malloc'd buffer or NULL with err. */
 static uint8_t *read_body(server *srv, struct evhttp_request *req, zc_kind enc, size_t *len,
                           ts_err *err)
@@ -367,14 +352,10 @@ static uint8_t *read_body(server *srv, struct evhttp_request *req, zc_kind enc, 
     *len = n;
     if (enc == ZC_NONE) return body;
     uint8_t *plain = NULL;
-    int zr = zcodec_inflate(body, n, (size_t)srv->set->max_body_bytes, &plain, len);
+    err->http = zcodec_request_inflate(enc, body, n, (size_t)srv->set->max_body_bytes, &plain, len, err->msg,
+                                       sizeof err->msg);
     free(body);
-    if (zr == -2)
-        ts_err_set(err, 413, "%s body inflates beyond the %lld-byte limit", zcodec_name(enc),
-                   (long long)srv->set->max_body_bytes);
-    else if (zr)
-        ts_err_set(err, 400, "%s body is corrupt or truncated", zcodec_name(enc));
-    return zr ? NULL : plain;
+    return err->http ? NULL : plain;
 }
 
 /* Refusals before a job exists: shutting down, not live, unknown or unready model. */
@@ -476,13 +457,11 @@ void server_handle_infer(server *srv, struct evhttp_request *req, const char *na
     ts_model *m = admit(srv, req, name, version);
     if (!m) return;
     struct evkeyvalq *in_h = evhttp_request_get_input_headers(req);
-    const char *enc = evhttp_find_header(in_h, "Content-Encoding");
-    zc_kind body_enc = zcodec_parse_encoding(enc);
-    if (body_enc == ZC_UNSUPPORTED) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "Content-Encoding \"%.40s\" is not supported (gzip, deflate, identity)", enc);
+    zc_kind body_enc;
+    char enc_msg[128];
+    if (zcodec_request_encoding(evhttp_find_header(in_h, "Content-Encoding"), &body_enc, enc_msg, sizeof enc_msg)) {
         atomic_fetch_add(&model_stats_of(m)->outcomes[OUT_CLIENT_ERROR], 1);
-        server_reply_error(req, 415, msg);
+        server_reply_error(req, 415, enc_msg);
         return;
     }
     job *j = calloc(1, sizeof *j);
@@ -496,7 +475,7 @@ void server_handle_infer(server *srv, struct evhttp_request *req, const char *na
     j->reply_enc = zcodec_pick_accept(evhttp_find_header(in_h, "Accept-Encoding"));
     ts_err err = {0};
     size_t len = 0;
-    int64_t hlen = parse_header_len(req, &err);
+    int64_t hlen = infer_header_len(evhttp_find_header(in_h, "Inference-Header-Content-Length"), &err);
     uint8_t *body = hlen == -2 ? NULL : read_body(srv, req, body_enc, &len, &err);
     int rc = body ? infer_parse(body, len, hlen, (size_t)srv->set->max_body_bytes, &j->req, &err) : -1;
     if (rc == 0) rc = infer_bind(model_signature(m), &j->req, &err);

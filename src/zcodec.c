@@ -1,5 +1,6 @@
 #include "zcodec.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -133,5 +134,28 @@ int zcodec_compress(buf *b, zc_kind k)
     b->data = o;
     b->len = n;
     b->cap = cap;
+    return 0;
+}
+
+int zcodec_request_encoding(const char *v, zc_kind *k, char *msg, size_t msglen)
+{
+    *k = zcodec_parse_encoding(v);
+    if (*k != ZC_UNSUPPORTED) return 0;
+    snprintf(msg, msglen, "Content-Encoding \"%.40s\" is not supported (gzip, deflate, identity)", v);
+    return 415;
+}
+
+int zcodec_request_inflate(zc_kind k, const uint8_t *in, size_t len, size_t limit, uint8_t **out, size_t *outlen,
+                           char *msg, size_t msglen)
+{
+    int zr = zcodec_inflate(in, len, limit, out, outlen);
+    if (zr == -2) {
+        snprintf(msg, msglen, "%s body inflates beyond the %zu-byte limit", zcodec_name(k), limit);
+        return 413;
+    }
+    if (zr) {
+        snprintf(msg, msglen, "%s body is corrupt or truncated", zcodec_name(k));
+        return 400;
+    }
     return 0;
 }

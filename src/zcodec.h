@@ -20,6 +20,13 @@ const char *zcodec_name(zc_kind k);
 
 /* Inflates in[0..len) into a malloc'd buffer. Returns 0; -1 corrupt; -2 larger than limit. */
 int zcodec_inflate(const uint8_t *in, size_t len, size_t limit, uint8_t **out, size_t *outlen);
+/* Request side, shared by the worker and the router so both answer alike. The
+ * Content-Encoding value: 0 with *k set, or 415 with msg naming the value. */
+int zcodec_request_encoding(const char *v, zc_kind *k, char *msg, size_t msglen);
+/* A request body in encoding k inflated (bounded by limit) into a malloc'd *out: 0, or the
+ * status to answer (413 past the limit, 400 corrupt) with msg. */
+int zcodec_request_inflate(zc_kind k, const uint8_t *in, size_t len, size_t limit, uint8_t **out, size_t *outlen,
+                           char *msg, size_t msglen);
 /* Compresses b in place. Returns 0, or -1 (b unchanged). */
 int zcodec_compress(buf *b, zc_kind k);
 

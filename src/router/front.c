@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "httppath.h"
+#include "infer.h"
 #include "jcheck.h"
 #include "log.h"
 #include "proxy.h"
@@ -49,49 +50,30 @@ static void copy_header(struct evkeyvalq *h, const char *name, char *out, size_t
  * pass, no tree). Returns 0, or the status to answer with and a message naming the problem. */
 static int check_infer_body(const proxy_req *pr, char *msg, size_t len)
 {
-    zc_kind enc = zcodec_parse_encoding(pr->cenc[0] ? pr->cenc : NULL);
-    if (enc == ZC_UNSUPPORTED) {
-        snprintf(msg, len, "Content-Encoding \"%.40s\" is not supported (gzip, deflate, identity)", pr->cenc);
-        return 415;
-    }
+    zc_kind enc;
+    int code = zcodec_request_encoding(pr->cenc[0] ? pr->cenc : NULL, &enc, msg, len);
+    if (code) return code;
     const uint8_t *body = pr->body;
     size_t n = pr->body_len;
     uint8_t *plain = NULL;
     if (enc != ZC_NONE) {
-        int zr = zcodec_inflate(pr->body, pr->body_len, pr->r->cfg->max_body_bytes, &plain, &n);
-        if (zr == -2) {
-            snprintf(msg, len, "%s body inflates beyond the %llu-byte limit", zcodec_name(enc),
-                     (unsigned long long)pr->r->cfg->max_body_bytes);
-            return 413;
-        }
-        if (zr != 0) {
-            snprintf(msg, len, "Content-Encoding is %s but the body is not valid %s data", zcodec_name(enc),
-                     zcodec_name(enc));
-            return 400;
-        }
+        code = zcodec_request_inflate(enc, pr->body, pr->body_len, pr->r->cfg->max_body_bytes, &plain, &n, msg, len);
+        if (code) return code;
         body = plain;
     }
-    size_t jlen = n;
-    int code = 0;
-    if (pr->ihcl[0]) {
-        char *end = NULL;
-        errno = 0;
-        long long h = strtoll(pr->ihcl, &end, 10);
-        if (errno || end == pr->ihcl || *end || h < 0 || pr->ihcl[0] == '-' || pr->ihcl[0] == '+') {
-            snprintf(msg, len, "Inference-Header-Content-Length \"%.40s\" is not a byte count", pr->ihcl);
-            code = 400;
-        } else if ((unsigned long long)h > n) {
-            snprintf(msg, len, "Inference-Header-Content-Length %lld is larger than the %zu-byte body", h, n);
-            code = 400;
-        } else {
-            jlen = (size_t)h;
-        }
-    }
-    if (!code && jlen == 0) {
-        snprintf(msg, len, "empty request body: expected a JSON inference request");
+    ts_err err = {0};
+    int64_t jlen = infer_header_len(pr->ihcl[0] ? pr->ihcl : NULL, &err);
+    if (jlen == -1) jlen = (int64_t)n;
+    if (jlen >= 0 && (uint64_t)jlen > n)
+        ts_err_set(&err, 400, "Inference-Header-Content-Length %lld is larger than the %zu-byte body", (long long)jlen, n);
+    else if (jlen == 0)
+        ts_err_set(&err, 400, "empty request body: expected a JSON inference request");
+    if (err.http) {
+        snprintf(msg, len, "%s", err.msg);
+        code = err.http;
+    } else if (jcheck_infer_request((const char *)body, (size_t)jlen, msg, len) != 0) {
         code = 400;
     }
-    if (!code && jcheck_infer_request((const char *)body, jlen, msg, len) != 0) code = 400;
     free(plain);
     return code;
 }
@@ -188,7 +170,7 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
     }
     evbuffer_remove(in, pr->body, pr->body_len);
     r->active++;
-    char msg[320];
+    char msg[sizeof(((ts_err *)0)->msg)];
     int code = pr->is_infer ? check_infer_body(pr, msg, sizeof msg) : 0;
     if (code) {
         rt_proxy_fail(pr, code, OUT_CLIENT_ERR, msg);
