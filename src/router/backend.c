@@ -63,11 +63,10 @@ int rt_pools_init(router *r, char *err, size_t errlen)
 {
     for (unsigned i = 0; i < r->cfg->pools_count; i++) {
         const rc_pool *pc = &r->cfg->pools[i];
-        rt_pool *p = &r->pools[r->n_pools];
+        rt_pool *p = &r->pools[r->n_pools++];
         memset(p, 0, sizeof *p);
         p->cfg = pc;
         p->r = r;
-        p->index = r->n_pools++;
         if (pc->kind == POOL_GPU) {
             policy_config polc;
             rconfig_policy(r->cfg, &polc);

@@ -15,7 +15,7 @@ static void log_events(router *r, rt_pool *p)
     const policy_state *st = &p->st;
     for (size_t i = 0; i < st->n_events; i++) {
         const policy_event *e = &st->events[i];
-        r->policy_events[p->index][e->kind]++;
+        r->policy_events[rt_pool_index(p)][e->kind]++;
         char sig[256];
         size_t o = 0;
         for (int s = 0; s < SIG_COUNT && o < sizeof sig; s++) {

@@ -35,7 +35,7 @@ static void count(proxy_req *pr, int outcome)
 {
     router *r = pr->r;
     if (!pr->is_infer) return;
-    size_t pi = pr->pool ? pr->pool->index : RT_POOL_NONE; /* "none": refused before routing */
+    size_t pi = pr->pool ? rt_pool_index(pr->pool) : RT_POOL_NONE; /* "none": refused before routing */
     r->requests[pi][pr->prio][outcome]++;
     /* only requests that reached a pool get a model label: unknown names cannot grow it */
     size_t slot = outcome == OUT_CLIENT_ERR && !pr->backend ? RT_MAX_MODELS : model_slot(r, pr->logical);
@@ -103,10 +103,16 @@ static const char *physical(const rt_pool *p, const char *logical)
     return NULL;
 }
 
-/* May this pool serve the request at all (data class, model, a healthy backend)? */
+/* May this pool take the request's data class and does it serve its model? */
+static bool pool_serves(const rt_pool *p, const proxy_req *pr)
+{
+    return (!pr->sensitive || p->cfg->sensitive) && physical(p, pr->logical);
+}
+
+/* ... and has it a healthy backend? */
 static bool pool_fits(const rt_pool *p, const proxy_req *pr, double now)
 {
-    return p && (!pr->sensitive || p->cfg->sensitive) && physical(p, pr->logical) && rt_pool_healthy(p, now) > 0;
+    return p && pool_serves(p, pr) && rt_pool_healthy(p, now) > 0;
 }
 
 /* The pools of one kind that fit the request, least loaded first (in flight per healthy
@@ -117,10 +123,15 @@ static size_t candidates(router *r, const proxy_req *pr, pool_kind kind, double 
     double load[RT_MAX_POOLS];
     for (size_t i = 0; i < r->n_pools; i++) {
         rt_pool *p = &r->pools[i];
-        if (p->cfg->kind != kind || !pool_fits(p, pr, now)) continue;
+        if (p->cfg->kind != kind || !pool_serves(p, pr)) continue;
         unsigned busy = 0;
-        for (size_t k = 0; k < p->n; k++) busy += p->backends[k]->in_flight;
-        double l = (double)busy / (double)rt_pool_healthy(p, now);
+        size_t healthy = 0;
+        for (size_t k = 0; k < p->n; k++) {
+            busy += p->backends[k]->in_flight;
+            healthy += rt_backend_healthy(p->backends[k], now);
+        }
+        if (!healthy) continue;
+        double l = (double)busy / (double)healthy;
         size_t j = n++;
         for (; j > 0 && load[j - 1] > l; j--) out[j] = out[j - 1], load[j] = load[j - 1];
         out[j] = p, load[j] = l;
@@ -313,7 +324,7 @@ static void account(proxy_req *pr, struct evhttp_request *resp, int code)
     if (code >= 400) return;
     const char *cms = evhttp_find_header(evhttp_request_get_input_headers(resp), "Tierserve-Compute-Ms");
     double compute_s = cms ? atof(cms) / 1e3 : 0;
-    cost_request(r->cost, (size_t)(pr->pool - r->pools), cost_tenant_index(r->cfg, pr->tenant), pr->prio,
+    cost_request(r->cost, rt_pool_index(pr->pool), cost_tenant_index(r->cfg, pr->tenant), pr->prio,
                  compute_s, now);
 }
 

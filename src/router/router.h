@@ -89,7 +89,6 @@ struct rt_pool {
     size_t n_dns;
     lat_ring lat;
     struct router *r;
-    size_t index; /* in router.pools */
     /* GPU pools only: the pressure policy of this pool, its state and last signals */
     policy *pol;
     policy_state st;
@@ -125,6 +124,9 @@ typedef struct router {
     unsigned admq_len;
     lat_ring slo[PRIO_COUNT];
 } router;
+
+/* Where p stands in router.pools (metrics, cost and event tables are indexed by it). */
+static inline size_t rt_pool_index(const rt_pool *p) { return (size_t)(p - p->r->pools); }
 
 /* backend.c */
 int rt_pools_init(router *r, char *err, size_t errlen);
