@@ -78,24 +78,23 @@ class Router:
         return code
 
 
+def pools_config(pools, extra=""):
+    """A router config on 127.0.0.1 with a 100 ms probe interval. pools: (name, kind,
+    sensitive, ports, models or None[, min_tier, default cpu])."""
+    out = [f"address: 127.0.0.1\nprobe_interval_ms: 100\n{extra}\npools:"]
+    for name, kind, sensitive, ports, models, *tier in pools:
+        backends = ", ".join(f'"127.0.0.1:{p}"' for p in ports)
+        out.append(f"  - name: {name}\n    kind: {kind}\n    sensitive: {str(sensitive).lower()}\n"
+                   f"    min_tier: {tier[0] if tier else 'cpu'}\n    backends: [{backends}]")
+        if models:
+            out.append("    models:\n" + "\n".join(f"      - {{name: {a}, serve: {b}}}" for a, b in models))
+    return "\n".join(out) + "\n"
+
+
 def config(gpu_ports, cpu_ports, gpu_min_tier="cpu", extra=""):
-    gb = ", ".join(f'"127.0.0.1:{p}"' for p in gpu_ports)
-    cb = ", ".join(f'"127.0.0.1:{p}"' for p in cpu_ports)
-    return f"""
-address: 127.0.0.1
-probe_interval_ms: 100
-{extra}
-pools:
-  - name: gpu
-    kind: gpu
-    sensitive: false
-    min_tier: {gpu_min_tier}
-    backends: [{gb}]
-  - name: cpu
-    kind: cpu
-    sensitive: true
-    backends: [{cb}]
-"""
+    """The usual pair: a GPU pool, and a CPU pool that may take sensitive data."""
+    return pools_config([("gpu", "gpu", False, gpu_ports, None, gpu_min_tier),
+                         ("cpu", "cpu", True, cpu_ports, None)], extra)
 
 
 def worker_requests(w, model="demo"):
@@ -434,17 +433,7 @@ def test_misbehaving_backend_is_retried_or_answered_never_a_crash(tmp_path, mode
         assert bad.hits >= 1
         # with only the bad backend in the GPU pool and no CPU pool fallback allowed
         # (sensitive traffic pinned to a pool that is just the bad backend): 502/504
-        r2 = Router(f"""
-address: 127.0.0.1
-probe_interval_ms: 100
-{extra}
-pools:
-  - name: gpu
-    kind: gpu
-    sensitive: true
-    min_tier: cpu
-    backends: ["127.0.0.1:{bad.port}"]
-""", tmp_path)
+        r2 = Router(pools_config([("gpu", "gpu", True, [bad.port], None)], extra), tmp_path)
         try:
             r2.wait_healthy(1)
             code, _, body = _post(r2, "demo", {"X-Data-Class": "sensitive"})

@@ -16,19 +16,7 @@ import pytest
 
 from conftest import SANITIZED, start_worker
 from fakehttp import FakeHTTP
-from test_router import DEMO, Router, _post, worker_requests
-
-
-def pools_config(pools, extra=""):
-    """pools: (name, kind, sensitive, ports, models or None)."""
-    out = [f"address: 127.0.0.1\nprobe_interval_ms: 100\n{extra}\npools:"]
-    for name, kind, sensitive, ports, models in pools:
-        backends = ", ".join(f'"127.0.0.1:{p}"' for p in ports)
-        out.append(f"  - name: {name}\n    kind: {kind}\n    sensitive: {str(sensitive).lower()}\n"
-                   f"    min_tier: cpu\n    backends: [{backends}]")
-        if models:
-            out.append("    models:\n" + "\n".join(f"      - {{name: {a}, serve: {b}}}" for a, b in models))
-    return "\n".join(out) + "\n"
+from test_router import DEMO, Router, _post, pools_config, worker_requests
 
 
 def metric(r, name, **labels):
