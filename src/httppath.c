@@ -7,43 +7,99 @@
 #include <string.h>
 #include <strings.h>
 
-size_t httppath_split(const char *path, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], bool *bad)
+/* Why a decoded segment is refused, or NULL. It may hold no control character (NUL, CR, LF,
+ * ...), no space and no '/': such bytes could end or split a request line built from the
+ * segment further on (a smuggled second request to a backend), or name another path than
+ * the one that was routed. */
+static const char *segment_unsafe(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f) return "a control character";
+        if (c == ' ') return "a space";
+        if (c == '/') return "'/' (%2F)";
+    }
+    return NULL;
+}
+
+/* The segment as sent, for an error message: printable ASCII kept, the rest as \xNN, cut
+ * short with "..." (the client's bytes never reach a log or reply raw). */
+static void segment_quote(const char *raw, size_t len, char *out, size_t outlen)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 8 < outlen; i++) {
+        unsigned char c = (unsigned char)raw[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') out[o++] = (char)c;
+        else o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", c);
+        if (i + 1 < len && o + 8 >= outlen) {
+            o += (size_t)snprintf(out + o, outlen - o, "...");
+            break;
+        }
+    }
+    out[o] = '\0';
+}
+
+int httppath_split(const char *path, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg, size_t msglen)
 {
     size_t n = 0;
-    *bad = false;
     const char *p = path;
     while (*p) {
         while (*p == '/') p++;
         if (!*p) break;
         const char *e = strchr(p, '/');
         size_t l = e ? (size_t)(e - p) : strlen(p);
-        if (n == HTTPPATH_MAX_SEGS || l >= HTTPPATH_SEG_MAX) {
-            *bad = true;
-            return n;
+        if (n == HTTPPATH_MAX_SEGS) {
+            snprintf(msg, msglen, "request path has more than %d segments", HTTPPATH_MAX_SEGS);
+            return -1;
         }
-        char raw[HTTPPATH_SEG_MAX];
+        if (l >= HTTPPATH_SEG_MAX) {
+            snprintf(msg, msglen, "request path segment %zu is longer than %d bytes", n + 1, HTTPPATH_SEG_MAX - 1);
+            return -1;
+        }
+        char raw[HTTPPATH_SEG_MAX], shown[48];
         memcpy(raw, p, l);
         raw[l] = '\0';
-        char *dec = evhttp_uridecode(raw, 0, NULL);
-        if (!dec || strlen(dec) >= HTTPPATH_SEG_MAX) {
+        segment_quote(raw, l, shown, sizeof shown);
+        size_t dl = 0;
+        char *dec = evhttp_uridecode(raw, 0, &dl);
+        const char *why = !dec ? "does not decode" : segment_unsafe(dec, dl);
+        if (why) {
+            snprintf(msg, msglen, "request path segment %zu (\"%s\") %s%s", n + 1, shown,
+                     dec ? "decodes to " : "", why);
             free(dec);
-            *bad = true;
-            return n;
+            return -1;
         }
-        strcpy(segs[n++], dec);
+        memcpy(segs[n++], dec, dl + 1);
         free(dec);
         p += l;
     }
-    return n;
+    return (int)n;
 }
 
-/* Requests whose length two parties could read differently (request smuggling): more than
- * one Content-Length, or a Transfer-Encoding other than plain chunked. */
+/* RFC 9110 5.1: a field name is a token. libevent keeps whatever precedes the colon as the
+ * name, so "Transfer-Encoding : chunked" would arrive as a name with a trailing space that
+ * no lookup matches: a body framing that a proxy in front may have read differently. RFC
+ * 9112 5.1 says to refuse such a message with 400. */
+static bool field_name_ok(const char *k)
+{
+    if (!*k) return false;
+    for (; *k; k++) {
+        unsigned char c = (unsigned char)*k;
+        bool tchar = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                     (c && strchr("!#$%&'*+-.^_`|~", c));
+        if (!tchar) return false;
+    }
+    return true;
+}
+
+/* Requests whose length two parties could read differently (request smuggling): a malformed
+ * field name, more than one Content-Length, or a Transfer-Encoding other than plain chunked. */
 static const char *ambiguous_framing(struct evhttp_request *req)
 {
     struct evkeyvalq *h = evhttp_request_get_input_headers(req);
     const char *cl = NULL, *te = NULL;
     for (struct evkeyval *kv = h->tqh_first; kv; kv = kv->next.tqe_next) {
+        if (!field_name_ok(kv->key)) return "a malformed header name (not an RFC 9110 token: whitespace before the colon?)";
         if (strcasecmp(kv->key, "Content-Length") == 0) {
             if (cl && strcmp(cl, kv->value) != 0) return "conflicting Content-Length headers";
             cl = kv->value;
@@ -69,11 +125,9 @@ int httppath_request(struct evhttp_request *req, char segs[HTTPPATH_MAX_SEGS][HT
     }
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    bool bad = false;
-    size_t n = path ? httppath_split(path, segs, &bad) : 0;
-    if (!path || bad) {
-        snprintf(msg, msglen, "malformed or over-long request path");
+    if (!path) {
+        snprintf(msg, msglen, "malformed request target");
         return -1;
     }
-    return (int)n;
+    return httppath_split(path, segs, msg, msglen);
 }

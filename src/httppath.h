@@ -8,10 +8,11 @@
 #define HTTPPATH_MAX_SEGS 8
 #define HTTPPATH_SEG_MAX 256
 
-/* Splits path on '/', skipping empty segments. Returns the count; *bad is set (and the
- * caller should answer 400) when there are too many segments or one is too long or
- * does not decode. */
-size_t httppath_split(const char *path, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], bool *bad);
+/* Splits path on '/', skipping empty segments, and percent-decodes each. Returns the count,
+ * or -1 with a 400 message naming the segment in msg: too many segments, one too long, one
+ * that does not decode, or one that decodes to a control character, a space or '/' (never
+ * safe to put back into a request line). */
+int httppath_split(const char *path, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg, size_t msglen);
 
 struct evhttp_request;
 /* The front door the worker and the router share. Refuses framing that two parties could
