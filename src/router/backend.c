@@ -1,14 +1,17 @@
 /* backend.c: pools, backends, keep-alive connections, active probes and ejection. */
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <arpa/inet.h>
 #include <event2/dns.h>
 #include <event2/http.h>
 #include <event2/util.h>
 #include <jansson.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "log.h"
@@ -257,9 +260,27 @@ rt_backend *rt_pick_backend(rt_pool *p, const rt_backend *avoid, double now)
     return best;
 }
 
+/* Has an idle pooled connection anything to read: bytes nobody asked for, or the backend's
+ * close? Either way it must not carry the next request. */
+static bool conn_stale(struct evhttp_connection *c)
+{
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(c);
+    if (evbuffer_get_length(bufferevent_get_input(bev)) > 0) return true;
+    evutil_socket_t fd = bufferevent_getfd(bev);
+    if (fd < 0) return false; /* not connected: the next request connects afresh */
+    char byte;
+    ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 struct evhttp_connection *rt_conn_get(router *r, rt_backend *b)
 {
-    if (b->n_free) return b->free_conns[--b->n_free];
+    while (b->n_free) {
+        struct evhttp_connection *c = b->free_conns[--b->n_free];
+        if (!conn_stale(c)) return c;
+        LOG_DEBUG_(LOGF({"backend", b->addr}), "dropping a pooled connection with unexpected bytes or a close");
+        rt_conn_drop(b, c);
+    }
     struct evhttp_connection *c = evhttp_connection_base_new(r->base, NULL, b->host, (ev_uint16_t)b->port);
     if (!c) return NULL;
     evhttp_connection_set_retries(c, 0);
@@ -270,7 +291,7 @@ struct evhttp_connection *rt_conn_get(router *r, rt_backend *b)
 
 void rt_conn_put(rt_backend *b, struct evhttp_connection *c)
 {
-    if (b->n_free < b->pool->cfg->max_in_flight) b->free_conns[b->n_free++] = c;
+    if (b->n_free < b->pool->cfg->max_in_flight && !conn_stale(c)) b->free_conns[b->n_free++] = c;
     else rt_conn_drop(b, c);
 }
 

@@ -282,7 +282,9 @@ static void on_backend_reply(struct evhttp_request *resp, void *arg)
         else rt_conn_put(b, pr->conn);
         pr->conn = NULL;
         char why[96];
-        if (code == 0)
+        if (code == 0 && pr->mismatch)
+            snprintf(why, sizeof why, "its reply did not carry the request's id");
+        else if (code == 0)
             snprintf(why, sizeof why, "%s", pr->error_seen && pr->err_kind == EVREQ_HTTP_TIMEOUT ? "timed out" : "connection failed or reset");
         else
             snprintf(why, sizeof why, "answered %d", code);
@@ -382,9 +384,26 @@ static void copy_reply_headers(proxy_req *pr, struct evhttp_request *resp, bool 
     evhttp_add_header(out, "X-Tierrouter-Backend", pr->backend->addr);
 }
 
+/* A reply belongs to the request it answers only if it echoes that request's id (workers
+ * echo X-Request-Id on every reply). Anything else (a reply nobody asked for, left on a
+ * pooled connection by a request some party split in two) must never reach a client: the
+ * connection is failed (libevent closes it), and the request is retried like after a reset. */
+static bool reply_is_ours(proxy_req *pr, struct evhttp_request *resp)
+{
+    const char *id = evhttp_find_header(evhttp_request_get_input_headers(resp), RT_BACKEND_ID_HEADER);
+    if (id && strcmp(id, pr->request_id) == 0) return true;
+    pr->mismatch = true;
+    pr->r->reply_mismatches++;
+    LOG_WARN_(LOGF({"request_id", pr->request_id}, {"backend", pr->backend->addr}),
+              "dropping a reply from %s that does not carry this request's id; closing the connection",
+              pr->backend->addr);
+    return false;
+}
+
 static int on_backend_headers(struct evhttp_request *resp, void *arg)
 {
     proxy_req *pr = arg;
+    if (!reply_is_ours(pr, resp)) return -1;
     int code = evhttp_request_get_response_code(resp);
     if (code >= 500) return 0; /* held: the retry may answer instead */
     pr->streaming = true;
@@ -399,6 +418,25 @@ static int on_backend_headers(struct evhttp_request *resp, void *arg)
     return 0;
 }
 
+/* The request target for the backend. Every segment is percent-encoded again, whatever the
+ * front door already checked: nothing decoded from a client goes into a request line raw. */
+static int backend_uri(const proxy_req *pr, char *uri, size_t len)
+{
+    char *model = evhttp_uriencode(physical(pr->pool, pr->logical), -1, 0);
+    char *version = evhttp_uriencode(pr->version, -1, 0);
+    int n = -1;
+    if (model && version)
+        n = snprintf(uri, len, "/v2/models/%s%s%s%s%s", model, pr->version[0] ? "/versions/" : "", version,
+                     pr->verb[0] ? "/" : "", pr->verb);
+    free(model);
+    free(version);
+    if (n < 0 || (size_t)n >= len) {
+        uri[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
 static int send_to_backend(proxy_req *pr)
 {
     router *r = pr->r;
@@ -406,6 +444,7 @@ static int send_to_backend(proxy_req *pr)
     pr->conn = rt_conn_get(r, b);
     if (!pr->conn) return -1;
     pr->error_seen = false;
+    pr->mismatch = false;
     /* a try that hangs must leave time for the retry: the first gets per_try_timeout_ms,
      * or half of what is left, the retry all that remains */
     double left = pr->deadline - rt_now();
@@ -427,16 +466,11 @@ static int send_to_backend(proxy_req *pr)
     if (pr->ihcl[0]) evhttp_add_header(h, "Inference-Header-Content-Length", pr->ihcl);
     if (pr->cenc[0]) evhttp_add_header(h, "Content-Encoding", pr->cenc);
     if (pr->aenc[0]) evhttp_add_header(h, "Accept-Encoding", pr->aenc);
-    evhttp_add_header(h, r->cfg->request_id_header, pr->request_id);
+    evhttp_add_header(h, RT_BACKEND_ID_HEADER, pr->request_id);
     evbuffer_add(evhttp_request_get_output_buffer(req), pr->body, pr->body_len);
-    char uri[600];
-    const char *phys = physical(pr->pool, pr->logical);
-    char *enc = evhttp_uriencode(phys, -1, 0);
-    int n = pr->version[0] ? snprintf(uri, sizeof uri, "/v2/models/%s/versions/%s", enc, pr->version)
-                           : snprintf(uri, sizeof uri, "/v2/models/%s", enc);
-    if (pr->verb[0] && n > 0 && (size_t)n < sizeof uri) snprintf(uri + n, sizeof uri - (size_t)n, "/%s", pr->verb);
-    free(enc);
-    if (evhttp_make_request(pr->conn, req, pr->method, uri) != 0) {
+    char uri[1200];
+    if (backend_uri(pr, uri, sizeof uri) != 0 || evhttp_make_request(pr->conn, req, pr->method, uri) != 0) {
+        if (uri[0] == '\0') evhttp_request_free(req);
         rt_conn_drop(b, pr->conn);
         pr->conn = NULL;
         return -1;

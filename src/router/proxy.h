@@ -5,6 +5,10 @@
 
 #include "router.h"
 
+/* The header a worker echoes on every reply: the router sends each try's request id in it,
+ * whatever request_id_header clients use, and accepts only the reply that echoes it. */
+#define RT_BACKEND_ID_HEADER "X-Request-Id"
+
 typedef struct proxy_req {
     router *r;
     struct evhttp_request *client; /* NULL once the client is gone */
@@ -24,6 +28,7 @@ typedef struct proxy_req {
     struct evhttp_connection *conn;
     enum evhttp_request_error err_kind;
     bool error_seen, retried;
+    bool mismatch;  /* the try's reply did not echo request_id: dropped with its connection */
     bool streaming; /* the reply is being passed through: no retry from here on */
     bool paused;    /* reading from the backend waits for the client to catch up */
     route_target want;      /* the pool the policy chose */

@@ -112,6 +112,7 @@ typedef struct router {
     uint64_t seq;
     uint64_t requests[RT_MAX_POOLS + 1][PRIO_COUNT][OUT_N]; /* [pool or RT_POOL_NONE][priority][outcome] */
     uint64_t retries, retries_denied, ejections_total, stream_pauses;
+    uint64_t reply_mismatches;  /* backend replies dropped for not echoing the request id */
     uint64_t policy_events[RT_MAX_POOLS][8]; /* [pool][policy_event_kind] */
     /* latency by model too: the label set stays bounded (RT_MAX_MODELS names, then "other") */
     char model_names[RT_MAX_MODELS][64];

@@ -157,9 +157,12 @@ void rt_metrics(router *r, buf *b)
                   "# TYPE tierrouter_retries_denied_total counter\ntierrouter_retries_denied_total %llu\n"
                   "# TYPE tierrouter_ejections_total counter\ntierrouter_ejections_total %llu\n"
                   "# HELP tierrouter_stream_pauses_total Replies whose backend reads paused for a slow client\n"
-                  "# TYPE tierrouter_stream_pauses_total counter\ntierrouter_stream_pauses_total %llu\n",
+                  "# TYPE tierrouter_stream_pauses_total counter\ntierrouter_stream_pauses_total %llu\n"
+                  "# HELP tierrouter_backend_reply_mismatches_total Backend replies dropped for not echoing the request id\n"
+                  "# TYPE tierrouter_backend_reply_mismatches_total counter\ntierrouter_backend_reply_mismatches_total %llu\n",
                (unsigned long long)r->retries, (unsigned long long)r->retries_denied,
-               (unsigned long long)r->ejections_total, (unsigned long long)r->stream_pauses);
+               (unsigned long long)r->ejections_total, (unsigned long long)r->stream_pauses,
+               (unsigned long long)r->reply_mismatches);
     /* per GPU pool: its policy's stage, pressure, failover, CPU shares and decisions */
     static const char *const gauges[] = {"stage", "pressure", "hard_failover"};
     for (int g = 0; g < 3; g++) {
