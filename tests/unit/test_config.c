@@ -143,7 +143,7 @@ static void test_io_binding_setting(void **state)
     char *argv2[] = {"tierserve", "--io-binding=off", NULL};
     assert_int_equal(settings_load(&s, 2, argv2, 1, err, sizeof err), 0);
     assert_int_equal(s.io_binding, SWITCH_OFF); /* flag beats env */
-    assert_string_equal(settings_switch_name(s.io_binding), "off");
+    assert_string_equal(tier_switch_name(s.io_binding), "off");
     unsetenv("TIERSERVE_IO_BINDING");
     expect_bad("TIERSERVE_IO_BINDING", "maybe", "TIERSERVE_IO_BINDING");
     expect_bad("TIERSERVE_IO_BINDING", "maybe", "auto|on|off");

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dtype.h"
+#include "ortenv.h"
 
 static void test_f16_known_values(void **state)
 {

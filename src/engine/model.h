@@ -19,11 +19,11 @@
 
 #include "ep.h"
 #include "hist.h"
-#include "infer.h"
+#include "infer_run.h"
 #include "modelcfg.h"
 #include "placement.h"
 #include "scheduler.h"
-#include "settings.h"
+#include "tier.h"
 
 typedef enum { MODEL_LOADING = 0, MODEL_READY, MODEL_FAILED } model_state_t;
 

@@ -150,3 +150,8 @@ void tier_decide(exec_mode mode, bool strict, const tier_attempts *a, tier_decis
                 tier_mode_name(mode), tier_name(d->tier), cause);
     }
 }
+
+const char *tier_switch_name(ts_switch v)
+{
+    return v == SWITCH_ON ? "on" : v == SWITCH_OFF ? "off" : "auto";
+}

@@ -7,25 +7,24 @@ typedef struct {
     const char *name;
     const char *config_name;
     size_t size;
-    ONNXTensorElementDataType onnx;
 } dtype_info;
 
 static const dtype_info k_info[DT_COUNT] = {
-    [DT_INVALID] = {"INVALID", "TYPE_INVALID", 0, ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED},
-    [DT_BOOL] = {"BOOL", "TYPE_BOOL", 1, ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL},
-    [DT_UINT8] = {"UINT8", "TYPE_UINT8", 1, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8},
-    [DT_UINT16] = {"UINT16", "TYPE_UINT16", 2, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16},
-    [DT_UINT32] = {"UINT32", "TYPE_UINT32", 4, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32},
-    [DT_UINT64] = {"UINT64", "TYPE_UINT64", 8, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64},
-    [DT_INT8] = {"INT8", "TYPE_INT8", 1, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8},
-    [DT_INT16] = {"INT16", "TYPE_INT16", 2, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16},
-    [DT_INT32] = {"INT32", "TYPE_INT32", 4, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32},
-    [DT_INT64] = {"INT64", "TYPE_INT64", 8, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64},
-    [DT_FP16] = {"FP16", "TYPE_FP16", 2, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16},
-    [DT_FP32] = {"FP32", "TYPE_FP32", 4, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT},
-    [DT_FP64] = {"FP64", "TYPE_FP64", 8, ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE},
-    [DT_BYTES] = {"BYTES", "TYPE_STRING", 0, ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING},
-    [DT_BF16] = {"BF16", "TYPE_BF16", 2, ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16},
+    [DT_INVALID] = {"INVALID", "TYPE_INVALID", 0},
+    [DT_BOOL] = {"BOOL", "TYPE_BOOL", 1},
+    [DT_UINT8] = {"UINT8", "TYPE_UINT8", 1},
+    [DT_UINT16] = {"UINT16", "TYPE_UINT16", 2},
+    [DT_UINT32] = {"UINT32", "TYPE_UINT32", 4},
+    [DT_UINT64] = {"UINT64", "TYPE_UINT64", 8},
+    [DT_INT8] = {"INT8", "TYPE_INT8", 1},
+    [DT_INT16] = {"INT16", "TYPE_INT16", 2},
+    [DT_INT32] = {"INT32", "TYPE_INT32", 4},
+    [DT_INT64] = {"INT64", "TYPE_INT64", 8},
+    [DT_FP16] = {"FP16", "TYPE_FP16", 2},
+    [DT_FP32] = {"FP32", "TYPE_FP32", 4},
+    [DT_FP64] = {"FP64", "TYPE_FP64", 8},
+    [DT_BYTES] = {"BYTES", "TYPE_STRING", 0},
+    [DT_BF16] = {"BF16", "TYPE_BF16", 2},
 };
 
 const char *dtype_name(ts_dtype dt) { return k_info[dt < DT_COUNT ? dt : DT_INVALID].name; }
@@ -50,18 +49,6 @@ ts_dtype dtype_parse_config(const char *name)
 }
 
 size_t dtype_size(ts_dtype dt) { return k_info[dt < DT_COUNT ? dt : DT_INVALID].size; }
-
-ONNXTensorElementDataType dtype_to_onnx(ts_dtype dt)
-{
-    return k_info[dt < DT_COUNT ? dt : DT_INVALID].onnx;
-}
-
-ts_dtype dtype_from_onnx(ONNXTensorElementDataType t)
-{
-    for (int i = 1; i < DT_COUNT; i++)
-        if (k_info[i].onnx == t) return (ts_dtype)i;
-    return DT_INVALID;
-}
 
 static uint32_t f32_bits(float f)
 {

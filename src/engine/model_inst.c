@@ -173,7 +173,7 @@ int model_setup_io_binding(model_repo *r, ts_model *m, char *err, size_t errlen)
     const char *tier = tier_name(r->opt.ep->decision.tier);
     if (sw == SWITCH_OFF || (sw == SWITCH_AUTO && !gpu)) {
         snprintf(m->io_binding_note, sizeof m->io_binding_note,
-                 "off: plain Run() (TIERSERVE_IO_BINDING=%s on the %s tier)", settings_switch_name(sw),
+                 "off: plain Run() (TIERSERVE_IO_BINDING=%s on the %s tier)", tier_switch_name(sw),
                  tier);
         return 0;
     }
@@ -201,11 +201,11 @@ int model_setup_io_binding(model_repo *r, ts_model *m, char *err, size_t errlen)
         snprintf(m->io_binding_note, sizeof m->io_binding_note,
                  "on: outputs bound to CudaPinned host memory on the instance's device, BYTES "
                  "outputs to CPU memory (TIERSERVE_IO_BINDING=%s on the %s tier)",
-                 settings_switch_name(sw), tier);
+                 tier_switch_name(sw), tier);
     else
         snprintf(m->io_binding_note, sizeof m->io_binding_note,
                  "on: outputs bound to CPU memory (TIERSERVE_IO_BINDING=%s on the %s tier)",
-                 settings_switch_name(sw), tier);
+                 tier_switch_name(sw), tier);
     return 0;
 }
 

@@ -95,11 +95,6 @@ static int parse_bool(const char *v, bool *out)
     return -1;
 }
 
-const char *settings_switch_name(ts_switch v)
-{
-    return v == SWITCH_ON ? "on" : v == SWITCH_OFF ? "off" : "auto";
-}
-
 static int parse_switch(const char *v, ts_switch *out)
 {
     bool b;

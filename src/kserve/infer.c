@@ -18,20 +18,6 @@
 /* No tensor may claim more elements than this, whatever its shape says. */
 #define TS_MAX_ELEMENTS (INT64_C(1) << 31)
 
-void ts_err_set(ts_err *e, int http, const char *fmt, ...)
-{
-    e->http = http;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
-}
-
-static uint32_t rd_u32le(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 static void wr_u32le(uint8_t *p, uint32_t v)
 {
     p[0] = (uint8_t)v;
@@ -86,7 +72,7 @@ static int check_bytes_layout(const uint8_t *p, size_t n, size_t count, const ch
                        name, i);
             return -1;
         }
-        uint32_t l = rd_u32le(p + off);
+        uint32_t l = dtype_rd_u32le(p + off);
         off += 4;
         if (l > n - off) {
             ts_err_set(err, 400, "input '%s': BYTES element %zu claims %u bytes, only %zu remain",

@@ -1,4 +1,5 @@
-/* dtype: the KServe v2 datatypes that ONNX Runtime also has, and conversions between them.
+/* dtype: the KServe v2 datatypes (those ONNX Runtime also has), and conversions between them.
+ * The mapping to ORT's element types is the engine's (engine/ortenv.h).
  *
  * Tensor payloads are kept in the binary-extension layout everywhere inside the server:
  * numeric types packed little-endian, BOOL one byte per element, BYTES as a sequence of
@@ -10,8 +11,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include <onnxruntime_c_api.h>
 
 typedef enum {
     DT_INVALID = 0,
@@ -37,8 +36,12 @@ const char *dtype_triton_config_name(ts_dtype dt); /* "TYPE_FP32", "TYPE_STRING"
 ts_dtype dtype_parse(const char *name);            /* DT_INVALID if unknown */
 ts_dtype dtype_parse_config(const char *name);     /* accepts "TYPE_FP32" or "FP32" */
 size_t dtype_size(ts_dtype dt);                    /* element bytes; 0 for BYTES */
-ONNXTensorElementDataType dtype_to_onnx(ts_dtype dt);
-ts_dtype dtype_from_onnx(ONNXTensorElementDataType t); /* DT_INVALID if not shared */
+
+/* A BYTES element's 4-byte little-endian length prefix. */
+static inline uint32_t dtype_rd_u32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 uint16_t dtype_f32_to_f16(float f);
 float dtype_f16_to_f32(uint16_t h);

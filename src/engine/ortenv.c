@@ -116,3 +116,23 @@ bool ortenv_capture_end(char *out, size_t outlen)
     pthread_mutex_unlock(&g_cap_mu);
     return got;
 }
+
+static const ONNXTensorElementDataType k_onnx[DT_COUNT] = {
+    [DT_INVALID] = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED, [DT_BOOL] = ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL,
+    [DT_UINT8] = ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,       [DT_UINT16] = ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16,
+    [DT_UINT32] = ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32,     [DT_UINT64] = ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64,
+    [DT_INT8] = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,         [DT_INT16] = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16,
+    [DT_INT32] = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32,       [DT_INT64] = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
+    [DT_FP16] = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,      [DT_FP32] = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
+    [DT_FP64] = ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,       [DT_BYTES] = ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING,
+    [DT_BF16] = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16,
+};
+
+ONNXTensorElementDataType dtype_to_onnx(ts_dtype dt) { return k_onnx[dt < DT_COUNT ? dt : DT_INVALID]; }
+
+ts_dtype dtype_from_onnx(ONNXTensorElementDataType t)
+{
+    for (int i = 1; i < DT_COUNT; i++)
+        if (k_onnx[i] == t) return (ts_dtype)i;
+    return DT_INVALID;
+}

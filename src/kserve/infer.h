@@ -1,9 +1,9 @@
-/* infer: one KServe v2 inference request from bytes to ORT and back.
+/* infer: one KServe v2 inference request from bytes to tensors, and results back to bytes.
+ * No ONNX Runtime here (the router links it): running a request is the engine's
+ * (engine/infer_run.h).
  *
  * infer_parse()  body (JSON, or JSON + binary tensor extension) -> infer_request
  * infer_bind()   validates the request against the model's signature
- * infer_run()    builds OrtValues, runs the session (plain Run() or through the runner's
- *                IoBinding), collects outputs (worker thread)
  * infer_encode() the reply: JSON, or JSON header + binary outputs
  *
  * Ownership: an infer_request owns a copy of the body and everything parsed from it;
@@ -17,20 +17,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <onnxruntime_c_api.h>
-
 #include "buf.h"
 #include "dtype.h"
+#include "err.h"
 
 #define TS_MAX_DIMS 16
 #define TS_NAME_MAX 256
-
-typedef struct {
-    int http;       /* 400, 404, 413, 500, 503, 504 */
-    char msg[512];
-} ts_err;
-
-void ts_err_set(ts_err *e, int http, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* One tensor's metadata in a model's signature; dims of -1 are dynamic. */
 typedef struct {
@@ -79,7 +71,7 @@ typedef struct {
     size_t n;
     char (*names)[TS_NAME_MAX];
     bool *binary;
-    OrtValue **values;     /* ORT's outputs (owned: released by infer_result_free) */
+    void *values;          /* the engine's output handles (owned: infer_result_free) */
     ts_tensor *tensors;    /* views on values (numeric) or serialized BYTES (owned) */
 } infer_result;
 
@@ -99,30 +91,6 @@ int infer_bind(const model_sig *sig, infer_request *r, ts_err *err);
 int64_t infer_rows(const infer_request *r);
 /* Requests with equal keys have the same dtypes and non-batch dims (never 0). */
 uint64_t infer_batch_key(const infer_request *r);
-
-/* Where a Run() happens. binding, when set, belongs to the calling runner thread alone (an
- * IoBinding is not thread-safe): inputs and outputs are bound, RunWithBinding() runs, and
- * the binding is cleared again before infer_run returns, so it can be reused for the next
- * request. Numeric outputs are bound to out_mem (CudaPinned on the GPU tiers: the one
- * device->host copy lands where the reply is encoded from; CPU memory on the CPU tier);
- * BYTES outputs always to CPU memory, where ORT keeps strings. */
-typedef struct {
-    OrtSession *session;
-    OrtIoBinding *binding;        /* NULL: plain Run() */
-    const OrtMemoryInfo *out_mem; /* required with binding */
-} infer_target;
-
-/* Runs on a worker thread. On error res is left empty. */
-int infer_run(const infer_target *t, OrtRunOptions *ro, const model_sig *sig,
-              const infer_request *r, infer_result *res, ts_err *err);
-void infer_result_free(infer_result *res);
-
-/* Runs n bound requests as one Run(): inputs concatenated along dim 0, every output split
- * back by each request's rows. per[i] are views into merged (free per[i], then merged).
- * On error every request shares it. n == 1 is a plain infer_run into per[0]. */
-int infer_run_batch(const infer_target *t, OrtRunOptions *ro, const model_sig *sig,
-                    infer_request *const *reqs, size_t n, infer_result *merged, infer_result *per,
-                    ts_err *err);
 
 /* Writes the reply into out. *json_len receives the JSON part's length (the value of
  * Inference-Header-Content-Length) and *binary whether binary parts follow. */

@@ -14,11 +14,6 @@
 
 #define SETTINGS_STR_MAX 1024
 
-/* A three-way setting: auto lets the tier decide. */
-typedef enum { SWITCH_AUTO = 0, SWITCH_OFF, SWITCH_ON } ts_switch;
-
-const char *settings_switch_name(ts_switch v);
-
 typedef struct {
     exec_mode mode;
     bool strict_ep;

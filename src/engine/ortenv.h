@@ -13,6 +13,7 @@
 
 #include <onnxruntime_c_api.h>
 
+#include "dtype.h"
 #include "log.h"
 
 extern const OrtApi *g_ort;
@@ -33,6 +34,10 @@ void ortenv_capture_begin(void);
 /* Stops and copies the text after "FAIL : " of the last captured message (or the whole
  * last message) into out. Returns true if something was captured. */
 bool ortenv_capture_end(char *out, size_t outlen);
+
+/* KServe datatypes <-> ORT element types. */
+ONNXTensorElementDataType dtype_to_onnx(ts_dtype dt);
+ts_dtype dtype_from_onnx(ONNXTensorElementDataType t); /* DT_INVALID if not shared */
 
 /* If st is an error: copies its message into out (may be NULL), releases it, returns -1.
  * Returns 0 for success (st == NULL). */

@@ -61,6 +61,11 @@ int tier_rank(tier_kind t);
  * Returns how many were written to out (0 for cpu). */
 size_t tier_plan(exec_mode mode, provider_id out[PROV_CPU]);
 
+/* A three-way setting: auto lets the tier decide (e.g. IO binding on the GPU tiers only). */
+typedef enum { SWITCH_AUTO = 0, SWITCH_OFF, SWITCH_ON } ts_switch;
+
+const char *tier_switch_name(ts_switch v); /* "auto", "off", "on" */
+
 /* The decision. Attempts not made are ATTEMPT_NOT_TRIED. */
 void tier_decide(exec_mode mode, bool strict, const tier_attempts *a, tier_decision *out);
 
