@@ -233,11 +233,6 @@ bool rt_backend_healthy(const rt_backend *b, double now)
     return !b->gone && b->probed && b->live && b->ready && b->tier_ok && now >= b->ejected_until;
 }
 
-bool rt_backend_usable(const rt_backend *b, double now)
-{
-    return rt_backend_healthy(b, now) && b->in_flight < b->pool->cfg->max_in_flight;
-}
-
 size_t rt_pool_healthy(const rt_pool *p, double now)
 {
     size_t n = 0;
@@ -245,19 +240,31 @@ size_t rt_pool_healthy(const rt_pool *p, double now)
     return n;
 }
 
-/* Least in flight among the usable; ties go to the one after the last pick. */
-rt_backend *rt_pick_backend(rt_pool *p, const rt_backend *avoid, double now)
+const char *rt_pool_physical(const rt_pool *p, const char *logical)
 {
-    static size_t rr;
-    rt_backend *best = NULL;
-    if (!p || p->n == 0) return NULL;
-    for (size_t i = 0; i < p->n; i++) {
-        rt_backend *b = p->backends[(rr + i) % p->n];
-        if (b == avoid || !rt_backend_usable(b, now)) continue;
-        if (!best || b->in_flight < best->in_flight) best = b;
+    if (p->cfg->models_count == 0) return logical;
+    for (unsigned i = 0; i < p->cfg->models_count; i++)
+        if (strcmp(p->cfg->models[i].name, logical) == 0) return p->cfg->models[i].serve;
+    return NULL;
+}
+
+void rt_route_view(router *r, const char *logical, double now, route_pool *view)
+{
+    for (size_t i = 0; i < r->n_pools; i++) {
+        rt_pool *p = &r->pools[i];
+        for (size_t k = 0; k < p->n; k++) {
+            p->view[k].healthy = rt_backend_healthy(p->backends[k], now);
+            p->view[k].in_flight = p->backends[k]->in_flight;
+        }
+        view[i] = (route_pool){.kind = (pool_kind)p->cfg->kind,
+                               .sensitive_ok = p->cfg->sensitive,
+                               .serves = rt_pool_physical(p, logical) != NULL,
+                               .max_in_flight = p->cfg->max_in_flight,
+                               .pool_max_in_flight = p->cfg->pool_max_in_flight,
+                               .st = p->pol ? &p->st : NULL,
+                               .backends = p->view,
+                               .n = p->n};
     }
-    rr++;
-    return best;
 }
 
 /* Has an idle pooled connection anything to read: bytes nobody asked for, or the backend's
@@ -313,8 +320,7 @@ void rt_backend_result(router *r, rt_backend *b, bool ok, const char *why)
     double now = rt_now();
     if (now < b->ejected_until) return;
     b->ejections++;
-    double ms = r->cfg->ejection.base_ms * pow(2.0, (double)(b->ejections - 1));
-    if (ms > r->cfg->ejection.max_ms) ms = r->cfg->ejection.max_ms;
+    double ms = route_ejection_ms(b->ejections, r->cfg->ejection.base_ms, r->cfg->ejection.max_ms);
     b->ejected_until = now + ms / 1e3;
     r->ejections_total++;
     char dur[32], fails[32];
@@ -442,56 +448,6 @@ void rt_probe_all(router *r)
     }
 }
 
-void ring_add(lat_ring *r, double now, double secs)
-{
-    size_t i = (r->head + r->len) % RT_LAT_WINDOW;
-    if (r->len == RT_LAT_WINDOW) r->head = (r->head + 1) % RT_LAT_WINDOW;
-    else r->len++;
-    r->t[i] = now;
-    r->v[i] = secs;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-size_t ring_quantiles(const lat_ring *r, double now, double window_s, const double *q, double *out, size_t nq)
-{
-    static double tmp[RT_LAT_WINDOW];
-    size_t n = 0;
-    for (size_t k = 0; k < r->len; k++) {
-        size_t i = (r->head + k) % RT_LAT_WINDOW;
-        if (now - r->t[i] <= window_s) tmp[n++] = r->v[i];
-    }
-    for (size_t j = 0; j < nq; j++) out[j] = -1;
-    if (n == 0) return 0;
-    qsort(tmp, n, sizeof *tmp, cmp_d);
-    for (size_t j = 0; j < nq; j++) out[j] = tmp[(size_t)((double)(n - 1) * q[j])];
-    return n;
-}
-
-double ring_p95(const lat_ring *r, double now, double window_s)
-{
-    static const double q = 0.95;
-    double v;
-    ring_quantiles(r, now, window_s, &q, &v, 1);
-    return v;
-}
-
-double ring_share_within(const lat_ring *r, double now, double window_s, double target_s)
-{
-    size_t n = 0, ok = 0;
-    for (size_t k = 0; k < r->len; k++) {
-        size_t i = (r->head + k) % RT_LAT_WINDOW;
-        if (now - r->t[i] > window_s) continue;
-        n++;
-        ok += r->v[i] <= target_s;
-    }
-    return n ? (double)ok / (double)n : 1.0;
-}
-
 void rt_pool_record_latency(rt_pool *p, double now, double secs) { ring_add(&p->lat, now, secs); }
 
 double rt_pool_p95_ms(rt_pool *p, double now, double window_s)
@@ -500,22 +456,18 @@ double rt_pool_p95_ms(rt_pool *p, double now, double window_s)
     return v < 0 ? -1 : v * 1e3;
 }
 
-/* The three signals of a pool: queue per healthy backend (the worker's own queue plus our
- * in-flight), p95 over the last 10 s, the highest GPU memory fraction reported. */
+/* The three signals of a pool (route_pool_signals), p95 over the last 10 s. */
 void rt_pool_signals(router *r, rt_pool *p, double now, pool_signals *s)
 {
     (void)r;
-    size_t healthy = rt_pool_healthy(p, now);
-    double queue = 0, mem = -1;
+    route_signal_backend v[RT_MAX_BACKENDS];
     for (size_t k = 0; k < p->n; k++) {
         const rt_backend *b = p->backends[k];
-        if (!(b->probed && b->live)) continue;
-        queue += b->worker_queue > b->in_flight ? b->worker_queue : b->in_flight;
-        if (b->gpu_mem > mem) mem = b->gpu_mem;
+        v[k] = (route_signal_backend){.live = b->probed && b->live,
+                                      .healthy = rt_backend_healthy(b, now),
+                                      .worker_queue = b->worker_queue,
+                                      .in_flight = b->in_flight,
+                                      .gpu_mem = b->gpu_mem};
     }
-    s->value[SIG_QUEUE] = healthy ? queue / (double)healthy : (queue > 0 ? queue : 0);
-    s->value[SIG_P95] = rt_pool_p95_ms(p, now, 10.0);
-    s->value[SIG_GPU_MEM] = mem;
-    s->healthy = healthy;
-    s->total = p->n;
+    route_pool_signals(v, p->n, rt_pool_p95_ms(p, now, 10.0), s);
 }

@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include <sys/socket.h>
 
 #include <event2/dns.h>
@@ -104,6 +106,8 @@ int main(int argc, char **argv)
     if (port_env) r.cfg->port = (unsigned)atoi(port_env);
     signal(SIGPIPE, SIG_IGN);
     r.cost = cost_create(r.cfg);
+    /* the policy's draws: a different sequence per process, reproducible given the seed */
+    route_rng_seed(&r.rng, (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid());
     for (int k = 0; k <= RT_MAX_MODELS; k++)
         for (int p = 0; p <= RT_MAX_POOLS; p++)
             for (int q = 0; q < PRIO_COUNT; q++) hist_init(&r.latency[k][p][q], HIST_LATENCY_BOUNDS, HIST_LATENCY_N);

@@ -94,74 +94,41 @@ static void on_client_close(struct evhttp_connection *c, void *arg)
     }
 }
 
-/* The physical model this pool serves for the logical name, or NULL if it does not. */
-static const char *physical(const rt_pool *p, const char *logical)
-{
-    if (p->cfg->models_count == 0) return logical;
-    for (unsigned i = 0; i < p->cfg->models_count; i++)
-        if (strcmp(p->cfg->models[i].name, logical) == 0) return p->cfg->models[i].serve;
-    return NULL;
-}
+static route_req req_of(const proxy_req *pr) { return (route_req){pr->prio, pr->sensitive}; }
 
-/* May this pool take the request's data class and does it serve its model? */
-static bool pool_serves(const rt_pool *p, const proxy_req *pr)
-{
-    return (!pr->sensitive || p->cfg->sensitive) && physical(p, pr->logical);
-}
+static int send_to_backend(proxy_req *pr);
 
-/* ... and has it a healthy backend? */
-static bool pool_fits(const rt_pool *p, const proxy_req *pr, double now)
+/* Carries a plan out: the first pool in its order that can take the request gets it, on
+ * the backend route_pick_backend() names (never `avoid`). Returns true once a try is sent. */
+static bool send_by_plan(proxy_req *pr, const route_pool *view, const route_plan *plan, const rt_backend *avoid,
+                         bool retry)
 {
-    return p && pool_serves(p, pr) && rt_pool_healthy(p, now) > 0;
-}
-
-/* The pools of one kind that fit the request, least loaded first (in flight per healthy
- * backend; config order on ties). Returns how many. */
-static size_t candidates(router *r, const proxy_req *pr, pool_kind kind, double now, rt_pool **out)
-{
-    size_t n = 0;
-    double load[RT_MAX_POOLS];
-    for (size_t i = 0; i < r->n_pools; i++) {
-        rt_pool *p = &r->pools[i];
-        if (p->cfg->kind != kind || !pool_serves(p, pr)) continue;
-        unsigned busy = 0;
-        size_t healthy = 0;
-        for (size_t k = 0; k < p->n; k++) {
-            busy += p->backends[k]->in_flight;
-            healthy += rt_backend_healthy(p->backends[k], now);
+    router *r = pr->r;
+    for (size_t i = 0; i < plan->n_order; i++) {
+        rt_pool *p = &r->pools[plan->order[i]];
+        const route_pool *v = &view[plan->order[i]];
+        if (!route_pool_can_take(v)) continue;
+        int av = -1;
+        for (size_t k = 0; avoid && k < p->n; k++)
+            if (p->backends[k] == avoid) av = (int)k;
+        int k = route_pick_backend(v, av, &p->cursor);
+        if (k < 0) continue;
+        pr->pool = p;
+        pr->backend = p->backends[k];
+        if (!retry) {
+            if (send_to_backend(pr) == 0) return true;
+            continue;
         }
-        if (!healthy) continue;
-        double l = (double)busy / (double)healthy;
-        size_t j = n++;
-        for (; j > 0 && load[j - 1] > l; j--) out[j] = out[j - 1], load[j] = load[j - 1];
-        out[j] = p, load[j] = l;
+        pr->retried = true;
+        r->retries++;
+        r->retries_active++;
+        if (send_to_backend(pr) == 0) return true;
+        r->retries_active--;
+        return false;
     }
-    return n;
-}
-
-/* Where to try, in order: the wanted kind's pools, then the other kind's (a spill). */
-static size_t pool_order(router *r, const proxy_req *pr, route_target want, double now, rt_pool **out)
-{
-    pool_kind first = want == ROUTE_GPU ? POOL_GPU : POOL_CPU;
-    size_t n = candidates(r, pr, first, now, out);
-    return n + candidates(r, pr, first == POOL_GPU ? POOL_CPU : POOL_GPU, now, out + n);
-}
-
-/* ... and can it take one more request now (in-flight limits)? */
-static bool pool_can_take(const rt_pool *p, const proxy_req *pr, double now)
-{
-    if (!pool_fits(p, pr, now)) return false;
-    if (p->cfg->pool_max_in_flight) {
-        unsigned busy = 0;
-        for (size_t k = 0; k < p->n; k++) busy += p->backends[k]->in_flight;
-        if (busy >= p->cfg->pool_max_in_flight) return false;
-    }
-    for (size_t k = 0; k < p->n; k++)
-        if (rt_backend_usable(p->backends[k], now)) return true;
     return false;
 }
 
-static int send_to_backend(proxy_req *pr);
 static void account(proxy_req *pr, struct evhttp_request *resp, int code);
 
 static void on_backend_error(enum evhttp_request_error e, void *arg)
@@ -195,15 +162,6 @@ static bool named_by_connection(const char *connection, const char *k)
     return false;
 }
 
-/* May this request be retried now? A share of active requests, with a floor, so that the
- * in-flight requests of one dead backend are always retried. */
-static bool retry_allowed(router *r)
-{
-    double cap = r->cfg->retry.ratio * r->active;
-    if (cap < r->cfg->retry.min_concurrency) cap = r->cfg->retry.min_concurrency;
-    return r->retries_active < cap;
-}
-
 /* exempt: the try failed to connect or was reset, i.e. the backend is dead or dying, not
  * overloaded: such a retry never counts against the budget, so a dead backend's requests
  * are always retried however many were in flight on it. */
@@ -211,28 +169,17 @@ static void try_again(proxy_req *pr, const char *why, bool exempt)
 {
     router *r = pr->r;
     double now = rt_now();
-    if (!pr->retried && now < pr->deadline && (exempt || retry_allowed(r))) {
+    if (!pr->retried && now < pr->deadline &&
+        (exempt || route_retry_allowed(r->cfg->retry.ratio, r->cfg->retry.min_concurrency, r->active,
+                                       r->retries_active))) {
         /* another backend: same pool first, then the other pools the data class allows */
-        rt_pool *pools[RT_MAX_POOLS + 1];
-        pools[0] = pr->pool;
-        size_t np = 1 + pool_order(r, pr, pr->pool->cfg->kind == POOL_GPU ? ROUTE_GPU : ROUTE_CPU, now, pools + 1);
-        for (size_t i = 0; i < np; i++) {
-            rt_pool *p = pools[i];
-            if (i > 0 && p == pr->pool) continue;
-            if (!pool_can_take(p, pr, now)) continue;
-            rt_backend *b = rt_pick_backend(p, pr->first_backend, now);
-            if (!b) continue;
-            pr->retried = true;
-            r->retries++;
-            r->retries_active++;
-            pr->pool = p;
-            pr->backend = b;
-            LOG_DEBUG_(LOGF({"request_id", pr->request_id}, {"backend", b->addr}),
-                       "retrying on %s after: %s", b->addr, why);
-            if (send_to_backend(pr) == 0) return;
-            r->retries_active--;
-            break;
-        }
+        route_pool view[RT_MAX_POOLS];
+        rt_route_view(r, pr->logical, now, view);
+        route_req rq = req_of(pr);
+        route_plan plan;
+        route_plan_retry(view, r->n_pools, &rq, rt_pool_index(pr->pool), &plan);
+        LOG_DEBUG_(LOGF({"request_id", pr->request_id}), "retrying after: %s", why);
+        if (send_by_plan(pr, view, &plan, pr->first_backend, true)) return;
         if (!pr->retried) r->retries_denied++;
     }
     /* past the deadline it is a timeout, whatever the last try's error looked like */
@@ -422,7 +369,7 @@ static int on_backend_headers(struct evhttp_request *resp, void *arg)
  * front door already checked: nothing decoded from a client goes into a request line raw. */
 static int backend_uri(const proxy_req *pr, char *uri, size_t len)
 {
-    char *model = evhttp_uriencode(physical(pr->pool, pr->logical), -1, 0);
+    char *model = evhttp_uriencode(rt_pool_physical(pr->pool, pr->logical), -1, 0);
     char *version = evhttp_uriencode(pr->version, -1, 0);
     int n = -1;
     if (model && version)
@@ -494,16 +441,12 @@ static int send_to_backend(proxy_req *pr)
 static bool dispatch(proxy_req *pr)
 {
     router *r = pr->r;
-    double now = rt_now();
-    rt_pool *order[RT_MAX_POOLS];
-    size_t n = pool_order(r, pr, pr->want, now, order);
-    for (size_t i = 0; i < n; i++) {
-        if (!pool_can_take(order[i], pr, now)) continue;
-        pr->pool = order[i];
-        pr->backend = rt_pick_backend(pr->pool, NULL, now);
-        if (pr->backend && send_to_backend(pr) == 0) return true;
-    }
-    return false;
+    route_pool view[RT_MAX_POOLS];
+    rt_route_view(r, pr->logical, rt_now(), view);
+    route_req rq = req_of(pr);
+    route_plan plan;
+    route_plan_request(view, r->n_pools, &rq, pr->u, &plan);
+    return plan.verdict == ROUTE_GO && send_by_plan(pr, view, &plan, NULL, false);
 }
 
 static void queue_remove(router *r, proxy_req *pr)
@@ -535,13 +478,15 @@ static void admit(proxy_req *pr)
 {
     router *r = pr->r;
     if (dispatch(pr)) return;
-    if (pr->prio == PRIO_BATCH) {
+    switch (route_admission(pr->prio, r->admq_len, r->cfg->admission.queue_size)) {
+    case ADMIT_SHED_BATCH:
         finish_error(pr, 429, OUT_SHED, "every pool is saturated: batch traffic is shed first");
         return;
-    }
-    if (r->admq_len >= r->cfg->admission.queue_size) {
+    case ADMIT_QUEUE_FULL:
         finish_error(pr, 503, OUT_SHED, "every pool is saturated and the admission queue is full");
         return;
+    case ADMIT_QUEUE:
+        break;
     }
     int q = pr->prio == PRIO_URGENT ? 0 : 1;
     proxy_req **pp = (proxy_req **)&r->admq[q];
@@ -585,39 +530,39 @@ static void admission_drain(router *r)
     }
 }
 
-/* Routes a request the front has classified: the policy of the GPU pool it would go to picks
- * GPU or CPU; the data class and health can overrule it. */
+/* Routes a request the front has classified: route.h decides (the policy of the GPU pool it
+ * would go to picks GPU or CPU; the data class and health can overrule it), the proxy
+ * carries the decision out. */
 void rt_proxy_route(proxy_req *pr)
 {
     router *r = pr->r;
-    const char *model = pr->logical;
-    priority_class prio = pr->prio;
-    bool sensitive = pr->sensitive;
-    double now = rt_now();
-    rt_pool *gpus[RT_MAX_POOLS], *cpus[RT_MAX_POOLS];
-    size_t ng = candidates(r, pr, POOL_GPU, now, gpus), nc = candidates(r, pr, POOL_CPU, now, cpus);
-    static const policy_state k_calm;
-    route_pools rp = {ng > 0, nc > 0, true, true};
-    route_target t = policy_route(ng ? &gpus[0]->st : &k_calm, prio, false, &rp, (double)rand() / ((double)RAND_MAX + 1));
-    if (t == ROUTE_NONE) {
-        bool any = false;
-        for (size_t i = 0; i < r->n_pools; i++) any |= physical(&r->pools[i], model) != NULL;
-        char msg[400];
-        if (!any) {
-            snprintf(msg, sizeof msg, "unknown model '%.200s': no pool serves it", model);
-            finish_error(pr, 404, OUT_CLIENT_ERR, msg);
-        } else if (sensitive) {
-            snprintf(msg, sizeof msg, "no healthy pool may take sensitive data for model '%.200s'", model);
-            finish_error(pr, 503, OUT_NO_BACKEND, msg);
-        } else if (prio == PRIO_BATCH) {
-            finish_error(pr, 429, OUT_SHED, "every pool is saturated: batch traffic is shed first");
-        } else {
-            snprintf(msg, sizeof msg, "no healthy backend can take model '%.200s' now", model);
-            finish_error(pr, 503, OUT_NO_BACKEND, msg);
-        }
+    route_pool view[RT_MAX_POOLS];
+    rt_route_view(r, pr->logical, rt_now(), view);
+    route_req rq = req_of(pr);
+    pr->u = route_rng_uniform(&r->rng); /* one draw per request, kept if it has to wait */
+    route_plan plan;
+    route_plan_request(view, r->n_pools, &rq, pr->u, &plan);
+    char msg[400];
+    switch (plan.verdict) {
+    case ROUTE_GO:
+        break;
+    case ROUTE_UNKNOWN_MODEL:
+        snprintf(msg, sizeof msg, "unknown model '%.200s': no pool serves it", pr->logical);
+        finish_error(pr, plan.status, OUT_CLIENT_ERR, msg);
+        return;
+    case ROUTE_NO_SENSITIVE_POOL:
+        snprintf(msg, sizeof msg, "no healthy pool may take sensitive data for model '%.200s'", pr->logical);
+        finish_error(pr, plan.status, OUT_NO_BACKEND, msg);
+        return;
+    case ROUTE_SHED_BATCH:
+        finish_error(pr, plan.status, OUT_SHED, "every pool is saturated: batch traffic is shed first");
+        return;
+    case ROUTE_NO_BACKEND:
+        snprintf(msg, sizeof msg, "no healthy backend can take model '%.200s' now", pr->logical);
+        finish_error(pr, plan.status, OUT_NO_BACKEND, msg);
         return;
     }
-    pr->want = t;
+    pr->want = plan.want;
     evhttp_connection_set_closecb(evhttp_request_get_connection(pr->client), on_client_close, pr);
     admit(pr);
 }

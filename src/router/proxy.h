@@ -32,6 +32,7 @@ typedef struct proxy_req {
     bool streaming; /* the reply is being passed through: no retry from here on */
     bool paused;    /* reading from the backend waits for the client to catch up */
     route_target want;      /* the pool the policy chose */
+    double u;               /* its uniform draw for the policy (route_plan_request) */
     struct proxy_req *qnext; /* admission queue link */
     struct event *qtimer;   /* while queued: gives up after admission.queue_timeout_ms */
     /* forwarded request headers */

@@ -9,10 +9,9 @@
 #include <stdint.h>
 
 #include "policy.h"
+#include "route.h" /* pool_kind */
 
-typedef enum { POOL_GPU = 0, POOL_CPU = 1 } pool_kind;
-
-#define RC_MAX_POOLS 8
+#define RC_MAX_POOLS ROUTE_MAX_POOLS
 typedef enum { MIN_TIER_CPU = 1, MIN_TIER_CUDA = 2, MIN_TIER_TENSORRT = 3 } min_tier;
 
 typedef struct {

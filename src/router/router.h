@@ -13,30 +13,16 @@
 #include "connguard.h"
 #include "cost.h"
 #include "hist.h"
+#include "latency.h"
 #include "policy.h"
+#include "route.h"
 #include "rconfig.h"
 
-#define RT_LAT_WINDOW 4096
 #define RT_MAX_MODELS 32
 #define RT_MAX_POOLS RC_MAX_POOLS
 #define RT_POOL_NONE RT_MAX_POOLS /* metrics of requests refused before a pool was chosen */
 
 typedef struct rt_pool rt_pool;
-
-/* Recent latencies (time, seconds), newest last; old ones fall out by count or age. */
-typedef struct {
-    double t[RT_LAT_WINDOW], v[RT_LAT_WINDOW];
-    size_t head, len;
-} lat_ring;
-
-void ring_add(lat_ring *r, double now, double secs);
-/* p95 in seconds over the last window_s, or -1 with no samples. */
-double ring_p95(const lat_ring *r, double now, double window_s);
-/* Quantiles q[0..nq) (in 0..1) of the samples in the window, into out (seconds; -1 with
- * none). Returns how many samples the window held. */
-size_t ring_quantiles(const lat_ring *r, double now, double window_s, const double *q, double *out, size_t nq);
-/* Share of samples in the window at or under target_s (1 with no samples). */
-double ring_share_within(const lat_ring *r, double now, double window_s, double target_s);
 
 #define RT_BACKEND_MAX_MODELS 256
 typedef struct rt_backend_model {
@@ -89,6 +75,8 @@ struct rt_pool {
     size_t n_dns;
     lat_ring lat;
     struct router *r;
+    size_t cursor;                       /* its round robin (route_pick_backend) */
+    route_backend view[RT_MAX_BACKENDS]; /* scratch: its backends as the policy sees them */
     /* GPU pools only: the pressure policy of this pool, its state and last signals */
     policy *pol;
     policy_state st;
@@ -124,6 +112,7 @@ typedef struct router {
     void *admq[2];      /* admission queue heads: urgent, normal (proxy_req lists) */
     unsigned admq_len;
     lat_ring slo[PRIO_COUNT];
+    route_rng rng;      /* the policy's random draws (seeded once at start) */
 } router;
 
 /* Where p stands in router.pools (metrics, cost and event tables are indexed by it). */
@@ -134,9 +123,11 @@ int rt_pools_init(router *r, char *err, size_t errlen);
 void rt_pools_free(router *r);
 /* Probed live, ready and at the pool's tier, not ejected, not gone from DNS. */
 bool rt_backend_healthy(const rt_backend *b, double now);
-/* ... and under its in-flight limit. */
-bool rt_backend_usable(const rt_backend *b, double now);
-rt_backend *rt_pick_backend(rt_pool *p, const rt_backend *avoid, double now);
+/* The pools as route.h sees them for a request of this model: view[i] describes pools[i]
+ * (its backends view filled from probes and counters at `now`). */
+void rt_route_view(router *r, const char *logical_model, double now, route_pool *view);
+/* The physical model p serves for a logical name, or NULL if it does not serve it. */
+const char *rt_pool_physical(const rt_pool *p, const char *logical);
 struct evhttp_connection *rt_conn_get(router *r, rt_backend *b);
 void rt_conn_put(rt_backend *b, struct evhttp_connection *c);
 void rt_conn_drop(rt_backend *b, struct evhttp_connection *c);

@@ -1,0 +1,166 @@
+#include "route.h"
+
+#include <math.h>
+
+static size_t healthy_count(const route_pool *p)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < p->n; k++) n += p->backends[k].healthy;
+    return n;
+}
+
+static bool eligible(const route_pool *p, const route_req *rq)
+{
+    return p->serves && (!rq->sensitive || p->sensitive_ok) && healthy_count(p) > 0;
+}
+
+/* Appends the eligible pools of one kind to out, least loaded first (in flight per healthy
+ * backend; pool order on ties), skipping `skip` (SIZE_MAX: none). Returns how many. */
+static size_t candidates(const route_pool *pools, size_t n, const route_req *rq, pool_kind kind, size_t skip,
+                         size_t *out)
+{
+    size_t m = 0;
+    double load[ROUTE_MAX_POOLS];
+    for (size_t i = 0; i < n && i < ROUTE_MAX_POOLS; i++) {
+        const route_pool *p = &pools[i];
+        if (i == skip || p->kind != kind || !eligible(p, rq)) continue;
+        unsigned busy = 0;
+        for (size_t k = 0; k < p->n; k++) busy += p->backends[k].in_flight;
+        double l = (double)busy / (double)healthy_count(p);
+        size_t j = m++;
+        for (; j > 0 && load[j - 1] > l; j--) out[j] = out[j - 1], load[j] = load[j - 1];
+        out[j] = i, load[j] = l;
+    }
+    return m;
+}
+
+static void refuse(route_plan *out, route_verdict v, int status)
+{
+    out->verdict = v;
+    out->status = status;
+    out->n_order = 0;
+}
+
+void route_plan_request(const route_pool *pools, size_t n, const route_req *rq, double u, route_plan *out)
+{
+    static const policy_state k_calm;
+    route_req any = {rq->prio, false};
+    size_t gpus[ROUTE_MAX_POOLS], cpus[ROUTE_MAX_POOLS];
+    /* what is healthy at all, and what of it may take sensitive data: the pressure policy
+     * decides between the kinds with both in view */
+    size_t ng = candidates(pools, n, &any, POOL_GPU, SIZE_MAX, gpus);
+    size_t nc = candidates(pools, n, &any, POOL_CPU, SIZE_MAX, cpus);
+    route_req sens = {rq->prio, true};
+    size_t sg[ROUTE_MAX_POOLS], sc[ROUTE_MAX_POOLS];
+    size_t nsg = candidates(pools, n, &sens, POOL_GPU, SIZE_MAX, sg);
+    size_t nsc = candidates(pools, n, &sens, POOL_CPU, SIZE_MAX, sc);
+    route_pools rp = {ng > 0, nc > 0, nsg > 0, nsc > 0};
+    /* the lead GPU pool's pressure decides: the least loaded one this request may use */
+    const size_t *lead = rq->sensitive ? sg : gpus;
+    size_t nlead = rq->sensitive ? nsg : ng;
+    const policy_state *st = nlead && pools[lead[0]].st ? pools[lead[0]].st : &k_calm;
+    route_target t = policy_route(st, rq->prio, rq->sensitive, &rp, u);
+    out->want = t;
+    if (t == ROUTE_NONE) {
+        bool served = false;
+        for (size_t i = 0; i < n; i++) served |= pools[i].serves;
+        if (!served) refuse(out, ROUTE_UNKNOWN_MODEL, 404);
+        else if (rq->sensitive) refuse(out, ROUTE_NO_SENSITIVE_POOL, 503);
+        else if (rq->prio == PRIO_BATCH) refuse(out, ROUTE_SHED_BATCH, 429);
+        else refuse(out, ROUTE_NO_BACKEND, 503);
+        return;
+    }
+    out->verdict = ROUTE_GO;
+    out->status = 0;
+    pool_kind first = t == ROUTE_GPU ? POOL_GPU : POOL_CPU;
+    out->n_order = candidates(pools, n, rq, first, SIZE_MAX, out->order);
+    out->n_order += candidates(pools, n, rq, first == POOL_GPU ? POOL_CPU : POOL_GPU, SIZE_MAX,
+                               out->order + out->n_order);
+}
+
+void route_plan_retry(const route_pool *pools, size_t n, const route_req *rq, size_t current, route_plan *out)
+{
+    out->verdict = ROUTE_GO;
+    out->status = 0;
+    out->n_order = 0;
+    if (current >= n) return;
+    pool_kind kind = pools[current].kind;
+    out->want = kind == POOL_GPU ? ROUTE_GPU : ROUTE_CPU;
+    if (eligible(&pools[current], rq)) out->order[out->n_order++] = current;
+    out->n_order += candidates(pools, n, rq, kind, current, out->order + out->n_order);
+    out->n_order += candidates(pools, n, rq, kind == POOL_GPU ? POOL_CPU : POOL_GPU, current,
+                               out->order + out->n_order);
+}
+
+bool route_pool_can_take(const route_pool *p)
+{
+    unsigned busy = 0;
+    bool usable = false;
+    for (size_t k = 0; k < p->n; k++) {
+        busy += p->backends[k].in_flight;
+        usable |= p->backends[k].healthy && p->backends[k].in_flight < p->max_in_flight;
+    }
+    if (p->pool_max_in_flight && busy >= p->pool_max_in_flight) return false;
+    return usable;
+}
+
+int route_pick_backend(const route_pool *p, int avoid, size_t *cursor)
+{
+    if (p->n == 0) return -1;
+    int best = -1;
+    for (size_t i = 0; i < p->n; i++) {
+        size_t k = (*cursor + i) % p->n;
+        const route_backend *b = &p->backends[k];
+        if ((int)k == avoid || !b->healthy || b->in_flight >= p->max_in_flight) continue;
+        if (best < 0 || b->in_flight < p->backends[best].in_flight) best = (int)k;
+    }
+    *cursor = (*cursor + 1) % p->n;
+    return best;
+}
+
+route_admit route_admission(priority_class prio, size_t queue_len, size_t queue_size)
+{
+    if (prio == PRIO_BATCH) return ADMIT_SHED_BATCH;
+    return queue_len < queue_size ? ADMIT_QUEUE : ADMIT_QUEUE_FULL;
+}
+
+bool route_retry_allowed(double ratio, unsigned min_concurrency, unsigned active, unsigned retries_active)
+{
+    double cap = ratio * active;
+    if (cap < min_concurrency) cap = min_concurrency;
+    return retries_active < cap;
+}
+
+double route_ejection_ms(unsigned nth, double base_ms, double max_ms)
+{
+    double ms = base_ms * pow(2.0, (double)(nth ? nth - 1 : 0));
+    return ms > max_ms ? max_ms : ms;
+}
+
+void route_pool_signals(const route_signal_backend *b, size_t n, double p95_ms, pool_signals *s)
+{
+    size_t healthy = 0;
+    double queue = 0, mem = -1;
+    for (size_t k = 0; k < n; k++) {
+        healthy += b[k].healthy;
+        if (!b[k].live) continue;
+        queue += b[k].worker_queue > b[k].in_flight ? b[k].worker_queue : b[k].in_flight;
+        if (b[k].gpu_mem > mem) mem = b[k].gpu_mem;
+    }
+    s->value[SIG_QUEUE] = healthy ? queue / (double)healthy : queue;
+    s->value[SIG_P95] = p95_ms;
+    s->value[SIG_GPU_MEM] = mem;
+    s->healthy = healthy;
+    s->total = n;
+}
+
+void route_rng_seed(route_rng *r, uint64_t seed) { r->s = seed; }
+
+double route_rng_uniform(route_rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (double)(z >> 11) / 9007199254740992.0; /* 53 bits */
+}

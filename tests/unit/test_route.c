@@ -1,0 +1,308 @@
+/* The router's per-request decisions (src/policy/route.c), the code tierrouter runs: which
+ * pools a request may go to and in what order, the sensitive rule on the first try and on
+ * the retry, spills, shedding, backend choice, the retry budget, the pressure signals. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <string.h>
+
+#include "route.h"
+
+/* A fleet for one request: up to 8 pools of up to 4 backends. */
+typedef struct {
+    route_pool pools[ROUTE_MAX_POOLS];
+    route_backend b[ROUTE_MAX_POOLS][4];
+    policy_state st[ROUTE_MAX_POOLS];
+    size_t n;
+} fleet;
+
+/* Adds a pool with `healthy` healthy backends out of `total`, each with `in_flight`. */
+static size_t add(fleet *f, pool_kind kind, bool sensitive, size_t healthy, size_t total, unsigned in_flight)
+{
+    size_t i = f->n++;
+    for (size_t k = 0; k < total; k++) f->b[i][k] = (route_backend){k < healthy, in_flight};
+    memset(&f->st[i], 0, sizeof f->st[i]);
+    f->pools[i] = (route_pool){.kind = kind, .sensitive_ok = sensitive, .serves = true, .max_in_flight = 4,
+                               .st = kind == POOL_GPU ? &f->st[i] : NULL, .backends = f->b[i], .n = total};
+    return i;
+}
+
+static route_plan plan(const fleet *f, priority_class prio, bool sensitive, double u)
+{
+    route_req rq = {prio, sensitive};
+    route_plan p;
+    route_plan_request(f->pools, f->n, &rq, u, &p);
+    return p;
+}
+
+static void test_calm_goes_to_gpu_then_spills_to_cpu(void **state)
+{
+    (void)state;
+    fleet f = {0};
+    size_t gpu = add(&f, POOL_GPU, false, 2, 2, 0), cpu = add(&f, POOL_CPU, true, 1, 1, 0);
+    for (int prio = 0; prio < PRIO_COUNT; prio++) {
+        route_plan p = plan(&f, (priority_class)prio, false, 0.99);
+        assert_int_equal(p.verdict, ROUTE_GO);
+        assert_int_equal(p.want, ROUTE_GPU);
+        assert_int_equal(p.n_order, 2);
+        assert_int_equal(p.order[0], gpu);
+        assert_int_equal(p.order[1], cpu); /* the spill */
+    }
+}
+
+static void test_pressure_share_sends_normal_to_cpu_first(void **state)
+{
+    (void)state;
+    fleet f = {0};
+    size_t gpu = add(&f, POOL_GPU, false, 2, 2, 0), cpu = add(&f, POOL_CPU, true, 1, 1, 0);
+    f.st[gpu].cpu_share[PRIO_NORMAL] = 0.5;
+    route_plan lo = plan(&f, PRIO_NORMAL, false, 0.25), hi = plan(&f, PRIO_NORMAL, false, 0.75);
+    assert_int_equal(lo.want, ROUTE_CPU);
+    assert_int_equal(lo.order[0], cpu);
+    assert_int_equal(lo.order[1], gpu);
+    assert_int_equal(hi.want, ROUTE_GPU);
+    assert_int_equal(hi.order[0], gpu);
+    /* urgent has its own share: 0 here */
+    assert_int_equal(plan(&f, PRIO_URGENT, false, 0.0).want, ROUTE_GPU);
+}
+
+static void test_sensitive_only_ever_goes_to_its_pools(void **state)
+{
+    (void)state;
+    fleet f = {0};
+    size_t gpu = add(&f, POOL_GPU, false, 2, 2, 0);
+    size_t vault = add(&f, POOL_CPU, true, 1, 1, 3); /* busier than the GPU pool */
+    add(&f, POOL_CPU, false, 1, 1, 0);
+    for (double u = 0; u < 1; u += 0.1) {
+        route_plan p = plan(&f, PRIO_URGENT, true, u);
+        assert_int_equal(p.verdict, ROUTE_GO);
+        assert_int_equal(p.n_order, 1);
+        assert_int_equal(p.order[0], vault);
+    }
+    /* the vault down: 503 for sensitive, never the healthy public pools */
+    f.b[vault][0].healthy = false;
+    route_plan p = plan(&f, PRIO_NORMAL, true, 0.5);
+    assert_int_equal(p.verdict, ROUTE_NO_SENSITIVE_POOL);
+    assert_int_equal(p.status, 503);
+    assert_int_equal(p.n_order, 0);
+    /* a public request still goes to the GPU */
+    assert_int_equal(plan(&f, PRIO_NORMAL, false, 0.5).order[0], gpu);
+}
+
+static void test_sensitive_retry_never_leaves_its_pools(void **state)
+{
+    (void)state;
+    fleet f = {0};
+    add(&f, POOL_GPU, false, 2, 2, 0);
+    size_t vault_a = add(&f, POOL_CPU, true, 1, 1, 0);
+    add(&f, POOL_CPU, false, 1, 1, 0);
+    size_t vault_b = add(&f, POOL_GPU, true, 1, 1, 0);
+    route_req rq = {PRIO_NORMAL, true};
+    route_plan p;
+    route_plan_retry(f.pools, f.n, &rq, vault_a, &p);
+    assert_int_equal(p.n_order, 2);
+    assert_int_equal(p.order[0], vault_a); /* same pool first (another backend) */
+    assert_int_equal(p.order[1], vault_b); /* then the other sensitive pool, never a public one */
+    /* only one vault left: the retry has it or nothing */
+    f.pools[vault_b].sensitive_ok = false;
+    route_plan_retry(f.pools, f.n, &rq, vault_a, &p);
+    assert_int_equal(p.n_order, 1);
+    assert_int_equal(p.order[0], vault_a);
+    f.b[vault_a][0].healthy = false;
+    route_plan_retry(f.pools, f.n, &rq, vault_a, &p);
+    assert_int_equal(p.n_order, 0);
+}
+
+static void test_retry_order_same_pool_same_kind_then_other(void **state)
+{
+    (void)state;
+    fleet f = {0};
+    size_t g1 = add(&f, POOL_GPU, false, 2, 2, 0), c1 = add(&f, POOL_CPU, false, 1, 1, 0);
+    size_t g2 = add(&f, POOL_GPU, false, 2, 2, 1);
+    route_req rq = {PRIO_NORMAL, false};
+    route_plan p;
+    route_plan_retry(f.pools, f.n, &rq, g1, &p);
+    assert_int_equal(p.n_order, 3);
+    assert_int_equal(p.order[0], g1);
+    assert_int_equal(p.order[1], g2);
+    assert_int_equal(p.order[2], c1);
+}
+
+static void test_least_loaded_pool_of_a_kind_first(void **state)
+{
+    (void)state;
+    fleet f = {0};
+    size_t busy = add(&f, POOL_GPU, false, 2, 2, 3), idle = add(&f, POOL_GPU, false, 2, 2, 1);
+    route_plan p = plan(&f, PRIO_NORMAL, false, 0.5);
+    assert_int_equal(p.order[0], idle);
+    assert_int_equal(p.order[1], busy);
+}
+
+static void test_lead_gpu_pool_pressure_decides(void **state)
+{
+    (void)state;
+    fleet f = {0};
+    size_t busy = add(&f, POOL_GPU, false, 2, 2, 3), idle = add(&f, POOL_GPU, false, 2, 2, 0);
+    add(&f, POOL_CPU, false, 1, 1, 0);
+    f.st[busy].cpu_share[PRIO_NORMAL] = 1.0; /* the busy pool is under pressure, */
+    assert_int_equal(plan(&f, PRIO_NORMAL, false, 0.5).want, ROUTE_GPU); /* the idle one leads */
+    f.st[idle].cpu_share[PRIO_NORMAL] = 1.0;
+    assert_int_equal(plan(&f, PRIO_NORMAL, false, 0.5).want, ROUTE_CPU);
+}
+
+static void test_refusals_name_the_reason(void **state)
+{
+    (void)state;
+    fleet f = {0};
+    size_t gpu = add(&f, POOL_GPU, false, 0, 2, 0), cpu = add(&f, POOL_CPU, false, 0, 1, 0);
+    assert_int_equal(plan(&f, PRIO_NORMAL, false, 0).verdict, ROUTE_NO_BACKEND);
+    assert_int_equal(plan(&f, PRIO_NORMAL, false, 0).status, 503);
+    route_plan b = plan(&f, PRIO_BATCH, false, 0);
+    assert_int_equal(b.verdict, ROUTE_SHED_BATCH);
+    assert_int_equal(b.status, 429);
+    f.pools[gpu].serves = f.pools[cpu].serves = false;
+    route_plan u = plan(&f, PRIO_NORMAL, false, 0);
+    assert_int_equal(u.verdict, ROUTE_UNKNOWN_MODEL);
+    assert_int_equal(u.status, 404);
+    /* a pool that does not serve the model is never in the order, even with room */
+    f.pools[gpu].serves = true;
+    f.b[cpu][0].healthy = true;
+    f.b[gpu][0].healthy = true;
+    route_plan o = plan(&f, PRIO_NORMAL, false, 0);
+    assert_int_equal(o.n_order, 1);
+    assert_int_equal(o.order[0], gpu);
+}
+
+static void test_pick_backend_least_in_flight_round_robin_avoid(void **state)
+{
+    (void)state;
+    fleet f = {0};
+    size_t g = add(&f, POOL_GPU, false, 3, 3, 0);
+    size_t cursor = 0;
+    /* all equal: the cursor walks them in turn */
+    assert_int_equal(route_pick_backend(&f.pools[g], -1, &cursor), 0);
+    assert_int_equal(route_pick_backend(&f.pools[g], -1, &cursor), 1);
+    assert_int_equal(route_pick_backend(&f.pools[g], -1, &cursor), 2);
+    assert_int_equal(route_pick_backend(&f.pools[g], -1, &cursor), 0);
+    /* the least loaded wins; the avoided one never */
+    f.b[g][0].in_flight = 2, f.b[g][1].in_flight = 0, f.b[g][2].in_flight = 1;
+    assert_int_equal(route_pick_backend(&f.pools[g], -1, &cursor), 1);
+    assert_int_equal(route_pick_backend(&f.pools[g], 1, &cursor), 2);
+    /* full (max_in_flight 4) or unhealthy ones are not usable */
+    f.b[g][2].in_flight = 4;
+    f.b[g][0].healthy = false;
+    assert_int_equal(route_pick_backend(&f.pools[g], 1, &cursor), -1);
+    assert_false(route_pool_can_take(&(route_pool){.max_in_flight = 4, .backends = f.b[g], .n = 1}));
+    /* pools keep their own cursors: one pool's picks do not move another's */
+    size_t c2 = 0;
+    fleet h = {0};
+    size_t x = add(&h, POOL_CPU, false, 2, 2, 0);
+    assert_int_equal(route_pick_backend(&h.pools[x], -1, &c2), 0);
+    (void)route_pick_backend(&f.pools[g], -1, &cursor);
+    assert_int_equal(route_pick_backend(&h.pools[x], -1, &c2), 1);
+}
+
+static void test_pool_limits(void **state)
+{
+    (void)state;
+    fleet f = {0};
+    size_t g = add(&f, POOL_GPU, false, 2, 2, 1);
+    assert_true(route_pool_can_take(&f.pools[g]));
+    f.pools[g].pool_max_in_flight = 2; /* 2 in flight already */
+    assert_false(route_pool_can_take(&f.pools[g]));
+    f.pools[g].pool_max_in_flight = 0;
+    f.b[g][0].in_flight = f.b[g][1].in_flight = 4;
+    assert_false(route_pool_can_take(&f.pools[g]));
+}
+
+static void test_admission_sheds_batch_and_bounds_the_queue(void **state)
+{
+    (void)state;
+    assert_int_equal(route_admission(PRIO_BATCH, 0, 10), ADMIT_SHED_BATCH);
+    assert_int_equal(route_admission(PRIO_URGENT, 9, 10), ADMIT_QUEUE);
+    assert_int_equal(route_admission(PRIO_NORMAL, 10, 10), ADMIT_QUEUE_FULL);
+    assert_int_equal(route_admission(PRIO_NORMAL, 0, 0), ADMIT_QUEUE_FULL);
+}
+
+static void test_retry_budget_has_a_floor(void **state)
+{
+    (void)state;
+    /* 20 % of 100 active: 20 retries at once */
+    assert_true(route_retry_allowed(0.2, 3, 100, 19));
+    assert_false(route_retry_allowed(0.2, 3, 100, 20));
+    /* few active: the floor of 3 still lets a dead backend's requests retry */
+    assert_true(route_retry_allowed(0.2, 3, 4, 2));
+    assert_false(route_retry_allowed(0.2, 3, 4, 3));
+    /* ratio 0: only the floor */
+    assert_true(route_retry_allowed(0, 1, 1000, 0));
+    assert_false(route_retry_allowed(0, 0, 1000, 0));
+}
+
+static void test_ejection_doubles_up_to_the_cap(void **state)
+{
+    (void)state;
+    assert_float_equal(route_ejection_ms(1, 500, 30000), 500, 1e-9);
+    assert_float_equal(route_ejection_ms(2, 500, 30000), 1000, 1e-9);
+    assert_float_equal(route_ejection_ms(4, 500, 30000), 4000, 1e-9);
+    assert_float_equal(route_ejection_ms(20, 500, 30000), 30000, 1e-9);
+}
+
+static void test_pool_signals(void **state)
+{
+    (void)state;
+    route_signal_backend b[3] = {
+        {.live = true, .healthy = true, .worker_queue = 6, .in_flight = 2, .gpu_mem = 0.5},
+        {.live = true, .healthy = true, .worker_queue = 1, .in_flight = 4, .gpu_mem = 0.8},
+        {.live = false, .healthy = false, .worker_queue = 100, .in_flight = 0, .gpu_mem = 0.99}, /* dead: ignored */
+    };
+    pool_signals s;
+    route_pool_signals(b, 3, 123.0, &s);
+    assert_float_equal(s.value[SIG_QUEUE], (6 + 4) / 2.0, 1e-9);
+    assert_float_equal(s.value[SIG_P95], 123.0, 1e-9);
+    assert_float_equal(s.value[SIG_GPU_MEM], 0.8, 1e-9);
+    assert_int_equal(s.healthy, 2);
+    assert_int_equal(s.total, 3);
+}
+
+static void test_rng_is_seeded_and_uniform(void **state)
+{
+    (void)state;
+    route_rng a, b;
+    route_rng_seed(&a, 42);
+    route_rng_seed(&b, 42);
+    double sum = 0;
+    for (int i = 0; i < 10000; i++) {
+        double x = route_rng_uniform(&a);
+        assert_true(x >= 0 && x < 1);
+        assert_true(x == route_rng_uniform(&b));
+        sum += x;
+    }
+    assert_true(fabs(sum / 10000 - 0.5) < 0.02);
+    route_rng_seed(&b, 43);
+    assert_true(route_rng_uniform(&a) != route_rng_uniform(&b));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_calm_goes_to_gpu_then_spills_to_cpu),
+        cmocka_unit_test(test_pressure_share_sends_normal_to_cpu_first),
+        cmocka_unit_test(test_sensitive_only_ever_goes_to_its_pools),
+        cmocka_unit_test(test_sensitive_retry_never_leaves_its_pools),
+        cmocka_unit_test(test_retry_order_same_pool_same_kind_then_other),
+        cmocka_unit_test(test_least_loaded_pool_of_a_kind_first),
+        cmocka_unit_test(test_lead_gpu_pool_pressure_decides),
+        cmocka_unit_test(test_refusals_name_the_reason),
+        cmocka_unit_test(test_pick_backend_least_in_flight_round_robin_avoid),
+        cmocka_unit_test(test_pool_limits),
+        cmocka_unit_test(test_admission_sheds_batch_and_bounds_the_queue),
+        cmocka_unit_test(test_retry_budget_has_a_floor),
+        cmocka_unit_test(test_ejection_doubles_up_to_the_cap),
+        cmocka_unit_test(test_pool_signals),
+        cmocka_unit_test(test_rng_is_seeded_and_uniform),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
