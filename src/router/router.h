@@ -13,6 +13,7 @@
 #include "connguard.h"
 #include "cost.h"
 #include "hist.h"
+#include "log.h"
 #include "policy.h"
 #include "rconfig.h"
 
@@ -79,6 +80,7 @@ typedef struct {
     unsigned port;
     bool resolving;
     struct evdns_getaddrinfo_request *req;
+    log_ratelimit fail_warn; /* a name that stays unresolvable warns once a minute, not each refresh */
 } rt_dns;
 
 struct rt_pool {
