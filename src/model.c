@@ -392,7 +392,7 @@ static int warmup_model(model_repo *r, ts_model *m, char *err, size_t errlen)
     if (!r->opt.warmup) return 0;
     int rc = warmup(m, false, err, errlen);
     if (rc && m->io_binding) {
-        char bound[300], plain[300];
+        char bound[300], plain[600];
         snprintf(bound, sizeof bound, "%.299s", err);
         rc = warmup(m, true, plain, sizeof plain);
         if (rc) {

@@ -96,6 +96,7 @@ def test_failed_synthesised_warmup_keeps_io_binding(tmp_path):
         m = status_of(w, MODEL)
         assert m["ready"] is True and m["warmed_up"] is False, m
         assert m["io_binding"] is True and m["io_binding_note"].startswith("on: "), m
+        assert "requested shape" in m["warmup_error"], m  # ORT's whole reason, not cut short
         x = np.ones((2, 3), dtype=np.float32)
         body = json.dumps({"inputs": [
             {"name": "x", "datatype": "FP32", "shape": [2, 3], "data": x.flatten().tolist()},
