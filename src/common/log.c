@@ -102,11 +102,9 @@ static void strip_ansi(char *s)
     *w = '\0';
 }
 
-void log_emitv(log_level lvl, const log_field *fields, const char *fmt, va_list ap)
+static void emit_line(log_level lvl, const log_field *fields, char *msg)
 {
-    char msg[LOG_LINE_MAX / 2];
     char line[LOG_LINE_MAX];
-    vsnprintf(msg, sizeof msg, fmt, ap);
     strip_ansi(msg);
 
     struct timeval tv;
@@ -153,10 +151,67 @@ void log_emitv(log_level lvl, const log_field *fields, const char *fmt, va_list 
     pthread_mutex_unlock(&g_write_mu);
 }
 
+void log_emitv(log_level lvl, const log_field *fields, const char *fmt, va_list ap)
+{
+    char msg[LOG_LINE_MAX / 2];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    emit_line(lvl, fields, msg);
+}
+
 void log_emit(log_level lvl, const log_field *fields, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     log_emitv(lvl, fields, fmt, ap);
     va_end(ap);
+}
+
+void log_emit_suppressed(log_level lvl, const log_field *fields, uint64_t suppressed, const char *fmt,
+                         ...)
+{
+    char msg[LOG_LINE_MAX / 2];
+    char note[64] = "";
+    if (suppressed)
+        snprintf(note, sizeof note, " (%llu similar messages suppressed)", (unsigned long long)suppressed);
+    size_t room = sizeof msg - strlen(note); /* the note always fits after the message */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, room, fmt, ap);
+    va_end(ap);
+    memcpy(msg + strlen(msg), note, strlen(note) + 1);
+    emit_line(lvl, fields, msg);
+}
+
+static pthread_mutex_t g_rl_mu = PTHREAD_MUTEX_INITIALIZER;
+
+bool log_ratelimit_allow(log_ratelimit *rl, double now, double interval_s, uint64_t *suppressed)
+{
+    pthread_mutex_lock(&g_rl_mu);
+    bool out = rl->hits == 0 || now - rl->last >= interval_s;
+    rl->hits++;
+    if (out) {
+        *suppressed = rl->suppressed;
+        rl->suppressed = 0;
+        rl->last = now;
+    } else {
+        rl->suppressed++;
+    }
+    pthread_mutex_unlock(&g_rl_mu);
+    return out;
+}
+
+uint64_t log_ratelimit_reset(log_ratelimit *rl)
+{
+    pthread_mutex_lock(&g_rl_mu);
+    uint64_t hits = rl->hits;
+    *rl = (log_ratelimit){0};
+    pthread_mutex_unlock(&g_rl_mu);
+    return hits;
+}
+
+double log_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }

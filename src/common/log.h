@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR, LOG_FATAL } log_level;
 
@@ -41,6 +42,43 @@ void log_emitv(log_level lvl, const log_field *fields, const char *fmt, va_list 
 #define LOG_INFO_(fields, ...) LOG_AT(LOG_INFO, fields, __VA_ARGS__)
 #define LOG_WARN_(fields, ...) LOG_AT(LOG_WARN, fields, __VA_ARGS__)
 #define LOG_ERROR_(fields, ...) LOG_AT(LOG_ERROR, fields, __VA_ARGS__)
+
+/* A rate limit for one repeated message (a DNS name that keeps failing), owned by its call
+ * site; zero-initialise it. Without one, a condition that lasts logs the same line every
+ * tick forever and buries everything else. The decision is a pure function of the limiter
+ * and the time passed in, so tests drive it with a fake clock; LOG_WARN_EVERY passes
+ * log_now_s(). Calls on one limiter are serialised inside, so threads may share it. */
+typedef struct {
+    double last;         /* log_now_s() when the last message went out */
+    uint64_t suppressed; /* dropped since then */
+    uint64_t hits;       /* messages since the last reset, out or dropped (0: quiet) */
+} log_ratelimit;
+
+/* May a message at time now (seconds) go out? The first since a reset always does, then at
+ * most one per interval_s. On true, *suppressed receives how many were dropped since the
+ * previous one went out. */
+bool log_ratelimit_allow(log_ratelimit *rl, double now, double interval_s, uint64_t *suppressed);
+/* The condition is over: returns how many messages came since the last reset (0: none,
+ * nothing to report) and lets the next one out at once. */
+uint64_t log_ratelimit_reset(log_ratelimit *rl);
+/* CLOCK_MONOTONIC in seconds: the clock LOG_*_EVERY uses. */
+double log_now_s(void);
+/* log_emit, with " (N similar messages suppressed)" after the message when suppressed > 0
+ * (the message is cut short first if the note would not fit). */
+void log_emit_suppressed(log_level lvl, const log_field *fields, uint64_t suppressed, const char *fmt,
+                         ...) __attribute__((format(printf, 4, 5)));
+
+/* LOG_WARN_EVERY(&rl, 60, LOGF(...), fmt, ...): at most one line per 60 s from this limiter,
+ * each saying how many were dropped before it. */
+#define LOG_EVERY(lvl, rl, interval_s, fields, ...)                                    \
+    do {                                                                               \
+        uint64_t log_suppressed_ = 0;                                                  \
+        if (log_enabled(lvl) &&                                                        \
+            log_ratelimit_allow((rl), log_now_s(), (interval_s), &log_suppressed_))    \
+            log_emit_suppressed((lvl), (fields), log_suppressed_, __VA_ARGS__);       \
+    } while (0)
+#define LOG_WARN_EVERY(rl, interval_s, fields, ...) LOG_EVERY(LOG_WARN, rl, interval_s, fields, __VA_ARGS__)
+#define LOG_ERROR_EVERY(rl, interval_s, fields, ...) LOG_EVERY(LOG_ERROR, rl, interval_s, fields, __VA_ARGS__)
 
 /* Appends s to dst as a JSON string body (no quotes), escaping as needed and replacing
  * invalid UTF-8 with U+FFFD. Returns the new length, never writing past cap-1. */

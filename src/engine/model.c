@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "health.h"
 #include "log.h"
 #include "ortenv.h"
 #include "model_internal.h"
@@ -328,7 +329,16 @@ static int warmup_request(const ts_model *m, const warmup_sample *s, infer_reque
     return 0;
 }
 
-static int warmup(ts_model *m, char *err, size_t errlen)
+/* ORT's messages end in a newline; a reason shown in status and logs should not. */
+static void trim_end(char *s)
+{
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ')) s[--n] = '\0';
+}
+
+/* Runs every warm-up sample (the configured ones, or one synthesised request) on every
+ * session. plain: without the IoBinding, to tell whether the binding or the input failed. */
+static int warmup(ts_model *m, bool plain, char *err, size_t errlen)
 {
     size_t n_samples = m->cfg.n_warmup ? m->cfg.n_warmup : 1;
     double t0 = now_ms();
@@ -342,6 +352,7 @@ static int warmup(ts_model *m, char *err, size_t errlen)
         for (size_t si = 0; si < ns; si++) {
             infer_target t;
             model_target(m, si, &t); /* runner si runs on session si */
+            if (plain) t.binding = NULL;
             for (int64_t k = 0; rc == 0 && k < count; k++) {
                 infer_result res;
                 rc = infer_run(&t, NULL, &m->sig, &req, &res, &e);
@@ -350,7 +361,13 @@ static int warmup(ts_model *m, char *err, size_t errlen)
         }
         infer_request_free(&req);
         if (rc) {
-            snprintf(err, errlen, "warm-up sample %zu/%zu failed: %s", i + 1, n_samples, e.msg);
+            trim_end(e.msg);
+            if (s)
+                snprintf(err, errlen, "warm-up sample %zu/%zu (%s) failed: %s", i + 1, n_samples,
+                         s->name[0] ? s->name : "unnamed", e.msg);
+            else
+                snprintf(err, errlen, "synthesised warm-up request (inputs all zeros, dynamic "
+                         "dims 1) failed: %s", e.msg);
             return -1;
         }
         LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}),
@@ -358,6 +375,50 @@ static int warmup(ts_model *m, char *err, size_t errlen)
                   s && s->name[0] ? s->name : "synthesised", (long long)count);
     }
     m->warmup_ms = now_ms() - t0;
+    return 0;
+}
+
+/* Warms the model up; -1 (err says why) fails its load. A failed run through the IoBinding
+ * is run again without it: if that works the binding is to blame (auto falls back to plain
+ * Run(), on fails the model); if it fails too the input is, and the binding stays. Only a
+ * configured sample's failure fails the load, as in Triton: the synthesised zeros are our
+ * guess, and a model whose inputs carry values (a shape, indices, scales) may reject them
+ * yet serve every real request, so it serves without warm-up, marked so in status. A GPU
+ * error is no such guess's fault: it still fails the load. */
+static int warmup_model(model_repo *r, ts_model *m, char *err, size_t errlen)
+{
+    m->warmed_up = false;
+    m->warmup_error[0] = '\0';
+    if (!r->opt.warmup) return 0;
+    int rc = warmup(m, false, err, errlen);
+    if (rc && m->io_binding) {
+        char bound[300], plain[600];
+        snprintf(bound, sizeof bound, "%.299s", err);
+        rc = warmup(m, true, plain, sizeof plain);
+        if (rc) {
+            snprintf(err, errlen, "%s", plain); /* the input fails either way */
+        } else if (r->opt.io_binding == SWITCH_AUTO) {
+            /* auto must never fail a model that plain Run() serves */
+            model_release_io_binding(m);
+            snprintf(m->io_binding_note, sizeof m->io_binding_note,
+                     "off: a warm-up run through IoBinding failed (%.299s); plain Run()", bound);
+            LOG_WARN_(LOGF({"model", m->name}, {"version", m->version}), "io binding %s",
+                      m->io_binding_note);
+        } else {
+            snprintf(err, errlen, "TIERSERVE_IO_BINDING=on: a warm-up run through IoBinding "
+                     "failed (plain Run() works): %s", bound);
+            return -1;
+        }
+    }
+    if (rc == 0) {
+        m->warmed_up = true;
+        return 0;
+    }
+    if (m->cfg.n_warmup || health_is_gpu_error(err)) return -1;
+    snprintf(m->warmup_error, sizeof m->warmup_error, "%s", err);
+    LOG_WARN_(LOGF({"model", m->name}, {"version", m->version}),
+              "serving without warm-up: %s; a model_warmup sample in config.yaml with valid "
+              "inputs warms it up", m->warmup_error);
     return 0;
 }
 
@@ -441,19 +502,7 @@ static void load_one(model_repo *r, ts_model *m)
         fail_model(m, "%s", err);
         return;
     }
-    int wrc = r->opt.warmup ? warmup(m, err, sizeof err) : 0;
-    if (wrc && m->io_binding && r->opt.io_binding == SWITCH_AUTO) {
-        /* auto must never fail a model that plain Run() serves */
-        char why[300];
-        snprintf(why, sizeof why, "%.299s", err);
-        model_release_io_binding(m);
-        snprintf(m->io_binding_note, sizeof m->io_binding_note,
-                 "off: a warm-up run through IoBinding failed (%.299s); plain Run()", why);
-        LOG_WARN_(LOGF({"model", m->name}, {"version", m->version}), "io binding %s",
-                  m->io_binding_note);
-        wrc = warmup(m, err, sizeof err);
-    }
-    if (wrc) {
+    if (warmup_model(r, m, err, sizeof err)) {
         fail_model(m, "%s", err);
         return;
     }
@@ -482,7 +531,8 @@ static void load_one(model_repo *r, ts_model *m)
     snprintf(load_ms, sizeof load_ms, "%.1f", now_ms() - t0);
     snprintf(warm_ms, sizeof warm_ms, "%.1f", m->warmup_ms);
     LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}, {"load_ms", load_ms},
-                   {"warmup_ms", warm_ms}, {"io_binding", m->io_binding ? "true" : "false"}),
+                   {"warmup_ms", warm_ms}, {"warmed_up", m->warmed_up ? "true" : "false"},
+                   {"io_binding", m->io_binding ? "true" : "false"}),
               "model ready");
 }
 
@@ -583,6 +633,11 @@ bool model_batching(const ts_model *m, const char **note)
 }
 model_stats *model_stats_of(ts_model *m) { return &m->stats; }
 double model_warmup_ms(const ts_model *m) { return m->warmup_ms; }
+bool model_warmed_up(const ts_model *m, const char **error)
+{
+    if (error) *error = m->warmup_error;
+    return m->warmed_up;
+}
 int64_t model_instances(const ts_model *m) { return m->instances; }
 
 size_t model_placement(const ts_model *m, const placement_entry **out)

@@ -111,6 +111,11 @@ sched *model_sched(const ts_model *m);
 bool model_batching(const ts_model *m, const char **note);
 model_stats *model_stats_of(ts_model *m);
 double model_warmup_ms(const ts_model *m);
+/* Did warm-up run and succeed? A synthesised warm-up request (zeros, dynamic dims 1) can
+ * fail on a model whose inputs carry values (a shape, indices, scales) although the model
+ * serves real requests: it then serves without warm-up and *error (never NULL) says why;
+ * "" otherwise. A configured model_warmup sample that fails fails the load instead. */
+bool model_warmed_up(const ts_model *m, const char **error);
 int64_t model_instances(const ts_model *m); /* runner threads started (0 until READY) */
 size_t model_placement(const ts_model *m, const placement_entry **out);
 /* Queued + running requests for this model. */

@@ -40,6 +40,8 @@ struct ts_model {
     char batching_note[200];
     model_stats stats;
     double warmup_ms;
+    bool warmed_up;           /* every warm-up run succeeded (false with --warmup=0) */
+    char warmup_error[600];   /* why the synthesised warm-up failed; "" when it did not */
     int64_t instances; /* runner threads actually started */
     size_t n_placement;
     placement_entry placement[MODEL_MAX_PLACEMENT];

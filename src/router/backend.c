@@ -144,10 +144,16 @@ static void on_resolved(int result, struct evutil_addrinfo *res, void *arg)
     d->req = NULL;
     if (result == EVUTIL_EAI_CANCEL) return;
     if (result != 0) {
-        LOG_WARN_(LOGF({"pool", p->cfg->name}, {"dns_name", d->host}), "resolving %s failed: %s; keeping %s",
-                  d->host, evutil_gai_strerror(result), "the backends it had");
+        LOG_WARN_EVERY(&d->fail_warn, 60.0, LOGF({"pool", p->cfg->name}, {"dns_name", d->host}),
+                       "resolving %s failed: %s; keeping %s", d->host, evutil_gai_strerror(result),
+                       "the backends it had");
         return;
     }
+    uint64_t failures = log_ratelimit_reset(&d->fail_warn);
+    if (failures)
+        LOG_INFO_(LOGF({"pool", p->cfg->name}, {"dns_name", d->host}),
+                  "resolving %s works again after %llu failed attempt(s)", d->host,
+                  (unsigned long long)failures);
     char seen[RT_MAX_BACKENDS][INET6_ADDRSTRLEN];
     size_t n_seen = 0;
     for (struct evutil_addrinfo *a = res; a && n_seen < RT_MAX_BACKENDS; a = a->ai_next) {

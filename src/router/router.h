@@ -14,6 +14,7 @@
 #include "cost.h"
 #include "hist.h"
 #include "latency.h"
+#include "log.h"
 #include "policy.h"
 #include "route.h"
 #include "rconfig.h"
@@ -65,6 +66,7 @@ typedef struct {
     unsigned port;
     bool resolving;
     struct evdns_getaddrinfo_request *req;
+    log_ratelimit fail_warn; /* a name that stays unresolvable warns once a minute, not each refresh */
 } rt_dns;
 
 struct rt_pool {

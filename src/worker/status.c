@@ -129,6 +129,12 @@ void status_json(const status_view *v, buf *b)
         buf_printf(b, ",\"ready\":%s,\"state\":\"%s\",\"warmup_ms\":%.1f,\"queue_depth\":%zu,",
                    model_state(m) == MODEL_READY ? "true" : "false", state_name(model_state(m)),
                    model_warmup_ms(m), model_queue_depth(m));
+        const char *warmup_error = "";
+        buf_printf(b, "\"warmed_up\":%s,\"warmup_error\":",
+                   model_warmed_up(m, &warmup_error) ? "true" : "false");
+        if (warmup_error[0]) put_str(b, warmup_error);
+        else buf_puts(b, "null");
+        buf_putc(b, ',');
         const char *note = "";
         bool batching = model_batching(m, &note);
         buf_printf(b, "\"max_batch_size\":%lld,\"batching\":%s,\"batching_note\":",

@@ -1,14 +1,18 @@
-/* JSON escaping, truncation that stays valid JSON, GPU-error recognition. */
+/* JSON escaping, truncation that stays valid JSON, GPU-error recognition, rate limits. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "buf.h"
 #include "health.h"
 #include "log.h"
+
+#define LOG_LINE_MAX_TEST 6000 /* longer than a message may be */
 
 static void test_escape(void **state)
 {
@@ -67,6 +71,93 @@ static void test_level_parse(void **state)
     assert_int_equal(log_level_parse("verbose", &l), -1);
 }
 
+/* A fake clock: the limiter is a function of the time passed in. */
+static void test_ratelimit_first_then_once_per_interval(void **state)
+{
+    (void)state;
+    log_ratelimit rl = {0};
+    uint64_t sup = 99;
+    assert_true(log_ratelimit_allow(&rl, 1000.0, 60.0, &sup)); /* the first always goes out */
+    assert_int_equal(sup, 0);
+    for (int i = 1; i <= 11; i++) /* a failure every 5 s: dropped for the next minute */
+        assert_false(log_ratelimit_allow(&rl, 1000.0 + 5.0 * i, 60.0, &sup));
+    assert_true(log_ratelimit_allow(&rl, 1060.0, 60.0, &sup));
+    assert_int_equal(sup, 11);
+    assert_false(log_ratelimit_allow(&rl, 1065.0, 60.0, &sup));
+    assert_true(log_ratelimit_allow(&rl, 1500.0, 60.0, &sup)); /* a quiet spell: at once */
+    assert_int_equal(sup, 1);
+    assert_false(log_ratelimit_allow(&rl, 1400.0, 60.0, &sup)); /* time never runs backwards here */
+}
+
+static void test_ratelimit_reset(void **state)
+{
+    (void)state;
+    log_ratelimit rl = {0};
+    uint64_t sup = 0;
+    assert_int_equal(log_ratelimit_reset(&rl), 0); /* quiet: nothing to report */
+    assert_true(log_ratelimit_allow(&rl, 10.0, 60.0, &sup));
+    assert_false(log_ratelimit_allow(&rl, 15.0, 60.0, &sup));
+    assert_false(log_ratelimit_allow(&rl, 20.0, 60.0, &sup));
+    assert_int_equal(log_ratelimit_reset(&rl), 3); /* every failure, logged or not */
+    assert_int_equal(log_ratelimit_reset(&rl), 0);
+    /* the condition comes back: the first message goes out at once, with no stale count */
+    assert_true(log_ratelimit_allow(&rl, 25.0, 60.0, &sup));
+    assert_int_equal(sup, 0);
+}
+
+/* Runs fn with stderr sent to a temporary file; returns what it wrote. */
+static void capture_stderr(void (*fn)(void), char *out, size_t cap)
+{
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_true(dup2(fileno(f), STDERR_FILENO) >= 0);
+    fn();
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+    rewind(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    fclose(f);
+}
+
+static void emit_with_counts(void)
+{
+    log_emit_suppressed(LOG_WARN, LOGF({"dns_name", "w.test"}), 0, "resolving %s failed", "w.test");
+    log_emit_suppressed(LOG_WARN, NULL, 11, "resolving %s failed", "w.test");
+    char big[LOG_LINE_MAX_TEST];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    log_emit_suppressed(LOG_WARN, NULL, 7, "%s", big); /* cut short, the note still there */
+}
+
+static void test_suppressed_note(void **state)
+{
+    (void)state;
+    static char text[3 * 8192];
+    capture_stderr(emit_with_counts, text, sizeof text);
+    char *l1 = text, *l2 = strchr(l1, '\n') + 1, *l3 = strchr(l2, '\n') + 1;
+    assert_non_null(strstr(l1, "\"msg\":\"resolving w.test failed\",\"dns_name\":\"w.test\"}"));
+    assert_non_null(strstr(l2, "\"msg\":\"resolving w.test failed (11 similar messages suppressed)\"}"));
+    assert_non_null(strstr(l3, "xxx (7 similar messages suppressed)\"}\n"));
+}
+
+static void warn_twice(void)
+{
+    static log_ratelimit rl;
+    for (int i = 0; i < 2; i++) LOG_WARN_EVERY(&rl, 60, NULL, "flapping %d", i);
+}
+
+static void test_warn_every_macro(void **state)
+{
+    (void)state;
+    char text[4096];
+    capture_stderr(warn_twice, text, sizeof text);
+    assert_non_null(strstr(text, "\"msg\":\"flapping 0\""));
+    assert_null(strstr(text, "flapping 1")); /* within the minute: dropped */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -74,6 +165,10 @@ int main(void)
         cmocka_unit_test(test_buf_json_str),
         cmocka_unit_test(test_gpu_error_patterns),
         cmocka_unit_test(test_level_parse),
+        cmocka_unit_test(test_ratelimit_first_then_once_per_interval),
+        cmocka_unit_test(test_ratelimit_reset),
+        cmocka_unit_test(test_suppressed_note),
+        cmocka_unit_test(test_warn_every_macro),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
