@@ -428,6 +428,7 @@ static int send_to_backend(proxy_req *pr)
     if (pr->cenc[0]) evhttp_add_header(h, "Content-Encoding", pr->cenc);
     if (pr->aenc[0]) evhttp_add_header(h, "Accept-Encoding", pr->aenc);
     evhttp_add_header(h, r->cfg->request_id_header, pr->request_id);
+    if (r->cfg->worker_authorization[0]) evhttp_add_header(h, "Authorization", r->cfg->worker_authorization);
     evbuffer_add(evhttp_request_get_output_buffer(req), pr->body, pr->body_len);
     char uri[600];
     const char *phys = physical(pr->pool, pr->logical);
