@@ -447,7 +447,10 @@ void rt_probe_all(router *r)
                 evhttp_connection_set_timeout_tv(b->probe, &tv);
             }
             struct evhttp_request *req = evhttp_request_new(on_probe, b);
-            evhttp_add_header(evhttp_request_get_output_headers(req), "Host", b->host);
+            struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+            evhttp_add_header(h, "Host", b->host);
+            /* /v2/status needs the worker token on workers that have one */
+            if (r->cfg->worker_authorization[0]) evhttp_add_header(h, "Authorization", r->cfg->worker_authorization);
             if (evhttp_make_request(b->probe, req, EVHTTP_REQ_GET, "/v2/status") == 0)
                 b->probe_in_flight = true;
         }

@@ -3,11 +3,16 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "httppath.h"
 #include "infer.h"
@@ -23,7 +28,8 @@ void rt_reply_error(struct evhttp_request *req, int code, const char *msg)
     buf b;
     buf_init(&b, 1 << 16);
     buf_put_error_json(&b, msg);
-    if (code == 503 || code == 429) evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    if ((code == 503 || code == 429) && !evhttp_find_header(out, "Retry-After")) evhttp_add_header(out, "Retry-After", "1");
     reply_buf(req, code, "application/json", &b);
     buf_free(&b);
 }
@@ -35,6 +41,229 @@ static priority_class parse_priority(const char *v)
     if (strcasecmp(v, "batch") == 0) return PRIO_BATCH;
     if (strcasecmp(v, "normal") == 0) return PRIO_NORMAL;
     return PRIO_COUNT;
+}
+
+/* The words the data class header may hold besides "sensitive". Anything else is refused:
+ * a misspelt or combined value ("public, sensitive") read as "not sensitive" would send
+ * sensitive data where it must not go. */
+static const char *const k_plain_classes[] = {"public", "internal", "normal"};
+
+static int parse_data_class(const char *v, bool *sensitive)
+{
+    *sensitive = false;
+    if (!v) return 0;
+    if (strcasecmp(v, "sensitive") == 0) {
+        *sensitive = true;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof k_plain_classes / sizeof k_plain_classes[0]; i++)
+        if (strcasecmp(v, k_plain_classes[i]) == 0) return 0;
+    return -1;
+}
+
+/* The value of the header called name (case-insensitive) in *out, NULL when absent.
+ * Returns -1 when it appears more than once: evhttp_find_header reads the first, and a
+ * second copy is how a value gets past a proxy that checked the other one. */
+static int single_header(struct evkeyvalq *h, const char *name, const char **out)
+{
+    *out = NULL;
+    for (struct evkeyval *kv = h->tqh_first; kv; kv = kv->next.tqe_next) {
+        if (strcasecmp(kv->key, name) != 0) continue;
+        if (*out) return -1;
+        *out = kv->value;
+    }
+    return 0;
+}
+
+/* ---- credentials ---------------------------------------------------------------------
+ * API keys and tokens are compared in time that depends on the lengths only, never on where
+ * the bytes differ; wrong credentials are counted per client address, and an address with
+ * too many is refused for a while (docs/router.md "Authentication"). */
+
+#define AUTH_SECRET_MAX 255 /* the config's longest key or token */
+
+/* Equal strings, comparing over the longer length whatever the contents. */
+static bool ct_equal(const char *given, const char *secret)
+{
+    size_t gl = strlen(given), sl = strlen(secret);
+    if (gl > AUTH_SECRET_MAX) return false; /* cannot match; bounds the work a client causes */
+    size_t n = gl > sl ? gl : sl;
+    volatile unsigned char diff = gl != sl;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char a = i < gl ? (unsigned char)given[i] : 0;
+        unsigned char b = i < sl ? (unsigned char)secret[i] : 0;
+        diff |= (unsigned char)(a ^ b);
+    }
+    return diff == 0;
+}
+
+/* The tenant whose API key this is, or NULL. Every key is compared, so the time taken does
+ * not tell which tenant's key came close. */
+static const rc_tenant *tenant_by_key(const router_config *c, const char *key)
+{
+    const rc_tenant *found = NULL;
+    for (unsigned i = 0; key && i < c->tenants_count; i++)
+        if (c->tenants[i].api_key && ct_equal(key, c->tenants[i].api_key)) found = &c->tenants[i];
+    return found;
+}
+
+static bool tenants_have_keys(const router_config *c)
+{
+    for (unsigned i = 0; i < c->tenants_count; i++)
+        if (c->tenants[i].api_key) return true;
+    return false;
+}
+
+/* The token of "Authorization: Bearer <token>" (scheme case-insensitive, RFC 7235), or NULL. */
+static const char *bearer_token(const char *auth)
+{
+    if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) return NULL;
+    auth += 7;
+    while (*auth == ' ') auth++;
+    return *auth ? auth : NULL;
+}
+
+typedef enum { CRED_NONE, CRED_BAD, CRED_OK } cred;
+
+#define AUTH_SLOTS 4096 /* client addresses remembered at once */
+#define AUTH_PROBES 8   /* slots an address may sit in: where it is looked for and evicts */
+#define AUTH_KEY 17     /* address family, then the address (IPv6: its /64) */
+
+typedef struct {
+    uint8_t key[AUTH_KEY];
+    bool used;
+    unsigned failures;
+    double first_failure, blocked_until, last_seen;
+} auth_slot;
+
+/* The router's only per-client state: one process, one event loop, so a file-local table
+ * of fixed size (no allocation, nothing growing with what clients send). */
+static auth_slot g_auth[AUTH_SLOTS];
+static uint64_t g_auth_seed;
+static bool g_auth_seeded;
+
+/* A client's address as a fixed-size key. A whole IPv6 /64 counts as one address: one
+ * host usually holds all of it, and could otherwise change address per attempt. */
+static void client_key(struct evhttp_request *req, uint8_t key[AUTH_KEY])
+{
+    memset(key, 0, AUTH_KEY);
+    char *host = NULL;
+    ev_uint16_t port = 0;
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    if (conn) evhttp_connection_get_peer(conn, &host, &port);
+    if (!host) return;
+    if (strncmp(host, "::ffff:", 7) == 0 && strchr(host + 7, '.')) host += 7;
+    if (inet_pton(AF_INET, host, key + 1) == 1) {
+        key[0] = 4;
+    } else if (inet_pton(AF_INET6, host, key + 1) == 1) {
+        key[0] = 6;
+        memset(key + 9, 0, 8);
+    } else {
+        snprintf((char *)key + 1, AUTH_KEY - 1, "%s", host); /* unusual peers share by prefix */
+    }
+}
+
+/* FNV-1a over the key from a per-process random basis, so that no client can pick
+ * addresses that crowd one neighbourhood of the table. */
+static size_t auth_hash(const uint8_t key[AUTH_KEY])
+{
+    if (!g_auth_seeded) {
+        if (getrandom(&g_auth_seed, sizeof g_auth_seed, GRND_NONBLOCK) != (ssize_t)sizeof g_auth_seed)
+            g_auth_seed = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+        g_auth_seeded = true;
+    }
+    uint64_t x = 0xcbf29ce484222325ull ^ g_auth_seed;
+    for (size_t i = 0; i < AUTH_KEY; i++) x = (x ^ key[i]) * 0x100000001b3ull;
+    x ^= x >> 31;
+    return (size_t)(x % AUTH_SLOTS);
+}
+
+/* An entry that neither blocks nor counts failures any more is as good as empty. */
+static bool auth_slot_idle(const auth_slot *e, const rc_auth_limit *lim, double now)
+{
+    return !e->used || (now >= e->blocked_until && now - e->first_failure >= lim->window_s);
+}
+
+/* The address's entry, or NULL when it has none and create is false. Full neighbourhood:
+ * the least recently seen entry that blocks nothing is forgotten, else the one whose block
+ * ends first. */
+static auth_slot *auth_slot_of(const uint8_t key[AUTH_KEY], const rc_auth_limit *lim, double now, bool create)
+{
+    size_t h = auth_hash(key);
+    auth_slot *victim = NULL;
+    for (size_t i = 0; i < AUTH_PROBES; i++) {
+        auth_slot *e = &g_auth[(h + i) % AUTH_SLOTS];
+        if (e->used && memcmp(e->key, key, AUTH_KEY) == 0) return e;
+        if (!create) continue;
+        bool idle = auth_slot_idle(e, lim, now);
+        if (!victim) victim = e;
+        else if (idle != auth_slot_idle(victim, lim, now)) victim = idle ? e : victim;
+        else if (idle ? e->last_seen < victim->last_seen : e->blocked_until < victim->blocked_until) victim = e;
+    }
+    if (!victim) return NULL;
+    memset(victim, 0, sizeof *victim);
+    memcpy(victim->key, key, AUTH_KEY);
+    victim->used = true;
+    return victim;
+}
+
+/* Lets a request that needs credentials go on (true), or answers it: 429 + Retry-After
+ * while its address is blocked (good credentials too: the penalty is the address's), 401
+ * without good credentials. A wrong credential counts towards the block; a missing one does
+ * not (it guesses nothing). */
+static bool authorize(router *r, struct evhttp_request *req, cred c, bool www_bearer, const char *msg)
+{
+    const rc_auth_limit *lim = &r->cfg->auth_limit;
+    uint8_t key[AUTH_KEY];
+    client_key(req, key);
+    double now = rt_now();
+    auth_slot *e = auth_slot_of(key, lim, now, false);
+    if (e && now < e->blocked_until) {
+        char after[24], text[160];
+        snprintf(after, sizeof after, "%.0f", ceil(e->blocked_until - now));
+        snprintf(text, sizeof text, "too many failed authentication attempts from this address: retry after %s s",
+                 after);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", after);
+        rt_reply_error(req, 429, text);
+        return false;
+    }
+    if (c == CRED_OK) return true;
+    if (c == CRED_BAD && (e = auth_slot_of(key, lim, now, true)) != NULL) {
+        if (now - e->first_failure >= lim->window_s || e->failures == 0) {
+            e->first_failure = now;
+            e->failures = 0;
+        }
+        e->last_seen = now;
+        if (++e->failures >= lim->max_failures) {
+            e->blocked_until = now + lim->block_s;
+            e->failures = 0;
+            char n[16];
+            snprintf(n, sizeof n, "%u", lim->max_failures);
+            LOG_WARN_(LOGF({"failures", n}),
+                      "%s failed authentication attempts from one address within %u s: refused for %u s", n,
+                      lim->window_s, lim->block_s);
+        }
+    }
+    if (www_bearer) evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+    rt_reply_error(req, 401, msg);
+    return false;
+}
+
+/* Bearer credentials for an endpoint taking any of tokens (NULL entries skipped), checked
+ * against every one of them. Returns -1 (and answers 400) for two Authorization headers. */
+static int bearer_cred(struct evhttp_request *req, const char *const *tokens, size_t n, cred *out)
+{
+    const char *auth = NULL;
+    if (single_header(evhttp_request_get_input_headers(req), "Authorization", &auth)) {
+        rt_reply_error(req, 400, "Authorization appears more than once");
+        return -1;
+    }
+    const char *given = bearer_token(auth);
+    bool ok = false;
+    for (size_t i = 0; given && i < n; i++)
+        if (tokens[i]) ok |= ct_equal(given, tokens[i]);
+    *out = ok ? CRED_OK : given || auth ? CRED_BAD : CRED_NONE;
+    return 0;
 }
 
 static void copy_header(struct evkeyvalq *h, const char *name, char *out, size_t len)
@@ -78,6 +307,41 @@ static int check_infer_body(const proxy_req *pr, char *msg, size_t len)
     return code;
 }
 
+/* The client's request id when it is one header of visible ASCII (0x21-0x7e) that fits,
+ * else a generated one: the id is echoed to the client, forwarded to a worker and written
+ * into logs, so a control character in it could split a header or forge a log line. A
+ * refused id is logged without its bytes, at most once a second. */
+static void request_id(router *r, struct evkeyvalq *h, char *out, size_t cap)
+{
+    static double last_warned;
+    static unsigned long suppressed;
+    const char *rid = NULL;
+    bool twice = single_header(h, r->cfg->request_id_header, &rid) != 0;
+    size_t n = rid ? strlen(rid) : 0;
+    bool ok = rid && !twice && n > 0 && n < cap;
+    for (size_t i = 0; ok && i < n; i++) ok = (unsigned char)rid[i] >= 0x21 && (unsigned char)rid[i] <= 0x7e;
+    if (ok) {
+        memcpy(out, rid, n + 1);
+        return;
+    }
+    snprintf(out, cap, "tr-%d-%llu", r->port, (unsigned long long)++r->seq);
+    if (!rid) return;
+    double now = rt_now();
+    if (now - last_warned < 1.0) {
+        suppressed++;
+        return;
+    }
+    char len[24], more[64] = "";
+    snprintf(len, sizeof len, "%zu", n);
+    if (suppressed) snprintf(more, sizeof more, " (%lu similar since the last one)", suppressed);
+    LOG_WARN_(LOGF({"request_id", out}, {"header_bytes", len}),
+              "%s refused (%s, %s bytes): only one header of visible ASCII, at most %zu bytes, is used; "
+              "generated %s%s", r->cfg->request_id_header, twice ? "sent more than once" : "not visible ASCII or too long",
+              len, cap - 1, out, more);
+    last_warned = now;
+    suppressed = 0;
+}
+
 /* Inference, and the model endpoints (metadata, ready, config), which go to a backend that
  * serves the model exactly like inference does, so a client cannot tell the router from a
  * worker. */
@@ -85,10 +349,30 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
                          const char *verb, enum evhttp_cmd_type method)
 {
     struct evkeyvalq *h = evhttp_request_get_input_headers(req);
-    priority_class prio = parse_priority(evhttp_find_header(h, r->cfg->priority_header));
+    const router_config *c = r->cfg;
+    const char *const names[] = {c->priority_header, c->data_class_header, c->api_key_header, c->tenant_header,
+                                 c->deadline_header};
+    const char *vals[sizeof names / sizeof names[0]];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (single_header(h, names[i], &vals[i])) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "%s appears more than once", names[i]);
+            rt_reply_error(req, 400, msg);
+            return;
+        }
+    const char *key = vals[2], *tname = vals[3], *dh = vals[4];
+    priority_class prio = parse_priority(vals[0]);
     if (prio == PRIO_COUNT) {
         char msg[200];
-        snprintf(msg, sizeof msg, "%s must be urgent, normal or batch", r->cfg->priority_header);
+        snprintf(msg, sizeof msg, "%s must be urgent, normal or batch", c->priority_header);
+        rt_reply_error(req, 400, msg);
+        return;
+    }
+    bool sensitive;
+    if (parse_data_class(vals[1], &sensitive)) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%s must be one value: sensitive, or public, internal or normal (not sensitive)",
+                 c->data_class_header);
         rt_reply_error(req, 400, msg);
         return;
     }
@@ -99,35 +383,24 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
     /* tenant: from its API key when tenants have keys (an unknown key is 401), else from
      * the tenant header; a tenant may be marked sensitive as a whole */
     const rc_tenant *tenant = NULL;
-    bool keys = false;
-    for (unsigned i = 0; i < r->cfg->tenants_count; i++) keys |= r->cfg->tenants[i].api_key != NULL;
-    const char *key = evhttp_find_header(h, r->cfg->api_key_header);
-    const char *tname = evhttp_find_header(h, r->cfg->tenant_header);
-    if (keys) {
-        for (unsigned i = 0; key && i < r->cfg->tenants_count; i++)
-            if (r->cfg->tenants[i].api_key && strcmp(r->cfg->tenants[i].api_key, key) == 0)
-                tenant = &r->cfg->tenants[i];
-        if (!tenant) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "%s %s", r->cfg->api_key_header, key ? "is not a known key" : "is missing");
-            rt_reply_error(req, 401, msg);
-            return;
-        }
+    if (tenants_have_keys(c)) {
+        tenant = tenant_by_key(c, key);
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s %s", c->api_key_header, key ? "is not a known key" : "is missing");
+        if (!authorize(r, req, tenant ? CRED_OK : key ? CRED_BAD : CRED_NONE, false, msg)) return;
     } else {
-        for (unsigned i = 0; tname && i < r->cfg->tenants_count; i++)
-            if (strcmp(r->cfg->tenants[i].name, tname) == 0) tenant = &r->cfg->tenants[i];
+        for (unsigned i = 0; tname && i < c->tenants_count; i++)
+            if (strcmp(c->tenants[i].name, tname) == 0) tenant = &c->tenants[i];
     }
-    const char *dc = evhttp_find_header(h, r->cfg->data_class_header);
-    bool sensitive = (dc && strcasecmp(dc, "sensitive") == 0) || (tenant && tenant->sensitive);
+    sensitive |= tenant && tenant->sensitive;
     /* a request may shorten its priority's deadline, never extend it */
-    const char *dh = evhttp_find_header(h, r->cfg->deadline_header);
     long deadline_override = -1;
     if (dh) {
         char *end = NULL;
         deadline_override = strtol(dh, &end, 10);
         if (end == dh || *end || deadline_override <= 0) {
             char msg[160];
-            snprintf(msg, sizeof msg, "%s must be a positive number of milliseconds", r->cfg->deadline_header);
+            snprintf(msg, sizeof msg, "%s must be a positive number of milliseconds", c->deadline_header);
             rt_reply_error(req, 400, msg);
             return;
         }
@@ -153,9 +426,7 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
     snprintf(pr->verb, sizeof pr->verb, "%s", verb);
     pr->method = method;
     pr->is_infer = strcmp(verb, "infer") == 0;
-    const char *rid = evhttp_find_header(h, r->cfg->request_id_header);
-    if (rid && strlen(rid) < sizeof pr->request_id) snprintf(pr->request_id, sizeof pr->request_id, "%s", rid);
-    else snprintf(pr->request_id, sizeof pr->request_id, "tr-%d-%llu", r->port, (unsigned long long)++r->seq);
+    request_id(r, h, pr->request_id, sizeof pr->request_id);
     copy_header(h, "Content-Type", pr->ctype, sizeof pr->ctype);
     copy_header(h, "Inference-Header-Content-Length", pr->ihcl, sizeof pr->ihcl);
     copy_header(h, "Content-Encoding", pr->cenc, sizeof pr->cenc);
@@ -177,6 +448,53 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
         return;
     }
     rt_proxy_route(pr);
+}
+
+/* 405 with the Allow header RFC 9110 15.5.6 requires. */
+static void method_not_allowed(struct evhttp_request *req, const char *allow)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+    rt_reply_error(req, 405, "method not allowed for this endpoint");
+}
+
+/* /admin/cost's query: window=S seconds, finite, more than 0 and at most the cost book's
+ * hour (default 300), and nothing else. Returns 0, or -1 with a message naming window. */
+static int cost_window(const char *query, double *out, char *msg, size_t len)
+{
+    const double horizon = COST_BUCKETS * COST_BUCKET_S;
+    *out = 300;
+    if (!query || !query[0]) return 0;
+    struct evkeyvalq params;
+    int rc = 0;
+    const char *v = NULL;
+    if (evhttp_parse_query_str(query, &params) != 0) {
+        snprintf(msg, len, "/admin/cost takes one query parameter, window=S; the query is malformed");
+        return -1;
+    }
+    for (struct evkeyval *kv = params.tqh_first; kv && rc == 0; kv = kv->next.tqe_next) {
+        if (strcmp(kv->key, "window") != 0) {
+            snprintf(msg, len, "/admin/cost takes one query parameter, window=S, and nothing else");
+            rc = -1;
+        } else if (v) {
+            snprintf(msg, len, "window is given more than once");
+            rc = -1;
+        } else {
+            v = kv->value;
+        }
+    }
+    if (rc == 0 && v) {
+        char *end = NULL;
+        errno = 0;
+        double w = v[0] && v[0] != ' ' ? strtod(v, &end) : NAN;
+        if (!end || *end || errno || !isfinite(w) || w <= 0 || w > horizon) {
+            snprintf(msg, len, "window must be a number of seconds, more than 0 and at most %.0f", horizon);
+            rc = -1;
+        } else {
+            *out = w;
+        }
+    }
+    evhttp_clear_headers(&params);
+    return rc;
 }
 
 /* Replies with b's bytes (copied) and a Content-Type. */
@@ -206,6 +524,14 @@ void rt_on_request(struct evhttp_request *req, void *arg)
     size_t n = (size_t)n_;
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     if (n == 1 && strcmp(segs[0], "metrics") == 0) {
+        /* tenant names and what each spent: the admin token's, or the scrape token's alone */
+        if (r->cfg->admin_token || r->cfg->metrics_token) {
+            const char *tokens[] = {r->cfg->admin_token, r->cfg->metrics_token};
+            cred c;
+            if (bearer_cred(req, tokens, 2, &c) ||
+                !authorize(r, req, c, true, "/metrics needs Authorization: Bearer <metrics_token or admin_token>"))
+                return;
+        }
         buf b;
         buf_init(&b, 1 << 24);
         rt_metrics(r, &b);
@@ -214,18 +540,17 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         return;
     }
     if (n >= 1 && strcmp(segs[0], "admin") == 0 && r->cfg->admin_token) {
-        const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
-        if (!auth || strncmp(auth, "Bearer ", 7) != 0 || strcmp(auth + 7, r->cfg->admin_token) != 0) {
-            evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
-            rt_reply_error(req, 401, "admin endpoints need Authorization: Bearer <admin_token>");
+        cred c;
+        if (bearer_cred(req, (const char *const[]){r->cfg->admin_token}, 1, &c) ||
+            !authorize(r, req, c, true, "admin endpoints need Authorization: Bearer <admin_token>"))
             return;
-        }
     }
     if (n == 2 && strcmp(segs[0], "admin") == 0 && strcmp(segs[1], "cost") == 0) {
-        double window = 300;
-        const char *q = uri ? evhttp_uri_get_query(uri) : NULL;
-        if (q && strncmp(q, "window=", 7) == 0) window = atof(q + 7);
-        if (window <= 0) window = 300;
+        double window;
+        if (cost_window(uri ? evhttp_uri_get_query(uri) : NULL, &window, msg, sizeof msg)) {
+            rt_reply_error(req, 400, msg);
+            return;
+        }
         buf b;
         buf_init(&b, 1 << 20);
         cost_json(r->cost, window, rt_now(), &b);
@@ -257,8 +582,24 @@ void rt_on_request(struct evhttp_request *req, void *arg)
     }
     if (n == 3 && strcmp(segs[1], "repository") == 0 && strcmp(segs[2], "index") == 0) {
         if (cmd != EVHTTP_REQ_POST) {
-            rt_reply_error(req, 405, "method not allowed for this endpoint");
+            method_not_allowed(req, "POST");
             return;
+        }
+        /* the fleet's model names: clients need them (an API key will do), strangers not */
+        if (r->cfg->admin_token || tenants_have_keys(r->cfg)) {
+            const char *key = NULL;
+            cred c;
+            if (single_header(evhttp_request_get_input_headers(req), r->cfg->api_key_header, &key)) {
+                snprintf(msg, sizeof msg, "%s appears more than once", r->cfg->api_key_header);
+                rt_reply_error(req, 400, msg);
+                return;
+            }
+            if (bearer_cred(req, (const char *const[]){r->cfg->admin_token}, 1, &c)) return;
+            if (tenant_by_key(r->cfg, key)) c = CRED_OK;
+            else if (key && c == CRED_NONE) c = CRED_BAD;
+            snprintf(msg, sizeof msg, "/v2/repository/index needs %s or Authorization: Bearer <admin_token>",
+                     r->cfg->api_key_header);
+            if (!authorize(r, req, c, r->cfg->admin_token != NULL, msg)) return;
         }
         buf b;
         buf_init(&b, 1 << 20);
@@ -286,7 +627,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         const char *verb = n == k ? "" : n == k + 1 ? segs[k] : NULL;
         if (verb && strcmp(verb, "infer") == 0) {
             if (cmd != EVHTTP_REQ_POST) {
-                rt_reply_error(req, 405, "method not allowed for this endpoint");
+                method_not_allowed(req, "POST");
                 return;
             }
             handle_model(r, req, segs[2], version, "infer", EVHTTP_REQ_POST);
@@ -294,7 +635,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         }
         if (verb && (!verb[0] || strcmp(verb, "ready") == 0 || strcmp(verb, "config") == 0)) {
             if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
-                rt_reply_error(req, 405, "method not allowed for this endpoint");
+                method_not_allowed(req, "GET, HEAD");
                 return;
             }
             handle_model(r, req, segs[2], version, verb, EVHTTP_REQ_GET);

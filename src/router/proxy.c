@@ -414,6 +414,7 @@ static int send_to_backend(proxy_req *pr)
     if (pr->cenc[0]) evhttp_add_header(h, "Content-Encoding", pr->cenc);
     if (pr->aenc[0]) evhttp_add_header(h, "Accept-Encoding", pr->aenc);
     evhttp_add_header(h, RT_BACKEND_ID_HEADER, pr->request_id);
+    if (r->cfg->worker_authorization[0]) evhttp_add_header(h, "Authorization", r->cfg->worker_authorization);
     evbuffer_add(evhttp_request_get_output_buffer(req), pr->body, pr->body_len);
     char uri[1200];
     if (backend_uri(pr, uri, sizeof uri) != 0 || evhttp_make_request(pr->conn, req, pr->method, uri) != 0) {

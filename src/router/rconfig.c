@@ -75,6 +75,11 @@ static const cyaml_schema_field_t k_admission_fields[] = {
     CYAML_FIELD_UINT("queue_size", CYAML_FLAG_OPTIONAL, rc_admission, queue_size),
     CYAML_FIELD_UINT("queue_timeout_ms", CYAML_FLAG_OPTIONAL, rc_admission, queue_timeout_ms), CYAML_FIELD_END};
 
+static const cyaml_schema_field_t k_auth_limit_fields[] = {
+    CYAML_FIELD_UINT("max_failures", CYAML_FLAG_OPTIONAL, rc_auth_limit, max_failures),
+    CYAML_FIELD_UINT("window_s", CYAML_FLAG_OPTIONAL, rc_auth_limit, window_s),
+    CYAML_FIELD_UINT("block_s", CYAML_FLAG_OPTIONAL, rc_auth_limit, block_s), CYAML_FIELD_END};
+
 static const cyaml_schema_field_t k_top_fields[] = {
     CYAML_FIELD_STRING_PTR("address", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, address, 1, 255),
     CYAML_FIELD_UINT("port", CYAML_FLAG_OPTIONAL, router_config, port),
@@ -90,6 +95,9 @@ static const cyaml_schema_field_t k_top_fields[] = {
     CYAML_FIELD_STRING_PTR("api_key_header", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, api_key_header, 1, 63),
     CYAML_FIELD_STRING_PTR("deadline_header", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, deadline_header, 1, 63),
     CYAML_FIELD_STRING_PTR("admin_token", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, admin_token, 8, 255),
+    CYAML_FIELD_STRING_PTR("metrics_token", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, metrics_token, 8, 255),
+    CYAML_FIELD_STRING_PTR("worker_token", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, worker_token, 8, 255),
+    CYAML_FIELD_MAPPING("auth_limit", CYAML_FLAG_OPTIONAL, router_config, auth_limit, k_auth_limit_fields),
     CYAML_FIELD_SEQUENCE("tenants", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, tenants, &k_tenant, 0, 1024),
     CYAML_FIELD_MAPPING("retry", CYAML_FLAG_OPTIONAL, router_config, retry, k_retry_fields),
     CYAML_FIELD_MAPPING("ejection", CYAML_FLAG_OPTIONAL, router_config, ejection, k_ejection_fields),
@@ -150,6 +158,15 @@ static int parse_hostport(const char *s, char *host, size_t hl, unsigned *port)
     return 0;
 }
 
+/* A token travels in an Authorization header: visible ASCII only, so that it can neither
+ * break a header line nor be trimmed into a different token by an HTTP parser. */
+static bool visible_ascii(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x21 || (unsigned char)*s > 0x7e) return false;
+    return true;
+}
+
 static int validate(router_config *c, const char *path, char *err, size_t errlen)
 {
     if (!c->address) c->address = strdup("0.0.0.0");
@@ -175,6 +192,23 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
                 strcmp(c->tenants[i].api_key, c->tenants[j].api_key) == 0)
                 return fail(err, errlen, path, "tenants[%u].api_key: the same key as tenants[%u]", i, j);
         }
+    const struct {
+        const char *key, *value;
+    } tokens[] = {{"admin_token", c->admin_token}, {"metrics_token", c->metrics_token}, {"worker_token (or TIERROUTER_WORKER_TOKEN)", c->worker_token}};
+    for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++)
+        if (tokens[i].value && !visible_ascii(tokens[i].value))
+            return fail(err, errlen, path, "%s: only visible ASCII (0x21-0x7e) may be used in a token", tokens[i].key);
+    snprintf(c->worker_authorization, sizeof c->worker_authorization, "%s%s", c->worker_token ? "Bearer " : "",
+             c->worker_token ? c->worker_token : "");
+    if (c->auth_limit.max_failures == 0) c->auth_limit.max_failures = 10;
+    if (c->auth_limit.window_s == 0) c->auth_limit.window_s = 60;
+    if (c->auth_limit.block_s == 0) c->auth_limit.block_s = 60;
+    if (c->auth_limit.max_failures > 100000)
+        return fail(err, errlen, path, "auth_limit.max_failures: %u is not in 1..100000", c->auth_limit.max_failures);
+    if (c->auth_limit.window_s > 86400)
+        return fail(err, errlen, path, "auth_limit.window_s: %u is not in 1..86400", c->auth_limit.window_s);
+    if (c->auth_limit.block_s > 86400)
+        return fail(err, errlen, path, "auth_limit.block_s: %u is not in 1..86400", c->auth_limit.block_s);
     if (c->retry.ratio == 0) c->retry.ratio = 0.2;
     if (c->retry.ratio < 0 || c->retry.ratio > 1)
         return fail(err, errlen, path, "retry.budget_ratio: %g is not in 0..1", c->retry.ratio);
@@ -216,6 +250,21 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
     return 0;
 }
 
+/* The worker token is a secret: a Kubernetes Secret reaches a container as an env var more
+ * easily than as a line in the config file, so TIERROUTER_WORKER_TOKEN overrides the key. */
+static int env_worker_token(router_config *c, const char *path, char *err, size_t errlen)
+{
+    const char *wt = getenv("TIERROUTER_WORKER_TOKEN");
+    if (!wt || !wt[0]) return 0;
+    size_t n = strlen(wt);
+    if (n < 8 || n > 255) return fail(err, errlen, path, "TIERROUTER_WORKER_TOKEN: %zu characters, not 8..255", n);
+    char *copy = strdup(wt);
+    if (!copy) return fail(err, errlen, path, "TIERROUTER_WORKER_TOKEN: out of memory");
+    free(c->worker_token);
+    c->worker_token = copy;
+    return 0;
+}
+
 router_config *rconfig_load(const char *path, char *err, size_t errlen)
 {
     router_config *c = NULL;
@@ -228,7 +277,7 @@ router_config *rconfig_load(const char *path, char *err, size_t errlen)
         fail(err, errlen, path, "%s%s%s", cyaml_strerror(e), msgs[0] ? ": " : "", msgs);
         return NULL;
     }
-    if (validate(c, path, err, errlen)) {
+    if (env_worker_token(c, path, err, errlen) || validate(c, path, err, errlen)) {
         rconfig_free(c);
         return NULL;
     }

@@ -78,6 +78,13 @@ typedef struct {
     bool sensitive;    /* every request of this tenant is sensitive data */
 } rc_tenant;
 
+/* Repeated authentication failures from one client address (docs/router.md
+ * "Authentication"): max_failures wrong credentials within window_s block the address for
+ * block_s (429 + Retry-After on every endpoint that needs credentials). */
+typedef struct {
+    unsigned max_failures, window_s, block_s;
+} rc_auth_limit;
+
 typedef struct {
     char *address;
     unsigned port;
@@ -88,7 +95,12 @@ typedef struct {
     unsigned max_body_bytes;
     char *priority_header, *data_class_header, *request_id_header;
     char *tenant_header, *api_key_header, *deadline_header;
-    char *admin_token;       /* when set, admin endpoints need "Authorization: Bearer <token>" */
+    char *admin_token;       /* when set, the admin endpoints, /metrics and POST /v2/repository/index
+                              * need "Authorization: Bearer <token>" (the index also takes an
+                              * API key) */
+    char *metrics_token;     /* when set, also accepted as the bearer token of /metrics, and only there */
+    char *worker_token;      /* when set (or TIERROUTER_WORKER_TOKEN), sent to every backend */
+    rc_auth_limit auth_limit;
     rc_tenant *tenants;
     unsigned tenants_count;
     rc_retry retry;
@@ -99,6 +111,8 @@ typedef struct {
     rc_deadlines slo_p95_ms;   /* per-priority p95 targets; 0: none */
     rc_pool *pools;
     unsigned pools_count;
+    /* derived, not a key: "Bearer <worker_token>", or "" without a token */
+    char worker_authorization[300];
 } router_config;
 
 /* Loads and validates path. On error returns NULL with a message in err. */

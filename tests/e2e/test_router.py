@@ -520,7 +520,7 @@ pools:
         assert sc["gpu"]["requests"] == 21 and sc["gpu"]["usd"] == pytest.approx(pools["gpu"]["cost_usd"], rel=1e-3)
         assert sc["gpu"]["usd_per_request"] == pytest.approx(sc["gpu"]["usd"] / 21, rel=1e-3)
         assert sc["cpu"]["model"] == "fixed" and sc["cpu"]["usd"] > 0
-        metrics = urllib.request.urlopen(urllib.request.Request(f"http://{r.url}/metrics"), timeout=5).read().decode()
+        metrics = urllib.request.urlopen(urllib.request.Request(f"http://{r.url}/metrics", headers=auth), timeout=5).read().decode()
         assert re.search(r'tierrouter_cost_usd_total\{pool="gpu",tenant="acme",priority="batch"\} [0-9.]+', metrics)
         assert 'tierrouter_slo_compliance_ratio{priority="batch"} 1.0000' in metrics
         assert 'tierrouter_slo_p95_seconds{priority="batch"}' in metrics
