@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <strings.h>
 
 static const char *const k_mode_names[] = {"auto", "tensorrt", "cuda", "cpu"};
@@ -33,6 +34,16 @@ int tier_rank(tier_kind t)
     case TIER_CUDA: return 2;
     default: return 1;
     }
+}
+
+int tier_parse(const char *name, tier_kind *out)
+{
+    for (int t = TIER_TENSORRT; t <= TIER_CPU_FALLBACK; t++)
+        if (strcmp(name, tier_name((tier_kind)t)) == 0) {
+            *out = (tier_kind)t;
+            return 0;
+        }
+    return -1;
 }
 
 /* The lowest rank that is not degraded for a requested mode. */

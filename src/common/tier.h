@@ -56,6 +56,8 @@ const char *tier_chip_name(tier_kind t);        /* "TensorRT", "CUDA", "CPU", "C
 const char *tier_provider_name(provider_id p);  /* ORT's names, e.g. "CUDAExecutionProvider" */
 /* 3 = tensorrt, 2 = cuda, 1 = cpu/cpu-fallback: what the router compares with min_tier. */
 int tier_rank(tier_kind t);
+/* A tier name as tier_name() writes it -> tier; -1 if unknown. */
+int tier_parse(const char *name, tier_kind *out);
 
 /* The GPU providers to try, best first, one at a time: stop at the first that works.
  * Returns how many were written to out (0 for cpu). */

@@ -339,11 +339,12 @@ void rt_backend_result(router *r, rt_backend *b, bool ok, const char *why)
     b->consecutive_failures = 0;
 }
 
+/* The rank the pool's min_tier is compared with (common/tier.h); an unknown name ranks as
+ * CPU: never GPU capacity. */
 static int tier_rank_of(const char *t)
 {
-    if (strcmp(t, "tensorrt") == 0) return MIN_TIER_TENSORRT;
-    if (strcmp(t, "cuda") == 0) return MIN_TIER_CUDA;
-    return MIN_TIER_CPU; /* cpu, cpu-fallback */
+    tier_kind k;
+    return tier_rank(tier_parse(t, &k) == 0 ? k : TIER_CPU);
 }
 
 static void set_health(rt_backend *b, bool live, bool ready, bool tier_ok, const char *why)

@@ -143,6 +143,15 @@ static void test_names(void **state)
     assert_true(tier_rank(TIER_TENSORRT) > tier_rank(TIER_CUDA));
     assert_true(tier_rank(TIER_CUDA) > tier_rank(TIER_CPU_FALLBACK));
     assert_int_equal(tier_rank(TIER_CPU), tier_rank(TIER_CPU_FALLBACK));
+    /* the names the router reads from /v2/status parse back to their tiers */
+    for (int t = TIER_TENSORRT; t <= TIER_CPU_FALLBACK; t++) {
+        tier_kind k;
+        assert_int_equal(tier_parse(tier_name((tier_kind)t), &k), 0);
+        assert_int_equal(k, t);
+    }
+    tier_kind k;
+    assert_int_equal(tier_parse("CUDA", &k), -1);
+    assert_int_equal(tier_parse("", &k), -1);
 }
 
 int main(void)
