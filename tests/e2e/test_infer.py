@@ -5,6 +5,8 @@ One shared worker (conftest `server`, EXECUTION_MODE=cpu) on the generated test 
 (independent of tritonlike), except in the tritonlike section, which checks what a
 tritonclient.http-style client sees.
 """
+import decimal
+import fractions
 import http.client
 import json
 import re
@@ -81,14 +83,73 @@ def json_data(dt, arr):
     return [int(x) for x in flat]
 
 
+def exact_json(text):
+    """JSON with every number kept exact: integers as Python ints, every other number
+    (including the NaN / Infinity tokens the worker writes) as the Decimal of its text. A
+    float parse would round, and numpy's array() would wrap an out-of-range integer."""
+    return json.loads(text, parse_float=decimal.Decimal, parse_constant=decimal.Decimal)
+
+
+# numpy types whose values a JSON float decodes to (BF16 values are float32 values)
+_FLOAT_NP = {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64, "BF16": np.float32}
+
+
+def nearest_float(dt, dec):
+    """The value of datatype dt nearest to the decimal dec, ties to even: exactly what a
+    reader that rounds the decimal once into dt gets (computed with fractions, so never
+    double-rounded through float64)."""
+    ty = _FLOAT_NP[dt]
+    if dec.is_nan():
+        return ty(np.nan)
+    if dec.is_infinite():
+        return ty(-np.inf if dec.is_signed() else np.inf)
+    exact = fractions.Fraction(dec)
+    big = np.finfo(ty).max
+    half_top = fractions.Fraction(float(big)) + (fractions.Fraction(float(big))
+                                                   - fractions.Fraction(float(np.nextafter(big, ty(0))))) / 2
+    if abs(exact) >= half_top:  # past the largest finite value by half an ulp: rounds to inf
+        return ty(-np.inf if exact < 0 else np.inf)
+    with np.errstate(over="ignore"):  # stepping past the largest finite value gives inf
+        c = ty(float(dec))  # correctly rounded to float64, then once more: maybe off by one
+        cands = (np.nextafter(c, ty(-np.inf)), c, np.nextafter(c, ty(np.inf)))
+    best = None
+    for cand in cands:
+        if not np.isfinite(cand):
+            continue
+        err = abs(fractions.Fraction(float(cand)) - exact)
+        even = int(np.array(cand).view(f"u{np.dtype(ty).itemsize}")) % 2 == 0
+        key = (err, not even)
+        if best is None or key < best[0]:
+            best = (key, cand)
+    got = best[1]
+    if got == 0 and dec.is_signed():
+        got = ty(-0.0)  # "-0.0" is negative zero; the fraction lost the sign
+    if dt == "BF16":
+        assert int(np.array(got, dtype="<f4").view("<u4")) & 0xFFFF == 0, \
+            f"BF16 output {dec} is not a bfloat16 value"
+    return got
+
+
 def from_json_data(dt, data, shape):
+    """A reply's JSON "data" (parsed by exact_json) as an array, checked element by element:
+    integers must be JSON integers inside dt's range, floats JSON floats (a bare "-0" or "3"
+    would read back as an integer), each rounding exactly to its dt value."""
+    data = list(data)
     if dt == "BYTES":
+        assert all(isinstance(s, str) for s in data), data
         arr = np.empty(len(data), dtype=object)
         arr[:] = [s.encode("utf-8") for s in data]
         return arr.reshape(shape)
+    if dt == "BOOL":
+        assert all(type(x) is bool for x in data), f"BOOL data must be true/false: {data}"
+        return np.array(data, dtype=np.bool_).reshape(shape)
     if dt in FLOATS:
-        # NB: float() keeps the sign of a JSON "-0.0"; a JSON "-0" is the integer 0 in Python
-        return np.array([x for x in data], dtype=np.float64).astype(NP[dt]).reshape(shape)
+        assert all(isinstance(x, decimal.Decimal) for x in data), \
+            f"{dt} data must be JSON floats (with '.' or 'e'): {data}"
+        return np.array([nearest_float(dt, x) for x in data], dtype=_FLOAT_NP[dt]).reshape(shape)
+    info = np.iinfo(NP[dt])
+    bad = [x for x in data if type(x) is not int or not info.min <= x <= info.max]
+    assert not bad, f"{dt} data holds values that are not {dt} integers: {bad[:5]}"
     return np.array(data, dtype=NP[dt]).reshape(shape)
 
 
@@ -98,6 +159,7 @@ class Reply:
         self.headers = headers  # lower-case names
         self.body = body
         self.json = None
+        self.exact = None  # the same JSON, numbers exact (exact_json)
         self.blobs = {}
         if status != 200:
             self.json = json.loads(body) if body else None
@@ -106,6 +168,7 @@ class Reply:
             hl = int(headers[HDR])
             assert 0 <= hl <= len(body)
             self.json = json.loads(body[:hl])
+            self.exact = exact_json(body[:hl])
             rest = body[hl:]
             off = 0
             for out in self.json["outputs"]:
@@ -116,6 +179,7 @@ class Reply:
             assert off == len(rest), f"binary outputs declare {off} bytes, body carries {len(rest)}"
         else:
             self.json = json.loads(body)
+            self.exact = exact_json(body)
 
     @property
     def error(self):
@@ -133,7 +197,8 @@ class Reply:
         if name in self.blobs:
             return decode_binary(o["datatype"], self.blobs[name], o["shape"])
         assert "data" in o, o
-        return from_json_data(o["datatype"], o["data"], o["shape"])
+        exact = next(e for e in self.exact["outputs"] if e["name"] == name)
+        return from_json_data(o["datatype"], exact["data"], o["shape"])
 
 
 def request(server, method, path, body=None, headers=None):
@@ -478,8 +543,8 @@ def test_identity_roundtrip(server, dt, mode):
     else:
         assert HDR not in r.headers and r.headers["content-type"].startswith("application/json")
         assert "data" in out and "parameters" not in out
-    # the sign of -0.0 in JSON replies is checked by test_json_output_keeps_negative_zero
-    assert_equal_exact(dt, r.array("OUTPUT0"), x, check_sign=out_mode == "binary")
+    # exact either way: r.array reads JSON numbers without rounding or wrapping (exact_json)
+    assert_equal_exact(dt, r.array("OUTPUT0"), x)
 
 
 @pytest.mark.parametrize("dt", FLOATS)
@@ -589,9 +654,8 @@ def test_half_json_input_rounding(server, dt, values):
                        "data": values}]}
     r = infer_raw(server, f"identity_{dt.lower()}", req)
     assert r.status == 200, r.json
-    # the reply's decimal text round-trips to the datatype, not to the exact binary value
-    got = np.array(r.out("OUTPUT0")["data"], dtype=np.float64).astype(want.dtype)
-    np.testing.assert_array_equal(got, want)
+    # the reply's decimal text rounds exactly to the datatype's value (not to the binary value)
+    assert_equal_exact(dt, r.array("OUTPUT0"), want.reshape(1, -1))
 
 
 def _bf16_round(v):
