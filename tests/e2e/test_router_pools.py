@@ -194,7 +194,9 @@ def test_large_reply_streams_to_a_slow_client_in_bounded_memory(tmp_path):
         s.sendall(b"POST /v2/models/blob/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         got = b""
         while b"\r\n\r\n" not in got:
-            got += s.recv(65536)
+            data = s.recv(65536)
+            assert data, f"connection closed inside the reply head: {got[:200]!r}"
+            got += data
         head, _, rest = got.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200")
         assert b"Content-Length: %d" % size in head and b"chunked" not in head.lower()  # length kept
