@@ -5,8 +5,6 @@ One shared worker (conftest `server`, EXECUTION_MODE=cpu) on the generated test 
 (independent of tritonlike), except in the tritonlike section, which checks what a
 tritonclient.http-style client sees.
 """
-import decimal
-import fractions
 import http.client
 import json
 import re
@@ -18,6 +16,7 @@ import pytest
 import gen_demo
 import gen_test_models
 import tritonlike
+from exactjson import decode_data, exact_json, nearest_float  # noqa: F401  (others import them from here)
 
 MODELS = gen_test_models.MODELS
 ALL_DTYPES = list(gen_test_models.IDENTITY_DTYPES)
@@ -83,74 +82,10 @@ def json_data(dt, arr):
     return [int(x) for x in flat]
 
 
-def exact_json(text):
-    """JSON with every number kept exact: integers as Python ints, every other number
-    (including the NaN / Infinity tokens the worker writes) as the Decimal of its text. A
-    float parse would round, and numpy's array() would wrap an out-of-range integer."""
-    return json.loads(text, parse_float=decimal.Decimal, parse_constant=decimal.Decimal)
-
-
-# numpy types whose values a JSON float decodes to (BF16 values are float32 values)
-_FLOAT_NP = {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64, "BF16": np.float32}
-
-
-def nearest_float(dt, dec):
-    """The value of datatype dt nearest to the decimal dec, ties to even: exactly what a
-    reader that rounds the decimal once into dt gets (computed with fractions, so never
-    double-rounded through float64)."""
-    ty = _FLOAT_NP[dt]
-    if dec.is_nan():
-        return ty(np.nan)
-    if dec.is_infinite():
-        return ty(-np.inf if dec.is_signed() else np.inf)
-    exact = fractions.Fraction(dec)
-    big = np.finfo(ty).max
-    half_top = fractions.Fraction(float(big)) + (fractions.Fraction(float(big))
-                                                   - fractions.Fraction(float(np.nextafter(big, ty(0))))) / 2
-    if abs(exact) >= half_top:  # past the largest finite value by half an ulp: rounds to inf
-        return ty(-np.inf if exact < 0 else np.inf)
-    with np.errstate(over="ignore"):  # stepping past the largest finite value gives inf
-        c = ty(float(dec))  # correctly rounded to float64, then once more: maybe off by one
-        cands = (np.nextafter(c, ty(-np.inf)), c, np.nextafter(c, ty(np.inf)))
-    best = None
-    for cand in cands:
-        if not np.isfinite(cand):
-            continue
-        err = abs(fractions.Fraction(float(cand)) - exact)
-        even = int(np.array(cand).view(f"u{np.dtype(ty).itemsize}")) % 2 == 0
-        key = (err, not even)
-        if best is None or key < best[0]:
-            best = (key, cand)
-    got = best[1]
-    if got == 0 and dec.is_signed():
-        got = ty(-0.0)  # "-0.0" is negative zero; the fraction lost the sign
-    if dt == "BF16":
-        assert int(np.array(got, dtype="<f4").view("<u4")) & 0xFFFF == 0, \
-            f"BF16 output {dec} is not a bfloat16 value"
-    return got
-
-
 def from_json_data(dt, data, shape):
-    """A reply's JSON "data" (parsed by exact_json) as an array, checked element by element:
-    integers must be JSON integers inside dt's range, floats JSON floats (a bare "-0" or "3"
-    would read back as an integer), each rounding exactly to its dt value."""
-    data = list(data)
-    if dt == "BYTES":
-        assert all(isinstance(s, str) for s in data), data
-        arr = np.empty(len(data), dtype=object)
-        arr[:] = [s.encode("utf-8") for s in data]
-        return arr.reshape(shape)
-    if dt == "BOOL":
-        assert all(type(x) is bool for x in data), f"BOOL data must be true/false: {data}"
-        return np.array(data, dtype=np.bool_).reshape(shape)
-    if dt in FLOATS:
-        assert all(isinstance(x, decimal.Decimal) for x in data), \
-            f"{dt} data must be JSON floats (with '.' or 'e'): {data}"
-        return np.array([nearest_float(dt, x) for x in data], dtype=_FLOAT_NP[dt]).reshape(shape)
-    info = np.iinfo(NP[dt])
-    bad = [x for x in data if type(x) is not int or not info.min <= x <= info.max]
-    assert not bad, f"{dt} data holds values that are not {dt} integers: {bad[:5]}"
-    return np.array(data, dtype=NP[dt]).reshape(shape)
+    """A reply's JSON "data" (parsed by exact_json) as an array, checked element by element
+    and without rounding or wrapping (exactjson.decode_data)."""
+    return decode_data(dt, data, shape)
 
 
 class Reply:
