@@ -8,6 +8,8 @@ import concurrent.futures as cf
 import json
 import re
 import shutil
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -168,13 +170,32 @@ def test_batch_larger_than_max_is_refused(worker):
     assert e.value.status() == "400" and "max_batch_size 16" in str(e.value)
 
 
+def slow_arrivals(worker):
+    """How many `slow` requests the worker has taken in so far: those answered (any
+    outcome, a refusal too) plus those still in flight (nothing else runs meanwhile)."""
+    text = worker.http("GET", "/metrics")[2].decode()
+    answered = sum(float(v) for v in re.findall(
+        r'^tierserve_requests_total\{model="slow",[^}]*\} (\S+)$', text, re.M))
+    in_flight = float(re.search(r"^tierserve_in_flight (\S+)$", text, re.M).group(1))
+    return int(answered + in_flight)
+
+
+def wait_arrivals(worker, n, timeout=20):
+    """Waits until the worker has taken in n `slow` requests (slow_arrivals)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if slow_arrivals(worker) >= n:
+            return
+        time.sleep(0.002)
+    raise AssertionError(f"the worker took in {slow_arrivals(worker)} slow requests, not {n}")
+
+
 def test_priority_and_queue_timeout_and_bounds(worker):
     """slow: one runner, level 2 queue of 6. A level-1 request overtakes queued level-2 ones;
-    a level-2 request with a short timeout times out in the queue (504) without touching
-    the others; beyond the bound, 503 + Retry-After."""
+    a level-2 request with a short timeout times out in the queue (504) or finds it full
+    (503) without touching the others; beyond the bound, 503 + Retry-After. Each request is
+    sent only once the worker has taken in the ones before it (its metrics say so)."""
     x = values("FP32", 64, 512, seed=1)
-    import threading
-    import time
     done_order, lock = [], threading.Lock()
 
     def track(tag, **kw):
@@ -188,14 +209,17 @@ def test_priority_and_queue_timeout_and_bounds(worker):
             done_order.append(r)
         return r
 
+    base = slow_arrivals(worker)
     with cf.ThreadPoolExecutor(20) as ex:
         # every request has 64 rows, a full batch: they run one at a time, ~tens of ms each
         futs = [ex.submit(track, f"low{i}") for i in range(7)]   # 1 running + 6 queued
-        time.sleep(0.05)
+        wait_arrivals(worker, base + 7)
         futs.append(ex.submit(track, "short", timeout=1000))       # 1 ms allowed in the queue
-        time.sleep(0.02)
+        wait_arrivals(worker, base + 8)
         futs.append(ex.submit(track, "urgent", priority=1))
-        time.sleep(0.02)
+        wait_arrivals(worker, base + 9)
+        with lock:  # at most this many lows (and one running) were ahead of it when it came
+            lows_done = sum(1 for t, *_ in done_order if t.startswith("low"))
         futs += [ex.submit(track, f"flood{i}") for i in range(8)]
         results = [f.result() for f in futs]
     by_tag = {t: (code, msg, h) for t, code, msg, h in results}
@@ -208,9 +232,11 @@ def test_priority_and_queue_timeout_and_bounds(worker):
     assert rejected, "the bounded queue never refused"
     assert all(f[0] in (200, 503) for f in flood)
     assert all("queue for priority level 2 is full" in f[1] for f in rejected)
-    # the urgent request overtook the low ones that were still queued when it arrived
+    # the urgent request overtook every low one still queued when it arrived: one runner
+    # runs one 64-row request at a time, in dispatch order
+    assert lows_done <= 4, f"{lows_done} low requests finished before 'urgent' arrived: nothing to overtake"
     order = [t for t, *_ in done_order if t.startswith(("low", "urgent"))]
-    assert order.index("urgent") < order.index("low6"), order
+    assert order.index("urgent") <= lows_done + 1, (lows_done, order)
 
 
 def test_queue_timeout_answers_504_and_spares_the_rest(worker):
@@ -222,10 +248,10 @@ def test_queue_timeout_answers_504_and_spares_the_rest(worker):
             return tag, 200, r.as_numpy("y")
         except tritonlike.InferenceServerException as e:
             return tag, int(e.status()), str(e)
-    import time
+    base = slow_arrivals(worker)
     with cf.ThreadPoolExecutor(8) as ex:
         futs = [ex.submit(one, f"a{i}") for i in range(4)]
-        time.sleep(0.03)
+        wait_arrivals(worker, base + 4)  # 1 running, 3 queued ahead of 'short'
         futs.append(ex.submit(one, "short", timeout=2000))
         results = [f.result() for f in futs]
     by = {t: (c, v) for t, c, v in results}

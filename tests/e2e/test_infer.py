@@ -16,6 +16,7 @@ import pytest
 import gen_demo
 import gen_test_models
 import tritonlike
+from exactjson import decode_data, exact_json, nearest_float  # noqa: F401  (others import them from here)
 
 MODELS = gen_test_models.MODELS
 ALL_DTYPES = list(gen_test_models.IDENTITY_DTYPES)
@@ -82,14 +83,9 @@ def json_data(dt, arr):
 
 
 def from_json_data(dt, data, shape):
-    if dt == "BYTES":
-        arr = np.empty(len(data), dtype=object)
-        arr[:] = [s.encode("utf-8") for s in data]
-        return arr.reshape(shape)
-    if dt in FLOATS:
-        # NB: float() keeps the sign of a JSON "-0.0"; a JSON "-0" is the integer 0 in Python
-        return np.array([x for x in data], dtype=np.float64).astype(NP[dt]).reshape(shape)
-    return np.array(data, dtype=NP[dt]).reshape(shape)
+    """A reply's JSON "data" (parsed by exact_json) as an array, checked element by element
+    and without rounding or wrapping (exactjson.decode_data)."""
+    return decode_data(dt, data, shape)
 
 
 class Reply:
@@ -98,6 +94,7 @@ class Reply:
         self.headers = headers  # lower-case names
         self.body = body
         self.json = None
+        self.exact = None  # the same JSON, numbers exact (exact_json)
         self.blobs = {}
         if status != 200:
             self.json = json.loads(body) if body else None
@@ -106,6 +103,7 @@ class Reply:
             hl = int(headers[HDR])
             assert 0 <= hl <= len(body)
             self.json = json.loads(body[:hl])
+            self.exact = exact_json(body[:hl])
             rest = body[hl:]
             off = 0
             for out in self.json["outputs"]:
@@ -116,6 +114,7 @@ class Reply:
             assert off == len(rest), f"binary outputs declare {off} bytes, body carries {len(rest)}"
         else:
             self.json = json.loads(body)
+            self.exact = exact_json(body)
 
     @property
     def error(self):
@@ -133,7 +132,8 @@ class Reply:
         if name in self.blobs:
             return decode_binary(o["datatype"], self.blobs[name], o["shape"])
         assert "data" in o, o
-        return from_json_data(o["datatype"], o["data"], o["shape"])
+        exact = next(e for e in self.exact["outputs"] if e["name"] == name)
+        return from_json_data(o["datatype"], exact["data"], o["shape"])
 
 
 def request(server, method, path, body=None, headers=None):
@@ -478,8 +478,8 @@ def test_identity_roundtrip(server, dt, mode):
     else:
         assert HDR not in r.headers and r.headers["content-type"].startswith("application/json")
         assert "data" in out and "parameters" not in out
-    # the sign of -0.0 in JSON replies is checked by test_json_output_keeps_negative_zero
-    assert_equal_exact(dt, r.array("OUTPUT0"), x, check_sign=out_mode == "binary")
+    # exact either way: r.array reads JSON numbers without rounding or wrapping (exact_json)
+    assert_equal_exact(dt, r.array("OUTPUT0"), x)
 
 
 @pytest.mark.parametrize("dt", FLOATS)
@@ -589,9 +589,8 @@ def test_half_json_input_rounding(server, dt, values):
                        "data": values}]}
     r = infer_raw(server, f"identity_{dt.lower()}", req)
     assert r.status == 200, r.json
-    # the reply's decimal text round-trips to the datatype, not to the exact binary value
-    got = np.array(r.out("OUTPUT0")["data"], dtype=np.float64).astype(want.dtype)
-    np.testing.assert_array_equal(got, want)
+    # the reply's decimal text rounds exactly to the datatype's value (not to the binary value)
+    assert_equal_exact(dt, r.array("OUTPUT0"), want.reshape(1, -1))
 
 
 def _bf16_round(v):

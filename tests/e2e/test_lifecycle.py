@@ -72,8 +72,10 @@ def test_sigterm_drains_every_request(tmp_path, test_repo):
         time.sleep(0.01)
     assert st["in_flight"] == 8, st
     w.proc.send_signal(signal.SIGTERM)
-    # while draining: not ready, still live, new work refused with 503
-    time.sleep(0.05)
+    # while draining (the worker says when it starts): not ready, still live, new work
+    # refused with 503; the 8 requests keep it draining for a while yet
+    assert w.wait_log("SIGTERM received: not ready; draining", timeout=10), w.log_text()[-2000:]
+    assert w.proc.poll() is None, "the worker exited before the drain could be observed"
     assert w.http("GET", "/v2/health/ready")[0] == 503
     assert w.http("GET", "/v2/health/live")[0] == 200
     code, headers, _ = w.http("POST", "/v2/models/demo/infer", DEMO_BODY)

@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 import socket
+import struct
 import threading
 import time
 import urllib.request
@@ -194,7 +195,9 @@ def test_large_reply_streams_to_a_slow_client_in_bounded_memory(tmp_path):
         s.sendall(b"POST /v2/models/blob/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         got = b""
         while b"\r\n\r\n" not in got:
-            got += s.recv(65536)
+            data = s.recv(65536)
+            assert data, f"connection closed inside the reply head: {got[:200]!r}"
+            got += data
         head, _, rest = got.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200")
         assert b"Content-Length: %d" % size in head and b"chunked" not in head.lower()  # length kept
@@ -315,3 +318,65 @@ def test_token_stream_to_an_http10_client(tmp_path):
     finally:
         assert r.stop() == 0
         be.close()
+
+
+class FailingBackend(FakeHTTP):
+    """Healthy to the router's probes; fails every inference: 'reset' aborts the connection
+    (RST, no reply), '500' answers an error."""
+
+    def __init__(self, mode):
+        self.mode = mode
+        super().__init__()
+
+    def respond(self, c, head, body):
+        if self.mode == "reset":
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            c.close()
+            return False
+        msg = b'{"error":"injected failure"}'
+        c.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(msg) + msg)
+        return True
+
+
+@pytest.mark.parametrize("layout", ["alone", "second-vault"])
+@pytest.mark.parametrize("mode", ["reset", "500"])
+def test_a_failed_sensitive_try_is_retried_only_where_sensitive_data_may_go(tmp_path, mode, layout):
+    """A sensitive request whose first try fails (the only backend of the first sensitive
+    pool resets or answers 500) is retried, but only in a pool marked sensitive: with none
+    other it fails; with a second one it is served there. Healthy non-sensitive pools (GPU
+    and CPU) stand by the whole time and their workers never see one of these requests."""
+    bad = FailingBackend(mode)
+    ws = {n: start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})
+          for n in (("gpu", "cpu", "vault-b") if layout == "second-vault" else ("gpu", "cpu"))}
+    pools = [("gpu", "gpu", False, [ws["gpu"].port], None),
+             ("vault-a", "cpu", True, [bad.port], None),  # listed first: the first choice on a tie
+             ("cpu", "cpu", False, [ws["cpu"].port], None)]
+    if layout == "second-vault":
+        pools.append(("vault-b", "cpu", True, [ws["vault-b"].port], None))
+    r = Router(pools_config(pools), tmp_path)
+    try:
+        r.wait_healthy(len(pools))
+        before = {n: worker_requests(w) for n, w in ws.items()}
+        retries0 = r.status()["retries"]
+        hdr = {"X-Data-Class": "sensitive"}
+        got = [_post(r, "demo", hdr) for _ in range(4)]
+        assert bad.hits >= 1  # the first try did go to the failing sensitive backend
+        assert r.status()["retries"] > retries0 or layout == "alone"
+        after = {n: worker_requests(w) for n, w in ws.items()}
+        assert after["gpu"] == before["gpu"] and after["cpu"] == before["cpu"], (before, after)
+        if layout == "alone":
+            # nowhere else may take it: an error (502 after the failed try, 503 once the
+            # failing backend is ejected), never a non-sensitive pool's answer
+            for code, headers, body in got:
+                assert code in (502, 503) and "error" in json.loads(body), (code, body)
+                assert headers.get("X-Tierrouter-Pool") in (None, "vault-a"), headers
+        else:
+            for code, headers, body in got:
+                assert code == 200 and headers["X-Tierrouter-Pool"] == "vault-b", (code, headers, body)
+            assert after["vault-b"] - before["vault-b"] == len(got)
+    finally:
+        assert r.stop() == 0
+        bad.close()
+        for w in ws.values():
+            w.stop()

@@ -8,6 +8,8 @@ import json
 import re
 import socket
 import subprocess
+import tempfile
+import threading
 
 import pytest
 
@@ -102,16 +104,56 @@ def test_pinned_gpu_tier_degrades_without_strict(tmp_path, mode, degraded_tier):
         assert w.stop() == 0
 
 
+def run_probing_port(cmd, env, port, timeout=60):
+    """Runs cmd to its end while another thread tries to connect to 127.0.0.1:port in a tight
+    loop, from before the process starts until after it has exited (the port of a process
+    that has exited is always closed: only probing while it runs can see it open).
+    Returns (returncode, stderr bytes, connect attempts, attempts that connected)."""
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} is already taken"
+    done = threading.Event()
+    counts = {"tries": 0, "connected": 0}
+
+    def probe():
+        while True:
+            last = done.is_set()  # one more full try after the process has gone
+            with socket.socket() as s:
+                s.settimeout(1.0)  # a full accept backlog drops SYNs: do not hang on it
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    counts["connected"] += 1
+            counts["tries"] += 1
+            if last:
+                return
+
+    t = threading.Thread(target=probe)
+    t.start()
+    try:
+        with tempfile.TemporaryFile() as err:
+            p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+            try:
+                code = p.wait(timeout=timeout)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            err.seek(0)
+            stderr = err.read()
+    finally:
+        done.set()
+        t.join(timeout=10)
+    assert not t.is_alive()
+    return code, stderr, counts["tries"], counts["connected"]
+
+
 @pytest.mark.parametrize("mode", ["tensorrt", "cuda", "auto"])
 def test_strict_refuses_with_78_and_never_listens(tmp_path, mode):
     port = free_port()
     env = dict(sanitizer_env(), EXECUTION_MODE=mode, STRICT_EP="1",
                TIERSERVE_HTTP_PORT=str(port), TIERSERVE_HTTP_ADDRESS="127.0.0.1",
                PATH="/usr/bin:/bin")
-    p = subprocess.run([BIN, f"--model-repository={DEMO_REPO}"], env=env, capture_output=True,
-                       timeout=60)
-    assert p.returncode == 78, p.stderr.decode()[-2000:]
-    lines = [json.loads(l) for l in p.stderr.decode().splitlines()]
+    code, stderr, tries, connected = run_probing_port([BIN, f"--model-repository={DEMO_REPO}"], env, port)
+    assert code == 78, stderr.decode()[-2000:]
+    lines = [json.loads(l) for l in stderr.decode().splitlines()]
     refusal = [l for l in lines if "refusing to start" in l["msg"]]
     assert len(refusal) == 1
     msg = refusal[0]["msg"]
@@ -121,8 +163,18 @@ def test_strict_refuses_with_78_and_never_listens(tmp_path, mode):
     assert "fix:" in msg and "EXECUTION_MODE" in msg
     assert "\n" not in msg
     assert not any(l["msg"].startswith("listening on") for l in lines)
-    with socket.socket() as s:  # nothing ever listened on the port
-        assert s.connect_ex(("127.0.0.1", port)) != 0
+    # nothing ever listened on the port, at any moment of the process's life
+    assert tries >= 100, f"only {tries} connect attempts while the worker ran"
+    assert connected == 0, f"{connected} of {tries} connect attempts reached a listening port"
+
+
+def test_port_probe_sees_a_port_open_only_briefly(tmp_path):
+    """The probe above can see a port that a short-lived process opens and closes again."""
+    port = free_port()
+    code, _, tries, connected = run_probing_port(
+        ["/usr/bin/python3", "-c", "import socket, time; s = socket.socket(); "
+         f"s.bind(('127.0.0.1', {port})); s.listen(8); time.sleep(0.1)"], None, port)
+    assert code == 0 and connected >= 1, (tries, connected)
 
 
 def test_bad_settings_exit_64(tmp_path):

@@ -20,8 +20,10 @@ no Accept-Encoding unless compression is asked for).
 
 Deliberate differences from the real client (documented so tests are not misled):
   * transport is ``http.client`` (one persistent connection, keep-alive) instead of
-    geventhttpclient; a request that fails on a *reused* socket before any reply
-    byte arrives is retried once on a fresh connection (``stale_retries`` counts it);
+    geventhttpclient; a request is sent exactly once, never re-sent: before reusing the
+    connection the client checks that the server has not closed it while idle (the
+    socket is readable: EOF) and connects afresh if so (``stale_reconnects`` counts it);
+    a request that then fails on the wire raises, so a test sees every dropped request;
   * ``infer`` takes ``inputs`` as ``(name, ndarray, datatype[, binary])`` tuples and
     ``outputs`` as names or ``(name, binary_data[, class_count])`` tuples instead of
     InferInput / InferRequestedOutput objects;
@@ -40,6 +42,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import select
 import struct
 import zlib
 from urllib.parse import quote, quote_plus
@@ -437,7 +440,7 @@ class TritonLikeClient:
         self._conn_requests = 0
         self.connections_opened = 0
         self.requests_sent = 0
-        self.stale_retries = 0
+        self.stale_reconnects = 0
         self.last_response = None
 
     # -- transport --------------------------------------------------------
@@ -459,6 +462,15 @@ class TritonLikeClient:
         self._conn.sock.settimeout(self._timeout)
         self._conn_requests = 0
         self.connections_opened += 1
+
+    def _closed_by_peer(self):
+        """Whether the idle keep-alive connection was closed by the server: an idle HTTP/1.1
+        connection only becomes readable when the server ends it (EOF)."""
+        sock = self._conn.sock
+        if sock is None:
+            return True
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable)
 
     def _uri(self, request_uri, query_params):
         uri = self._base_uri + "/" + request_uri
@@ -494,22 +506,18 @@ class TritonLikeClient:
         uri = self._uri(request_uri, query_params)
         if self.verbose:
             print(method, uri, headers)
-        for attempt in (0, 1):
-            if self._conn is None:
-                self._connect()
-            reused = self._conn_requests > 0
-            try:
-                self._conn_requests += 1
-                self.requests_sent += 1
-                raw = self._send_once(method, uri, body, headers)
-                break
-            except (http.client.RemoteDisconnected, BrokenPipeError,
-                    ConnectionResetError, ConnectionAbortedError):
-                self.close()
-                if attempt == 0 and reused:
-                    self.stale_retries += 1
-                    continue
-                raise
+        if self._conn is not None and self._conn_requests > 0 and self._closed_by_peer():
+            self.stale_reconnects += 1  # nothing was sent on it: not a re-send
+            self.close()
+        if self._conn is None:
+            self._connect()
+        try:
+            self._conn_requests += 1
+            self.requests_sent += 1
+            raw = self._send_once(method, uri, body, headers)
+        except Exception:
+            self.close()  # never re-sent: the caller (a test) sees the failure
+            raise
         self.last_response = raw
         if self.verbose:
             print(raw.status, raw.headers, raw.body[:512])

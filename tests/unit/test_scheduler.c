@@ -59,6 +59,18 @@ static void wait_batches(size_t n)
     fail_msg("only %zu of %zu batches ran", g_nb, n);
 }
 
+/* Waits (bounded) until the runners hold `busy` items and `depth` are queued: the state
+ * the next step of a test depends on, instead of a sleep that hopes for it. */
+static void wait_state(sched *s, size_t busy, size_t depth)
+{
+    for (int i = 0; i < 5000; i++) {
+        if (sched_busy(s) == busy && sched_depth(s) == depth) return;
+        usleep(1000);
+    }
+    fail_msg("scheduler never reached busy=%zu depth=%zu (busy=%zu depth=%zu)", busy, depth,
+             sched_busy(s), sched_depth(s));
+}
+
 static double mono(void)
 {
     struct timespec ts;
@@ -103,7 +115,7 @@ static void test_batches_by_key_and_priority(void **state)
         it[i].item.rows = 1;
         it[i].item.enqueued = mono();
         assert_int_equal(sched_submit(s, &it[i].item), 0);
-        if (i == 0) usleep(20000);
+        if (i == 0) wait_state(s, 1, 0); /* the runner holds item 0 (blocked on the gate) */
     }
     pthread_mutex_unlock(&g_gate);
     wait_batches(3);
@@ -127,7 +139,7 @@ static void test_bounds_remove_demote(void **state)
     sched *s = sched_create(&c, record_run, same_key, NULL, "t");
     titem blocker = {.id = 99, .item = {.level = 1, .rows = 1}};
     assert_int_equal(sched_submit(s, &blocker.item), 0);
-    usleep(20000); /* the runner holds the blocker */
+    wait_state(s, 1, 0); /* the runner holds the blocker */
     titem a = {.id = 1, .item = {.level = 1, .rows = 1}};
     titem b = {.id = 2, .item = {.level = 1, .rows = 1}};
     titem c2 = {.id = 3, .item = {.level = 2, .rows = 1}};
@@ -149,7 +161,9 @@ static void test_bounds_remove_demote(void **state)
     assert_int_equal(g_batches[1][0], 1);
 }
 
-/* With a delay, a lone item waits for company, but no longer than the delay. */
+/* With a delay, a batch short of its target waits for company, but no longer than the
+ * delay. (y is submitted at once: whether or not the runner has taken x up by then, both
+ * wait in one batch for the 4-row target until x's delay runs out.) */
 static void test_delay_bounds_wait(void **state)
 {
     (void)state;
@@ -161,7 +175,6 @@ static void test_delay_bounds_wait(void **state)
     double t0 = mono();
     x.item.enqueued = t0;
     assert_int_equal(sched_submit(s, &x.item), 0);
-    usleep(5000);
     y.item.enqueued = mono();
     assert_int_equal(sched_submit(s, &y.item), 0);
     wait_batches(1);
