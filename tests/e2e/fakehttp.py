@@ -8,7 +8,17 @@ import socket
 import threading
 
 
+def echo_id(head):
+    """The X-Request-Id line a worker puts on its reply to the request with this head: the
+    router accepts a reply only when it carries the id it sent with that try."""
+    m = re.search(rb"(?im)^x-request-id: *([!-~]+)\r?$", head)
+    return b"X-Request-Id: " + m.group(1) + b"\r\n" if m else b""
+
+
 class FakeHTTP:
+    # what the router's /v2/status probes read: a healthy CPU worker
+    status = {"live": True, "ready": True, "tier": "cpu", "queue_depth": 0, "gpu_memory_used_fraction": None}
+
     def __init__(self):
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -23,6 +33,9 @@ class FakeHTTP:
     def respond(self, c, head, body):
         raise NotImplementedError
 
+    def seen(self, head):
+        """Called with the head of every request, probes included."""
+
     def serve(self):
         self.sock.settimeout(0.2)
         while not self.stop.is_set():
@@ -34,9 +47,9 @@ class FakeHTTP:
             threading.Thread(target=self.handle, args=(c,), daemon=True).start()
 
     def handle(self, c):
-        c.settimeout(10)
         buf = b""
         try:
+            c.settimeout(10)  # inside the try: close() may have closed c before this thread ran
             while not self.stop.is_set():
                 data = c.recv(65536)
                 if not data:
@@ -49,9 +62,9 @@ class FakeHTTP:
                     if len(rest) < n:
                         break
                     body, buf = rest[:n], rest[n:]
+                    self.seen(head)
                     if head.startswith(b"GET /v2/status"):
-                        st = json.dumps({"live": True, "ready": True, "tier": "cpu", "queue_depth": 0,
-                                         "gpu_memory_used_fraction": None}).encode()
+                        st = json.dumps(self.status).encode()
                         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                                   b"Content-Length: %d\r\n\r\n" % len(st) + st)
                         continue

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env, start_worker, track
 import tritonlike
-from fakehttp import FakeHTTP
+from fakehttp import FakeHTTP, echo_id
 
 ROUTER_BIN = str(pathlib.Path(BIN).with_name("tierrouter"))
 DEMO = ROOT / "models"
@@ -440,7 +440,7 @@ class FakeBackend(FakeHTTP):
 
     def respond(self, c, head, body):
         if self.mode in ("stream", "stream-break"):
-            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + echo_id(head) +
                       b"Transfer-Encoding: chunked\r\n\r\n")
             for k in range(5):
                 piece = f"data: token{k}\n\n".encode()

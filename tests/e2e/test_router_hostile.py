@@ -20,7 +20,7 @@ import time
 import pytest
 
 from conftest import sanitizer_env
-from fakehttp import FakeHTTP
+from fakehttp import FakeHTTP, echo_id
 from test_router import ROUTER_BIN, Router, pools_config
 
 BODY = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4],
@@ -36,35 +36,16 @@ class Recorder(FakeHTTP):
         self.lock = threading.Lock()
         super().__init__()
 
-    def handle(self, c):
-        c.settimeout(10)
-        buf = b""
-        try:
-            while not self.stop.is_set():
-                data = c.recv(65536)
-                if not data:
-                    return
-                buf += data
-                while b"\r\n\r\n" in buf:
-                    head, rest = buf.split(b"\r\n\r\n", 1)
-                    m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
-                    n = int(m.group(1)) if m else 0
-                    if len(rest) < n:
-                        break
-                    buf = rest[n:]
-                    with self.lock:
-                        self.heads.append(head)
-                    if head.startswith(b"GET /v2/status"):
-                        out = json.dumps({"live": True, "ready": True, "tier": "cpu", "queue_depth": 0,
-                                          "gpu_memory_used_fraction": None,
-                                          "models": [{"name": "demo", "version": "1", "ready": True}]}).encode()
-                    else:
-                        self.hits += 1
-                        out = REPLY
-                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                              b"Content-Length: %d\r\n\r\n" % len(out) + out)
-        except OSError:
-            return
+    status = {**FakeHTTP.status, "models": [{"name": "demo", "version": "1", "ready": True}]}
+
+    def seen(self, head):
+        with self.lock:
+            self.heads.append(head)
+
+    def respond(self, c, head, body):
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + echo_id(head) +
+                  b"Content-Length: %d\r\n\r\n" % len(REPLY) + REPLY)
+        return True
 
     def recorded(self, probes):
         """Heads recorded so far: the probes, or every other request."""

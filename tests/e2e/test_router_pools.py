@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 from conftest import SANITIZED, start_worker
-from fakehttp import FakeHTTP
+from fakehttp import FakeHTTP, echo_id
 from test_router import DEMO, Router, _post, pools_config, worker_requests
 
 
@@ -165,7 +165,7 @@ class BigBackend(FakeHTTP):
         super().__init__()
 
     def respond(self, c, head, body):
-        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n" + self.headers
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n" + echo_id(head) + self.headers
                   + b"Content-Length: %d\r\n\r\n" % self.size)
         left = self.size
         while left:
@@ -334,7 +334,7 @@ class FailingBackend(FakeHTTP):
             c.close()
             return False
         msg = b'{"error":"injected failure"}'
-        c.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+        c.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n" + echo_id(head) +
                   b"Content-Length: %d\r\n\r\n" % len(msg) + msg)
         return True
 

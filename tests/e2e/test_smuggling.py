@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import start_worker
-from fakehttp import FakeHTTP
+from fakehttp import FakeHTTP, echo_id
 from gen_demo import demo_reference
 from test_router import DEMO, Router, config, pools_config, worker_seen
 
@@ -254,12 +254,10 @@ class ExtraReplyBackend(FakeHTTP):
         super().__init__()
 
     def respond(self, c, head, body):
-        m = re.search(rb"(?im)^x-request-id: *(\S+)", head)
-        rid = m.group(1) if m else b"none"
         out = json.dumps({"model_name": "demo", "outputs": [{"name": "label", "datatype": "INT64", "shape": [1],
                                                               "data": [0]}]}).encode()
-        real = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: " + rid +
-                b"\r\nContent-Length: %d\r\n\r\n" % len(out) + out)
+        real = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + echo_id(head) +
+                b"Content-Length: %d\r\n\r\n" % len(out) + out)
         leak = b"LEAKED-REPLY-OF-ANOTHER-REQUEST"
         extra = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: smuggled\r\n"
                  b"Content-Length: %d\r\n\r\n" % len(leak) + leak)
