@@ -74,24 +74,54 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopexit(r->base, NULL);
 }
 
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: tierrouter --config FILE        serve (the file may also be given as TIERROUTER_CONFIG)\n"
+                 "       tierrouter --check-config --config FILE\n"
+                 "                                      load and validate the file and the TIERROUTER_* variables,\n"
+                 "                                      print every effective setting, exit 0 (64 when bad)\n"
+                 "       tierrouter --help\n\n");
+    rconfig_usage(out);
+}
+
+/* The command line: --config FILE (or --config=FILE), --check-config, --help. Returns 0 to
+ * go on, 1 when --help was answered, -1 on a bad argument (logged; exit 64). */
+static int parse_args(int argc, char **argv, const char **path, bool *check)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 1;
+        }
+        if (strcmp(a, "--check-config") == 0) {
+            *check = true;
+        } else if (strcmp(a, "--config") == 0) {
+            if (i + 1 >= argc) {
+                log_emit(LOG_ERROR, NULL, "bad arguments: --config needs a file (tierrouter --config FILE)");
+                return -1;
+            }
+            *path = argv[++i];
+        } else if (strncmp(a, "--config=", 9) == 0) {
+            *path = a + 9;
+        } else {
+            log_emit(LOG_ERROR, NULL, "bad arguments: unknown argument '%.200s' (see tierrouter --help)", a);
+            return -1;
+        }
+    }
+    if (!*path || !**path) {
+        log_emit(LOG_ERROR, NULL, "bad arguments: no config (tierrouter --config FILE or TIERROUTER_CONFIG)");
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *path = getenv("TIERROUTER_CONFIG");
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) path = argv[++i];
-        else if (strncmp(argv[i], "--config=", 9) == 0) path = argv[i] + 9;
-        else if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: tierrouter --config router.yaml   (or TIERROUTER_CONFIG)\n");
-            return 0;
-        } else {
-            log_emit(LOG_ERROR, NULL, "bad arguments: unknown argument '%s' (usage: tierrouter --config FILE)", argv[i]);
-            return 64;
-        }
-    }
-    if (!path) {
-        log_emit(LOG_ERROR, NULL, "bad arguments: no config (tierrouter --config FILE or TIERROUTER_CONFIG)");
-        return 64;
-    }
+    bool check = false;
+    int a = parse_args(argc, argv, &path, &check);
+    if (a != 0) return a > 0 ? 0 : 64;
     char err[2048];
     static router r;
     r.cfg = rconfig_load(path, err, sizeof err);
@@ -99,11 +129,12 @@ int main(int argc, char **argv)
         log_emit(LOG_ERROR, NULL, "bad config: %s", err);
         return 64;
     }
-    const char *lvl = getenv("TIERROUTER_LOG_LEVEL");
-    log_level l;
-    if (lvl && log_level_parse(lvl, &l) == 0) log_set_level(l);
-    const char *port_env = getenv("TIERROUTER_PORT");
-    if (port_env) r.cfg->port = (unsigned)atoi(port_env);
+    log_set_level((log_level)r.cfg->log_level);
+    if (check) {
+        rconfig_print(r.cfg, stdout);
+        rconfig_free(r.cfg);
+        return 0;
+    }
     signal(SIGPIPE, SIG_IGN);
     r.cost = cost_create(r.cfg);
     /* the policy's draws: a different sequence per process, reproducible given the seed */

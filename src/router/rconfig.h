@@ -1,12 +1,18 @@
-/* rconfig: tierrouter's YAML config (libcyaml schema to C structs), validated.
- * A bad key or value is rejected with the key and the file position (libcyaml's
- * backtrace), a bad combination with the key path. See config/router.sample.yaml. */
+/* rconfig: tierrouter's settings. libcyaml parses the YAML into the structs below; one table
+ * in rconfig.c holds every key's type, default, bounds, environment override and help, and
+ * drives the defaults, the validation, `tierrouter --help` and `--check-config`.
+ *
+ * Precedence: the table's default < the config file < the TIERROUTER_* variable. A key the
+ * file leaves out gets its default; a key it sets keeps its value, 0 included. A bad value
+ * is rejected naming the key and its line and column (a bad variable: its name and value).
+ * See config/router.sample.yaml and docs/router.md "Settings". */
 #ifndef TS_RCONFIG_H
 #define TS_RCONFIG_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "policy.h"
 #include "route.h" /* pool_kind */
@@ -86,12 +92,12 @@ typedef struct {
 } rc_auth_limit;
 
 typedef struct {
+    unsigned log_level;        /* log_level */
     char *address;
-    unsigned port;
+    unsigned port;             /* 0: a free port, chosen at bind time */
     unsigned probe_interval_ms;
     unsigned dns_refresh_s;    /* how often backend names are re-resolved */
     char *dns_nameserver;      /* "ip[:port]" to ask instead of /etc/resolv.conf's */
-    unsigned request_timeout_ms;
     unsigned max_body_bytes;
     char *priority_header, *data_class_header, *request_id_header;
     char *tenant_header, *api_key_header, *deadline_header;
@@ -115,9 +121,15 @@ typedef struct {
     char worker_authorization[300];
 } router_config;
 
-/* Loads and validates path. On error returns NULL with a message in err. */
+/* Loads path, fills what it leaves out with the defaults, applies the TIERROUTER_* overrides
+ * and validates the result. On error returns NULL with a one-line message in err. The caller
+ * owns the result: rconfig_free. */
 router_config *rconfig_load(const char *path, char *err, size_t errlen);
 void rconfig_free(router_config *c);
+/* The settings table as usage text: key, environment variable, default, bounds, help. */
+void rconfig_usage(FILE *out);
+/* Every key's effective value, one "key: value" line each; secrets print as "(set)". */
+void rconfig_print(const router_config *c, FILE *out);
 /* The policy part as policy.h wants it. */
 void rconfig_policy(const router_config *c, policy_config *out);
 
