@@ -111,11 +111,16 @@ bool connguard_reply_complete(connguard *g, struct evhttp_request *req)
     return t;
 }
 
+/* bufferevent_free() clears every callback. The read callback alone says nothing: evhttp
+ * clears it while it writes a reply (evhttp_write_buffer), and a connection taken for
+ * released then would be forgotten mid-reply. The event callback stays set while evhttp
+ * holds the connection. */
 static bool released_by_evhttp(struct bufferevent *bev)
 {
-    bufferevent_data_cb rd = NULL;
-    bufferevent_getcb(bev, &rd, NULL, NULL, NULL);
-    return rd == NULL; /* bufferevent_free() clears the callbacks */
+    bufferevent_data_cb rd = NULL, wr = NULL;
+    bufferevent_event_cb ev = NULL;
+    bufferevent_getcb(bev, &rd, &wr, &ev, NULL);
+    return rd == NULL && wr == NULL && ev == NULL;
 }
 
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
