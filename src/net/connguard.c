@@ -1,5 +1,6 @@
 #include "connguard.h"
 
+#include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -21,6 +23,8 @@ typedef struct guard {
     double waiting_since;      /* 0 while a request is being served */
     bool tracked;              /* the reply in progress is one the server counts */
     bool nodelay;              /* TCP_NODELAY set on the socket */
+    bool got_bytes;            /* bytes arrived since waiting_since: a request has begun */
+    struct evbuffer_cb_entry *input_cb; /* sets got_bytes; removed before x is freed */
     connguard *owner;
 } guard;
 
@@ -45,6 +49,15 @@ static size_t bucket_of(const struct bufferevent *bev)
     return (size_t)((p >> 4) ^ (p >> 14)) % GUARD_BUCKETS;
 }
 
+/* evhttp consumes a request's lines as they arrive, so an empty input buffer does not mean
+ * that nothing came: this remembers that something did. */
+static void on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg)
+{
+    (void)in;
+    guard *x = arg;
+    if (info->n_added) x->got_bytes = true;
+}
+
 static struct bufferevent *make_bev(struct event_base *base, void *arg)
 {
     connguard *g = arg;
@@ -59,6 +72,7 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
     x->bev = bev;
     x->owner = g;
     x->waiting_since = now_s();
+    x->input_cb = evbuffer_add_cb(bufferevent_get_input(bev), on_input, x);
     size_t b = bucket_of(bev);
     x->next = g->buckets[b];
     g->buckets[b] = x;
@@ -106,16 +120,30 @@ bool connguard_reply_complete(connguard *g, struct evhttp_request *req)
     guard *x = guard_of(g, req);
     if (!x) return false;
     x->waiting_since = now_s();
+    x->got_bytes = false;
     bool t = x->tracked;
     x->tracked = false;
     return t;
 }
 
+/* bufferevent_free() clears every callback. The read callback alone says nothing: evhttp
+ * clears it while it writes a reply (evhttp_write_buffer), and a connection taken for
+ * released then would be forgotten mid-reply. The event callback stays set while evhttp
+ * holds the connection. */
 static bool released_by_evhttp(struct bufferevent *bev)
 {
-    bufferevent_data_cb rd = NULL;
-    bufferevent_getcb(bev, &rd, NULL, NULL, NULL);
-    return rd == NULL; /* bufferevent_free() clears the callbacks */
+    bufferevent_data_cb rd = NULL, wr = NULL;
+    bufferevent_event_cb ev = NULL;
+    bufferevent_getcb(bev, &rd, &wr, &ev, NULL);
+    return rd == NULL && wr == NULL && ev == NULL;
+}
+
+/* Drops our reference; nothing of x may be reached from the bufferevent afterwards. */
+static void guard_release(guard *x)
+{
+    if (x->input_cb) evbuffer_remove_cb_entry(bufferevent_get_input(x->bev), x->input_cb);
+    bufferevent_decref(x->bev);
+    free(x);
 }
 
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
@@ -129,8 +157,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
             guard *x = *pp;
             if (released_by_evhttp(x->bev)) {
                 *pp = x->next;
-                bufferevent_decref(x->bev);
-                free(x);
+                guard_release(x);
                 g->count--;
                 continue;
             }
@@ -168,6 +195,39 @@ connguard *connguard_create(struct event_base *base, struct evhttp *http, double
 size_t connguard_count(const connguard *g) { return g->count; }
 size_t connguard_cut(const connguard *g) { return g->cut; }
 
+/* Has a byte of the next request arrived (read, buffered, or still in the socket)? Such a
+ * connection is not idle: its request was on its way before the drain began. */
+static bool request_started(const guard *x)
+{
+    if (x->got_bytes || evbuffer_get_length(bufferevent_get_input(x->bev)) > 0) return true;
+    int pending = 0;
+    evutil_socket_t s = bufferevent_getfd(x->bev);
+    return s >= 0 && ioctl(s, FIONREAD, &pending) == 0 && pending > 0;
+}
+
+size_t connguard_close_idle(connguard *g)
+{
+    size_t closed = 0;
+    for (size_t b = 0; b < GUARD_BUCKETS; b++)
+        for (guard *x = g->buckets[b]; x; x = x->next) {
+            if (released_by_evhttp(x->bev) || x->waiting_since <= 0 || request_started(x)) continue;
+            /* as on_sweep: evhttp sees the end of the stream and frees the connection */
+            evutil_socket_t s = bufferevent_getfd(x->bev);
+            if (s >= 0 && shutdown(s, SHUT_RDWR) == 0) closed++;
+            x->waiting_since = 0; /* once */
+        }
+    return closed;
+}
+
+size_t connguard_unflushed(const connguard *g)
+{
+    size_t n = 0;
+    for (size_t b = 0; b < GUARD_BUCKETS; b++)
+        for (const guard *x = g->buckets[b]; x; x = x->next)
+            if (!released_by_evhttp(x->bev) && evbuffer_get_length(bufferevent_get_output(x->bev)) > 0) n++;
+    return n;
+}
+
 /* Call after evhttp_free(): every connection is gone, only our references remain. */
 void connguard_destroy(connguard *g)
 {
@@ -175,8 +235,7 @@ void connguard_destroy(connguard *g)
     for (size_t b = 0; b < GUARD_BUCKETS; b++) {
         for (guard *x = g->buckets[b]; x;) {
             guard *n = x->next;
-            bufferevent_decref(x->bev);
-            free(x);
+            guard_release(x);
             x = n;
         }
     }

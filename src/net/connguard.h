@@ -31,6 +31,12 @@ bool connguard_track_reply(connguard *g, struct evhttp_request *req); /* false: 
 bool connguard_reply_complete(connguard *g, struct evhttp_request *req);
 size_t connguard_count(const connguard *g); /* connections tracked */
 size_t connguard_cut(const connguard *g);   /* connections shut down for being too slow */
+/* A drain: shuts down every connection that waits for its next request and has received no
+ * byte of one (neither buffered nor in the socket): idle keep-alive and silent new
+ * connections. Needs reply_complete called for every reply. Returns how many it closed. */
+size_t connguard_close_idle(connguard *g);
+/* Connections with reply bytes not yet handed to the kernel: a drain waits for them. */
+size_t connguard_unflushed(const connguard *g);
 void connguard_destroy(connguard *g);
 
 #endif

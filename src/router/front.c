@@ -440,7 +440,7 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
         return;
     }
     evbuffer_remove(in, pr->body, pr->body_len);
-    r->active++;
+    rt_proxy_begin(pr);
     char msg[sizeof(((ts_err *)0)->msg)];
     int code = pr->is_infer ? check_infer_body(pr, msg, sizeof msg) : 0;
     if (code) {
@@ -508,16 +508,39 @@ static void reply_buf(struct evhttp_request *req, int code, const char *ctype, c
 }
 
 
+/* The reply ends its connection ("Connection: close", once). */
+static void close_after_reply(struct evhttp_request *req)
+{
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    if (!evhttp_find_header(out, "Connection")) evhttp_add_header(out, "Connection", "close");
+}
+
+void rt_drain_mark(router *r, struct evhttp_request *req)
+{
+    if (r->draining) close_after_reply(req);
+}
+
+/* A reply's last byte has gone to the kernel: the connection now waits for its next request
+ * (connguard's clock, and what a drain closes as idle), and a drain may be done. */
+static void on_reply_complete(struct evhttp_request *req, void *arg)
+{
+    router *r = arg;
+    if (r->guard) connguard_reply_complete(r->guard, req);
+    rt_drain_poke(r);
+}
+
 void rt_on_request(struct evhttp_request *req, void *arg)
 {
     router *r = arg;
     if (r->guard) connguard_dispatched(r->guard, req);
+    evhttp_request_set_on_complete_cb(req, on_reply_complete, r);
+    rt_drain_mark(r, req); /* a request that arrives while draining is its connection's last */
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], msg[160];
     bool close_conn = false;
     int n_ = httppath_request(req, segs, msg, sizeof msg, &close_conn);
     if (n_ < 0) {
-        if (close_conn) evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        if (close_conn) close_after_reply(req);
         rt_reply_error(req, 400, msg);
         return;
     }
@@ -611,7 +634,9 @@ void rt_on_request(struct evhttp_request *req, void *arg)
     if (n == 3 && strcmp(segs[1], "health") == 0) {
         bool ready = false;
         for (size_t i = 0; i < r->n_pools; i++) ready |= rt_pool_healthy(&r->pools[i], now) > 0;
+        /* live stays 200 while draining: the process is fine, it only takes no new work */
         if (strcmp(segs[2], "live") == 0) evhttp_send_reply(req, 200, NULL, NULL);
+        else if (strcmp(segs[2], "ready") == 0 && r->draining) rt_reply_error(req, 503, "not ready: draining for shutdown");
         else if (strcmp(segs[2], "ready") == 0 && ready) evhttp_send_reply(req, 200, NULL, NULL);
         else if (strcmp(segs[2], "ready") == 0) rt_reply_error(req, 503, "no healthy backend in any pool");
         else rt_reply_error(req, 404, "unknown endpoint");

@@ -1,4 +1,5 @@
 /* tierrouter: the gateway in front of tierserve pools. `tierrouter --config router.yaml` */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,12 +67,91 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     cost_tick(r->cost, backends, now);
 }
 
+/* ---- shutdown: SIGTERM and SIGINT drain (docs/router.md "Shutdown") ------------------- */
+
+#define DRAIN_TIMEOUT_S_DEFAULT 30u
+#define DRAIN_TIMEOUT_S_MAX 3600u /* as the worker's --drain-timeout-s */
+#define DRAIN_CHECK_MS 100        /* also notices replies whose client vanished mid-write */
+
+/* TIERROUTER_DRAIN_TIMEOUT_S: whole seconds, 0..DRAIN_TIMEOUT_S_MAX, nothing else (no sign,
+ * no space, no unit): a typo must stop the router at start, not turn into 0 at the next
+ * rolling update. Without it: configured (a config key's value; 0: not set), else the
+ * default. Returns -1 with a message naming the variable. */
+static int drain_timeout_setting(unsigned configured, unsigned *out, char *err, size_t errlen)
+{
+    *out = configured ? configured : DRAIN_TIMEOUT_S_DEFAULT;
+    const char *v = getenv("TIERROUTER_DRAIN_TIMEOUT_S");
+    if (!v) return 0;
+    char *end = NULL;
+    errno = 0;
+    unsigned long n = v[0] >= '0' && v[0] <= '9' ? strtoul(v, &end, 10) : 0;
+    if (!end || *end || errno || n > DRAIN_TIMEOUT_S_MAX) {
+        snprintf(err, errlen, "bad settings: TIERROUTER_DRAIN_TIMEOUT_S: '%.64s' is not a whole number of seconds in 0..%u",
+                 v, DRAIN_TIMEOUT_S_MAX);
+        return -1;
+    }
+    *out = (unsigned)n;
+    return 0;
+}
+
+/* The drain ends once no request is in flight (retries and the admission queue included)
+ * and every reply has been handed to the kernel: exiting with a reply still in a buffer
+ * would cut it as surely as exiting mid-request. */
+static void on_drain_check(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    router *r = arg;
+    /* connections whose reply went out before the drain marked it "Connection: close" (a
+     * stream already under way) are idle now: closed like the others */
+    if (r->guard) connguard_close_idle(r->guard);
+    if (r->active || (r->guard && connguard_unflushed(r->guard))) return;
+    LOG_INFO_(NULL, "drained: no request in flight; exiting");
+    event_del(r->drain_check);
+    event_del(r->drain_timer);
+    event_base_loopexit(r->base, NULL);
+}
+
+void rt_drain_poke(router *r)
+{
+    if (r->draining && event_pending(r->drain_check, EV_TIMEOUT, NULL))
+        event_active(r->drain_check, EV_TIMEOUT, 0);
+}
+
+/* Same exit code as a clean drain (as the worker): after SIGTERM Kubernetes treats every
+ * exit alike, and the warning says what was lost. */
+static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    router *r = arg;
+    size_t unwritten = r->guard ? connguard_unflushed(r->guard) : 0;
+    unsigned cut = rt_proxy_cut_all(r);
+    char n[16];
+    snprintf(n, sizeof n, "%u", cut);
+    LOG_WARN_(LOGF({"cut", n}), "drain timeout: exiting with %u request(s) still in flight after %u s; they are cut%s",
+              cut, r->drain_timeout_s, unwritten > cut ? " (and replies not yet written out)" : "");
+    event_del(r->drain_check);
+    event_base_loopexit(r->base, NULL);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
     router *r = arg;
-    LOG_INFO_(NULL, "%s received: exiting", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    event_base_loopexit(r->base, NULL);
+    if (r->draining) return; /* the first signal's drain has its bound already */
+    r->draining = true;
+    /* no new connection: the port refuses them from now on, so a Service or client moves on
+     * to another router; ready answers 503 on connections already open */
+    if (r->listener) evhttp_del_accept_socket(r->http, r->listener);
+    r->listener = NULL;
+    LOG_INFO_(NULL, "%s received: not ready; draining %u request(s) in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+              r->active);
+    struct timeval bound = {(time_t)r->drain_timeout_s, 0};
+    struct timeval every = {0, DRAIN_CHECK_MS * 1000};
+    evtimer_add(r->drain_timer, &bound);
+    event_add(r->drain_check, &every);
+    event_active(r->drain_check, EV_TIMEOUT, 0); /* idle connections close now */
 }
 
 static void usage(FILE *out)
@@ -136,6 +216,11 @@ int main(int argc, char **argv)
         return 0;
     }
     signal(SIGPIPE, SIG_IGN);
+    /* no config key yet: 0 is "not set" */
+    if (drain_timeout_setting(0, &r.drain_timeout_s, err, sizeof err) != 0) {
+        log_emit(LOG_ERROR, NULL, "%s", err);
+        return 64;
+    }
     r.cost = cost_create(r.cfg);
     /* the policy's draws: a different sequence per process, reproducible given the seed */
     route_rng_seed(&r.rng, (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid());
@@ -187,6 +272,13 @@ int main(int argc, char **argv)
     event_add(r.tick, &iv);
     r.sigterm = evsignal_new(r.base, SIGTERM, on_signal, &r);
     r.sigint = evsignal_new(r.base, SIGINT, on_signal, &r);
+    r.listener = sock;
+    r.drain_check = event_new(r.base, -1, EV_PERSIST, on_drain_check, &r);
+    r.drain_timer = evtimer_new(r.base, on_drain_timeout, &r);
+    if (!r.drain_check || !r.drain_timer) {
+        log_emit(LOG_ERROR, NULL, "could not set up the shutdown drain");
+        return 1;
+    }
     event_add(r.sigterm, NULL);
     event_add(r.sigint, NULL);
     r.started = rt_now();
@@ -202,6 +294,8 @@ int main(int argc, char **argv)
     event_free(r.tick);
     event_free(r.sigterm);
     event_free(r.sigint);
+    event_free(r.drain_check);
+    event_free(r.drain_timer);
     event_base_free(r.base);
     cost_destroy(r.cost);
     rconfig_free(r.cfg);

@@ -58,20 +58,42 @@ static struct evhttp_request *detach_client(proxy_req *pr)
     return req;
 }
 
-static void proxy_free(proxy_req *pr)
+void rt_proxy_begin(proxy_req *pr)
 {
     router *r = pr->r;
-    detach_client(pr);
+    r->active++;
+    pr->live_prev = NULL;
+    pr->live_next = r->live;
+    if (pr->live_next) pr->live_next->live_prev = pr;
+    r->live = pr;
+}
+
+/* Forgets pr: out of router.live and the in-flight count, its memory freed. */
+static void proxy_release(proxy_req *pr)
+{
+    router *r = pr->r;
+    if (pr->live_prev) pr->live_prev->live_next = pr->live_next;
+    else r->live = pr->live_next;
+    if (pr->live_next) pr->live_next->live_prev = pr->live_prev;
     if (pr->qtimer) event_free(pr->qtimer);
     r->active--;
     free(pr->body);
     free(pr);
+}
+
+static void proxy_free(proxy_req *pr)
+{
+    router *r = pr->r;
+    detach_client(pr);
+    proxy_release(pr);
     admission_drain(r); /* a slot may have freed up */
+    rt_drain_poke(r);   /* ... or the last request of a drain ended */
 }
 
 static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)
 {
     struct evhttp_request *client = detach_client(pr);
+    if (client) rt_drain_mark(pr->r, client);
     if (client) rt_reply_error(client, code, msg);
     count(pr, outcome);
     proxy_free(pr);
@@ -330,6 +352,7 @@ static void copy_reply_headers(proxy_req *pr, struct evhttp_request *resp, bool 
             evhttp_add_header(out, kv->key, kv->value);
     }
     evhttp_add_header(out, pr->r->cfg->request_id_header, pr->request_id);
+    rt_drain_mark(pr->r, pr->client);
     evhttp_add_header(out, "X-Tierrouter-Pool", pr->pool->cfg->name);
     evhttp_add_header(out, "X-Tierrouter-Backend", pr->backend->addr);
 }
@@ -572,3 +595,27 @@ void rt_proxy_route(proxy_req *pr)
 }
 
 void rt_proxy_fail(proxy_req *pr, int code, int outcome, const char *msg) { finish_error(pr, code, outcome, msg); }
+
+unsigned rt_proxy_cut_all(router *r)
+{
+    /* the queue first, so that no request freed below hands its slot to a queued one */
+    for (int q = 0; q < 2; q++)
+        while (r->admq[q]) queue_remove(r, r->admq[q]);
+    unsigned n = 0;
+    while (r->live) {
+        proxy_req *pr = r->live;
+        if (pr->conn) { /* a try in flight: abandoned with its connection, no callback follows */
+            pr->backend->in_flight--;
+            if (pr->retried) r->retries_active--;
+            rt_conn_drop(pr->backend, pr->conn);
+            pr->conn = NULL;
+        }
+        /* a cut reply must not look complete: the client's connection goes, whatever of the
+         * reply went out (a streamed one stops mid-body) */
+        struct evhttp_request *client = detach_client(pr);
+        if (client) evhttp_connection_free(evhttp_request_get_connection(client));
+        proxy_release(pr);
+        n++;
+    }
+    return n;
+}

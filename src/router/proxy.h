@@ -34,11 +34,14 @@ typedef struct proxy_req {
     route_target want;      /* the pool the policy chose */
     double u;               /* its uniform draw for the policy (route_plan_request) */
     struct proxy_req *qnext; /* admission queue link */
+    struct proxy_req *live_prev, *live_next; /* router.live: every request not yet freed */
     struct event *qtimer;   /* while queued: gives up after admission.queue_timeout_ms */
     /* forwarded request headers */
     char ctype[128], ihcl[32], cenc[32], aenc[64];
 } proxy_req;
 
+/* Counts pr in flight (r->active) and in router.live until it is freed. */
+void rt_proxy_begin(proxy_req *pr);
 /* Takes a classified request (body, headers and deadline filled in, r->active counted) to a
  * pool and a backend, or answers it. Owns pr from here on. */
 void rt_proxy_route(proxy_req *pr);

@@ -113,6 +113,15 @@ typedef struct router {
     cost_book *cost;
     void *admq[2];      /* admission queue heads: urgent, normal (proxy_req lists) */
     unsigned admq_len;
+    void *live;         /* every proxy_req from rt_proxy_begin to its end (a list), so a drain
+                         * that times out can cut and free what is left */
+    /* shutdown (docs/router.md "Shutdown"): from SIGTERM/SIGINT on, no new connection is
+     * accepted, ready answers 503, every reply closes its connection, and the loop ends once
+     * nothing is in flight or after drain_timeout_s */
+    bool draining;
+    unsigned drain_timeout_s;
+    struct evhttp_bound_socket *listener;
+    struct event *drain_check, *drain_timer;
     lat_ring slo[PRIO_COUNT];
     route_rng rng;      /* the policy's random draws (seeded once at start) */
 } router;
@@ -146,8 +155,21 @@ void rt_pool_signals(router *r, rt_pool *p, double now, pool_signals *out);
  * or NULL without GPU pools: the summary /admin/status and the gauges show. */
 const rt_pool *rt_lead_gpu_pool(const router *r);
 
-/* proxy.c */
+/* front.c */
 void rt_on_request(struct evhttp_request *req, void *arg);
+/* While draining, marks req's reply "Connection: close" (once), so that its connection ends
+ * with it. Call before the reply's headers go out. */
+void rt_drain_mark(router *r, struct evhttp_request *req);
+
+/* proxy.c */
+/* The drain has timed out: every request still in flight is cut (its client connection and
+ * its backend try closed) and freed. Returns how many. The loop must end right after. */
+unsigned rt_proxy_cut_all(router *r);
+
+/* main.c */
+/* Something the drain waits for has finished (a request, a reply written): check, from the
+ * loop, whether the drain is done. Nothing while not draining. */
+void rt_drain_poke(router *r);
 
 /* Is the physical model ready on this backend, by its last probe? */
 bool rt_backend_has_model(const rt_backend *b, const char *name, const char **version);
