@@ -69,30 +69,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 /* ---- shutdown: SIGTERM and SIGINT drain (docs/router.md "Shutdown") ------------------- */
 
-#define DRAIN_TIMEOUT_S_DEFAULT 30u
-#define DRAIN_TIMEOUT_S_MAX 3600u /* as the worker's --drain-timeout-s */
 #define DRAIN_CHECK_MS 100        /* also notices replies whose client vanished mid-write */
-
-/* TIERROUTER_DRAIN_TIMEOUT_S: whole seconds, 0..DRAIN_TIMEOUT_S_MAX, nothing else (no sign,
- * no space, no unit): a typo must stop the router at start, not turn into 0 at the next
- * rolling update. Without it: configured (a config key's value; 0: not set), else the
- * default. Returns -1 with a message naming the variable. */
-static int drain_timeout_setting(unsigned configured, unsigned *out, char *err, size_t errlen)
-{
-    *out = configured ? configured : DRAIN_TIMEOUT_S_DEFAULT;
-    const char *v = getenv("TIERROUTER_DRAIN_TIMEOUT_S");
-    if (!v) return 0;
-    char *end = NULL;
-    errno = 0;
-    unsigned long n = v[0] >= '0' && v[0] <= '9' ? strtoul(v, &end, 10) : 0;
-    if (!end || *end || errno || n > DRAIN_TIMEOUT_S_MAX) {
-        snprintf(err, errlen, "bad settings: TIERROUTER_DRAIN_TIMEOUT_S: '%.64s' is not a whole number of seconds in 0..%u",
-                 v, DRAIN_TIMEOUT_S_MAX);
-        return -1;
-    }
-    *out = (unsigned)n;
-    return 0;
-}
 
 /* The drain ends once no request is in flight (retries and the admission queue included)
  * and every reply has been handed to the kernel: exiting with a reply still in a buffer
@@ -216,11 +193,7 @@ int main(int argc, char **argv)
         return 0;
     }
     signal(SIGPIPE, SIG_IGN);
-    /* no config key yet: 0 is "not set" */
-    if (drain_timeout_setting(0, &r.drain_timeout_s, err, sizeof err) != 0) {
-        log_emit(LOG_ERROR, NULL, "%s", err);
-        return 64;
-    }
+    r.drain_timeout_s = r.cfg->drain_timeout_s;
     r.cost = cost_create(r.cfg);
     /* the policy's draws: a different sequence per process, reproducible given the seed */
     route_rng_seed(&r.rng, (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid());

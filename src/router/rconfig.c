@@ -75,6 +75,8 @@ static const rc_key k_keys[] = {
      .help = "port to listen on (0: a free one, shown in the \"listening on\" log line)"},
     {T_("probe_interval_ms", probe_interval_ms), UINT_("250", 20, 60000),
      .help = "how often each backend's /v2/status is read; a dead backend leaves within about one"},
+    {T_("drain_timeout_s", drain_timeout_s), .env = "TIERROUTER_DRAIN_TIMEOUT_S", UINT_("30", 0, 3600),
+     .help = "on SIGTERM: how long requests in flight may take before the router exits (0: at once)"},
     {T_("dns_refresh_s", dns_refresh_s), UINT_("5", 1, 3600),
      .help = "how often backends given by name are re-resolved (one backend per address)"},
     {T_("dns_nameserver", dns_nameserver), STR_(RK_STR, NULL, 3, 63),
@@ -274,6 +276,7 @@ static const cyaml_schema_field_t k_top_fields[] = {
     TOP_STR("address", address),
     CYAML_FIELD_UINT("port", CYAML_FLAG_OPTIONAL, router_config, port),
     CYAML_FIELD_UINT("probe_interval_ms", CYAML_FLAG_OPTIONAL, router_config, probe_interval_ms),
+    CYAML_FIELD_UINT("drain_timeout_s", CYAML_FLAG_OPTIONAL, router_config, drain_timeout_s),
     CYAML_FIELD_UINT("dns_refresh_s", CYAML_FLAG_OPTIONAL, router_config, dns_refresh_s),
     TOP_STR("dns_nameserver", dns_nameserver),
     CYAML_FIELD_IGNORE("request_timeout_ms", CYAML_FLAG_OPTIONAL), /* retired: see k_retired */

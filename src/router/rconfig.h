@@ -97,6 +97,7 @@ typedef struct {
     unsigned port;             /* 0: a free port, chosen at bind time */
     unsigned probe_interval_ms;
     unsigned dns_refresh_s;    /* how often backend names are re-resolved */
+    unsigned drain_timeout_s;  /* on SIGTERM, how long requests in flight may take */
     char *dns_nameserver;      /* "ip[:port]" to ask instead of /etc/resolv.conf's */
     unsigned max_body_bytes;
     char *priority_header, *data_class_header, *request_id_header;
