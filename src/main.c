@@ -1,5 +1,6 @@
 /* tierserve: the inference worker. See docs/ and ../shared/DESIGN.md for the names. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,9 @@ static int cmd_hwmap(void)
 
 int main(int argc, char **argv)
 {
+    /* A client that hangs up turns our next write on its socket into SIGPIPE, whose default
+     * action kills the whole worker; the write's EPIPE is all we need (the router does the same). */
+    signal(SIGPIPE, SIG_IGN);
     if (argc > 1 && strcmp(argv[1], "hwmap") == 0) return cmd_hwmap();
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         settings_usage(stdout);

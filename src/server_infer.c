@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
@@ -33,6 +34,7 @@ typedef struct job {
     struct evhttp_request *http; /* NULL once replied or the client is gone */
     struct event *timer;
     struct event *eof_watch; /* the client's socket: EOF or reset while we work = it left */
+    struct event *eof_poll;  /* the same, by timer, while pipelined bytes keep it readable */
     OrtRunOptions *ro;
     _Atomic bool cancelled;
     bool counted;
@@ -69,6 +71,12 @@ static void on_reply_abandoned(struct evhttp_connection *c, void *arg)
     server_maybe_finish_drain(srv);
 }
 
+static void stop_peer_watch(job *j)
+{
+    if (j->eof_watch) event_del(j->eof_watch);
+    if (j->eof_poll) event_del(j->eof_poll);
+}
+
 /* Replies to a job's client; the drain waits for these to be written out (the server's
  * on-complete callback or on_reply_abandoned settles the count). */
 static void reply_job(job *j, int code, const char *ctype, buf *b, const char *error)
@@ -77,7 +85,7 @@ static void reply_job(job *j, int code, const char *ctype, buf *b, const char *e
     if (!req) return;
     struct evhttp_connection *c = evhttp_request_get_connection(req);
     j->http = NULL;
-    if (j->eof_watch) event_del(j->eof_watch);
+    stop_peer_watch(j);
     server *srv = j->srv;
     if (c && srv->guard && connguard_track_reply(srv->guard, req)) {
         srv->unflushed++;
@@ -93,6 +101,7 @@ static void free_job(job *j)
 {
     if (j->timer) event_free(j->timer);
     if (j->eof_watch) event_free(j->eof_watch);
+    if (j->eof_poll) event_free(j->eof_poll);
     if (j->ro) g_ort->ReleaseRunOptions(j->ro);
     infer_request_free(&j->req);
     buf_free(&j->reply);
@@ -119,25 +128,65 @@ static void on_client_close(struct evhttp_connection *c, void *arg)
     (void)c;
     job *j = arg;
     j->http = NULL; /* libevent frees the request right after this */
-    if (j->eof_watch) event_del(j->eof_watch);
+    stop_peer_watch(j);
     record(j, OUT_CANCELLED);
     LOG_DEBUG_(LOGF({"model", model_name(j->model)}), "client went away; request cancelled");
     if (sched_remove(model_sched(j->model), &j->item)) retire_unrun(j);
     else cancel_run(j);
 }
 
+/* Has the client hung up (FIN or reset)? Asked of the socket's state, not of its bytes: a
+ * pipelined request waiting unread must not hide the hang-up behind it. */
+static bool peer_gone(evutil_socket_t fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* EOF or reset: tear the connection down; its close callback cancels the job. */
+static void drop_gone_client(job *j)
+{
+    struct evhttp_request *req = j->http;
+    struct evhttp_connection *conn = req ? evhttp_request_get_connection(req) : NULL;
+    if (conn) evhttp_connection_free(conn);
+}
+
+#define PEER_POLL_MS 50
+
+static void on_peer_poll(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    job *j = arg;
+    struct evhttp_connection *conn = j->http ? evhttp_request_get_connection(j->http) : NULL;
+    evutil_socket_t s = conn ? bufferevent_getfd(evhttp_connection_get_bufferevent(conn)) : -1;
+    if (s < 0) return;
+    if (peer_gone(s)) {
+        drop_gone_client(j);
+        return;
+    }
+    struct timeval tv = {0, PEER_POLL_MS * 1000};
+    evtimer_add(j->eof_poll, &tv);
+}
+
 static void on_peer_readable(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     job *j = arg;
+    if (peer_gone(fd)) {
+        drop_gone_client(j);
+        return;
+    }
     char c;
-    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
-        return; /* a pipelined request or a spurious wake: leave the socket to evhttp */
-    /* EOF or reset: tear the connection down; its close callback cancels the job */
-    struct evhttp_request *req = j->http;
-    struct evhttp_connection *conn = req ? evhttp_request_get_connection(req) : NULL;
-    if (conn) evhttp_connection_free(conn);
+    if (recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) <= 0) { /* a spurious wake: keep watching */
+        event_add(j->eof_watch, NULL);
+        return;
+    }
+    /* A pipelined request waits: the socket stays readable, so a read watch would fire
+     * without end. Leave its bytes to evhttp and look for the hang-up on a timer instead. */
+    if (!j->eof_poll) j->eof_poll = evtimer_new(j->srv->base, on_peer_poll, j);
+    struct timeval tv = {0, PEER_POLL_MS * 1000};
+    if (j->eof_poll) evtimer_add(j->eof_poll, &tv);
 }
 
 static void arm_timer(job *j)

@@ -1215,6 +1215,40 @@ def test_abandoned_requests_are_cancelled(one_runner, reset):
     assert_serving(w, w.baseline_probs)
 
 
+def test_pipelined_request_behind_an_abandoned_inference(one_runner):
+    """A slow inference request with a pipelined GET /v2 right behind it in the same write,
+    then the client closes. The pipelined bytes make the socket readable for good, so a
+    watch that peeks for one byte takes them for a live client and stops looking; the
+    reply then goes to a closed socket, and writing the pipelined request's reply after it
+    raised SIGPIPE, which killed the worker (exit 141). The worker must notice the hang-up
+    despite the waiting bytes, cancel the request, and live on."""
+    w = one_runner
+    labels = {"model": "slow", "version": "1"}
+    ok0 = _metric(w, "tierserve_requests_total", outcome="success", **labels)
+    cancelled0 = _metric(w, "tierserve_requests_total", outcome="cancelled", **labels)
+    # padded past one socket read (16 KiB), so part of it is still in the socket, not only
+    # in libevent's buffer, when the inference request has been read
+    pipelined = http_bytes("GET", "/v2", headers={"X-Pad": "p" * 40000})
+    for round_ in range(3):
+        c = Conn(w)
+        c.send(slow_request(256) + pipelined)
+        c.close()
+        deadline = time.monotonic() + 10 * SLOW
+        while True:
+            time.sleep(0.1)  # long enough for a reply (and the pipelined one) to be written
+            assert w.proc.poll() is None, (
+                f"worker died (exit {w.proc.returncode}) after a client hung up behind a "
+                f"pipelined request (round {round_})")
+            doc = json.loads(exchange(w, http_bytes("GET", "/v2/status"))[2])
+            if doc["in_flight"] == 0 and doc["queue_depth"] == 0:
+                break
+            assert time.monotonic() < deadline, f"still busy after 10 s: {doc['in_flight']}"
+    assert_serving(w, w.baseline_probs)
+    ok = _metric(w, "tierserve_requests_total", outcome="success", **labels) - ok0
+    cancelled = _metric(w, "tierserve_requests_total", outcome="cancelled", **labels) - cancelled0
+    assert ok == 0 and cancelled == 3, (ok, cancelled)
+
+
 def test_sigterm_after_clients_vanished(repo, tmp_path_factory):
     """Clients send slow-model requests and hang up (FIN) at once. Once their work is done
     nothing is in flight and nothing can be flushed, so SIGTERM must end the worker at
