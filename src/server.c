@@ -173,6 +173,7 @@ static bool server_ready(const server *srv)
 
 static void status_inputs(server *srv, status_view *v)
 {
+    *v = (status_view){0};
     v->set = srv->set;
     v->ep = srv->ep;
     v->repo = srv->repo;
@@ -182,6 +183,7 @@ static void status_inputs(server *srv, status_view *v)
     v->in_flight = srv->in_flight;
     v->inline_runs = srv->inline_runs;
     v->hw_json = srv->hw_json;
+    v->unauthorized = srv->unauthorized;
 }
 
 /* Every reply's on-complete callback: restarts the connection's request clock, and settles
@@ -197,14 +199,77 @@ static void on_any_reply_complete(struct evhttp_request *req, void *arg)
     }
 }
 
+const char *server_request_id(struct evhttp_request *req)
+{
+    const char *id = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Id");
+    if (!id) return NULL;
+    size_t n = 0;
+    for (; id[n]; n++)
+        if (n >= REQUEST_ID_MAX || (unsigned char)id[n] < 0x21 || (unsigned char)id[n] > 0x7e)
+            return NULL;
+    return n ? id : NULL;
+}
+
+/* Compares in time that depends on the lengths only, never on where the bytes differ. */
+static bool token_equal(const char *got, const char *want)
+{
+    size_t g = strnlen(got, 4096), w = strlen(want);
+    unsigned diff = g != w;
+    for (size_t i = 0; i < w; i++)
+        diff |= (unsigned char)want[i] ^ (unsigned char)(i < g ? got[i] : 0);
+    return diff == 0;
+}
+
+/* With --auth-token set, the bearer token is the caller's proof that it is the router (or an
+ * operator), not whoever reached the port. Kubelet probes carry no token: the two health
+ * endpoints stay open. */
+static bool authorized(server *srv, struct evhttp_request *req, const char **why_out)
+{
+    const char *want = srv->set->auth_token;
+    if (!want[0]) return true;
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
+        *why_out = "missing bearer token: this worker needs Authorization: Bearer <token> "
+                   "(TIERSERVE_AUTH_TOKEN)";
+        return false;
+    }
+    h += 7;
+    while (*h == ' ') h++;
+    if (!token_equal(h, want)) {
+        *why_out = "wrong bearer token in Authorization (TIERSERVE_AUTH_TOKEN)";
+        return false;
+    }
+    return true;
+}
+
+static bool is_health_probe(struct evhttp_request *req, int n, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX])
+{
+    return n == 3 && method_is(req, EVHTTP_REQ_GET) && strcmp(segs[0], "v2") == 0 &&
+           strcmp(segs[1], "health") == 0 &&
+           (strcmp(segs[2], "live") == 0 || strcmp(segs[2], "ready") == 0);
+}
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
     server *srv = arg;
     if (srv->guard) connguard_dispatched(srv->guard, req);
     evhttp_request_set_on_complete_cb(req, on_any_reply_complete, srv);
+    /* echoed on every reply to this request, so a proxy can match replies to requests */
+    const char *rid = server_request_id(req);
+    if (rid) evhttp_add_header(evhttp_request_get_output_headers(req), "X-Request-Id", rid);
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], msg[160];
     bool close_conn = false;
     int n_ = httppath_request(req, segs, msg, sizeof msg, &close_conn);
+    const char *why = NULL;
+    if (!(n_ >= 0 && is_health_probe(req, n_, segs)) && !authorized(srv, req, &why)) {
+        struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+        evhttp_add_header(h, "WWW-Authenticate", "Bearer");
+        if (close_conn) evhttp_add_header(h, "Connection", "close");
+        srv->unauthorized++;
+        LOG_DEBUG_(LOGF({rid ? "request_id" : NULL, rid}), "refused with 401: %s", why);
+        server_reply_error(req, 401, why);
+        return;
+    }
     if (n_ < 0) {
         if (close_conn) evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
         server_reply_error(req, 400, msg);

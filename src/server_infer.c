@@ -49,7 +49,12 @@ typedef struct job {
     zc_kind reply_enc; /* what the client's Accept-Encoding asked for */
     double t_arrive, t_start, t_end;
     double compute_share; /* this request's share of its Run(): the batch time / batch size */
+    char request_id[REQUEST_ID_MAX + 1]; /* the client's X-Request-Id, "" if none */
 } job;
+
+/* A job's log context: the model, and the request id when the client sent one. */
+#define JOB_LOGF(j) LOGF({"model", model_name((j)->model)}, \
+                         {(j)->request_id[0] ? "request_id" : NULL, (j)->request_id})
 
 static job *job_of(sched_item *it) { return (job *)((char *)it - offsetof(job, item)); }
 
@@ -130,7 +135,7 @@ static void on_client_close(struct evhttp_connection *c, void *arg)
     j->http = NULL; /* libevent frees the request right after this */
     stop_peer_watch(j);
     record(j, OUT_CANCELLED);
-    LOG_DEBUG_(LOGF({"model", model_name(j->model)}), "client went away; request cancelled");
+    LOG_DEBUG_(JOB_LOGF(j), "client went away; request cancelled");
     if (sched_remove(model_sched(j->model), &j->item)) retire_unrun(j);
     else cancel_run(j);
 }
@@ -221,6 +226,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
         }
         snprintf(msg, sizeof msg, "request timed out in the queue after %.0f ms (queue policy of "
                  "priority level %d)", (now - j->t_arrive) * 1e3, j->item.level);
+        LOG_DEBUG_(JOB_LOGF(j), "%s", msg);
         reply_job(j, 504, NULL, NULL, msg);
         record(j, OUT_TIMEOUT);
         retire_unrun(j);
@@ -229,6 +235,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     bool queued = sched_remove(s, &j->item);
     snprintf(msg, sizeof msg, "request timed out after %.0f ms (%s)", (now - j->t_arrive) * 1e3,
              queued ? "still queued" : "while running");
+    LOG_DEBUG_(JOB_LOGF(j), "%s", msg);
     reply_job(j, 504, NULL, NULL, msg);
     record(j, OUT_TIMEOUT);
     if (queued) retire_unrun(j);
@@ -522,6 +529,8 @@ void server_handle_infer(server *srv, struct evhttp_request *req, const char *na
     j->model = m;
     j->t_arrive = server_now();
     j->reply_enc = zcodec_pick_accept(evhttp_find_header(in_h, "Accept-Encoding"));
+    const char *rid = server_request_id(req);
+    if (rid) snprintf(j->request_id, sizeof j->request_id, "%s", rid);
     ts_err err = {0};
     size_t len = 0;
     int64_t hlen = infer_header_len(evhttp_find_header(in_h, "Inference-Header-Content-Length"), &err);

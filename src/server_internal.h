@@ -14,6 +14,7 @@
 #include "server.h"
 
 #define REPLY_LIMIT ((size_t)1 << 31)
+#define REQUEST_ID_MAX 128 /* longest X-Request-Id echoed */
 
 struct server {
     const ts_settings *set;
@@ -29,6 +30,7 @@ struct server {
     unsigned idle_streak;       /* consecutive requests that found nothing in flight */
     uint64_t inline_runs;       /* requests run on the loop thread (TIERSERVE_INLINE_MAX_US) */
     size_t unflushed;           /* job replies handed to libevent, not yet fully written */
+    uint64_t unauthorized;      /* requests refused with 401 (--auth-token) */
     bool draining;
     int exit_code;
     int port;
@@ -42,6 +44,8 @@ struct server {
 double server_now(void);
 void server_reply_buf(struct evhttp_request *req, int code, const char *ctype, buf *b);
 void server_reply_error(struct evhttp_request *req, int code, const char *msg);
+/* The client's X-Request-Id if it is one we echo (1..128 visible ASCII bytes), else NULL. */
+const char *server_request_id(struct evhttp_request *req);
 /* Exits the loop once draining, no job alive and every tracked reply written. */
 void server_maybe_finish_drain(server *srv);
 
