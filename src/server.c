@@ -8,6 +8,7 @@
 #include <event2/thread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,29 @@ void server_reply_buf(struct evhttp_request *req, int code, const char *ctype, b
     }
     evhttp_send_reply(req, code, NULL, out);
     evbuffer_free(out);
+}
+
+/* Reply bytes libevent has freed: written out, or dropped with their connection. */
+static void on_reply_bytes_freed(const void *data, size_t len, void *arg)
+{
+    server *srv = arg;
+    free((void *)(uintptr_t)data);
+    srv->reply_pending -= len;
+}
+
+void server_reply_counted(server *srv, struct evhttp_request *req, int code, const char *ctype, buf *b)
+{
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    if (ctype) evhttp_add_header(h, "Content-Type", ctype);
+    struct evbuffer *out = evbuffer_new();
+    if (out && b && b->len &&
+        evbuffer_add_reference(out, b->data, b->len, on_reply_bytes_freed, srv) == 0) {
+        srv->reply_pending += b->len;
+        b->data = NULL;
+        b->len = b->cap = 0;
+    }
+    evhttp_send_reply(req, code, NULL, out);
+    if (out) evbuffer_free(out);
 }
 
 static void reply_text(struct evhttp_request *req, int code, const char *ctype, const char *s)
@@ -184,6 +208,12 @@ static void status_inputs(server *srv, status_view *v)
     v->inline_runs = srv->inline_runs;
     v->hw_json = srv->hw_json;
     v->unauthorized = srv->unauthorized;
+    v->connections = srv->guard ? connguard_open(srv->guard) : 0;
+    v->connections_refused = srv->guard ? connguard_refused(srv->guard) : 0;
+    v->connections_cut = srv->guard ? connguard_cut(srv->guard) : 0;
+    v->reply_bytes = srv->reply_pending;
+    v->reply_limit = (size_t)srv->set->max_pending_reply_bytes;
+    v->reply_refused = srv->reply_refused;
 }
 
 /* Every reply's on-complete callback: restarts the connection's request clock, and settles
@@ -407,6 +437,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     evhttp_set_default_content_type(srv->http, "application/json");
     evhttp_set_gencb(srv->http, on_request, srv);
     srv->guard = connguard_create(srv->base, srv->http, (double)s->http_timeout_s);
+    if (srv->guard) connguard_set_limit(srv->guard, (size_t)s->max_connections, "TIERSERVE_MAX_CONNECTIONS");
     if (!srv->guard) {
         snprintf(err, errlen, "could not set up the connection guard");
         server_destroy(srv);

@@ -99,7 +99,7 @@ static void reply_job(job *j, int code, const char *ctype, buf *b, const char *e
         evhttp_connection_set_closecb(c, NULL, NULL);
     }
     if (error) server_reply_error(req, code, error);
-    else server_reply_buf(req, code, ctype, b);
+    else server_reply_counted(srv, req, code, ctype, b);
 }
 
 static void free_job(job *j)
@@ -427,6 +427,16 @@ static ts_model *admit(server *srv, struct evhttp_request *req, const char *name
         char msg[600], why[512];
         health_gpu_fault_message(why, sizeof why);
         snprintf(msg, sizeof msg, "worker is not live after a GPU fault: %s", why);
+        server_reply_error(req, 503, msg);
+        return NULL;
+    }
+    if (srv->reply_pending >= (size_t)srv->set->max_pending_reply_bytes) {
+        /* slow readers hold that much already: a new reply would only add to it */
+        char msg[256];
+        snprintf(msg, sizeof msg, "%zu bytes of replies wait for clients to read them, at or past "
+                 "the pending-reply budget of %lld bytes (TIERSERVE_MAX_PENDING_REPLY_BYTES); retry later",
+                 srv->reply_pending, (long long)srv->set->max_pending_reply_bytes);
+        srv->reply_refused++;
         server_reply_error(req, 503, msg);
         return NULL;
     }

@@ -31,6 +31,8 @@ struct server {
     uint64_t inline_runs;       /* requests run on the loop thread (TIERSERVE_INLINE_MAX_US) */
     size_t unflushed;           /* job replies handed to libevent, not yet fully written */
     uint64_t unauthorized;      /* requests refused with 401 (--auth-token) */
+    size_t reply_pending;       /* reply bytes handed to libevent, not yet written or dropped */
+    uint64_t reply_refused;     /* inference requests refused while reply_pending was too high */
     bool draining;
     int exit_code;
     int port;
@@ -44,6 +46,9 @@ struct server {
 double server_now(void);
 void server_reply_buf(struct evhttp_request *req, int code, const char *ctype, buf *b);
 void server_reply_error(struct evhttp_request *req, int code, const char *msg);
+/* server_reply_buf for replies that may be big: their bytes count in srv->reply_pending
+ * until libevent has written (or dropped) them. */
+void server_reply_counted(server *srv, struct evhttp_request *req, int code, const char *ctype, buf *b);
 /* The client's X-Request-Id if it is one we echo (1..128 visible ASCII bytes), else NULL. */
 const char *server_request_id(struct evhttp_request *req);
 /* Exits the loop once draining, no job alive and every tracked reply written. */

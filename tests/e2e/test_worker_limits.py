@@ -191,3 +191,200 @@ def test_auth_token_on_keepalive_connection(authed):
         _unauthorized(c.response())
     finally:
         c.close()
+
+
+# ---- --max-connections -----------------------------------------------------------------------
+
+MAX_CONNS = 6
+
+
+@pytest.fixture()
+def capped(repo, tmp_path_factory):
+    # a long HTTP timeout: the idle connections the test holds must not be cut meanwhile
+    w = make_worker(repo, tmp_path_factory, "capped", TIERSERVE_MAX_CONNECTIONS=str(MAX_CONNS),
+                    TIERSERVE_HTTP_TIMEOUT_S="30")
+    yield w
+    stop_worker(w)
+
+
+def test_connections_past_the_limit_are_refused(capped):
+    """With MAX_CONNS connections open, the next one gets a 503 + Retry-After naming the
+    limit and is closed at once (before the worker reads a byte of it); once one closes,
+    new connections are served again; the gauge and the refusal counter say so."""
+    w = capped
+    held = [Conn(w) for _ in range(MAX_CONNS)]
+    try:
+        held[0].send(http_bytes("GET", "/v2"))  # a used keep-alive connection counts too
+        assert held[0].response()[0] == 200
+        for _ in range(3):
+            c = Conn(w)
+            try:
+                c.send(http_bytes("GET", "/v2/health/live"))
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            resp = c.response()
+            c.close()
+            assert resp is not None and resp[0] == 503, resp
+            assert resp[1].get("retry-after") == "1" and resp[1].get("connection") == "close", resp[:2]
+            assert "TIERSERVE_MAX_CONNECTIONS" in error_text(resp)
+        held.pop().close()
+        # the worker learns of the close when it reads the FIN: allow it a moment
+        deadline = time.monotonic() + 5 * SLOW
+        while True:
+            resp = exchange(w, http_bytes("GET", "/metrics"))
+            if resp[0] == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert resp[0] == 200, resp[:2]
+        m = {ln.split()[0]: float(ln.split()[1]) for ln in resp[2].decode().splitlines()
+             if ln.startswith("tierserve_connections")}
+        assert m["tierserve_connections"] == MAX_CONNS, m  # the held ones and this one
+        assert m["tierserve_connections_refused_total"] >= 3, m
+    finally:
+        for c in held:
+            c.close()
+    deadline = time.monotonic() + 5 * SLOW
+    while metric_or_none(w, "tierserve_connections") != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert metric(w, "tierserve_connections") == 1
+    assert_serving(w, w.baseline_probs)
+
+
+def metric_or_none(w, name):
+    try:
+        return metric(w, name)
+    except AssertionError:
+        return None
+
+
+def test_connection_flood_at_the_limit(capped):
+    """200 connections at once: all but MAX_CONNS get the 503 at once (the client sends
+    nothing, so nothing can reset the connection before the reply is read), and the worker
+    serves normally afterwards."""
+    w = capped
+    socks = []
+    try:
+        for _ in range(200):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.settimeout(SOCK_TIMEOUT)  # a full accept queue delays a connect by a SYN retry
+            s.connect(("127.0.0.1", w.port))
+            socks.append(s)
+        refused = 0
+        for s in socks:
+            s.settimeout(0.5 * SLOW)
+            try:
+                data = s.recv(4096)
+            except socket.timeout:
+                continue  # one of the admitted ones
+            assert data.startswith(b"HTTP/1.1 503 "), data[:100]
+            refused += 1
+        assert refused >= len(socks) - MAX_CONNS, refused
+    finally:
+        for s in socks:
+            s.close()
+    deadline = time.monotonic() + 5 * SLOW
+    while metric_or_none(w, "tierserve_connections") != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert_serving(w, w.baseline_probs)
+
+
+# ---- slow readers: --max-pending-reply-bytes and the reply deadline -----------------------------
+
+ID32 = "/v2/models/identity_fp32/infer"
+PENDING_LIMIT = 8 << 20
+
+
+def big_reply_request(n=1 << 20):
+    """4n bytes of FP32 in (binary), about 12n bytes of JSON out (n = 1M: more than the
+    kernel's socket buffers hold for a client that does not read)."""
+    x = (np.arange(n, dtype="<f4") * np.float32(1.0001) + np.float32(0.123)).tobytes()
+    body, headers = binary(req(bin_inp("INPUT0", shape=(1, n), size=len(x))), x)
+    return http_bytes("POST", ID32, body, headers)
+
+
+def stuck_client(w, data, rcvbuf=4096):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(SOCK_TIMEOUT)
+    s.connect(("127.0.0.1", w.port))
+    s.sendall(data)
+    return s
+
+
+@pytest.fixture()
+def big_replies(repo, tmp_path_factory):
+    w = make_worker(repo, tmp_path_factory, "big-replies", TIERSERVE_MAX_BODY_BYTES=str(32 << 20),
+                    TIERSERVE_MAX_PENDING_REPLY_BYTES=str(PENDING_LIMIT))
+    yield w
+    stop_worker(w)
+
+
+def test_replies_waiting_for_slow_readers_are_bounded(big_replies):
+    """Clients that never read hold their replies in the worker. Past
+    TIERSERVE_MAX_PENDING_REPLY_BYTES new inference requests get 503 + Retry-After naming
+    the budget (health and status still answer); once the stuck connections are dropped
+    the bytes are released and inference works again."""
+    w = big_replies
+    data = big_reply_request()
+    stuck = [stuck_client(w, data) for _ in range(3)]
+    try:
+        deadline = time.monotonic() + 10 * SLOW
+        while (metric_or_none(w, "tierserve_pending_reply_bytes") or 0) < PENDING_LIMIT:
+            if time.monotonic() > deadline:
+                break  # the 503 check below says what is wrong
+            time.sleep(0.05)
+        resp = exchange(w, http_bytes("POST", INFER, J(req())))
+        assert resp[0] == 503 and resp[1].get("retry-after") == "1", (
+            f"three clients hold ~36 MB of unread replies, yet a new request got {resp[:2]}")
+        assert metric(w, "tierserve_pending_reply_bytes") >= PENDING_LIMIT
+        assert "TIERSERVE_MAX_PENDING_REPLY_BYTES" in error_text(resp)
+        assert metric(w, "tierserve_pending_reply_refusals_total") >= 1
+        assert exchange(w, http_bytes("GET", "/v2/health/live"))[0] == 200
+        assert exchange(w, http_bytes("GET", "/v2/status"))[0] == 200
+        # dropped within the HTTP timeout (+ the once-a-second sweep): the bytes come back
+        deadline = time.monotonic() + HTTP_TIMEOUT_S + 3 * SLOW
+        while metric(w, "tierserve_pending_reply_bytes") > 0:
+            assert time.monotonic() < deadline, "stuck replies still held after the HTTP timeout"
+            time.sleep(0.1)
+        assert_serving(w, w.baseline_probs)
+    finally:
+        for s in stuck:
+            s.close()
+
+
+def test_trickling_reader_is_cut_after_the_http_timeout(big_replies):
+    """A client that reads its ~48 MB reply 64 KB at a time and sends a byte now and then
+    keeps both of libevent's timeouts from firing (each read makes the socket writable, each
+    byte restarts the read timeout): it held the reply, and the worker's memory, for as long
+    as it liked. The reply must drain within TIERSERVE_HTTP_TIMEOUT_S or the connection is
+    cut (and reset, so the kernel drops what it still queues for the client too)."""
+    w = big_replies
+    cut0 = metric_or_none(w, "tierserve_connections_cut_total")
+    s = stuck_client(w, big_reply_request(4 << 20), rcvbuf=65536)
+    got = 0
+    t0 = time.monotonic()
+    cut_at = None
+    try:
+        while time.monotonic() - t0 < HTTP_TIMEOUT_S + 4 * SLOW:
+            try:
+                chunk = s.recv(65536)
+                s.send(b"G")
+            except (ConnectionResetError, BrokenPipeError):
+                chunk = b""
+            if not chunk:
+                cut_at = time.monotonic() - t0
+                break
+            got += len(chunk)
+            time.sleep(0.015)
+    finally:
+        s.close()
+    assert cut_at is not None, (
+        f"a trickling reader still held its reply after {time.monotonic() - t0:.1f} s "
+        f"({got} bytes read; HTTP timeout {HTTP_TIMEOUT_S} s)")
+    assert got < 40 << 20, got
+    assert metric(w, "tierserve_connections_cut_total") >= cut0 + 1
+    deadline = time.monotonic() + 3 * SLOW
+    while metric(w, "tierserve_pending_reply_bytes") > 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert_serving(w, w.baseline_probs)
