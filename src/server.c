@@ -214,6 +214,9 @@ static void status_inputs(server *srv, status_view *v)
     v->reply_bytes = srv->reply_pending;
     v->reply_limit = (size_t)srv->set->max_pending_reply_bytes;
     v->reply_refused = srv->reply_refused;
+    v->body_bytes = budget_held(srv->bodies);
+    v->body_limit = budget_limit(srv->bodies);
+    v->body_refused = budget_refusals(srv->bodies);
 }
 
 /* Every reply's on-complete callback: restarts the connection's request clock, and settles
@@ -456,11 +459,15 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
         srv->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                    : ((struct sockaddr_in *)&ss)->sin_port);
     srv->done = doneq_create(srv->base, server_on_job_done, srv);
+    srv->decoded = doneq_create(srv->base, server_on_job_decoded, srv);
+    srv->bodies = budget_create((size_t)s->max_inflight_body_bytes);
+    srv->decoder = workpool_create(SERVER_DECODE_THREADS, SERVER_DECODE_QUEUE, server_decode_work, srv);
     srv->sigterm = evsignal_new(srv->base, SIGTERM, on_signal, srv);
     srv->sigint = evsignal_new(srv->base, SIGINT, on_signal, srv);
     srv->drain_timer = evtimer_new(srv->base, on_drain_timeout, srv);
     srv->loaded_ev = event_new(srv->base, -1, 0, on_loaded, srv);
-    if (!srv->done || !srv->sigterm || !srv->sigint || !srv->drain_timer || !srv->loaded_ev) {
+    if (!srv->done || !srv->decoded || !srv->bodies || !srv->decoder || !srv->sigterm ||
+        !srv->sigint || !srv->drain_timer || !srv->loaded_ev) {
         snprintf(err, errlen, "could not set up loop events");
         server_destroy(srv);
         return NULL;
@@ -495,6 +502,10 @@ int server_run(server *srv)
      * callbacks (or the srv->http check in on_done) and are freed by server_destroy(). */
     evhttp_free(srv->http);
     srv->http = NULL;
+    /* bodies still being decoded touch their models: finish them before the caller
+     * destroys the repository (their jobs wait in srv->decoded for server_destroy) */
+    workpool_destroy(srv->decoder);
+    srv->decoder = NULL;
     return srv->exit_code;
 }
 
@@ -506,9 +517,13 @@ void server_destroy(server *srv)
     if (srv->sigint) event_free(srv->sigint);
     if (srv->drain_timer) event_free(srv->drain_timer);
     if (srv->loaded_ev) event_free(srv->loaded_ev);
+    workpool_destroy(srv->decoder);
+    if (srv->decoded) doneq_flush(srv->decoded); /* jobs decoded after the loop ended */
     if (srv->done) doneq_flush(srv->done); /* jobs the runners finished after the loop ended */
     connguard_destroy(srv->guard);           /* after evhttp_free: only our references remain */
     doneq_destroy(srv->done);
+    doneq_destroy(srv->decoded);
+    budget_destroy(srv->bodies);             /* every job, and the bytes it held, is gone */
     if (srv->base) event_base_free(srv->base);
     free(srv->hw_json);
     free(srv);

@@ -8,13 +8,19 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "budget.h"
 #include "buf.h"
 #include "connguard.h"
 #include "doneq.h"
 #include "server.h"
+#include "workpool.h"
 
 #define REPLY_LIMIT ((size_t)1 << 31)
 #define REQUEST_ID_MAX 128 /* longest X-Request-Id echoed */
+/* The decode pool: threads that inflate and parse big or compressed bodies off the loop,
+ * and how many bodies may wait for them (the body budget bounds their bytes). */
+#define SERVER_DECODE_THREADS 2
+#define SERVER_DECODE_QUEUE 256
 
 struct server {
     const ts_settings *set;
@@ -23,7 +29,10 @@ struct server {
     struct evhttp *http;
     struct evhttp_bound_socket *sock;
     struct event *sigterm, *sigint, *drain_timer, *loaded_ev;
-    doneq *done;
+    doneq *done;                /* jobs back from the runners */
+    doneq *decoded;             /* jobs back from the decode pool */
+    workpool *decoder;
+    budget *bodies;             /* request bytes held: --max-inflight-body-bytes */
     connguard *guard;
     model_repo *repo;
     size_t in_flight;           /* jobs alive; loop thread only */
@@ -58,6 +67,8 @@ void server_maybe_finish_drain(server *srv);
 void server_handle_infer(server *srv, struct evhttp_request *req, const char *name,
                          const char *version);
 void server_on_job_done(void *item, void *ctx);        /* doneq handler */
+void server_on_job_decoded(void *item, void *ctx);     /* doneq handler */
+void server_decode_work(void *item, void *ctx);        /* decode pool threads */
 void server_run_batch(sched_item **items, size_t n, size_t runner, void *ctx); /* runners */
 bool server_jobs_compatible(const sched_item *a, const sched_item *b);
 

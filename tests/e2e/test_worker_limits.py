@@ -388,3 +388,129 @@ def test_trickling_reader_is_cut_after_the_http_timeout(big_replies):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert_serving(w, w.baseline_probs)
+
+
+# ---- --max-inflight-body-bytes, and decoding off the event loop -----------------------------------
+
+def test_body_budget_refuses_with_503(repo, tmp_path_factory):
+    """A JSON body costs its text, a copy and its tensors while it is parsed: with a 1 MiB
+    budget a 700 KB JSON request gets 503 + Retry-After naming the budget, while a binary
+    request of the same size (its tensors point into the body) is served; the budget is
+    whole again afterwards."""
+    w = make_worker(repo, tmp_path_factory, "budget",
+                    TIERSERVE_MAX_INFLIGHT_BODY_BYTES=str(1 << 20))
+    try:
+        n = 140_000
+        body = J(req(inp("INPUT0", "FP32", (1, n), [0.5] * n)))
+        assert 600_000 < len(body) < 800_000
+        resp = exchange(w, http_bytes("POST", ID32, body))
+        assert resp[0] == 503 and resp[1].get("retry-after") == "1", resp[:2]
+        assert "TIERSERVE_MAX_INFLIGHT_BODY_BYTES" in error_text(resp)
+        assert metric(w, "tierserve_inflight_body_refusals_total") == 1
+        x = np.full(n, 0.5, dtype="<f4").tobytes()
+        bbody, headers = binary(req(bin_inp("INPUT0", shape=(1, n), size=len(x)),
+                                    parameters={"binary_data_output": True}), x)
+        resp = exchange(w, http_bytes("POST", ID32, bbody, headers))
+        assert resp[0] == 200, resp[:2]
+        assert resp[2].endswith(x)
+        assert metric(w, "tierserve_inflight_body_bytes") == 0
+        assert metric(w, "tierserve_inflight_body_limit_bytes") == 1 << 20
+        assert_serving(w, w.baseline_probs)
+    finally:
+        stop_worker(w)
+
+
+def test_bad_budget_setting_is_refused(repo, tmp_path):
+    """A budget below the body limit could never take a body the limit allows: exit 64."""
+    w = start_worker(repo, tmp_path, env={**BASE_ENV, "TIERSERVE_MAX_INFLIGHT_BODY_BYTES": "500000"},
+                     wait_ready=False)
+    assert w.proc.wait(timeout=30) == 64
+    assert "TIERSERVE_MAX_INFLIGHT_BODY_BYTES" in w.log_text()
+
+
+# The finding: ten ~58 KB gzip bodies, each inflating to ~60 MB of "0,0,0,..." whose element
+# count does not match its shape (so the parse falls back to building a jansson tree of 30M
+# numbers, ~1.2 GB), sent at once. The worker grew from 62 MB to 1.3 GB and its event loop
+# stalled for over 10 s (35 s measured here). The ASan build runs a quarter of the size.
+BOMB_SCALE = 4 if SANITIZED else 1
+BOMB_ELEMS = 30_000_000 // BOMB_SCALE
+BOMB_BUDGET = 256 << 20
+BOMB_SLACK = 96 << 20
+
+
+def _bombs():
+    out = []
+    for head in (b'{"inputs":[{"name":"input","shape":[1,4],"datatype":"FP32","data":[',
+                 b'{"inputs":[{"name":"input","shape":[%d,4],"datatype":"INT32","data":['
+                 % (BOMB_ELEMS // 4)):
+        raw = head + b"0," * (BOMB_ELEMS - 1) + b"0]}]}"
+        out.append(gzip.compress(raw, 9))
+    return out
+
+
+@pytest.fixture(scope="module")
+def bomb_worker(repo, tmp_path_factory):
+    w = make_worker(repo, tmp_path_factory, "bombs", TIERSERVE_MAX_BODY_BYTES=str(64 << 20),
+                    TIERSERVE_MAX_INFLIGHT_BODY_BYTES=str(BOMB_BUDGET),
+                    TIERSERVE_HTTP_TIMEOUT_S="30")
+    yield w
+    stop_worker(w)
+
+
+@pytest.mark.parametrize("kind", [0, 1], ids=["jansson-tree", "fast-path-int32"])
+def test_inflating_bodies_are_bounded_and_off_the_loop(bomb_worker, kind):
+    """Ten ~60 MB-inflating gzip bodies at once: /v2/health/live answers within 1 s every
+    time it is polled meanwhile, peak RSS grows by less than the budget plus 96 MiB, every
+    request is answered (400, or 503 + Retry-After naming the budget), and afterwards the
+    budget is whole and the worker serves normally."""
+    w = bomb_worker
+    gz = _bombs()[kind]
+    assert len(gz) < 80_000 // BOMB_SCALE + 1000
+    data = http_bytes("POST", INFER, gz, {"Content-Encoding": "gzip"})
+    before = proc_status(w)
+    refusals0 = metric(w, "tierserve_inflight_body_refusals_total") if kind else None
+    results = [None] * 10
+
+    def one(k):
+        try:
+            c = Conn(w, timeout=60)
+            try:
+                c.send(data)
+                results[k] = c.response()
+            finally:
+                c.close()
+        except Exception as e:  # reported below
+            results[k] = e
+
+    threads = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(10)]
+    for t in threads:
+        t.start()
+    worst = 0.0
+    polls = 0
+    while any(t.is_alive() for t in threads):
+        t0 = time.monotonic()
+        live = exchange(w, http_bytes("GET", "/v2/health/live"), timeout=30)
+        took = time.monotonic() - t0
+        worst = max(worst, took)
+        polls += 1
+        assert live is not None and live[0] == 200, live
+        time.sleep(0.05)
+    for t in threads:
+        t.join(60)
+    assert worst < 1.0 * SLOW, f"/v2/health/live took {worst:.2f} s during the attack ({polls} polls)"
+    errors = [r for r in results if not isinstance(r, tuple)]
+    assert not errors, errors[:3]
+    statuses = sorted(r[0] for r in results)
+    assert set(statuses) <= {400, 503}, statuses
+    for r in results:
+        if r[0] == 503:
+            assert r[1].get("retry-after") == "1", r[:2]
+            assert "TIERSERVE_MAX_INFLIGHT_BODY_BYTES" in error_text(r)
+    assert 503 in statuses
+    if not SANITIZED:  # ASan's shadow memory and quarantine make RSS meaningless
+        grew = proc_status(w)["VmHWM"] - before["VmHWM"]
+        assert grew < BOMB_BUDGET + BOMB_SLACK, f"peak RSS grew by {grew >> 20} MiB"
+    assert metric(w, "tierserve_inflight_body_bytes") == 0
+    if refusals0 is not None:
+        assert metric(w, "tierserve_inflight_body_refusals_total") >= refusals0 + statuses.count(503)
+    assert_serving(w, w.baseline_probs)
