@@ -10,7 +10,6 @@
  * (timeout_action DELAY); a decoding or running one can only be cancelled: its result is
  * dropped.
  */
-#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/keyvalq_struct.h>
@@ -18,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <poll.h>
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
@@ -625,12 +625,16 @@ static void watch_client(server *srv, struct evhttp_request *req, job *j)
     }
 }
 
+/* sched_submit's refusal q: -1 the level is full, else the model is shutting down. */
 static void submit_queue_full(job *j, int q, char *msg, size_t msglen)
 {
+    if (q != -1) {
+        snprintf(msg, msglen, "server is shutting down");
+        return;
+    }
     snprintf(msg, msglen, "model '%s' queue for priority level %d is full (%zu requests waiting); "
              "retry later", model_name(j->model), j->item.level,
              sched_capacity(model_sched(j->model), j->item.level));
-    if (q != -1) snprintf(msg, msglen, "server is shutting down");
 }
 
 /* A decoded job (on the loop: the fast path) goes to its model's queue, or runs here. */

@@ -76,14 +76,6 @@ int workpool_submit(workpool *p, void *item)
     return rc;
 }
 
-size_t workpool_depth(workpool *p)
-{
-    pthread_mutex_lock(&p->mu);
-    size_t n = p->count;
-    pthread_mutex_unlock(&p->mu);
-    return n;
-}
-
 void workpool_destroy(workpool *p)
 {
     if (!p) return;

@@ -15,7 +15,6 @@ typedef void (*workpool_fn)(void *item, void *ctx);
 workpool *workpool_create(size_t threads, size_t queue_max, workpool_fn fn, void *ctx);
 /* 0: queued; -1: the queue holds queue_max items already (or the pool is stopping). */
 int workpool_submit(workpool *p, void *item);
-size_t workpool_depth(workpool *p); /* items queued, not yet taken by a thread */
 /* Runs what is still queued, then joins the threads and frees the pool. */
 void workpool_destroy(workpool *p);
 

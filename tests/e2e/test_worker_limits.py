@@ -434,7 +434,7 @@ def test_bad_budget_setting_is_refused(repo, tmp_path):
 # stalled for over 10 s (35 s measured here). The ASan build runs a quarter of the size.
 BOMB_SCALE = 4 if SANITIZED else 1
 BOMB_ELEMS = 30_000_000 // BOMB_SCALE
-BOMB_BUDGET = 256 << 20
+BOMB_BUDGET = (256 << 20) // BOMB_SCALE
 BOMB_SLACK = 96 << 20
 
 
