@@ -6,6 +6,7 @@
 #include <event2/http.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -19,10 +20,14 @@
 
 typedef struct guard {
     struct guard *next;        /* bucket chain */
+    struct guard *refuse_next; /* on the refusal list, while refuse_pending */
     struct bufferevent *bev;   /* we hold a reference */
     double waiting_since;      /* 0 while a request is being served */
+    double reply_since;        /* when the tracked reply was handed over; 0: none */
     bool tracked;              /* the reply in progress is one the server counts */
     bool nodelay;              /* TCP_NODELAY set on the socket */
+    bool refused;              /* accepted past max_conns: not counted as open */
+    bool refuse_pending;       /* its 503 and shutdown are still to come */
     bool got_bytes;            /* bytes arrived since waiting_since: a request has begun */
     struct evbuffer_cb_entry *input_cb; /* sets got_bytes; removed before x is freed */
     connguard *owner;
@@ -31,8 +36,14 @@ typedef struct guard {
 struct connguard {
     struct event_base *base;
     struct event *sweep;
+    struct event *refuse_ev;   /* answers the refusal list, right after the accepts */
     double timeout_s;
-    size_t count, cut;
+    size_t count;              /* guards alive, refused ones included */
+    size_t open, max_conns;    /* admitted connections not yet reaped, and their cap */
+    size_t cut, refused;
+    guard *refuse_list;
+    char refusal[360];         /* the canned 503 */
+    size_t refusal_len;
     guard *buckets[GUARD_BUCKETS];
 };
 
@@ -49,13 +60,50 @@ static size_t bucket_of(const struct bufferevent *bev)
     return (size_t)((p >> 4) ^ (p >> 14)) % GUARD_BUCKETS;
 }
 
+/* bufferevent_free() clears every callback. A NULL read callback alone is no sign: evhttp
+ * clears it while it writes a reply (and keeps its write and error callbacks). */
+static bool released_by_evhttp(struct bufferevent *bev)
+{
+    bufferevent_data_cb rd = NULL, wr = NULL;
+    bufferevent_event_cb ev = NULL;
+    bufferevent_getcb(bev, &rd, &wr, &ev, NULL);
+    return rd == NULL && wr == NULL && ev == NULL;
+}
+
+/* Drops our reference; nothing of x may be reached from the bufferevent afterwards. */
+static void guard_release(guard *x)
+{
+    if (x->input_cb) evbuffer_remove_cb_entry(bufferevent_get_input(x->bev), x->input_cb);
+    bufferevent_decref(x->bev);
+    free(x);
+}
+
+/* Drops guards whose connection evhttp has freed; true if *pp was dropped. */
+static bool reap_one(connguard *g, guard **pp)
+{
+    guard *x = *pp;
+    if (x->refuse_pending || !released_by_evhttp(x->bev)) return false;
+    *pp = x->next;
+    if (!x->refused) g->open--;
+    guard_release(x);
+    g->count--;
+    return true;
+}
+
 /* evhttp consumes a request's lines as they arrive, so an empty input buffer does not mean
- * that nothing came: this remembers that something did. */
+ * that nothing came: this remembers that something did (a drain spares such connections). */
 static void on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg)
 {
     (void)in;
     guard *x = arg;
     if (info->n_added) x->got_bytes = true;
+}
+
+static void reap_all(connguard *g)
+{
+    for (size_t b = 0; b < GUARD_BUCKETS; b++)
+        for (guard **pp = &g->buckets[b]; *pp;)
+            if (!reap_one(g, pp)) pp = &(*pp)->next;
 }
 
 static struct bufferevent *make_bev(struct event_base *base, void *arg)
@@ -68,6 +116,8 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
         free(x);
         return bev;
     }
+    /* the sweep reaps closed connections once a second; at the cap, count exactly */
+    if (g->open >= g->max_conns) reap_all(g);
     bufferevent_incref(bev);
     x->bev = bev;
     x->owner = g;
@@ -77,7 +127,37 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
     x->next = g->buckets[b];
     g->buckets[b] = x;
     g->count++;
+    if (g->open < g->max_conns) {
+        g->open++;
+    } else {
+        /* evhttp sets the socket on this bufferevent after we return: refuse it from the
+         * loop, which runs refuse_ev before any read of the new socket */
+        x->refused = x->refuse_pending = true;
+        x->waiting_since = 0;
+        x->refuse_next = g->refuse_list;
+        g->refuse_list = x;
+        g->refused++;
+        event_active(g->refuse_ev, EV_TIMEOUT, 0);
+    }
     return bev;
+}
+
+static void on_refuse(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    connguard *g = arg;
+    for (guard *x = g->refuse_list; x; x = x->refuse_next) {
+        x->refuse_pending = false;
+        evutil_socket_t s = bufferevent_getfd(x->bev);
+        if (s < 0 || released_by_evhttp(x->bev)) continue;
+        /* a fresh socket's send buffer is empty: the reply fits, or the client is gone;
+         * evhttp then reads the end of the stream and frees the connection */
+        if (send(s, g->refusal, g->refusal_len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+        }
+        shutdown(s, SHUT_RDWR);
+    }
+    g->refuse_list = NULL;
 }
 
 static guard *find(connguard *g, const struct bufferevent *bev)
@@ -111,8 +191,10 @@ void connguard_dispatched(connguard *g, struct evhttp_request *req)
 bool connguard_track_reply(connguard *g, struct evhttp_request *req)
 {
     guard *x = guard_of(g, req);
-    if (x) x->tracked = true;
-    return x != NULL;
+    if (!x) return false;
+    x->tracked = true;
+    x->reply_since = now_s();
+    return true;
 }
 
 bool connguard_reply_complete(connguard *g, struct evhttp_request *req)
@@ -121,29 +203,26 @@ bool connguard_reply_complete(connguard *g, struct evhttp_request *req)
     if (!x) return false;
     x->waiting_since = now_s();
     x->got_bytes = false;
+    x->reply_since = 0;
     bool t = x->tracked;
     x->tracked = false;
     return t;
 }
 
-/* bufferevent_free() clears every callback. The read callback alone says nothing: evhttp
- * clears it while it writes a reply (evhttp_write_buffer), and a connection taken for
- * released then would be forgotten mid-reply. The event callback stays set while evhttp
- * holds the connection. */
-static bool released_by_evhttp(struct bufferevent *bev)
+/* Shuts the socket down: evhttp sees the end of the stream (or a failed write) and tears
+ * the connection down itself. reset: the close that follows (when our reference goes) resets
+ * the connection, dropping what the kernel still queues for the slow reader too. */
+static void cut(connguard *g, guard *x, const char *why, bool reset)
 {
-    bufferevent_data_cb rd = NULL, wr = NULL;
-    bufferevent_event_cb ev = NULL;
-    bufferevent_getcb(bev, &rd, &wr, &ev, NULL);
-    return rd == NULL && wr == NULL && ev == NULL;
-}
-
-/* Drops our reference; nothing of x may be reached from the bufferevent afterwards. */
-static void guard_release(guard *x)
-{
-    if (x->input_cb) evbuffer_remove_cb_entry(bufferevent_get_input(x->bev), x->input_cb);
-    bufferevent_decref(x->bev);
-    free(x);
+    evutil_socket_t s = bufferevent_getfd(x->bev);
+    if (s >= 0 && reset) {
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    }
+    if (s >= 0 && shutdown(s, SHUT_RDWR) == 0) {
+        g->cut++;
+        LOG_DEBUG_(NULL, "closing a connection that %s in %.0f s", why, g->timeout_s);
+    }
 }
 
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
@@ -154,26 +233,33 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     double now = now_s();
     for (size_t b = 0; b < GUARD_BUCKETS; b++) {
         for (guard **pp = &g->buckets[b]; *pp;) {
+            if (reap_one(g, pp)) continue;
             guard *x = *pp;
-            if (released_by_evhttp(x->bev)) {
-                *pp = x->next;
-                guard_release(x);
-                g->count--;
-                continue;
-            }
             if (x->waiting_since > 0 && now - x->waiting_since > g->timeout_s) {
-                /* evhttp sees the end of the stream and tears the connection down itself */
-                evutil_socket_t s = bufferevent_getfd(x->bev);
-                if (s >= 0 && shutdown(s, SHUT_RDWR) == 0) {
-                    g->cut++;
-                    LOG_DEBUG_(NULL, "closing a connection that sent no complete request in %.0f s",
-                               g->timeout_s);
-                }
+                cut(g, x, "sent no complete request", false);
                 x->waiting_since = 0; /* once */
+            }
+            /* a reply that a slow reader holds holds its memory: a byte now and then
+             * restarts libevent's write timeout, this deadline it does not */
+            if (x->reply_since > 0 && now - x->reply_since > g->timeout_s) {
+                cut(g, x, "did not read its reply", true);
+                x->reply_since = 0; /* once */
             }
             pp = &x->next;
         }
     }
+}
+
+void connguard_set_limit(connguard *g, size_t max_conns, const char *setting)
+{
+    g->max_conns = max_conns;
+    char body[200];
+    int bl = snprintf(body, sizeof body, "{\"error\":\"too many connections: this server holds its "
+                      "limit of %zu (%.40s); retry later\"}", max_conns, setting);
+    int n = snprintf(g->refusal, sizeof g->refusal,
+                     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                     "Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", bl, body);
+    g->refusal_len = n > 0 && (size_t)n < sizeof g->refusal ? (size_t)n : 0;
 }
 
 connguard *connguard_create(struct event_base *base, struct evhttp *http, double timeout_s)
@@ -182,9 +268,11 @@ connguard *connguard_create(struct event_base *base, struct evhttp *http, double
     if (!g) return NULL;
     g->base = base;
     g->timeout_s = timeout_s;
+    g->max_conns = SIZE_MAX;
     g->sweep = event_new(base, -1, EV_PERSIST, on_sweep, g);
+    g->refuse_ev = event_new(base, -1, 0, on_refuse, g);
     struct timeval every = {1, 0};
-    if (!g->sweep || event_add(g->sweep, &every) != 0) {
+    if (!g->sweep || !g->refuse_ev || event_add(g->sweep, &every) != 0) {
         connguard_destroy(g);
         return NULL;
     }
@@ -192,8 +280,14 @@ connguard *connguard_create(struct event_base *base, struct evhttp *http, double
     return g;
 }
 
-size_t connguard_count(const connguard *g) { return g->count; }
+size_t connguard_open(connguard *g)
+{
+    reap_all(g);
+    return g->open;
+}
+
 size_t connguard_cut(const connguard *g) { return g->cut; }
+size_t connguard_refused(const connguard *g) { return g->refused; }
 
 /* Has a byte of the next request arrived (read, buffered, or still in the socket)? Such a
  * connection is not idle: its request was on its way before the drain began. */
@@ -210,8 +304,9 @@ size_t connguard_close_idle(connguard *g)
     size_t closed = 0;
     for (size_t b = 0; b < GUARD_BUCKETS; b++)
         for (guard *x = g->buckets[b]; x; x = x->next) {
-            if (released_by_evhttp(x->bev) || x->waiting_since <= 0 || request_started(x)) continue;
-            /* as on_sweep: evhttp sees the end of the stream and frees the connection */
+            if (x->refuse_pending || released_by_evhttp(x->bev) || x->waiting_since <= 0 || request_started(x))
+                continue;
+            /* as the sweep: evhttp sees the end of the stream and frees the connection */
             evutil_socket_t s = bufferevent_getfd(x->bev);
             if (s >= 0 && shutdown(s, SHUT_RDWR) == 0) closed++;
             x->waiting_since = 0; /* once */
@@ -240,5 +335,6 @@ void connguard_destroy(connguard *g)
         }
     }
     if (g->sweep) event_free(g->sweep);
+    if (g->refuse_ev) event_free(g->refuse_ev);
     free(g);
 }

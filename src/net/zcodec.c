@@ -45,20 +45,31 @@ const char *zcodec_name(zc_kind k) { return k == ZC_GZIP ? "gzip" : k == ZC_DEFL
 
 int zcodec_inflate(const uint8_t *in, size_t len, size_t limit, uint8_t **out, size_t *outlen)
 {
+    return zcodec_inflate_ex(in, len, limit, NULL, NULL, out, outlen);
+}
+
+int zcodec_inflate_ex(const uint8_t *in, size_t len, size_t limit, zc_reserve_fn reserve,
+                      void *ctx, uint8_t **out, size_t *outlen)
+{
     z_stream z;
     memset(&z, 0, sizeof z);
     if (inflateInit2(&z, 15 + 32) != Z_OK) return -1; /* 32: accept gzip or zlib headers */
     size_t cap = len * 4 + 1024;
     if (cap > limit) cap = limit + 1;
-    uint8_t *o = malloc(cap);
+    uint8_t *o = NULL;
+    size_t have = 0;
+    int rc;
+    if (reserve && !reserve(ctx, cap)) {
+        rc = -3;
+        goto out;
+    }
+    o = malloc(cap);
     if (!o) {
-        inflateEnd(&z);
-        return -1;
+        rc = -1;
+        goto out;
     }
     z.next_in = (Bytef *)(uintptr_t)in;
     z.avail_in = (uInt)len;
-    size_t have = 0;
-    int rc;
     for (;;) {
         if (have == cap) {
             if (cap > limit) { /* already past the limit */
@@ -66,6 +77,10 @@ int zcodec_inflate(const uint8_t *in, size_t len, size_t limit, uint8_t **out, s
                 break;
             }
             size_t ncap = cap * 2 > limit + 1 ? limit + 1 : cap * 2;
+            if (reserve && !reserve(ctx, ncap)) {
+                rc = -3;
+                break;
+            }
             uint8_t *n = realloc(o, ncap);
             if (!n) {
                 rc = -1;
@@ -95,11 +110,21 @@ int zcodec_inflate(const uint8_t *in, size_t len, size_t limit, uint8_t **out, s
             break;
         }
     }
+    if (rc == 0 && have < cap) { /* give back the doubling's slack: it is held until freed */
+        uint8_t *n = realloc(o, have ? have : 1);
+        if (n) {
+            o = n;
+            cap = have;
+        }
+    }
+out:
     inflateEnd(&z);
     if (rc) {
         free(o);
+        if (reserve) reserve(ctx, 0);
         return rc;
     }
+    if (reserve) reserve(ctx, cap);
     *out = o;
     *outlen = have;
     return 0;
@@ -148,7 +173,18 @@ int zcodec_request_encoding(const char *v, zc_kind *k, char *msg, size_t msglen)
 int zcodec_request_inflate(zc_kind k, const uint8_t *in, size_t len, size_t limit, uint8_t **out, size_t *outlen,
                            char *msg, size_t msglen)
 {
-    int zr = zcodec_inflate(in, len, limit, out, outlen);
+    return zcodec_request_inflate_ex(k, in, len, limit, NULL, NULL, out, outlen, msg, msglen);
+}
+
+int zcodec_request_inflate_ex(zc_kind k, const uint8_t *in, size_t len, size_t limit,
+                              zc_reserve_fn reserve, void *ctx, uint8_t **out, size_t *outlen,
+                              char *msg, size_t msglen)
+{
+    int zr = zcodec_inflate_ex(in, len, limit, reserve, ctx, out, outlen);
+    if (zr == -3) {
+        snprintf(msg, msglen, "%s body: no memory budget left to inflate it", zcodec_name(k));
+        return 503;
+    }
     if (zr == -2) {
         snprintf(msg, msglen, "%s body inflates beyond the %zu-byte limit", zcodec_name(k), limit);
         return 413;

@@ -1,9 +1,11 @@
 /* tierserve: the inference worker. See docs/ and ../shared/DESIGN.md for the names. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "budget.h"
 #include "ep.h"
 #include "hwmap.h"
 #include "log.h"
@@ -38,6 +40,11 @@ static int cmd_hwmap(void)
 
 int main(int argc, char **argv)
 {
+    /* A client that hangs up turns our next write on its socket into SIGPIPE, whose default
+     * action kills the whole worker; the write's EPIPE is all we need (the router does the same). */
+    signal(SIGPIPE, SIG_IGN);
+    /* before anything allocates through jansson: its allocations carry our header */
+    budget_hook_jansson();
     if (argc > 1 && strcmp(argv[1], "hwmap") == 0) return cmd_hwmap();
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         settings_usage(stdout);

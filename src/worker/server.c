@@ -8,6 +8,7 @@
 #include <event2/thread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,29 @@ void server_reply_buf(struct evhttp_request *req, int code, const char *ctype, b
     }
     evhttp_send_reply(req, code, NULL, out);
     evbuffer_free(out);
+}
+
+/* Reply bytes libevent has freed: written out, or dropped with their connection. */
+static void on_reply_bytes_freed(const void *data, size_t len, void *arg)
+{
+    server *srv = arg;
+    free((void *)(uintptr_t)data);
+    srv->reply_pending -= len;
+}
+
+void server_reply_counted(server *srv, struct evhttp_request *req, int code, const char *ctype, buf *b)
+{
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    if (ctype) evhttp_add_header(h, "Content-Type", ctype);
+    struct evbuffer *out = evbuffer_new();
+    if (out && b && b->len &&
+        evbuffer_add_reference(out, b->data, b->len, on_reply_bytes_freed, srv) == 0) {
+        srv->reply_pending += b->len;
+        b->data = NULL;
+        b->len = b->cap = 0;
+    }
+    evhttp_send_reply(req, code, NULL, out);
+    if (out) evbuffer_free(out);
 }
 
 static void reply_text(struct evhttp_request *req, int code, const char *ctype, const char *s)
@@ -173,6 +197,7 @@ static bool server_ready(const server *srv)
 
 static void status_inputs(server *srv, status_view *v)
 {
+    *v = (status_view){0};
     v->set = srv->set;
     v->ep = srv->ep;
     v->repo = srv->repo;
@@ -182,6 +207,16 @@ static void status_inputs(server *srv, status_view *v)
     v->in_flight = srv->in_flight;
     v->inline_runs = srv->inline_runs;
     v->hw_json = srv->hw_json;
+    v->unauthorized = srv->unauthorized;
+    v->connections = srv->guard ? connguard_open(srv->guard) : 0;
+    v->connections_refused = srv->guard ? connguard_refused(srv->guard) : 0;
+    v->connections_cut = srv->guard ? connguard_cut(srv->guard) : 0;
+    v->reply_bytes = srv->reply_pending;
+    v->reply_limit = (size_t)srv->set->max_pending_reply_bytes;
+    v->reply_refused = srv->reply_refused;
+    v->body_bytes = budget_held(srv->bodies);
+    v->body_limit = budget_limit(srv->bodies);
+    v->body_refused = budget_refusals(srv->bodies);
 }
 
 /* Every reply's on-complete callback: restarts the connection's request clock, and settles
@@ -197,14 +232,77 @@ static void on_any_reply_complete(struct evhttp_request *req, void *arg)
     }
 }
 
+const char *server_request_id(struct evhttp_request *req)
+{
+    const char *id = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Id");
+    if (!id) return NULL;
+    size_t n = 0;
+    for (; id[n]; n++)
+        if (n >= REQUEST_ID_MAX || (unsigned char)id[n] < 0x21 || (unsigned char)id[n] > 0x7e)
+            return NULL;
+    return n ? id : NULL;
+}
+
+/* Compares in time that depends on the lengths only, never on where the bytes differ. */
+static bool token_equal(const char *got, const char *want)
+{
+    size_t g = strnlen(got, 4096), w = strlen(want);
+    unsigned diff = g != w;
+    for (size_t i = 0; i < w; i++)
+        diff |= (unsigned char)want[i] ^ (unsigned char)(i < g ? got[i] : 0);
+    return diff == 0;
+}
+
+/* With --auth-token set, the bearer token is the caller's proof that it is the router (or an
+ * operator), not whoever reached the port. Kubelet probes carry no token: the two health
+ * endpoints stay open. */
+static bool authorized(server *srv, struct evhttp_request *req, const char **why_out)
+{
+    const char *want = srv->set->auth_token;
+    if (!want[0]) return true;
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
+        *why_out = "missing bearer token: this worker needs Authorization: Bearer <token> "
+                   "(TIERSERVE_AUTH_TOKEN)";
+        return false;
+    }
+    h += 7;
+    while (*h == ' ') h++;
+    if (!token_equal(h, want)) {
+        *why_out = "wrong bearer token in Authorization (TIERSERVE_AUTH_TOKEN)";
+        return false;
+    }
+    return true;
+}
+
+static bool is_health_probe(struct evhttp_request *req, int n, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX])
+{
+    return n == 3 && method_is(req, EVHTTP_REQ_GET) && strcmp(segs[0], "v2") == 0 &&
+           strcmp(segs[1], "health") == 0 &&
+           (strcmp(segs[2], "live") == 0 || strcmp(segs[2], "ready") == 0);
+}
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
     server *srv = arg;
     if (srv->guard) connguard_dispatched(srv->guard, req);
     evhttp_request_set_on_complete_cb(req, on_any_reply_complete, srv);
+    /* echoed on every reply to this request, so a proxy can match replies to requests */
+    const char *rid = server_request_id(req);
+    if (rid) evhttp_add_header(evhttp_request_get_output_headers(req), "X-Request-Id", rid);
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], msg[160];
     bool close_conn = false;
     int n_ = httppath_request(req, segs, msg, sizeof msg, &close_conn);
+    const char *why = NULL;
+    if (!(n_ >= 0 && is_health_probe(req, n_, segs)) && !authorized(srv, req, &why)) {
+        struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+        evhttp_add_header(h, "WWW-Authenticate", "Bearer");
+        if (close_conn) evhttp_add_header(h, "Connection", "close");
+        srv->unauthorized++;
+        LOG_DEBUG_(LOGF({rid ? "request_id" : NULL, rid}), "refused with 401: %s", why);
+        server_reply_error(req, 401, why);
+        return;
+    }
     if (n_ < 0) {
         if (close_conn) evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
         server_reply_error(req, 400, msg);
@@ -342,6 +440,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     evhttp_set_default_content_type(srv->http, "application/json");
     evhttp_set_gencb(srv->http, on_request, srv);
     srv->guard = connguard_create(srv->base, srv->http, (double)s->http_timeout_s);
+    if (srv->guard) connguard_set_limit(srv->guard, (size_t)s->max_connections, "TIERSERVE_MAX_CONNECTIONS");
     if (!srv->guard) {
         snprintf(err, errlen, "could not set up the connection guard");
         server_destroy(srv);
@@ -360,11 +459,15 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
         srv->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                    : ((struct sockaddr_in *)&ss)->sin_port);
     srv->done = doneq_create(srv->base, server_on_job_done, srv);
+    srv->decoded = doneq_create(srv->base, server_on_job_decoded, srv);
+    srv->bodies = budget_create((size_t)s->max_inflight_body_bytes);
+    srv->decoder = workpool_create(SERVER_DECODE_THREADS, SERVER_DECODE_QUEUE, server_decode_work, srv);
     srv->sigterm = evsignal_new(srv->base, SIGTERM, on_signal, srv);
     srv->sigint = evsignal_new(srv->base, SIGINT, on_signal, srv);
     srv->drain_timer = evtimer_new(srv->base, on_drain_timeout, srv);
     srv->loaded_ev = event_new(srv->base, -1, 0, on_loaded, srv);
-    if (!srv->done || !srv->sigterm || !srv->sigint || !srv->drain_timer || !srv->loaded_ev) {
+    if (!srv->done || !srv->decoded || !srv->bodies || !srv->decoder || !srv->sigterm ||
+        !srv->sigint || !srv->drain_timer || !srv->loaded_ev) {
         snprintf(err, errlen, "could not set up loop events");
         server_destroy(srv);
         return NULL;
@@ -399,6 +502,10 @@ int server_run(server *srv)
      * callbacks (or the srv->http check in on_done) and are freed by server_destroy(). */
     evhttp_free(srv->http);
     srv->http = NULL;
+    /* bodies still being decoded touch their models: finish them before the caller
+     * destroys the repository (their jobs wait in srv->decoded for server_destroy) */
+    workpool_destroy(srv->decoder);
+    srv->decoder = NULL;
     return srv->exit_code;
 }
 
@@ -410,9 +517,13 @@ void server_destroy(server *srv)
     if (srv->sigint) event_free(srv->sigint);
     if (srv->drain_timer) event_free(srv->drain_timer);
     if (srv->loaded_ev) event_free(srv->loaded_ev);
+    workpool_destroy(srv->decoder);
+    if (srv->decoded) doneq_flush(srv->decoded); /* jobs decoded after the loop ended */
     if (srv->done) doneq_flush(srv->done); /* jobs the runners finished after the loop ended */
     connguard_destroy(srv->guard);           /* after evhttp_free: only our references remain */
     doneq_destroy(srv->done);
+    doneq_destroy(srv->decoded);
+    budget_destroy(srv->bodies);             /* every job, and the bytes it held, is gone */
     if (srv->base) event_base_free(srv->base);
     free(srv->hw_json);
     free(srv);

@@ -1,18 +1,23 @@
 /* server_infer.c: one inference request's life, from the loop to a runner and back.
  *
- * loop:   parse + bind -> job -> sched_submit (503 if the level is full) -> deadline timer
+ * loop:   job, its body held against the in-flight body budget (503 when spent)
+ *         small plain body: parse + bind here; compressed or big: to a decode thread
+ * decode: inflate + parse + bind, holding the bytes as they grow -> doneq -> loop
+ * loop:   sched_submit (503 if the level is full) -> deadline timer
  * runner: take a batch -> Run() -> encode each reply (and compress) -> doneq
- * loop:   reply, record, free
+ * loop:   reply, record, free (the body's bytes go back to the budget)
  * A queued job can be taken back (queue timeout REJECT, deadline, client gone) or demoted
- * (timeout_action DELAY); a running one can only be cancelled: its result is dropped.
+ * (timeout_action DELAY); a decoding or running one can only be cancelled: its result is
+ * dropped.
  */
-#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/keyvalq_struct.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
@@ -20,7 +25,9 @@
 #include "health.h"
 #include "log.h"
 #include "ortenv.h"
+#include "budget.h"
 #include "server_internal.h"
+#include "workpool.h"
 #include "zcodec.h"
 
 typedef struct job {
@@ -33,6 +40,7 @@ typedef struct job {
     struct evhttp_request *http; /* NULL once replied or the client is gone */
     struct event *timer;
     struct event *eof_watch; /* the client's socket: EOF or reset while we work = it left */
+    struct event *eof_poll;  /* the same, by timer, while pipelined bytes keep it readable */
     OrtRunOptions *ro;
     _Atomic bool cancelled;
     bool counted;
@@ -47,7 +55,19 @@ typedef struct job {
     zc_kind reply_enc; /* what the client's Accept-Encoding asked for */
     double t_arrive, t_start, t_end;
     double compute_share; /* this request's share of its Run(): the batch time / batch size */
+    char request_id[REQUEST_ID_MAX + 1]; /* the client's X-Request-Id, "" if none */
+    /* the body: held against srv->bodies from arrival to free_job */
+    size_t held;       /* bytes taken from the budget (raw, inflated, parsed tensors) */
+    uint8_t *raw;      /* as it arrived, until decoded */
+    size_t raw_len;
+    zc_kind body_enc;
+    int64_t hlen;      /* Inference-Header-Content-Length, or -1 */
+    bool decoding;     /* on the decode pool (loop's view) */
 } job;
+
+/* A job's log context: the model, and the request id when the client sent one. */
+#define JOB_LOGF(j) LOGF({"model", model_name((j)->model)}, \
+                         {(j)->request_id[0] ? "request_id" : NULL, (j)->request_id})
 
 static job *job_of(sched_item *it) { return (job *)((char *)it - offsetof(job, item)); }
 
@@ -69,6 +89,12 @@ static void on_reply_abandoned(struct evhttp_connection *c, void *arg)
     server_maybe_finish_drain(srv);
 }
 
+static void stop_peer_watch(job *j)
+{
+    if (j->eof_watch) event_del(j->eof_watch);
+    if (j->eof_poll) event_del(j->eof_poll);
+}
+
 /* Replies to a job's client; the drain waits for these to be written out (the server's
  * on-complete callback or on_reply_abandoned settles the count). */
 static void reply_job(job *j, int code, const char *ctype, buf *b, const char *error)
@@ -77,7 +103,7 @@ static void reply_job(job *j, int code, const char *ctype, buf *b, const char *e
     if (!req) return;
     struct evhttp_connection *c = evhttp_request_get_connection(req);
     j->http = NULL;
-    if (j->eof_watch) event_del(j->eof_watch);
+    stop_peer_watch(j);
     server *srv = j->srv;
     if (c && srv->guard && connguard_track_reply(srv->guard, req)) {
         srv->unflushed++;
@@ -86,15 +112,18 @@ static void reply_job(job *j, int code, const char *ctype, buf *b, const char *e
         evhttp_connection_set_closecb(c, NULL, NULL);
     }
     if (error) server_reply_error(req, code, error);
-    else server_reply_buf(req, code, ctype, b);
+    else server_reply_counted(srv, req, code, ctype, b);
 }
 
 static void free_job(job *j)
 {
+    infer_request_free(&j->req);
+    free(j->raw);
+    budget_give(j->srv->bodies, j->held);
     if (j->timer) event_free(j->timer);
     if (j->eof_watch) event_free(j->eof_watch);
+    if (j->eof_poll) event_free(j->eof_poll);
     if (j->ro) g_ort->ReleaseRunOptions(j->ro);
-    infer_request_free(&j->req);
     buf_free(&j->reply);
     free(j);
 }
@@ -119,25 +148,65 @@ static void on_client_close(struct evhttp_connection *c, void *arg)
     (void)c;
     job *j = arg;
     j->http = NULL; /* libevent frees the request right after this */
-    if (j->eof_watch) event_del(j->eof_watch);
+    stop_peer_watch(j);
     record(j, OUT_CANCELLED);
-    LOG_DEBUG_(LOGF({"model", model_name(j->model)}), "client went away; request cancelled");
+    LOG_DEBUG_(JOB_LOGF(j), "client went away; request cancelled");
     if (sched_remove(model_sched(j->model), &j->item)) retire_unrun(j);
     else cancel_run(j);
+}
+
+/* Has the client hung up (FIN or reset)? Asked of the socket's state, not of its bytes: a
+ * pipelined request waiting unread must not hide the hang-up behind it. */
+static bool peer_gone(evutil_socket_t fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* EOF or reset: tear the connection down; its close callback cancels the job. */
+static void drop_gone_client(job *j)
+{
+    struct evhttp_request *req = j->http;
+    struct evhttp_connection *conn = req ? evhttp_request_get_connection(req) : NULL;
+    if (conn) evhttp_connection_free(conn);
+}
+
+#define PEER_POLL_MS 50
+
+static void on_peer_poll(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    job *j = arg;
+    struct evhttp_connection *conn = j->http ? evhttp_request_get_connection(j->http) : NULL;
+    evutil_socket_t s = conn ? bufferevent_getfd(evhttp_connection_get_bufferevent(conn)) : -1;
+    if (s < 0) return;
+    if (peer_gone(s)) {
+        drop_gone_client(j);
+        return;
+    }
+    struct timeval tv = {0, PEER_POLL_MS * 1000};
+    evtimer_add(j->eof_poll, &tv);
 }
 
 static void on_peer_readable(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     job *j = arg;
+    if (peer_gone(fd)) {
+        drop_gone_client(j);
+        return;
+    }
     char c;
-    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
-        return; /* a pipelined request or a spurious wake: leave the socket to evhttp */
-    /* EOF or reset: tear the connection down; its close callback cancels the job */
-    struct evhttp_request *req = j->http;
-    struct evhttp_connection *conn = req ? evhttp_request_get_connection(req) : NULL;
-    if (conn) evhttp_connection_free(conn);
+    if (recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) <= 0) { /* a spurious wake: keep watching */
+        event_add(j->eof_watch, NULL);
+        return;
+    }
+    /* A pipelined request waits: the socket stays readable, so a read watch would fire
+     * without end. Leave its bytes to evhttp and look for the hang-up on a timer instead. */
+    if (!j->eof_poll) j->eof_poll = evtimer_new(j->srv->base, on_peer_poll, j);
+    struct timeval tv = {0, PEER_POLL_MS * 1000};
+    if (j->eof_poll) evtimer_add(j->eof_poll, &tv);
 }
 
 static void arm_timer(job *j)
@@ -172,6 +241,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
         }
         snprintf(msg, sizeof msg, "request timed out in the queue after %.0f ms (queue policy of "
                  "priority level %d)", (now - j->t_arrive) * 1e3, j->item.level);
+        LOG_DEBUG_(JOB_LOGF(j), "%s", msg);
         reply_job(j, 504, NULL, NULL, msg);
         record(j, OUT_TIMEOUT);
         retire_unrun(j);
@@ -179,7 +249,8 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     }
     bool queued = sched_remove(s, &j->item);
     snprintf(msg, sizeof msg, "request timed out after %.0f ms (%s)", (now - j->t_arrive) * 1e3,
-             queued ? "still queued" : "while running");
+             queued ? "still queued" : j->decoding ? "while its body was decoded" : "while running");
+    LOG_DEBUG_(JOB_LOGF(j), "%s", msg);
     reply_job(j, 504, NULL, NULL, msg);
     record(j, OUT_TIMEOUT);
     if (queued) retire_unrun(j);
@@ -337,27 +408,6 @@ void server_on_job_done(void *item, void *ctx)
     server_maybe_finish_drain(srv);
 }
 
-/* The body, inflated if it came compressed. Returns a malloc'd buffer or NULL with err. */
-static uint8_t *read_body(server *srv, struct evhttp_request *req, zc_kind enc, size_t *len,
-                          ts_err *err)
-{
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t n = evbuffer_get_length(in);
-    uint8_t *body = malloc(n ? n : 1);
-    if (!body) {
-        ts_err_set(err, 503, "out of memory");
-        return NULL;
-    }
-    evbuffer_remove(in, body, n);
-    *len = n;
-    if (enc == ZC_NONE) return body;
-    uint8_t *plain = NULL;
-    err->http = zcodec_request_inflate(enc, body, n, (size_t)srv->set->max_body_bytes, &plain, len, err->msg,
-                                       sizeof err->msg);
-    free(body);
-    return err->http ? NULL : plain;
-}
-
 /* Refusals before a job exists: shutting down, not live, unknown or unready model. */
 static ts_model *admit(server *srv, struct evhttp_request *req, const char *name,
                        const char *version)
@@ -371,6 +421,16 @@ static ts_model *admit(server *srv, struct evhttp_request *req, const char *name
         char msg[600], why[512];
         health_gpu_fault_message(why, sizeof why);
         snprintf(msg, sizeof msg, "worker is not live after a GPU fault: %s", why);
+        server_reply_error(req, 503, msg);
+        return NULL;
+    }
+    if (srv->reply_pending >= (size_t)srv->set->max_pending_reply_bytes) {
+        /* slow readers hold that much already: a new reply would only add to it */
+        char msg[256];
+        snprintf(msg, sizeof msg, "%zu bytes of replies wait for clients to read them, at or past "
+                 "the pending-reply budget of %lld bytes (TIERSERVE_MAX_PENDING_REPLY_BYTES); retry later",
+                 srv->reply_pending, (long long)srv->set->max_pending_reply_bytes);
+        srv->reply_refused++;
         server_reply_error(req, 503, msg);
         return NULL;
     }
@@ -451,6 +511,221 @@ static bool run_inline_ok(server *srv, const job *j)
     return ewma > 0 && ewma <= (uint64_t)srv->set->inline_max_us * 1000;
 }
 
+/* ---- the body: held, inflated, parsed --------------------------------------------- */
+
+/* Bodies whose JSON part is at most this long are parsed on the loop (well under a
+ * millisecond); longer or compressed ones go to the decode pool. */
+#define DECODE_ON_LOOP_MAX (64 * 1024)
+
+static void budget_refusal(server *srv, ts_err *err)
+{
+    budget_note_refusal(srv->bodies);
+    ts_err_set(err, 503, "request bodies in flight would pass the in-flight body budget of %zu "
+               "bytes (TIERSERVE_MAX_INFLIGHT_BODY_BYTES; %zu held now); retry later",
+               budget_limit(srv->bodies), budget_held(srv->bodies));
+}
+
+typedef struct {
+    budget *b;
+    size_t held;
+} body_hold;
+
+static bool hold_resize(void *ctx, size_t total)
+{
+    body_hold *h = ctx;
+    return budget_resize(h->b, &h->held, total);
+}
+
+/* Inflates, parses and binds j's raw body, holding what it allocates against the budget as
+ * it goes. On a decode thread (or the loop, for small plain bodies): touches only the job's
+ * body fields, req and err. Returns 0, or -1 with j->err set. */
+static int decode_job(server *srv, job *j)
+{
+    ts_err *err = &j->err;
+    budget *b = srv->bodies;
+    uint8_t *body = j->raw;
+    size_t len = j->raw_len;
+    j->raw = NULL;
+    if (j->body_enc != ZC_NONE) {
+        body_hold h = {b, 0};
+        uint8_t *plain = NULL;
+        size_t plen = 0;
+        int code = zcodec_request_inflate_ex(j->body_enc, body, len, (size_t)srv->set->max_body_bytes,
+                                             hold_resize, &h, &plain, &plen, err->msg, sizeof err->msg);
+        free(body);
+        budget_give(b, j->raw_len);
+        j->held -= j->raw_len;
+        j->held += h.held;
+        if (code == 503) budget_refusal(srv, err);
+        else if (code) err->http = code;
+        if (code) return -1;
+        body = plain;
+        len = plen;
+    }
+    /* What parsing the JSON part allocates besides jansson's tree (accounted by the
+     * allocator hook): the fast path's copy of the text, and the tensors read from it, which
+     * infer_parse allocates as it goes; "0," is 2 bytes of text and 4 of FP32. So hold three
+     * times the text while parsing, and what the tensors really took afterwards. */
+    size_t jlen = j->hlen >= 0 && (uint64_t)j->hlen < len ? (size_t)j->hlen : len;
+    size_t scratch = jlen > SIZE_MAX / 3 ? SIZE_MAX : 3 * jlen;
+    if (!budget_take(b, scratch)) {
+        free(body);
+        budget_refusal(srv, err);
+        return -1;
+    }
+    budget_json_begin(b);
+    int rc = infer_parse(body, len, j->hlen, (size_t)srv->set->max_body_bytes, &j->req, err);
+    bool refused = budget_json_end();
+    budget_give(b, scratch);
+    if (refused) { /* whatever the parse said, it failed for want of budget */
+        budget_refusal(srv, err);
+        return -1;
+    }
+    if (rc) return -1;
+    size_t tensors = 0; /* what the parse allocated beside the body (JSON data, BYTES) */
+    for (size_t i = 0; i < j->req.n_inputs; i++)
+        if (j->req.inputs[i].owned) tensors += j->req.inputs[i].nbytes;
+    if (!budget_take(b, tensors)) {
+        budget_refusal(srv, err);
+        return -1;
+    }
+    j->held += tensors;
+    return infer_bind(model_signature(j->model), &j->req, err);
+}
+
+void server_decode_work(void *item, void *ctx)
+{
+    job *j = item;
+    server *srv = ctx;
+    if (!atomic_load(&j->cancelled) && decode_job(srv, j) != 0 && !j->err.http)
+        ts_err_set(&j->err, 500, "decoding the request failed");
+    doneq_push(srv->decoded, j);
+}
+
+/* ---- loop thread: admission ------------------------------------------------------------ */
+
+static void refuse_job(job *j, struct evhttp_request *req, const ts_err *err)
+{
+    server_reply_error(req, err->http, err->msg);
+    record(j, err->http == 503 ? OUT_REJECTED : err->http >= 500 ? OUT_ERROR : OUT_CLIENT_ERROR);
+    free_job(j);
+}
+
+/* The job's client: its close callback cancels the job, and its socket is watched for a
+ * hang-up (libevent 2.1 stops reading a connection while its request is served, so it
+ * would never notice the client leaving). */
+static void watch_client(server *srv, struct evhttp_request *req, job *j)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    evhttp_connection_set_closecb(conn, on_client_close, j);
+    evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(conn));
+    if (fd >= 0) {
+        j->eof_watch = event_new(srv->base, fd, EV_READ, on_peer_readable, j);
+        if (j->eof_watch) event_add(j->eof_watch, NULL);
+    }
+}
+
+/* sched_submit's refusal q: -1 the level is full, else the model is shutting down. */
+static void submit_queue_full(job *j, int q, char *msg, size_t msglen)
+{
+    if (q != -1) {
+        snprintf(msg, msglen, "server is shutting down");
+        return;
+    }
+    snprintf(msg, msglen, "model '%s' queue for priority level %d is full (%zu requests waiting); "
+             "retry later", model_name(j->model), j->item.level,
+             sched_capacity(model_sched(j->model), j->item.level));
+}
+
+/* A decoded job (on the loop: the fast path) goes to its model's queue, or runs here. */
+static void submit_job(server *srv, struct evhttp_request *req, job *j)
+{
+    if (plan_job(srv, j, &j->err) != 0) {
+        refuse_job(j, req, &j->err);
+        return;
+    }
+    if (run_inline_ok(srv, j)) {
+        /* idle worker, fast model: run it here, no handoff to a runner and back */
+        j->http = req;
+        j->item.enqueued = j->t_arrive;
+        srv->in_flight++;
+        srv->inline_runs++;
+        sched_item *items[1] = {&j->item};
+        run_jobs(srv, items, 1, 0, done_inline);
+        return;
+    }
+    if (ort_check(g_ort->CreateRunOptions(&j->ro), NULL, 0)) j->ro = NULL;
+    j->timer = evtimer_new(srv->base, on_timeout, j);
+    j->item.enqueued = j->t_arrive;
+    j->http = req;
+    int q = sched_submit(model_sched(j->model), &j->item);
+    if (q != 0) {
+        j->http = NULL;
+        char msg[256];
+        submit_queue_full(j, q, msg, sizeof msg);
+        server_reply_error(req, 503, msg);
+        record(j, OUT_REJECTED);
+        free_job(j);
+        return;
+    }
+    srv->in_flight++;
+    if (j->timer) arm_timer(j);
+    watch_client(srv, req, j);
+}
+
+/* A compressed or big body: decoded on the pool while the loop serves others. The job is
+ * in flight from here (a drain waits for it), with the server's deadline until its own
+ * parameters are known, and its client watched. */
+static void offload_job(server *srv, struct evhttp_request *req, job *j)
+{
+    if (ort_check(g_ort->CreateRunOptions(&j->ro), NULL, 0)) j->ro = NULL;
+    j->timer = evtimer_new(srv->base, on_timeout, j);
+    j->deadline = j->t_arrive + (double)srv->set->request_timeout_ms / 1e3;
+    j->http = req;
+    j->decoding = true;
+    if (workpool_submit(srv->decoder, j) != 0) {
+        j->http = NULL;
+        ts_err_set(&j->err, 503, "the decode queue is full (%d request bodies wait to be "
+                   "inflated or parsed); retry later", SERVER_DECODE_QUEUE);
+        refuse_job(j, req, &j->err);
+        return;
+    }
+    srv->in_flight++;
+    if (j->timer) arm_timer(j);
+    watch_client(srv, req, j);
+}
+
+void server_on_job_decoded(void *item, void *ctx)
+{
+    job *j = item;
+    server *srv = ctx;
+    j->decoding = false;
+    if (!srv->http) j->http = NULL; /* shutting down: the connection is gone */
+    if (!j->http) { /* the client left, or got its 504, while the body was decoded */
+        retire_unrun(j);
+        return;
+    }
+    if (!j->err.http && plan_job(srv, j, &j->err) == 0) {
+        j->item.enqueued = j->t_arrive;
+        int q = sched_submit(model_sched(j->model), &j->item);
+        if (q == 0) {
+            if (j->timer) { /* the request's own deadline now */
+                evtimer_del(j->timer);
+                arm_timer(j);
+            }
+            return;
+        }
+        char msg[256];
+        submit_queue_full(j, q, msg, sizeof msg);
+        reply_job(j, 503, NULL, NULL, msg);
+        record(j, OUT_REJECTED);
+    } else {
+        reply_job(j, j->err.http, NULL, NULL, j->err.msg);
+        record(j, j->err.http == 503 ? OUT_REJECTED : j->err.http >= 500 ? OUT_ERROR : OUT_CLIENT_ERROR);
+    }
+    retire_unrun(j);
+}
+
 void server_handle_infer(server *srv, struct evhttp_request *req, const char *name,
                          const char *version)
 {
@@ -473,54 +748,42 @@ void server_handle_infer(server *srv, struct evhttp_request *req, const char *na
     j->model = m;
     j->t_arrive = server_now();
     j->reply_enc = zcodec_pick_accept(evhttp_find_header(in_h, "Accept-Encoding"));
-    ts_err err = {0};
-    size_t len = 0;
-    int64_t hlen = infer_header_len(evhttp_find_header(in_h, "Inference-Header-Content-Length"), &err);
-    uint8_t *body = hlen == -2 ? NULL : read_body(srv, req, body_enc, &len, &err);
-    int rc = body ? infer_parse(body, len, hlen, (size_t)srv->set->max_body_bytes, &j->req, &err) : -1;
-    if (rc == 0) rc = infer_bind(model_signature(m), &j->req, &err);
-    if (rc == 0) rc = plan_job(srv, j, &err);
-    if (rc) {
-        server_reply_error(req, err.http, err.msg);
-        record(j, err.http >= 500 && err.http != 503 ? OUT_ERROR : OUT_CLIENT_ERROR);
-        free_job(j);
+    const char *rid = server_request_id(req);
+    if (rid) snprintf(j->request_id, sizeof j->request_id, "%s", rid);
+    j->body_enc = body_enc;
+    j->hlen = infer_header_len(evhttp_find_header(in_h, "Inference-Header-Content-Length"), &j->err);
+    if (j->hlen == -2) {
+        refuse_job(j, req, &j->err);
         return;
     }
-    if (run_inline_ok(srv, j)) {
-        /* idle worker, fast model: run it here, no handoff to a runner and back */
-        j->http = req;
-        j->item.enqueued = j->t_arrive;
-        srv->in_flight++;
-        srv->inline_runs++;
-        sched_item *items[1] = {&j->item};
-        run_jobs(srv, items, 1, 0, done_inline);
+    /* libevent read the body already; holding it here is what lets the budget refuse the
+     * inflating and parsing that would follow */
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t n = evbuffer_get_length(in);
+    if (!budget_take(srv->bodies, n)) {
+        budget_refusal(srv, &j->err);
+        LOG_DEBUG_(JOB_LOGF(j), "%s", j->err.msg);
+        refuse_job(j, req, &j->err);
         return;
     }
-    if (ort_check(g_ort->CreateRunOptions(&j->ro), NULL, 0)) j->ro = NULL;
-    j->timer = evtimer_new(srv->base, on_timeout, j);
-    j->item.enqueued = j->t_arrive;
-    j->http = req;
-    sched *s = model_sched(m);
-    int q = sched_submit(s, &j->item);
-    if (q != 0) {
-        j->http = NULL;
-        char msg[256];
-        snprintf(msg, sizeof msg, "model '%s' queue for priority level %d is full (%zu requests "
-                 "waiting); retry later", name, j->item.level, sched_capacity(s, j->item.level));
-        server_reply_error(req, 503, q == -1 ? msg : "server is shutting down");
-        record(j, OUT_REJECTED);
-        free_job(j);
+    j->held = n;
+    j->raw = malloc(n ? n : 1);
+    if (!j->raw) {
+        ts_err_set(&j->err, 503, "out of memory");
+        refuse_job(j, req, &j->err);
         return;
     }
-    srv->in_flight++;
-    if (j->timer) arm_timer(j);
-    struct evhttp_connection *conn = evhttp_request_get_connection(req);
-    evhttp_connection_set_closecb(conn, on_client_close, j);
-    /* libevent 2.1 stops reading a connection while its request is served, so it would
-     * never notice the client leaving: watch the socket ourselves */
-    evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(conn));
-    if (fd >= 0) {
-        j->eof_watch = event_new(srv->base, fd, EV_READ, on_peer_readable, j);
-        if (j->eof_watch) event_add(j->eof_watch, NULL);
+    j->raw_len = n;
+    evbuffer_remove(in, j->raw, n);
+    size_t json_part = j->hlen >= 0 && (uint64_t)j->hlen < n ? (size_t)j->hlen : n;
+    if (body_enc != ZC_NONE || json_part > DECODE_ON_LOOP_MAX) {
+        offload_job(srv, req, j);
+        return;
     }
+    if (decode_job(srv, j) != 0) {
+        if (j->err.http == 503) LOG_DEBUG_(JOB_LOGF(j), "%s", j->err.msg);
+        refuse_job(j, req, &j->err);
+        return;
+    }
+    submit_job(srv, req, j);
 }

@@ -65,6 +65,19 @@ static const setting_def k_settings[] = {
      "HTTP read/write timeout: a stalled or truncated request is dropped after this"},
     {"TIERSERVE_MAX_BODY_BYTES", "max-body-bytes", ST_INT, OFF(max_body_bytes), 0, "67108864",
      1024, INT64_C(4294967295), "largest request body accepted, also after gzip/deflate (413 above it)"},
+    {"TIERSERVE_MAX_INFLIGHT_BODY_BYTES", "max-inflight-body-bytes", ST_INT,
+     OFF(max_inflight_body_bytes), 0, "268435456", 65536, INT64_C(1099511627776),
+     "request bytes all requests together may hold at once: bodies as read, inflated and "
+     "parsed (503 + Retry-After past it); at least --max-body-bytes"},
+    {"TIERSERVE_MAX_PENDING_REPLY_BYTES", "max-pending-reply-bytes", ST_INT,
+     OFF(max_pending_reply_bytes), 0, "268435456", 65536, INT64_C(1099511627776),
+     "reply bytes handed out but not yet written to slow clients; while more wait, new "
+     "inference requests get 503 + Retry-After"},
+    {"TIERSERVE_MAX_CONNECTIONS", "max-connections", ST_INT, OFF(max_connections), 0, "1024", 1,
+     1000000, "client connections held at once; one past it gets a 503 and is closed at once"},
+    {"TIERSERVE_AUTH_TOKEN", "auth-token", ST_STR, OFF(auth_token), SZ(auth_token), "", 0, 0,
+     "when set, every request but GET /v2/health/live and /v2/health/ready needs "
+     "Authorization: Bearer <token> (401 otherwise)"},
     {"TIERSERVE_QUEUE_SIZE", "queue-size", ST_INT, OFF(queue_size), 0, "128", 1, 1000000,
      "per-model queue bound (503 + Retry-After when full); config.yaml may override"},
     {"TIERSERVE_INSTANCES", "instances", ST_INT, OFF(instances), 0, "1", 1, 256,
@@ -200,6 +213,12 @@ int settings_load(ts_settings *s, int argc, char **argv, int first, char *err, s
             v = argv[++i];
         }
         if (apply(s, d, v, "flag", err, errlen) != 0) return -1;
+    }
+    if (s->max_inflight_body_bytes < s->max_body_bytes) {
+        snprintf(err, errlen, "TIERSERVE_MAX_INFLIGHT_BODY_BYTES %lld is below TIERSERVE_MAX_BODY_BYTES "
+                 "%lld: a request the body limit allows could never be taken",
+                 (long long)s->max_inflight_body_bytes, (long long)s->max_body_bytes);
+        return -1;
     }
     return 0;
 }

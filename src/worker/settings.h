@@ -40,6 +40,10 @@ typedef struct {
     bool warmup;
     int64_t drain_timeout_s;
     int64_t fault_inject_gpu_run;
+    int64_t max_inflight_body_bytes;
+    int64_t max_pending_reply_bytes;
+    int64_t max_connections;
+    char auth_token[256];
 } ts_settings;
 
 /* Fills defaults, then the environment, then argv (from index `first`). On a bad value,

@@ -235,6 +235,31 @@ void status_metrics(const status_view *v, buf *b)
     help(b, "tierserve_inline_runs_total", "counter",
          "Requests an idle worker ran on its event loop thread (TIERSERVE_INLINE_MAX_US)");
     buf_printf(b, "tierserve_inline_runs_total %llu\n", (unsigned long long)v->inline_runs);
+    help(b, "tierserve_connections", "gauge", "Client connections open");
+    buf_printf(b, "tierserve_connections %zu\n", v->connections);
+    help(b, "tierserve_connections_refused_total", "counter",
+         "Connections closed on accept: TIERSERVE_MAX_CONNECTIONS were open");
+    buf_printf(b, "tierserve_connections_refused_total %llu\n", (unsigned long long)v->connections_refused);
+    help(b, "tierserve_connections_cut_total", "counter",
+         "Connections cut for not sending a request, or not reading a reply, within TIERSERVE_HTTP_TIMEOUT_S");
+    buf_printf(b, "tierserve_connections_cut_total %llu\n", (unsigned long long)v->connections_cut);
+    help(b, "tierserve_inflight_body_bytes", "gauge",
+         "Request bytes held now: bodies as read, inflated and parsed");
+    buf_printf(b, "tierserve_inflight_body_bytes %zu\n", v->body_bytes);
+    help(b, "tierserve_inflight_body_limit_bytes", "gauge", "TIERSERVE_MAX_INFLIGHT_BODY_BYTES");
+    buf_printf(b, "tierserve_inflight_body_limit_bytes %zu\n", v->body_limit);
+    help(b, "tierserve_inflight_body_refusals_total", "counter",
+         "Requests refused with 503 because their bodies would pass TIERSERVE_MAX_INFLIGHT_BODY_BYTES");
+    buf_printf(b, "tierserve_inflight_body_refusals_total %llu\n", (unsigned long long)v->body_refused);
+    help(b, "tierserve_pending_reply_bytes", "gauge", "Reply bytes handed out and not yet written to clients");
+    buf_printf(b, "tierserve_pending_reply_bytes %zu\n", v->reply_bytes);
+    help(b, "tierserve_pending_reply_limit_bytes", "gauge", "TIERSERVE_MAX_PENDING_REPLY_BYTES");
+    buf_printf(b, "tierserve_pending_reply_limit_bytes %zu\n", v->reply_limit);
+    help(b, "tierserve_pending_reply_refusals_total", "counter",
+         "Inference requests refused with 503 while TIERSERVE_MAX_PENDING_REPLY_BYTES of replies waited");
+    buf_printf(b, "tierserve_pending_reply_refusals_total %llu\n", (unsigned long long)v->reply_refused);
+    help(b, "tierserve_unauthorized_total", "counter", "Requests refused with 401 (TIERSERVE_AUTH_TOKEN)");
+    buf_printf(b, "tierserve_unauthorized_total %llu\n", (unsigned long long)v->unauthorized);
 
     size_t n = v->repo ? model_repo_count(v->repo) : 0;
     help(b, "tierserve_model_ready", "gauge", "1 if the model version is loaded and warmed up");

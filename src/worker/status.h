@@ -20,6 +20,15 @@ typedef struct {
     size_t in_flight;
     uint64_t inline_runs; /* requests an idle worker ran on its loop thread */
     const char *hw_json;
+    /* what the worker holds for its clients, and what it refused (metrics only) */
+    size_t connections;           /* client connections open now */
+    uint64_t connections_refused; /* past --max-connections */
+    uint64_t connections_cut;     /* too slow to send a request or to read a reply */
+    size_t body_bytes, body_limit;   /* request bytes held (--max-inflight-body-bytes) */
+    uint64_t body_refused;
+    size_t reply_bytes, reply_limit; /* reply bytes not yet written (--max-pending-reply-bytes) */
+    uint64_t reply_refused;
+    uint64_t unauthorized;        /* 401s (--auth-token) */
 } status_view;
 
 void status_json(const status_view *v, buf *out);
