@@ -1,4 +1,5 @@
 #include "log.h"
+#include "clock.h"
 
 #include "buf.h"
 
@@ -209,9 +210,3 @@ uint64_t log_ratelimit_reset(log_ratelimit *rl)
     return hits;
 }
 
-double log_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}

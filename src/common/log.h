@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
+
 typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR, LOG_FATAL } log_level;
 
 typedef struct {
@@ -47,9 +49,9 @@ void log_emitv(log_level lvl, const log_field *fields, const char *fmt, va_list 
  * site; zero-initialise it. Without one, a condition that lasts logs the same line every
  * tick forever and buries everything else. The decision is a pure function of the limiter
  * and the time passed in, so tests drive it with a fake clock; LOG_WARN_EVERY passes
- * log_now_s(). Calls on one limiter are serialised inside, so threads may share it. */
+ * ts_now(). Calls on one limiter are serialised inside, so threads may share it. */
 typedef struct {
-    double last;         /* log_now_s() when the last message went out */
+    double last;         /* ts_now() when the last message went out */
     uint64_t suppressed; /* dropped since then */
     uint64_t hits;       /* messages since the last reset, out or dropped (0: quiet) */
 } log_ratelimit;
@@ -62,7 +64,6 @@ bool log_ratelimit_allow(log_ratelimit *rl, double now, double interval_s, uint6
  * nothing to report) and lets the next one out at once. */
 uint64_t log_ratelimit_reset(log_ratelimit *rl);
 /* CLOCK_MONOTONIC in seconds: the clock LOG_*_EVERY uses. */
-double log_now_s(void);
 /* log_emit, with " (N similar messages suppressed)" after the message when suppressed > 0
  * (the message is cut short first if the note would not fit). */
 void log_emit_suppressed(log_level lvl, const log_field *fields, uint64_t suppressed, const char *fmt,
@@ -74,7 +75,7 @@ void log_emit_suppressed(log_level lvl, const log_field *fields, uint64_t suppre
     do {                                                                               \
         uint64_t log_suppressed_ = 0;                                                  \
         if (log_enabled(lvl) &&                                                        \
-            log_ratelimit_allow((rl), log_now_s(), (interval_s), &log_suppressed_))    \
+            log_ratelimit_allow((rl), ts_now(), (interval_s), &log_suppressed_))    \
             log_emit_suppressed((lvl), (fields), log_suppressed_, __VA_ARGS__);       \
     } while (0)
 #define LOG_WARN_EVERY(rl, interval_s, fields, ...) LOG_EVERY(LOG_WARN, rl, interval_s, fields, __VA_ARGS__)

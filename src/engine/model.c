@@ -1,4 +1,5 @@
 #include "model.h"
+#include "clock.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -18,13 +19,6 @@ static const char *const k_outcomes[OUT_COUNT] = {"success", "client_error", "re
                                                   "timeout", "error",        "cancelled"};
 
 const char *model_outcome_name(req_outcome o) { return k_outcomes[o]; }
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static bool is_version_dir(const char *name, int64_t *num)
 {
@@ -341,7 +335,7 @@ static void trim_end(char *s)
 static int warmup(ts_model *m, bool plain, char *err, size_t errlen)
 {
     size_t n_samples = m->cfg.n_warmup ? m->cfg.n_warmup : 1;
-    double t0 = now_ms();
+    double t0 = (ts_now() * 1e3);
     for (size_t i = 0; i < n_samples; i++) {
         const warmup_sample *s = m->cfg.n_warmup ? &m->cfg.warmup[i] : NULL;
         int64_t count = s ? s->count : 1;
@@ -374,7 +368,7 @@ static int warmup(ts_model *m, bool plain, char *err, size_t errlen)
                   "warm-up sample %zu/%zu (%s) done: %lld run(s)", i + 1, n_samples,
                   s && s->name[0] ? s->name : "synthesised", (long long)count);
     }
-    m->warmup_ms = now_ms() - t0;
+    m->warmup_ms = (ts_now() * 1e3) - t0;
     return 0;
 }
 
@@ -469,7 +463,7 @@ static void decide_batching(ts_model *m)
 static void load_one(model_repo *r, ts_model *m)
 {
     char err[600];
-    double t0 = now_ms();
+    double t0 = (ts_now() * 1e3);
     LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "loading %s", m->path);
     if (model_plan_instances(r, m)) {
         fail_model(m, "out of memory planning instances");
@@ -528,7 +522,7 @@ static void load_one(model_repo *r, ts_model *m)
     LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "io binding %s", m->io_binding_note);
     atomic_store(&m->state, MODEL_READY);
     char load_ms[32], warm_ms[32];
-    snprintf(load_ms, sizeof load_ms, "%.1f", now_ms() - t0);
+    snprintf(load_ms, sizeof load_ms, "%.1f", (ts_now() * 1e3) - t0);
     snprintf(warm_ms, sizeof warm_ms, "%.1f", m->warmup_ms);
     LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}, {"load_ms", load_ms},
                    {"warmup_ms", warm_ms}, {"warmed_up", m->warmed_up ? "true" : "false"},

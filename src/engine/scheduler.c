@@ -1,4 +1,5 @@
 #include "scheduler.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -27,13 +28,6 @@ struct sched {
     size_t n_threads;
     pthread_t *threads;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void fifo_push(fifo *f, sched_item *it)
 {
@@ -115,10 +109,10 @@ static void *runner_main(void *arg)
             int64_t target = sched_target_rows(&s->cfg, rows);
             if (target == 0 || rows >= target) break;
             double deadline = first->enqueued + (double)s->cfg.max_delay_us / 1e6;
-            if (now_s() >= deadline) break;
+            if (ts_now() >= deadline) break;
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
-            double wait = deadline - now_s();
+            double wait = deadline - ts_now();
             ts.tv_sec += (time_t)wait;
             ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
             if (ts.tv_nsec >= 1000000000L) {

@@ -1,4 +1,5 @@
 #include "connguard.h"
+#include "clock.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -46,13 +47,6 @@ struct connguard {
     size_t refusal_len;
     guard *buckets[GUARD_BUCKETS];
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static size_t bucket_of(const struct bufferevent *bev)
 {
@@ -121,7 +115,7 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg)
     bufferevent_incref(bev);
     x->bev = bev;
     x->owner = g;
-    x->waiting_since = now_s();
+    x->waiting_since = ts_now();
     x->input_cb = evbuffer_add_cb(bufferevent_get_input(bev), on_input, x);
     size_t b = bucket_of(bev);
     x->next = g->buckets[b];
@@ -193,7 +187,7 @@ bool connguard_track_reply(connguard *g, struct evhttp_request *req)
     guard *x = guard_of(g, req);
     if (!x) return false;
     x->tracked = true;
-    x->reply_since = now_s();
+    x->reply_since = ts_now();
     return true;
 }
 
@@ -201,7 +195,7 @@ bool connguard_reply_complete(connguard *g, struct evhttp_request *req)
 {
     guard *x = guard_of(g, req);
     if (!x) return false;
-    x->waiting_since = now_s();
+    x->waiting_since = ts_now();
     x->got_bytes = false;
     x->reply_since = 0;
     bool t = x->tracked;
@@ -230,7 +224,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     connguard *g = arg;
-    double now = now_s();
+    double now = ts_now();
     for (size_t b = 0; b < GUARD_BUCKETS; b++) {
         for (guard **pp = &g->buckets[b]; *pp;) {
             if (reap_one(g, pp)) continue;

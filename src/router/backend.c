@@ -15,15 +15,9 @@
 #include <time.h>
 
 #include "log.h"
+#include "clock.h"
 #include "router.h"
 #include "tier.h"
-
-double rt_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static rt_backend *backend_new(rt_pool *p, const char *host, unsigned port, int dns_entry)
 {
@@ -323,7 +317,7 @@ void rt_backend_result(router *r, rt_backend *b, bool ok, const char *why)
     }
     b->failures++;
     if (++b->consecutive_failures < r->cfg->ejection.consecutive_failures) return;
-    double now = rt_now();
+    double now = ts_now();
     if (now < b->ejected_until) return;
     b->ejections++;
     double ms = route_ejection_ms(b->ejections, r->cfg->ejection.base_ms, r->cfg->ejection.max_ms);
@@ -428,7 +422,7 @@ static void on_probe(struct evhttp_request *resp, void *arg)
     char why[96];
     snprintf(why, sizeof why, "live=%d ready=%d tier=%s", live, ready, b->tier);
     set_health(b, live, ready, tier_ok, why);
-    if (live && ready) b->last_probe_ok = rt_now();
+    if (live && ready) b->last_probe_ok = ts_now();
     json_decref(st);
 }
 

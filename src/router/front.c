@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "httppath.h"
+#include "clock.h"
 #include "infer.h"
 #include "jcheck.h"
 #include "log.h"
@@ -216,7 +217,7 @@ static bool authorize(router *r, struct evhttp_request *req, cred c, bool www_be
     const rc_auth_limit *lim = &r->cfg->auth_limit;
     uint8_t key[AUTH_KEY];
     client_key(req, key);
-    double now = rt_now();
+    double now = ts_now();
     auth_slot *e = auth_slot_of(key, lim, now, false);
     if (e && now < e->blocked_until) {
         char after[24], text[160];
@@ -326,7 +327,7 @@ static void request_id(router *r, struct evkeyvalq *h, char *out, size_t cap)
     }
     snprintf(out, cap, "tr-%d-%llu", r->port, (unsigned long long)++r->seq);
     if (!rid) return;
-    double now = rt_now();
+    double now = ts_now();
     if (now - last_warned < 1.0) {
         suppressed++;
         return;
@@ -414,7 +415,7 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
     pr->client = req;
     pr->prio = prio;
     pr->sensitive = sensitive;
-    pr->t0 = rt_now();
+    pr->t0 = ts_now();
     unsigned dl = prio == PRIO_URGENT ? r->cfg->deadline_ms.urgent
                   : prio == PRIO_BATCH ? r->cfg->deadline_ms.batch
                                        : r->cfg->deadline_ms.normal;
@@ -576,7 +577,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         }
         buf b;
         buf_init(&b, 1 << 20);
-        cost_json(r->cost, window, rt_now(), &b);
+        cost_json(r->cost, window, ts_now(), &b);
         reply_buf(req, 200, "application/json", &b);
         buf_free(&b);
         return;
@@ -593,7 +594,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         rt_reply_error(req, 404, "unknown endpoint");
         return;
     }
-    double now = rt_now();
+    double now = ts_now();
     if (n == 1) {
         struct evbuffer *out = evbuffer_new();
         evbuffer_add_printf(out, "{\"name\":\"tierrouter\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\",\"model_repository\"]}",

@@ -11,6 +11,7 @@
 #include <event2/dns.h>
 
 #include "log.h"
+#include "clock.h"
 #include "router.h"
 
 static void log_events(router *r, rt_pool *p)
@@ -44,7 +45,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     router *r = arg;
-    double now = rt_now();
+    double now = ts_now();
     rt_dns_refresh(r, now);
     rt_reap(r);
     rt_probe_all(r);
@@ -254,7 +255,7 @@ int main(int argc, char **argv)
     }
     event_add(r.sigterm, NULL);
     event_add(r.sigint, NULL);
-    r.started = rt_now();
+    r.started = ts_now();
     rt_dns_refresh(&r, r.started);
     rt_probe_all(&r);
     LOG_INFO_(NULL, "tierrouter %s listening on %s:%d with %u pool(s)", TIERSERVE_VERSION, r.cfg->address, r.port,

@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "httppath.h"
+#include "clock.h"
 #include "log.h"
 #include "proxy.h"
 
@@ -39,7 +40,7 @@ static void count(proxy_req *pr, int outcome)
     r->requests[pi][pr->prio][outcome]++;
     /* only requests that reached a pool get a model label: unknown names cannot grow it */
     size_t slot = outcome == OUT_CLIENT_ERR && !pr->backend ? RT_MAX_MODELS : model_slot(r, pr->logical);
-    hist_observe(&r->latency[slot][pi][pr->prio], rt_now() - pr->t0);
+    hist_observe(&r->latency[slot][pi][pr->prio], ts_now() - pr->t0);
 }
 
 static void admission_drain(router *r);
@@ -190,7 +191,7 @@ static bool named_by_connection(const char *connection, const char *k)
 static void try_again(proxy_req *pr, const char *why, bool exempt)
 {
     router *r = pr->r;
-    double now = rt_now();
+    double now = ts_now();
     if (!pr->retried && now < pr->deadline &&
         (exempt || route_retry_allowed(r->cfg->retry.ratio, r->cfg->retry.min_concurrency, r->active,
                                        r->retries_active))) {
@@ -209,8 +210,8 @@ static void try_again(proxy_req *pr, const char *why, bool exempt)
      * clock by a loop iteration, and does not always report it as a timeout: a try that
      * failed near its timeout counts as timed out */
     double slack = pr->try_left * 0.2 > 0.002 ? pr->try_left * 0.2 : 0.002;
-    bool timeout = (pr->error_seen && pr->err_kind == EVREQ_HTTP_TIMEOUT) || rt_now() >= pr->deadline ||
-                   rt_now() - pr->try_sent >= pr->try_left - slack;
+    bool timeout = (pr->error_seen && pr->err_kind == EVREQ_HTTP_TIMEOUT) || ts_now() >= pr->deadline ||
+                   ts_now() - pr->try_sent >= pr->try_left - slack;
     char msg[700];
     snprintf(msg, sizeof msg, "backend %s failed: %s%s", pr->backend ? pr->backend->addr : "?", why,
              pr->retried ? " (after one retry)" : "");
@@ -225,7 +226,7 @@ static void on_backend_reply(struct evhttp_request *resp, void *arg)
     b->in_flight--;
     if (pr->retried) r->retries_active--;
     int code = resp ? evhttp_request_get_response_code(resp) : 0;
-    double now = rt_now();
+    double now = ts_now();
     if (pr->streaming) { /* the reply has been going out piece by piece: end it */
         stream_resume(pr); /* the last piece may have paused it: a pooled connection reads */
         if (code == 0) rt_conn_drop(b, pr->conn);
@@ -290,7 +291,7 @@ static void account(proxy_req *pr, struct evhttp_request *resp, int code)
 {
     router *r = pr->r;
     if (!pr->is_infer) return;
-    double now = rt_now();
+    double now = ts_now();
     ring_add(&r->slo[pr->prio], now, now - pr->t0);
     if (code >= 400) return;
     const char *cms = evhttp_find_header(evhttp_request_get_input_headers(resp), "Tierserve-Compute-Ms");
@@ -420,13 +421,13 @@ static int send_to_backend(proxy_req *pr)
     pr->mismatch = false;
     /* a try that hangs must leave time for the retry: the first gets per_try_timeout_ms,
      * or half of what is left, the retry all that remains */
-    double left = pr->deadline - rt_now();
+    double left = pr->deadline - ts_now();
     if (!pr->first_backend) {
         double per_try = r->cfg->retry.per_try_timeout_ms ? r->cfg->retry.per_try_timeout_ms / 1e3 : left / 2;
         if (per_try < left) left = per_try;
     }
     if (left < 0.001) left = 0.001;
-    pr->try_sent = rt_now();
+    pr->try_sent = ts_now();
     pr->try_left = left;
     struct timeval tv = {(time_t)left, (suseconds_t)((left - (double)(time_t)left) * 1e6)};
     evhttp_connection_set_timeout_tv(pr->conn, &tv);
@@ -469,7 +470,7 @@ static bool dispatch(proxy_req *pr)
 {
     router *r = pr->r;
     route_pool view[RT_MAX_POOLS];
-    rt_route_view(r, pr->logical, rt_now(), view);
+    rt_route_view(r, pr->logical, ts_now(), view);
     route_req rq = req_of(pr);
     route_plan plan;
     route_plan_request(view, r->n_pools, &rq, pr->u, &plan);
@@ -523,7 +524,7 @@ static void admit(proxy_req *pr)
     r->admq_len++;
     pr->qtimer = evtimer_new(r->base, on_queue_timeout, pr);
     double wait = r->cfg->admission.queue_timeout_ms / 1e3;
-    double left = pr->deadline - rt_now();
+    double left = pr->deadline - ts_now();
     if (left < wait) wait = left > 0 ? left : 0;
     struct timeval tv = {(time_t)wait, (suseconds_t)((wait - (double)(time_t)wait) * 1e6)};
     if (pr->qtimer) evtimer_add(pr->qtimer, &tv);
@@ -564,7 +565,7 @@ void rt_proxy_route(proxy_req *pr)
 {
     router *r = pr->r;
     route_pool view[RT_MAX_POOLS];
-    rt_route_view(r, pr->logical, rt_now(), view);
+    rt_route_view(r, pr->logical, ts_now(), view);
     route_req rq = req_of(pr);
     pr->u = route_rng_uniform(&r->rng); /* one draw per request, kept if it has to wait */
     route_plan plan;

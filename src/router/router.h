@@ -181,7 +181,6 @@ void rt_repository_index(router *r, buf *out);
 void rt_status_json(router *r, buf *out);
 void rt_metrics(router *r, buf *out);
 
-double rt_now(void);
 void rt_reply_error(struct evhttp_request *req, int code, const char *msg);
 
 #endif

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "router.h"
+#include "clock.h"
 
 static const char *const k_prio[PRIO_COUNT] = {"urgent", "normal", "batch"};
 static const char *const k_out[OUT_N] = {"success", "client_error", "shed", "no_backend", "backend_error", "timeout"};
@@ -40,7 +41,7 @@ static const pool_signals k_unknown = {{-1, -1, -1}, 0, 0};
 
 void rt_status_json(router *r, buf *b)
 {
-    double now = rt_now();
+    double now = ts_now();
     /* the top level summarises the GPU pool whose policy moved the most traffic; each GPU
      * pool's own policy is in its pools[] entry */
     const rt_pool *lead = rt_lead_gpu_pool(r);
@@ -116,7 +117,7 @@ void rt_status_json(router *r, buf *b)
 
 void rt_metrics(router *r, buf *b)
 {
-    double now = rt_now();
+    double now = ts_now();
     buf_puts(b, "# HELP tierrouter_requests_total Inference requests by pool, priority and outcome\n"
                 "# TYPE tierrouter_requests_total counter\n");
     /* pool "none": requests refused before a pool was chosen (bad headers, unknown model) */
@@ -236,7 +237,7 @@ void rt_repository_index(router *r, buf *b)
 {
     static index_entry e[RT_INDEX_MAX];
     size_t n = 0;
-    double now = rt_now();
+    double now = ts_now();
     for (size_t i = 0; i < r->n_pools; i++) {
         const rt_pool *p = &r->pools[i];
         if (p->cfg->models_count) { /* the logical names it lists, by their physical models */

@@ -1,4 +1,5 @@
 #include "server.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -23,13 +24,6 @@
 #include "status.h"
 #include "httppath.h"
 #include "server_internal.h"
-
-double server_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* ---- replies ------------------------------------------------------------------------ */
 
@@ -407,7 +401,7 @@ static void on_loaded(evutil_socket_t fd, short what, void *arg)
         return;
     }
     char ready_ms[32];
-    snprintf(ready_ms, sizeof ready_ms, "%.1f", (server_now() - srv->t_created) * 1e3);
+    snprintf(ready_ms, sizeof ready_ms, "%.1f", (ts_now() - srv->t_created) * 1e3);
     LOG_INFO_(LOGF({"time_to_ready_ms", ready_ms}),
               "server ready after %s ms: %zu model(s) loaded, %zu failed; listening on port %d",
               ready_ms, model_repo_count(srv->repo) - failed, failed, srv->port);
@@ -420,7 +414,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     if (!srv) return NULL;
     srv->set = s;
     srv->ep = ep;
-    srv->t_created = server_now();
+    srv->t_created = ts_now();
     struct event_config *ecfg = event_config_new();
     event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
     srv->base = event_base_new_with_config(ecfg);

@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 
 #include "health.h"
+#include "clock.h"
 #include "log.h"
 #include "ortenv.h"
 #include "budget.h"
@@ -77,7 +78,7 @@ static void record(job *j, req_outcome o)
     j->counted = true;
     model_stats *st = model_stats_of(j->model);
     atomic_fetch_add(&st->outcomes[o], 1);
-    hist_observe(&st->request, server_now() - j->t_arrive);
+    hist_observe(&st->request, ts_now() - j->t_arrive);
 }
 
 /* The reply was handed over but the connection died before it was written. */
@@ -213,7 +214,7 @@ static void arm_timer(job *j)
 {
     double at = j->deadline;
     if (j->queue_deadline > 0 && j->queue_deadline < at) at = j->queue_deadline;
-    double in = at - server_now();
+    double in = at - ts_now();
     if (in < 0) in = 0;
     struct timeval tv = {(time_t)in, (suseconds_t)((in - (double)(time_t)in) * 1e6)};
     evtimer_add(j->timer, &tv);
@@ -225,7 +226,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     (void)what;
     job *j = arg;
     sched *s = model_sched(j->model);
-    double now = server_now();
+    double now = ts_now();
     bool queue_timeout = j->queue_deadline > 0 && now < j->deadline;
     char msg[256];
     if (queue_timeout) {
@@ -317,7 +318,7 @@ static void run_jobs(server *srv, sched_item **items, size_t n, size_t runner, j
         return;
     }
     size_t m = 0;
-    double t0 = server_now();
+    double t0 = ts_now();
     for (size_t i = 0; i < n; i++) {
         job *j = job_of(items[i]);
         j->t_start = t0;
@@ -350,7 +351,7 @@ static void run_jobs(server *srv, sched_item **items, size_t n, size_t runner, j
         rc = infer_run_batch(&target, m == 1 ? run[0]->ro : NULL, model_signature(model), reqs, m,
                              &merged, per, &err);
     }
-    double t1 = server_now();
+    double t1 = ts_now();
     model_stats *st = model_stats_of(model);
     hist_observe(&st->batch, (double)m);
     /* smoothed Run() time: what decides whether a lone request may run on the loop thread
@@ -746,7 +747,7 @@ void server_handle_infer(server *srv, struct evhttp_request *req, const char *na
     }
     j->srv = srv;
     j->model = m;
-    j->t_arrive = server_now();
+    j->t_arrive = ts_now();
     j->reply_enc = zcodec_pick_accept(evhttp_find_header(in_h, "Accept-Encoding"));
     const char *rid = server_request_id(req);
     if (rid) snprintf(j->request_id, sizeof j->request_id, "%s", rid);

@@ -52,7 +52,6 @@ struct server {
 };
 
 
-double server_now(void);
 void server_reply_buf(struct evhttp_request *req, int code, const char *ctype, buf *b);
 void server_reply_error(struct evhttp_request *req, int code, const char *msg);
 /* server_reply_buf for replies that may be big: their bytes count in srv->reply_pending
