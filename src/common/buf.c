@@ -147,3 +147,14 @@ void buf_put_error_json(buf *b, const char *msg)
     buf_put_json_str(b, msg, strlen(msg));
     buf_putc(b, '}');
 }
+
+void buf_put_label(buf *b, const char *s)
+{
+    buf_putc(b, '"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') buf_putc(b, '\\'), buf_putc(b, *s);
+        else if (*s == '\n') buf_puts(b, "\\n");
+        else buf_putc(b, *s);
+    }
+    buf_putc(b, '"');
+}

@@ -26,6 +26,8 @@ size_t buf_utf8_len(const unsigned char *s, size_t avail);
 void buf_put_json_str(buf *b, const char *s, size_t n);
 /* Appends {"error": msg}: the error body of every API reply. */
 void buf_put_error_json(buf *b, const char *msg);
+/* A Prometheus label value, quoted and escaped per the exposition format (\\, \", \n). */
+void buf_put_label(buf *b, const char *s);
 /* Appends a double the way JSON readers round-trip it (%.17g, or %.9g for float
  * precision); NaN and infinities as NaN/Infinity/-Infinity (what Python's json reads). */
 void buf_put_double(buf *b, double v, bool float_precision);

@@ -140,17 +140,14 @@ void rt_metrics(router *r, buf *b)
                 uint64_t any = 0;
                 for (size_t c = 0; c <= h->n_bounds; c++) any += atomic_load(&h->counts[c]);
                 if (!any) continue; /* only series that saw requests */
-                char esc[160];
-                size_t e = 0;
-                for (const char *c = model; *c && e + 3 < sizeof esc; c++) {
-                    if (*c == '"' || *c == '\\') esc[e++] = '\\';
-                    esc[e++] = *c == '\n' ? 'n' : *c;
-                }
-                esc[e] = '\0';
-                char lbl[320];
-                snprintf(lbl, sizeof lbl, "pool=\"%s\",priority=\"%s\",model=\"%s\"", pool_name(r, pi),
-                         k_prio[p], esc);
-                hist_render(h, b, "tierrouter_request_duration_seconds", lbl);
+                buf lbl;
+                buf_init(&lbl, 512);
+                buf_printf(&lbl, "pool=\"%s\",priority=\"%s\",model=", pool_name(r, pi), k_prio[p]);
+                buf_put_label(&lbl, model);
+                buf_putc(&lbl, '\0');
+                hist_render(h, b, "tierrouter_request_duration_seconds",
+                            buf_failed(&lbl) ? "model=\"?\"" : (const char *)lbl.data);
+                buf_free(&lbl);
             }
         }
     }

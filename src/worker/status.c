@@ -204,18 +204,6 @@ static void help(buf *b, const char *name, const char *type, const char *text)
     buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
 }
 
-/* label value escaping per the exposition format */
-static void label(buf *b, const char *s)
-{
-    buf_putc(b, '"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') buf_putc(b, '\\'), buf_putc(b, *s);
-        else if (*s == '\n') buf_puts(b, "\\n");
-        else buf_putc(b, *s);
-    }
-    buf_putc(b, '"');
-}
-
 void status_metrics(const status_view *v, buf *b)
 {
     const tier_decision *d = &v->ep->decision;
@@ -266,9 +254,9 @@ void status_metrics(const status_view *v, buf *b)
     for (size_t i = 0; i < n; i++) {
         const ts_model *m = model_repo_at(v->repo, i);
         buf_puts(b, "tierserve_model_ready{model=");
-        label(b, model_name(m));
+        buf_put_label(b, model_name(m));
         buf_puts(b, ",version=");
-        label(b, model_version(m));
+        buf_put_label(b, model_version(m));
         buf_printf(b, "} %d\n", model_state(m) == MODEL_READY ? 1 : 0);
     }
     help(b, "tierserve_node_placement", "gauge", "Graph nodes ORT assigned to each provider");
@@ -278,7 +266,7 @@ void status_metrics(const status_view *v, buf *b)
         size_t np = model_placement(m, &p);
         for (size_t k = 0; k < np; k++) {
             buf_puts(b, "tierserve_node_placement{model=");
-            label(b, model_name(m));
+            buf_put_label(b, model_name(m));
             buf_printf(b, ",provider=\"%s\"} %zu\n", p[k].provider, p[k].nodes);
         }
     }
@@ -286,7 +274,7 @@ void status_metrics(const status_view *v, buf *b)
     for (size_t i = 0; i < n; i++) {
         const ts_model *m = model_repo_at(v->repo, i);
         buf_puts(b, "tierserve_queue_depth{model=");
-        label(b, model_name(m));
+        buf_put_label(b, model_name(m));
         buf_printf(b, ",version=\"%s\"} %zu\n", model_version(m), model_queue_depth(m));
     }
     help(b, "tierserve_requests_total", "counter", "Inference requests by outcome");
@@ -294,7 +282,7 @@ void status_metrics(const status_view *v, buf *b)
         ts_model *m = model_repo_at(v->repo, i);
         for (int o = 0; o < OUT_COUNT; o++) {
             buf_puts(b, "tierserve_requests_total{model=");
-            label(b, model_name(m));
+            buf_put_label(b, model_name(m));
             buf_printf(b, ",version=\"%s\",outcome=\"%s\"} %llu\n", model_version(m),
                        model_outcome_name((req_outcome)o),
                        (unsigned long long)atomic_load(&model_stats_of(m)->outcomes[o]));
@@ -317,7 +305,7 @@ void status_metrics(const status_view *v, buf *b)
             buf tmp;
             buf_init(&tmp, sizeof lbl - 1);
             buf_puts(&tmp, "model=");
-            label(&tmp, model_name(m));
+            buf_put_label(&tmp, model_name(m));
             buf_printf(&tmp, ",version=\"%s\"", model_version(m));
             buf_putc(&tmp, '\0');
             snprintf(lbl, sizeof lbl, "%s", buf_failed(&tmp) ? "model=\"?\"" : (char *)tmp.data);
