@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "authlimit.h"
 #include "httppath.h"
 #include "clock.h"
 #include "infer.h"
@@ -126,86 +126,14 @@ static const char *bearer_token(const char *auth)
 
 typedef enum { CRED_NONE, CRED_BAD, CRED_OK } cred;
 
-#define AUTH_SLOTS 4096 /* client addresses remembered at once */
-#define AUTH_PROBES 8   /* slots an address may sit in: where it is looked for and evicts */
-#define AUTH_KEY 17     /* address family, then the address (IPv6: its /64) */
-
-typedef struct {
-    uint8_t key[AUTH_KEY];
-    bool used;
-    unsigned failures;
-    double first_failure, blocked_until, last_seen;
-} auth_slot;
-
-/* The router's only per-client state: one process, one event loop, so a file-local table
- * of fixed size (no allocation, nothing growing with what clients send). */
-static auth_slot g_auth[AUTH_SLOTS];
-static uint64_t g_auth_seed;
-static bool g_auth_seeded;
-
-/* A client's address as a fixed-size key. A whole IPv6 /64 counts as one address: one
- * host usually holds all of it, and could otherwise change address per attempt. */
-static void client_key(struct evhttp_request *req, uint8_t key[AUTH_KEY])
+/* The client's address as authlimit's key. */
+static void client_key(struct evhttp_request *req, uint8_t key[AUTHLIMIT_KEY])
 {
-    memset(key, 0, AUTH_KEY);
     char *host = NULL;
     ev_uint16_t port = 0;
     struct evhttp_connection *conn = evhttp_request_get_connection(req);
     if (conn) evhttp_connection_get_peer(conn, &host, &port);
-    if (!host) return;
-    if (strncmp(host, "::ffff:", 7) == 0 && strchr(host + 7, '.')) host += 7;
-    if (inet_pton(AF_INET, host, key + 1) == 1) {
-        key[0] = 4;
-    } else if (inet_pton(AF_INET6, host, key + 1) == 1) {
-        key[0] = 6;
-        memset(key + 9, 0, 8);
-    } else {
-        snprintf((char *)key + 1, AUTH_KEY - 1, "%s", host); /* unusual peers share by prefix */
-    }
-}
-
-/* FNV-1a over the key from a per-process random basis, so that no client can pick
- * addresses that crowd one neighbourhood of the table. */
-static size_t auth_hash(const uint8_t key[AUTH_KEY])
-{
-    if (!g_auth_seeded) {
-        if (getrandom(&g_auth_seed, sizeof g_auth_seed, GRND_NONBLOCK) != (ssize_t)sizeof g_auth_seed)
-            g_auth_seed = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
-        g_auth_seeded = true;
-    }
-    uint64_t x = 0xcbf29ce484222325ull ^ g_auth_seed;
-    for (size_t i = 0; i < AUTH_KEY; i++) x = (x ^ key[i]) * 0x100000001b3ull;
-    x ^= x >> 31;
-    return (size_t)(x % AUTH_SLOTS);
-}
-
-/* An entry that neither blocks nor counts failures any more is as good as empty. */
-static bool auth_slot_idle(const auth_slot *e, const rc_auth_limit *lim, double now)
-{
-    return !e->used || (now >= e->blocked_until && now - e->first_failure >= lim->window_s);
-}
-
-/* The address's entry, or NULL when it has none and create is false. Full neighbourhood:
- * the least recently seen entry that blocks nothing is forgotten, else the one whose block
- * ends first. */
-static auth_slot *auth_slot_of(const uint8_t key[AUTH_KEY], const rc_auth_limit *lim, double now, bool create)
-{
-    size_t h = auth_hash(key);
-    auth_slot *victim = NULL;
-    for (size_t i = 0; i < AUTH_PROBES; i++) {
-        auth_slot *e = &g_auth[(h + i) % AUTH_SLOTS];
-        if (e->used && memcmp(e->key, key, AUTH_KEY) == 0) return e;
-        if (!create) continue;
-        bool idle = auth_slot_idle(e, lim, now);
-        if (!victim) victim = e;
-        else if (idle != auth_slot_idle(victim, lim, now)) victim = idle ? e : victim;
-        else if (idle ? e->last_seen < victim->last_seen : e->blocked_until < victim->blocked_until) victim = e;
-    }
-    if (!victim) return NULL;
-    memset(victim, 0, sizeof *victim);
-    memcpy(victim->key, key, AUTH_KEY);
-    victim->used = true;
-    return victim;
+    authlimit_key(host, key);
 }
 
 /* Lets a request that needs credentials go on (true), or answers it: 429 + Retry-After
@@ -215,13 +143,12 @@ static auth_slot *auth_slot_of(const uint8_t key[AUTH_KEY], const rc_auth_limit 
 static bool authorize(router *r, struct evhttp_request *req, cred c, bool www_bearer, const char *msg)
 {
     const rc_auth_limit *lim = &r->cfg->auth_limit;
-    uint8_t key[AUTH_KEY];
+    uint8_t key[AUTHLIMIT_KEY];
     client_key(req, key);
-    double now = ts_now();
-    auth_slot *e = auth_slot_of(key, lim, now, false);
-    if (e && now < e->blocked_until) {
+    double now = ts_now(), left = 0;
+    if (authlimit_blocked(r->auth, key, now, &left)) {
         char after[24], text[160];
-        snprintf(after, sizeof after, "%.0f", ceil(e->blocked_until - now));
+        snprintf(after, sizeof after, "%.0f", ceil(left));
         snprintf(text, sizeof text, "too many failed authentication attempts from this address: retry after %s s",
                  after);
         evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", after);
@@ -229,21 +156,11 @@ static bool authorize(router *r, struct evhttp_request *req, cred c, bool www_be
         return false;
     }
     if (c == CRED_OK) return true;
-    if (c == CRED_BAD && (e = auth_slot_of(key, lim, now, true)) != NULL) {
-        if (now - e->first_failure >= lim->window_s || e->failures == 0) {
-            e->first_failure = now;
-            e->failures = 0;
-        }
-        e->last_seen = now;
-        if (++e->failures >= lim->max_failures) {
-            e->blocked_until = now + lim->block_s;
-            e->failures = 0;
-            char n[16];
-            snprintf(n, sizeof n, "%u", lim->max_failures);
-            LOG_WARN_(LOGF({"failures", n}),
-                      "%s failed authentication attempts from one address within %u s: refused for %u s", n,
-                      lim->window_s, lim->block_s);
-        }
+    if (c == CRED_BAD && authlimit_failed(r->auth, key, now)) {
+        char n[16];
+        snprintf(n, sizeof n, "%u", lim->max_failures);
+        LOG_WARN_(LOGF({"failures", n}), "%s failed authentication attempts from one address within %u s: refused for %u s",
+                  n, lim->window_s, lim->block_s);
     }
     if (www_bearer) evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
     rt_reply_error(req, 401, msg);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 
 #include <event2/dns.h>
@@ -196,8 +197,17 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     r.drain_timeout_s = r.cfg->drain_timeout_s;
     r.cost = cost_create(r.cfg);
-    /* the policy's draws: a different sequence per process, reproducible given the seed */
-    route_rng_seed(&r.rng, (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid());
+    /* the policy's draws and the auth table's hash basis: unpredictable per process */
+    uint64_t seeds[2];
+    if (getrandom(seeds, sizeof seeds, GRND_NONBLOCK) != (ssize_t)sizeof seeds)
+        seeds[0] = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid(), seeds[1] = seeds[0] * 0x9e3779b97f4a7c15ull;
+    route_rng_seed(&r.rng, seeds[0]);
+    r.auth = authlimit_create(r.cfg->auth_limit.max_failures, r.cfg->auth_limit.window_s, r.cfg->auth_limit.block_s,
+                              seeds[1]);
+    if (!r.auth) {
+        log_emit(LOG_ERROR, NULL, "out of memory");
+        return 1;
+    }
     for (int k = 0; k <= RT_MAX_MODELS; k++)
         for (int p = 0; p <= RT_MAX_POOLS; p++)
             for (int q = 0; q < PRIO_COUNT; q++) hist_init(&r.latency[k][p][q], HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
@@ -272,6 +282,7 @@ int main(int argc, char **argv)
     event_free(r.drain_timer);
     event_base_free(r.base);
     cost_destroy(r.cost);
+    authlimit_destroy(r.auth);
     rconfig_free(r.cfg);
     return 0;
 }

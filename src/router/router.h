@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "authlimit.h"
 #include "buf.h"
 #include "connguard.h"
 #include "cost.h"
@@ -111,6 +112,7 @@ typedef struct router {
     int port;
     double started;
     cost_book *cost;
+    authlimit *auth;    /* failed authentication per client address (policy/authlimit.h) */
     void *admq[2];      /* admission queue heads: urgent, normal (proxy_req lists) */
     unsigned admq_len;
     void *live;         /* every proxy_req from rt_proxy_begin to its end (a list), so a drain
