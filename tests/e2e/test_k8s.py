@@ -22,10 +22,16 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
-import yaml
+
+try:
+    import yaml
+except ImportError:  # pragma: no cover - a machine set up without scripts/setup.sh
+    pytest.fail("PyYAML is missing for /usr/bin/python3: scripts/setup.sh installs python3-yaml",
+                pytrace=False)
 
 from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env, track
 
@@ -1023,24 +1029,62 @@ def test_worker_pod_environment_on_the_real_worker(overlay, deployment, tmp_path
     assert w.stop() == 0, w.text()[-3000:]
 
 
+class NxDomainServer:
+    """A DNS server on 127.0.0.1 that answers every question NXDOMAIN: the router asks it
+    for the backends' Service names, and nothing leaves this machine."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stopping.is_set():
+            try:
+                q, peer = self.sock.recvfrom(4096)
+            except socket.timeout:
+                continue
+            end = q.find(b"\0", 12)
+            if len(q) < 12 or end < 0 or len(q) < end + 5:
+                continue
+            # same id; QR, RD, RA, RCODE 3; the question echoed; no answers
+            self.sock.sendto(q[:2] + b"\x81\x83\x00\x01\x00\x00\x00\x00\x00\x00"
+                             + q[12:end + 5], peer)
+
+    def close(self):
+        self.stopping.set()
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_router_pod_on_the_real_router(overlay, tmp_path):
     """The router, started with the overlay's router.yaml and the pod's environment
-    (address and port moved to 127.0.0.1:0, names asked of a local DNS socket that never
-    answers), answers its probe paths without a token: live 200, ready 503 while no
-    backend is healthy. A Service link variable would stop it (why enableServiceLinks is off)."""
+    (address and port moved to 127.0.0.1:0, DNS asked of a local server that knows no
+    names), looks its backends up by name and answers its probe paths without a token:
+    live 200, ready 503 while no backend is healthy. A Service link variable would stop it
+    (why enableServiceLinks is off)."""
     objs = render(overlay)
     d = routers(objs)[0]
-    cfg = router_config(objs, d)["text"]
-    dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    dns.bind(("127.0.0.1", 0))
+    cfg = router_config(objs, d)
+    names = {b.rpartition(":")[0] for p in cfg["doc"]["pools"] for b in p["backends"]}
+    dns = NxDomainServer()
     try:
         path = tmp_path / "router.yaml"
-        path.write_text(cfg + f'\ndns_nameserver: "127.0.0.1:{dns.getsockname()[1]}"\n')
+        path.write_text(cfg["text"] + f'\ndns_nameserver: "127.0.0.1:{dns.port}"\n')
         env = env_of(container(d))
         env.update({"TIERROUTER_ADDRESS": "127.0.0.1", "TIERROUTER_PORT": "0"})
         r = Proc([ROUTER_BIN, "--config", str(path)], env, tmp_path / "router.log")
         assert r.wait_port(), r.text()[-3000:]
+        # every name asked and answered, so no lookup is pending when the router stops
+        deadline = time.time() + 20
+        while time.time() < deadline and not all(f"resolving {n} failed" in r.text() for n in names):
+            time.sleep(0.05)
+        assert all(f"resolving {n} failed" in r.text() for n in names), r.text()[-3000:]
         got = {}
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             p = container(d)[probe]["httpGet"]["path"]
@@ -1050,6 +1094,6 @@ def test_router_pod_on_the_real_router(overlay, tmp_path):
         assert r.stop() == 0, r.text()[-3000:]
     finally:
         dns.close()
-    rc, _, log = _check_config(cfg, tuple(sorted({**env_of(container(d)),
-                                                  "TIERROUTER_PORT": "tcp://10.0.0.1:9000"}.items())))
+    rc, _, log = _check_config(cfg["text"], tuple(sorted(
+        {**env_of(container(d)), "TIERROUTER_PORT": "tcp://10.0.0.1:9000"}.items())))
     assert rc == 64 and "TIERROUTER_PORT" in log, log
