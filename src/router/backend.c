@@ -100,13 +100,18 @@ int rt_pools_init(router *r, char *err, size_t errlen)
     return 0;
 }
 
+void rt_dns_cancel(router *r)
+{
+    for (size_t i = 0; i < r->n_pools; i++)
+        for (size_t k = 0; k < r->pools[i].n_dns; k++)
+            if (r->pools[i].dns[k].req) evdns_getaddrinfo_cancel(r->pools[i].dns[k].req);
+}
+
 void rt_pools_free(router *r)
 {
     for (size_t i = 0; i < r->n_pools; i++) {
         rt_pool *p = &r->pools[i];
         for (size_t k = 0; k < p->n; k++) backend_free(p->backends[k]);
-        for (size_t k = 0; k < p->n_dns; k++)
-            if (p->dns[k].req) evdns_getaddrinfo_cancel(p->dns[k].req);
         free(p->dns);
         policy_destroy(p->pol);
     }

@@ -273,6 +273,8 @@ int main(int argc, char **argv)
     event_base_dispatch(r.base);
     evhttp_free(r.http);
     connguard_destroy(r.guard);
+    rt_dns_cancel(&r);
+    event_base_loop(r.base, EVLOOP_NONBLOCK); /* the cancelled lookups' callbacks */
     rt_pools_free(&r);
     if (r.dns) evdns_base_free(r.dns, 1);
     event_free(r.tick);

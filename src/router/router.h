@@ -133,6 +133,9 @@ static inline size_t rt_pool_index(const rt_pool *p) { return (size_t)(p - p->r-
 
 /* backend.c */
 int rt_pools_init(router *r, char *err, size_t errlen);
+/* Cancels the DNS lookups in flight. Their callbacks (which free what each lookup holds) are
+ * deferred: run the loop once more before rt_pools_free(). */
+void rt_dns_cancel(router *r);
 void rt_pools_free(router *r);
 /* Probed live, ready and at the pool's tier, not ejected, not gone from DNS. */
 bool rt_backend_healthy(const rt_backend *b, double now);
