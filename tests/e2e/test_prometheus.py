@@ -16,7 +16,6 @@ Tests that need promtool or prometheus skip, saying so, only when the binary is 
 """
 import http.client
 import json
-import pathlib
 import re
 import shutil
 import socket
@@ -414,10 +413,11 @@ class Prometheus:
         self.log = tmp / "prometheus.log"
         cfg = tmp / "prometheus.yml"
         cfg.write_text(yaml.safe_dump(config))
-        self.proc = track(subprocess.Popen(
-            [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=open(self.log, "wb")))
+        with open(self.log, "wb") as log:
+            self.proc = track(subprocess.Popen(
+                [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+                stdout=subprocess.DEVNULL, stderr=log))
 
     def log_text(self):
         return self.log.read_text(errors="replace")[-4000:]
@@ -453,7 +453,7 @@ class Prometheus:
         return self.proc.wait(timeout=30)
 
 
-def test_config_for(stack):
+def prometheus_config_for(stack):
     """deploy/prometheus/prometheus.yml with 1 s scrapes and evaluations, alerts.yml by
     absolute path, and its static targets replaced by the stack's processes (the two
     worker groups keep their pool labels)."""
@@ -471,12 +471,9 @@ def test_config_for(stack):
     return cfg
 
 
-test_config_for.__test__ = False  # a helper, not a test
-
-
 @pytest.fixture(scope="module")
 def prom(stack, tmp_path_factory):
-    p = Prometheus(test_config_for(stack), tmp_path_factory.mktemp("prometheus"))
+    p = Prometheus(prometheus_config_for(stack), tmp_path_factory.mktemp("prometheus"))
     p.wait("ready", lambda: http_get(p.port, "/-/ready")[0] == 200)
     p.wait("three targets up", lambda: sorted(
         (r["metric"]["job"], r["value"][1]) for r in p.query("up")) == [
