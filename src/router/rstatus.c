@@ -151,8 +151,11 @@ void rt_metrics(router *r, buf *b)
             }
         }
     }
-    buf_printf(b, "# TYPE tierrouter_retries_total counter\ntierrouter_retries_total %llu\n"
+    buf_printf(b, "# HELP tierrouter_retries_total Requests retried on another backend\n"
+                  "# TYPE tierrouter_retries_total counter\ntierrouter_retries_total %llu\n"
+                  "# HELP tierrouter_retries_denied_total Retries refused by the retry budget\n"
                   "# TYPE tierrouter_retries_denied_total counter\ntierrouter_retries_denied_total %llu\n"
+                  "# HELP tierrouter_ejections_total Backends ejected for consecutive failures\n"
                   "# TYPE tierrouter_ejections_total counter\ntierrouter_ejections_total %llu\n"
                   "# HELP tierrouter_stream_pauses_total Replies whose backend reads paused for a slow client\n"
                   "# TYPE tierrouter_stream_pauses_total counter\ntierrouter_stream_pauses_total %llu\n"
@@ -163,8 +166,11 @@ void rt_metrics(router *r, buf *b)
                (unsigned long long)r->reply_mismatches);
     /* per GPU pool: its policy's stage, pressure, failover, CPU shares and decisions */
     static const char *const gauges[] = {"stage", "pressure", "hard_failover"};
+    static const char *const gauge_help[] = {"Policy stage: index into policy.stages (0: all on the GPU pool)",
+                                             "1 while the GPU pool is under pressure",
+                                             "1 while the GPU pool has no healthy backend"};
     for (int g = 0; g < 3; g++) {
-        buf_printf(b, "# TYPE tierrouter_%s gauge\n", gauges[g]);
+        buf_printf(b, "# HELP tierrouter_%s %s\n# TYPE tierrouter_%s gauge\n", gauges[g], gauge_help[g], gauges[g]);
         for (size_t i = 0; i < r->n_pools; i++) {
             const rt_pool *p = &r->pools[i];
             if (!p->pol) continue;
@@ -172,14 +178,16 @@ void rt_metrics(router *r, buf *b)
             buf_printf(b, "tierrouter_%s{pool=\"%s\"} %zu\n", gauges[g], p->cfg->name, v);
         }
     }
-    buf_puts(b, "# TYPE tierrouter_cpu_share gauge\n");
+    buf_puts(b, "# HELP tierrouter_cpu_share Share of a GPU pool's traffic sent to CPU, by priority\n"
+                "# TYPE tierrouter_cpu_share gauge\n");
     for (size_t i = 0; i < r->n_pools; i++) {
         const rt_pool *p = &r->pools[i];
         for (int q = 0; p->pol && q < PRIO_COUNT; q++)
             buf_printf(b, "tierrouter_cpu_share{pool=\"%s\",priority=\"%s\"} %.3f\n", p->cfg->name, k_prio[q],
                        p->st.cpu_share[q]);
     }
-    buf_puts(b, "# TYPE tierrouter_policy_events_total counter\n");
+    buf_puts(b, "# HELP tierrouter_policy_events_total Policy decisions by GPU pool and event\n"
+                "# TYPE tierrouter_policy_events_total counter\n");
     for (size_t i = 0; i < r->n_pools; i++)
         for (int e = EV_PRESSURE_START; r->pools[i].pol && e <= EV_GPU_RECOVERED; e++)
             buf_printf(b, "tierrouter_policy_events_total{pool=\"%s\",event=\"%s\"} %llu\n", r->pools[i].cfg->name,
@@ -192,15 +200,20 @@ void rt_metrics(router *r, buf *b)
         double p95 = ring_p95(&r->slo[p], now, 60.0);
         if (p95 >= 0) buf_printf(b, "tierrouter_slo_p95_seconds{priority=\"%s\"} %.6f\n", k_prio[p], p95);
     }
+    /* one metric family per block: a sample under another family's TYPE line is untyped */
+    buf_puts(b, "# HELP tierrouter_slo_target_seconds p95 latency target by priority (slo_p95_ms)\n"
+                "# TYPE tierrouter_slo_target_seconds gauge\n");
+    for (int p = 0; p < PRIO_COUNT; p++)
+        if (targets[p])
+            buf_printf(b, "tierrouter_slo_target_seconds{priority=\"%s\"} %.3f\n", k_prio[p], targets[p] / 1e3);
     buf_puts(b, "# HELP tierrouter_slo_compliance_ratio Share of the last 60 s of requests within the p95 target\n"
                 "# TYPE tierrouter_slo_compliance_ratio gauge\n");
     for (int p = 0; p < PRIO_COUNT; p++)
-        if (targets[p]) {
-            buf_printf(b, "tierrouter_slo_target_seconds{priority=\"%s\"} %.3f\n", k_prio[p], targets[p] / 1e3);
+        if (targets[p])
             buf_printf(b, "tierrouter_slo_compliance_ratio{priority=\"%s\"} %.4f\n", k_prio[p],
                        ring_share_within(&r->slo[p], now, 60.0, targets[p] / 1e3));
-        }
-    buf_puts(b, "# TYPE tierrouter_backend_healthy gauge\n");
+    buf_puts(b, "# HELP tierrouter_backend_healthy 1 if the backend takes traffic (live, ready, tier ok, not ejected)\n"
+                "# TYPE tierrouter_backend_healthy gauge\n");
     for (size_t i = 0; i < r->n_pools; i++)
         for (size_t k = 0; k < r->pools[i].n; k++) {
             rt_backend *be = r->pools[i].backends[k];
