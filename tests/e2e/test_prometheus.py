@@ -173,12 +173,37 @@ def relabel(rules_, labels):
     return {k: v for k, v in labels.items() if not k.startswith("__")}
 
 
-def pod(name, component, port_name="http", **extra):
+def pod(name, pool, port_name="http", **extra):
     return {"__meta_kubernetes_namespace": "ml", "__meta_kubernetes_pod_name": f"{name}-7d9f",
             "__meta_kubernetes_pod_node_name": "node-1",
             "__meta_kubernetes_pod_label_app_kubernetes_io_name": name,
-            "__meta_kubernetes_pod_label_app_kubernetes_io_component": component,
+            "__meta_kubernetes_pod_label_tierserve_io_pool": pool,
             "__meta_kubernetes_pod_container_port_name": port_name, **extra}
+
+
+def test_shipped_manifests_carry_what_the_kubernetes_jobs_select():
+    """deploy/k8s's pods must have the labels and port name the relabelling keeps, or
+    Prometheus in a cluster would scrape nothing and every worker alert would stay quiet."""
+    jobs = {j["job_name"]: j["relabel_configs"] for j in load_yaml(K8S_CONFIG)["scrape_configs"]}
+    deployments = [d for f in sorted((ROOT / "deploy" / "k8s" / "base").rglob("deployment.yaml"))
+                   for d in [load_yaml(f)] if d and d.get("kind") == "Deployment"]
+    assert deployments
+    seen = set()
+    for d in deployments:
+        tmpl = d["spec"]["template"]
+        meta = {f"__meta_kubernetes_pod_label_{k.replace('.', '_').replace('/', '_').replace('-', '_')}": v
+                for k, v in tmpl["metadata"]["labels"].items()}
+        for c in tmpl["spec"]["containers"]:
+            for port in c.get("ports", []):
+                labels = {"__meta_kubernetes_namespace": "ml", "__meta_kubernetes_pod_name": "p",
+                          "__meta_kubernetes_pod_node_name": "n", **meta,
+                          "__meta_kubernetes_pod_container_port_name": port.get("name", "")}
+                for job, rules in jobs.items():
+                    out = relabel(rules, labels)
+                    if out:
+                        seen.add((job, out.get("pool")))
+    assert {j for j, _ in seen} == set(jobs), seen
+    assert {p for j, p in seen if j == "tierserve-kubernetes"} >= {"cpu", "gpu"}, seen
 
 
 def test_kubernetes_relabelling_gives_the_jobs_the_rules_select():
