@@ -218,6 +218,8 @@ void report_json(const sim_config *c, const char *source, const sim_result *r, F
                 k_kind[p->kind], p->backends, s->served, served(all) ? (double)s->served / (double)served(all) : 0,
                 s->tries, s->retries_in, s->dead_tries, s->dead_tries_in_failover, s->ejections, busy_fraction(c, r, i));
         jlat(out, &s->lat);
+        fputs(", \"last_dead_try_t\": ", out);
+        jnum(out, s->last_dead_try);
         fprintf(out, ", \"cost_per_backend_hour\": %.6g, \"backend_hours\": %.6g, \"cost\": %.6g, \"usage_cost\": %.6g}",
                 p->cost, s->backend_h, s->cost, s->usage_cost);
     }

@@ -427,6 +427,7 @@ static void send_try(sim *s, uint32_t i, uint32_t pi, uint32_t k)
     if (t == 1) s->res->pool[pi].retries_in++;
     if (!b->alive) {
         s->res->pool[pi].dead_tries++;
+        s->res->pool[pi].last_dead_try = s->now;
         if (p->pol && p->st.hard_failover) s->res->pool[pi].dead_tries_in_failover++;
         push(s, s->now + c->connect_fail_s, K_FAIL, job, pi, k, 0);
     } else {
@@ -845,6 +846,7 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
         }
         p->alive = p->cfg->backends;
         p->t_dead = -1;
+        res->pool[i].last_dead_try = -1;
         p->open_failover = -1;
         for (size_t m = 0; m < t->n_models; m++) {
             bool serves = p->cfg->n_models == 0;

@@ -108,6 +108,7 @@ typedef struct {
 
 typedef struct {
     uint64_t served, tries, retries_in, dead_tries, dead_tries_in_failover, ejections;
+    double last_dead_try; /* when the last try went to a dead backend (-1: never) */
     double busy_s;      /* slot-seconds spent serving (work the router abandoned included) */
     double backend_h;   /* backend-hours provisioned: backends x duration */
     double cost, usage_cost; /* backend_h x cost; busy hours (per slot) x cost */

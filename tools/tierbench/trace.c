@@ -432,17 +432,20 @@ int trace_generate(const trace_gen *g, trace *t, char *err, size_t errlen)
     for (size_t i = 0; i < g->n_tenants; i++) intern(t->tenants, &t->n_tenants, g->tenants[i]);
     intern(t->models, &t->n_models, g->model);
     double msum = g->mix[0] + g->mix[1] + g->mix[2];
-    double at = 0;
+    double at = 0, seg = 0; /* fixed spacing: k-th arrival of a segment at seg + k / rate, no drift */
+    uint64_t k = 0;
     while (at < g->duration_s) {
         double next;
         double r = g->rate_rps * rate_factor(g, at, &next);
-        /* memoryless: a gap that crosses a rate change is redrawn from the change on */
-        double gap = g->fixed ? 1.0 / r : -log(1.0 - route_rng_uniform(&rng)) / r;
-        if (at + gap >= next) {
-            at = next;
+        /* Poisson is memoryless: a gap that crosses a rate change is redrawn from the change on */
+        double t_next = g->fixed ? seg + (double)k / r : at - log(1.0 - route_rng_uniform(&rng)) / r;
+        if (t_next >= next) {
+            at = seg = next;
+            k = 0;
             continue;
         }
-        at += gap;
+        at = t_next;
+        k++;
         trace_arrival a = {.t = at, .size = 1};
         double u = route_rng_uniform(&rng) * msum;
         a.prio = u < g->mix[0] ? PRIO_URGENT : u < g->mix[0] + g->mix[1] ? PRIO_NORMAL : PRIO_BATCH;
