@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import subprocess
+import xml.etree.ElementTree as ET
 
 from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env
 
@@ -34,6 +35,9 @@ def test_sim_writes_the_same_bytes_in_every_run(tmp_path):
         assert rc == 0, err
         outs.append([stdout] + [(d / f).read_bytes() for f in ("s.json", "s.csv", "t.csv", "t.svg")])
     assert outs[0] == outs[1]
+    svg = ET.fromstring(outs[0][4])
+    lines = svg.findall("{http://www.w3.org/2000/svg}polyline")
+    assert len(lines) == 4 and all(len(l.get("points").split()) > 200 for l in lines)  # one point per second
     rc, stdout, err = tierbench("sim", "--trace", TRACES / "surge.csv", "--seed", "2")
     assert rc == 0, err
     assert stdout != outs[0][0]

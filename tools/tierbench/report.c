@@ -143,6 +143,7 @@ void report_text(const sim_config *c, const char *source, const sim_result *r, s
     }
     fprintf(out, "retries %" PRIu64 " (denied %" PRIu64 "), ejections %" PRIu64 ", admission queue peak %u\n",
             r->retries, r->retries_denied, r->ejections, r->queue_peak);
+    if (r->timeline_truncated) fprintf(out, "timeline: cut at %d steps (raise --timeline-step)\n", SIM_MAX_TIMELINE);
 }
 
 /* ---- JSON ------------------------------------------------------------------------------- */
