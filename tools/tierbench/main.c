@@ -1,0 +1,271 @@
+/* tierbench: the router's policy on a virtual clock (`sim`) and the traces it replays (`gen`).
+ * Exit codes: 0 done, 64 bad arguments, config or trace, 1 anything else (a file not written). */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report.h"
+#include "sim.h"
+#include "simcfg.h"
+#include "trace.h"
+
+#define EXIT_USAGE 64
+#define MAX_EVENTS_SHOWN 40
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: tierbench sim [--trace FILE | --rate R --duration S ...] [model options] [outputs]\n"
+                 "       tierbench gen [generator options] [--out FILE]\n"
+                 "       tierbench --help\n\n"
+                 "arrivals (sim replays --trace, or generates them like gen):\n"
+                 "  --trace FILE           t_s,priority,tenant,data_class,model,size lines (docs/operate/tuning.md)\n"
+                 "  --rate R               requests per second (default 10)     --duration S  (default 60)\n"
+                 "  --poisson | --fixed    exponential gaps (default) or evenly spaced\n"
+                 "  --surge START:LEN:FACTOR          the rate x FACTOR for LEN seconds (repeatable)\n"
+                 "  --wave START:LEN:PERIOD:HIGH:LOW  the rate x HIGH, then x LOW, each half a PERIOD\n"
+                 "  --mix urgent=0.1,normal=0.7,batch=0.2   --sensitive SHARE (default 0)\n"
+                 "  --tenants a,b   --model NAME (default demo)   --size-max N (sizes 1..N, default 1)\n"
+                 "  --kill T:POOL[:INDEX]  --revive T:POOL[:INDEX]   backend events (every backend without INDEX)\n"
+                 "  --seed N               (gen: the arrivals' seed; sim: every draw)\n\n");
+    fputs(simcfg_help(), out);
+    fprintf(out, "\noutputs (sim): the summary goes to stdout unless --quiet\n"
+                 "  --json FILE   --csv FILE   --timeline FILE (CSV per step)   --svg FILE   (FILE - : stdout)\n"
+                 "  --events N             policy events listed in the summary (default %d)\n"
+                 "outputs (gen): --out FILE (default stdout)\n",
+            MAX_EVENTS_SHOWN);
+}
+
+typedef struct {
+    simcfg cfg;
+    trace_gen gen;
+    bool generate, is_sim;
+    const char *trace_path;
+    const char *json, *csv, *timeline, *svg, *out;
+    bool quiet;
+    size_t max_events;
+} cmd;
+
+static int output_opt(cmd *c, const char *key, const char *value, char *err, size_t errlen)
+{
+    const char **slot = NULL;
+    if (c->is_sim) {
+        if (!strcmp(key, "quiet")) {
+            c->quiet = true;
+            return 0;
+        }
+        if (!strcmp(key, "trace")) slot = &c->trace_path;
+        else if (!strcmp(key, "json")) slot = &c->json;
+        else if (!strcmp(key, "csv")) slot = &c->csv;
+        else if (!strcmp(key, "timeline")) slot = &c->timeline;
+        else if (!strcmp(key, "svg")) slot = &c->svg;
+        else if (!strcmp(key, "events")) {
+            char *end;
+            long v = value ? strtol(value, &end, 10) : -1;
+            if (!value || *end || v < 0 || v > 1000000) {
+                snprintf(err, errlen, "--events: '%.40s' is not 0..1000000", value ? value : "");
+                return -1;
+            }
+            c->max_events = (size_t)v;
+            return 0;
+        }
+    } else if (!strcmp(key, "out")) {
+        slot = &c->out;
+    }
+    if (!slot) return 1;
+    if (!value || !*value) {
+        snprintf(err, errlen, "--%s: needs a file", key);
+        return -1;
+    }
+    *slot = value;
+    return 0;
+}
+
+/* One option, from the command line or a config file. */
+static int apply(void *ctx, const char *key, const char *value, char *err, size_t errlen)
+{
+    cmd *c = ctx;
+    int r = output_opt(c, key, value, err, errlen);
+    if (r <= 0) return r;
+    if (c->is_sim) {
+        r = simcfg_option(&c->cfg, key, value, err, errlen);
+        if (r < 0) return r;
+        if (r == 0) {
+            /* one seed for the whole run: the generated arrivals too */
+            if (!strcmp(key, "seed")) c->gen.seed = c->cfg.sim.seed;
+            return 0;
+        }
+    }
+    r = trace_gen_option(&c->gen, key, value, err, errlen);
+    if (r == 0 && strcmp(key, "seed") != 0) c->generate = true;
+    return r;
+}
+
+static bool is_flag(const char *key) { return !strcmp(key, "fixed") || !strcmp(key, "poisson") || !strcmp(key, "quiet"); }
+
+static int parse(cmd *c, int argc, char **argv, char *err, size_t errlen)
+{
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument '%.100s' (options start with --; see tierbench --help)", a);
+            return -1;
+        }
+        char key[64];
+        const char *value = NULL;
+        const char *eq = strchr(a, '=');
+        size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        if (n == 0 || n >= sizeof key) {
+            snprintf(err, errlen, "unknown option '%.100s' (see tierbench --help)", a);
+            return -1;
+        }
+        memcpy(key, a + 2, n);
+        key[n] = '\0';
+        if (!strcmp(key, "help")) return 1;
+        if (eq) value = eq + 1;
+        else if (!is_flag(key)) {
+            if (i + 1 >= argc) {
+                snprintf(err, errlen, "--%s needs a value", key);
+                return -1;
+            }
+            value = argv[++i];
+        }
+        int r;
+        if (c->is_sim && !strcmp(key, "config")) r = simcfg_file(value, apply, c, err, errlen);
+        else r = apply(c, key, value, err, errlen);
+        if (r > 0) snprintf(err, errlen, "unknown option --%.60s (see tierbench --help)", key);
+        if (r != 0) return -1;
+    }
+    return 0;
+}
+
+/* Writes with fn into path ("-": stdout). */
+static int write_to(const char *path, void (*fn)(const cmd *, const sim_result *, FILE *), const cmd *c,
+                    const sim_result *r)
+{
+    bool std = !strcmp(path, "-");
+    FILE *f = std ? stdout : fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "tierbench: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    fn(c, r, f);
+    int bad = ferror(f);
+    if (std) bad |= fflush(f);
+    else bad |= fclose(f);
+    if (bad) {
+        fprintf(stderr, "tierbench: %s: could not write\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+static char g_source[600]; /* what the arrivals came from, for the reports */
+
+static void w_json(const cmd *c, const sim_result *r, FILE *f) { report_json(&c->cfg.sim, g_source, r, f); }
+static void w_csv(const cmd *c, const sim_result *r, FILE *f) { report_csv(&c->cfg.sim, r, f); }
+static void w_timeline(const cmd *c, const sim_result *r, FILE *f)
+{
+    (void)c;
+    report_timeline_csv(r, f);
+}
+static void w_svg(const cmd *c, const sim_result *r, FILE *f) { report_svg(&c->cfg.sim, r, f); }
+
+static int cmd_sim(cmd *c)
+{
+    char err[1200];
+    trace t;
+    int rc = 0;
+    if (c->trace_path && c->generate) {
+        fprintf(stderr, "tierbench: --trace replays a file; the generator options (--rate, --surge, ...) make one: not both\n");
+        return EXIT_USAGE;
+    }
+    if (c->trace_path) {
+        if (trace_load(c->trace_path, &t, err, sizeof err) != 0) {
+            fprintf(stderr, "tierbench: bad trace: %s\n", err);
+            return EXIT_USAGE;
+        }
+        snprintf(g_source, sizeof g_source, "trace %s", c->trace_path);
+    } else {
+        if (trace_generate(&c->gen, &t, err, sizeof err) != 0) {
+            fprintf(stderr, "tierbench: %s\n", err);
+            return EXIT_USAGE;
+        }
+        snprintf(g_source, sizeof g_source, "generated %s arrivals at %g/s for %g s", c->gen.fixed ? "evenly spaced" : "Poisson",
+                 c->gen.rate_rps, c->gen.duration_s);
+    }
+    sim_result r;
+    if (sim_run(&c->cfg.sim, &t, &r, err, sizeof err) != 0) {
+        fprintf(stderr, "tierbench: %s\n", err);
+        trace_free(&t);
+        return EXIT_USAGE;
+    }
+    if (!c->quiet) report_text(&c->cfg.sim, g_source, &r, c->max_events, stdout);
+    if (c->json && write_to(c->json, w_json, c, &r) != 0) rc = 1;
+    if (c->csv && write_to(c->csv, w_csv, c, &r) != 0) rc = 1;
+    if (c->timeline && write_to(c->timeline, w_timeline, c, &r) != 0) rc = 1;
+    if (c->svg && write_to(c->svg, w_svg, c, &r) != 0) rc = 1;
+    if (fflush(stdout) != 0) rc = 1;
+    sim_result_free(&r);
+    trace_free(&t);
+    return rc;
+}
+
+static int cmd_gen(cmd *c)
+{
+    char err[400];
+    trace t;
+    if (trace_generate(&c->gen, &t, err, sizeof err) != 0) {
+        fprintf(stderr, "tierbench: %s\n", err);
+        return EXIT_USAGE;
+    }
+    bool std = !c->out || !strcmp(c->out, "-");
+    FILE *f = std ? stdout : fopen(c->out, "w");
+    if (!f) {
+        fprintf(stderr, "tierbench: %s: %s\n", c->out, strerror(errno));
+        trace_free(&t);
+        return 1;
+    }
+    trace_write(&t, f);
+    int bad = ferror(f);
+    bad |= std ? fflush(f) : fclose(f);
+    trace_free(&t);
+    if (bad) {
+        fprintf(stderr, "tierbench: %s: could not write\n", std ? "stdout" : c->out);
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? EXIT_USAGE : 0;
+    }
+    static cmd c;
+    simcfg_init(&c.cfg);
+    trace_gen_defaults(&c.gen);
+    c.max_events = MAX_EVENTS_SHOWN;
+    if (!strcmp(argv[1], "sim")) c.is_sim = true;
+    else if (strcmp(argv[1], "gen") != 0) {
+        fprintf(stderr, "tierbench: unknown command '%.100s' (sim or gen; see tierbench --help)\n", argv[1]);
+        return EXIT_USAGE;
+    }
+    char err[1200];
+    int p = parse(&c, argc, argv, err, sizeof err);
+    if (p > 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (p < 0) {
+        fprintf(stderr, "tierbench: %s\n", err);
+        return EXIT_USAGE;
+    }
+    if (c.is_sim && sim_config_check(&c.cfg.sim, err, sizeof err) != 0) {
+        fprintf(stderr, "tierbench: bad config: %s\n", err);
+        return EXIT_USAGE;
+    }
+    return c.is_sim ? cmd_sim(&c) : cmd_gen(&c);
+}

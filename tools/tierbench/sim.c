@@ -1,0 +1,997 @@
+#include "sim.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "latency.h"
+
+#define NONE UINT32_MAX
+#define Z95 1.6448536269514722 /* the standard normal's 95th percentile */
+
+/* ---- config ---------------------------------------------------------------------------- */
+
+void sim_pool_defaults(sim_pool_cfg *p, pool_kind kind)
+{
+    memset(p, 0, sizeof *p);
+    p->kind = kind;
+    p->slots = 1;
+    p->dist = DIST_LOGNORMAL;
+    p->mem_base = -1;
+    if (kind == POOL_GPU) {
+        snprintf(p->name, sizeof p->name, "gpu");
+        p->backends = 2, p->max_in_flight = 32;
+        p->mean_s = 0.045, p->p95_s = 0.080;
+        p->row_cost = 0.1; /* rows batch well on a GPU */
+        p->cost = 8;
+    } else {
+        snprintf(p->name, sizeof p->name, "cpu");
+        p->sensitive_ok = true;
+        p->backends = 4, p->max_in_flight = 8;
+        p->mean_s = 0.200, p->p95_s = 0.400;
+        p->row_cost = 1.0;
+        p->cost = 1;
+    }
+}
+
+void sim_config_defaults(sim_config *c)
+{
+    memset(c, 0, sizeof *c);
+    policy_config_defaults(&c->policy);
+    /* tierrouter's defaults (config/router.sample.yaml) */
+    c->probe_interval_s = 0.250;
+    c->probe_rtt_s = 0.002;
+    c->p95_window_s = 10;
+    c->queue_size = 256;
+    c->queue_timeout_s = 0.200;
+    c->deadline_s[PRIO_URGENT] = 5, c->deadline_s[PRIO_NORMAL] = 15, c->deadline_s[PRIO_BATCH] = 60;
+    c->retry_ratio = 0.2;
+    c->retry_min_concurrency = 3;
+    c->eject_failures = 3;
+    c->eject_base_ms = 1000, c->eject_max_ms = 30000;
+    c->connect_fail_s = 0.0005;
+    c->timeline_step_s = 1;
+    c->seed = 1;
+    sim_pool_defaults(&c->pools[0], POOL_GPU);
+    sim_pool_defaults(&c->pools[1], POOL_CPU);
+    c->n_pools = 2;
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int pool_check(const sim_pool_cfg *p, char *err, size_t errlen)
+{
+    const char *n = p->name;
+    if (!n[0]) return fail(err, errlen, "pool: no name");
+    if (p->backends < 1 || p->backends > SIM_MAX_BACKENDS)
+        return fail(err, errlen, "pool %s: backends %u is not 1..%d", n, p->backends, SIM_MAX_BACKENDS);
+    if (p->max_in_flight < 1 || p->max_in_flight > 4096)
+        return fail(err, errlen, "pool %s: max_in_flight %u is not 1..4096", n, p->max_in_flight);
+    if (p->slots > 4096) return fail(err, errlen, "pool %s: slots %u is not 0..4096", n, p->slots);
+    if (!(p->mean_s > 0) || p->mean_s > 3600) return fail(err, errlen, "pool %s: mean_ms must be in (0, 3600000]", n);
+    if (p->dist == DIST_LOGNORMAL) {
+        /* mean and p95 fix sigma by sigma^2/2 - z95 sigma + ln(p95/mean) = 0: real only up
+         * to p95 = e^(z95^2/2) x mean */
+        double d = log(p->p95_s / p->mean_s);
+        if (!(p->p95_s > p->mean_s) || d > Z95 * Z95 / 2)
+            return fail(err, errlen, "pool %s: a lognormal's p95_ms must be above its mean_ms and at most %.2f x it",
+                        n, exp(Z95 * Z95 / 2));
+    }
+    if (!(p->row_cost >= 0) || p->row_cost > 1000) return fail(err, errlen, "pool %s: row_cost must be in [0, 1000]", n);
+    if (!(p->cost >= 0) || p->cost > 1e6) return fail(err, errlen, "pool %s: cost must be in [0, 1e6]", n);
+    if (p->mem_base >= 0 && (p->mem_base > 1 || !(p->mem_per_job >= 0) || p->mem_per_job > 1))
+        return fail(err, errlen, "pool %s: mem_base must be in [0, 1] (or < 0: unknown) and mem_per_job in [0, 1]", n);
+    return 0;
+}
+
+int sim_config_check(const sim_config *c, char *err, size_t errlen)
+{
+    char perr[256];
+    if (policy_config_check(&c->policy, perr, sizeof perr) != 0) return fail(err, errlen, "policy: %s", perr);
+    if (!(c->probe_interval_s >= 0.001) || c->probe_interval_s > 3600)
+        return fail(err, errlen, "probe_interval_ms must be in [1, 3600000]");
+    if (!(c->probe_rtt_s >= 0) || c->probe_rtt_s >= c->probe_interval_s)
+        return fail(err, errlen, "probe_rtt_ms must be >= 0 and below probe_interval_ms");
+    if (!(c->p95_window_s > 0)) return fail(err, errlen, "p95_window_s must be > 0");
+    if (c->queue_size > 1000000) return fail(err, errlen, "admission queue_size must be at most 1000000");
+    if (!(c->queue_timeout_s >= 0) || c->queue_timeout_s > 3600) return fail(err, errlen, "admission queue_timeout_ms must be in [0, 3600000]");
+    for (int p = 0; p < PRIO_COUNT; p++)
+        if (!(c->deadline_s[p] >= 0.001) || c->deadline_s[p] > 3600)
+            return fail(err, errlen, "deadline_ms.%s must be in [1, 3600000]", trace_prio_name((priority_class)p));
+    if (!(c->per_try_timeout_s >= 0)) return fail(err, errlen, "retry per_try_timeout_ms must be >= 0");
+    if (!(c->retry_ratio >= 0) || c->retry_ratio > 1) return fail(err, errlen, "retry budget_ratio must be in [0, 1]");
+    if (c->eject_failures < 1) return fail(err, errlen, "ejection consecutive_failures must be >= 1");
+    if (!(c->eject_base_ms >= 1) || c->eject_max_ms < c->eject_base_ms)
+        return fail(err, errlen, "ejection base_ms must be >= 1 and max_ms >= base_ms");
+    if (!(c->connect_fail_s >= 0)) return fail(err, errlen, "connect_fail_ms must be >= 0");
+    if (!(c->until_s >= 0) || c->until_s > 7 * 86400.0) return fail(err, errlen, "until must be in [0, 604800] s");
+    if (!(c->timeline_step_s >= 0.01)) return fail(err, errlen, "timeline_step must be >= 0.01 s");
+    if (c->n_pools < 1 || c->n_pools > SIM_MAX_POOLS) return fail(err, errlen, "pools: need 1..%d", SIM_MAX_POOLS);
+    for (size_t i = 0; i < c->n_pools; i++) {
+        if (pool_check(&c->pools[i], err, errlen) != 0) return -1;
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(c->pools[i].name, c->pools[j].name) == 0)
+                return fail(err, errlen, "pool %s: the name is used twice", c->pools[i].name);
+    }
+    return 0;
+}
+
+static const char *const k_outcome[SIM_OUTCOMES] = {"served", "refused", "queue_timeout", "deadline", "failed"};
+static const char *const k_refusal[SIM_REFUSALS] = {"unknown_model", "no_sensitive_pool", "no_backend",
+                                                    "shed_batch", "queue_full"};
+const char *sim_outcome_name(sim_outcome o) { return k_outcome[o]; }
+const char *sim_refusal_name(sim_refusal r) { return k_refusal[r]; }
+
+/* ---- the simulation's state ------------------------------------------------------------ */
+
+enum { K_TICK = 0, K_PROBE, K_DONE, K_FAIL, K_TRY_TIMEOUT, K_QUEUE_TIMEOUT, K_TRACE_EVENT };
+
+typedef struct {
+    double t;
+    uint64_t seq; /* ties go in the order they were scheduled: deterministic */
+    uint32_t kind, id, pool, back, epoch;
+} sev;
+
+enum { ST_NEW = 0, ST_QUEUED, ST_TRY, ST_DONE };
+enum { J_NONE = 0, J_WAITING, J_RUNNING };
+
+/* A request; its two possible tries are jobs 2i and 2i+1 (the worker may still hold a try
+ * the router has given up on). */
+typedef struct {
+    double t0, u, deadline, try_sent, try_left, lat;
+    double jstart[2];
+    uint32_t qnext, wnext[2];
+    uint16_t jpool[2], jback[2];
+    uint16_t first_pool, first_back;
+    uint8_t jstate[2];
+    uint8_t state, ntries, outcome;
+    int8_t served_pool;
+    bool retried;
+} sreq;
+
+typedef struct {
+    bool alive, seen_live;
+    double ejected_until;
+    unsigned ejections, consec_fail, in_flight, running, waiting;
+    uint32_t qhead, qtail; /* the worker's FIFO of job ids */
+    uint32_t epoch;        /* bumped at each kill: completions from before it are void */
+    double reported_queue, reported_mem;
+} sback;
+
+typedef struct {
+    const sim_pool_cfg *cfg;
+    unsigned slots;
+    double mu, sigma;
+    sback *b;
+    route_backend *view;
+    size_t cursor;
+    lat_ring lat;
+    policy *pol; /* GPU pools only, as in the router */
+    policy_state st;
+    pool_signals sig;
+    bool serves[TRACE_MAX_NAMES];
+    unsigned alive;
+    double t_dead;
+    long open_failover; /* index into failovers, -1: none */
+} spool;
+
+typedef struct {
+    const sim_config *c;
+    const trace *tr;
+    sim_result *res;
+    spool *pools;
+    size_t np;
+    sreq *rq;
+    size_t n, next;
+    sev *heap;
+    size_t hn, hcap;
+    uint64_t seq;
+    route_rng rng_route, rng_svc;
+    double now, end_at;
+    unsigned active, retries_active;
+    uint32_t admq_head[2], admq_tail[2];
+    unsigned admq_len;
+    size_t unfinished;
+    size_t ev_cap, tl_cap;
+    bool *ticked;
+    bool oom;
+} sim;
+
+/* ---- the event heap ---------------------------------------------------------------------- */
+
+static bool before(const sev *a, const sev *b) { return a->t < b->t || (a->t == b->t && a->seq < b->seq); }
+
+static void push(sim *s, double t, uint32_t kind, uint32_t id, uint32_t pool, uint32_t back, uint32_t epoch)
+{
+    if (s->hn == s->hcap) {
+        /* bounded by the trace: a few events per request, one per backend, ticks */
+        size_t cap = s->hcap ? s->hcap * 2 : 1024;
+        sev *h = realloc(s->heap, cap * sizeof *h);
+        if (!h) {
+            s->oom = true;
+            return;
+        }
+        s->heap = h;
+        s->hcap = cap;
+    }
+    sev e = {t, s->seq++, kind, id, pool, back, epoch};
+    size_t i = s->hn++;
+    while (i > 0 && before(&e, &s->heap[(i - 1) / 2])) {
+        s->heap[i] = s->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    s->heap[i] = e;
+}
+
+static sev pop(sim *s)
+{
+    sev top = s->heap[0];
+    sev last = s->heap[--s->hn];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        const sev *best = &last;
+        if (l < s->hn && before(&s->heap[l], best)) m = l, best = &s->heap[l];
+        if (l + 1 < s->hn && before(&s->heap[l + 1], best)) m = l + 1;
+        if (m == i) break;
+        s->heap[i] = s->heap[m];
+        i = m;
+    }
+    if (s->hn) s->heap[i] = last;
+    return top;
+}
+
+/* ---- the modelled backends ----------------------------------------------------------------- */
+
+static double draw_service(sim *s, const spool *p, uint32_t size)
+{
+    double u = route_rng_uniform(&s->rng_svc);
+    double x;
+    if (p->cfg->dist == DIST_EXP) {
+        x = -p->cfg->mean_s * log(1.0 - u);
+    } else {
+        double v = route_rng_uniform(&s->rng_svc);
+        double z = sqrt(-2.0 * log(1.0 - u)) * cos(2.0 * M_PI * v); /* Box-Muller */
+        x = exp(p->mu + p->sigma * z);
+    }
+    return x * (1.0 + p->cfg->row_cost * (double)(size - 1));
+}
+
+static double mem_of(const spool *p, const sback *b)
+{
+    if (p->cfg->mem_base < 0) return -1;
+    double m = p->cfg->mem_base + p->cfg->mem_per_job * (double)(b->running + b->waiting);
+    return m > 1 ? 1 : m;
+}
+
+static void worker_start(sim *s, uint32_t pi, uint32_t k, uint32_t job)
+{
+    spool *p = &s->pools[pi];
+    sback *b = &p->b[k];
+    sreq *r = &s->rq[job / 2];
+    unsigned t = job % 2;
+    b->running++;
+    r->jstate[t] = J_RUNNING;
+    r->jstart[t] = s->now;
+    push(s, s->now + draw_service(s, p, s->tr->a[job / 2].size), K_DONE, job, pi, k, b->epoch);
+}
+
+static void worker_accept(sim *s, uint32_t pi, uint32_t k, uint32_t job)
+{
+    spool *p = &s->pools[pi];
+    sback *b = &p->b[k];
+    sreq *r = &s->rq[job / 2];
+    if (b->running < p->slots) {
+        worker_start(s, pi, k, job);
+        return;
+    }
+    r->jstate[job % 2] = J_WAITING;
+    r->wnext[job % 2] = NONE;
+    if (b->qtail == NONE) b->qhead = job;
+    else s->rq[b->qtail / 2].wnext[b->qtail % 2] = job;
+    b->qtail = job;
+    b->waiting++;
+}
+
+/* A slot freed: the worker's queue head runs. */
+static void worker_next(sim *s, uint32_t pi, uint32_t k)
+{
+    sback *b = &s->pools[pi].b[k];
+    if (b->qhead == NONE || b->running >= s->pools[pi].slots) return;
+    uint32_t job = b->qhead;
+    b->qhead = s->rq[job / 2].wnext[job % 2];
+    if (b->qhead == NONE) b->qtail = NONE;
+    b->waiting--;
+    worker_start(s, pi, k, job);
+}
+
+/* ---- the router, as src/router/proxy.c carries route.h's decisions out ------------------ */
+
+static bool healthy(const sback *b, double now) { return b->seen_live && now >= b->ejected_until; }
+
+/* rt_route_view: every pool as route.h sees it for a request of this model now. */
+static void view_of(sim *s, uint8_t model, route_pool *v)
+{
+    for (size_t i = 0; i < s->np; i++) {
+        spool *p = &s->pools[i];
+        for (unsigned k = 0; k < p->cfg->backends; k++) {
+            p->view[k].healthy = healthy(&p->b[k], s->now);
+            p->view[k].in_flight = p->b[k].in_flight;
+        }
+        v[i] = (route_pool){.kind = p->cfg->kind,
+                            .sensitive_ok = p->cfg->sensitive_ok,
+                            .serves = p->serves[model],
+                            .max_in_flight = p->cfg->max_in_flight,
+                            .pool_max_in_flight = p->cfg->pool_max_in_flight,
+                            .st = p->pol ? &p->st : NULL,
+                            .backends = p->view,
+                            .n = p->cfg->backends};
+    }
+}
+
+static route_req req_of(const sim *s, uint32_t i)
+{
+    const trace_arrival *a = &s->tr->a[i];
+    return (route_req){(priority_class)a->prio, a->sensitive};
+}
+
+/* The step of the timeline t falls in (grown on demand; past SIM_MAX_TIMELINE nothing). */
+static sim_tl_row *tl_row(sim *s, double t)
+{
+    sim_result *res = s->res;
+    size_t k = (size_t)(t / s->c->timeline_step_s);
+    if (k >= SIM_MAX_TIMELINE) {
+        res->timeline_truncated = true;
+        return NULL;
+    }
+    if (k >= s->tl_cap) {
+        size_t cap = s->tl_cap ? s->tl_cap : 1024;
+        while (cap <= k) cap *= 2;
+        if (cap > SIM_MAX_TIMELINE) cap = SIM_MAX_TIMELINE;
+        sim_tl_row *rows = realloc(res->timeline, cap * sizeof *rows);
+        bool *ticked = realloc(s->ticked, cap * sizeof *ticked);
+        if (rows) res->timeline = rows;
+        if (ticked) s->ticked = ticked;
+        if (!rows || !ticked) {
+            s->oom = true;
+            return NULL;
+        }
+        memset(rows + s->tl_cap, 0, (cap - s->tl_cap) * sizeof *rows);
+        memset(ticked + s->tl_cap, 0, (cap - s->tl_cap) * sizeof *ticked);
+        s->tl_cap = cap;
+    }
+    if (k >= res->n_timeline) res->n_timeline = k + 1;
+    return &res->timeline[k];
+}
+
+static void admission_drain(sim *s);
+
+static void finish(sim *s, uint32_t i, sim_outcome o, int refusal)
+{
+    sreq *r = &s->rq[i];
+    const trace_arrival *a = &s->tr->a[i];
+    r->state = ST_DONE;
+    r->outcome = (uint8_t)o;
+    sim_prio_stats *ps[2] = {&s->res->prio[a->prio], &s->res->prio[PRIO_COUNT]};
+    for (int j = 0; j < 2; j++) {
+        ps[j]->outcome[o]++;
+        if (o == SIM_REFUSED) ps[j]->refused[refusal]++;
+        if (o == SIM_SERVED) ps[j]->served_by_pool[r->served_pool]++;
+    }
+    sim_tl_row *row = tl_row(s, s->now);
+    if (row && o == SIM_SERVED) {
+        if (s->pools[r->served_pool].cfg->kind == POOL_GPU) row->served_gpu++;
+        else row->served_cpu++;
+    } else if (row) {
+        row->lost++;
+    }
+    s->active--;
+    s->unfinished--;
+    admission_drain(s); /* a slot may have freed up */
+}
+
+static void send_try(sim *s, uint32_t i, uint32_t pi, uint32_t k)
+{
+    const sim_config *c = s->c;
+    sreq *r = &s->rq[i];
+    spool *p = &s->pools[pi];
+    sback *b = &p->b[k];
+    /* a try that hangs must leave time for the retry: the first gets per_try_timeout, or
+     * half of what is left, the retry all that remains */
+    double left = r->deadline - s->now;
+    if (r->ntries == 0) {
+        double per_try = c->per_try_timeout_s > 0 ? c->per_try_timeout_s : left / 2;
+        if (per_try < left) left = per_try;
+    }
+    if (left < 0.001) left = 0.001;
+    r->try_sent = s->now;
+    r->try_left = left;
+    unsigned t = r->ntries++;
+    uint32_t job = 2 * i + t;
+    r->jpool[t] = (uint16_t)pi;
+    r->jback[t] = (uint16_t)k;
+    r->jstate[t] = J_NONE;
+    r->state = ST_TRY;
+    if (t == 0) r->first_pool = (uint16_t)pi, r->first_back = (uint16_t)k;
+    b->in_flight++;
+    s->res->pool[pi].tries++;
+    if (t == 1) s->res->pool[pi].retries_in++;
+    if (!b->alive) {
+        s->res->pool[pi].dead_tries++;
+        s->res->pool[pi].last_dead_try = s->now;
+        if (p->pol && p->st.hard_failover) s->res->pool[pi].dead_tries_in_failover++;
+        push(s, s->now + c->connect_fail_s, K_FAIL, job, pi, k, 0);
+    } else {
+        worker_accept(s, pi, k, job);
+    }
+    push(s, s->now + left, K_TRY_TIMEOUT, job, pi, k, 0);
+}
+
+/* send_by_plan: the first pool in the plan's order that can take the request gets it, on
+ * the backend route_pick_backend() names (never the avoided one). */
+static bool send_by_plan(sim *s, uint32_t i, const route_pool *view, const route_plan *plan, int avoid_pool,
+                         int avoid_back, bool retry)
+{
+    for (size_t j = 0; j < plan->n_order; j++) {
+        size_t pi = plan->order[j];
+        const route_pool *v = &view[pi];
+        if (!route_pool_can_take(v)) continue;
+        int av = (int)pi == avoid_pool ? avoid_back : -1;
+        int k = route_pick_backend(v, av, &s->pools[pi].cursor);
+        if (k < 0) continue;
+        if (retry) {
+            s->rq[i].retried = true;
+            s->res->retries++;
+            s->retries_active++;
+        }
+        send_try(s, i, (uint32_t)pi, (uint32_t)k);
+        return true;
+    }
+    return false;
+}
+
+static bool dispatch(sim *s, uint32_t i)
+{
+    route_pool view[SIM_MAX_POOLS];
+    view_of(s, s->tr->a[i].model, view);
+    route_req rq = req_of(s, i);
+    route_plan plan;
+    route_plan_request(view, s->np, &rq, s->rq[i].u, &plan);
+    return plan.verdict == ROUTE_GO && send_by_plan(s, i, view, &plan, -1, -1, false);
+}
+
+static void queue_remove(sim *s, uint32_t i)
+{
+    for (int q = 0; q < 2; q++) {
+        uint32_t prev = NONE;
+        for (uint32_t cur = s->admq_head[q]; cur != NONE; prev = cur, cur = s->rq[cur].qnext) {
+            if (cur != i) continue;
+            if (prev == NONE) s->admq_head[q] = s->rq[cur].qnext;
+            else s->rq[prev].qnext = s->rq[cur].qnext;
+            if (s->admq_tail[q] == cur) s->admq_tail[q] = prev;
+            s->admq_len--;
+            return;
+        }
+    }
+}
+
+/* A slot freed up somewhere: the queue's head gets it, urgent first; the first that still
+ * finds no room stops the drain (proxy.c admission_drain). */
+static void admission_drain(sim *s)
+{
+    for (int q = 0; q < 2; q++) {
+        while (s->admq_head[q] != NONE) {
+            uint32_t i = s->admq_head[q];
+            if (!dispatch(s, i)) return;
+            queue_remove(s, i);
+        }
+    }
+}
+
+static void admit(sim *s, uint32_t i)
+{
+    if (dispatch(s, i)) return;
+    priority_class prio = (priority_class)s->tr->a[i].prio;
+    switch (route_admission(prio, s->admq_len, s->c->queue_size)) {
+    case ADMIT_SHED_BATCH:
+        finish(s, i, SIM_REFUSED, SIM_REF_SHED_BATCH);
+        return;
+    case ADMIT_QUEUE_FULL:
+        finish(s, i, SIM_REFUSED, SIM_REF_QUEUE_FULL);
+        return;
+    case ADMIT_QUEUE:
+        break;
+    }
+    int q = prio == PRIO_URGENT ? 0 : 1;
+    sreq *r = &s->rq[i];
+    r->state = ST_QUEUED;
+    r->qnext = NONE;
+    if (s->admq_tail[q] == NONE) s->admq_head[q] = i;
+    else s->rq[s->admq_tail[q]].qnext = i;
+    s->admq_tail[q] = i;
+    if (++s->admq_len > s->res->queue_peak) s->res->queue_peak = s->admq_len;
+    double wait = s->c->queue_timeout_s, left = r->deadline - s->now;
+    if (left < wait) wait = left > 0 ? left : 0;
+    push(s, s->now + wait, K_QUEUE_TIMEOUT, i, 0, 0, 0);
+}
+
+/* rt_proxy_route: one draw per request, kept if it has to wait. */
+static void arrive(sim *s, uint32_t i)
+{
+    const trace_arrival *a = &s->tr->a[i];
+    sreq *r = &s->rq[i];
+    r->t0 = s->now;
+    r->deadline = s->now + s->c->deadline_s[a->prio];
+    r->served_pool = -1;
+    r->qnext = NONE;
+    r->wnext[0] = r->wnext[1] = NONE;
+    s->active++;
+    s->unfinished++;
+    s->res->prio[a->prio].arrivals++;
+    s->res->prio[PRIO_COUNT].arrivals++;
+    sim_tl_row *row = tl_row(s, s->now);
+    if (row) row->arrivals++;
+    route_pool view[SIM_MAX_POOLS];
+    view_of(s, a->model, view);
+    route_req rq = req_of(s, i);
+    r->u = route_rng_uniform(&s->rng_route);
+    route_plan plan;
+    route_plan_request(view, s->np, &rq, r->u, &plan);
+    switch (plan.verdict) {
+    case ROUTE_GO:
+        admit(s, i);
+        return;
+    case ROUTE_UNKNOWN_MODEL:
+        finish(s, i, SIM_REFUSED, SIM_REF_UNKNOWN_MODEL);
+        return;
+    case ROUTE_NO_SENSITIVE_POOL:
+        finish(s, i, SIM_REFUSED, SIM_REF_NO_SENSITIVE_POOL);
+        return;
+    case ROUTE_SHED_BATCH:
+        finish(s, i, SIM_REFUSED, SIM_REF_SHED_BATCH);
+        return;
+    case ROUTE_NO_BACKEND:
+        finish(s, i, SIM_REFUSED, SIM_REF_NO_BACKEND);
+        return;
+    }
+}
+
+/* rt_backend_result: consecutive failures eject for a time that doubles with each ejection. */
+static void backend_result(sim *s, uint32_t pi, uint32_t k, bool ok)
+{
+    sback *b = &s->pools[pi].b[k];
+    if (ok) {
+        b->consec_fail = 0;
+        return;
+    }
+    if (++b->consec_fail < s->c->eject_failures) return;
+    if (s->now < b->ejected_until) return;
+    b->ejections++;
+    b->ejected_until = s->now + route_ejection_ms(b->ejections, s->c->eject_base_ms, s->c->eject_max_ms) / 1e3;
+    s->res->pool[pi].ejections++;
+    s->res->ejections++;
+    b->consec_fail = 0;
+}
+
+/* try_again: once more elsewhere (a failed connection always; a timeout within the retry
+ * budget), else 502, or 504 when the deadline or the try's time ran out. */
+static void try_again(sim *s, uint32_t i, bool exempt, bool timed_out)
+{
+    sreq *r = &s->rq[i];
+    const sim_config *c = s->c;
+    if (!r->retried && s->now < r->deadline &&
+        (exempt || route_retry_allowed(c->retry_ratio, c->retry_min_concurrency, s->active, s->retries_active))) {
+        route_pool view[SIM_MAX_POOLS];
+        view_of(s, s->tr->a[i].model, view);
+        route_req rq = req_of(s, i);
+        route_plan plan;
+        route_plan_retry(view, s->np, &rq, r->jpool[r->ntries - 1], &plan);
+        if (send_by_plan(s, i, view, &plan, r->first_pool, r->first_back, true)) return;
+        if (!r->retried) s->res->retries_denied++;
+    }
+    double slack = r->try_left * 0.2 > 0.002 ? r->try_left * 0.2 : 0.002;
+    bool timeout = timed_out || s->now >= r->deadline || s->now - r->try_sent >= r->try_left - slack;
+    finish(s, i, timeout ? SIM_DEADLINE : SIM_FAILED, 0);
+}
+
+/* Is job the request's current try, still awaited? */
+static bool current(const sim *s, uint32_t job)
+{
+    const sreq *r = &s->rq[job / 2];
+    return r->state == ST_TRY && r->ntries == job % 2 + 1;
+}
+
+/* The router stops waiting for a try: its in-flight count and retry count drop. */
+static void try_ended(sim *s, uint32_t job)
+{
+    sreq *r = &s->rq[job / 2];
+    unsigned t = job % 2;
+    s->pools[r->jpool[t]].b[r->jback[t]].in_flight--;
+    if (r->retried) s->retries_active--;
+}
+
+static void on_done(sim *s, const sev *e)
+{
+    spool *p = &s->pools[e->pool];
+    sback *b = &p->b[e->back];
+    if (e->epoch != b->epoch) return; /* the backend was killed while it ran */
+    uint32_t i = e->id / 2;
+    sreq *r = &s->rq[i];
+    b->running--;
+    r->jstate[e->id % 2] = J_NONE;
+    s->res->pool[e->pool].busy_s += s->now - r->jstart[e->id % 2];
+    worker_next(s, e->pool, e->back);
+    if (!current(s, e->id)) return; /* the router gave up on this try: work wasted */
+    try_ended(s, e->id);
+    backend_result(s, e->pool, e->back, true);
+    r->lat = s->now - r->t0;
+    ring_add(&p->lat, s->now, r->lat);
+    r->served_pool = (int8_t)e->pool;
+    s->res->pool[e->pool].served++;
+    finish(s, i, SIM_SERVED, 0);
+}
+
+/* A try on a dead backend: connection refused, or reset when it died mid-request. */
+static void on_fail(sim *s, const sev *e)
+{
+    if (!current(s, e->id)) return;
+    try_ended(s, e->id);
+    backend_result(s, e->pool, e->back, false);
+    try_again(s, e->id / 2, true, false);
+}
+
+static void on_try_timeout(sim *s, const sev *e)
+{
+    if (!current(s, e->id)) return;
+    try_ended(s, e->id);
+    backend_result(s, e->pool, e->back, false);
+    try_again(s, e->id / 2, false, true);
+}
+
+static void on_queue_timeout(sim *s, const sev *e)
+{
+    if (s->rq[e->id].state != ST_QUEUED) return;
+    queue_remove(s, e->id);
+    finish(s, e->id, SIM_QUEUE_TIMEOUT, 0);
+}
+
+/* The probe's answer: what the router believes until the next one. */
+static void on_probe(sim *s, const sev *e)
+{
+    spool *p = &s->pools[e->pool];
+    sback *b = &p->b[e->back];
+    b->seen_live = b->alive;
+    if (!b->alive) return;
+    b->reported_queue = b->waiting;
+    b->reported_mem = mem_of(p, b);
+}
+
+static void kill_backend(sim *s, uint32_t pi, uint32_t k)
+{
+    spool *p = &s->pools[pi];
+    sback *b = &p->b[k];
+    if (!b->alive) return;
+    b->alive = false;
+    b->epoch++;
+    if (--p->alive == 0) p->t_dead = s->now;
+    /* every job it held is gone; the router sees a reset on those it still waits for */
+    for (size_t i = 0; i < s->next; i++) {
+        sreq *r = &s->rq[i];
+        for (uint32_t t = 0; t < r->ntries; t++) {
+            if (r->jstate[t] == J_NONE || r->jpool[t] != pi || r->jback[t] != k) continue;
+            if (r->jstate[t] == J_RUNNING) s->res->pool[pi].busy_s += s->now - r->jstart[t];
+            r->jstate[t] = J_NONE;
+            uint32_t job = (uint32_t)(2 * i + t);
+            if (current(s, job)) push(s, s->now, K_FAIL, job, pi, k, 0);
+        }
+    }
+    b->running = b->waiting = 0;
+    b->qhead = b->qtail = NONE;
+}
+
+static void on_trace_event(sim *s, const sev *e)
+{
+    const trace_event *ev = &s->tr->ev[e->id];
+    spool *p = &s->pools[e->pool];
+    for (unsigned k = 0; k < p->cfg->backends; k++) {
+        if (ev->backend >= 0 && (unsigned)ev->backend != k) continue;
+        if (ev->kill) {
+            kill_backend(s, e->pool, k);
+        } else if (!p->b[k].alive) {
+            p->b[k].alive = true;
+            p->alive++;
+        }
+    }
+}
+
+/* The most escalated GPU pool (highest stage, then hard failover), or -1. */
+static long lead_gpu(const sim *s)
+{
+    long best = -1;
+    for (size_t i = 0; i < s->np; i++) {
+        const spool *p = &s->pools[i];
+        if (!p->pol) continue;
+        if (best < 0) {
+            best = (long)i;
+            continue;
+        }
+        const spool *q = &s->pools[best];
+        if (p->st.stage > q->st.stage || (p->st.stage == q->st.stage && p->st.hard_failover && !q->st.hard_failover))
+            best = (long)i;
+    }
+    return best;
+}
+
+static void record_events(sim *s, size_t pi)
+{
+    spool *p = &s->pools[pi];
+    sim_result *res = s->res;
+    for (size_t j = 0; j < p->st.n_events; j++) {
+        const policy_event *ev = &p->st.events[j];
+        if (ev->kind == EV_STAGE_UP) res->stage_ups++;
+        if (ev->kind == EV_STAGE_DOWN) res->stage_downs++;
+        if (ev->kind == EV_HARD_FAILOVER && res->n_failovers < SIM_MAX_FAILOVERS) {
+            sim_failover *f = &res->failovers[res->n_failovers];
+            f->pool = pi;
+            f->t_dead = p->alive == 0 ? p->t_dead : -1;
+            f->t_failover = s->now;
+            f->t_recovered = -1;
+            p->open_failover = (long)res->n_failovers++;
+        }
+        if (ev->kind == EV_GPU_RECOVERED && p->open_failover >= 0) {
+            res->failovers[p->open_failover].t_recovered = s->now;
+            p->open_failover = -1;
+        }
+        if (res->n_events == s->ev_cap) {
+            size_t cap = s->ev_cap ? s->ev_cap * 2 : 64;
+            sim_event_rec *recs = cap <= SIM_MAX_EVENT_RECORDS ? realloc(res->events, cap * sizeof *recs) : NULL;
+            if (!recs) {
+                res->events_dropped++;
+                continue;
+            }
+            res->events = recs;
+            s->ev_cap = cap;
+        }
+        res->events[res->n_events++] = (sim_event_rec){s->now, pi, *ev};
+    }
+}
+
+/* on_tick: probes go out (answers land probe_rtt later); each GPU pool's policy ticks on
+ * what the router knows now. */
+static void on_tick(sim *s)
+{
+    const sim_config *c = s->c;
+    s->res->ticks++;
+    for (size_t i = 0; i < s->np; i++)
+        for (unsigned k = 0; k < s->pools[i].cfg->backends; k++)
+            push(s, s->now + c->probe_rtt_s, K_PROBE, 0, (uint32_t)i, k, 0);
+    for (size_t i = 0; i < s->np; i++) {
+        spool *p = &s->pools[i];
+        if (!p->pol) continue;
+        route_signal_backend v[SIM_MAX_BACKENDS];
+        for (unsigned k = 0; k < p->cfg->backends; k++) {
+            const sback *b = &p->b[k];
+            v[k] = (route_signal_backend){.live = b->seen_live,
+                                          .healthy = healthy(b, s->now),
+                                          .worker_queue = b->reported_queue,
+                                          .in_flight = b->in_flight,
+                                          .gpu_mem = b->seen_live ? b->reported_mem : -1};
+        }
+        double p95 = ring_p95(&p->lat, s->now, c->p95_window_s);
+        route_pool_signals(v, p->cfg->backends, p95 < 0 ? -1 : p95 * 1e3, &p->sig);
+        policy_tick(p->pol, &p->sig, s->now, &p->st);
+        record_events(s, i);
+    }
+    long lead = lead_gpu(s);
+    sim_tl_row *row = tl_row(s, s->now);
+    if (row && lead >= 0) {
+        const spool *p = &s->pools[lead];
+        row->p95_ms = p->sig.value[SIG_P95];
+        row->queue = p->sig.value[SIG_QUEUE];
+        row->stage = (uint8_t)p->st.stage;
+        row->pressure = p->st.pressure;
+        row->hard = p->st.hard_failover;
+        s->ticked[row - s->res->timeline] = true;
+    }
+    s->res->duration_s = s->now;
+    if (s->next < s->n || s->unfinished > 0 || s->now + c->probe_interval_s <= s->end_at)
+        push(s, s->now + c->probe_interval_s, K_TICK, 0, 0, 0, 0);
+}
+
+/* ---- setup, the loop, the figures ------------------------------------------------------ */
+
+static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, char *err, size_t errlen)
+{
+    s->c = c;
+    s->tr = t;
+    s->res = res;
+    s->np = c->n_pools;
+    s->n = t->n;
+    s->admq_head[0] = s->admq_head[1] = s->admq_tail[0] = s->admq_tail[1] = NONE;
+    route_rng_seed(&s->rng_route, c->seed);
+    /* a stream of its own for service times: a routing change does not reshuffle them */
+    route_rng_seed(&s->rng_svc, c->seed ^ 0x5deece66dULL);
+    s->pools = calloc(s->np, sizeof *s->pools);
+    s->rq = calloc(t->n ? t->n : 1, sizeof *s->rq);
+    if (!s->pools || !s->rq) return fail(err, errlen, "out of memory for %zu requests", t->n);
+    policy_config pc = c->policy;
+    for (size_t i = 0; i < s->np; i++) {
+        spool *p = &s->pools[i];
+        p->cfg = &c->pools[i];
+        p->slots = p->cfg->slots ? p->cfg->slots : p->cfg->max_in_flight;
+        if (p->cfg->dist == DIST_LOGNORMAL) {
+            double d = log(p->cfg->p95_s / p->cfg->mean_s);
+            p->sigma = Z95 - sqrt(Z95 * Z95 - 2 * d);
+            p->mu = log(p->cfg->mean_s) - p->sigma * p->sigma / 2;
+        }
+        p->b = calloc(p->cfg->backends, sizeof *p->b);
+        p->view = calloc(p->cfg->backends, sizeof *p->view);
+        if (!p->b || !p->view) return fail(err, errlen, "out of memory for pool %s", p->cfg->name);
+        if (p->cfg->kind == POOL_GPU && !(p->pol = policy_create(&pc))) return fail(err, errlen, "out of memory");
+        /* a router that has been up a while: every backend probed, healthy, idle */
+        for (unsigned k = 0; k < p->cfg->backends; k++) {
+            sback *b = &p->b[k];
+            b->alive = b->seen_live = true;
+            b->qhead = b->qtail = NONE;
+            b->reported_mem = mem_of(p, b);
+        }
+        p->alive = p->cfg->backends;
+        p->t_dead = -1;
+        res->pool[i].last_dead_try = -1;
+        p->open_failover = -1;
+        for (size_t m = 0; m < t->n_models; m++) {
+            bool serves = p->cfg->n_models == 0;
+            for (size_t j = 0; j < p->cfg->n_models; j++) serves |= strcmp(p->cfg->models[j], t->models[m]) == 0;
+            p->serves[m] = serves;
+        }
+    }
+    for (size_t e = 0; e < t->n_ev; e++) {
+        const trace_event *ev = &t->ev[e];
+        size_t pi = 0;
+        while (pi < s->np && strcmp(c->pools[pi].name, ev->pool) != 0) pi++;
+        if (pi == s->np) return fail(err, errlen, "trace event at t=%g: no pool named '%s'", ev->t, ev->pool);
+        if (ev->backend >= 0 && (unsigned)ev->backend >= c->pools[pi].backends)
+            return fail(err, errlen, "trace event at t=%g: pool %s has %u backends, no index %d", ev->t, ev->pool,
+                        c->pools[pi].backends, ev->backend);
+        push(s, ev->t, K_TRACE_EVENT, (uint32_t)e, (uint32_t)pi, 0, 0);
+    }
+    s->end_at = trace_span(t) > c->until_s ? trace_span(t) : c->until_s;
+    res->span_s = trace_span(t);
+    res->n_pools = s->np;
+    push(s, c->probe_interval_s, K_TICK, 0, 0, 0, 0);
+    if (s->oom) return fail(err, errlen, "out of memory");
+    return 0;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank quantiles of x[0..n) (sorted here). */
+static void lat_of(double *x, size_t n, sim_lat *out)
+{
+    out->count = n;
+    out->mean = out->p50 = out->p95 = out->p99 = out->max = -1;
+    if (!n) return;
+    qsort(x, n, sizeof *x, cmp_d);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += x[i];
+    out->mean = sum / (double)n;
+    const double q[3] = {0.50, 0.95, 0.99};
+    double *dst[3] = {&out->p50, &out->p95, &out->p99};
+    for (int j = 0; j < 3; j++) {
+        double r = ceil(q[j] * (double)n - 1e-9);
+        size_t k = r < 1 ? 0 : (size_t)r - 1;
+        *dst[j] = x[k < n ? k : n - 1];
+    }
+    out->max = x[n - 1];
+}
+
+static int figures(sim *s, char *err, size_t errlen)
+{
+    sim_result *res = s->res;
+    double *x = malloc((s->n ? s->n : 1) * sizeof *x);
+    if (!x) return fail(err, errlen, "out of memory");
+    for (int p = 0; p <= PRIO_COUNT; p++) {
+        size_t m = 0;
+        for (size_t i = 0; i < s->n; i++)
+            if (s->rq[i].outcome == SIM_SERVED && s->rq[i].state == ST_DONE && (p == PRIO_COUNT || s->tr->a[i].prio == p))
+                x[m++] = s->rq[i].lat;
+        lat_of(x, m, &res->prio[p].lat);
+    }
+    for (size_t pi = 0; pi < s->np; pi++) {
+        size_t m = 0;
+        for (size_t i = 0; i < s->n; i++)
+            if (s->rq[i].state == ST_DONE && s->rq[i].served_pool == (int8_t)pi) x[m++] = s->rq[i].lat;
+        sim_pool_stats *ps = &res->pool[pi];
+        lat_of(x, m, &ps->lat);
+        const sim_pool_cfg *pc = s->pools[pi].cfg;
+        ps->backend_h = pc->backends * res->duration_s / 3600;
+        ps->cost = ps->backend_h * pc->cost;
+        ps->usage_cost = ps->busy_s / s->pools[pi].slots / 3600 * pc->cost;
+    }
+    free(x);
+    /* a step without a tick shows the policy as the last tick left it */
+    for (size_t k = 0; k < res->n_timeline; k++) {
+        sim_tl_row *row = &res->timeline[k];
+        row->t = (double)k * s->c->timeline_step_s;
+        if (s->ticked[k]) continue;
+        if (k == 0) {
+            row->p95_ms = row->queue = -1;
+            continue;
+        }
+        row->p95_ms = res->timeline[k - 1].p95_ms;
+        row->queue = res->timeline[k - 1].queue;
+        row->stage = res->timeline[k - 1].stage;
+        row->pressure = res->timeline[k - 1].pressure;
+        row->hard = res->timeline[k - 1].hard;
+    }
+    return 0;
+}
+
+static void teardown(sim *s)
+{
+    for (size_t i = 0; s->pools && i < s->np; i++) {
+        free(s->pools[i].b);
+        free(s->pools[i].view);
+        policy_destroy(s->pools[i].pol);
+    }
+    free(s->pools);
+    free(s->rq);
+    free(s->heap);
+    free(s->ticked);
+}
+
+int sim_run(const sim_config *c, const trace *t, sim_result *res, char *err, size_t errlen)
+{
+    memset(res, 0, sizeof *res);
+    if (sim_config_check(c, err, errlen) != 0) return -1;
+    sim s = {0};
+    int rc = setup(&s, c, t, res, err, errlen);
+    while (rc == 0) {
+        bool arrival = s.next < s.n;
+        if (!arrival && s.hn == 0) break;
+        if (arrival && (s.hn == 0 || t->a[s.next].t < s.heap[0].t)) {
+            s.now = t->a[s.next].t;
+            arrive(&s, (uint32_t)s.next++);
+        } else {
+            sev e = pop(&s);
+            s.now = e.t;
+            switch (e.kind) {
+            case K_TICK: on_tick(&s); break;
+            case K_PROBE: on_probe(&s, &e); break;
+            case K_DONE: on_done(&s, &e); break;
+            case K_FAIL: on_fail(&s, &e); break;
+            case K_TRY_TIMEOUT: on_try_timeout(&s, &e); break;
+            case K_QUEUE_TIMEOUT: on_queue_timeout(&s, &e); break;
+            case K_TRACE_EVENT: on_trace_event(&s, &e); break;
+            default: break;
+            }
+        }
+        if (s.oom) rc = fail(err, errlen, "out of memory");
+    }
+    if (rc == 0) rc = figures(&s, err, errlen);
+    teardown(&s);
+    if (rc != 0) sim_result_free(res);
+    return rc;
+}
+
+void sim_result_free(sim_result *r)
+{
+    free(r->events);
+    free(r->timeline);
+    r->events = NULL;
+    r->timeline = NULL;
+    r->n_events = r->n_timeline = 0;
+}

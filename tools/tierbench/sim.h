@@ -1,0 +1,173 @@
+/* sim: tierrouter's routing and pressure policy on a virtual clock (`tierbench sim`).
+ *
+ * A discrete-event simulation. Requests arrive from a trace; each is routed as tierrouter
+ * routes it, through the same ts_policy library (route_plan_request, route_pool_can_take,
+ * route_pick_backend, route_admission with a bounded admission queue and its timeout,
+ * route_plan_retry and route_retry_allowed after a failed try, route_ejection_ms after
+ * consecutive failures); it waits in the modelled backend's queue, is served for a drawn
+ * service time, and its latency (arrival to reply, admission wait included, as the router
+ * measures it) goes into its pool's lat_ring. Every probe interval each backend is probed
+ * (the answer lands probe_rtt later) and each GPU pool's signals are computed with
+ * route_pool_signals (p95 from the ring, queue from the router's in-flight and the worker's
+ * queue) and fed to policy_tick, as tierrouter's tick does. Nothing reads a clock; the
+ * random draws come from route_rng streams seeded by the config: same config, trace and
+ * seed, the same result, bit for bit.
+ *
+ * Modelled backend: `slots` requests run at once, the rest wait in its FIFO queue (the
+ * worker's queue_depth); the router sends it at most max_in_flight. A killed backend resets
+ * every request it holds and refuses connections until revived; the router learns it from
+ * those failures (ejection) and from its next probe.
+ */
+#ifndef TS_SIM_H
+#define TS_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy.h"
+#include "route.h"
+#include "trace.h"
+
+#define SIM_MAX_POOLS ROUTE_MAX_POOLS
+#define SIM_MAX_BACKENDS 256       /* per pool */
+#define SIM_MAX_POOL_MODELS 8
+#define SIM_MAX_EVENT_RECORDS 65536 /* policy events kept for the report (the rest counted) */
+#define SIM_MAX_FAILOVERS 256
+#define SIM_MAX_TIMELINE 1000000   /* timeline rows */
+
+typedef enum { DIST_EXP = 0, DIST_LOGNORMAL } sim_dist;
+
+typedef struct {
+    char name[TRACE_NAME_LEN];
+    pool_kind kind;
+    bool sensitive_ok;
+    unsigned backends;
+    unsigned max_in_flight;      /* the router's limit per backend */
+    unsigned pool_max_in_flight; /* 0: none beyond the backends' */
+    unsigned slots;              /* requests one backend runs at once (0: max_in_flight) */
+    sim_dist dist;
+    double mean_s, p95_s;        /* service time of a size-1 request (p95: lognormal only) */
+    double row_cost;             /* each row beyond the first adds this share of a draw */
+    double cost;                 /* per backend-hour, relative to a CPU backend-hour (1.0) */
+    double mem_base, mem_per_job; /* GPU memory fraction = base + per_job x jobs held; base < 0: unknown */
+    char models[SIM_MAX_POOL_MODELS][TRACE_NAME_LEN];
+    size_t n_models;             /* 0: serves every model */
+} sim_pool_cfg;
+
+typedef struct {
+    policy_config policy;
+    double probe_interval_s, probe_rtt_s, p95_window_s;
+    unsigned queue_size;
+    double queue_timeout_s;
+    double deadline_s[PRIO_COUNT];
+    double per_try_timeout_s; /* 0: half of what is left of the deadline */
+    double retry_ratio;
+    unsigned retry_min_concurrency;
+    unsigned eject_failures;
+    double eject_base_ms, eject_max_ms;
+    double connect_fail_s;    /* how long a try to a dead backend takes to fail */
+    double until_s;           /* keep the clock running at least this long (0: to the trace's end) */
+    double timeline_step_s;
+    uint64_t seed;
+    sim_pool_cfg pools[SIM_MAX_POOLS];
+    size_t n_pools;
+} sim_config;
+
+/* How a request ended, from the client's side. */
+typedef enum {
+    SIM_SERVED = 0,
+    SIM_REFUSED,       /* 404 / 429 / 503 at once: unknown model, no (sensitive) pool, shed, queue full */
+    SIM_QUEUE_TIMEOUT, /* 503 after waiting admission.queue_timeout */
+    SIM_DEADLINE,      /* 504: the deadline passed during a try */
+    SIM_FAILED,        /* 502: the try and its retry failed (dead backends) */
+    SIM_OUTCOMES
+} sim_outcome;
+
+typedef enum {
+    SIM_REF_UNKNOWN_MODEL = 0,
+    SIM_REF_NO_SENSITIVE_POOL,
+    SIM_REF_NO_BACKEND,
+    SIM_REF_SHED_BATCH,
+    SIM_REF_QUEUE_FULL,
+    SIM_REFUSALS
+} sim_refusal;
+
+typedef struct {
+    uint64_t count; /* samples */
+    double mean, p50, p95, p99, max; /* seconds; -1 with none */
+} sim_lat;
+
+typedef struct {
+    uint64_t arrivals;
+    uint64_t outcome[SIM_OUTCOMES];
+    uint64_t refused[SIM_REFUSALS];
+    uint64_t served_by_pool[SIM_MAX_POOLS];
+    sim_lat lat; /* served requests */
+} sim_prio_stats;
+
+typedef struct {
+    uint64_t served, tries, retries_in, dead_tries, dead_tries_in_failover, ejections;
+    double last_dead_try; /* when the last try went to a dead backend (-1: never) */
+    double busy_s;      /* slot-seconds spent serving (work the router abandoned included) */
+    double backend_h;   /* backend-hours provisioned: backends x duration */
+    double cost, usage_cost; /* backend_h x cost; busy hours (per slot) x cost */
+    sim_lat lat;
+} sim_pool_stats;
+
+typedef struct {
+    double t;
+    size_t pool;
+    policy_event ev;
+} sim_event_rec;
+
+typedef struct {
+    size_t pool;
+    double t_dead;     /* when the pool's last live backend died (-1: it did not die) */
+    double t_failover; /* the tick that turned the hard failover on */
+    double t_recovered; /* -1: still in failover at the end */
+} sim_failover;
+
+typedef struct {
+    double t;
+    uint32_t arrivals, served_gpu, served_cpu, lost; /* lost: refused, timed out, failed */
+    double p95_ms, queue;  /* the lead GPU pool's last signals in the step (-1: unknown) */
+    uint8_t stage, pressure, hard;
+} sim_tl_row;
+
+typedef struct {
+    sim_prio_stats prio[PRIO_COUNT + 1]; /* [PRIO_COUNT]: every priority */
+    sim_pool_stats pool[SIM_MAX_POOLS];
+    size_t n_pools;
+    double duration_s;    /* the virtual clock at the end */
+    double span_s;        /* first to last arrival or event of the trace */
+    uint64_t retries, retries_denied, ejections, ticks;
+    unsigned queue_peak;
+    sim_event_rec *events; /* owned */
+    size_t n_events;
+    uint64_t events_dropped;
+    uint64_t stage_ups, stage_downs;
+    sim_failover failovers[SIM_MAX_FAILOVERS];
+    size_t n_failovers;
+    sim_tl_row *timeline;  /* owned */
+    size_t n_timeline;
+    bool timeline_truncated;
+} sim_result;
+
+/* tierrouter's defaults (policy, probe interval, admission, deadlines, retries, ejection)
+ * and two pools: gpu (2 backends, 1 slot, lognormal mean 45 ms p95 80 ms, cost 8) and
+ * cpu (sensitive, 4 backends, 1 slot, lognormal mean 200 ms p95 400 ms, cost 1). */
+void sim_config_defaults(sim_config *c);
+void sim_pool_defaults(sim_pool_cfg *p, pool_kind kind);
+/* Checks every field; a message naming it on error. */
+int sim_config_check(const sim_config *c, char *err, size_t errlen);
+
+/* Runs the trace through the config. out is the caller's; free it with sim_result_free.
+ * -1 with a message (a trace event names no pool of the config, out of memory). */
+int sim_run(const sim_config *c, const trace *t, sim_result *out, char *err, size_t errlen);
+void sim_result_free(sim_result *r);
+
+const char *sim_outcome_name(sim_outcome o);
+const char *sim_refusal_name(sim_refusal r);
+
+#endif
