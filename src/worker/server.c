@@ -426,7 +426,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
         return NULL;
     }
     evhttp_set_max_body_size(srv->http, (ev_ssize_t)s->max_body_bytes);
-    evhttp_set_max_headers_size(srv->http, 64 * 1024);
+    evhttp_set_max_headers_size(srv->http, SERVER_MAX_HEADER_BYTES);
     evhttp_set_timeout(srv->http, (int)s->http_timeout_s);
     evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                               EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |

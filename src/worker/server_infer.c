@@ -13,6 +13,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/keyvalq_struct.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +42,9 @@ typedef struct job {
     struct evhttp_request *http; /* NULL once replied or the client is gone */
     struct event *timer;
     struct event *eof_watch; /* the client's socket: EOF or reset while we work = it left */
-    struct event *eof_poll;  /* the same, by timer, while pipelined bytes keep it readable */
+    struct event *eof_poll;  /* the same, by timer, while pipelined bytes may not be pulled */
+    size_t pulled;     /* pipelined bytes the watch moved into evhttp's input, held against
+                        * srv->bodies until free_job (loop thread; `held` is the decoder's) */
     OrtRunOptions *ro;
     _Atomic bool cancelled;
     bool counted;
@@ -120,7 +123,7 @@ static void free_job(job *j)
 {
     infer_request_free(&j->req);
     free(j->raw);
-    budget_give(j->srv->bodies, j->held);
+    budget_give(j->srv->bodies, j->held + j->pulled);
     if (j->timer) event_free(j->timer);
     if (j->eof_watch) event_free(j->eof_watch);
     if (j->eof_poll) event_free(j->eof_poll);
@@ -172,7 +175,65 @@ static void drop_gone_client(job *j)
     if (conn) evhttp_connection_free(conn);
 }
 
+/* What a watch may pull into a connection's input buffer: the next request evhttp would
+ * accept (a header block and a body), so a connection never holds more than one reading does. */
+static size_t pull_limit(const server *srv)
+{
+    return SERVER_MAX_HEADER_BYTES + (size_t)srv->set->max_body_bytes;
+}
+
+#define PEER_PULL_CHUNK (64 * 1024) /* per wake: the loop serves other clients in between */
 #define PEER_POLL_MS 50
+
+typedef enum { PULL_NONE, PULL_MOVED, PULL_FULL, PULL_GONE } pull_result;
+
+/* Moves pipelined bytes from the socket into the connection's input buffer, where evhttp
+ * reads the next request from once this one is answered. libevent reads nothing while a
+ * request is served, and once our receive window is full the client's kernel keeps the rest
+ * of its bytes and the FIN behind them: unread, a hang-up never reaches the socket's state.
+ * PULL_FULL: bytes may wait that the limit or the body budget keep us from taking. */
+static pull_result pull_pipelined(job *j, evutil_socket_t fd)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(j->http);
+    struct evbuffer *in = bufferevent_get_input(evhttp_connection_get_bufferevent(conn));
+    size_t have = evbuffer_get_length(in), limit = pull_limit(j->srv);
+    if (have >= limit) return PULL_FULL;
+    size_t n = limit - have < PEER_PULL_CHUNK ? limit - have : PEER_PULL_CHUNK;
+    if (!budget_take(j->srv->bodies, n)) return PULL_FULL;
+    /* a socket bufferevent freezes its input's end and thaws it around its own reads: so here */
+    evbuffer_unfreeze(in, 0);
+    int got = evbuffer_read(in, fd, (int)n);
+    int e = errno;
+    evbuffer_freeze(in, 0);
+    size_t kept = got > 0 ? (size_t)got : 0;
+    budget_give(j->srv->bodies, n - kept);
+    j->pulled += kept;
+    if (got > 0) return PULL_MOVED;
+    if (got < 0 && (e == EAGAIN || e == EWOULDBLOCK || e == EINTR)) return PULL_NONE;
+    return PULL_GONE; /* EOF or a reset since peer_gone looked */
+}
+
+static void on_peer_poll(evutil_socket_t fd, short what, void *arg);
+
+/* One look at the client: gone (the job is cancelled), or its pipelined bytes taken in so
+ * that a FIN behind them can arrive. Then the socket is watched again, or, while bytes wait
+ * that may not be taken (the socket stays readable: a read watch would fire without end),
+ * looked at on a timer, for a FIN that did reach us or for room to take them. */
+static void look_at_peer(job *j, evutil_socket_t fd)
+{
+    pull_result r = peer_gone(fd) ? PULL_GONE : pull_pipelined(j, fd);
+    if (r == PULL_GONE) {
+        drop_gone_client(j); /* j may be freed */
+        return;
+    }
+    if (r != PULL_FULL) {
+        event_add(j->eof_watch, NULL);
+        return;
+    }
+    if (!j->eof_poll) j->eof_poll = evtimer_new(j->srv->base, on_peer_poll, j);
+    struct timeval tv = {0, PEER_POLL_MS * 1000};
+    if (j->eof_poll) evtimer_add(j->eof_poll, &tv);
+}
 
 static void on_peer_poll(evutil_socket_t fd, short what, void *arg)
 {
@@ -181,33 +242,14 @@ static void on_peer_poll(evutil_socket_t fd, short what, void *arg)
     job *j = arg;
     struct evhttp_connection *conn = j->http ? evhttp_request_get_connection(j->http) : NULL;
     evutil_socket_t s = conn ? bufferevent_getfd(evhttp_connection_get_bufferevent(conn)) : -1;
-    if (s < 0) return;
-    if (peer_gone(s)) {
-        drop_gone_client(j);
-        return;
-    }
-    struct timeval tv = {0, PEER_POLL_MS * 1000};
-    evtimer_add(j->eof_poll, &tv);
+    if (s >= 0) look_at_peer(j, s);
 }
 
 static void on_peer_readable(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     job *j = arg;
-    if (peer_gone(fd)) {
-        drop_gone_client(j);
-        return;
-    }
-    char c;
-    if (recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) <= 0) { /* a spurious wake: keep watching */
-        event_add(j->eof_watch, NULL);
-        return;
-    }
-    /* A pipelined request waits: the socket stays readable, so a read watch would fire
-     * without end. Leave its bytes to evhttp and look for the hang-up on a timer instead. */
-    if (!j->eof_poll) j->eof_poll = evtimer_new(j->srv->base, on_peer_poll, j);
-    struct timeval tv = {0, PEER_POLL_MS * 1000};
-    if (j->eof_poll) evtimer_add(j->eof_poll, &tv);
+    if (j->http) look_at_peer(j, fd);
 }
 
 static void arm_timer(job *j)

@@ -21,6 +21,8 @@
  * and how many bodies may wait for them (the body budget bounds their bytes). */
 #define SERVER_DECODE_THREADS 2
 #define SERVER_DECODE_QUEUE 256
+/* The longest header block a client may send (evhttp's limit). */
+#define SERVER_MAX_HEADER_BYTES (64 * 1024)
 
 struct server {
     const ts_settings *set;

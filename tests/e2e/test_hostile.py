@@ -1227,11 +1227,19 @@ def test_pipelined_request_behind_an_abandoned_inference(one_runner, pad):
     despite the waiting bytes, cancel the request, and live on."""
     w = one_runner
     labels = {"model": "slow", "version": "1"}
+    outcomes = ("success", "client_error", "rejected", "timeout", "error", "cancelled")
+
+    def settled():  # slow requests with an outcome: each round's must be counted before the next
+        return sum(_metric(w, "tierserve_requests_total", outcome=o, **labels) for o in outcomes)
+
     ok0 = _metric(w, "tierserve_requests_total", outcome="success", **labels)
     cancelled0 = _metric(w, "tierserve_requests_total", outcome="cancelled", **labels)
+    settled0 = settled()
     # Padded past one socket read (16 KiB), part of it is still in the socket, not only in
     # libevent's buffer, once the inference request has been read: that is what killed the
-    # worker here. The plain one usually lands in libevent's buffer with the request.
+    # worker here. The plain one usually lands in libevent's buffer with the request. Padded,
+    # the rest can also fill the worker's receive window: the client's kernel then holds it
+    # and the FIN behind it until the worker reads them.
     pipelined = http_bytes("GET", "/v2", headers={"X-Pad": "p" * pad} if pad else None)
     for round_ in range(3):
         c = Conn(w)
@@ -1243,10 +1251,14 @@ def test_pipelined_request_behind_an_abandoned_inference(one_runner, pad):
             assert w.proc.poll() is None, (
                 f"worker died (exit {w.proc.returncode}) after a client hung up behind a "
                 f"pipelined request (round {round_})")
+            # idle is not enough: the request may not even have been read yet
+            done = settled() - settled0
             doc = json.loads(exchange(w, http_bytes("GET", "/v2/status"))[2])
-            if doc["in_flight"] == 0 and doc["queue_depth"] == 0:
+            if done >= round_ + 1 and doc["in_flight"] == 0 and doc["queue_depth"] == 0:
                 break
-            assert time.monotonic() < deadline, f"still busy after 10 s: {doc['in_flight']}"
+            assert time.monotonic() < deadline, (
+                f"still busy after 10 s: {doc['in_flight']} in flight, {done:.0f} of "
+                f"{round_ + 1} requests settled")
     assert_serving(w, w.baseline_probs)
     ok = _metric(w, "tierserve_requests_total", outcome="success", **labels) - ok0
     cancelled = _metric(w, "tierserve_requests_total", outcome="cancelled", **labels) - cancelled0
