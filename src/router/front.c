@@ -22,19 +22,6 @@
 #include "proxy.h"
 #include "zcodec.h"
 
-static void reply_buf(struct evhttp_request *req, int code, const char *ctype, const buf *b);
-
-void rt_reply_error(struct evhttp_request *req, int code, const char *msg)
-{
-    buf b;
-    buf_init(&b, 1 << 16);
-    buf_put_error_json(&b, msg);
-    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-    if ((code == 503 || code == 429) && !evhttp_find_header(out, "Retry-After")) evhttp_add_header(out, "Retry-After", "1");
-    reply_buf(req, code, "application/json", &b);
-    buf_free(&b);
-}
-
 static priority_class parse_priority(const char *v)
 {
     if (!v) return PRIO_NORMAL;
@@ -152,7 +139,7 @@ static bool authorize(router *r, struct evhttp_request *req, cred c, bool www_be
         snprintf(text, sizeof text, "too many failed authentication attempts from this address: retry after %s s",
                  after);
         evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", after);
-        rt_reply_error(req, 429, text);
+        http_reply_error(req, 429, text);
         return false;
     }
     if (c == CRED_OK) return true;
@@ -163,7 +150,7 @@ static bool authorize(router *r, struct evhttp_request *req, cred c, bool www_be
                   n, lim->window_s, lim->block_s);
     }
     if (www_bearer) evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
-    rt_reply_error(req, 401, msg);
+    http_reply_error(req, 401, msg);
     return false;
 }
 
@@ -173,7 +160,7 @@ static int bearer_cred(struct evhttp_request *req, const char *const *tokens, si
 {
     const char *auth = NULL;
     if (single_header(evhttp_request_get_input_headers(req), "Authorization", &auth)) {
-        rt_reply_error(req, 400, "Authorization appears more than once");
+        http_reply_error(req, 400, "Authorization appears more than once");
         return -1;
     }
     const char *given = bearer_token(auth);
@@ -275,7 +262,7 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
         if (single_header(h, names[i], &vals[i])) {
             char msg[160];
             snprintf(msg, sizeof msg, "%s appears more than once", names[i]);
-            rt_reply_error(req, 400, msg);
+            http_reply_error(req, 400, msg);
             return;
         }
     const char *key = vals[2], *tname = vals[3], *dh = vals[4];
@@ -283,7 +270,7 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
     if (prio == PRIO_COUNT) {
         char msg[200];
         snprintf(msg, sizeof msg, "%s must be urgent, normal or batch", c->priority_header);
-        rt_reply_error(req, 400, msg);
+        http_reply_error(req, 400, msg);
         return;
     }
     bool sensitive;
@@ -291,11 +278,11 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
         char msg[200];
         snprintf(msg, sizeof msg, "%s must be one value: sensitive, or public, internal or normal (not sensitive)",
                  c->data_class_header);
-        rt_reply_error(req, 400, msg);
+        http_reply_error(req, 400, msg);
         return;
     }
     if (version && strlen(version) >= 32) {
-        rt_reply_error(req, 400, "model version is longer than 31 characters");
+        http_reply_error(req, 400, "model version is longer than 31 characters");
         return;
     }
     /* tenant: from its API key when tenants have keys (an unknown key is 401), else from
@@ -319,13 +306,13 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
         if (end == dh || *end || deadline_override <= 0) {
             char msg[160];
             snprintf(msg, sizeof msg, "%s must be a positive number of milliseconds", c->deadline_header);
-            rt_reply_error(req, 400, msg);
+            http_reply_error(req, 400, msg);
             return;
         }
     }
     proxy_req *pr = calloc(1, sizeof *pr);
     if (!pr) {
-        rt_reply_error(req, 503, "out of memory");
+        http_reply_error(req, 503, "out of memory");
         return;
     }
     pr->r = r;
@@ -354,7 +341,7 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
     pr->body = malloc(pr->body_len ? pr->body_len : 1);
     if (!pr->body) {
         free(pr);
-        rt_reply_error(req, 503, "out of memory");
+        http_reply_error(req, 503, "out of memory");
         return;
     }
     evbuffer_remove(in, pr->body, pr->body_len);
@@ -372,7 +359,7 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
 static void method_not_allowed(struct evhttp_request *req, const char *allow)
 {
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
-    rt_reply_error(req, 405, "method not allowed for this endpoint");
+    http_reply_error(req, 405, "method not allowed for this endpoint");
 }
 
 /* /admin/cost's query: window=S seconds, finite, more than 0 and at most the cost book's
@@ -416,15 +403,6 @@ static int cost_window(const char *query, double *out, char *msg, size_t len)
 }
 
 /* Replies with b's bytes (copied) and a Content-Type. */
-static void reply_buf(struct evhttp_request *req, int code, const char *ctype, const buf *b)
-{
-    struct evbuffer *out = evbuffer_new();
-    evbuffer_add(out, b->data, b->len);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", ctype);
-    evhttp_send_reply(req, code, NULL, out);
-    evbuffer_free(out);
-}
-
 
 /* The reply ends its connection ("Connection: close", once). */
 static void close_after_reply(struct evhttp_request *req)
@@ -459,7 +437,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
     int n_ = httppath_request(req, segs, msg, sizeof msg, &close_conn);
     if (n_ < 0) {
         if (close_conn) close_after_reply(req);
-        rt_reply_error(req, 400, msg);
+        http_reply_error(req, 400, msg);
         return;
     }
     size_t n = (size_t)n_;
@@ -476,7 +454,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, 1 << 24);
         rt_metrics(r, &b);
-        reply_buf(req, 200, "text/plain; version=0.0.4", &b);
+        http_reply_buf(req, 200, "text/plain; version=0.0.4", &b);
         buf_free(&b);
         return;
     }
@@ -489,13 +467,13 @@ void rt_on_request(struct evhttp_request *req, void *arg)
     if (n == 2 && strcmp(segs[0], "admin") == 0 && strcmp(segs[1], "cost") == 0) {
         double window;
         if (cost_window(uri ? evhttp_uri_get_query(uri) : NULL, &window, msg, sizeof msg)) {
-            rt_reply_error(req, 400, msg);
+            http_reply_error(req, 400, msg);
             return;
         }
         buf b;
         buf_init(&b, 1 << 20);
         cost_json(r->cost, window, ts_now(), &b);
-        reply_buf(req, 200, "application/json", &b);
+        http_reply_buf(req, 200, "application/json", &b);
         buf_free(&b);
         return;
     }
@@ -503,12 +481,12 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, 1 << 24);
         rt_status_json(r, &b);
-        reply_buf(req, 200, "application/json", &b);
+        http_reply_buf(req, 200, "application/json", &b);
         buf_free(&b);
         return;
     }
     if (n == 0 || strcmp(segs[0], "v2") != 0) {
-        rt_reply_error(req, 404, "unknown endpoint");
+        http_reply_error(req, 404, "unknown endpoint");
         return;
     }
     double now = ts_now();
@@ -532,7 +510,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
             cred c;
             if (single_header(evhttp_request_get_input_headers(req), r->cfg->api_key_header, &key)) {
                 snprintf(msg, sizeof msg, "%s appears more than once", r->cfg->api_key_header);
-                rt_reply_error(req, 400, msg);
+                http_reply_error(req, 400, msg);
                 return;
             }
             if (bearer_cred(req, (const char *const[]){r->cfg->admin_token}, 1, &c)) return;
@@ -545,7 +523,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, 1 << 20);
         rt_repository_index(r, &b);
-        reply_buf(req, 200, "application/json", &b);
+        http_reply_buf(req, 200, "application/json", &b);
         buf_free(&b);
         return;
     }
@@ -554,10 +532,10 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         for (size_t i = 0; i < r->n_pools; i++) ready |= rt_pool_healthy(&r->pools[i], now) > 0;
         /* live stays 200 while draining: the process is fine, it only takes no new work */
         if (strcmp(segs[2], "live") == 0) evhttp_send_reply(req, 200, NULL, NULL);
-        else if (strcmp(segs[2], "ready") == 0 && r->draining) rt_reply_error(req, 503, "not ready: draining for shutdown");
+        else if (strcmp(segs[2], "ready") == 0 && r->draining) http_reply_error(req, 503, "not ready: draining for shutdown");
         else if (strcmp(segs[2], "ready") == 0 && ready) evhttp_send_reply(req, 200, NULL, NULL);
-        else if (strcmp(segs[2], "ready") == 0) rt_reply_error(req, 503, "no healthy backend in any pool");
-        else rt_reply_error(req, 404, "unknown endpoint");
+        else if (strcmp(segs[2], "ready") == 0) http_reply_error(req, 503, "no healthy backend in any pool");
+        else http_reply_error(req, 404, "unknown endpoint");
         return;
     }
     if (n >= 3 && strcmp(segs[1], "models") == 0) {
@@ -585,7 +563,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
             return;
         }
     }
-    rt_reply_error(req, 404, "the router serves /v2, /v2/health/*, /v2/repository/index, "
+    http_reply_error(req, 404, "the router serves /v2, /v2/health/*, /v2/repository/index, "
                              "/v2/models/{m}[/versions/{v}][/ready|/config|/infer], "
                              "/admin/status, /admin/cost, /metrics");
 }

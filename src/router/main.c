@@ -234,23 +234,13 @@ int main(int argc, char **argv)
             if (r.dns) evdns_base_load_hosts(r.dns, NULL);
         }
     }
-    r.http = evhttp_new(r.base);
-    evhttp_set_max_body_size(r.http, (ev_ssize_t)r.cfg->max_body_bytes);
-    evhttp_set_max_headers_size(r.http, 64 * 1024);
-    evhttp_set_timeout(r.http, 10);
-    evhttp_set_allowed_methods(r.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
-                                           EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
-    evhttp_set_gencb(r.http, rt_on_request, &r);
-    r.guard = connguard_create(r.base, r.http, 10.0);
-    struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(r.http, r.cfg->address, (ev_uint16_t)r.cfg->port);
-    if (!sock) {
-        log_emit(LOG_ERROR, NULL, "could not listen on %s:%u", r.cfg->address, r.cfg->port);
+    r.http = httpserver_create(r.base, r.cfg->max_body_bytes, 10, rt_on_request, &r);
+    r.guard = r.http ? connguard_create(r.base, r.http, 10.0) : NULL;
+    struct evhttp_bound_socket *sock = NULL;
+    if (!r.guard || httpserver_bind(r.http, r.cfg->address, r.cfg->port, &sock, &r.port, err, sizeof err)) {
+        log_emit(LOG_ERROR, NULL, "%s", r.guard ? err : "could not set up the HTTP server");
         return 1;
     }
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &sl);
-    r.port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
     r.tick = event_new(r.base, -1, EV_PERSIST, on_tick, &r);
     struct timeval iv = {(time_t)(r.cfg->probe_interval_ms / 1000), (suseconds_t)(r.cfg->probe_interval_ms % 1000) * 1000};
     event_add(r.tick, &iv);

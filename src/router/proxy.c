@@ -95,7 +95,7 @@ static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)
 {
     struct evhttp_request *client = detach_client(pr);
     if (client) rt_drain_mark(pr->r, client);
-    if (client) rt_reply_error(client, code, msg);
+    if (client) http_reply_error(client, code, msg);
     count(pr, outcome);
     proxy_free(pr);
 }

@@ -14,6 +14,7 @@
 #include "connguard.h"
 #include "cost.h"
 #include "hist.h"
+#include "httpserver.h"
 #include "latency.h"
 #include "log.h"
 #include "policy.h"
@@ -186,6 +187,5 @@ void rt_repository_index(router *r, buf *out);
 void rt_status_json(router *r, buf *out);
 void rt_metrics(router *r, buf *out);
 
-void rt_reply_error(struct evhttp_request *req, int code, const char *msg);
 
 #endif

@@ -27,22 +27,6 @@
 
 /* ---- replies ------------------------------------------------------------------------ */
 
-void server_reply_buf(struct evhttp_request *req, int code, const char *ctype, buf *b)
-{
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    if (ctype) evhttp_add_header(h, "Content-Type", ctype);
-    struct evbuffer *out = evbuffer_new();
-    if (b && b->len) {
-        /* hand the bytes over without a copy; libevent frees them when sent */
-        evbuffer_add_reference(out, b->data, b->len,
-                               (evbuffer_ref_cleanup_cb)(void (*)(void))free, NULL);
-        b->data = NULL;
-        b->len = b->cap = 0;
-    }
-    evhttp_send_reply(req, code, NULL, out);
-    evbuffer_free(out);
-}
-
 /* Reply bytes libevent has freed: written out, or dropped with their connection. */
 static void on_reply_bytes_freed(const void *data, size_t len, void *arg)
 {
@@ -71,18 +55,7 @@ static void reply_text(struct evhttp_request *req, int code, const char *ctype, 
     buf b;
     buf_init(&b, REPLY_LIMIT);
     buf_puts(&b, s);
-    server_reply_buf(req, code, ctype, &b);
-    buf_free(&b);
-}
-
-void server_reply_error(struct evhttp_request *req, int code, const char *msg)
-{
-    buf b;
-    buf_init(&b, 1 << 16);
-    buf_put_error_json(&b, msg);
-    if (code == 503 || code == 429)
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
-    server_reply_buf(req, code, "application/json", &b);
+    http_reply_buf(req, code, ctype, &b);
     buf_free(&b);
 }
 
@@ -125,7 +98,7 @@ static bool method_is(struct evhttp_request *req, enum evhttp_cmd_type want)
 static void method_not_allowed(struct evhttp_request *req, const char *allowed)
 {
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allowed);
-    server_reply_error(req, 405, "method not allowed for this endpoint");
+    http_reply_error(req, 405, "method not allowed for this endpoint");
 }
 
 static void handle_model(server *srv, struct evhttp_request *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX],
@@ -139,12 +112,12 @@ static void handle_model(server *srv, struct evhttp_request *req, char segs[HTTP
         version = segs[4];
         k = 5;
     } else if (n == 4 && strcmp(segs[3], "versions") == 0) {
-        server_reply_error(req, 404, "missing version after /versions");
+        http_reply_error(req, 404, "missing version after /versions");
         return;
     }
     const char *verb = n > k ? segs[k] : "";
     if (n > k + 1) {
-        server_reply_error(req, 404, "unknown endpoint");
+        http_reply_error(req, 404, "unknown endpoint");
         return;
     }
     if (strcmp(verb, "infer") == 0) {
@@ -157,21 +130,21 @@ static void handle_model(server *srv, struct evhttp_request *req, char segs[HTTP
     ts_model *m = srv->repo ? model_repo_find(srv->repo, name, version, &err) : NULL;
     if (strcmp(verb, "ready") == 0) {
         if (m && model_state(m) == MODEL_READY && health_live()) reply_empty(req, 200);
-        else if (!m && srv->repo) server_reply_error(req, 404, err.msg);
-        else server_reply_error(req, 503, "model is not ready");
+        else if (!m && srv->repo) http_reply_error(req, 404, err.msg);
+        else http_reply_error(req, 503, "model is not ready");
         return;
     }
     if (strcmp(verb, "") != 0 && strcmp(verb, "config") != 0) {
-        server_reply_error(req, 404, "unknown endpoint");
+        http_reply_error(req, 404, "unknown endpoint");
         return;
     }
     if (!m) {
         if (!srv->repo) ts_err_set(&err, 503, "models are still loading");
-        server_reply_error(req, err.http, err.msg);
+        http_reply_error(req, err.http, err.msg);
         return;
     }
     if (model_state(m) != MODEL_READY) {
-        server_reply_error(req, 503, model_state(m) == MODEL_LOADING ? "model is still loading"
+        http_reply_error(req, 503, model_state(m) == MODEL_LOADING ? "model is still loading"
                                                               : model_failure(m));
         return;
     }
@@ -179,7 +152,7 @@ static void handle_model(server *srv, struct evhttp_request *req, char segs[HTTP
     buf_init(&b, REPLY_LIMIT);
     if (strcmp(verb, "config") == 0) status_model_config(m, srv->ep->decision.active != PROV_CPU, &b);
     else status_model_metadata(srv->repo, m, &b);
-    server_reply_buf(req, 200, "application/json", &b);
+    http_reply_buf(req, 200, "application/json", &b);
     buf_free(&b);
 }
 
@@ -294,12 +267,12 @@ static void on_request(struct evhttp_request *req, void *arg)
         if (close_conn) evhttp_add_header(h, "Connection", "close");
         srv->unauthorized++;
         LOG_DEBUG_(LOGF({rid ? "request_id" : NULL, rid}), "refused with 401: %s", why);
-        server_reply_error(req, 401, why);
+        http_reply_error(req, 401, why);
         return;
     }
     if (n_ < 0) {
         if (close_conn) evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
-        server_reply_error(req, 400, msg);
+        http_reply_error(req, 400, msg);
         return;
     }
     size_t n = (size_t)n_;
@@ -310,12 +283,12 @@ static void on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, REPLY_LIMIT);
         status_metrics(&v, &b);
-        server_reply_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
+        http_reply_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
         buf_free(&b);
         return;
     }
     if (n == 0 || strcmp(segs[0], "v2") != 0) {
-        server_reply_error(req, 404, "unknown endpoint (the API lives under /v2)");
+        http_reply_error(req, 404, "unknown endpoint (the API lives under /v2)");
         return;
     }
     if (n == 1) {
@@ -327,12 +300,12 @@ static void on_request(struct evhttp_request *req, void *arg)
         if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
         if (strcmp(segs[2], "live") == 0) {
             if (health_live()) reply_empty(req, 200);
-            else server_reply_error(req, 503, "not live: GPU fault");
+            else http_reply_error(req, 503, "not live: GPU fault");
         } else if (strcmp(segs[2], "ready") == 0) {
             if (server_ready(srv)) reply_empty(req, 200);
-            else server_reply_error(req, 503, "not ready");
+            else http_reply_error(req, 503, "not ready");
         } else {
-            server_reply_error(req, 404, "unknown endpoint");
+            http_reply_error(req, 404, "unknown endpoint");
         }
         return;
     }
@@ -343,7 +316,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, REPLY_LIMIT);
         status_json(&v, &b);
-        server_reply_buf(req, 200, "application/json", &b);
+        http_reply_buf(req, 200, "application/json", &b);
         buf_free(&b);
         return;
     }
@@ -352,7 +325,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, REPLY_LIMIT);
         status_repository_index(srv->repo, &b);
-        server_reply_buf(req, 200, "application/json", &b);
+        http_reply_buf(req, 200, "application/json", &b);
         buf_free(&b);
         return;
     }
@@ -360,7 +333,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         handle_model(srv, req, segs, n);
         return;
     }
-    server_reply_error(req, 404, "unknown endpoint");
+    http_reply_error(req, 404, "unknown endpoint");
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------ */
@@ -419,20 +392,12 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
     srv->base = event_base_new_with_config(ecfg);
     event_config_free(ecfg);
-    srv->http = srv->base ? evhttp_new(srv->base) : NULL;
+    srv->http = httpserver_create(srv->base, (size_t)s->max_body_bytes, (int)s->http_timeout_s, on_request, srv);
     if (!srv->http) {
         snprintf(err, errlen, "could not create the event loop");
         server_destroy(srv);
         return NULL;
     }
-    evhttp_set_max_body_size(srv->http, (ev_ssize_t)s->max_body_bytes);
-    evhttp_set_max_headers_size(srv->http, SERVER_MAX_HEADER_BYTES);
-    evhttp_set_timeout(srv->http, (int)s->http_timeout_s);
-    evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-                                              EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                              EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
-    evhttp_set_default_content_type(srv->http, "application/json");
-    evhttp_set_gencb(srv->http, on_request, srv);
     srv->guard = connguard_create(srv->base, srv->http, (double)s->http_timeout_s);
     if (srv->guard) connguard_set_limit(srv->guard, (size_t)s->max_connections, "TIERSERVE_MAX_CONNECTIONS");
     if (!srv->guard) {
@@ -440,18 +405,10 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
         server_destroy(srv);
         return NULL;
     }
-    srv->sock = evhttp_bind_socket_with_handle(srv->http, s->http_address, (ev_uint16_t)s->http_port);
-    if (!srv->sock) {
-        snprintf(err, errlen, "could not listen on %s:%lld: %s", s->http_address,
-                 (long long)s->http_port, strerror(errno));
+    if (httpserver_bind(srv->http, s->http_address, (unsigned)s->http_port, &srv->sock, &srv->port, err, errlen)) {
         server_destroy(srv);
         return NULL;
     }
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    if (getsockname(evhttp_bound_socket_get_fd(srv->sock), (struct sockaddr *)&ss, &sl) == 0)
-        srv->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                   : ((struct sockaddr_in *)&ss)->sin_port);
     srv->done = doneq_create(srv->base, server_on_job_done, srv);
     srv->decoded = doneq_create(srv->base, server_on_job_decoded, srv);
     srv->bodies = budget_create((size_t)s->max_inflight_body_bytes);

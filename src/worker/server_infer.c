@@ -115,7 +115,7 @@ static void reply_job(job *j, int code, const char *ctype, buf *b, const char *e
     } else if (c) {
         evhttp_connection_set_closecb(c, NULL, NULL);
     }
-    if (error) server_reply_error(req, code, error);
+    if (error) http_reply_error(req, code, error);
     else server_reply_counted(srv, req, code, ctype, b);
 }
 
@@ -457,14 +457,14 @@ static ts_model *admit(server *srv, struct evhttp_request *req, const char *name
 {
     ts_err err = {0};
     if (srv->draining) {
-        server_reply_error(req, 503, "server is shutting down");
+        http_reply_error(req, 503, "server is shutting down");
         return NULL;
     }
     if (!health_live()) {
         char msg[600], why[512];
         health_gpu_fault_message(why, sizeof why);
         snprintf(msg, sizeof msg, "worker is not live after a GPU fault: %s", why);
-        server_reply_error(req, 503, msg);
+        http_reply_error(req, 503, msg);
         return NULL;
     }
     if (srv->reply_pending >= (size_t)srv->set->max_pending_reply_bytes) {
@@ -474,13 +474,13 @@ static ts_model *admit(server *srv, struct evhttp_request *req, const char *name
                  "the pending-reply budget of %lld bytes (TIERSERVE_MAX_PENDING_REPLY_BYTES); retry later",
                  srv->reply_pending, (long long)srv->set->max_pending_reply_bytes);
         srv->reply_refused++;
-        server_reply_error(req, 503, msg);
+        http_reply_error(req, 503, msg);
         return NULL;
     }
     ts_model *m = srv->repo ? model_repo_find(srv->repo, name, version, &err) : NULL;
     if (!m) {
         if (!srv->repo) ts_err_set(&err, 503, "models are still loading");
-        server_reply_error(req, err.http, err.msg);
+        http_reply_error(req, err.http, err.msg);
         return NULL;
     }
     if (model_state(m) != MODEL_READY) {
@@ -490,7 +490,7 @@ static ts_model *admit(server *srv, struct evhttp_request *req, const char *name
         else
             snprintf(msg, sizeof msg, "model '%s' version %s is unavailable: %s", name,
                      model_version(m), model_failure(m));
-        server_reply_error(req, 503, msg);
+        http_reply_error(req, 503, msg);
         return NULL;
     }
     return m;
@@ -649,7 +649,7 @@ void server_decode_work(void *item, void *ctx)
 
 static void refuse_job(job *j, struct evhttp_request *req, const ts_err *err)
 {
-    server_reply_error(req, err->http, err->msg);
+    http_reply_error(req, err->http, err->msg);
     record(j, err->http == 503 ? OUT_REJECTED : err->http >= 500 ? OUT_ERROR : OUT_CLIENT_ERROR);
     free_job(j);
 }
@@ -706,7 +706,7 @@ static void submit_job(server *srv, struct evhttp_request *req, job *j)
         j->http = NULL;
         char msg[256];
         submit_queue_full(j, q, msg, sizeof msg);
-        server_reply_error(req, 503, msg);
+        http_reply_error(req, 503, msg);
         record(j, OUT_REJECTED);
         free_job(j);
         return;
@@ -779,12 +779,12 @@ void server_handle_infer(server *srv, struct evhttp_request *req, const char *na
     char enc_msg[128];
     if (zcodec_request_encoding(evhttp_find_header(in_h, "Content-Encoding"), &body_enc, enc_msg, sizeof enc_msg)) {
         atomic_fetch_add(&model_stats_of(m)->outcomes[OUT_CLIENT_ERROR], 1);
-        server_reply_error(req, 415, enc_msg);
+        http_reply_error(req, 415, enc_msg);
         return;
     }
     job *j = calloc(1, sizeof *j);
     if (!j) {
-        server_reply_error(req, 503, "out of memory");
+        http_reply_error(req, 503, "out of memory");
         return;
     }
     j->srv = srv;

@@ -12,6 +12,7 @@
 #include "buf.h"
 #include "connguard.h"
 #include "doneq.h"
+#include "httpserver.h"
 #include "server.h"
 #include "workpool.h"
 
@@ -22,7 +23,7 @@
 #define SERVER_DECODE_THREADS 2
 #define SERVER_DECODE_QUEUE 256
 /* The longest header block a client may send (evhttp's limit). */
-#define SERVER_MAX_HEADER_BYTES (64 * 1024)
+#define SERVER_MAX_HEADER_BYTES HTTP_MAX_HEADER_BYTES
 
 struct server {
     const ts_settings *set;
@@ -54,8 +55,6 @@ struct server {
 };
 
 
-void server_reply_buf(struct evhttp_request *req, int code, const char *ctype, buf *b);
-void server_reply_error(struct evhttp_request *req, int code, const char *msg);
 /* server_reply_buf for replies that may be big: their bytes count in srv->reply_pending
  * until libevent has written (or dropped) them. */
 void server_reply_counted(server *srv, struct evhttp_request *req, int code, const char *ctype, buf *b);
