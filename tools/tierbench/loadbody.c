@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -152,7 +153,13 @@ int lb_fetch(lb_model *m, const char *host, const char *port, const char *model,
     resp = malloc(LB_META_MAX + 1);
     size_t have = 0;
     ssize_t r;
-    while (resp && have < LB_META_MAX && (r = recv(fd, resp + have, LB_META_MAX - have, 0)) > 0) have += (size_t)r;
+    while (resp && have < LB_META_MAX && (r = recv(fd, resp + have, LB_META_MAX - have, 0)) > 0) {
+        have += (size_t)r;
+        /* done at Content-Length: a server that keeps the connection open is not waited on */
+        resp[have] = '\0';
+        const char *end = strstr(resp, "\r\n\r\n"), *cl = strcasestr(resp, "\r\nContent-Length:");
+        if (end && cl && cl < end && have >= (size_t)(end + 4 - resp) + strtoull(cl + 17, NULL, 10)) break;
+    }
     if (!resp || have == LB_META_MAX) {
         fail(err, errlen, "GET /v2/models/%s: the reply is over %u bytes", model, LB_META_MAX);
         goto out;
