@@ -166,7 +166,7 @@ static int parse_url(opts *o, const char *v, char *err, size_t errlen)
         host++;
     }
     if (!*host || strlen(host) >= sizeof o->host) goto bad;
-    snprintf(o->host, sizeof o->host, "%s", host);
+    memcpy(o->host, host, strlen(host) + 1); /* length checked above */
     snprintf(o->port, sizeof o->port, "%s", port);
     o->url = v;
     return 0;
