@@ -1,4 +1,5 @@
-/* tierbench: the router's policy on a virtual clock (`sim`) and the traces it replays (`gen`).
+/* tierbench: the router's policy on a virtual clock (`sim`), the traces it replays (`gen`), and
+ * open-loop load against a live stack (`load`, load.h).
  * Exit codes: 0 done, 64 bad arguments, config or trace, 1 anything else (a file not written). */
 #include <errno.h>
 #include <stdbool.h>
@@ -6,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "load.h"
 #include "report.h"
 #include "sim.h"
 #include "simcfg.h"
@@ -16,7 +18,8 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: tierbench sim [--trace FILE | --rate R --duration S ...] [model options] [outputs]\n"
+    fprintf(out, "usage: tierbench load --url http://HOST:PORT [arrivals] [options]   (tierbench load --help)\n"
+                 "       tierbench sim [--trace FILE | --rate R --duration S ...] [model options] [outputs]\n"
                  "       tierbench gen [generator options] [--out FILE]\n"
                  "       tierbench --help\n\n"
                  "arrivals (sim replays --trace, or generates them like gen):\n"
@@ -244,13 +247,14 @@ int main(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;
     }
+    if (!strcmp(argv[1], "load")) return load_main(argc, argv);
     static cmd c;
     simcfg_init(&c.cfg);
     trace_gen_defaults(&c.gen);
     c.max_events = MAX_EVENTS_SHOWN;
     if (!strcmp(argv[1], "sim")) c.is_sim = true;
     else if (strcmp(argv[1], "gen") != 0) {
-        fprintf(stderr, "tierbench: unknown command '%.100s' (sim or gen; see tierbench --help)\n", argv[1]);
+        fprintf(stderr, "tierbench: unknown command '%.100s' (load, sim or gen; see tierbench --help)\n", argv[1]);
         return EXIT_USAGE;
     }
     char err[1200];

@@ -1,0 +1,820 @@
+#include "load.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "loadbody.h"
+#include "loadreport.h"
+#include "trace.h"
+
+#define EXIT_USAGE 64
+#define LOAD_MAX_CONNS 10000
+#define LOAD_HEAD_MAX 65536  /* a reply head larger than this is an io error */
+#define LOAD_MAX_KEYS 64
+
+typedef struct {
+    trace_gen gen;
+    bool generate;
+    const char *trace_path, *url;
+    const char *json, *csv, *requests;
+    bool quiet, binary, from_send;
+    size_t conns;
+    double timeout_s;
+    long deadline_ms[PRIO_COUNT]; /* -1: no X-Deadline-Ms */
+    char key_tenant[LOAD_MAX_KEYS][TRACE_NAME_LEN], key[LOAD_MAX_KEYS][128];
+    size_t n_keys;
+    lb_model inputs; /* --input specs (no metadata fetch when any) */
+    char host[256], port[8];
+} opts;
+
+/* The reply parser's states. */
+enum { P_STATUS, P_HEADERS, P_BODY, P_CHUNK_SIZE, P_CHUNK_DATA, P_CHUNK_CRLF, P_TRAILERS, P_TO_EOF };
+
+struct run;
+
+typedef struct {
+    struct run *run;
+    struct bufferevent *bev; /* NULL: the slot is free */
+    struct event *timer;     /* the request's --timeout */
+    bool connected, busy, refused;
+    size_t req;
+    int st;
+    uint16_t status;
+    uint64_t remaining;
+    bool chunked, has_len, close_after;
+    uint8_t pool;
+    size_t head_bytes;
+} lconn;
+
+typedef struct run {
+    const opts *o;
+    const trace *t;
+    lb_model *models; /* one per trace model */
+    load_rec *rec;
+    struct event_base *base;
+    struct event *tick, *progress, *sigint;
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    lconn *conns;
+    size_t *idle, n_idle; /* LIFO: the warmest connection first */
+    size_t n_open, max_open, connects;
+    size_t next, n_done;
+    double t0, last_done;
+    bool stopping;
+    load_result res;
+} run;
+
+static double rel_now(const run *r) { return ts_now() - r->t0; }
+
+/* ---- options ----------------------------------------------------------------------- */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: tierbench load --url http://HOST:PORT [--trace FILE | generator options] [options]\n\n"
+            "arrivals: --trace FILE (the sim's format; backend events are ignored), or generated:\n"
+            "  --rate R --duration S --poisson|--fixed --surge .. --wave .. --mix urgent=..,normal=..,batch=..\n"
+            "  --sensitive SHARE --tenants a,b --model NAME --size-max N --seed N   (see tierbench --help)\n"
+            "requests:\n"
+            "  --connections N     most connections open at once (default 64); a due request takes an idle one,\n"
+            "                      opens one below the cap, or waits, and the wait counts in its latency\n"
+            "  --timeout S         per request, from its send (default 30)\n"
+            "  --deadline-ms MS | urgent=MS,normal=MS,batch=MS   sent as X-Deadline-Ms\n"
+            "  --api-key TENANT=KEY  send X-Api-Key for this tenant instead of X-Tenant (repeatable)\n"
+            "  --body binary|json  KServe v2 binary tensor extension (default) or JSON\n"
+            "  --input NAME:DTYPE:D0,D1,..  the model's inputs (repeatable; default: GET /v2/models/{m})\n"
+            "  --latency-from schedule|send   schedule (default); send is the closed-loop view, for comparison\n"
+            "outputs: summary on stdout unless --quiet; --json FILE --csv FILE --requests FILE (one row a request;\n"
+            "  FILE - : stdout); a progress line on stderr when it is a terminal\n");
+}
+
+static int parse_deadline(opts *o, const char *v, char *err, size_t errlen)
+{
+    char buf[200];
+    snprintf(buf, sizeof buf, "%s", v);
+    char *end, *save = NULL;
+    long ms = strtol(buf, &end, 10);
+    if (end != buf && !*end) {
+        if (ms < 1 || ms > 86400000) goto bad;
+        for (int p = 0; p < PRIO_COUNT; p++) o->deadline_ms[p] = ms;
+        return 0;
+    }
+    for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        int p = -1;
+        if (!eq) goto bad;
+        *eq = '\0';
+        for (int k = 0; k < PRIO_COUNT; k++)
+            if (!strcmp(kv, trace_prio_name((priority_class)k))) p = k;
+        ms = strtol(eq + 1, &end, 10);
+        if (p < 0 || end == eq + 1 || *end || ms < 1 || ms > 86400000) goto bad;
+        o->deadline_ms[p] = ms;
+    }
+    return 0;
+bad:
+    snprintf(err, errlen, "--deadline-ms: '%.60s' is not MS or urgent=MS,normal=MS,batch=MS (1..86400000)", v);
+    return -1;
+}
+
+static int parse_url(opts *o, const char *v, char *err, size_t errlen)
+{
+    if (strncmp(v, "http://", 7) != 0) {
+        snprintf(err, errlen, "--url: '%.80s' is not http://HOST:PORT (no TLS: aim at the plain port)", v);
+        return -1;
+    }
+    const char *h = v + 7;
+    size_t n = strcspn(h, "/");
+    if (h[n] && strcmp(h + n, "/") != 0) {
+        snprintf(err, errlen, "--url: '%.80s' has a path; the paths are KServe's, give http://HOST:PORT", v);
+        return -1;
+    }
+    char hp[300];
+    if (n == 0 || n >= sizeof hp) goto bad;
+    memcpy(hp, h, n);
+    hp[n] = '\0';
+    char *colon = strrchr(hp, ':');
+    char *close = strrchr(hp, ']');
+    if (colon && close && colon < close) colon = NULL; /* [v6] without a port */
+    const char *port = "80";
+    if (colon) {
+        *colon = '\0';
+        port = colon + 1;
+        char *end;
+        long p = strtol(port, &end, 10);
+        if (end == port || *end || p < 1 || p > 65535) goto bad;
+    }
+    char *host = hp;
+    if (host[0] == '[') {
+        size_t l = strlen(host);
+        if (l < 3 || host[l - 1] != ']') goto bad;
+        host[l - 1] = '\0';
+        host++;
+    }
+    if (!*host || strlen(host) >= sizeof o->host) goto bad;
+    memcpy(o->host, host, strlen(host) + 1); /* length checked above */
+    snprintf(o->port, sizeof o->port, "%s", port);
+    o->url = v;
+    return 0;
+bad:
+    snprintf(err, errlen, "--url: '%.80s' is not http://HOST:PORT", v);
+    return -1;
+}
+
+static int option(opts *o, const char *key, const char *v, char *err, size_t errlen)
+{
+    if (!strcmp(key, "quiet")) {
+        o->quiet = true;
+        return 0;
+    }
+    const char **slot = !strcmp(key, "trace") ? &o->trace_path : !strcmp(key, "json") ? &o->json
+                      : !strcmp(key, "csv") ? &o->csv : !strcmp(key, "requests") ? &o->requests : NULL;
+    if (slot) {
+        if (!v || !*v) {
+            snprintf(err, errlen, "--%s: needs a file", key);
+            return -1;
+        }
+        *slot = v;
+        return 0;
+    }
+    if (!strcmp(key, "url")) return parse_url(o, v, err, errlen);
+    if (!strcmp(key, "deadline-ms")) return parse_deadline(o, v, err, errlen);
+    if (!strcmp(key, "input")) return lb_input_parse(&o->inputs, v, err, errlen);
+    if (!strcmp(key, "connections")) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (end == v || *end || n < 1 || n > LOAD_MAX_CONNS) {
+            snprintf(err, errlen, "--connections: '%.40s' is not 1..%d", v, LOAD_MAX_CONNS);
+            return -1;
+        }
+        o->conns = (size_t)n;
+        return 0;
+    }
+    if (!strcmp(key, "timeout")) {
+        char *end;
+        double s = strtod(v, &end);
+        if (end == v || *end || !(s >= 0.001 && s <= 3600)) {
+            snprintf(err, errlen, "--timeout: '%.40s' is not seconds in [0.001, 3600]", v);
+            return -1;
+        }
+        o->timeout_s = s;
+        return 0;
+    }
+    if (!strcmp(key, "body") || !strcmp(key, "latency-from")) {
+        bool body = key[0] == 'b';
+        const char *a = body ? "binary" : "schedule", *b = body ? "json" : "send";
+        if (strcmp(v, a) != 0 && strcmp(v, b) != 0) {
+            snprintf(err, errlen, "--%s: '%.40s' is not %s or %s", key, v, a, b);
+            return -1;
+        }
+        if (body) o->binary = !strcmp(v, a);
+        else o->from_send = !strcmp(v, b);
+        return 0;
+    }
+    if (!strcmp(key, "api-key")) {
+        const char *eq = strchr(v, '=');
+        size_t tl = eq ? (size_t)(eq - v) : 0, kl = eq ? strlen(eq + 1) : 0;
+        bool ok = eq && tl > 0 && tl < TRACE_NAME_LEN && kl > 0 && kl < sizeof o->key[0];
+        for (size_t i = 0; ok && i < kl; i++) ok = eq[1 + i] > ' ' && eq[1 + i] <= '~';
+        if (!ok || o->n_keys == LOAD_MAX_KEYS) {
+            snprintf(err, errlen, "--api-key: needs TENANT=KEY (a key of 1..127 visible characters, at most %d)",
+                     LOAD_MAX_KEYS);
+            return -1;
+        }
+        memcpy(o->key_tenant[o->n_keys], v, tl);
+        o->key_tenant[o->n_keys][tl] = '\0';
+        snprintf(o->key[o->n_keys], sizeof o->key[0], "%s", eq + 1);
+        o->n_keys++;
+        return 0;
+    }
+    if (!strcmp(key, "kill") || !strcmp(key, "revive")) {
+        snprintf(err, errlen, "--%s: tierbench load does not kill a live stack's backends (that is the sim's)", key);
+        return -1;
+    }
+    int r = trace_gen_option(&o->gen, key, v, err, errlen);
+    if (r == 0 && strcmp(key, "seed") != 0) o->generate = true;
+    if (r > 0) snprintf(err, errlen, "unknown option --%.60s (see tierbench load --help)", key);
+    return r == 0 ? 0 : -1;
+}
+
+static bool is_flag(const char *k) { return !strcmp(k, "fixed") || !strcmp(k, "poisson") || !strcmp(k, "quiet"); }
+
+static int parse(opts *o, int argc, char **argv, char *err, size_t errlen)
+{
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument '%.100s' (options start with --)", a);
+            return -1;
+        }
+        char key[64];
+        const char *eq = strchr(a, '='), *v = NULL;
+        size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        if (n == 0 || n >= sizeof key) {
+            snprintf(err, errlen, "unknown option '%.100s' (see tierbench load --help)", a);
+            return -1;
+        }
+        memcpy(key, a + 2, n);
+        key[n] = '\0';
+        if (!strcmp(key, "help")) return 1;
+        if (eq) v = eq + 1;
+        else if (!is_flag(key)) {
+            if (i + 1 >= argc) {
+                snprintf(err, errlen, "--%s needs a value", key);
+                return -1;
+            }
+            v = argv[++i];
+        }
+        if (option(o, key, v, err, errlen) != 0) return -1;
+    }
+    if (!o->url) {
+        snprintf(err, errlen, "--url http://HOST:PORT is required");
+        return -1;
+    }
+    if (o->trace_path && o->generate) {
+        snprintf(err, errlen, "--trace replays a file; the generator options (--rate, ...) make one: not both");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- connections ------------------------------------------------------------------- */
+
+static void pump(run *r);
+
+static void conn_close(lconn *c)
+{
+    run *r = c->run;
+    if (!c->bev) return;
+    for (size_t i = 0; i < r->n_idle; i++)
+        if (&r->conns[r->idle[i]] == c) {
+            r->idle[i] = r->idle[--r->n_idle];
+            break;
+        }
+    bufferevent_free(c->bev);
+    c->bev = NULL;
+    event_del(c->timer);
+    c->busy = c->connected = false;
+    r->n_open--;
+}
+
+/* The request on c ended: record it, and free or close the connection. */
+static void finish(lconn *c, load_err e)
+{
+    run *r = c->run;
+    load_rec *q = &r->rec[c->req];
+    q->done = rel_now(r);
+    q->err = (uint8_t)e;
+    q->status = e == LE_NONE ? c->status : 0;
+    q->pool = c->pool;
+    if (q->done > r->last_done) r->last_done = q->done;
+    r->n_done++;
+    c->busy = false;
+    event_del(c->timer);
+    if (e != LE_NONE || c->close_after) conn_close(c);
+    else r->idle[r->n_idle++] = (size_t)(c - r->conns);
+}
+
+/* The pool a reply names, interned (bytes outside [A-Za-z0-9_.:-] become '_'). */
+static uint8_t pool_index(run *r, const char *v)
+{
+    char name[64];
+    size_t n = 0;
+    for (; v[n] && n < sizeof name - 1; n++) {
+        char ch = v[n];
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+                  ch == '.' || ch == ':' || ch == '-';
+        name[n] = ok ? ch : '_';
+    }
+    name[n] = '\0';
+    load_result *res = &r->res;
+    for (size_t i = 0; i < res->n_pools; i++)
+        if (!strcmp(res->pools[i], name)) return (uint8_t)i;
+    if (res->n_pools == LOAD_MAX_POOLS) return (uint8_t)(LOAD_MAX_POOLS - 1); /* "other" */
+    snprintf(res->pools[res->n_pools], sizeof res->pools[0], "%s",
+             res->n_pools == LOAD_MAX_POOLS - 1 ? "other" : name);
+    return (uint8_t)res->n_pools++;
+}
+
+/* One header line of a reply. */
+static int header(lconn *c, char *line)
+{
+    char *colon = strchr(line, ':');
+    if (!colon) return -1;
+    *colon = '\0';
+    char *v = colon + 1;
+    while (*v == ' ' || *v == '\t') v++;
+    size_t vl = strlen(v);
+    while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t')) v[--vl] = '\0';
+    if (!strcasecmp(line, "Content-Length")) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(v, &end, 10);
+        if (end == v || *end || errno || *v == '-' || (c->has_len && c->remaining != n)) return -1;
+        c->has_len = true;
+        c->remaining = n;
+    } else if (!strcasecmp(line, "Transfer-Encoding")) {
+        if (strcasecmp(v, "chunked") != 0) return -1;
+        c->chunked = true;
+    } else if (!strcasecmp(line, "Connection")) {
+        if (strcasestr(v, "close")) c->close_after = true;
+    } else if (!strcasecmp(line, "X-Tierrouter-Pool")) {
+        c->pool = pool_index(c->run, v);
+    }
+    return 0;
+}
+
+/* Feeds what arrived into the parser. 1: a reply ended, 0: more to come, -1: not HTTP. */
+static int parse_reply(lconn *c, struct evbuffer *in)
+{
+    for (;;) {
+        if (c->st == P_BODY || c->st == P_CHUNK_DATA || c->st == P_TO_EOF) {
+            size_t have = evbuffer_get_length(in);
+            size_t take = c->st == P_TO_EOF ? have : (size_t)(have < c->remaining ? have : c->remaining);
+            evbuffer_drain(in, take);
+            if (c->st == P_TO_EOF) return 0;
+            c->remaining -= take;
+            if (c->remaining) return 0;
+            if (c->st == P_BODY) return 1;
+            c->st = P_CHUNK_CRLF;
+            continue;
+        }
+        size_t len;
+        char *line = evbuffer_readln(in, &len, EVBUFFER_EOL_CRLF);
+        if (!line) {
+            if (evbuffer_get_length(in) + c->head_bytes > LOAD_HEAD_MAX) return -1;
+            return 0;
+        }
+        c->head_bytes += len + 2;
+        int rc = 0;
+        if (c->head_bytes > LOAD_HEAD_MAX) rc = -1;
+        else if (c->st == P_STATUS) {
+            /* "HTTP/1.x NNN reason" */
+            if (len < 12 || strncmp(line, "HTTP/1.", 7) != 0 || line[8] != ' ' || (line[12] != ' ' && line[12] != '\0'))
+                rc = -1;
+            else {
+                int s = atoi(line + 9);
+                if (s < 100 || s > 599) rc = -1;
+                c->status = (uint16_t)s;
+                if (line[7] == '0') c->close_after = true;
+                c->st = P_HEADERS;
+            }
+        } else if (c->st == P_HEADERS) {
+            if (len == 0) {
+                if (c->status < 200) { /* 1xx: the real reply follows */
+                    c->st = P_STATUS;
+                } else if (c->status == 204 || c->status == 304) {
+                    free(line);
+                    return 1;
+                } else if (c->chunked) {
+                    c->st = P_CHUNK_SIZE;
+                } else if (c->has_len) {
+                    c->st = P_BODY;
+                    if (c->remaining == 0) {
+                        free(line);
+                        return 1;
+                    }
+                } else {
+                    c->st = P_TO_EOF;
+                    c->close_after = true;
+                }
+            } else {
+                rc = header(c, line);
+            }
+        } else if (c->st == P_CHUNK_SIZE) {
+            char *end;
+            errno = 0;
+            unsigned long long n = strtoull(line, &end, 16);
+            if (end == line || errno || (*end && *end != ';')) rc = -1;
+            else if (n == 0) c->st = P_TRAILERS;
+            else {
+                c->remaining = n;
+                c->st = P_CHUNK_DATA;
+            }
+        } else if (c->st == P_CHUNK_CRLF) {
+            if (len != 0) rc = -1;
+            c->st = P_CHUNK_SIZE;
+        } else if (c->st == P_TRAILERS) {
+            if (len == 0) {
+                free(line);
+                return 1;
+            }
+        }
+        free(line);
+        if (rc < 0) return -1;
+    }
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    lconn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    if (!c->busy) { /* bytes nobody asked for: the connection is not to be trusted */
+        conn_close(c);
+        pump(c->run);
+        return;
+    }
+    int rc = parse_reply(c, in);
+    if (rc == 0) return;
+    finish(c, rc > 0 ? LE_NONE : LE_IO);
+    if (rc > 0 && c->bev && evbuffer_get_length(in)) conn_close(c); /* pipelined garbage */
+    pump(c->run);
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    lconn *c = arg;
+    if (what & BEV_EVENT_CONNECTED) {
+        c->connected = true;
+        return;
+    }
+    if (c->busy) {
+        if ((what & BEV_EVENT_EOF) && c->st == P_TO_EOF) finish(c, LE_NONE);
+        else finish(c, c->connected ? LE_IO : LE_CONNECT);
+    }
+    conn_close(c);
+    pump(c->run);
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    lconn *c = arg;
+    if (c->busy) finish(c, c->connected ? LE_TIMEOUT : LE_CONNECT);
+    conn_close(c);
+    pump(c->run);
+}
+
+/* An idle connection, a new one below the cap, or NULL (the request waits). */
+static lconn *get_conn(run *r)
+{
+    if (r->n_idle) return &r->conns[r->idle[--r->n_idle]];
+    if (r->n_open == r->o->conns) return NULL;
+    lconn *c = NULL;
+    for (size_t i = 0; i < r->o->conns && !c; i++)
+        if (!r->conns[i].bev) c = &r->conns[i];
+    c->bev = bufferevent_socket_new(r->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (!c->bev) return NULL;
+    r->n_open++;
+    r->connects++;
+    if (r->n_open > r->max_open) r->max_open = r->n_open;
+    c->connected = c->refused = false;
+    bufferevent_setcb(c->bev, on_read, NULL, on_event, c);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&r->addr, (int)r->addrlen) != 0) {
+        /* refused at once: the request fails as a connect error, in send_req */
+        c->refused = true;
+        return c;
+    }
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return c;
+}
+
+static void send_req(run *r, lconn *c, size_t i)
+{
+    const trace_arrival *a = &r->t->a[i];
+    const opts *o = r->o;
+    c->busy = true;
+    c->req = i;
+    c->st = P_STATUS;
+    c->status = 0;
+    c->remaining = 0;
+    c->chunked = c->has_len = c->close_after = false;
+    c->pool = 0;
+    c->head_bytes = 0;
+    r->rec[i].sent = rel_now(r);
+    if (c->refused) { /* its connect failed at once */
+        finish(c, LE_CONNECT);
+        return;
+    }
+    static lb_body b; /* 4 KiB of text: not on the stack; one loop thread */
+    lb_body_make(&r->models[a->model], a->size, o->binary, &b);
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    const char *tenant = r->t->tenants[a->tenant];
+    const char *key = NULL;
+    for (size_t k = 0; k < o->n_keys; k++)
+        if (!strcmp(o->key_tenant[k], tenant)) key = o->key[k];
+    evbuffer_add_printf(out,
+                        "POST /v2/models/%s/infer HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                        "X-Request-Id: tb-%zu\r\nX-Priority: %s\r\nX-Data-Class: %s\r\n%s: %s\r\n",
+                        r->t->models[a->model], o->host, o->port, o->binary ? "application/octet-stream" : "application/json",
+                        b.total, i, trace_prio_name((priority_class)a->prio), a->sensitive ? "sensitive" : "public",
+                        key ? "X-Api-Key" : "X-Tenant", key ? key : tenant);
+    if (o->binary) evbuffer_add_printf(out, "Inference-Header-Content-Length: %ld\r\n", b.header_len);
+    if (o->deadline_ms[a->prio] > 0) evbuffer_add_printf(out, "X-Deadline-Ms: %ld\r\n", o->deadline_ms[a->prio]);
+    evbuffer_add(out, "\r\n", 2);
+    for (size_t p = 0; p < b.n_part; p++) {
+        const char *s = b.part[p].p;
+        /* the text lives in b, reused by the next request: copied; the data is the model's */
+        if (s >= b.head && s < b.head + sizeof b.head) evbuffer_add(out, s, b.part[p].n);
+        else evbuffer_add_reference(out, s, b.part[p].n, NULL, NULL);
+    }
+    struct timeval tv = {.tv_sec = (time_t)o->timeout_s,
+                         .tv_usec = (suseconds_t)((o->timeout_s - floor(o->timeout_s)) * 1e6)};
+    event_add(c->timer, &tv);
+}
+
+static void stop_at_end(run *r)
+{
+    if (r->next == r->t->n && r->n_done == r->t->n) event_base_loopexit(r->base, NULL);
+}
+
+/* Sends every request that is due and has a connection, then sleeps until the next one. */
+static void pump(run *r)
+{
+    if (r->stopping) return;
+    double now = rel_now(r);
+    while (r->next < r->t->n && r->rec[r->next].sched <= now) {
+        lconn *c = get_conn(r);
+        if (!c) return; /* a reply frees a connection and calls pump again */
+        send_req(r, c, r->next++);
+        now = rel_now(r);
+    }
+    if (r->next < r->t->n) {
+        double wait = r->rec[r->next].sched - now;
+        struct timeval tv = {.tv_sec = (time_t)wait, .tv_usec = (suseconds_t)((wait - floor(wait)) * 1e6)};
+        event_add(r->tick, &tv);
+    }
+    stop_at_end(r);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    pump(arg);
+}
+
+static void on_progress(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    run *r = arg;
+    size_t failed = 0, ok = 0;
+    for (size_t i = 0; i < r->next; i++) {
+        if (r->rec[i].done < 0) continue;
+        if (r->rec[i].err != LE_NONE || r->rec[i].status >= 400) failed++;
+        else ok++;
+    }
+    double lag = r->next < r->t->n ? rel_now(r) - r->rec[r->next].sched : 0;
+    fprintf(stderr, "\r  %6.1f s  sent %zu/%zu  done %zu  ok %zu  errors %zu  in flight %zu  open %zu  behind %.1f ms   ",
+            rel_now(r), r->next, r->t->n, r->n_done, ok, failed, r->next - r->n_done, r->n_open, lag > 0 ? lag * 1e3 : 0);
+}
+
+static void on_sigint(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    run *r = arg;
+    r->stopping = true;
+    event_base_loopexit(r->base, NULL);
+}
+
+/* ---- the run ----------------------------------------------------------------------- */
+
+static int resolve(run *r, const opts *o, char *err, size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int g = getaddrinfo(o->host, o->port, &hints, &ai);
+    if (g != 0) {
+        snprintf(err, errlen, "%s: %s", o->host, gai_strerror(g));
+        return -1;
+    }
+    memcpy(&r->addr, ai->ai_addr, ai->ai_addrlen);
+    r->addrlen = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    return 0;
+}
+
+/* Each trace model's inputs: --input, or the server's metadata; and its data. */
+static int prepare_models(run *r, const opts *o, char *err, size_t errlen)
+{
+    for (size_t m = 0; m < r->t->n_models; m++) {
+        lb_model *mm = &r->models[m];
+        uint32_t rows = 1;
+        for (size_t i = 0; i < r->t->n; i++)
+            if (r->t->a[i].model == m && r->t->a[i].size > rows) rows = r->t->a[i].size;
+        if (o->inputs.n_in) {
+            memcpy(mm->in, o->inputs.in, sizeof mm->in);
+            mm->n_in = o->inputs.n_in;
+        } else if (lb_fetch(mm, o->host, o->port, r->t->models[m], 10, err, errlen) != 0) {
+            return -1;
+        }
+        char msg[300];
+        if (lb_build(mm, rows, o->gen.seed + m, msg, sizeof msg) != 0) {
+            snprintf(err, errlen, "model %s: %s", r->t->models[m], msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int loop(run *r, char *err, size_t errlen)
+{
+    struct event_config *cfg = event_config_new();
+    /* a timer that fires a millisecond late is a millisecond of error in every latency */
+    if (cfg) event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+    r->base = cfg ? event_base_new_with_config(cfg) : NULL;
+    if (cfg) event_config_free(cfg);
+    int rc = -1;
+    if (!r->base) {
+        snprintf(err, errlen, "could not make an event loop");
+        goto out;
+    }
+    for (size_t i = 0; i < r->o->conns; i++) {
+        r->conns[i].run = r;
+        r->conns[i].timer = evtimer_new(r->base, on_timeout, &r->conns[i]);
+        if (!r->conns[i].timer) {
+            snprintf(err, errlen, "out of memory");
+            goto out;
+        }
+    }
+    r->tick = evtimer_new(r->base, on_tick, r);
+    r->sigint = evsignal_new(r->base, SIGINT, on_sigint, r);
+    if (!r->tick || !r->sigint) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    event_add(r->sigint, NULL);
+    if (!r->o->quiet && isatty(STDERR_FILENO)) {
+        r->progress = event_new(r->base, -1, EV_PERSIST, on_progress, r);
+        struct timeval sec = {1, 0};
+        if (r->progress) event_add(r->progress, &sec);
+    }
+    signal(SIGPIPE, SIG_IGN);
+    r->t0 = ts_now();
+    pump(r);
+    event_base_dispatch(r->base);
+    if (r->progress) fputs("\n", stderr);
+    /* interrupted: whatever had not ended is cancelled */
+    double now = rel_now(r);
+    for (size_t i = 0; i < r->t->n; i++)
+        if (r->rec[i].done < 0) {
+            r->rec[i].done = now;
+            r->rec[i].err = LE_CANCELLED;
+        }
+    rc = 0;
+out:
+    for (size_t i = 0; i < r->o->conns; i++) {
+        if (r->conns[i].bev) bufferevent_free(r->conns[i].bev);
+        if (r->conns[i].timer) event_free(r->conns[i].timer);
+    }
+    if (r->tick) event_free(r->tick);
+    if (r->sigint) event_free(r->sigint);
+    if (r->progress) event_free(r->progress);
+    if (r->base) event_base_free(r->base);
+    return rc;
+}
+
+static int write_to(const char *path, void (*fn)(const load_result *, FILE *), const load_result *res)
+{
+    bool std = !strcmp(path, "-");
+    FILE *f = std ? stdout : fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "tierbench: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    fn(res, f);
+    int bad = ferror(f);
+    bad |= std ? fflush(f) : fclose(f);
+    if (bad) fprintf(stderr, "tierbench: %s: could not write\n", path);
+    return bad ? -1 : 0;
+}
+
+int load_main(int argc, char **argv)
+{
+    static opts o;
+    static run r;
+    trace t = {0};
+    char err[1200], source[600];
+    int rc = EXIT_USAGE;
+    trace_gen_defaults(&o.gen);
+    o.conns = 64;
+    o.timeout_s = 30;
+    o.binary = true;
+    for (int p = 0; p < PRIO_COUNT; p++) o.deadline_ms[p] = -1;
+    int pr = parse(&o, argc, argv, err, sizeof err);
+    if (pr > 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (pr < 0) {
+        fprintf(stderr, "tierbench: %s\n", err);
+        return EXIT_USAGE;
+    }
+    if (o.trace_path) {
+        if (trace_load(o.trace_path, &t, err, sizeof err) != 0) {
+            fprintf(stderr, "tierbench: bad trace: %s\n", err);
+            return EXIT_USAGE;
+        }
+        snprintf(source, sizeof source, "trace %s%s", o.trace_path,
+                 t.n_ev ? " (its backend events ignored: a live stack's backends are not killed by load)" : "");
+    } else {
+        if (trace_generate(&o.gen, &t, err, sizeof err) != 0) {
+            fprintf(stderr, "tierbench: %s\n", err);
+            return EXIT_USAGE;
+        }
+        snprintf(source, sizeof source, "%s arrivals at %g/s for %g s", o.gen.fixed ? "evenly spaced" : "Poisson",
+                 o.gen.rate_rps, o.gen.duration_s);
+    }
+    if (t.n == 0) {
+        fprintf(stderr, "tierbench: the arrivals hold no request\n");
+        goto out;
+    }
+    r.o = &o;
+    r.t = &t;
+    r.models = calloc(t.n_models, sizeof *r.models);
+    r.rec = calloc(t.n, sizeof *r.rec);
+    r.conns = calloc(o.conns, sizeof *r.conns);
+    r.idle = calloc(o.conns, sizeof *r.idle);
+    rc = 1;
+    if (!r.models || !r.rec || !r.conns || !r.idle) {
+        fprintf(stderr, "tierbench: out of memory for %zu requests\n", t.n);
+        goto out;
+    }
+    for (size_t i = 0; i < t.n; i++) r.rec[i] = (load_rec){.sched = t.a[i].t, .sent = -1, .done = -1};
+    snprintf(r.res.pools[0], sizeof r.res.pools[0], "-");
+    r.res.n_pools = 1;
+    if (resolve(&r, &o, err, sizeof err) != 0 || prepare_models(&r, &o, err, sizeof err) != 0 ||
+        loop(&r, err, sizeof err) != 0) {
+        fprintf(stderr, "tierbench: %s\n", err);
+        goto out;
+    }
+    r.res.t = &t;
+    r.res.rec = r.rec;
+    r.res.n = t.n;
+    r.res.span_s = r.last_done;
+    r.res.from_send = o.from_send;
+    r.res.max_open = r.max_open;
+    r.res.connects = r.connects;
+    r.res.source = source;
+    r.res.url = o.url;
+    rc = 0;
+    if (!o.quiet) loadreport_text(&r.res, stdout);
+    if (o.json && write_to(o.json, loadreport_json, &r.res) != 0) rc = 1;
+    if (o.csv && write_to(o.csv, loadreport_csv, &r.res) != 0) rc = 1;
+    if (o.requests && write_to(o.requests, loadreport_requests_csv, &r.res) != 0) rc = 1;
+    if (fflush(stdout) != 0) rc = 1;
+out:
+    for (size_t m = 0; r.models && m < t.n_models; m++) lb_free(&r.models[m]);
+    free(r.models);
+    free(r.rec);
+    free(r.conns);
+    free(r.idle);
+    trace_free(&t);
+    return rc;
+}

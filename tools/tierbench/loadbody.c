@@ -1,0 +1,368 @@
+#include "loadbody.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "route.h"
+
+#define LB_META_MAX (1u << 20) /* a metadata reply larger than this is refused */
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= 64) return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] <= ' ' || s[i] > '~' || s[i] == '"' || s[i] == '\\') return false;
+    return true;
+}
+
+static int add_input(lb_model *m, const char *name, ts_dtype dt, const int64_t *dims, size_t nd, char *err,
+                     size_t errlen)
+{
+    if (m->n_in == LB_MAX_INPUTS) return fail(err, errlen, "more than %d inputs", LB_MAX_INPUTS);
+    if (!name_ok(name)) return fail(err, errlen, "input name '%.40s' is not 1..63 visible characters", name);
+    if (dt == DT_INVALID) return fail(err, errlen, "input %s: unknown datatype", name);
+    if (nd == 0 || nd > LB_MAX_DIMS) return fail(err, errlen, "input %s: 1..%d dimensions, not %zu", name, LB_MAX_DIMS, nd);
+    lb_input *in = &m->in[m->n_in];
+    snprintf(in->name, sizeof in->name, "%s", name);
+    in->dt = dt;
+    in->n_dims = nd;
+    for (size_t i = 0; i < nd; i++) {
+        /* a variable dimension past the first is not a batch: one element there */
+        int64_t d = dims[i] < 0 ? (i == 0 ? -1 : 1) : dims[i];
+        if (d == 0 || d > 1000000) return fail(err, errlen, "input %s: dimension %zu is %lld", name, i, (long long)d);
+        in->dims[i] = d;
+    }
+    m->n_in++;
+    return 0;
+}
+
+int lb_input_parse(lb_model *m, const char *spec, char *err, size_t errlen)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *c1 = strchr(buf, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c1 || !c2) return fail(err, errlen, "--input: '%.80s' is not NAME:DTYPE:D0,D1,...", spec);
+    *c1 = *c2 = '\0';
+    int64_t dims[LB_MAX_DIMS];
+    size_t nd = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(c2 + 1, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(t, &end, 10);
+        if (end == t || *end || errno || (v < 1 && !(v == -1 && nd == 0)) || nd == LB_MAX_DIMS)
+            return fail(err, errlen, "--input: '%.80s': dimensions are integers >= 1 (-1 first: the batch)", spec);
+        dims[nd++] = v;
+    }
+    if (add_input(m, buf, dtype_parse(c1 + 1), dims, nd, err, errlen) != 0) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%s", err);
+        return fail(err, errlen, "--input: %s", msg);
+    }
+    return 0;
+}
+
+int lb_from_metadata(lb_model *m, const char *text, size_t len, char *err, size_t errlen)
+{
+    json_error_t je;
+    json_t *root = json_loadb(text, len, 0, &je);
+    int rc = -1;
+    json_t *inputs = root ? json_object_get(root, "inputs") : NULL;
+    if (!json_is_array(inputs) || json_array_size(inputs) == 0) {
+        fail(err, errlen, "the metadata has no \"inputs\" list");
+        goto out;
+    }
+    size_t i;
+    json_t *in;
+    json_array_foreach(inputs, i, in) {
+        const char *name = json_string_value(json_object_get(in, "name"));
+        const char *dt = json_string_value(json_object_get(in, "datatype"));
+        json_t *shape = json_object_get(in, "shape");
+        if (!name || !dt || !json_is_array(shape)) {
+            fail(err, errlen, "metadata input %zu lacks name, datatype or shape", i);
+            goto out;
+        }
+        int64_t dims[LB_MAX_DIMS];
+        size_t nd = json_array_size(shape), k;
+        if (nd > LB_MAX_DIMS) {
+            fail(err, errlen, "metadata input %.40s: more than %d dimensions", name, LB_MAX_DIMS);
+            goto out;
+        }
+        json_t *d;
+        json_array_foreach(shape, k, d) {
+            if (!json_is_integer(d)) {
+                fail(err, errlen, "metadata input %.40s: a dimension is not an integer", name);
+                goto out;
+            }
+            dims[k] = json_integer_value(d);
+        }
+        if (add_input(m, name, dtype_parse(dt), dims, nd, err, errlen) != 0) goto out;
+    }
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+/* A blocking GET with Connection: close, read to EOF. */
+int lb_fetch(lb_model *m, const char *host, const char *port, const char *model, double timeout_s, char *err,
+             size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int g = getaddrinfo(host, port, &hints, &ai);
+    if (g != 0) return fail(err, errlen, "%s: %s", host, gai_strerror(g));
+    int fd = socket(ai->ai_family, SOCK_STREAM, 0);
+    char *resp = NULL;
+    int rc = -1;
+    struct timeval tv = {.tv_sec = (time_t)timeout_s, .tv_usec = (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
+    if (fd < 0) {
+        fail(err, errlen, "socket: %s", strerror(errno));
+        goto out;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        fail(err, errlen, "GET /v2/models/%s: connect to %s:%s: %s", model, host, port, strerror(errno));
+        goto out;
+    }
+    char req[512];
+    int n = snprintf(req, sizeof req, "GET /v2/models/%s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", model, host);
+    if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
+        fail(err, errlen, "GET /v2/models/%s: send: %s", model, strerror(errno));
+        goto out;
+    }
+    resp = malloc(LB_META_MAX + 1);
+    size_t have = 0;
+    ssize_t r;
+    while (resp && have < LB_META_MAX && (r = recv(fd, resp + have, LB_META_MAX - have, 0)) > 0) {
+        have += (size_t)r;
+        /* done at Content-Length: a server that keeps the connection open is not waited on */
+        resp[have] = '\0';
+        const char *end = strstr(resp, "\r\n\r\n"), *cl = strcasestr(resp, "\r\nContent-Length:");
+        if (end && cl && cl < end && have >= (size_t)(end + 4 - resp) + strtoull(cl + 17, NULL, 10)) break;
+    }
+    if (!resp || have == LB_META_MAX) {
+        fail(err, errlen, "GET /v2/models/%s: the reply is over %u bytes", model, LB_META_MAX);
+        goto out;
+    }
+    resp[have] = '\0';
+    char *body = strstr(resp, "\r\n\r\n");
+    if (have < 12 || strncmp(resp, "HTTP/1.", 7) != 0 || !body) {
+        fail(err, errlen, "GET /v2/models/%s: no HTTP reply (%s)", model, have ? "garbage" : strerror(errno));
+        goto out;
+    }
+    int status = atoi(resp + 9);
+    body += 4;
+    if (status != 200) {
+        fail(err, errlen, "GET /v2/models/%s: status %d: %.200s", model, status, body);
+        goto out;
+    }
+    /* chunked metadata is not expected from a KServe server; jansson refuses it loudly */
+    char msg[300];
+    if (lb_from_metadata(m, body, have - (size_t)(body - resp), msg, sizeof msg) != 0) {
+        fail(err, errlen, "GET /v2/models/%s: %s", model, msg);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(resp);
+    if (fd >= 0) close(fd);
+    freeaddrinfo(ai);
+    return rc;
+}
+
+static size_t row_elems(const lb_input *in)
+{
+    size_t e = 1;
+    for (size_t d = in->dims[0] < 0 ? 1 : 0; d < in->n_dims; d++) e *= (size_t)in->dims[d];
+    return e;
+}
+
+static bool batched(const lb_model *m) { return m->n_in > 0 && m->in[0].dims[0] < 0; }
+
+uint32_t lb_rows(const lb_model *m, uint32_t size)
+{
+    uint32_t r = batched(m) ? size : 1;
+    return r > m->rows_max ? m->rows_max : r;
+}
+
+/* One element: its binary bytes into b (returns how many) and its JSON text into t. */
+static size_t element(ts_dtype dt, route_rng *rng, uint8_t *b, char *t, size_t tcap)
+{
+    double u = route_rng_uniform(rng);
+    int64_t iv = (int64_t)(u * 10); /* small integers: valid ids, indexes and counts */
+    size_t sz = dtype_size(dt);
+    switch (dt) {
+    case DT_FP32: {
+        float f = (float)u;
+        memcpy(b, &f, 4);
+        snprintf(t, tcap, "%.9g", (double)f);
+        return 4;
+    }
+    case DT_FP64:
+        memcpy(b, &u, 8);
+        snprintf(t, tcap, "%.17g", u);
+        return 8;
+    case DT_FP16: {
+        uint16_t h = dtype_f32_to_f16((float)u);
+        memcpy(b, &h, 2);
+        snprintf(t, tcap, "%.9g", (double)dtype_f16_to_f32(h));
+        return 2;
+    }
+    case DT_BF16: {
+        uint16_t h = dtype_f32_to_bf16((float)u);
+        memcpy(b, &h, 2);
+        snprintf(t, tcap, "%.9g", (double)dtype_bf16_to_f32(h));
+        return 2;
+    }
+    case DT_BOOL:
+        b[0] = (uint8_t)(iv & 1);
+        snprintf(t, tcap, "%s", b[0] ? "true" : "false");
+        return 1;
+    case DT_BYTES: /* one letter, behind its 4-byte length */
+        b[0] = 1, b[1] = b[2] = b[3] = 0, b[4] = (uint8_t)('a' + iv);
+        snprintf(t, tcap, "\"%c\"", (char)b[4]);
+        return 5;
+    default: /* the integer types, little-endian */
+        for (size_t k = 0; k < sz; k++) b[k] = k == 0 ? (uint8_t)iv : 0;
+        snprintf(t, tcap, "%lld", (long long)iv);
+        return sz;
+    }
+}
+
+int lb_build(lb_model *m, uint32_t rows_max, uint64_t seed, char *err, size_t errlen)
+{
+    route_rng rng;
+    route_rng_seed(&rng, seed);
+    m->rows_max = batched(m) ? rows_max : 1;
+    double total = 0;
+    for (size_t i = 0; i < m->n_in; i++) /* a JSON element is at most ~26 bytes */
+        total += (double)row_elems(&m->in[i]) * (double)m->rows_max * (8.0 + 26.0);
+    if (total > LB_MAX_DATA_BYTES)
+        return fail(err, errlen, "the inputs for %u rows would take over %u MiB: lower --size-max or the trace's sizes",
+                    m->rows_max, LB_MAX_DATA_BYTES >> 20);
+    for (size_t i = 0; i < m->n_in; i++) {
+        const lb_input *in = &m->in[i];
+        size_t per_row = row_elems(in), n = per_row * m->rows_max;
+        size_t esz = in->dt == DT_BYTES ? 5 : dtype_size(in->dt);
+        m->row_bytes[i] = per_row * esz;
+        m->bin[i] = malloc(n * esz + 1);
+        m->json[i] = malloc(n * 27 + 1);
+        m->json_off[i] = malloc((m->rows_max + 1) * sizeof(size_t));
+        if (!m->bin[i] || !m->json[i] || !m->json_off[i]) return fail(err, errlen, "out of memory for the inputs");
+        size_t bo = 0, jo = 0;
+        m->json_off[i][0] = 0;
+        for (uint32_t r = 0; r < m->rows_max; r++) {
+            for (size_t e = 0; e < per_row; e++) {
+                char t[32];
+                bo += element(in->dt, &rng, m->bin[i] + bo, t, sizeof t);
+                size_t tl = strlen(t);
+                memcpy(m->json[i] + jo, t, tl);
+                jo += tl;
+                m->json[i][jo++] = ',';
+            }
+            m->json_off[i][r + 1] = jo;
+        }
+    }
+    return 0;
+}
+
+void lb_free(lb_model *m)
+{
+    for (size_t i = 0; i < LB_MAX_INPUTS; i++) {
+        free(m->bin[i]);
+        free(m->json[i]);
+        free(m->json_off[i]);
+        m->bin[i] = NULL;
+        m->json[i] = NULL;
+        m->json_off[i] = NULL;
+    }
+}
+
+/* Appends text to the head and a part that points at it. */
+static int text_part(lb_body *b, size_t *used, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int text_part(lb_body *b, size_t *used, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->head + *used, sizeof b->head - *used, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof b->head - *used || b->n_part == LB_MAX_PARTS) return -1;
+    b->part[b->n_part++] = (lb_ref){b->head + *used, (size_t)n};
+    *used += (size_t)n;
+    b->total += (size_t)n;
+    return 0;
+}
+
+static void data_part(lb_body *b, const void *p, size_t n)
+{
+    b->part[b->n_part++] = (lb_ref){p, n};
+    b->total += n;
+}
+
+/* "[rows,d1,d2]" */
+static void shape_text(const lb_input *in, uint32_t rows, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t d = 0; d < in->n_dims && o < cap; d++)
+        o += (size_t)snprintf(out + o, cap - o, "%s%lld", d ? "," : "[",
+                              (long long)(in->dims[d] < 0 ? (int64_t)rows : in->dims[d]));
+    if (o < cap) snprintf(out + o, cap - o, "]");
+}
+
+int lb_body_make(const lb_model *m, uint32_t size, bool binary, lb_body *b)
+{
+    uint32_t rows = lb_rows(m, size);
+    size_t used = 0;
+    b->n_part = 0;
+    b->total = 0;
+    char shape[200];
+    if (binary) {
+        /* the JSON header is one part, the tensors follow in inputs order */
+        size_t start = used;
+        for (size_t i = 0; i < m->n_in; i++) {
+            shape_text(&m->in[i], rows, shape, sizeof shape);
+            int n = snprintf(b->head + used, sizeof b->head - used,
+                             "%s{\"name\":\"%s\",\"datatype\":\"%s\",\"shape\":%s,\"parameters\":{\"binary_data_size\":%zu}}",
+                             i ? "," : "{\"inputs\":[", m->in[i].name, dtype_name(m->in[i].dt), shape,
+                             m->row_bytes[i] * rows);
+            if (n < 0 || (size_t)n >= sizeof b->head - used) return -1;
+            used += (size_t)n;
+        }
+        int n = snprintf(b->head + used, sizeof b->head - used, "],\"parameters\":{\"binary_data_output\":true}}");
+        if (n < 0 || (size_t)n >= sizeof b->head - used) return -1;
+        used += (size_t)n;
+        b->header_len = (long)(used - start);
+        data_part(b, b->head + start, used - start);
+        for (size_t i = 0; i < m->n_in; i++) data_part(b, m->bin[i], m->row_bytes[i] * rows);
+        return 0;
+    }
+    b->header_len = -1;
+    for (size_t i = 0; i < m->n_in; i++) {
+        shape_text(&m->in[i], rows, shape, sizeof shape);
+        if (text_part(b, &used, "%s{\"name\":\"%s\",\"datatype\":\"%s\",\"shape\":%s,\"data\":[", i ? "]}," : "{\"inputs\":[",
+                      m->in[i].name, dtype_name(m->in[i].dt), shape) != 0)
+            return -1;
+        data_part(b, m->json[i], m->json_off[i][rows] - 1); /* without the last comma */
+    }
+    return text_part(b, &used, "]}]}");
+}
