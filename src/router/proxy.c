@@ -346,8 +346,9 @@ static void copy_reply_headers(proxy_req *pr, struct evhttp_request *resp, bool 
     const char *connection = evhttp_find_header(in, "Connection");
     for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
         if (named_by_connection(connection, kv->key)) continue;
-        /* the id is the router's to write, once, under the client's header name */
-        if (strcasecmp(kv->key, RT_BACKEND_ID_HEADER) == 0 || strcasecmp(kv->key, pr->r->cfg->request_id_header) == 0)
+        /* the id and the X-Tierrouter-* fields are the router's to write, once each */
+        if (strcasecmp(kv->key, RT_BACKEND_ID_HEADER) == 0 || strcasecmp(kv->key, pr->r->cfg->request_id_header) == 0 ||
+            strncasecmp(kv->key, "X-Tierrouter-", 13) == 0)
             continue;
         if (!hop_by_hop(kv->key) || (with_length && strcasecmp(kv->key, "Content-Length") == 0))
             evhttp_add_header(out, kv->key, kv->value);

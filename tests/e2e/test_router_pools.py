@@ -250,7 +250,8 @@ def test_hop_by_hop_headers_stop_at_the_router(tmp_path):
     """RFC 9110 7.6.1: Connection, Keep-Alive and the like, and every field the Connection
     header names, belong to one hop; end-to-end fields pass."""
     be = BigBackend(5, headers=b"Connection: keep-alive, X-Hop-Secret\r\nKeep-Alive: timeout=5\r\n"
-                               b"X-Hop-Secret: 42\r\nX-Kept: yes\r\nTrailer: X-Nothing\r\n")
+                               b"X-Hop-Secret: 42\r\nX-Kept: yes\r\nTrailer: X-Nothing\r\n"
+                               b"X-Tierrouter-Pool: forged\r\nX-Tierrouter-Backend: forged\r\n")
     r = Router(pools_config([("cpu", "cpu", False, [be.port], None)]), tmp_path)
     try:
         r.wait_healthy(1)
@@ -260,6 +261,16 @@ def test_hop_by_hop_headers_stop_at_the_router(tmp_path):
         assert "x-kept" in names and "x-hop-secret" not in names
         assert "keep-alive" not in names and "trailer" not in names
         assert headers.get("Content-Length") == "5"
+        # the router's own fields are written once, by the router: a backend cannot forge them
+        import http.client
+        c = http.client.HTTPConnection("127.0.0.1", r.port, timeout=10)
+        c.request("POST", "/v2/models/blob/infer", body=b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}]}')
+        resp = c.getresponse()
+        resp.read()
+        pools = [v for k, v in resp.getheaders() if k.lower() == "x-tierrouter-pool"]
+        backends = [v for k, v in resp.getheaders() if k.lower() == "x-tierrouter-backend"]
+        c.close()
+        assert pools == ["cpu"] and backends == [f"127.0.0.1:{be.port}"], resp.getheaders()
     finally:
         assert r.stop() == 0
         be.close()
