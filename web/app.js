@@ -23,7 +23,7 @@ function el(tag, attrs, ...kids) {
     if (v === undefined || v === null || v === false) continue;
     e.setAttribute(k, v === true ? '' : String(v));
   }
-  for (const k of kids.flat()) {
+  for (const k of kids.flat(Infinity)) {
     if (k === undefined || k === null || k === false) continue;
     e.appendChild(typeof k === 'string' || typeof k === 'number' ? document.createTextNode(String(k)) : k);
   }
@@ -176,7 +176,7 @@ function workerCard(st, q, addr) {
     for (const a of st.attempts || []) if (!a.ok) warn.push(['bad', a.provider + ' unavailable: ' + a.reason]);
   }
   if (st.draining) warn.push(['warn', 'draining for shutdown']);
-  else if (!st.ready) warn.push(['warn', 'not ready']);
+  else if (!st.ready && st.live) warn.push(['warn', 'not ready']);
   const models = (st.models || []).map((m) =>
     el('tr', {},
       el('td', {}, m.name + ' v' + m.version),
@@ -231,8 +231,8 @@ function backendCard(pool, b) {
 // ---- the router's page -----------------------------------------------------------------------
 
 function signalRow(name, s) {
-  const unit = name === 'p95_ms' ? ' ms' : name === 'gpu_memory' ? '' : '';
-  const shown = (v) => (name === 'gpu_memory' && v !== null ? pct(v) : fmt(v, 1, unit));
+  const unit = name === 'p95_ms' ? ' ms' : '';
+  const shown = (v) => (name === 'gpu_memory_fraction' && v !== null ? pct(v) : fmt(v, 1, unit));
   const meter = el('div', { class: 'meter' + (s.hot ? ' hot' : '') });
   const fill = el('span', {});
   const frac = s.value === null ? 0 : Math.min(1, s.value / (s.high || 1));
