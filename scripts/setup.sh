@@ -18,7 +18,7 @@ SDK_DEFAULT=$CACHE/onnxruntime-$ORT_VERSION
 
 DEB_PACKAGES=(build-essential cmake pkg-config libevent-dev libjansson-dev libyaml-dev libcyaml-dev
   libcmocka-dev libhwloc-dev zlib1g-dev clang libclang-rt-14-dev python3-pytest python3-numpy python3-onnx libonnx-testdata
-  python3-yaml openssl ca-certificates prometheus)
+  python3-yaml openssl ca-certificates prometheus chromium)
 # kubectl renders deploy/k8s for tests/e2e/test_k8s.py; an existing kubectl (e.g. Google's) is kept.
 command -v kubectl >/dev/null 2>&1 || DEB_PACKAGES+=(kubernetes-client)
 # npm fetches ONNX Runtime; an existing Node.js install (e.g. NodeSource's) is kept as it is.
@@ -91,6 +91,17 @@ unpack_sdk() {
   rm -rf "$sdk"; mv "$sdk.tmp" "$sdk"
 }
 
+# The dashboard's browser test (tests/e2e/test_dashboard.py) drives Debian's chromium through
+# playwright-core, pinned in tests/browser/package-lock.json. Playwright's own browser download
+# is switched off: the test launches /usr/bin/chromium. npm's cache lives beside the ORT packs.
+install_browser_test() {
+  local want; want=$(sed -n 's/.*"playwright-core": "\(.*\)".*/\1/p' tests/browser/package.json)
+  grep -qs "\"version\": \"$want\"" tests/browser/node_modules/playwright-core/package.json && return 0
+  log "npm ci in tests/browser (playwright-core, no browser download)"
+  (cd tests/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --silent --no-audit --no-fund \
+    --cache "$CACHE/npm" >/dev/null)
+}
+
 ort_root() {
   if [ -n "${ORT_ROOT:-}" ]; then
     [ -f "$ORT_ROOT/include/onnxruntime_c_api.h" ] || { log "ORT_ROOT=$ORT_ROOT has no include/onnxruntime_c_api.h"; exit 64; }
@@ -104,6 +115,7 @@ ort_root() {
 main() {
   install_debs
   if [ -z "${ORT_ROOT:-}" ]; then fetch_packs; unpack_sdk; fi
+  install_browser_test
   local root; root=$(ort_root)
   echo "$root" > .ort_root
   log "ONNX Runtime at $root"

@@ -335,6 +335,8 @@ void rt_backend_result(router *r, rt_backend *b, bool ok, const char *why)
                    {"consecutive_failures", fails}),
               "ejected backend %s for %s ms after %s consecutive failures (last: %s)", b->addr, dur,
               fails, why);
+    rt_event_add(r, "ejection", b->pool->cfg->name, "backend %s ejected for %s ms after %s consecutive failures (last: %s)",
+                 b->addr, dur, fails, why);
     b->consecutive_failures = 0;
 }
 
@@ -348,6 +350,7 @@ static int tier_rank_of(const char *t)
 
 static void set_health(rt_backend *b, bool live, bool ready, bool tier_ok, const char *why)
 {
+    bool probed_before = b->probed;
     bool was = b->probed && b->live && b->ready && b->tier_ok;
     bool now = live && ready && tier_ok;
     b->live = live;
@@ -357,6 +360,10 @@ static void set_health(rt_backend *b, bool live, bool ready, bool tier_ok, const
     if (was != now)
         LOG_INFO_(LOGF({"backend", b->addr}, {"pool", b->pool->cfg->name}, {"tier", b->tier}),
                   "backend %s is now %s (%s)", b->addr, now ? "healthy" : "unhealthy", why);
+    /* the timeline skips each backend's first healthy probe: a start is not news */
+    if (was != now && probed_before)
+        rt_event_add(b->pool->r, now ? "backend_healthy" : "backend_unhealthy", b->pool->cfg->name,
+                     "backend %s is now %s (%s)", b->addr, now ? "healthy" : "unhealthy", why);
 }
 
 /* The models a backend's /v2/status lists, one entry per name (ready when any version is). */

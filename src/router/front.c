@@ -20,6 +20,7 @@
 #include "jcheck.h"
 #include "log.h"
 #include "proxy.h"
+#include "webassets.h"
 #include "zcodec.h"
 
 static priority_class parse_priority(const char *v)
@@ -456,6 +457,11 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         rt_metrics(r, &b);
         http_reply_buf(req, 200, "text/plain; version=0.0.4", &b);
         buf_free(&b);
+        return;
+    }
+    /* the dashboard's files hold no data and need no token: the page asks for admin_token */
+    if (n >= 1 && strcmp(segs[0], "dashboard") == 0) {
+        webassets_serve(req, "tierrouter", n, n > 1 ? segs[1] : NULL);
         return;
     }
     if (n >= 1 && strcmp(segs[0], "admin") == 0 && r->cfg->admin_token) {

@@ -38,6 +38,8 @@ static void log_events(router *r, rt_pool *p)
                        {"stage_to", to}, {"healthy_gpu_backends", healthy}),
                   "policy %s: pool %s stage %s -> %s (%s; healthy GPU backends %s)", policy_event_name(e->kind),
                   p->cfg->name, from, to, sig, healthy);
+        rt_event_add(r, policy_event_name(e->kind), p->cfg->name, "stage %s -> %s (%s; healthy GPU backends %s)", from,
+                     to, sig, healthy);
     }
 }
 

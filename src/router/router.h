@@ -87,6 +87,18 @@ struct rt_pool {
     pool_signals sig;
 };
 
+/* The failover timeline /admin/status shows (the dashboard reads it): the last RT_EVENTS policy
+ * events, ejections and backend health changes. A ring: older entries are overwritten; the
+ * logs and the *_total counters keep the full history. */
+#define RT_EVENTS 32
+typedef struct {
+    uint64_t seq;  /* 1, 2, ... since start: lets a reader tell new entries from old */
+    double wall;   /* Unix time, for display */
+    char kind[24]; /* a policy_event_name(), "ejection", "backend_unhealthy", "backend_healthy" */
+    char pool[64];
+    char text[320];
+} rt_event;
+
 enum { OUT_OK = 0, OUT_CLIENT_ERR, OUT_SHED, OUT_NO_BACKEND, OUT_BACKEND_ERR, OUT_TIMEOUT, OUT_N };
 
 typedef struct router {
@@ -127,6 +139,8 @@ typedef struct router {
     struct event *drain_check, *drain_timer;
     lat_ring slo[PRIO_COUNT];
     route_rng rng;      /* the policy's random draws (seeded once at start) */
+    rt_event events[RT_EVENTS]; /* the timeline ring: events[(seq - 1) % RT_EVENTS] */
+    uint64_t n_events;
 } router;
 
 /* Where p stands in router.pools (metrics, cost and event tables are indexed by it). */
@@ -185,6 +199,9 @@ bool rt_backend_has_model(const rt_backend *b, const char *name, const char **ve
  * backend of a pool serving it has its physical model ready. */
 void rt_repository_index(router *r, buf *out);
 void rt_status_json(router *r, buf *out);
+/* Adds an entry to the timeline ring (text formatted like printf, cut to fit). */
+void rt_event_add(router *r, const char *kind, const char *pool, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 void rt_metrics(router *r, buf *out);
 
 

@@ -1,6 +1,8 @@
 /* rstatus.c: /admin/status (what the dashboard reads) and /metrics for tierrouter. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "router.h"
 #include "clock.h"
@@ -19,8 +21,9 @@ static void put_num(buf *b, double v)
     else buf_printf(b, "%.4g", v);
 }
 
-/* One GPU pool's policy: stage, pressure, signals and the CPU shares it sets. */
-static void policy_json(buf *b, const policy_state *st, const pool_signals *sig)
+/* One GPU pool's policy: stage, pressure, signals (with the marks they are held to) and the
+ * CPU shares it sets. */
+static void policy_json(buf *b, const policy_config *pc, const policy_state *st, const pool_signals *sig)
 {
     buf_printf(b, "\"stage\":%zu,\"pressure\":%s,\"hard_failover\":%s,\"returning\":%s,", st->stage,
                st->pressure ? "true" : "false", st->hard_failover ? "true" : "false",
@@ -29,11 +32,48 @@ static void policy_json(buf *b, const policy_state *st, const pool_signals *sig)
     for (int s = 0; s < SIG_COUNT; s++) {
         buf_printf(b, "%s\"%s\":{\"value\":", s ? "," : "", policy_signal_name((policy_signal)s));
         put_num(b, sig->value[s]);
-        buf_printf(b, ",\"hot\":%s}", st->hot[s] ? "true" : "false");
+        buf_printf(b, ",\"hot\":%s,\"high\":%.4g,\"low\":%.4g}", st->hot[s] ? "true" : "false", pc->high[s],
+                   pc->low[s]);
     }
-    buf_puts(b, "},\"cpu_share\":{");
+    buf_printf(b, "},\"stages\":%zu,\"require\":%d,\"stage_shares\":[", pc->n_stages, pc->require);
+    for (size_t i = 0; i < pc->n_stages; i++) buf_printf(b, "%s%.3g", i ? "," : "", pc->stages[i]);
+    buf_puts(b, "],\"cpu_share\":{");
     for (int p = 0; p < PRIO_COUNT; p++) buf_printf(b, "%s\"%s\":%.3g", p ? "," : "", k_prio[p], st->cpu_share[p]);
     buf_puts(b, "}");
+}
+
+void rt_event_add(router *r, const char *kind, const char *pool, const char *fmt, ...)
+{
+    rt_event *e = &r->events[r->n_events % RT_EVENTS];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    e->seq = ++r->n_events;
+    e->wall = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    snprintf(e->kind, sizeof e->kind, "%s", kind);
+    snprintf(e->pool, sizeof e->pool, "%s", pool);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->text, sizeof e->text, fmt, ap);
+    va_end(ap);
+}
+
+/* The ring, oldest first. */
+static void events_json(const router *r, buf *b)
+{
+    uint64_t first = r->n_events > RT_EVENTS ? r->n_events - RT_EVENTS : 0;
+    buf_puts(b, "\"events\":[");
+    for (uint64_t s = first; s < r->n_events; s++) {
+        const rt_event *e = &r->events[s % RT_EVENTS];
+        buf_printf(b, "%s{\"seq\":%llu,\"time\":%.3f,\"kind\":", s > first ? "," : "",
+                   (unsigned long long)e->seq, e->wall);
+        buf_put_json_str(b, e->kind, strlen(e->kind));
+        buf_puts(b, ",\"pool\":");
+        buf_put_json_str(b, e->pool, strlen(e->pool));
+        buf_puts(b, ",\"text\":");
+        buf_put_json_str(b, e->text, strlen(e->text));
+        buf_putc(b, '}');
+    }
+    buf_puts(b, "],");
 }
 
 static const policy_state k_calm;
@@ -49,7 +89,9 @@ void rt_status_json(router *r, buf *b)
     if (lead) buf_put_json_str(b, lead->cfg->name, strlen(lead->cfg->name));
     else buf_puts(b, "null");
     buf_puts(b, ",");
-    policy_json(b, lead ? &lead->st : &k_calm, lead ? &lead->sig : &k_unknown);
+    policy_config pc;
+    rconfig_policy(r->cfg, &pc);
+    policy_json(b, &pc, lead ? &lead->st : &k_calm, lead ? &lead->sig : &k_unknown);
     buf_puts(b, ",\"slo\":{");
     const unsigned targets[PRIO_COUNT] = {r->cfg->slo_p95_ms.urgent, r->cfg->slo_p95_ms.normal, r->cfg->slo_p95_ms.batch};
     /* p50/p95/p99 over the last 60 s of each priority's requests, against its p95 target */
@@ -70,7 +112,9 @@ void rt_status_json(router *r, buf *b)
         if (targets[p]) buf_printf(b, "%.4f}", ring_share_within(&r->slo[p], now, 60.0, targets[p] / 1e3));
         else buf_puts(b, "null}");
     }
-    buf_printf(b, "},\"active\":%u,\"retries\":%llu,\"ejections\":%llu,\"pools\":[", r->active,
+    buf_puts(b, "},");
+    events_json(r, b);
+    buf_printf(b, "\"active\":%u,\"retries\":%llu,\"ejections\":%llu,\"pools\":[", r->active,
                (unsigned long long)r->retries, (unsigned long long)r->ejections_total);
     for (size_t i = 0; i < r->n_pools; i++) {
         rt_pool *p = &r->pools[i];
@@ -90,7 +134,7 @@ void rt_status_json(router *r, buf *b)
                    models[p->cfg->cost.model], p->cfg->cost.usd_per_hour, usd, n, n > 0 ? usd / n : 0.0);
         if (p->pol) {
             buf_puts(b, ",\"policy\":{");
-            policy_json(b, &p->st, &p->sig);
+            policy_json(b, &pc, &p->st, &p->sig);
             buf_puts(b, "}");
         }
         buf_puts(b, ",\"backends\":[");

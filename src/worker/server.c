@@ -24,6 +24,7 @@
 #include "status.h"
 #include "httppath.h"
 #include "server_internal.h"
+#include "webassets.h"
 
 /* ---- replies ------------------------------------------------------------------------ */
 
@@ -260,6 +261,11 @@ static void on_request(struct evhttp_request *req, void *arg)
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], msg[160];
     bool close_conn = false;
     int n_ = httppath_request(req, segs, msg, sizeof msg, &close_conn);
+    /* the dashboard's files hold no data and need no token: the page asks for it */
+    if (n_ >= 1 && strcmp(segs[0], "dashboard") == 0) {
+        webassets_serve(req, "tierserve", (size_t)n_, n_ > 1 ? segs[1] : NULL);
+        return;
+    }
     const char *why = NULL;
     if (!(n_ >= 0 && is_health_probe(req, n_, segs)) && !authorized(srv, req, &why)) {
         struct evkeyvalq *h = evhttp_request_get_output_headers(req);

@@ -1,0 +1,345 @@
+// tierserve dashboard: one page for both programs. On tierrouter it polls /admin/status (pools,
+// one Inference card per backend, the failover timeline); on a tierserve worker it polls
+// /v2/status and /metrics (its own Inference card). Polls once a second, never reloads.
+// Everything from the servers is put into the page as text (textContent), never as markup.
+'use strict';
+
+const POLL_MS = 1000;
+const TOKEN_KEY = 'tierserve.dashboard.token';
+// The chip names (src/common/tier.c tier_chip_name); a worker's /v2/status also says tier_label.
+const CHIP = { tensorrt: 'TensorRT', cuda: 'CUDA', cpu: 'CPU', 'cpu-fallback': 'CPU (fallback)' };
+const CHIP_CLASS = { tensorrt: 'chip-trt', cuda: 'chip-cuda', cpu: 'chip-cpu', 'cpu-fallback': 'chip-fallback' };
+
+let program = null;
+let token = sessionStorage.getItem(TOKEN_KEY) || '';
+let timer = null;
+
+function $(id) { return document.getElementById(id); }
+
+// el('div', {class: 'x', 'data-testid': 'y'}, child, 'text', ...)
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    e.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const k of kids.flat(Infinity)) {
+    if (k === undefined || k === null || k === false) continue;
+    e.appendChild(typeof k === 'string' || typeof k === 'number' ? document.createTextNode(String(k)) : k);
+  }
+  return e;
+}
+
+function fmt(v, digits = 1, unit = '') {
+  if (v === null || v === undefined || Number.isNaN(v)) return '—';
+  return (Math.round(v * 10 ** digits) / 10 ** digits).toString() + unit;
+}
+function pct(v) { return v === null || v === undefined ? '—' : fmt(v * 100, 1, '%'); }
+
+class AuthError extends Error {}
+
+async function fetchOk(path, accept) {
+  const headers = { Accept: accept };
+  if (token) headers.Authorization = 'Bearer ' + token;
+  const r = await fetch(path, { headers, cache: 'no-store', credentials: 'omit', redirect: 'error' });
+  if (r.status === 401) {
+    let msg = 'this server needs a bearer token';
+    try { msg = (await r.json()).error || msg; } catch (_) { /* keep the default */ }
+    throw new AuthError(msg);
+  }
+  if (!r.ok) {
+    let msg = 'HTTP ' + r.status;
+    try { msg += ': ' + ((await r.json()).error || ''); } catch (_) { /* not JSON */ }
+    throw new Error(path + ' answered ' + msg);
+  }
+  return r;
+}
+async function getJSON(path) { return (await fetchOk(path, 'application/json')).json(); }
+async function getText(path) { return (await fetchOk(path, 'text/plain')).text(); }
+
+function setConn(ok, text) {
+  const c = $('conn');
+  c.textContent = text;
+  c.className = 'conn ' + (ok ? 'conn-ok' : 'conn-bad');
+  if (ok) $('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+}
+
+function showLogin(why) {
+  $('login-why').textContent = why + (token ? ' (the token given was refused)' : '');
+  $('login').hidden = false;
+  $('main').hidden = true;
+  setConn(false, 'needs a token');
+  $('token').focus();
+}
+
+function onLogin(ev) {
+  ev.preventDefault();
+  token = $('token').value.trim();
+  $('token').value = '';
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $('login').hidden = true;
+  $('main').hidden = false;
+  schedule(0);
+}
+
+function schedule(ms) {
+  clearTimeout(timer);
+  timer = setTimeout(tick, ms);
+}
+
+async function tick() {
+  try {
+    if (program === 'tierrouter') {
+      renderRouter(await getJSON('/admin/status'));
+    } else {
+      const st = await getJSON('/v2/status');
+      let metrics = null;
+      try { metrics = await getText('/metrics'); } catch (e) { if (e instanceof AuthError) throw e; }
+      renderWorker(st, metrics);
+    }
+    setConn(true, 'live');
+  } catch (e) {
+    if (e instanceof AuthError) { showLogin(e.message); return; } // polling resumes after the form
+    setConn(false, 'no answer: ' + e.message);
+  }
+  schedule(POLL_MS);
+}
+
+// ---- latency from a worker's Prometheus histogram -------------------------------------------
+
+// p50/p95/p99 of tierserve_request_duration_seconds over every model, since the worker started
+// (linear inside a bucket, as Prometheus' histogram_quantile does). null when nothing was served.
+function workerQuantiles(text) {
+  if (!text) return null;
+  const buckets = new Map();
+  const re = /^tierserve_request_duration_seconds_bucket\{[^}]*le="([^"]+)"[^}]*\} ([0-9.eE+-]+)$/gm;
+  let m;
+  while ((m = re.exec(text)) !== null) {
+    const le = m[1] === '+Inf' ? Infinity : Number(m[1]);
+    buckets.set(le, (buckets.get(le) || 0) + Number(m[2]));
+  }
+  const bs = [...buckets.entries()].sort((a, b) => a[0] - b[0]);
+  const total = bs.length ? bs[bs.length - 1][1] : 0;
+  if (!total) return null;
+  const q = (p) => {
+    const rank = p * total;
+    let prevLe = 0, prevC = 0;
+    for (const [le, c] of bs) {
+      if (c >= rank) {
+        if (le === Infinity) return prevLe * 1e3;
+        return (prevLe + (le - prevLe) * (c === prevC ? 0 : (rank - prevC) / (c - prevC))) * 1e3;
+      }
+      prevLe = le; prevC = c;
+    }
+    return null;
+  };
+  return { p50: q(0.5), p95: q(0.95), p99: q(0.99), n: total };
+}
+
+// ---- the Inference card (a worker's own, or one backend as the router sees it) ---------------
+
+function chipFor(tier, label) {
+  const text = label || CHIP[tier] || 'unknown';
+  return el('span', { class: 'chip ' + (CHIP_CLASS[tier] || 'chip-unknown'), 'data-testid': 'chip', title: 'tier: ' + tier }, text);
+}
+
+function kv(rows) {
+  return el('dl', { class: 'kv' }, rows.filter(Boolean).map(([k, v]) => [el('dt', {}, k), el('dd', {}, v)]));
+}
+
+function alerts(list) {
+  return list.map(([level, text]) => el('div', { class: 'alert alert-' + level, 'data-testid': 'alert', role: 'alert' }, text));
+}
+
+function placementBar(np) {
+  const entries = Object.entries(np || {});
+  const total = entries.reduce((s, [, n]) => s + n, 0);
+  if (!total) return el('span', { class: 'muted' }, 'no placement reported');
+  const bar = el('div', { class: 'bar' });
+  const legend = [];
+  for (const [prov, n] of entries) {
+    const seg = el('span', { class: 'seg seg-' + prov.replace(/ExecutionProvider$/, '').toLowerCase(), title: prov + ': ' + n });
+    seg.style.width = (100 * n / total).toFixed(1) + '%'; // CSSOM: allowed under the CSP
+    bar.appendChild(seg);
+    legend.push(prov.replace(/ExecutionProvider$/, '') + ' ' + n + ' (' + Math.round(100 * n / total) + '%)');
+  }
+  return el('div', {}, bar, el('div', { class: 'muted small' }, legend.join(' · ')));
+}
+
+function workerCard(st, q, addr) {
+  const warn = [];
+  if (st.gpu_fault) warn.push(['bad', 'GPU FAULT, not live: ' + st.gpu_fault]);
+  else if (!st.live) warn.push(['bad', 'NOT LIVE']);
+  if (st.degraded) {
+    warn.push(['bad', 'DEGRADED: requested ' + st.requested + ', running on ' + st.active_provider +
+      ' (tier ' + st.tier + ')']);
+    for (const a of st.attempts || []) if (!a.ok) warn.push(['bad', a.provider + ' unavailable: ' + a.reason]);
+  }
+  if (st.draining) warn.push(['warn', 'draining for shutdown']);
+  else if (!st.ready && st.live) warn.push(['warn', 'not ready']);
+  const models = (st.models || []).map((m) =>
+    el('tr', {},
+      el('td', {}, m.name + ' v' + m.version),
+      el('td', {}, m.state || (m.ready ? 'READY' : 'UNAVAILABLE')),
+      el('td', { class: m.warmed_up ? 'ok' : 'warn' }, m.warmed_up ? 'warmed up (' + fmt(m.warmup_ms, 0, ' ms') + ')'
+        : m.warmup_error ? 'warm-up failed: ' + m.warmup_error : 'not warmed up'),
+      el('td', {}, String(m.queue_depth ?? '—')),
+      el('td', { class: 'placement' }, placementBar(m.node_placement))));
+  const bad = warn.some(([l]) => l === 'bad');
+  return el('article', { class: 'card' + (bad ? ' card-bad' : ''), 'data-testid': 'inference-card', 'data-backend': addr || 'self' },
+    el('header', {}, el('h3', {}, 'Inference', addr ? el('span', { class: 'muted' }, ' ' + addr) : null), chipFor(st.tier, st.tier_label)),
+    alerts(warn),
+    kv([
+      ['Requested', st.requested + (st.strict ? ' (strict)' : '')],
+      ['Active provider', st.active_provider],
+      ['Tier', st.tier + (st.degraded ? ' (degraded)' : '')],
+      ['Live / ready', (st.live ? 'live' : 'NOT live') + ' / ' + (st.ready ? 'ready' : 'not ready')],
+      ['Queue depth', String(st.queue_depth)],
+      ['In flight', String(st.in_flight)],
+      ['GPU memory', st.gpu_memory_used_fraction === null ? 'no GPU telemetry' : pct(st.gpu_memory_used_fraction)],
+      ['Latency p50/p95/p99', q ? fmt(q.p50) + ' / ' + fmt(q.p95) + ' / ' + fmt(q.p99) + ' ms (' + q.n + ' requests since start)' : '—'],
+    ]),
+    models.length ? el('table', { class: 'models' },
+      el('thead', {}, el('tr', {}, ['Model', 'State', 'Warm-up', 'Queue', 'Node placement'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, models)) : el('p', { class: 'muted' }, 'no models'));
+}
+
+// A backend as /admin/status shows it: the browser never reaches workers, only the router.
+function backendCard(pool, b) {
+  const warn = [];
+  if (!b.live) warn.push(['bad', 'NOT LIVE (GPU fault or down): no traffic']);
+  if (b.tier === 'cpu-fallback') warn.push(['bad', 'DEGRADED: a GPU tier was wanted, CPU is what runs']);
+  if (!b.tier_ok && b.tier !== 'unknown') warn.push(['bad', 'tier ' + b.tier + ' is below pool ' + pool.name + "'s min_tier " + pool.min_tier]);
+  if (b.ejected_for_ms > 0) warn.push(['bad', 'ejected for ' + fmt(b.ejected_for_ms / 1000, 1, ' s') + ' more']);
+  if (b.live && !b.ready) warn.push(['warn', 'not ready']);
+  const bad = warn.some(([l]) => l === 'bad');
+  return el('article', { class: 'card' + (bad ? ' card-bad' : ''), 'data-testid': 'inference-card', 'data-backend': b.address },
+    el('header', {}, el('h3', {}, 'Inference ', el('span', { class: 'muted' }, b.address)), chipFor(b.tier)),
+    alerts(warn),
+    kv([
+      ['Pool', pool.name + ' (' + pool.kind + ')'],
+      ['Health', b.healthy ? 'healthy' : 'not taking traffic'],
+      ['Live / ready', (b.live ? 'live' : 'NOT live') + ' / ' + (b.ready ? 'ready' : 'not ready')],
+      ['In flight (router)', String(b.in_flight)],
+      ['Worker queue', fmt(b.worker_queue, 0)],
+      ['GPU memory', b.gpu_memory_used_fraction === null ? 'no GPU telemetry' : pct(b.gpu_memory_used_fraction)],
+      ['Requests / failures', b.requests + ' / ' + b.failures],
+      ['Ejections', String(b.ejections)],
+    ]));
+}
+
+// ---- the router's page -----------------------------------------------------------------------
+
+function signalRow(name, s) {
+  const unit = name === 'p95_ms' ? ' ms' : '';
+  const shown = (v) => (name === 'gpu_memory_fraction' && v !== null ? pct(v) : fmt(v, 1, unit));
+  const meter = el('div', { class: 'meter' + (s.hot ? ' hot' : '') });
+  const fill = el('span', {});
+  const frac = s.value === null ? 0 : Math.min(1, s.value / (s.high || 1));
+  fill.style.width = (100 * frac).toFixed(1) + '%';
+  meter.appendChild(fill);
+  return el('tr', { class: s.hot ? 'hot' : '' },
+    el('td', {}, name), el('td', {}, shown(s.value)), el('td', { class: 'muted' }, shown(s.low) + ' / ' + shown(s.high)),
+    el('td', {}, meter), el('td', {}, s.hot ? 'HOT' : 'cold'));
+}
+
+function policyBlock(pol) {
+  const stageOf = pol.stages ? ' of ' + (pol.stages - 1) : '';
+  const state = pol.hard_failover ? 'HARD FAILOVER: no healthy GPU backend' : pol.pressure ? 'under pressure' : pol.returning ? 'returning' : 'calm';
+  return el('div', { class: 'policy' },
+    el('div', { class: 'policy-state ' + (pol.hard_failover ? 'bad' : pol.pressure ? 'warn' : 'ok'), 'data-testid': 'policy-state' },
+      'Stage ' + pol.stage + stageOf + ' · ' + state),
+    kv([['CPU share', Object.entries(pol.cpu_share).map(([p, v]) => p + ' ' + pct(v)).join(' · ')]]),
+    el('table', { class: 'signals' },
+      el('thead', {}, el('tr', {}, ['Signal', 'Value', 'Low / high mark', '', ''].map((h) => el('th', {}, h)))),
+      el('tbody', {}, Object.entries(pol.signals).map(([n, s]) => signalRow(n, s)))),
+    el('p', { class: 'muted small' }, 'Pressure needs ' + (pol.require ?? '?') + ' hot signals held; a hard failover moves all traffic at once.'));
+}
+
+function poolCard(p) {
+  const total = p.backends.length;
+  const ejected = p.backends.filter((b) => b.ejected_for_ms > 0).length;
+  const inflight = p.backends.reduce((s, b) => s + b.in_flight, 0);
+  const bad = p.healthy === 0;
+  return el('article', { class: 'card pool' + (bad ? ' card-bad' : ''), 'data-testid': 'pool-card', 'data-pool': p.name },
+    el('header', {}, el('h3', {}, 'Pool ' + p.name), el('span', { class: 'tag' }, p.kind.toUpperCase() + (p.sensitive ? ' · sensitive' : ''))),
+    bad ? alerts([['bad', 'NO HEALTHY BACKEND']]) : null,
+    kv([
+      ['Healthy backends', p.healthy + ' of ' + total],
+      ['Ejected now', String(ejected)],
+      ['In flight', String(inflight)],
+      ['p95 (10 s)', fmt(p.p95_ms, 1, ' ms')],
+      ['min_tier', p.min_tier],
+      ['Cost', p.cost.model === 'none' ? '—' : '$' + fmt(p.cost.usd_per_request * 1000, 4) + ' per 1000 requests'],
+    ]),
+    p.policy ? policyBlock(p.policy) : null);
+}
+
+function sloBlock(st) {
+  return el('table', { class: 'slo' },
+    el('thead', {}, el('tr', {}, ['Priority', 'p50', 'p95', 'p99', 'p95 target', 'Within target', 'Requests (60 s)'].map((h) => el('th', {}, h)))),
+    el('tbody', {}, Object.entries(st.slo).map(([prio, s]) => {
+      const over = s.target_p95_ms !== null && s.p95_ms !== null && s.p95_ms > s.target_p95_ms;
+      return el('tr', { class: over ? 'hot' : '' }, el('td', {}, prio), el('td', {}, fmt(s.p50_ms, 1, ' ms')),
+        el('td', {}, fmt(s.p95_ms, 1, ' ms')), el('td', {}, fmt(s.p99_ms, 1, ' ms')),
+        el('td', {}, s.target_p95_ms === null ? '—' : s.target_p95_ms + ' ms'),
+        el('td', {}, s.compliance === null ? '—' : pct(s.compliance)), el('td', {}, String(s.requests_60s)));
+    })));
+}
+
+const KIND_CLASS = { hard_failover: 'bad', backend_unhealthy: 'bad', ejection: 'warn', stage_up: 'warn', pressure_start: 'warn' };
+
+function renderTimeline(events) {
+  const ol = $('timeline');
+  const items = [...(events || [])].reverse().map((e) =>
+    el('li', { class: 'ev ev-' + (KIND_CLASS[e.kind] || 'ok'), 'data-seq': e.seq, 'data-kind': e.kind },
+      el('time', {}, new Date(e.time * 1000).toLocaleTimeString()),
+      el('span', { class: 'kind' }, e.kind.replace(/_/g, ' ')),
+      el('span', { class: 'pool' }, e.pool),
+      el('span', { class: 'text' }, e.text)));
+  ol.replaceChildren(...(items.length ? items : [el('li', { class: 'muted' }, 'no events yet')]));
+}
+
+function renderRouter(st) {
+  $('title').textContent = 'tierrouter';
+  const lead = st.lead_gpu_pool;
+  $('summary').hidden = false;
+  $('summary').replaceChildren(
+    el('div', { class: 'stats' },
+      el('div', { class: 'stat' }, el('b', {}, String(st.active)), ' in flight'),
+      el('div', { class: 'stat' }, el('b', {}, String(st.retries)), ' retries'),
+      el('div', { class: 'stat' }, el('b', {}, String(st.ejections)), ' ejections'),
+      el('div', { class: 'stat ' + (st.hard_failover ? 'bad' : st.stage > 0 ? 'warn' : '') },
+        'lead GPU pool ', el('b', {}, lead || '—'), ': stage ' + st.stage + (st.hard_failover ? ' · HARD FAILOVER' : ''),
+        ' · CPU share normal ', el('b', {}, pct(st.cpu_share.normal)))),
+    sloBlock(st));
+  $('pools-title').hidden = false;
+  $('inference-title').hidden = false;
+  $('timeline-box').hidden = false;
+  $('pools').replaceChildren(...st.pools.map(poolCard));
+  $('inference').replaceChildren(...st.pools.flatMap((p) => p.backends.map((b) => backendCard(p, b))));
+  renderTimeline(st.events);
+}
+
+function renderWorker(st, metrics) {
+  $('title').textContent = 'tierserve worker';
+  $('inference-title').hidden = false;
+  $('inference').replaceChildren(workerCard(st, workerQuantiles(metrics), null));
+}
+
+// Which program served the page decides what to poll; until it answers, ask again.
+async function start() {
+  try {
+    program = (await getJSON('/dashboard/program.json')).program;
+  } catch (e) {
+    setConn(false, 'no answer: ' + e.message);
+    setTimeout(start, POLL_MS * 2);
+    return;
+  }
+  schedule(0);
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  $('login').addEventListener('submit', onLogin);
+  start();
+});
