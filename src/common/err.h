@@ -3,8 +3,25 @@
 #ifndef TS_ERR_H
 #define TS_ERR_H
 
+/* The statuses both programs answer with, by name (RFC 9110). */
+enum {
+    TS_BAD_REQUEST = 400,
+    TS_UNAUTHORIZED = 401,
+    TS_FORBIDDEN = 403,
+    TS_NOT_FOUND = 404,
+    TS_METHOD_NOT_ALLOWED = 405,
+    TS_PAYLOAD_TOO_LARGE = 413,
+    TS_UNSUPPORTED_MEDIA_TYPE = 415,
+    TS_TOO_MANY_REQUESTS = 429, /* shed */
+    TS_HEADERS_TOO_LARGE = 431,
+    TS_INTERNAL_ERROR = 500,
+    TS_BAD_GATEWAY = 502,
+    TS_UNAVAILABLE = 503,       /* always with Retry-After */
+    TS_TIMEOUT = 504,
+};
+
 typedef struct {
-    int http;       /* 400, 404, 413, 500, 503, 504 */
+    int http;       /* one of the TS_* statuses above */
     char msg[512];
 } ts_err;
 

@@ -17,7 +17,7 @@ static int make_input(const ts_tensor *t, uint8_t **aligned_copy, OrtValue **out
         if (ort_check(g_ort->GetAllocatorWithDefaultOptions(&alloc), msg, sizeof msg) ||
             ort_check(g_ort->CreateTensorAsOrtValue(alloc, t->shape, t->ndim, ot, out), msg,
                       sizeof msg)) {
-            ts_err_set(err, 500, "input '%s': %s", t->name, msg);
+            ts_err_set(err, TS_INTERNAL_ERROR, "input '%s': %s", t->name, msg);
             return -1;
         }
         size_t off = 0;
@@ -27,7 +27,7 @@ static int make_input(const ts_tensor *t, uint8_t **aligned_copy, OrtValue **out
             char *dst = NULL;
             if (ort_check(g_ort->GetResizedStringTensorElementBuffer(*out, i, l, &dst), msg,
                           sizeof msg)) {
-                ts_err_set(err, 500, "input '%s': %s", t->name, msg);
+                ts_err_set(err, TS_INTERNAL_ERROR, "input '%s': %s", t->name, msg);
                 return -1;
             }
             if (l) memcpy(dst, t->data + off, l);
@@ -40,7 +40,7 @@ static int make_input(const ts_tensor *t, uint8_t **aligned_copy, OrtValue **out
     if (t->nbytes && ((uintptr_t)p % (align < 8 ? align : 8)) != 0) {
         *aligned_copy = aligned_alloc(64, (t->nbytes + 63) & ~(size_t)63);
         if (!*aligned_copy) {
-            ts_err_set(err, 500, "input '%s': out of memory", t->name);
+            ts_err_set(err, TS_INTERNAL_ERROR, "input '%s': out of memory", t->name);
             return -1;
         }
         memcpy(*aligned_copy, t->data, t->nbytes);
@@ -51,7 +51,7 @@ static int make_input(const ts_tensor *t, uint8_t **aligned_copy, OrtValue **out
     if (ort_check(g_ort->CreateTensorWithDataAsOrtValue(ortenv_cpu_meminfo(), p, t->nbytes, t->shape,
                                                         t->ndim, ot, out),
                   msg, sizeof msg)) {
-        ts_err_set(err, 500, "input '%s': %s", t->name, msg);
+        ts_err_set(err, TS_INTERNAL_ERROR, "input '%s': %s", t->name, msg);
         return -1;
     }
     return 0;
@@ -65,7 +65,7 @@ static int collect_output(const char *name, OrtValue *value, ts_tensor *t, ts_er
     ONNXTensorElementDataType ot;
     size_t nd = 0, count = 0;
     if (ort_check(g_ort->GetTensorTypeAndShape(value, &info), msg, sizeof msg)) {
-        ts_err_set(err, 500, "output '%s' is not a tensor: %s", name, msg);
+        ts_err_set(err, TS_INTERNAL_ERROR, "output '%s' is not a tensor: %s", name, msg);
         return -1;
     }
     int rc = ort_check(g_ort->GetTensorElementType(info, &ot), msg, sizeof msg);
@@ -78,7 +78,7 @@ static int collect_output(const char *name, OrtValue *value, ts_tensor *t, ts_er
     if (!rc) rc = ort_check(g_ort->GetTensorShapeElementCount(info, &count), msg, sizeof msg);
     g_ort->ReleaseTensorTypeAndShapeInfo(info);
     if (rc) {
-        ts_err_set(err, 500, "output '%s': %s", name, msg);
+        ts_err_set(err, TS_INTERNAL_ERROR, "output '%s': %s", name, msg);
         return -1;
     }
     t->name = name;
@@ -86,14 +86,14 @@ static int collect_output(const char *name, OrtValue *value, ts_tensor *t, ts_er
     t->count = count;
     t->dt = dtype_from_onnx(ot);
     if (t->dt == DT_INVALID) {
-        ts_err_set(err, 500, "output '%s' has ONNX element type %d, which KServe v2 cannot carry",
+        ts_err_set(err, TS_INTERNAL_ERROR, "output '%s' has ONNX element type %d, which KServe v2 cannot carry",
                    name, (int)ot);
         return -1;
     }
     if (t->dt != DT_BYTES) {
         void *p = NULL;
         if (ort_check(g_ort->GetTensorMutableData(value, &p), msg, sizeof msg)) {
-            ts_err_set(err, 500, "output '%s': %s", name, msg);
+            ts_err_set(err, TS_INTERNAL_ERROR, "output '%s': %s", name, msg);
             return -1;
         }
         t->data = p;
@@ -102,13 +102,13 @@ static int collect_output(const char *name, OrtValue *value, ts_tensor *t, ts_er
     }
     size_t total = 0;
     if (ort_check(g_ort->GetStringTensorDataLength(value, &total), msg, sizeof msg)) {
-        ts_err_set(err, 500, "output '%s': %s", name, msg);
+        ts_err_set(err, TS_INTERNAL_ERROR, "output '%s': %s", name, msg);
         return -1;
     }
     t->nbytes = total + 4 * count;
     t->owned = malloc(t->nbytes ? t->nbytes : 1);
     if (!t->owned) {
-        ts_err_set(err, 500, "output '%s': out of memory", name);
+        ts_err_set(err, TS_INTERNAL_ERROR, "output '%s': out of memory", name);
         return -1;
     }
     uint8_t *w = t->owned;
@@ -123,7 +123,7 @@ static int collect_output(const char *name, OrtValue *value, ts_tensor *t, ts_er
         w += 4 + l;
     }
     if ((size_t)(w - t->owned) != t->nbytes) {
-        ts_err_set(err, 500, "output '%s': could not read string tensor: %s", name, msg);
+        ts_err_set(err, TS_INTERNAL_ERROR, "output '%s': could not read string tensor: %s", name, msg);
         return -1;
     }
     t->data = t->owned;
@@ -189,7 +189,7 @@ static int run_bound(const infer_target *t, OrtRunOptions *ro, const model_sig *
     if (st) return run_failed(st, err);
     int rc = 0;
     if (n != nout) {
-        ts_err_set(err, 500, "inference failed: %zu outputs bound, %zu returned", nout, n);
+        ts_err_set(err, TS_INTERNAL_ERROR, "inference failed: %zu outputs bound, %zu returned", nout, n);
         rc = -1;
     }
     for (size_t i = 0; i < n; i++) {
@@ -218,7 +218,7 @@ int infer_run(const infer_target *t, OrtRunOptions *ro, const model_sig *sig,
     int rc = -1;
     if (!in_names || !in_vals || !copies || !out_names || !res->names || !res->binary ||
         !vals || !res->tensors) {
-        ts_err_set(err, 500, "out of memory");
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
         goto out;
     }
     res->n = nout;
@@ -268,7 +268,7 @@ static int merge_inputs(const model_sig *sig, infer_request *const *reqs, size_t
     size_t nin = sig->n_inputs;
     mr->inputs = calloc(nin ? nin : 1, sizeof *mr->inputs);
     if (!mr->inputs) {
-        ts_err_set(err, 500, "out of memory");
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
         return -1;
     }
     *total_rows = 0;
@@ -286,7 +286,7 @@ static int merge_inputs(const model_sig *sig, infer_request *const *reqs, size_t
         }
         t->owned = malloc(t->nbytes ? t->nbytes : 1);
         if (!t->owned) {
-            ts_err_set(err, 500, "out of memory");
+            ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
             return -1;
         }
         size_t off = 0;
@@ -303,7 +303,7 @@ static int merge_inputs(const model_sig *sig, infer_request *const *reqs, size_t
 static int row_offsets(const ts_tensor *t, int64_t rows, size_t *offs, ts_err *err)
 {
     if (t->ndim == 0 || t->shape[0] != rows) {
-        ts_err_set(err, 500, "output '%s' does not keep the batch dimension (%lld rows in, %lld out)",
+        ts_err_set(err, TS_INTERNAL_ERROR, "output '%s' does not keep the batch dimension (%lld rows in, %lld out)",
                    t->name, (long long)rows, (long long)(t->ndim ? t->shape[0] : -1));
         return -1;
     }
@@ -338,7 +338,7 @@ int infer_run_batch(const infer_target *tgt, OrtRunOptions *ro, const model_sig 
     size_t nout = merged->n;
     size_t *offs = calloc(nout * (size_t)(rows + 1), sizeof *offs);
     if (!offs) {
-        ts_err_set(err, 500, "out of memory");
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
         goto fail;
     }
     for (size_t o = 0; o < nout; o++)
@@ -354,7 +354,7 @@ int infer_run_batch(const infer_target *tgt, OrtRunOptions *ro, const model_sig 
         p->binary = calloc(p->n, sizeof *p->binary);
         p->tensors = calloc(p->n, sizeof *p->tensors);
         if (!p->names || !p->binary || !p->tensors) {
-            ts_err_set(err, 500, "out of memory");
+            ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
             goto fail;
         }
         for (size_t i = 0; i < p->n; i++) {

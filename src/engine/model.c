@@ -292,18 +292,18 @@ static int warmup_request(const ts_model *m, const warmup_sample *s, infer_reque
         for (size_t k = 0; k < req->n_inputs; k++)
             if (strcmp(req->inputs[k].name, wi->name) == 0) t = &req->inputs[k];
         if (!t) {
-            ts_err_set(e, 400, "model_warmup names input '%s', which the model does not have", wi->name);
+            ts_err_set(e, TS_BAD_REQUEST, "model_warmup names input '%s', which the model does not have", wi->name);
             return -1;
         }
         if (t->dt != wi->dt) {
-            ts_err_set(e, 400, "model_warmup input '%s' is %s, the model wants %s", wi->name,
+            ts_err_set(e, TS_BAD_REQUEST, "model_warmup input '%s' is %s, the model wants %s", wi->name,
                        dtype_name(wi->dt), dtype_name(t->dt));
             return -1;
         }
         /* Triton's dims exclude the batch dimension when batch_size is given */
         size_t lead = s->batch_size > 0 ? 1 : 0;
         if (wi->ndim + lead != t->ndim) {
-            ts_err_set(e, 400, "model_warmup input '%s' has %zu dims, the model has %zu%s", wi->name,
+            ts_err_set(e, TS_BAD_REQUEST, "model_warmup input '%s' has %zu dims, the model has %zu%s", wi->name,
                        wi->ndim, t->ndim, lead ? " (including the batch dimension)" : "");
             return -1;
         }
@@ -585,8 +585,8 @@ ts_model *model_repo_find(const model_repo *r, const char *name, const char *ver
         }
     }
     if (best) return best;
-    if (!any) ts_err_set(err, 404, "unknown model '%.200s'", name);
-    else ts_err_set(err, 404, "model '%.200s' has no version '%.32s'", name, version);
+    if (!any) ts_err_set(err, TS_NOT_FOUND, "unknown model '%.200s'", name);
+    else ts_err_set(err, TS_NOT_FOUND, "model '%.200s' has no version '%.32s'", name, version);
     return NULL;
 }
 

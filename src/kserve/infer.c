@@ -31,12 +31,12 @@ static void wr_u32le(uint8_t *p, uint32_t v)
 static int parse_shape(json_t *js, const char *name, ts_tensor *t, ts_err *err)
 {
     if (!json_is_array(js)) {
-        ts_err_set(err, 400, "input '%s': \"shape\" must be an array of non-negative integers", name);
+        ts_err_set(err, TS_BAD_REQUEST, "input '%s': \"shape\" must be an array of non-negative integers", name);
         return -1;
     }
     size_t nd = json_array_size(js);
     if (nd > TS_MAX_DIMS) {
-        ts_err_set(err, 400, "input '%s': shape has %zu dimensions, at most %d are supported", name,
+        ts_err_set(err, TS_BAD_REQUEST, "input '%s': shape has %zu dimensions, at most %d are supported", name,
                    nd, TS_MAX_DIMS);
         return -1;
     }
@@ -44,13 +44,13 @@ static int parse_shape(json_t *js, const char *name, ts_tensor *t, ts_err *err)
     for (size_t i = 0; i < nd; i++) {
         json_t *d = json_array_get(js, i);
         if (!json_is_integer(d) || json_integer_value(d) < 0) {
-            ts_err_set(err, 400, "input '%s': shape[%zu] must be a non-negative integer", name, i);
+            ts_err_set(err, TS_BAD_REQUEST, "input '%s': shape[%zu] must be a non-negative integer", name, i);
             return -1;
         }
         int64_t v = json_integer_value(d);
         t->shape[i] = v;
         if (v != 0 && count > TS_MAX_ELEMENTS / v) {
-            ts_err_set(err, 400, "input '%s': shape has more than %lld elements", name,
+            ts_err_set(err, TS_BAD_REQUEST, "input '%s': shape has more than %lld elements", name,
                        (long long)TS_MAX_ELEMENTS);
             return -1;
         }
@@ -68,21 +68,21 @@ static int check_bytes_layout(const uint8_t *p, size_t n, size_t count, const ch
     size_t off = 0;
     for (size_t i = 0; i < count; i++) {
         if (n - off < 4) {
-            ts_err_set(err, 400, "input '%s': BYTES data ends inside element %zu's length prefix",
+            ts_err_set(err, TS_BAD_REQUEST, "input '%s': BYTES data ends inside element %zu's length prefix",
                        name, i);
             return -1;
         }
         uint32_t l = dtype_rd_u32le(p + off);
         off += 4;
         if (l > n - off) {
-            ts_err_set(err, 400, "input '%s': BYTES element %zu claims %u bytes, only %zu remain",
+            ts_err_set(err, TS_BAD_REQUEST, "input '%s': BYTES element %zu claims %u bytes, only %zu remain",
                        name, i, l, n - off);
             return -1;
         }
         off += l;
     }
     if (off != n) {
-        ts_err_set(err, 400, "input '%s': %zu bytes left after %zu BYTES elements", name, n - off,
+        ts_err_set(err, TS_BAD_REQUEST, "input '%s': %zu bytes left after %zu BYTES elements", name, n - off,
                    count);
         return -1;
     }
@@ -100,7 +100,7 @@ typedef struct {
 
 static int fill_bad(json_fill *f, const char *what)
 {
-    ts_err_set(f->err, 400, "input '%s': element %zu: expected %s for datatype %s", f->name, f->idx,
+    ts_err_set(f->err, TS_BAD_REQUEST, "input '%s': element %zu: expected %s for datatype %s", f->name, f->idx,
                what, dtype_name(f->dt));
     return -1;
 }
@@ -110,7 +110,7 @@ static int fill_int(json_fill *f, json_t *v, int64_t lo, uint64_t hi)
     if (!json_is_integer(v)) return fill_bad(f, "an integer");
     json_int_t x = json_integer_value(v);
     if ((int64_t)x < lo || (x >= 0 && (uint64_t)x > hi)) {
-        ts_err_set(f->err, 400, "input '%s': element %zu: %lld is out of range for %s", f->name,
+        ts_err_set(f->err, TS_BAD_REQUEST, "input '%s': element %zu: %lld is out of range for %s", f->name,
                    f->idx, (long long)x, dtype_name(f->dt));
         return -1;
     }
@@ -158,7 +158,7 @@ static int fill_one(json_fill *f, json_t *v)
             inf = (h & 0x7fffu) == (f->dt == DT_FP16 ? 0x7c00u : 0x7f80u);
         }
         if (inf) { /* JSON has no infinity: a finite number that overflows is a mistake */
-            ts_err_set(f->err, 400, "input '%s': element %zu: %g is out of range for %s", f->name,
+            ts_err_set(f->err, TS_BAD_REQUEST, "input '%s': element %zu: %g is out of range for %s", f->name,
                        f->idx, d, dtype_name(f->dt));
             return -1;
         }
@@ -183,7 +183,7 @@ static int fill_walk(json_fill *f, json_t *v, size_t depth, size_t max_depth)
 {
     if (json_is_array(v)) {
         if (depth >= max_depth) {
-            ts_err_set(f->err, 400, "input '%s': \"data\" is nested deeper than its shape", f->name);
+            ts_err_set(f->err, TS_BAD_REQUEST, "input '%s': \"data\" is nested deeper than its shape", f->name);
             return -1;
         }
         size_t n = json_array_size(v);
@@ -192,7 +192,7 @@ static int fill_walk(json_fill *f, json_t *v, size_t depth, size_t max_depth)
         return 0;
     }
     if (f->idx >= f->count) {
-        ts_err_set(f->err, 400, "input '%s': \"data\" has more elements than shape's %zu", f->name,
+        ts_err_set(f->err, TS_BAD_REQUEST, "input '%s': \"data\" has more elements than shape's %zu", f->name,
                    f->count);
         return -1;
     }
@@ -206,7 +206,7 @@ static int parse_json_data(json_t *data, size_t json_len, ts_tensor *t, ts_err *
     /* Every JSON element takes at least one byte of text: a shape that claims more elements
      * than the JSON has bytes is a lie, and is refused before anything is allocated. */
     if (t->count > json_len) {
-        ts_err_set(err, 400, "input '%s': shape claims %zu elements, more than \"data\" can hold",
+        ts_err_set(err, TS_BAD_REQUEST, "input '%s': shape claims %zu elements, more than \"data\" can hold",
                    t->name, t->count);
         return -1;
     }
@@ -219,7 +219,7 @@ static int parse_json_data(json_t *data, size_t json_len, ts_tensor *t, ts_err *
         size_t n = t->count * dtype_size(t->dt);
         t->owned = malloc(n ? n : 1);
         if (!t->owned) {
-            ts_err_set(err, 500, "input '%s': out of memory", t->name);
+            ts_err_set(err, TS_INTERNAL_ERROR, "input '%s': out of memory", t->name);
             return -1;
         }
         f.out = t->owned;
@@ -228,13 +228,13 @@ static int parse_json_data(json_t *data, size_t json_len, ts_tensor *t, ts_err *
     /* a scalar "data" is allowed for a one-element tensor */
     int rc = fill_walk(&f, data, 0, t->ndim + 1);
     if (rc == 0 && f.idx != t->count) {
-        ts_err_set(err, 400, "input '%s': \"data\" has %zu elements, shape needs %zu", t->name,
+        ts_err_set(err, TS_BAD_REQUEST, "input '%s': \"data\" has %zu elements, shape needs %zu", t->name,
                    f.idx, t->count);
         rc = -1;
     }
     if (rc == 0 && t->dt == DT_BYTES) {
         if (buf_failed(&bytes)) {
-            ts_err_set(err, 500, "input '%s': out of memory", t->name);
+            ts_err_set(err, TS_INTERNAL_ERROR, "input '%s': out of memory", t->name);
             rc = -1;
         } else {
             t->owned = bytes.data ? bytes.data : malloc(1);
@@ -284,26 +284,26 @@ static int parse_input(json_t *in, size_t idx, size_t json_len, const uint8_t *b
                        fast_ctx *fc, ts_tensor *t, ts_err *err)
 {
     if (!json_is_object(in)) {
-        ts_err_set(err, 400, "inputs[%zu] must be an object", idx);
+        ts_err_set(err, TS_BAD_REQUEST, "inputs[%zu] must be an object", idx);
         return -1;
     }
     json_t *name = json_object_get(in, "name");
     if (!json_is_string(name) || json_string_length(name) == 0 ||
         json_string_length(name) >= TS_NAME_MAX ||
         strlen(json_string_value(name)) != json_string_length(name)) {
-        ts_err_set(err, 400, "inputs[%zu]: \"name\" must be a non-empty string under %d bytes", idx,
+        ts_err_set(err, TS_BAD_REQUEST, "inputs[%zu]: \"name\" must be a non-empty string under %d bytes", idx,
                    TS_NAME_MAX);
         return -1;
     }
     t->name = json_string_value(name);
     json_t *dt = json_object_get(in, "datatype");
     if (!json_is_string(dt)) {
-        ts_err_set(err, 400, "input '%s': \"datatype\" must be a string", t->name);
+        ts_err_set(err, TS_BAD_REQUEST, "input '%s': \"datatype\" must be a string", t->name);
         return -1;
     }
     t->dt = dtype_parse(json_string_value(dt));
     if (t->dt == DT_INVALID) {
-        ts_err_set(err, 400, "input '%s': unknown datatype \"%.32s\"", t->name, json_string_value(dt));
+        ts_err_set(err, TS_BAD_REQUEST, "input '%s': unknown datatype \"%.32s\"", t->name, json_string_value(dt));
         return -1;
     }
     if (parse_shape(json_object_get(in, "shape"), t->name, t, err)) return -1;
@@ -312,11 +312,11 @@ static int parse_input(json_t *in, size_t idx, size_t json_len, const uint8_t *b
     json_t *bds = json_is_object(params) ? json_object_get(params, "binary_data_size") : NULL;
     json_t *data = json_object_get(in, "data");
     if (bds && data) {
-        ts_err_set(err, 400, "input '%s': both \"data\" and binary_data_size given", t->name);
+        ts_err_set(err, TS_BAD_REQUEST, "input '%s': both \"data\" and binary_data_size given", t->name);
         return -1;
     }
     if (!bds && !data) {
-        ts_err_set(err, 400, "input '%s': no \"data\" and no parameters.binary_data_size", t->name);
+        ts_err_set(err, TS_BAD_REQUEST, "input '%s': no \"data\" and no parameters.binary_data_size", t->name);
         return -1;
     }
     const jfast_span *sp = data ? fast_span_for(fc, idx) : NULL;
@@ -324,12 +324,12 @@ static int parse_input(json_t *in, size_t idx, size_t json_len, const uint8_t *b
     if (data) return parse_json_data(data, json_len, t, err);
 
     if (!json_is_integer(bds) || json_integer_value(bds) < 0) {
-        ts_err_set(err, 400, "input '%s': binary_data_size must be a non-negative integer", t->name);
+        ts_err_set(err, TS_BAD_REQUEST, "input '%s': binary_data_size must be a non-negative integer", t->name);
         return -1;
     }
     uint64_t n = (uint64_t)json_integer_value(bds);
     if (n > bin_len - *bin_off) {
-        ts_err_set(err, 400,
+        ts_err_set(err, TS_BAD_REQUEST,
                    "input '%s': binary_data_size %llu exceeds the %zu binary bytes left in the body",
                    t->name, (unsigned long long)n, bin_len - *bin_off);
         return -1;
@@ -339,7 +339,7 @@ static int parse_input(json_t *in, size_t idx, size_t json_len, const uint8_t *b
     *bin_off += (size_t)n;
     if (t->dt == DT_BYTES) return check_bytes_layout(t->data, t->nbytes, t->count, t->name, err);
     if (t->nbytes != t->count * dtype_size(t->dt)) {
-        ts_err_set(err, 400, "input '%s': binary_data_size %zu does not match shape (%zu x %zu bytes)",
+        ts_err_set(err, TS_BAD_REQUEST, "input '%s': binary_data_size %zu does not match shape (%zu x %zu bytes)",
                    t->name, t->nbytes, t->count, dtype_size(t->dt));
         return -1;
     }
@@ -350,45 +350,45 @@ static int parse_outputs(json_t *outs, infer_request *r, ts_err *err)
 {
     if (!outs) return 0;
     if (!json_is_array(outs)) {
-        ts_err_set(err, 400, "\"outputs\" must be an array");
+        ts_err_set(err, TS_BAD_REQUEST, "\"outputs\" must be an array");
         return -1;
     }
     size_t n = json_array_size(outs);
     if (n == 0) return 0;
     if (n > TS_MAX_IO) {
-        ts_err_set(err, 400, "%zu outputs requested, at most %d", n, TS_MAX_IO);
+        ts_err_set(err, TS_BAD_REQUEST, "%zu outputs requested, at most %d", n, TS_MAX_IO);
         return -1;
     }
     r->outputs = calloc(n, sizeof *r->outputs);
     if (!r->outputs) {
-        ts_err_set(err, 500, "out of memory");
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
         json_t *o = json_array_get(outs, i);
         json_t *name = json_is_object(o) ? json_object_get(o, "name") : NULL;
         if (!json_is_string(name) || strlen(json_string_value(name)) != json_string_length(name)) {
-            ts_err_set(err, 400, "outputs[%zu]: \"name\" must be a string", i);
+            ts_err_set(err, TS_BAD_REQUEST, "outputs[%zu]: \"name\" must be a string", i);
             return -1;
         }
         r->outputs[i].name = json_string_value(name);
         json_t *p = json_object_get(o, "parameters");
         json_t *b = json_is_object(p) ? json_object_get(p, "binary_data") : NULL;
         if (b && !json_is_boolean(b)) {
-            ts_err_set(err, 400, "output '%s': parameters.binary_data must be a boolean",
+            ts_err_set(err, TS_BAD_REQUEST, "output '%s': parameters.binary_data must be a boolean",
                        r->outputs[i].name);
             return -1;
         }
         json_t *cls = json_is_object(p) ? json_object_get(p, "classification") : NULL;
         if (cls) {
-            ts_err_set(err, 400, "output '%s': the classification extension is not supported",
+            ts_err_set(err, TS_BAD_REQUEST, "output '%s': the classification extension is not supported",
                        r->outputs[i].name);
             return -1;
         }
         r->outputs[i].binary = b ? json_is_true(b) : r->binary_output_default;
         for (size_t j = 0; j < i; j++)
             if (strcmp(r->outputs[j].name, r->outputs[i].name) == 0) {
-                ts_err_set(err, 400, "output '%s' requested twice", r->outputs[i].name);
+                ts_err_set(err, TS_BAD_REQUEST, "output '%s' requested twice", r->outputs[i].name);
                 return -1;
             }
         r->n_outputs = i + 1;
@@ -406,7 +406,7 @@ int64_t infer_header_len(const char *v, ts_err *err)
     errno = 0;
     long long n = strtoll(v, &end, 10);
     if (errno || end == v || *end || n < 0 || v[0] == '-' || v[0] == '+') {
-        ts_err_set(err, 400, "Inference-Header-Content-Length \"%.40s\" is not a byte count", v);
+        ts_err_set(err, TS_BAD_REQUEST, "Inference-Header-Content-Length \"%.40s\" is not a byte count", v);
         return -2;
     }
     return n;
@@ -421,7 +421,7 @@ int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit
     size_t jlen = len;
     if (header_len >= 0) {
         if ((uint64_t)header_len > len) {
-            ts_err_set(err, 400,
+            ts_err_set(err, TS_BAD_REQUEST,
                        "Inference-Header-Content-Length %lld is larger than the %zu-byte body",
                        (long long)header_len, len);
             return -1;
@@ -429,11 +429,11 @@ int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit
         jlen = (size_t)header_len;
     }
     if (jlen > json_limit) {
-        ts_err_set(err, 413, "JSON part of %zu bytes exceeds the %zu-byte limit", jlen, json_limit);
+        ts_err_set(err, TS_PAYLOAD_TOO_LARGE, "JSON part of %zu bytes exceeds the %zu-byte limit", jlen, json_limit);
         return -1;
     }
     if (jlen == 0) {
-        ts_err_set(err, 400, "empty request body: expected a JSON inference request");
+        ts_err_set(err, TS_BAD_REQUEST, "empty request body: expected a JSON inference request");
         return -1;
     }
     /* Big JSON bodies: find the data arrays, let jansson parse only the skeleton around
@@ -478,36 +478,36 @@ static int parse_json_part(infer_request *r, const char *text, size_t text_len, 
     /* \u0000 is allowed: BYTES elements may hold NULs (we write them that way too) */
     json_t *root = json_loadb(text, text_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!root) {
-        ts_err_set(err, 400, "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
+        ts_err_set(err, TS_BAD_REQUEST, "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
         return -1;
     }
     r->json = root;
     if (!json_is_object(root)) {
-        ts_err_set(err, 400, "the request must be a JSON object");
+        ts_err_set(err, TS_BAD_REQUEST, "the request must be a JSON object");
         return -1;
     }
     json_t *id = json_object_get(root, "id");
     if (id && (!json_is_string(id) || strlen(json_string_value(id)) != json_string_length(id))) {
-        ts_err_set(err, 400, "\"id\" must be a string without NUL characters");
+        ts_err_set(err, TS_BAD_REQUEST, "\"id\" must be a string without NUL characters");
         return -1;
     }
     r->id = id ? json_string_value(id) : NULL;
 
     json_t *params = json_object_get(root, "parameters");
     if (params && !json_is_object(params)) {
-        ts_err_set(err, 400, "\"parameters\" must be an object");
+        ts_err_set(err, TS_BAD_REQUEST, "\"parameters\" must be an object");
         return -1;
     }
     json_t *bdo = params ? json_object_get(params, "binary_data_output") : NULL;
     if (bdo && !json_is_boolean(bdo)) {
-        ts_err_set(err, 400, "parameters.binary_data_output must be a boolean");
+        ts_err_set(err, TS_BAD_REQUEST, "parameters.binary_data_output must be a boolean");
         return -1;
     }
     r->binary_output_default = bdo && json_is_true(bdo);
     json_t *prio = params ? json_object_get(params, "priority") : NULL;
     if (prio) {
         if (!json_is_integer(prio) || json_integer_value(prio) < 0 || json_integer_value(prio) > 1000) {
-            ts_err_set(err, 400, "parameters.priority must be an integer level (1 = highest; 0 = the model's default)");
+            ts_err_set(err, TS_BAD_REQUEST, "parameters.priority must be an integer level (1 = highest; 0 = the model's default)");
             return -1;
         }
         r->priority = (int)json_integer_value(prio);
@@ -515,7 +515,7 @@ static int parse_json_part(infer_request *r, const char *text, size_t text_len, 
     json_t *to = params ? json_object_get(params, "timeout") : NULL;
     if (to) {
         if (!json_is_integer(to) || json_integer_value(to) < 0) {
-            ts_err_set(err, 400, "parameters.timeout must be a non-negative integer (microseconds)");
+            ts_err_set(err, TS_BAD_REQUEST, "parameters.timeout must be a non-negative integer (microseconds)");
             return -1;
         }
         r->timeout_us = json_integer_value(to);
@@ -524,17 +524,17 @@ static int parse_json_part(infer_request *r, const char *text, size_t text_len, 
     /* empty is fine: a model may take no inputs (infer_bind checks what the model needs) */
     json_t *ins = json_object_get(root, "inputs");
     if (!json_is_array(ins)) {
-        ts_err_set(err, 400, "\"inputs\" must be an array");
+        ts_err_set(err, TS_BAD_REQUEST, "\"inputs\" must be an array");
         return -1;
     }
     size_t nin = json_array_size(ins);
     if (nin > TS_MAX_IO) {
-        ts_err_set(err, 400, "%zu inputs given, at most %d", nin, TS_MAX_IO);
+        ts_err_set(err, TS_BAD_REQUEST, "%zu inputs given, at most %d", nin, TS_MAX_IO);
         return -1;
     }
     r->inputs = calloc(nin ? nin : 1, sizeof *r->inputs);
     if (!r->inputs) {
-        ts_err_set(err, 500, "out of memory");
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
         return -1;
     }
     const uint8_t *bin = body + jlen;
@@ -545,12 +545,12 @@ static int parse_json_part(infer_request *r, const char *text, size_t text_len, 
             return -1;
         for (size_t j = 0; j < i; j++)
             if (strcmp(r->inputs[j].name, r->inputs[i].name) == 0) {
-                ts_err_set(err, 400, "input '%s' given twice", r->inputs[i].name);
+                ts_err_set(err, TS_BAD_REQUEST, "input '%s' given twice", r->inputs[i].name);
                 return -1;
             }
     }
     if (bin_off != bin_len) {
-        ts_err_set(err, 400,
+        ts_err_set(err, TS_BAD_REQUEST,
                    "binary data does not add up: inputs declare %zu bytes, the body carries %zu after "
                    "the %zu-byte JSON header",
                    bin_off, bin_len, jlen);
@@ -589,11 +589,11 @@ int infer_bind(const model_sig *sig, infer_request *r, ts_err *err)
         for (size_t k = 0; k < sig->n_inputs; k++)
             if (strcmp(sig->inputs[k].name, t->name) == 0) s = &sig->inputs[k];
         if (!s) {
-            ts_err_set(err, 400, "unexpected input '%s': the model has no input of that name", t->name);
+            ts_err_set(err, TS_BAD_REQUEST, "unexpected input '%s': the model has no input of that name", t->name);
             return -1;
         }
         if (s->dt != t->dt) {
-            ts_err_set(err, 400, "input '%s': datatype %s does not match the model's %s", t->name,
+            ts_err_set(err, TS_BAD_REQUEST, "input '%s': datatype %s does not match the model's %s", t->name,
                        dtype_name(t->dt), dtype_name(s->dt));
             return -1;
         }
@@ -606,7 +606,7 @@ int infer_bind(const model_sig *sig, infer_request *r, ts_err *err)
             char want[160], got[160];
             shape_str(s->dims, s->ndim, want, sizeof want);
             shape_str(t->shape, t->ndim, got, sizeof got);
-            ts_err_set(err, 400, "input '%s': shape %s does not match the model's %s (-1 = any)",
+            ts_err_set(err, TS_BAD_REQUEST, "input '%s': shape %s does not match the model's %s (-1 = any)",
                        t->name, got, want);
             return -1;
         }
@@ -617,7 +617,7 @@ int infer_bind(const model_sig *sig, infer_request *r, ts_err *err)
             for (size_t i = 0; i < r->n_inputs; i++)
                 if (strcmp(sig->inputs[k].name, r->inputs[i].name) == 0) found = true;
             if (!found) {
-                ts_err_set(err, 400, "missing input '%s' (%s)", sig->inputs[k].name,
+                ts_err_set(err, TS_BAD_REQUEST, "missing input '%s' (%s)", sig->inputs[k].name,
                            dtype_name(sig->inputs[k].dt));
                 return -1;
             }
@@ -628,7 +628,7 @@ int infer_bind(const model_sig *sig, infer_request *r, ts_err *err)
         for (size_t k = 0; k < sig->n_outputs; k++)
             if (strcmp(sig->outputs[k].name, r->outputs[i].name) == 0) found = true;
         if (!found) {
-            ts_err_set(err, 400, "unknown output '%s' requested", r->outputs[i].name);
+            ts_err_set(err, TS_BAD_REQUEST, "unknown output '%s' requested", r->outputs[i].name);
             return -1;
         }
     }

@@ -91,7 +91,7 @@ int infer_encode(const infer_request *r, const infer_result *res, const char *mo
     for (size_t i = 0; i < res->n; i++)
         if (res->binary[i]) buf_put(out, res->tensors[i].data, res->tensors[i].nbytes);
     if (buf_failed(out)) {
-        ts_err_set(err, 500, "reply exceeds the %zu-byte response limit", out->limit);
+        ts_err_set(err, TS_INTERNAL_ERROR, "reply exceeds the %zu-byte response limit", out->limit);
         return -1;
     }
     return 0;
@@ -102,7 +102,7 @@ int infer_synth_request(const model_sig *sig, int64_t batch, infer_request *r, t
     memset(r, 0, sizeof *r);
     r->inputs = calloc(sig->n_inputs ? sig->n_inputs : 1, sizeof *r->inputs);
     if (!r->inputs) {
-        ts_err_set(err, 500, "out of memory");
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
         return -1;
     }
     for (size_t i = 0; i < sig->n_inputs; i++) {
@@ -130,7 +130,7 @@ int infer_tensor_zero_fill(ts_tensor *t, ts_err *err)
     t->owned = calloc(t->nbytes ? t->nbytes : 1, 1);
     t->data = t->owned;
     if (!t->owned) {
-        ts_err_set(err, 500, "out of memory");
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
         return -1;
     }
     return 0;

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "buf.h"
+#include "err.h" /* the TS_* statuses callers answer with */
 
 struct event_base;
 struct evhttp;

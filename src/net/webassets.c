@@ -48,7 +48,7 @@ void webassets_serve(struct evhttp_request *req, const char *program, size_t n_s
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
-        reply_error(req, 405, "method not allowed for this endpoint: the dashboard takes GET");
+        reply_error(req, TS_METHOD_NOT_ALLOWED, "method not allowed for this endpoint: the dashboard takes GET");
         return;
     }
     if (n_segs == 1) {
@@ -66,7 +66,7 @@ void webassets_serve(struct evhttp_request *req, const char *program, size_t n_s
     }
     const webasset *a = n_segs == 2 ? webassets_find(seg1) : NULL;
     if (!a) {
-        reply_error(req, 404, "no such dashboard file: /dashboard serves the page, "
+        reply_error(req, TS_NOT_FOUND, "no such dashboard file: /dashboard serves the page, "
                               "/dashboard/app.js, /dashboard/app.css and /dashboard/program.json");
         return;
     }

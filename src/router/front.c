@@ -140,7 +140,7 @@ static bool authorize(router *r, struct evhttp_request *req, cred c, bool www_be
         snprintf(text, sizeof text, "too many failed authentication attempts from this address: retry after %s s",
                  after);
         evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", after);
-        http_reply_error(req, 429, text);
+        http_reply_error(req, TS_TOO_MANY_REQUESTS, text);
         return false;
     }
     if (c == CRED_OK) return true;
@@ -151,7 +151,7 @@ static bool authorize(router *r, struct evhttp_request *req, cred c, bool www_be
                   n, lim->window_s, lim->block_s);
     }
     if (www_bearer) evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
-    http_reply_error(req, 401, msg);
+    http_reply_error(req, TS_UNAUTHORIZED, msg);
     return false;
 }
 
@@ -161,7 +161,7 @@ static int bearer_cred(struct evhttp_request *req, const char *const *tokens, si
 {
     const char *auth = NULL;
     if (single_header(evhttp_request_get_input_headers(req), "Authorization", &auth)) {
-        http_reply_error(req, 400, "Authorization appears more than once");
+        http_reply_error(req, TS_BAD_REQUEST, "Authorization appears more than once");
         return -1;
     }
     const char *given = bearer_token(auth);
@@ -200,9 +200,9 @@ static int check_infer_body(const proxy_req *pr, char *msg, size_t len)
     int64_t jlen = infer_header_len(pr->ihcl[0] ? pr->ihcl : NULL, &err);
     if (jlen == -1) jlen = (int64_t)n;
     if (jlen >= 0 && (uint64_t)jlen > n)
-        ts_err_set(&err, 400, "Inference-Header-Content-Length %lld is larger than the %zu-byte body", (long long)jlen, n);
+        ts_err_set(&err, TS_BAD_REQUEST, "Inference-Header-Content-Length %lld is larger than the %zu-byte body", (long long)jlen, n);
     else if (jlen == 0)
-        ts_err_set(&err, 400, "empty request body: expected a JSON inference request");
+        ts_err_set(&err, TS_BAD_REQUEST, "empty request body: expected a JSON inference request");
     if (err.http) {
         snprintf(msg, len, "%s", err.msg);
         code = err.http;
@@ -263,7 +263,7 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
         if (single_header(h, names[i], &vals[i])) {
             char msg[160];
             snprintf(msg, sizeof msg, "%s appears more than once", names[i]);
-            http_reply_error(req, 400, msg);
+            http_reply_error(req, TS_BAD_REQUEST, msg);
             return;
         }
     const char *key = vals[2], *tname = vals[3], *dh = vals[4];
@@ -271,7 +271,7 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
     if (prio == PRIO_COUNT) {
         char msg[200];
         snprintf(msg, sizeof msg, "%s must be urgent, normal or batch", c->priority_header);
-        http_reply_error(req, 400, msg);
+        http_reply_error(req, TS_BAD_REQUEST, msg);
         return;
     }
     bool sensitive;
@@ -279,11 +279,11 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
         char msg[200];
         snprintf(msg, sizeof msg, "%s must be one value: sensitive, or public, internal or normal (not sensitive)",
                  c->data_class_header);
-        http_reply_error(req, 400, msg);
+        http_reply_error(req, TS_BAD_REQUEST, msg);
         return;
     }
     if (version && strlen(version) >= 32) {
-        http_reply_error(req, 400, "model version is longer than 31 characters");
+        http_reply_error(req, TS_BAD_REQUEST, "model version is longer than 31 characters");
         return;
     }
     /* tenant: from its API key when tenants have keys (an unknown key is 401), else from
@@ -307,13 +307,13 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
         if (end == dh || *end || deadline_override <= 0) {
             char msg[160];
             snprintf(msg, sizeof msg, "%s must be a positive number of milliseconds", c->deadline_header);
-            http_reply_error(req, 400, msg);
+            http_reply_error(req, TS_BAD_REQUEST, msg);
             return;
         }
     }
     proxy_req *pr = calloc(1, sizeof *pr);
     if (!pr) {
-        http_reply_error(req, 503, "out of memory");
+        http_reply_error(req, TS_UNAVAILABLE, "out of memory");
         return;
     }
     pr->r = r;
@@ -342,7 +342,7 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
     pr->body = malloc(pr->body_len ? pr->body_len : 1);
     if (!pr->body) {
         free(pr);
-        http_reply_error(req, 503, "out of memory");
+        http_reply_error(req, TS_UNAVAILABLE, "out of memory");
         return;
     }
     evbuffer_remove(in, pr->body, pr->body_len);
@@ -360,7 +360,7 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
 static void method_not_allowed(struct evhttp_request *req, const char *allow)
 {
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
-    http_reply_error(req, 405, "method not allowed for this endpoint");
+    http_reply_error(req, TS_METHOD_NOT_ALLOWED, "method not allowed for this endpoint");
 }
 
 /* /admin/cost's query: window=S seconds, finite, more than 0 and at most the cost book's
@@ -438,7 +438,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
     int n_ = httppath_request(req, segs, msg, sizeof msg, &close_conn);
     if (n_ < 0) {
         if (close_conn) close_after_reply(req);
-        http_reply_error(req, 400, msg);
+        http_reply_error(req, TS_BAD_REQUEST, msg);
         return;
     }
     size_t n = (size_t)n_;
@@ -473,7 +473,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
     if (n == 2 && strcmp(segs[0], "admin") == 0 && strcmp(segs[1], "cost") == 0) {
         double window;
         if (cost_window(uri ? evhttp_uri_get_query(uri) : NULL, &window, msg, sizeof msg)) {
-            http_reply_error(req, 400, msg);
+            http_reply_error(req, TS_BAD_REQUEST, msg);
             return;
         }
         buf b;
@@ -492,7 +492,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         return;
     }
     if (n == 0 || strcmp(segs[0], "v2") != 0) {
-        http_reply_error(req, 404, "unknown endpoint");
+        http_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
         return;
     }
     double now = ts_now();
@@ -516,7 +516,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
             cred c;
             if (single_header(evhttp_request_get_input_headers(req), r->cfg->api_key_header, &key)) {
                 snprintf(msg, sizeof msg, "%s appears more than once", r->cfg->api_key_header);
-                http_reply_error(req, 400, msg);
+                http_reply_error(req, TS_BAD_REQUEST, msg);
                 return;
             }
             if (bearer_cred(req, (const char *const[]){r->cfg->admin_token}, 1, &c)) return;
@@ -538,10 +538,10 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         for (size_t i = 0; i < r->n_pools; i++) ready |= rt_pool_healthy(&r->pools[i], now) > 0;
         /* live stays 200 while draining: the process is fine, it only takes no new work */
         if (strcmp(segs[2], "live") == 0) evhttp_send_reply(req, 200, NULL, NULL);
-        else if (strcmp(segs[2], "ready") == 0 && r->draining) http_reply_error(req, 503, "not ready: draining for shutdown");
+        else if (strcmp(segs[2], "ready") == 0 && r->draining) http_reply_error(req, TS_UNAVAILABLE, "not ready: draining for shutdown");
         else if (strcmp(segs[2], "ready") == 0 && ready) evhttp_send_reply(req, 200, NULL, NULL);
-        else if (strcmp(segs[2], "ready") == 0) http_reply_error(req, 503, "no healthy backend in any pool");
-        else http_reply_error(req, 404, "unknown endpoint");
+        else if (strcmp(segs[2], "ready") == 0) http_reply_error(req, TS_UNAVAILABLE, "no healthy backend in any pool");
+        else http_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
         return;
     }
     if (n >= 3 && strcmp(segs[1], "models") == 0) {
@@ -569,7 +569,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
             return;
         }
     }
-    http_reply_error(req, 404, "the router serves /v2, /v2/health/*, /v2/repository/index, "
+    http_reply_error(req, TS_NOT_FOUND, "the router serves /v2, /v2/health/*, /v2/repository/index, "
                              "/v2/models/{m}[/versions/{v}][/ready|/config|/infer], "
                              "/admin/status, /admin/cost, /metrics");
 }

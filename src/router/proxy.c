@@ -500,7 +500,7 @@ static void on_queue_timeout(evutil_socket_t fd, short what, void *arg)
     char msg[160];
     snprintf(msg, sizeof msg, "no capacity for model '%.64s' within %u ms: every pool is at its in-flight limit",
              pr->logical, pr->r->cfg->admission.queue_timeout_ms);
-    finish_error(pr, 503, OUT_SHED, msg);
+    finish_error(pr, TS_UNAVAILABLE, OUT_SHED, msg);
 }
 
 static void admit(proxy_req *pr)
@@ -509,10 +509,10 @@ static void admit(proxy_req *pr)
     if (dispatch(pr)) return;
     switch (route_admission(pr->prio, r->admq_len, r->cfg->admission.queue_size)) {
     case ADMIT_SHED_BATCH:
-        finish_error(pr, 429, OUT_SHED, "every pool is saturated: batch traffic is shed first");
+        finish_error(pr, TS_TOO_MANY_REQUESTS, OUT_SHED, "every pool is saturated: batch traffic is shed first");
         return;
     case ADMIT_QUEUE_FULL:
-        finish_error(pr, 503, OUT_SHED, "every pool is saturated and the admission queue is full");
+        finish_error(pr, TS_UNAVAILABLE, OUT_SHED, "every pool is saturated and the admission queue is full");
         return;
     case ADMIT_QUEUE:
         break;

@@ -99,7 +99,7 @@ static bool method_is(struct evhttp_request *req, enum evhttp_cmd_type want)
 static void method_not_allowed(struct evhttp_request *req, const char *allowed)
 {
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allowed);
-    http_reply_error(req, 405, "method not allowed for this endpoint");
+    http_reply_error(req, TS_METHOD_NOT_ALLOWED, "method not allowed for this endpoint");
 }
 
 static void handle_model(server *srv, struct evhttp_request *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX],
@@ -113,12 +113,12 @@ static void handle_model(server *srv, struct evhttp_request *req, char segs[HTTP
         version = segs[4];
         k = 5;
     } else if (n == 4 && strcmp(segs[3], "versions") == 0) {
-        http_reply_error(req, 404, "missing version after /versions");
+        http_reply_error(req, TS_NOT_FOUND, "missing version after /versions");
         return;
     }
     const char *verb = n > k ? segs[k] : "";
     if (n > k + 1) {
-        http_reply_error(req, 404, "unknown endpoint");
+        http_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
         return;
     }
     if (strcmp(verb, "infer") == 0) {
@@ -131,21 +131,21 @@ static void handle_model(server *srv, struct evhttp_request *req, char segs[HTTP
     ts_model *m = srv->repo ? model_repo_find(srv->repo, name, version, &err) : NULL;
     if (strcmp(verb, "ready") == 0) {
         if (m && model_state(m) == MODEL_READY && health_live()) reply_empty(req, 200);
-        else if (!m && srv->repo) http_reply_error(req, 404, err.msg);
-        else http_reply_error(req, 503, "model is not ready");
+        else if (!m && srv->repo) http_reply_error(req, TS_NOT_FOUND, err.msg);
+        else http_reply_error(req, TS_UNAVAILABLE, "model is not ready");
         return;
     }
     if (strcmp(verb, "") != 0 && strcmp(verb, "config") != 0) {
-        http_reply_error(req, 404, "unknown endpoint");
+        http_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
         return;
     }
     if (!m) {
-        if (!srv->repo) ts_err_set(&err, 503, "models are still loading");
+        if (!srv->repo) ts_err_set(&err, TS_UNAVAILABLE, "models are still loading");
         http_reply_error(req, err.http, err.msg);
         return;
     }
     if (model_state(m) != MODEL_READY) {
-        http_reply_error(req, 503, model_state(m) == MODEL_LOADING ? "model is still loading"
+        http_reply_error(req, TS_UNAVAILABLE, model_state(m) == MODEL_LOADING ? "model is still loading"
                                                               : model_failure(m));
         return;
     }
@@ -273,12 +273,12 @@ static void on_request(struct evhttp_request *req, void *arg)
         if (close_conn) evhttp_add_header(h, "Connection", "close");
         srv->unauthorized++;
         LOG_DEBUG_(LOGF({rid ? "request_id" : NULL, rid}), "refused with 401: %s", why);
-        http_reply_error(req, 401, why);
+        http_reply_error(req, TS_UNAUTHORIZED, why);
         return;
     }
     if (n_ < 0) {
         if (close_conn) evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
-        http_reply_error(req, 400, msg);
+        http_reply_error(req, TS_BAD_REQUEST, msg);
         return;
     }
     size_t n = (size_t)n_;
@@ -294,7 +294,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         return;
     }
     if (n == 0 || strcmp(segs[0], "v2") != 0) {
-        http_reply_error(req, 404, "unknown endpoint (the API lives under /v2)");
+        http_reply_error(req, TS_NOT_FOUND, "unknown endpoint (the API lives under /v2)");
         return;
     }
     if (n == 1) {
@@ -306,12 +306,12 @@ static void on_request(struct evhttp_request *req, void *arg)
         if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
         if (strcmp(segs[2], "live") == 0) {
             if (health_live()) reply_empty(req, 200);
-            else http_reply_error(req, 503, "not live: GPU fault");
+            else http_reply_error(req, TS_UNAVAILABLE, "not live: GPU fault");
         } else if (strcmp(segs[2], "ready") == 0) {
             if (server_ready(srv)) reply_empty(req, 200);
-            else http_reply_error(req, 503, "not ready");
+            else http_reply_error(req, TS_UNAVAILABLE, "not ready");
         } else {
-            http_reply_error(req, 404, "unknown endpoint");
+            http_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
         }
         return;
     }
@@ -339,7 +339,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         handle_model(srv, req, segs, n);
         return;
     }
-    http_reply_error(req, 404, "unknown endpoint");
+    http_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------ */

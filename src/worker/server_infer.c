@@ -323,7 +323,7 @@ static void finish_job(job *j, infer_result *res, int rc, const ts_err *shared_e
         return;
     }
     j->err = *shared_err;
-    if (atomic_load(&j->cancelled)) ts_err_set(&j->err, 504, "request timed out while running");
+    if (atomic_load(&j->cancelled)) ts_err_set(&j->err, TS_TIMEOUT, "request timed out while running");
     else health_check_gpu_error(j->err.msg, mname);
     j->status = j->err.http;
 }
@@ -351,7 +351,7 @@ static void run_jobs(server *srv, sched_item **items, size_t n, size_t runner, j
         for (size_t i = 0; i < n; i++) {
             job *j = job_of(items[i]);
             j->status = 503;
-            ts_err_set(&j->err, 503, "out of memory");
+            ts_err_set(&j->err, TS_UNAVAILABLE, "out of memory");
             done(srv, j);
         }
         free(run);
@@ -366,7 +366,7 @@ static void run_jobs(server *srv, sched_item **items, size_t n, size_t runner, j
         j->t_start = t0;
         if (atomic_load(&j->cancelled)) {
             j->status = 504;
-            ts_err_set(&j->err, 504, "request cancelled before it ran");
+            ts_err_set(&j->err, TS_TIMEOUT, "request cancelled before it ran");
             done(srv, j);
             continue;
         }
@@ -380,7 +380,7 @@ static void run_jobs(server *srv, sched_item **items, size_t n, size_t runner, j
     ts_err err = {0};
     int rc;
     if (srv->set->fault_inject_gpu_run > 0 && nth == (uint64_t)srv->set->fault_inject_gpu_run) {
-        ts_err_set(&err, 500,
+        ts_err_set(&err, TS_INTERNAL_ERROR,
                    "inference failed: CUDA failure 700: an illegal memory access was encountered "
                    "(injected by TIERSERVE_FAULT_INJECT_GPU_RUN=%lld)",
                    (long long)srv->set->fault_inject_gpu_run);
@@ -457,14 +457,14 @@ static ts_model *admit(server *srv, struct evhttp_request *req, const char *name
 {
     ts_err err = {0};
     if (srv->draining) {
-        http_reply_error(req, 503, "server is shutting down");
+        http_reply_error(req, TS_UNAVAILABLE, "server is shutting down");
         return NULL;
     }
     if (!health_live()) {
         char msg[600], why[512];
         health_gpu_fault_message(why, sizeof why);
         snprintf(msg, sizeof msg, "worker is not live after a GPU fault: %s", why);
-        http_reply_error(req, 503, msg);
+        http_reply_error(req, TS_UNAVAILABLE, msg);
         return NULL;
     }
     if (srv->reply_pending >= (size_t)srv->set->max_pending_reply_bytes) {
@@ -474,12 +474,12 @@ static ts_model *admit(server *srv, struct evhttp_request *req, const char *name
                  "the pending-reply budget of %lld bytes (TIERSERVE_MAX_PENDING_REPLY_BYTES); retry later",
                  srv->reply_pending, (long long)srv->set->max_pending_reply_bytes);
         srv->reply_refused++;
-        http_reply_error(req, 503, msg);
+        http_reply_error(req, TS_UNAVAILABLE, msg);
         return NULL;
     }
     ts_model *m = srv->repo ? model_repo_find(srv->repo, name, version, &err) : NULL;
     if (!m) {
-        if (!srv->repo) ts_err_set(&err, 503, "models are still loading");
+        if (!srv->repo) ts_err_set(&err, TS_UNAVAILABLE, "models are still loading");
         http_reply_error(req, err.http, err.msg);
         return NULL;
     }
@@ -490,7 +490,7 @@ static ts_model *admit(server *srv, struct evhttp_request *req, const char *name
         else
             snprintf(msg, sizeof msg, "model '%s' version %s is unavailable: %s", name,
                      model_version(m), model_failure(m));
-        http_reply_error(req, 503, msg);
+        http_reply_error(req, TS_UNAVAILABLE, msg);
         return NULL;
     }
     return m;
@@ -503,7 +503,7 @@ static int plan_job(server *srv, job *j, ts_err *err)
     int levels = modelcfg_levels(cfg);
     int level = j->req.priority ? j->req.priority : modelcfg_default_level(cfg);
     if (level > levels) {
-        ts_err_set(err, 400, "parameters.priority %d is not a level of model '%s' (1..%d)",
+        ts_err_set(err, TS_BAD_REQUEST, "parameters.priority %d is not a level of model '%s' (1..%d)",
                    j->req.priority, model_name(j->model), levels);
         return -1;
     }
@@ -513,7 +513,7 @@ static int plan_job(server *srv, job *j, ts_err *err)
     const char *note = NULL;
     if (model_batching(j->model, &note) && rows >= 0) {
         if (rows > cfg->max_batch_size) {
-            ts_err_set(err, 400, "batch of %lld rows exceeds max_batch_size %lld of model '%s'",
+            ts_err_set(err, TS_BAD_REQUEST, "batch of %lld rows exceeds max_batch_size %lld of model '%s'",
                        (long long)rows, (long long)cfg->max_batch_size, model_name(j->model));
             return -1;
         }
@@ -563,7 +563,7 @@ static bool run_inline_ok(server *srv, const job *j)
 static void budget_refusal(server *srv, ts_err *err)
 {
     budget_note_refusal(srv->bodies);
-    ts_err_set(err, 503, "request bodies in flight would pass the in-flight body budget of %zu "
+    ts_err_set(err, TS_UNAVAILABLE, "request bodies in flight would pass the in-flight body budget of %zu "
                "bytes (TIERSERVE_MAX_INFLIGHT_BODY_BYTES; %zu held now); retry later",
                budget_limit(srv->bodies), budget_held(srv->bodies));
 }
@@ -641,7 +641,7 @@ void server_decode_work(void *item, void *ctx)
     job *j = item;
     server *srv = ctx;
     if (!atomic_load(&j->cancelled) && decode_job(srv, j) != 0 && !j->err.http)
-        ts_err_set(&j->err, 500, "decoding the request failed");
+        ts_err_set(&j->err, TS_INTERNAL_ERROR, "decoding the request failed");
     doneq_push(srv->decoded, j);
 }
 
@@ -706,7 +706,7 @@ static void submit_job(server *srv, struct evhttp_request *req, job *j)
         j->http = NULL;
         char msg[256];
         submit_queue_full(j, q, msg, sizeof msg);
-        http_reply_error(req, 503, msg);
+        http_reply_error(req, TS_UNAVAILABLE, msg);
         record(j, OUT_REJECTED);
         free_job(j);
         return;
@@ -728,7 +728,7 @@ static void offload_job(server *srv, struct evhttp_request *req, job *j)
     j->decoding = true;
     if (workpool_submit(srv->decoder, j) != 0) {
         j->http = NULL;
-        ts_err_set(&j->err, 503, "the decode queue is full (%d request bodies wait to be "
+        ts_err_set(&j->err, TS_UNAVAILABLE, "the decode queue is full (%d request bodies wait to be "
                    "inflated or parsed); retry later", SERVER_DECODE_QUEUE);
         refuse_job(j, req, &j->err);
         return;
@@ -779,12 +779,12 @@ void server_handle_infer(server *srv, struct evhttp_request *req, const char *na
     char enc_msg[128];
     if (zcodec_request_encoding(evhttp_find_header(in_h, "Content-Encoding"), &body_enc, enc_msg, sizeof enc_msg)) {
         atomic_fetch_add(&model_stats_of(m)->outcomes[OUT_CLIENT_ERROR], 1);
-        http_reply_error(req, 415, enc_msg);
+        http_reply_error(req, TS_UNSUPPORTED_MEDIA_TYPE, enc_msg);
         return;
     }
     job *j = calloc(1, sizeof *j);
     if (!j) {
-        http_reply_error(req, 503, "out of memory");
+        http_reply_error(req, TS_UNAVAILABLE, "out of memory");
         return;
     }
     j->srv = srv;
@@ -812,7 +812,7 @@ void server_handle_infer(server *srv, struct evhttp_request *req, const char *na
     j->held = n;
     j->raw = malloc(n ? n : 1);
     if (!j->raw) {
-        ts_err_set(&j->err, 503, "out of memory");
+        ts_err_set(&j->err, TS_UNAVAILABLE, "out of memory");
         refuse_job(j, req, &j->err);
         return;
     }
