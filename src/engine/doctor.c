@@ -217,7 +217,10 @@ out:
 /* --- resolving each dependency like the loader would ------------------------------------- */
 
 /* Loads name (lazily, locally: nothing leaks into our namespace) and keeps where it came
- * from. The handle is returned open so a version symbol can be read; close it after. */
+ * from. The handle is returned open so a version symbol can be read; close it after.
+ * RTLD_NODELETE: CUDA's libraries carry their own static C++ runtime, whose allocations
+ * would turn into leaks once the module is unmapped (and CUDA does not promise unloading
+ * is safe); the process is short-lived, so they simply stay. */
 static void *resolve(const char *name, const doc_lib *l, char *path, size_t pathlen, char *err,
                      size_t errlen)
 {
@@ -226,9 +229,9 @@ static void *resolve(const char *name, const doc_lib *l, char *path, size_t path
     for (size_t i = 0; l && i < l->n_runpath && !h; i++) {
         char p[DOC_PATH_MAX + DOC_NAME_MAX + 2];
         bfmt(p, sizeof p, "%s/%s", l->runpath[i], name);
-        if (access(p, F_OK) == 0) h = dlopen(p, RTLD_LAZY | RTLD_LOCAL);
+        if (access(p, F_OK) == 0) h = dlopen(p, RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE);
     }
-    if (!h) h = dlopen(name, RTLD_LAZY | RTLD_LOCAL);
+    if (!h) h = dlopen(name, RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE);
     if (!h) {
         const char *e = dlerror();
         bfmt(err, errlen, "%s", e ? e : "not loadable");
