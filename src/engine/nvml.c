@@ -18,6 +18,7 @@ static struct {
     int (*util)(nvml_dev, nvml_util *);
     int (*power)(nvml_dev, unsigned int *);
     int (*driver)(char *, unsigned int);
+    int (*cuda_version)(int *);
 } g;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static bool g_ok;
@@ -38,6 +39,8 @@ static void load(void)
     *(void **)&g.util = dlsym(h, "nvmlDeviceGetUtilizationRates");
     *(void **)&g.power = dlsym(h, "nvmlDeviceGetPowerUsage");
     *(void **)&g.driver = dlsym(h, "nvmlSystemGetDriverVersion");
+    *(void **)&g.cuda_version = dlsym(h, "nvmlSystemGetCudaDriverVersion_v2");
+    if (!g.cuda_version) *(void **)&g.cuda_version = dlsym(h, "nvmlSystemGetCudaDriverVersion");
     if (!g.init || !g.count || !g.handle || !g.name || !g.mem) {
         snprintf(g_reason, sizeof g_reason, "libnvidia-ml.so.1 lacks the NVML v2 entry points");
         return;
@@ -84,4 +87,12 @@ size_t nvml_read(nvml_gpu *out, size_t max, char *driver, size_t driver_len)
         if (g.power && g.power(d, &mw) == 0) o->power_w = mw / 1000.0;
     }
     return k;
+}
+
+int nvml_cuda_driver_version(void)
+{
+    pthread_once(&g_once, load);
+    int v = 0;
+    if (!g_ok || !g.cuda_version || g.cuda_version(&v) != 0 || v <= 0) return -1;
+    return v;
 }

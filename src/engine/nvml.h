@@ -20,5 +20,8 @@ typedef struct {
 size_t nvml_read(nvml_gpu *out, size_t max, char *driver, size_t driver_len);
 /* Why NVML is not available ("" when it is). */
 const char *nvml_absent_reason(void);
+/* The newest CUDA version the driver supports, as 1000 * major + 10 * minor (13000 for
+ * 13.0), or -1 when NVML or the call is absent. */
+int nvml_cuda_driver_version(void);
 
 #endif

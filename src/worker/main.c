@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "budget.h"
+#include "doctor.h"
 #include "ep.h"
 #include "hwmap.h"
 #include "log.h"
@@ -38,6 +39,48 @@ static int cmd_hwmap(void)
     return EXIT_OK;
 }
 
+/* `tierserve doctor [--json] [--flag=value ...]`: the worker's settings decide the tier
+ * asked for; exits DOCTOR_EXIT_OK (0) when it can work, DOCTOR_EXIT_CANNOT (78) when not. */
+static int cmd_doctor(int argc, char **argv)
+{
+    bool json = false;
+    char **args = calloc((size_t)argc + 1, sizeof *args);
+    if (!args) return EXIT_FAIL;
+    int n = 0;
+    args[n++] = argv[0];
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) json = true;
+        else args[n++] = argv[i];
+    }
+    static ts_settings set;
+    char err[2048];
+    int rc = settings_load(&set, n, args, 1, err, sizeof err);
+    free(args);
+    if (rc != 0) {
+        log_emit(LOG_ERROR, NULL, "bad settings: %s", err);
+        return EXIT_USAGE;
+    }
+    /* stdout is the report; ORT's own ERROR lines are captured as reasons, not echoed */
+    log_set_level(LOG_FATAL);
+    if (ortenv_init(LOG_ERROR, err, sizeof err) != 0) {
+        log_emit(LOG_ERROR, NULL, "ONNX Runtime initialisation failed: %s", err);
+        return EXIT_FAIL;
+    }
+    ep_config epc = {.mode = set.mode,
+                     .strict = set.strict_ep,
+                     .device_id = (int)set.cuda_device_id,
+                     .trt_cache_dir = set.trt_cache_dir,
+                     .trt_fp16 = set.trt_fp16,
+                     .disable_cpu_ep_fallback = set.disable_cpu_ep_fallback};
+    doctor_report *r = doctor_run(&epc);
+    int code = EXIT_FAIL;
+    if (r && (json ? doctor_print_json(r, stdout) : (doctor_print_text(r, stdout), 0)) == 0)
+        code = doctor_exit_code(r);
+    doctor_destroy(r);
+    ortenv_shutdown();
+    return code;
+}
+
 int main(int argc, char **argv)
 {
     /* A client that hangs up turns our next write on its socket into SIGPIPE, whose default
@@ -46,6 +89,7 @@ int main(int argc, char **argv)
     /* before anything allocates through jansson: its allocations carry our header */
     budget_hook_jansson();
     if (argc > 1 && strcmp(argv[1], "hwmap") == 0) return cmd_hwmap();
+    if (argc > 1 && strcmp(argv[1], "doctor") == 0) return cmd_doctor(argc, argv);
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         settings_usage(stdout);
         return EXIT_OK;

@@ -24,6 +24,7 @@ PY=${PYTHON:-python3}
 OUT=${OUT:-$(mktemp -d)}
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 "$BIN" hwmap > "$OUT/hwmap.json" && echo "hwmap: $(cat "$OUT/hwmap.json")"
+EXECUTION_MODE=auto "$BIN" doctor; echo "doctor exit $? (0: a GPU tier works)"
 exec "$PY" - "$BIN" "$OUT" <<'PY'
 import concurrent.futures as cf, json, os, shutil, subprocess, sys, time, urllib.request
 sys.path.insert(0, "tests/e2e"); sys.path.insert(0, "tests/models"); sys.path.insert(0, "models")
