@@ -226,7 +226,8 @@ int settings_load(ts_settings *s, int argc, char **argv, int first, char *err, s
 void settings_usage(FILE *out)
 {
     fprintf(out, "usage: tierserve [--flag=value ...]   serve the model repository\n"
-                 "       tierserve hwmap                print the hardware map as JSON\n\n"
+                 "       tierserve hwmap                print the hardware map as JSON\n"
+                 "       tierserve doctor [--json]      can the requested tier work here? (exit 0 yes, 78 no)\n\n"
                  "settings (flag / environment variable, default):\n");
     for (size_t i = 0; i < N_SETTINGS; i++) {
         const setting_def *d = &k_settings[i];
