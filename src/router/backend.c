@@ -364,6 +364,9 @@ static void set_health(rt_backend *b, bool live, bool ready, bool tier_ok, const
     if (was != now && probed_before)
         rt_event_add(b->pool->r, now ? "backend_healthy" : "backend_unhealthy", b->pool->cfg->name,
                      "backend %s is now %s (%s)", b->addr, now ? "healthy" : "unhealthy", why);
+    /* the policy acts on the news now, not at the next tick: waiting would make a failover
+     * take up to two probe intervals (on_probe has filled every signal of this answer) */
+    if (was != now) rt_pool_policy(b->pool->r, b->pool, ts_now());
 }
 
 /* The models a backend's /v2/status lists, one entry per name (ready when any version is). */

@@ -43,6 +43,24 @@ static void log_events(router *r, rt_pool *p)
     }
 }
 
+/* The start-up guard: no policy before every backend has answered (or failed) a first probe,
+ * for at most 5 probe intervals: a router that just started has not lost its GPU pool. */
+static bool policy_armed(const router *r, double now)
+{
+    bool all_probed = true;
+    for (size_t i = 0; i < r->n_pools; i++)
+        for (size_t k = 0; k < r->pools[i].n; k++) all_probed &= r->pools[i].backends[k]->probed;
+    return all_probed || now - r->started >= 5.0 * r->cfg->probe_interval_ms / 1e3;
+}
+
+void rt_pool_policy(router *r, rt_pool *p, double now)
+{
+    if (!p->pol || !policy_armed(r, now)) return;
+    rt_pool_signals(r, p, now, &p->sig);
+    policy_tick(p->pol, &p->sig, now, &p->st);
+    log_events(r, p);
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -52,20 +70,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     rt_dns_refresh(r, now);
     rt_reap(r);
     rt_probe_all(r);
-    /* no policy before every backend has answered (or failed) a first probe: a router that
-     * just started has not lost its GPU pool */
-    bool all_probed = true;
-    for (size_t i = 0; i < r->n_pools; i++)
-        for (size_t k = 0; k < r->pools[i].n; k++) all_probed &= r->pools[i].backends[k]->probed;
-    if (!all_probed && now - r->started < 5.0 * r->cfg->probe_interval_ms / 1e3) return;
-    /* each GPU pool has its own policy over its own signals */
-    for (size_t i = 0; i < r->n_pools; i++) {
-        rt_pool *p = &r->pools[i];
-        if (!p->pol) continue;
-        rt_pool_signals(r, p, now, &p->sig);
-        policy_tick(p->pol, &p->sig, now, &p->st);
-        log_events(r, p);
-    }
+    if (!policy_armed(r, now)) return;
+    /* each GPU pool has its own policy over its own signals; the answers to the probes just
+     * sent are not in yet: a health change in them runs the pool's policy when it lands
+     * (backend.c set_health), so a dead backend is acted on within one interval, not two */
+    for (size_t i = 0; i < r->n_pools; i++) rt_pool_policy(r, &r->pools[i], now);
     size_t backends[RT_MAX_POOLS];
     for (size_t i = 0; i < r->n_pools; i++) backends[i] = r->pools[i].n;
     cost_tick(r->cost, backends, now);

@@ -187,6 +187,11 @@ void rt_drain_mark(router *r, struct evhttp_request *req);
 unsigned rt_proxy_cut_all(router *r);
 
 /* main.c */
+/* Runs a GPU pool's policy at `now` on its signals as the router knows them, and logs what it
+ * changed (nothing for a pool without a policy, nor before the start-up guard lets it: every
+ * backend probed once, or 5 probe intervals). The tick calls it for every pool; a probe
+ * answer that changes a backend's health calls it for that backend's pool at once. */
+void rt_pool_policy(router *r, rt_pool *p, double now);
 /* Something the drain waits for has finished (a request, a reply written): check, from the
  * loop, whether the drain is done. Nothing while not draining. */
 void rt_drain_poke(router *r);

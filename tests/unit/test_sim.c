@@ -322,28 +322,36 @@ static void test_gpu_outage_fails_over_within_a_probe_interval(void **state)
 }
 
 /* Without traffic nothing ejects the dead backends: the router learns of the death from the
- * probe after it and its policy acts on that answer at the tick after (src/router/main.c
- * on_tick runs the policy on the answers already in). So the bound without load is two
- * intervals, and routing (which checks health per request) stops within one. */
-static void test_idle_gpu_outage_waits_for_the_probe(void **state)
+ * first probe after it, and that answer, changing the backends' health, runs the pool's
+ * policy when it lands (src/router/backend.c set_health), not at the tick after. So the bound
+ * without load is one probe interval plus the probe's round trip, wherever in the interval
+ * the pool dies (a router acting a tick late takes up to two intervals: 0.49 s for the kill at
+ * 10.01 s). */
+static void test_idle_gpu_outage_fails_over_on_the_probe_answer(void **state)
 {
     (void)state;
-    sim_config c;
-    sim_config_defaults(&c);
-    trace t;
-    memset(&t, 0, sizeof t);
-    snprintf(t.models[0], TRACE_NAME_LEN, "demo");
-    t.n_models = 1;
-    t.ev[0] = (trace_event){.t = 10.01, .kill = true, .pool = "gpu", .backend = -1};
-    t.n_ev = 1;
-    c.until_s = 20;
-    sim_result r;
-    run(&c, &t, &r);
-    assert_int_equal(r.n_failovers, 1);
-    double delay = r.failovers[0].t_failover - 10.01;
-    printf("idle pool killed at 10.010 s: hard failover %.3f s later\n", delay);
-    assert_true(delay > c.probe_interval_s && delay <= 2 * c.probe_interval_s + c.probe_rtt_s);
-    sim_result_free(&r);
+    /* ticks at multiples of 0.25 s, answers 2 ms later: right after an answer (the worst
+     * case), mid-interval, just before the next tick, and between a probe and its answer */
+    static const double kill_at[] = {10.003, 10.01, 10.13, 10.249, 10.2505};
+    for (size_t i = 0; i < sizeof kill_at / sizeof kill_at[0]; i++) {
+        sim_config c;
+        sim_config_defaults(&c);
+        trace t;
+        memset(&t, 0, sizeof t);
+        snprintf(t.models[0], TRACE_NAME_LEN, "demo");
+        t.n_models = 1;
+        t.ev[0] = (trace_event){.t = kill_at[i], .kill = true, .pool = "gpu", .backend = -1};
+        t.n_ev = 1;
+        c.until_s = 20;
+        sim_result r;
+        run(&c, &t, &r);
+        assert_int_equal(r.n_failovers, 1);
+        double delay = r.failovers[0].t_failover - kill_at[i];
+        printf("idle pool killed at %.4f s: hard failover %.3f s later (bound %.3f s)\n", kill_at[i], delay,
+               c.probe_interval_s + c.probe_rtt_s);
+        assert_true(delay > 0 && delay <= c.probe_interval_s + c.probe_rtt_s + 1e-9);
+        sim_result_free(&r);
+    }
 }
 
 int main(void)
@@ -354,7 +362,7 @@ int main(void)
         cmocka_unit_test(test_mmc_agrees_with_erlang_c),
         cmocka_unit_test(test_flap_bait_one_walk_each_way_per_surge),
         cmocka_unit_test(test_gpu_outage_fails_over_within_a_probe_interval),
-        cmocka_unit_test(test_idle_gpu_outage_waits_for_the_probe),
+        cmocka_unit_test(test_idle_gpu_outage_fails_over_on_the_probe_answer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

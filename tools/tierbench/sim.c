@@ -664,17 +664,6 @@ static void on_queue_timeout(sim *s, const sev *e)
     finish(s, e->id, SIM_QUEUE_TIMEOUT, 0);
 }
 
-/* The probe's answer: what the router believes until the next one. */
-static void on_probe(sim *s, const sev *e)
-{
-    spool *p = &s->pools[e->pool];
-    sback *b = &p->b[e->back];
-    b->seen_live = b->alive;
-    if (!b->alive) return;
-    b->reported_queue = b->waiting;
-    b->reported_mem = mem_of(p, b);
-}
-
 static void kill_backend(sim *s, uint32_t pi, uint32_t k)
 {
     spool *p = &s->pools[pi];
@@ -765,32 +754,31 @@ static void record_events(sim *s, size_t pi)
     }
 }
 
-/* on_tick: probes go out (answers land probe_rtt later); each GPU pool's policy ticks on
- * what the router knows now. */
-static void on_tick(sim *s)
+/* rt_pool_policy: a GPU pool's signals as the router knows them now, fed to its policy. The
+ * router's start-up guard (every backend probed once) always holds here: the simulated
+ * router has been up a while. */
+static void pool_policy(sim *s, size_t i)
 {
-    const sim_config *c = s->c;
-    s->res->ticks++;
-    for (size_t i = 0; i < s->np; i++)
-        for (unsigned k = 0; k < s->pools[i].cfg->backends; k++)
-            push(s, s->now + c->probe_rtt_s, K_PROBE, 0, (uint32_t)i, k, 0);
-    for (size_t i = 0; i < s->np; i++) {
-        spool *p = &s->pools[i];
-        if (!p->pol) continue;
-        route_signal_backend v[SIM_MAX_BACKENDS];
-        for (unsigned k = 0; k < p->cfg->backends; k++) {
-            const sback *b = &p->b[k];
-            v[k] = (route_signal_backend){.live = b->seen_live,
-                                          .healthy = healthy(b, s->now),
-                                          .worker_queue = b->reported_queue,
-                                          .in_flight = b->in_flight,
-                                          .gpu_mem = b->seen_live ? b->reported_mem : -1};
-        }
-        double p95 = ring_p95(&p->lat, s->now, c->p95_window_s);
-        route_pool_signals(v, p->cfg->backends, p95 < 0 ? -1 : p95 * 1e3, &p->sig);
-        policy_tick(p->pol, &p->sig, s->now, &p->st);
-        record_events(s, i);
+    spool *p = &s->pools[i];
+    if (!p->pol) return;
+    route_signal_backend v[SIM_MAX_BACKENDS];
+    for (unsigned k = 0; k < p->cfg->backends; k++) {
+        const sback *b = &p->b[k];
+        v[k] = (route_signal_backend){.live = b->seen_live,
+                                      .healthy = healthy(b, s->now),
+                                      .worker_queue = b->reported_queue,
+                                      .in_flight = b->in_flight,
+                                      .gpu_mem = b->seen_live ? b->reported_mem : -1};
     }
+    double p95 = ring_p95(&p->lat, s->now, s->c->p95_window_s);
+    route_pool_signals(v, p->cfg->backends, p95 < 0 ? -1 : p95 * 1e3, &p->sig);
+    policy_tick(p->pol, &p->sig, s->now, &p->st);
+    record_events(s, i);
+}
+
+/* The timeline's step at now shows the lead GPU pool as the last policy run left it. */
+static void tl_policy(sim *s)
+{
     long lead = lead_gpu(s);
     sim_tl_row *row = tl_row(s, s->now);
     if (row && lead >= 0) {
@@ -802,6 +790,37 @@ static void on_tick(sim *s)
         row->hard = p->st.hard_failover;
         s->ticked[row - s->res->timeline] = true;
     }
+}
+
+/* The probe's answer: what the router believes until the next one. An answer that changes
+ * the backend's health runs its pool's policy right then (backend.c set_health), not at the
+ * next tick. */
+static void on_probe(sim *s, const sev *e)
+{
+    spool *p = &s->pools[e->pool];
+    sback *b = &p->b[e->back];
+    bool was = b->seen_live;
+    b->seen_live = b->alive;
+    if (b->alive) {
+        b->reported_queue = b->waiting;
+        b->reported_mem = mem_of(p, b);
+    }
+    if (was == b->seen_live || !p->pol) return;
+    pool_policy(s, e->pool);
+    tl_policy(s);
+}
+
+/* on_tick: probes go out (answers land probe_rtt later); each GPU pool's policy ticks on
+ * what the router knows now (an answer that changes health runs it again when it lands). */
+static void on_tick(sim *s)
+{
+    const sim_config *c = s->c;
+    s->res->ticks++;
+    for (size_t i = 0; i < s->np; i++)
+        for (unsigned k = 0; k < s->pools[i].cfg->backends; k++)
+            push(s, s->now + c->probe_rtt_s, K_PROBE, 0, (uint32_t)i, k, 0);
+    for (size_t i = 0; i < s->np; i++) pool_policy(s, i);
+    tl_policy(s);
     s->res->duration_s = s->now;
     if (s->next < s->n || s->unfinished > 0 || s->now + c->probe_interval_s <= s->end_at)
         push(s, s->now + c->probe_interval_s, K_TICK, 0, 0, 0, 0);

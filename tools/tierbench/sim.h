@@ -9,9 +9,10 @@
  * measures it) goes into its pool's lat_ring. Every probe interval each backend is probed
  * (the answer lands probe_rtt later) and each GPU pool's signals are computed with
  * route_pool_signals (p95 from the ring, queue from the router's in-flight and the worker's
- * queue) and fed to policy_tick, as tierrouter's tick does. Nothing reads a clock; the
- * random draws come from route_rng streams seeded by the config: same config, trace and
- * seed, the same result, bit for bit.
+ * queue) and fed to policy_tick, as tierrouter's tick does; a probe answer that changes a
+ * backend's health feeds its pool's policy again when it lands, as tierrouter's set_health
+ * does. Nothing reads a clock; the random draws come from route_rng streams seeded by the
+ * config: same config, trace and seed, the same result, bit for bit.
  *
  * Modelled backend: `slots` requests run at once, the rest wait in its FIFO queue (the
  * worker's queue_depth); the router sends it at most max_in_flight. A killed backend resets
@@ -124,7 +125,7 @@ typedef struct {
 typedef struct {
     size_t pool;
     double t_dead;     /* when the pool's last live backend died (-1: it did not die) */
-    double t_failover; /* the tick that turned the hard failover on */
+    double t_failover; /* when the policy turned the hard failover on (a tick or a probe answer) */
     double t_recovered; /* -1: still in failover at the end */
 } sim_failover;
 
