@@ -162,27 +162,36 @@ bad:
     return fail(err, errlen, "--url: '%.80s' is not http://HOST:PORT", v);
 }
 
-/* Undoes chunked transfer coding in place over [p, p + *len); -1 if it is not well formed. */
-static int dechunk(char *p, size_t *len)
+/* Walks chunked transfer coding over [p, p + *len): 1 when it is complete (and, with
+ * decode, undone in place, *len the data's size), 0 when more must come, -1 if malformed.
+ * Trailers are not expected from a KServe server and count as malformed. */
+static int dechunk(char *p, size_t *len, bool decode)
 {
     size_t in = 0, out = 0, n = *len;
     for (;;) {
+        const char *eol = in < n ? memchr(p + in, '\n', n - in) : NULL;
+        if (!eol) return 0;
         char *end;
         errno = 0;
         unsigned long long sz = strtoull(p + in, &end, 16);
-        if (end == p + in || errno) return -1;
-        const char *eol = memchr(end, '\n', n - (size_t)(end - p));
-        if (!eol) return -1;
+        if (end == p + in || errno || (end < eol - 1 && *end != ';')) return -1;
         in = (size_t)(eol - p) + 1;
-        if (sz == 0) break;
-        if (sz > n - in || n - in - sz < 2) return -1;
-        memmove(p + out, p + in, sz);
+        if (sz == 0) {
+            if (n - in < 2) return 0;
+            if (p[in] != '\r' || p[in + 1] != '\n') return -1;
+            break;
+        }
+        if (sz > n - in || n - in - sz < 2) return 0;
+        if (p[in + sz] != '\r' || p[in + sz + 1] != '\n') return -1;
+        if (decode) memmove(p + out, p + in, sz);
         out += sz;
-        in += sz + 2; /* the CRLF after the data */
+        in += sz + 2;
     }
-    p[out] = '\0';
-    *len = out;
-    return 0;
+    if (decode) {
+        p[out] = '\0';
+        *len = out;
+    }
+    return 1;
 }
 
 int lb_http(const char *host, const char *port, const char *method, const char *path, const char *headers,
@@ -237,6 +246,10 @@ int lb_http(const char *host, const char *port, const char *method, const char *
         resp[have] = '\0';
         const char *end = strstr(resp, "\r\n\r\n"), *cl = strcasestr(resp, "\r\nContent-Length:");
         if (end && cl && cl < end && have >= (size_t)(end + 4 - resp) + strtoull(cl + 17, NULL, 10)) break;
+        /* and at a chunked body's last chunk, for the same reason */
+        const char *te = end ? strcasestr(resp, "\r\nTransfer-Encoding:") : NULL;
+        size_t blen = end ? have - (size_t)(end + 4 - resp) : 0;
+        if (te && te < end && strcasestr(te, "chunked") && dechunk(resp + (end + 4 - resp), &blen, false) != 0) break;
     }
     if (!resp || have == reply_max) {
         fail(err, errlen, "the reply is over %zu bytes", reply_max);
@@ -257,7 +270,7 @@ int lb_http(const char *host, const char *port, const char *method, const char *
     out->len = have - (size_t)(b - resp);
     b[-2] = '\0'; /* the head ends at its last CRLF, for lb_reply_header */
     const char *te = strcasestr(resp, "\r\nTransfer-Encoding:");
-    if (te && strcasestr(te, "chunked") && dechunk(b, &out->len) != 0) {
+    if (te && strcasestr(te, "chunked") && dechunk(b, &out->len, true) != 1) {
         fail(err, errlen, "a malformed chunked reply");
         goto out;
     }
