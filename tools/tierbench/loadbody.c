@@ -194,6 +194,17 @@ static int dechunk(char *p, size_t *len, bool decode)
     return 1;
 }
 
+/* Whether the head [resp, end) says Transfer-Encoding: chunked (on that header's own line). */
+static bool head_chunked(const char *resp, const char *end)
+{
+    const char *te = strcasestr(resp, "\r\nTransfer-Encoding:");
+    if (!te || te >= end) return false;
+    const char *eol = strstr(te + 2, "\r\n");
+    for (const char *p = te + 20; eol && p + 7 <= eol; p++)
+        if (!strncasecmp(p, "chunked", 7)) return true;
+    return false;
+}
+
 int lb_http(const char *host, const char *port, const char *method, const char *path, const char *headers,
             const void *body, size_t body_len, size_t reply_max, double timeout_s, lb_reply *out, char *err,
             size_t errlen)
@@ -247,9 +258,8 @@ int lb_http(const char *host, const char *port, const char *method, const char *
         const char *end = strstr(resp, "\r\n\r\n"), *cl = strcasestr(resp, "\r\nContent-Length:");
         if (end && cl && cl < end && have >= (size_t)(end + 4 - resp) + strtoull(cl + 17, NULL, 10)) break;
         /* and at a chunked body's last chunk, for the same reason */
-        const char *te = end ? strcasestr(resp, "\r\nTransfer-Encoding:") : NULL;
         size_t blen = end ? have - (size_t)(end + 4 - resp) : 0;
-        if (te && te < end && strcasestr(te, "chunked") && dechunk(resp + (end + 4 - resp), &blen, false) != 0) break;
+        if (end && head_chunked(resp, end) && dechunk(resp + (end + 4 - resp), &blen, false) != 0) break;
     }
     if (!resp || have == reply_max) {
         fail(err, errlen, "the reply is over %zu bytes", reply_max);
@@ -269,8 +279,7 @@ int lb_http(const char *host, const char *port, const char *method, const char *
     out->status = atoi(resp + 9);
     out->len = have - (size_t)(b - resp);
     b[-2] = '\0'; /* the head ends at its last CRLF, for lb_reply_header */
-    const char *te = strcasestr(resp, "\r\nTransfer-Encoding:");
-    if (te && strcasestr(te, "chunked") && dechunk(b, &out->len, true) != 1) {
+    if (head_chunked(resp, b - 2) && dechunk(b, &out->len, true) != 1) {
         fail(err, errlen, "a malformed chunked reply");
         goto out;
     }
