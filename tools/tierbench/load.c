@@ -133,46 +133,9 @@ bad:
 
 static int parse_url(opts *o, const char *v, char *err, size_t errlen)
 {
-    if (strncmp(v, "http://", 7) != 0) {
-        snprintf(err, errlen, "--url: '%.80s' is not http://HOST:PORT (no TLS: aim at the plain port)", v);
-        return -1;
-    }
-    const char *h = v + 7;
-    size_t n = strcspn(h, "/");
-    if (h[n] && strcmp(h + n, "/") != 0) {
-        snprintf(err, errlen, "--url: '%.80s' has a path; the paths are KServe's, give http://HOST:PORT", v);
-        return -1;
-    }
-    char hp[300];
-    if (n == 0 || n >= sizeof hp) goto bad;
-    memcpy(hp, h, n);
-    hp[n] = '\0';
-    char *colon = strrchr(hp, ':');
-    char *close = strrchr(hp, ']');
-    if (colon && close && colon < close) colon = NULL; /* [v6] without a port */
-    const char *port = "80";
-    if (colon) {
-        *colon = '\0';
-        port = colon + 1;
-        char *end;
-        long p = strtol(port, &end, 10);
-        if (end == port || *end || p < 1 || p > 65535) goto bad;
-    }
-    char *host = hp;
-    if (host[0] == '[') {
-        size_t l = strlen(host);
-        if (l < 3 || host[l - 1] != ']') goto bad;
-        host[l - 1] = '\0';
-        host++;
-    }
-    if (!*host || strlen(host) >= sizeof o->host) goto bad;
-    memcpy(o->host, host, strlen(host) + 1); /* length checked above */
-    snprintf(o->port, sizeof o->port, "%s", port);
+    if (lb_parse_url(v, o->host, sizeof o->host, o->port, sizeof o->port, err, errlen) != 0) return -1;
     o->url = v;
     return 0;
-bad:
-    snprintf(err, errlen, "--url: '%.80s' is not http://HOST:PORT", v);
-    return -1;
 }
 
 static int option(opts *o, const char *key, const char *v, char *err, size_t errlen)

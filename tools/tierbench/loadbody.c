@@ -123,10 +123,93 @@ out:
     return rc;
 }
 
-/* A blocking GET with Connection: close, read to EOF. */
-int lb_fetch(lb_model *m, const char *host, const char *port, const char *model, double timeout_s, char *err,
-             size_t errlen)
+int lb_parse_url(const char *v, char *host_out, size_t host_cap, char *port_out, size_t port_cap, char *err,
+                 size_t errlen)
 {
+    if (strncmp(v, "http://", 7) != 0)
+        return fail(err, errlen, "--url: '%.80s' is not http://HOST:PORT (no TLS: aim at the plain port)", v);
+    const char *h = v + 7;
+    size_t n = strcspn(h, "/");
+    if (h[n] && strcmp(h + n, "/") != 0)
+        return fail(err, errlen, "--url: '%.80s' has a path; the paths are KServe's, give http://HOST:PORT", v);
+    char hp[300];
+    if (n == 0 || n >= sizeof hp) goto bad;
+    memcpy(hp, h, n);
+    hp[n] = '\0';
+    char *colon = strrchr(hp, ':');
+    char *close = strrchr(hp, ']');
+    if (colon && close && colon < close) colon = NULL; /* [v6] without a port */
+    const char *port = "80";
+    if (colon) {
+        *colon = '\0';
+        port = colon + 1;
+        char *end;
+        long p = strtol(port, &end, 10);
+        if (end == port || *end || p < 1 || p > 65535) goto bad;
+    }
+    char *host = hp;
+    if (host[0] == '[') {
+        size_t l = strlen(host);
+        if (l < 3 || host[l - 1] != ']') goto bad;
+        host[l - 1] = '\0';
+        host++;
+    }
+    if (!*host || strlen(host) >= host_cap || strlen(port) >= port_cap) goto bad;
+    memcpy(host_out, host, strlen(host) + 1); /* length checked above */
+    memcpy(port_out, port, strlen(port) + 1);
+    return 0;
+bad:
+    return fail(err, errlen, "--url: '%.80s' is not http://HOST:PORT", v);
+}
+
+/* Walks chunked transfer coding over [p, p + *len): 1 when it is complete (and, with
+ * decode, undone in place, *len the data's size), 0 when more must come, -1 if malformed.
+ * Trailers are not expected from a KServe server and count as malformed. */
+static int dechunk(char *p, size_t *len, bool decode)
+{
+    size_t in = 0, out = 0, n = *len;
+    for (;;) {
+        const char *eol = in < n ? memchr(p + in, '\n', n - in) : NULL;
+        if (!eol) return 0;
+        char *end;
+        errno = 0;
+        unsigned long long sz = strtoull(p + in, &end, 16);
+        if (end == p + in || errno || (end < eol - 1 && *end != ';')) return -1;
+        in = (size_t)(eol - p) + 1;
+        if (sz == 0) {
+            if (n - in < 2) return 0;
+            if (p[in] != '\r' || p[in + 1] != '\n') return -1;
+            break;
+        }
+        if (sz > n - in || n - in - sz < 2) return 0;
+        if (p[in + sz] != '\r' || p[in + sz + 1] != '\n') return -1;
+        if (decode) memmove(p + out, p + in, sz);
+        out += sz;
+        in += sz + 2;
+    }
+    if (decode) {
+        p[out] = '\0';
+        *len = out;
+    }
+    return 1;
+}
+
+/* Whether the head [resp, end) says Transfer-Encoding: chunked (on that header's own line). */
+static bool head_chunked(const char *resp, const char *end)
+{
+    const char *te = strcasestr(resp, "\r\nTransfer-Encoding:");
+    if (!te || te >= end) return false;
+    const char *eol = strstr(te + 2, "\r\n");
+    for (const char *p = te + 20; eol && p + 7 <= eol; p++)
+        if (!strncasecmp(p, "chunked", 7)) return true;
+    return false;
+}
+
+int lb_http(const char *host, const char *port, const char *method, const char *path, const char *headers,
+            const void *body, size_t body_len, size_t reply_max, double timeout_s, lb_reply *out, char *err,
+            size_t errlen)
+{
+    memset(out, 0, sizeof *out);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
     int g = getaddrinfo(host, port, &hints, &ai);
     if (g != 0) return fail(err, errlen, "%s: %s", host, gai_strerror(g));
@@ -141,52 +224,120 @@ int lb_fetch(lb_model *m, const char *host, const char *port, const char *model,
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        fail(err, errlen, "GET /v2/models/%s: connect to %s:%s: %s", model, host, port, strerror(errno));
+        fail(err, errlen, "connect to %s:%s: %s", host, port, strerror(errno));
         goto out;
     }
-    char req[512];
-    int n = snprintf(req, sizeof req, "GET /v2/models/%s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", model, host);
+    char req[4096];
+    int n = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n%s", method, path, host,
+                     headers ? headers : "");
+    if (n < 0 || (size_t)n >= sizeof req - 64) {
+        fail(err, errlen, "the request head is over %zu bytes", sizeof req - 64);
+        goto out;
+    }
+    if (body) n += snprintf(req + n, sizeof req - (size_t)n, "Content-Length: %zu\r\n", body_len);
+    n += snprintf(req + n, sizeof req - (size_t)n, "\r\n");
     if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
-        fail(err, errlen, "GET /v2/models/%s: send: %s", model, strerror(errno));
+        fail(err, errlen, "send: %s", strerror(errno));
         goto out;
     }
-    resp = malloc(LB_META_MAX + 1);
+    for (size_t sent = 0; body && sent < body_len;) {
+        ssize_t s = send(fd, (const char *)body + sent, body_len - sent, MSG_NOSIGNAL);
+        if (s <= 0) {
+            fail(err, errlen, "send: %s", s < 0 ? strerror(errno) : "closed");
+            goto out;
+        }
+        sent += (size_t)s;
+    }
+    resp = malloc(reply_max + 1);
     size_t have = 0;
-    ssize_t r;
-    while (resp && have < LB_META_MAX && (r = recv(fd, resp + have, LB_META_MAX - have, 0)) > 0) {
+    ssize_t r = 0;
+    while (resp && have < reply_max && (r = recv(fd, resp + have, reply_max - have, 0)) > 0) {
         have += (size_t)r;
         /* done at Content-Length: a server that keeps the connection open is not waited on */
         resp[have] = '\0';
         const char *end = strstr(resp, "\r\n\r\n"), *cl = strcasestr(resp, "\r\nContent-Length:");
         if (end && cl && cl < end && have >= (size_t)(end + 4 - resp) + strtoull(cl + 17, NULL, 10)) break;
+        /* and at a chunked body's last chunk, for the same reason */
+        size_t blen = end ? have - (size_t)(end + 4 - resp) : 0;
+        if (end && head_chunked(resp, end) && dechunk(resp + (end + 4 - resp), &blen, false) != 0) break;
     }
-    if (!resp || have == LB_META_MAX) {
-        fail(err, errlen, "GET /v2/models/%s: the reply is over %u bytes", model, LB_META_MAX);
+    if (!resp || have == reply_max) {
+        fail(err, errlen, "the reply is over %zu bytes", reply_max);
+        goto out;
+    }
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        fail(err, errlen, "no complete reply within %g s", timeout_s);
         goto out;
     }
     resp[have] = '\0';
-    char *body = strstr(resp, "\r\n\r\n");
-    if (have < 12 || strncmp(resp, "HTTP/1.", 7) != 0 || !body) {
-        fail(err, errlen, "GET /v2/models/%s: no HTTP reply (%s)", model, have ? "garbage" : strerror(errno));
+    char *b = strstr(resp, "\r\n\r\n");
+    if (have < 12 || strncmp(resp, "HTTP/1.", 7) != 0 || !b) {
+        fail(err, errlen, "no HTTP reply (%s)", have ? "garbage" : strerror(errno));
         goto out;
     }
-    int status = atoi(resp + 9);
-    body += 4;
-    if (status != 200) {
-        fail(err, errlen, "GET /v2/models/%s: status %d: %.200s", model, status, body);
+    b += 4;
+    out->status = atoi(resp + 9);
+    out->len = have - (size_t)(b - resp);
+    b[-2] = '\0'; /* the head ends at its last CRLF, for lb_reply_header */
+    if (head_chunked(resp, b - 2) && dechunk(b, &out->len, true) != 1) {
+        fail(err, errlen, "a malformed chunked reply");
         goto out;
     }
-    /* chunked metadata is not expected from a KServe server; jansson refuses it loudly */
-    char msg[300];
-    if (lb_from_metadata(m, body, have - (size_t)(body - resp), msg, sizeof msg) != 0) {
-        fail(err, errlen, "GET /v2/models/%s: %s", model, msg);
-        goto out;
-    }
+    out->raw = resp;
+    out->body = b;
+    resp = NULL;
     rc = 0;
 out:
     free(resp);
     if (fd >= 0) close(fd);
     freeaddrinfo(ai);
+    return rc;
+}
+
+bool lb_reply_header(const lb_reply *r, const char *name, char *buf, size_t cap)
+{
+    size_t nl = strlen(name);
+    for (const char *l = r->raw ? strstr(r->raw, "\r\n") : NULL; l; l = strstr(l + 2, "\r\n")) {
+        if (strncasecmp(l + 2, name, nl) != 0 || l[2 + nl] != ':') continue;
+        const char *v = l + 3 + nl;
+        while (*v == ' ' || *v == '\t') v++;
+        size_t vl = strcspn(v, "\r");
+        if (vl >= cap) vl = cap - 1;
+        memcpy(buf, v, vl);
+        buf[vl] = '\0';
+        return true;
+    }
+    return false;
+}
+
+void lb_reply_free(lb_reply *r)
+{
+    free(r->raw);
+    r->raw = NULL;
+    r->body = NULL;
+}
+
+int lb_fetch(lb_model *m, const char *host, const char *port, const char *model, double timeout_s, char *err,
+             size_t errlen)
+{
+    char path[160], msg[300];
+    snprintf(path, sizeof path, "/v2/models/%s", model);
+    lb_reply r;
+    if (lb_http(host, port, "GET", path, NULL, NULL, 0, LB_META_MAX, timeout_s, &r, msg, sizeof msg) != 0)
+        return fail(err, errlen, "GET %s: %s", path, msg);
+    int rc = -1;
+    if (r.status != 200) {
+        fail(err, errlen, "GET %s: status %d: %.200s", path, r.status, r.body);
+        goto out;
+    }
+    /* chunked metadata is not expected from a KServe server; jansson refuses it loudly */
+    if (lb_from_metadata(m, r.body, r.len, msg, sizeof msg) != 0) {
+        fail(err, errlen, "GET %s: %s", path, msg);
+        goto out;
+    }
+    rc = 0;
+out:
+    lb_reply_free(&r);
     return rc;
 }
 

@@ -43,6 +43,27 @@ typedef struct {
 int lb_input_parse(lb_model *m, const char *spec, char *err, size_t errlen);
 /* Reads the inputs from a metadata reply body (JSON). 0 or -1 with a message. */
 int lb_from_metadata(lb_model *m, const char *json, size_t len, char *err, size_t errlen);
+/* Splits "http://HOST[:PORT][/]" (HOST may be [v6]) into host and port (default 80).
+ * 0, or -1 with a message naming the URL. */
+int lb_parse_url(const char *url, char *host, size_t host_cap, char *port, size_t port_cap, char *err, size_t errlen);
+/* One blocking HTTP/1.1 exchange over a fresh connection (Connection: close): method and
+ * path, extra header lines `headers` (each ending CRLF, or NULL), and a body when body is not
+ * NULL (its Content-Length is added). The reply, at most reply_max bytes with its head, is
+ * read within timeout_s per socket wait; a chunked body is decoded. On 0, out->raw owns the
+ * bytes (free with lb_reply_free) and out->body points at the NUL-terminated body; -1 with
+ * a message (no reply, garbage, over the limit). Any status is a reply. */
+typedef struct {
+    int status;
+    char *raw;        /* owned: the head, then the body */
+    const char *body; /* into raw, len bytes, NUL-terminated */
+    size_t len;
+} lb_reply;
+int lb_http(const char *host, const char *port, const char *method, const char *path, const char *headers,
+            const void *body, size_t body_len, size_t reply_max, double timeout_s, lb_reply *out, char *err,
+            size_t errlen);
+/* Copies the value of the reply header `name` (case-insensitive) into buf; false if absent. */
+bool lb_reply_header(const lb_reply *r, const char *name, char *buf, size_t cap);
+void lb_reply_free(lb_reply *r);
 /* Fetches GET /v2/models/{model} from host:port (blocking, timeout_s) into m. */
 int lb_fetch(lb_model *m, const char *host, const char *port, const char *model, double timeout_s, char *err,
              size_t errlen);

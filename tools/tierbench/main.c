@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "load.h"
+#include "parity.h"
 #include "report.h"
 #include "sim.h"
 #include "simcfg.h"
@@ -19,6 +20,7 @@
 static void usage(FILE *out)
 {
     fprintf(out, "usage: tierbench load --url http://HOST:PORT [arrivals] [options]   (tierbench load --help)\n"
+                 "       tierbench parity --target URL --baseline URL | --reference FILE | --record FILE   (--help)\n"
                  "       tierbench sim [--trace FILE | --rate R --duration S ...] [model options] [outputs]\n"
                  "       tierbench gen [generator options] [--out FILE]\n"
                  "       tierbench --help\n\n"
@@ -248,6 +250,7 @@ int main(int argc, char **argv)
         return argc < 2 ? EXIT_USAGE : 0;
     }
     if (!strcmp(argv[1], "load")) return load_main(argc, argv);
+    if (!strcmp(argv[1], "parity")) return parity_main(argc, argv);
     static cmd c;
     simcfg_init(&c.cfg);
     trace_gen_defaults(&c.gen);
