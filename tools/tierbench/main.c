@@ -257,7 +257,7 @@ int main(int argc, char **argv)
     c.max_events = MAX_EVENTS_SHOWN;
     if (!strcmp(argv[1], "sim")) c.is_sim = true;
     else if (strcmp(argv[1], "gen") != 0) {
-        fprintf(stderr, "tierbench: unknown command '%.100s' (load, sim or gen; see tierbench --help)\n", argv[1]);
+        fprintf(stderr, "tierbench: unknown command '%.100s' (load, parity, sim or gen; see tierbench --help)\n", argv[1]);
         return EXIT_USAGE;
     }
     char err[1200];
