@@ -12,6 +12,7 @@
 #include "report.h"
 #include "sim.h"
 #include "simcfg.h"
+#include "simsweep.h"
 #include "trace.h"
 
 #define EXIT_USAGE 64
@@ -107,7 +108,10 @@ static int apply(void *ctx, const char *key, const char *value, char *err, size_
     return r;
 }
 
-static bool is_flag(const char *key) { return !strcmp(key, "fixed") || !strcmp(key, "poisson") || !strcmp(key, "quiet"); }
+static bool is_flag(const char *key)
+{
+    return !strcmp(key, "fixed") || !strcmp(key, "poisson") || !strcmp(key, "quiet") || !strcmp(key, "sweep-all");
+}
 
 static int parse(cmd *c, int argc, char **argv, char *err, size_t errlen)
 {
@@ -199,6 +203,11 @@ static int cmd_sim(cmd *c)
         }
         snprintf(g_source, sizeof g_source, "generated %s arrivals at %g/s for %g s", c->gen.fixed ? "evenly spaced" : "Poisson",
                  c->gen.rate_rps, c->gen.duration_s);
+    }
+    if (c->cfg.sweep.n_axes) {
+        rc = sim_sweep_main(&c->cfg, &t, c->quiet);
+        trace_free(&t);
+        return rc;
     }
     sim_result r;
     if (sim_run(&c->cfg.sim, &t, &r, err, sizeof err) != 0) {

@@ -48,6 +48,9 @@ void simcfg_init(simcfg *c)
 {
     sim_config_defaults(&c->sim);
     c->pools_given = false;
+    memset(&c->sweep, 0, sizeof c->sweep);
+    c->sweep_csv[0] = '\0';
+    c->sweep_all = false;
 }
 
 /* Calls one(ctx, key, value) for each "key=value" of a comma-separated list. */
@@ -257,6 +260,17 @@ int simcfg_option(simcfg *c, const char *key, const char *value, char *err, size
     sim_config *s = &c->sim;
     double d;
     if (!strcmp(key, "pool")) return opt_pool(c, value, err, errlen);
+    if (!strcmp(key, "sweep")) return sim_sweep_add(&c->sweep, value, err, errlen);
+    if (!strcmp(key, "sweep-all")) {
+        c->sweep_all = true;
+        return 0;
+    }
+    if (!strcmp(key, "sweep-csv")) {
+        if (!value || !*value || strlen(value) >= sizeof c->sweep_csv)
+            return fail(err, errlen, "--sweep-csv: needs a file (at most %zu bytes)", sizeof c->sweep_csv - 1);
+        snprintf(c->sweep_csv, sizeof c->sweep_csv, "%s", value);
+        return 0;
+    }
     if (!strcmp(key, "policy")) return each_kv(key, value, policy_kv, &s->policy, err, errlen);
     if (!strcmp(key, "deadline-ms")) return each_kv(key, value, deadline_kv, s->deadline_s, err, errlen);
     if (!strcmp(key, "retry")) return each_kv(key, value, retry_kv, s, err, errlen);
@@ -355,5 +369,12 @@ const char *simcfg_help(void)
            "  --until S              run the clock at least this long (default: the trace's end)\n"
            "  --timeline-step S      1 (one timeline row per step)\n"
            "  --seed N               1 (the routing and service-time draws; and --rate's arrivals)\n"
-           "  --config FILE          these options from a file, one per line, without \"--\"\n";
+           "  --config FILE          these options from a file, one per line, without \"--\"\n"
+           "sweep (many runs, one per combination; the table replaces the summary):\n"
+           "  --sweep K=V1/V2/...,...  queue.high/low, p95_ms.high/low, gpu_memory.high/low,\n"
+           "                         sustain_s, stage_hold_s, rollback_hold_s, cooldown_s (repeatable;\n"
+           "                         at most 4096 combinations). Prints the frontier of usage cost x\n"
+           "                         normal p95 x stage changes\n"
+           "  --sweep-all            every point in the table, the frontier's marked *\n"
+           "  --sweep-csv FILE       every point as CSV, with a frontier column (- : stdout)\n";
 }

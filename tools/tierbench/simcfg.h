@@ -14,12 +14,16 @@
 #include <stddef.h>
 
 #include "sim.h"
+#include "simsweep.h"
 
 #define SIMCFG_MAX_LINES 10000
 
-typedef struct {
+typedef struct simcfg {
     sim_config sim;
     bool pools_given; /* the first --pool drops the defaults */
+    sim_sweep sweep;  /* --sweep: no axes, a single run */
+    char sweep_csv[512]; /* --sweep-csv FILE ("" none, "-" stdout) */
+    bool sweep_all;   /* --sweep-all: every point in the table, not only the frontier */
 } simcfg;
 
 void simcfg_init(simcfg *c);
