@@ -131,3 +131,44 @@ def test_bad_input_is_refused_with_the_place_named(tmp_path):
     assert rc == 64 and "unknown option --bogus" in err
     rc, _, err = tierbench("frobnicate")
     assert rc == 64 and "unknown command" in err
+
+
+CONFIGS = ROOT / "tools" / "tierbench" / "configs"
+
+
+def surge_figures(conf, tmp_path):
+    rc, _, err = tierbench("sim", "--config", CONFIGS / "ref-surge.conf", "--config", CONFIGS / conf, "--quiet",
+                           "--json", tmp_path / (conf + ".json"))
+    assert rc == 0, err
+    s = json.loads((tmp_path / (conf + ".json")).read_text())
+    a = s["priorities"]["all"]
+    return a["throughput_rps"], s["cost"]["provisioned"], s["priorities"]["normal"]["latency_ms"]["p95"]
+
+
+def test_shipped_hybrid_beats_the_guidance_on_the_surge_trace(tmp_path):
+    """docs/operate/tuning.md, "The reference table": a policy or routing change that breaks
+    one of these three fails here."""
+    gpu_rps, gpu_cost, gpu_p95 = surge_figures("ref-gpu-only.conf", tmp_path)
+    rps, cost, p95 = surge_figures("hybrid.conf", tmp_path)
+    assert rps >= 0.85 * gpu_rps, (rps, gpu_rps)
+    assert cost <= 0.50 * gpu_cost, (cost, gpu_cost)
+    assert p95 <= 1.25 * gpu_p95, (p95, gpu_p95)
+
+
+def test_sweep_prints_the_frontier_and_its_csv(tmp_path):
+    args = ("sim", "--trace", TRACES / "surge.csv", "--sweep", "queue.high=4/16,p95_ms.high=150/400",
+            "--sweep", "stage_hold_s=5/10", "--sweep-csv", tmp_path / "f.csv")
+    rc, out, err = tierbench(*args)
+    assert rc == 0, err
+    rows = (tmp_path / "f.csv").read_text().splitlines()
+    assert rows[0].startswith("queue.high,p95_ms.high,stage_hold_s,usage_cost,")
+    assert len(rows) == 1 + 8
+    frontier = [r for r in rows[1:] if r.endswith(",1")]
+    assert frontier and out.decode().startswith("sweep: 8 runs, 0 skipped")
+    # the table lists exactly the frontier's points
+    table = [l for l in out.decode().splitlines()[3:] if l.strip()]
+    assert len(table) == len(frontier)
+    rc2, out2, _ = tierbench(*args)
+    assert rc2 == 0 and out2 == out
+    rc, _, err = tierbench("sim", "--trace", TRACES / "surge.csv", "--sweep", "queue.hi=1/2")
+    assert rc == 64 and "queue.hi" in err

@@ -13,6 +13,7 @@
 
 #include "report.h"
 #include "sim.h"
+#include "simsweep.h"
 #include "trace.h"
 
 #ifndef TS_TRACES_DIR
@@ -354,6 +355,77 @@ static void test_idle_gpu_outage_fails_over_on_the_probe_answer(void **state)
     }
 }
 
+/* ---- the sweep's frontier ----------------------------------------------------------------- */
+
+static void sweep_surge(uint64_t seed, sim_sweep_point **pts, size_t *n, size_t *skipped)
+{
+    trace t;
+    load("surge.csv", &t);
+    sim_config c;
+    sim_config_defaults(&c);
+    c.seed = seed;
+    sim_sweep sw = {0};
+    char err[512];
+    if (sim_sweep_add(&sw, "queue.high=4/8/16,queue.low=2/6,p95_ms.high=150/400,sustain_s=2/5", err, sizeof err) != 0)
+        fail_msg("%s", err);
+    if (sim_sweep_run(&c, &sw, &t, pts, n, skipped, err, sizeof err) != 0) fail_msg("%s", err);
+    trace_free(&t);
+}
+
+/* Not one frontier point is beaten on all three by another point, every point off it is,
+ * and the same seed gives the same points, bit for bit. */
+static void test_sweep_frontier_is_non_dominated_and_reproducible(void **state)
+{
+    (void)state;
+    sim_sweep_point *a, *b;
+    size_t na, nb, sa, sb, nf = 0;
+    sweep_surge(3, &a, &na, &sa);
+    sweep_surge(3, &b, &nb, &sb);
+    assert_int_equal(sa, 4); /* queue.low 6 above queue.high 4: refused by the policy, 2 x 2 times */
+    assert_int_equal(na, 3 * 2 * 2 * 2 - 4);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na * sizeof *a);
+    for (size_t i = 0; i < na; i++) {
+        const sim_sweep_point *p = &a[i];
+        bool beaten = false;
+        for (size_t j = 0; j < na; j++) {
+            const sim_sweep_point *q = &a[j];
+            if (j == i || q->p95_ms[PRIO_NORMAL] < 0) continue;
+            double pp = p->p95_ms[PRIO_NORMAL] < 0 ? INFINITY : p->p95_ms[PRIO_NORMAL];
+            bool le = q->usage_cost <= p->usage_cost && q->p95_ms[PRIO_NORMAL] <= pp &&
+                      q->stage_changes <= p->stage_changes;
+            bool lt = q->usage_cost < p->usage_cost || q->p95_ms[PRIO_NORMAL] < pp || q->stage_changes < p->stage_changes;
+            beaten |= le && lt;
+        }
+        assert_true(p->frontier == !beaten);
+        nf += p->frontier;
+    }
+    assert_true(nf >= 1 && nf < na);
+    free(a);
+    free(b);
+    /* another seed moves the figures: the seed is what reproduces them */
+    sweep_surge(4, &b, &nb, &sb);
+    sweep_surge(3, &a, &na, &sa);
+    assert_int_equal(na, nb);
+    assert_true(memcmp(a, b, na * sizeof *a) != 0);
+    free(a);
+    free(b);
+}
+
+static void test_sweep_refuses_bad_axes(void **state)
+{
+    (void)state;
+    sim_sweep sw = {0};
+    char err[512];
+    assert_int_equal(sim_sweep_add(&sw, "queue.hi=1/2", err, sizeof err), -1);
+    assert_non_null(strstr(err, "queue.hi"));
+    assert_int_equal(sim_sweep_add(&sw, "sustain_s=1/x", err, sizeof err), -1);
+    assert_non_null(strstr(err, "'x'"));
+    assert_int_equal(sim_sweep_add(&sw, "queue.high=1/2/3/4/5/6/7/8,queue.low=1/2/3/4/5/6/7/8,sustain_s=1/2/3/4/5/6/7/8,"
+                                        "cooldown_s=1/2/3/4/5/6/7/8/9", err, sizeof err), -1);
+    assert_non_null(strstr(err, "4096"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -363,6 +435,8 @@ int main(void)
         cmocka_unit_test(test_flap_bait_one_walk_each_way_per_surge),
         cmocka_unit_test(test_gpu_outage_fails_over_within_a_probe_interval),
         cmocka_unit_test(test_idle_gpu_outage_fails_over_on_the_probe_answer),
+        cmocka_unit_test(test_sweep_frontier_is_non_dominated_and_reproducible),
+        cmocka_unit_test(test_sweep_refuses_bad_axes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
