@@ -399,8 +399,8 @@ static void w_markdown(const void *ctx, FILE *f)
         md_num(f, r->requests, "%.0f", "");
         md_num(f, r->usd, "%.9f", "");
         md_num(f, r->per_req, "%.9f", "");
-        md_num(f, r->backend_h, "%.6f", "not measured");
-        md_num(f, r->compute_h, "%.6f", "not measured");
+        md_num(f, r->backend_h, "%.6g", "not measured");
+        md_num(f, r->compute_h, "%.6g", "not measured");
         fputs(" |\n", f);
     }
     md_cost_table(f, rep, "tenant", "Tenants");
@@ -705,8 +705,8 @@ static void w_week_md(const void *ctx, FILE *f)
             md_num(f, c->requests, "%.0f", "");
             md_num(f, c->usd, "%.9f", "");
             md_num(f, !isnan(c->requests) && c->requests > 0 ? c->usd / c->requests : NAN, "%.9f", "");
-            md_num(f, c->backend_h, "%.6f", "not measured");
-            md_num(f, c->compute_h, "%.6f", "not measured");
+            md_num(f, c->backend_h, "%.6g", "not measured");
+            md_num(f, c->compute_h, "%.6g", "not measured");
             fputs(" |\n", f);
         }
     }
