@@ -99,6 +99,36 @@ def test_gpu_outage_costs_no_request_and_recovers(tmp_path):
             w.stop()
 
 
+def test_gpu_outage_by_injected_fault_costs_no_request(tmp_path):
+    """--fault-url: the drill sends inferences straight to an armed worker until its injected
+    CUDA error latches it not live; the router must stop sending to it, with no failed request."""
+    victim = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_FAULT_INJECT_GPU_RUN": "120"})
+    other = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    cpu = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    r = Router(config([victim.port, other.port], [cpu.port]), tmp_path)
+    try:
+        r.wait_healthy(3)
+        out_json = tmp_path / "drill.json"
+        # ~50 of the load's requests reach the victim before 1 s: the drill's own fire the 120th run
+        rc, out, err = drill("gpu-outage", "--url", f"http://{r.url}", "--fault-url", f"http://{victim.url}",
+                             "--fault-requests", 200, "--at", 1, "--stop-within", STOP_BOUND_S,
+                             "--p95-within", 100, "--p95-floor-ms", 50,
+                             "--rate", 100, "--fixed", "--duration", 3, "--seed", 6, "--json", out_json)
+        print(out, err)
+        rep = json.loads(out_json.read_text())
+        assert rep["error"] == "" and rep["backend"] == victim.url, rep
+        assert 1 <= rep["fault_requests"] <= 120, rep
+        assert victim.http("GET", "/v2/health/live")[0] == 503  # latched not live by the fault
+        assert r.backend(victim.port)["healthy"] is False, r.status()
+        assert rep["failed"] == 0 and rep["ok"] == rep["requests"] == 300, rep
+        assert rep["stop_s"] is not None and rep["stop_s"] <= STOP_BOUND_S, rep
+        assert rc == 0, (rc, out, err)
+    finally:
+        assert r.stop() == 0
+        for w in (victim, other, cpu):
+            w.stop()
+
+
 def test_rolling_restart_of_both_gpu_workers_costs_no_request(tmp_path):
     gpus = [start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"}) for _ in range(2)]
     cpu = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})

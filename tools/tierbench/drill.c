@@ -48,7 +48,7 @@ typedef struct {
     char backend[300]; /* the outage's backend (see match()) */
     pid_t kill_pid;
     const char *fault_url;
-    long fault_n;
+    long fault_n, fault_sent; /* sent: the inferences it took */
     char fault_host[256], fault_port[8];
     char model[64];
     double at, duration, restart_after, stop_within, p95_pct, p95_floor_ms, settle_s;
@@ -180,9 +180,13 @@ static bool child_running(pid_t pid)
 
 /* ---- the control thread ------------------------------------------------------------ */
 
+/* The outage: a SIGKILL, or inferences to the armed worker until one fails (the injected
+ * fault, or "not live" when the load's own requests reached the Nth run first). kill_t is
+ * when it happened: the kill, or the failed reply. */
 static void outage_act(drill *d)
 {
     if (d->kill_pid > 0) {
+        d->kill_t = rel(d);
         if (kill(d->kill_pid, SIGKILL) != 0)
             snprintf(d->fail, sizeof d->fail, "kill %ld: %s", (long)d->kill_pid, strerror(errno));
         return;
@@ -190,12 +194,23 @@ static void outage_act(drill *d)
     char path[128], hdr[64], err[300];
     snprintf(path, sizeof path, "/v2/models/%s/infer", d->model);
     snprintf(hdr, sizeof hdr, "Content-Type: application/json\r\n");
-    for (long i = 0; i < d->fault_n; i++) {
+    for (long i = 0; i < d->fault_n && !atomic_load(&d->stop); i++) {
         lb_reply rep;
         if (lb_http(d->fault_host, d->fault_port, "POST", path, hdr, d->fault_body, d->fault_len, 1u << 20, 5.0, &rep,
-                    err, sizeof err) == 0)
-            lb_reply_free(&rep);
+                    err, sizeof err) != 0) {
+            snprintf(d->fail, sizeof d->fail, "--fault-url: %.200s", err);
+            return;
+        }
+        int st = rep.status;
+        lb_reply_free(&rep);
+        if (st != 200) {
+            d->kill_t = rel(d);
+            d->fault_sent = i + 1;
+            return;
+        }
     }
+    snprintf(d->fail, sizeof d->fail, "--fault-url: %ld inferences and no fault: is TIERSERVE_FAULT_INJECT_GPU_RUN armed?",
+             d->fault_n);
 }
 
 static void outage_thread(drill *d)
@@ -215,7 +230,6 @@ static void outage_thread(drill *d)
         return;
     }
     long long prev = s.tries;
-    d->kill_t = rel(d);
     outage_act(d);
     if (d->fail[0]) return;
     d->last_change_t = d->kill_t;
@@ -437,6 +451,7 @@ static json_t *report_json(const drill *d)
     if (d->outage) {
         json_object_set_new(o, "backend", json_string(d->backend));
         json_object_set_new(o, "kill_s", num(d->kill_t));
+        json_object_set_new(o, "fault_requests", json_integer(d->fault_sent));
         json_object_set_new(o, "stop_s", num(d->kill_t >= 0 ? d->stop_s : -1));
         json_object_set_new(o, "last_reply_after_kill_s", num(d->kill_t >= 0 ? d->last_reply_t - d->kill_t : -1));
         json_object_set_new(o, "last_try_after_kill_s", num(d->kill_t >= 0 ? d->last_change_t - d->kill_t : -1));
@@ -481,12 +496,12 @@ static void report_text(const drill *d, FILE *f)
     fprintf(f, "   goal 0 failed: %s\n", d->goal_failed ? "met" : "MISSED");
     if (d->fail[0]) fprintf(f, "  drill error: %s\n", d->fail);
     if (d->outage && d->kill_t >= 0) {
-        fprintf(f, "  backend %s killed at %.3f s; last request to it %.3f s after (last reply naming it %.3f s, "
+        fprintf(f, "  backend %s %s at %.3f s; last request to it %.3f s after (last reply naming it %.3f s, "
                    "last try in /admin/status %.3f s)",
-                d->backend, d->kill_t, d->stop_s, d->last_reply_t - d->kill_t, d->last_change_t - d->kill_t);
+                d->backend, d->kill_pid > 0 ? "killed" : "faulted", d->kill_t, d->stop_s, d->last_reply_t - d->kill_t, d->last_change_t - d->kill_t);
         if (d->stop_within > 0) fprintf(f, "   goal <= %g s: %s", d->stop_within, d->goal_stop ? "met" : "MISSED");
         fprintf(f, "\n");
-        if (d->down_t >= 0) fprintf(f, "  the router marked it unhealthy %.3f s after the kill\n", d->down_t - d->kill_t);
+        if (d->down_t >= 0) fprintf(f, "  the router marked it unhealthy %.3f s after the kill or fault\n", d->down_t - d->kill_t);
         if (d->restart[0]) {
             if (d->healthy_t >= 0)
                 fprintf(f, "  restarted at %.3f s; pool healthy again %.3f s after the kill (%.3f s after the restart)\n",
