@@ -40,6 +40,7 @@ typedef struct {
     size_t n_keys;
     lb_model inputs; /* --input specs (no metadata fetch when any) */
     char host[256], port[8];
+    const load_hooks *hooks; /* the caller's, or NULL */
 } opts;
 
 /* The reply parser's states. */
@@ -338,6 +339,8 @@ static int header(lconn *c, char *line)
     } else if (!strcasecmp(line, "X-Tierrouter-Pool")) {
         c->pool = pool_index(c->run, v);
     }
+    const load_hooks *h = c->run->o->hooks;
+    if (h && h->on_header) h->on_header(h->ctx, c->req, line, v);
     return 0;
 }
 
@@ -660,6 +663,11 @@ static int loop(run *r, char *err, size_t errlen)
     }
     signal(SIGPIPE, SIG_IGN);
     r->t0 = ts_now();
+    const load_hooks *h = r->o->hooks;
+    if (h && h->on_start && h->on_start(h->ctx, r->t0, r->t->n) != 0) {
+        snprintf(err, errlen, "the run could not start");
+        goto out;
+    }
     pump(r);
     event_base_dispatch(r->base);
     if (r->progress) fputs("\n", stderr);
@@ -698,7 +706,9 @@ static int write_to(const char *path, void (*fn)(const load_result *, FILE *), c
     return bad ? -1 : 0;
 }
 
-int load_main(int argc, char **argv)
+int load_main(int argc, char **argv) { return load_run(argc, argv, NULL); }
+
+int load_run(int argc, char **argv, const load_hooks *hooks)
 {
     static opts o;
     static run r;
@@ -709,6 +719,7 @@ int load_main(int argc, char **argv)
     o.conns = 64;
     o.timeout_s = 30;
     o.binary = true;
+    o.hooks = hooks;
     for (int p = 0; p < PRIO_COUNT; p++) o.deadline_ms[p] = -1;
     int pr = parse(&o, argc, argv, err, sizeof err);
     if (pr > 0) {
@@ -767,6 +778,7 @@ int load_main(int argc, char **argv)
     r.res.source = source;
     r.res.url = o.url;
     rc = 0;
+    if (hooks && hooks->on_done) hooks->on_done(hooks->ctx, &r.res);
     if (!o.quiet) loadreport_text(&r.res, stdout);
     if (o.json && write_to(o.json, loadreport_json, &r.res) != 0) rc = 1;
     if (o.csv && write_to(o.csv, loadreport_csv, &r.res) != 0) rc = 1;
