@@ -3,6 +3,8 @@
 #ifndef TS_ERR_H
 #define TS_ERR_H
 
+#include <stddef.h>
+
 /* The statuses both programs answer with, by name (RFC 9110). */
 enum {
     TS_BAD_REQUEST = 400,
@@ -26,5 +28,9 @@ typedef struct {
 } ts_err;
 
 void ts_err_set(ts_err *e, int http, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The other convention, for code that reports into a caller's buffer: writes the message
+ * into err and returns -1, so a check can end with `return ts_fail(err, errlen, ...);`. */
+int ts_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -1,4 +1,5 @@
 #include "rconfig.h"
+#include "err.h"
 
 #include <cyaml/cyaml.h>
 #include <errno.h>
@@ -329,16 +330,6 @@ static cyaml_config_t k_cfg = {.log_fn = cy_log,
                                .log_level = CYAML_LOG_ERROR,
                                .flags = CYAML_CFG_DEFAULT | CYAML_CFG_NO_ALIAS};
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* ---- which keys the file sets -------------------------------------------------------------
  * libcyaml 1.3 zero-fills what a file leaves out, so "absent" and "0" look alike in the
  * struct. A second pass over the file's events (libyaml, already libcyaml's parser) records
@@ -406,11 +397,11 @@ static int seen_walk(const char *path, rc_seen *s, char *msg, size_t len)
 {
     s->retired = -1;
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(msg, len, "cannot read it: %s", strerror(errno));
+    if (!f) return ts_fail(msg, len, "cannot read it: %s", strerror(errno));
     yaml_parser_t p;
     if (!yaml_parser_initialize(&p)) {
         fclose(f);
-        return fail(msg, len, "out of memory");
+        return ts_fail(msg, len, "out of memory");
     }
     yaml_parser_set_input_file(&p, f);
     walk_frame fr[WALK_DEPTH];
@@ -418,7 +409,7 @@ static int seen_walk(const char *path, rc_seen *s, char *msg, size_t len)
     for (bool done = false; !done;) {
         yaml_event_t ev;
         if (!yaml_parser_parse(&p, &ev)) {
-            fail(msg, len, "%s (line %zu)", p.problem ? p.problem : "not YAML", p.problem_mark.line + 1);
+            ts_fail(msg, len, "%s (line %zu)", p.problem ? p.problem : "not YAML", p.problem_mark.line + 1);
             goto out;
         }
         walk_frame *top = depth > 0 ? &fr[depth - 1] : NULL;
@@ -440,7 +431,7 @@ static int seen_walk(const char *path, rc_seen *s, char *msg, size_t len)
         case YAML_SEQUENCE_START_EVENT:
         case YAML_MAPPING_START_EVENT:
             if (key_pos) { /* libcyaml refuses these before we get here */
-                fail(msg, len, "a key that is not a plain scalar (line %zu)", ev.start_mark.line + 1);
+                ts_fail(msg, len, "a key that is not a plain scalar (line %zu)", ev.start_mark.line + 1);
                 yaml_event_delete(&ev);
                 goto out;
             }
@@ -450,7 +441,7 @@ static int seen_walk(const char *path, rc_seen *s, char *msg, size_t len)
                 break;
             }
             if (depth == WALK_DEPTH) {
-                fail(msg, len, "nested deeper than %d levels (line %zu)", WALK_DEPTH, ev.start_mark.line + 1);
+                ts_fail(msg, len, "nested deeper than %d levels (line %zu)", WALK_DEPTH, ev.start_mark.line + 1);
                 yaml_event_delete(&ev);
                 goto out;
             }
@@ -528,14 +519,14 @@ static int text_check(const rc_key *k, const char *s, char *msg, size_t len)
 {
     size_t n = strlen(s);
     if ((n < k->min || n > k->max) && k->type == RK_TOKEN)
-        return fail(msg, len, "%zu characters, not %.0f..%.0f", n, k->min, k->max);
+        return ts_fail(msg, len, "%zu characters, not %.0f..%.0f", n, k->min, k->max);
     if (n < k->min || n > k->max)
-        return fail(msg, len, "\"%.64s%s\" is %zu characters, not %.0f..%.0f", s, n > 64 ? "..." : "", n, k->min,
+        return ts_fail(msg, len, "\"%.64s%s\" is %zu characters, not %.0f..%.0f", s, n > 64 ? "..." : "", n, k->min,
                     k->max);
     if (k->type == RK_TOKEN && !visible_ascii(s))
-        return fail(msg, len, "only visible ASCII (0x21-0x7e) may be used in a token");
+        return ts_fail(msg, len, "only visible ASCII (0x21-0x7e) may be used in a token");
     if (k->type == RK_HEADER && !is_token(s))
-        return fail(msg, len, "'%.63s' is not an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", s);
+        return ts_fail(msg, len, "'%.63s' is not an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", s);
     return 0;
 }
 
@@ -546,19 +537,19 @@ static int value_check(const rc_key *k, void *base, char *msg, size_t len)
     switch (k->type) {
     case RK_UINT: {
         unsigned v = *(unsigned *)f;
-        if (v < k->min || v > k->max) return fail(msg, len, "%u is not in %.0f..%.0f", v, k->min, k->max);
+        if (v < k->min || v > k->max) return ts_fail(msg, len, "%u is not in %.0f..%.0f", v, k->min, k->max);
         return 0;
     }
     case RK_DOUBLE: {
         double v = *(double *)f;
-        if (!(v >= k->min && v <= k->max)) return fail(msg, len, "%g is not in %g..%g", v, k->min, k->max);
+        if (!(v >= k->min && v <= k->max)) return ts_fail(msg, len, "%g is not in %g..%g", v, k->min, k->max);
         return 0;
     }
     case RK_ENUM: /* libcyaml also takes a bare number for an enum */
         if (!enum_name(k, *(unsigned *)f)) {
             char names[128];
             names_join(k, names, sizeof names);
-            return fail(msg, len, "%u is not one of %s", *(unsigned *)f, names);
+            return ts_fail(msg, len, "%u is not one of %s", *(unsigned *)f, names);
         }
         return 0;
     case RK_BOOL:
@@ -570,12 +561,12 @@ static int value_check(const rc_key *k, void *base, char *msg, size_t len)
     case RK_STAGES: {
         const double *st = *(double **)f;
         for (unsigned i = 0; i < *count_field(k, base); i++)
-            if (!(st[i] >= 0 && st[i] <= 1)) return fail(msg, len, "stage %u is %g, not a share in 0..1", i, st[i]);
+            if (!(st[i] >= 0 && st[i] <= 1)) return ts_fail(msg, len, "stage %u is %g, not a share in 0..1", i, st[i]);
         return 0;
     }
     case RK_LIST: {
         unsigned n = *count_field(k, base);
-        if (n < k->min || n > k->max) return fail(msg, len, "%u entries, not %.0f..%.0f", n, k->min, k->max);
+        if (n < k->min || n > k->max) return ts_fail(msg, len, "%u entries, not %.0f..%.0f", n, k->min, k->max);
         return 0;
     }
     }
@@ -594,7 +585,7 @@ static int value_set(const rc_key *k, void *base, const char *text, char *msg, s
         errno = 0;
         unsigned long long v = text[0] >= '0' && text[0] <= '9' ? strtoull(text, &end, 10) : 0;
         if (!end || *end || errno || (double)v < k->min || (double)v > k->max)
-            return fail(msg, len, "\"%.64s\" is not an integer in %.0f..%.0f", text, k->min, k->max);
+            return ts_fail(msg, len, "\"%.64s\" is not an integer in %.0f..%.0f", text, k->min, k->max);
         *(unsigned *)f = (unsigned)v;
         return 0;
     }
@@ -602,13 +593,13 @@ static int value_set(const rc_key *k, void *base, const char *text, char *msg, s
         errno = 0;
         double v = (text[0] >= '0' && text[0] <= '9') || text[0] == '.' ? strtod(text, &end) : 0;
         if (!end || *end || errno || !(v >= k->min && v <= k->max))
-            return fail(msg, len, "\"%.64s\" is not a number in %g..%g", text, k->min, k->max);
+            return ts_fail(msg, len, "\"%.64s\" is not a number in %g..%g", text, k->min, k->max);
         *(double *)f = v;
         return 0;
     }
     case RK_BOOL:
         if (strcmp(text, "true") != 0 && strcmp(text, "false") != 0)
-            return fail(msg, len, "\"%.64s\" is not true or false", text);
+            return ts_fail(msg, len, "\"%.64s\" is not true or false", text);
         *(bool *)f = text[0] == 't';
         return 0;
     case RK_ENUM:
@@ -620,14 +611,14 @@ static int value_set(const rc_key *k, void *base, const char *text, char *msg, s
         {
             char names[128];
             names_join(k, names, sizeof names);
-            return fail(msg, len, "\"%.64s\" is not one of %s", text, names);
+            return ts_fail(msg, len, "\"%.64s\" is not one of %s", text, names);
         }
     case RK_STR:
     case RK_HEADER:
     case RK_TOKEN: {
         if (text_check(k, text, msg, len)) return -1;
         char *copy = strdup(text);
-        if (!copy) return fail(msg, len, "out of memory");
+        if (!copy) return ts_fail(msg, len, "out of memory");
         free(*(char **)f);
         *(char **)f = copy;
         return 0;
@@ -636,13 +627,13 @@ static int value_set(const rc_key *k, void *base, const char *text, char *msg, s
         double v[POLICY_MAX_STAGES];
         unsigned n = 0;
         for (const char *s = text; *s;) {
-            if (n == POLICY_MAX_STAGES) return fail(msg, len, "more than %d stages", POLICY_MAX_STAGES);
+            if (n == POLICY_MAX_STAGES) return ts_fail(msg, len, "more than %d stages", POLICY_MAX_STAGES);
             v[n++] = strtod(s, &end);
-            if (end == s) return fail(msg, len, "\"%.64s\" is not a list of shares", text);
+            if (end == s) return ts_fail(msg, len, "\"%.64s\" is not a list of shares", text);
             s = end + strspn(end, ", ");
         }
         double *copy = malloc(sizeof v); /* freed by cyaml_free, like a parsed list */
-        if (!copy) return fail(msg, len, "out of memory");
+        if (!copy) return ts_fail(msg, len, "out of memory");
         memcpy(copy, v, sizeof v);
         free(*(double **)f);
         *(double **)f = copy;
@@ -652,7 +643,7 @@ static int value_set(const rc_key *k, void *base, const char *text, char *msg, s
     case RK_LIST:
         break;
     }
-    return fail(msg, len, "has no text form");
+    return ts_fail(msg, len, "has no text form");
 }
 
 /* The key's value: the file's, checked, or the default. */
@@ -662,13 +653,13 @@ static int value_resolve(const rc_key *k, void *base, const rc_pos *at, const ch
     char msg[384];
     if (at->present) {
         if (value_check(k, base, msg, sizeof msg) == 0) return 0;
-        return fail(err, errlen, "%s: %s: %s (line %u, column %u)", path, where, msg, at->line, at->col);
+        return ts_fail(err, errlen, "%s: %s: %s (line %u, column %u)", path, where, msg, at->line, at->col);
     }
     const char *def = k->def;
     if ((k->flags & RF_KIND) && ((const rc_pool *)base)->kind == POOL_CPU) def = k->def_cpu;
     if (!def) return 0; /* required (the schema saw to it) or unset */
     if (value_set(k, base, def, msg, sizeof msg) == 0) return 0;
-    return fail(err, errlen, "%s: %s: the default %s", path, where, msg); /* a bad table: tests catch it */
+    return ts_fail(err, errlen, "%s: %s: the default %s", path, where, msg); /* a bad table: tests catch it */
 }
 
 static int apply_file(router_config *c, const rc_seen *s, const char *path, char *err, size_t errlen)
@@ -688,7 +679,7 @@ static int apply_file(router_config *c, const rc_seen *s, const char *path, char
             char msg[384];
             for (unsigned j = 0; j < c->tenants_count; j++)
                 if (value_check(k, &c->tenants[j], msg, sizeof msg))
-                    return fail(err, errlen, "%s: tenants[%u].%s: %s", path, j, k->key, msg);
+                    return ts_fail(err, errlen, "%s: tenants[%u].%s: %s", path, j, k->key, msg);
         }
     }
     return 0;
@@ -705,7 +696,7 @@ static int apply_env(router_config *c, char *err, size_t errlen)
         if (!v) continue;
         char msg[384];
         if (value_set(k, c, v, msg, sizeof msg))
-            return fail(err, errlen, "%s: %s (it overrides %s)", k->env, msg, k->key);
+            return ts_fail(err, errlen, "%s: %s (it overrides %s)", k->env, msg, k->key);
     }
     return 0;
 }
@@ -730,32 +721,32 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
     for (unsigned i = 0; i < c->tenants_count; i++)
         for (unsigned j = 0; j < i; j++) {
             if (strcmp(c->tenants[i].name, c->tenants[j].name) == 0)
-                return fail(err, errlen, "%s: tenants[%u].name: '%s' is used twice", path, i, c->tenants[i].name);
+                return ts_fail(err, errlen, "%s: tenants[%u].name: '%s' is used twice", path, i, c->tenants[i].name);
             if (c->tenants[i].api_key && c->tenants[j].api_key &&
                 strcmp(c->tenants[i].api_key, c->tenants[j].api_key) == 0)
-                return fail(err, errlen, "%s: tenants[%u].api_key: the same key as tenants[%u]", path, i, j);
+                return ts_fail(err, errlen, "%s: tenants[%u].api_key: the same key as tenants[%u]", path, i, j);
         }
     snprintf(c->worker_authorization, sizeof c->worker_authorization, "%s%s", c->worker_token ? "Bearer " : "",
              c->worker_token ? c->worker_token : "");
     if (c->ejection.max_ms < c->ejection.base_ms)
-        return fail(err, errlen, "%s: ejection.max_ms: %u is below ejection.base_ms (%u)", path, c->ejection.max_ms,
+        return ts_fail(err, errlen, "%s: ejection.max_ms: %u is below ejection.base_ms (%u)", path, c->ejection.max_ms,
                     c->ejection.base_ms);
 
     policy_config pc;
     rconfig_policy(c, &pc);
     char perr[256];
-    if (policy_config_check(&pc, perr, sizeof perr)) return fail(err, errlen, "%s: policy.%s", path, perr);
+    if (policy_config_check(&pc, perr, sizeof perr)) return ts_fail(err, errlen, "%s: policy.%s", path, perr);
 
     for (unsigned i = 0; i < c->pools_count; i++) {
         rc_pool *p = &c->pools[i];
         for (unsigned j = 0; j < i; j++)
             if (strcmp(c->pools[j].name, p->name) == 0)
-                return fail(err, errlen, "%s: pools[%u].name: '%s' is used twice", path, i, p->name);
+                return ts_fail(err, errlen, "%s: pools[%u].name: '%s' is used twice", path, i, p->name);
         for (unsigned b = 0; b < p->backends_count; b++) {
             char host[256];
             unsigned port;
             if (parse_hostport(p->backends[b], host, sizeof host, &port))
-                return fail(err, errlen, "%s: pools[%u].backends[%u]: '%s' is not host:port", path, i, b,
+                return ts_fail(err, errlen, "%s: pools[%u].backends[%u]: '%s' is not host:port", path, i, b,
                             p->backends[b]);
         }
     }
@@ -772,21 +763,21 @@ router_config *rconfig_load(const char *path, char *err, size_t errlen)
     cfg.log_ctx = &lc;
     cyaml_err_t e = cyaml_load_file(path, &cfg, &k_top, (cyaml_data_t **)&c, NULL);
     if (e != CYAML_OK) {
-        fail(err, errlen, "%s: %s%s%s", path, cyaml_strerror(e), msgs[0] ? ": " : "", msgs);
+        ts_fail(err, errlen, "%s: %s%s%s", path, cyaml_strerror(e), msgs[0] ? ": " : "", msgs);
         goto fail;
     }
     seen = calloc(1, sizeof *seen);
     char msg[384];
     if (!seen) {
-        fail(err, errlen, "%s: out of memory", path);
+        ts_fail(err, errlen, "%s: out of memory", path);
         goto fail;
     }
     if (seen_walk(path, seen, msg, sizeof msg)) {
-        fail(err, errlen, "%s: %s", path, msg);
+        ts_fail(err, errlen, "%s: %s", path, msg);
         goto fail;
     }
     if (seen->retired >= 0) {
-        fail(err, errlen, "%s: %s: %s (line %u, column %u)", path, k_retired[seen->retired].key,
+        ts_fail(err, errlen, "%s: %s: %s (line %u, column %u)", path, k_retired[seen->retired].key,
              k_retired[seen->retired].why, seen->retired_at.line, seen->retired_at.col);
         goto fail;
     }

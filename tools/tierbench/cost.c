@@ -1,4 +1,5 @@
 #include "cost.h"
+#include "err.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -52,16 +53,6 @@ typedef struct {
     size_t n, n_pools;
 } cr_report;
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static void usage(FILE *out)
 {
     fputs("usage: tierbench cost --router URL [--token T] [--window S] [--markdown FILE] [--csv FILE]\n"
@@ -87,7 +78,7 @@ static int parse_num(const char *key, const char *v, double lo, double hi, doubl
     errno = 0;
     double d = v && *v ? strtod(v, &end) : NAN;
     if (!v || !*v || *end || errno || !(d >= lo && d <= hi))
-        return fail(err, errlen, "--%s: '%.40s' is not a number in [%g, %g]", key, v ? v : "", lo, hi);
+        return ts_fail(err, errlen, "--%s: '%.40s' is not a number in [%g, %g]", key, v ? v : "", lo, hi);
     *out = d;
     return 0;
 }
@@ -97,9 +88,9 @@ static int parse(cr_opts *o, int argc, char **argv, char *err, size_t errlen)
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
-        if (strncmp(a, "--", 2) != 0) return fail(err, errlen, "unexpected argument '%.100s' (see tierbench cost --help)", a);
+        if (strncmp(a, "--", 2) != 0) return ts_fail(err, errlen, "unexpected argument '%.100s' (see tierbench cost --help)", a);
         const char *key = a + 2;
-        if (i + 1 >= argc) return fail(err, errlen, "--%.60s needs a value", key);
+        if (i + 1 >= argc) return ts_fail(err, errlen, "--%.60s needs a value", key);
         const char *v = argv[++i];
         const char **slot = NULL;
         if (!strcmp(key, "router")) slot = &o->router;
@@ -115,18 +106,18 @@ static int parse(cr_opts *o, int argc, char **argv, char *err, size_t errlen)
             if (parse_num(key, v, 0.1, 3600, &o->timeout_s, err, errlen) != 0) return -1;
             continue;
         } else {
-            return fail(err, errlen, "unknown option --%.60s (see tierbench cost --help)", key);
+            return ts_fail(err, errlen, "unknown option --%.60s (see tierbench cost --help)", key);
         }
-        if (!*v) return fail(err, errlen, "--%s needs a value", key);
+        if (!*v) return ts_fail(err, errlen, "--%s needs a value", key);
         *slot = v;
     }
     if (o->weekly && (o->router || o->append || o->token))
-        return fail(err, errlen, "--weekly renders a history file: not with --router, --token or --append");
-    if (!o->weekly && !o->router) return fail(err, errlen, "--router URL (or --weekly HISTORY.csv) is required");
+        return ts_fail(err, errlen, "--weekly renders a history file: not with --router, --token or --append");
+    if (!o->weekly && !o->router) return ts_fail(err, errlen, "--router URL (or --weekly HISTORY.csv) is required");
     if (o->token) {
         for (const char *p = o->token; *p; p++)
-            if (*p <= ' ' || *p > '~') return fail(err, errlen, "--token: only visible ASCII characters");
-        if (strlen(o->token) > 512) return fail(err, errlen, "--token: longer than 512 characters");
+            if (*p <= ' ' || *p > '~') return ts_fail(err, errlen, "--token: only visible ASCII characters");
+        if (strlen(o->token) > 512) return ts_fail(err, errlen, "--token: longer than 512 characters");
     }
     return 0;
 }
@@ -141,17 +132,17 @@ static json_t *get_json(const cr_opts *o, const char *host, const char *port, co
     lb_reply r;
     char msg[400];
     if (lb_http(host, port, "GET", path, hdrs, NULL, 0, CR_REPLY_MAX, o->timeout_s, &r, msg, sizeof msg) != 0) {
-        fail(err, errlen, "%s: GET %s: %s", o->router, path, msg);
+        ts_fail(err, errlen, "%s: GET %s: %s", o->router, path, msg);
         return NULL;
     }
     json_t *j = NULL;
     if (r.status != 200) {
-        fail(err, errlen, "%s: GET %s: status %d: %.200s", o->router, path, r.status, r.body);
+        ts_fail(err, errlen, "%s: GET %s: status %d: %.200s", o->router, path, r.status, r.body);
     } else {
         json_error_t je;
         j = json_loadb(r.body, r.len, JSON_REJECT_DUPLICATES, &je);
         if (!json_is_object(j)) {
-            fail(err, errlen, "%s: GET %s: not a JSON object: %.200s", o->router, path, je.text);
+            ts_fail(err, errlen, "%s: GET %s: not a JSON object: %.200s", o->router, path, je.text);
             json_decref(j);
             j = NULL;
         }
@@ -168,7 +159,7 @@ static int num(json_t *obj, const char *key, bool null_ok, double *out, const ch
         *out = NAN;
         return 0;
     }
-    if (!json_is_number(v)) return fail(err, errlen, "%s: \"%s\" is missing or not a number", where, key);
+    if (!json_is_number(v)) return ts_fail(err, errlen, "%s: \"%s\" is missing or not a number", where, key);
     *out = json_number_value(v);
     return 0;
 }
@@ -185,15 +176,15 @@ static void row_init(cr_row *r, const char *section, const char *name)
 static int cost_rows(cr_report *rep, json_t *cost, const char *key, const char *section, char *err, size_t errlen)
 {
     json_t *list = json_object_get(cost, key);
-    if (!json_is_array(list)) return fail(err, errlen, "/admin/cost: \"%s\" is missing or not a list", key);
+    if (!json_is_array(list)) return ts_fail(err, errlen, "/admin/cost: \"%s\" is missing or not a list", key);
     if (json_array_size(list) > CR_MAX_NAMES)
-        return fail(err, errlen, "/admin/cost: more than %d %s", CR_MAX_NAMES, key);
+        return ts_fail(err, errlen, "/admin/cost: more than %d %s", CR_MAX_NAMES, key);
     size_t i;
     json_t *e;
     json_array_foreach(list, i, e) {
         const char *name = json_string_value(json_object_get(e, "name"));
         if (!name || strlen(name) >= CR_NAME_MAX)
-            return fail(err, errlen, "/admin/cost: %s[%zu] has no \"name\" (or one over %d bytes)", key, i, CR_NAME_MAX - 1);
+            return ts_fail(err, errlen, "/admin/cost: %s[%zu] has no \"name\" (or one over %d bytes)", key, i, CR_NAME_MAX - 1);
         cr_row *r = &rep->rows[rep->n++];
         row_init(r, section, name);
         char where[120];
@@ -209,7 +200,7 @@ static int cost_rows(cr_report *rep, json_t *cost, const char *key, const char *
 static int status_rows(cr_report *rep, json_t *st, char *err, size_t errlen)
 {
     json_t *pools = json_object_get(st, "pools");
-    if (!json_is_array(pools)) return fail(err, errlen, "/admin/status: \"pools\" is missing or not a list");
+    if (!json_is_array(pools)) return ts_fail(err, errlen, "/admin/status: \"pools\" is missing or not a list");
     for (size_t k = 0; k < rep->n; k++) {
         cr_row *r = &rep->rows[k];
         if (strcmp(r->section, "pool") != 0) continue;
@@ -222,13 +213,13 @@ static int status_rows(cr_report *rep, json_t *st, char *err, size_t errlen)
         }
         json_t *c = p ? json_object_get(p, "cost") : NULL;
         const char *model = c ? json_string_value(json_object_get(c, "model")) : NULL;
-        if (!model) return fail(err, errlen, "/admin/status: pool %s has no \"cost\".\"model\"", r->name);
+        if (!model) return ts_fail(err, errlen, "/admin/status: pool %s has no \"cost\".\"model\"", r->name);
         snprintf(pr->model, sizeof pr->model, "%s", model);
         if (num(c, "usd_per_hour", false, &pr->usd_per_hour, "/admin/status cost", err, errlen)) return -1;
         json_t *bes = json_object_get(p, "backends");
         json_t *h = json_object_get(p, "healthy");
         if (!json_is_array(bes) || !json_is_integer(h))
-            return fail(err, errlen, "/admin/status: pool %s has no \"backends\" list or \"healthy\" count", r->name);
+            return ts_fail(err, errlen, "/admin/status: pool %s has no \"backends\" list or \"healthy\" count", r->name);
         pr->backends = json_array_size(bes);
         pr->healthy = (size_t)json_integer_value(h);
         /* exact where the price model makes cost a measure of time: fixed pools accrue
@@ -237,12 +228,12 @@ static int status_rows(cr_report *rep, json_t *st, char *err, size_t errlen)
         if (pr->usd_per_hour > 0 && !strcmp(model, "usage")) r->compute_h = r->usd / pr->usd_per_hour;
     }
     json_t *slo = json_object_get(st, "slo");
-    if (!json_is_object(slo)) return fail(err, errlen, "/admin/status: \"slo\" is missing or not an object");
+    if (!json_is_object(slo)) return ts_fail(err, errlen, "/admin/status: \"slo\" is missing or not an object");
     for (int q = 0; q < 3; q++) {
         json_t *s = json_object_get(slo, k_prio[q]);
         char where[64];
         snprintf(where, sizeof where, "/admin/status slo.%s", k_prio[q]);
-        if (!json_is_object(s)) return fail(err, errlen, "%s is missing", where);
+        if (!json_is_object(s)) return ts_fail(err, errlen, "%s is missing", where);
         cr_row *r = &rep->rows[rep->n++];
         row_init(r, "latency", k_prio[q]);
         r->usd = r->per_req = NAN;
@@ -532,7 +523,7 @@ static int key_of(week *w, const cr_row *r)
 static int load_week(const char *path, week *w, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
-    if (!f) return fail(err, errlen, "%s: %s", path, strerror(errno));
+    if (!f) return ts_fail(err, errlen, "%s: %s", path, strerror(errno));
     int rc = -1;
     size_t n = 0, cap = 0, lineno = 0;
     hist_row *rows = NULL;
@@ -542,25 +533,25 @@ static int load_week(const char *path, week *w, char *err, size_t errlen)
         size_t len = strlen(line);
         if (len && line[len - 1] == '\n') line[--len] = '\0';
         else if (!feof(f)) {
-            fail(err, errlen, "%s:%zu: a line over %d bytes", path, lineno, CR_LINE_MAX);
+            ts_fail(err, errlen, "%s:%zu: a line over %d bytes", path, lineno, CR_LINE_MAX);
             goto out;
         }
         if (lineno == 1) {
             if (strcmp(line, k_header) != 0) {
-                fail(err, errlen, "%s:1: not a tierbench cost history (the header must be %s)", path, k_header);
+                ts_fail(err, errlen, "%s:1: not a tierbench cost history (the header must be %s)", path, k_header);
                 goto out;
             }
             continue;
         }
         if (lineno > CR_MAX_LINES) {
-            fail(err, errlen, "%s: more than %d lines", path, CR_MAX_LINES);
+            ts_fail(err, errlen, "%s: more than %d lines", path, CR_MAX_LINES);
             goto out;
         }
         if (n == cap) {
             size_t nc = cap ? cap * 2 : 256;
             hist_row *g = realloc(rows, nc * sizeof *g);
             if (!g) {
-                fail(err, errlen, "%s: out of memory", path);
+                ts_fail(err, errlen, "%s: out of memory", path);
                 goto out;
             }
             rows = g, cap = nc;
@@ -580,17 +571,17 @@ static int load_week(const char *path, week *w, char *err, size_t errlen)
                           &h->r.compute_h, &h->r.p50, &h->r.p95, &h->r.p99};
         for (int i = 0; ok && i < 8; i++) ok = hnum(fl[4 + i], i > 0, dst[i]) == 0;
         if (!ok) {
-            fail(err, errlen, "%s:%zu: not a history row (%s)", path, lineno, k_header);
+            ts_fail(err, errlen, "%s:%zu: not a history row (%s)", path, lineno, k_header);
             goto out;
         }
         n++;
     }
     if (ferror(f)) {
-        fail(err, errlen, "%s: read error", path);
+        ts_fail(err, errlen, "%s: read error", path);
         goto out;
     }
     if (n == 0) {
-        fail(err, errlen, "%s: no rows (append some with tierbench cost --router URL --append %s)", path, path);
+        ts_fail(err, errlen, "%s: no rows (append some with tierbench cost --router URL --append %s)", path, path);
         goto out;
     }
     long last = rows[0].day;
@@ -611,7 +602,7 @@ static int load_week(const char *path, week *w, char *err, size_t errlen)
         int d = (int)(h->day - w->first_day);
         int k = key_of(w, &h->r);
         if (k < 0) {
-            fail(err, errlen, "%s: more than %d pools, tenants and priorities in one week", path, CR_MAX_KEYS);
+            ts_fail(err, errlen, "%s: more than %d pools, tenants and priorities in one week", path, CR_MAX_KEYS);
             goto out;
         }
         /* each run's window counts once toward the hours a day covers */

@@ -1,4 +1,5 @@
 #include "loadbody.h"
+#include "err.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -16,15 +17,6 @@
 
 #define LB_META_MAX (1u << 20) /* a metadata reply larger than this is refused */
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static bool name_ok(const char *s)
 {
     size_t n = strlen(s);
@@ -37,10 +29,10 @@ static bool name_ok(const char *s)
 static int add_input(lb_model *m, const char *name, ts_dtype dt, const int64_t *dims, size_t nd, char *err,
                      size_t errlen)
 {
-    if (m->n_in == LB_MAX_INPUTS) return fail(err, errlen, "more than %d inputs", LB_MAX_INPUTS);
-    if (!name_ok(name)) return fail(err, errlen, "input name '%.40s' is not 1..63 visible characters", name);
-    if (dt == DT_INVALID) return fail(err, errlen, "input %s: unknown datatype", name);
-    if (nd == 0 || nd > LB_MAX_DIMS) return fail(err, errlen, "input %s: 1..%d dimensions, not %zu", name, LB_MAX_DIMS, nd);
+    if (m->n_in == LB_MAX_INPUTS) return ts_fail(err, errlen, "more than %d inputs", LB_MAX_INPUTS);
+    if (!name_ok(name)) return ts_fail(err, errlen, "input name '%.40s' is not 1..63 visible characters", name);
+    if (dt == DT_INVALID) return ts_fail(err, errlen, "input %s: unknown datatype", name);
+    if (nd == 0 || nd > LB_MAX_DIMS) return ts_fail(err, errlen, "input %s: 1..%d dimensions, not %zu", name, LB_MAX_DIMS, nd);
     lb_input *in = &m->in[m->n_in];
     snprintf(in->name, sizeof in->name, "%s", name);
     in->dt = dt;
@@ -48,7 +40,7 @@ static int add_input(lb_model *m, const char *name, ts_dtype dt, const int64_t *
     for (size_t i = 0; i < nd; i++) {
         /* a variable dimension past the first is not a batch: one element there */
         int64_t d = dims[i] < 0 ? (i == 0 ? -1 : 1) : dims[i];
-        if (d == 0 || d > 1000000) return fail(err, errlen, "input %s: dimension %zu is %lld", name, i, (long long)d);
+        if (d == 0 || d > 1000000) return ts_fail(err, errlen, "input %s: dimension %zu is %lld", name, i, (long long)d);
         in->dims[i] = d;
     }
     m->n_in++;
@@ -60,7 +52,7 @@ int lb_input_parse(lb_model *m, const char *spec, char *err, size_t errlen)
     char buf[256];
     snprintf(buf, sizeof buf, "%s", spec);
     char *c1 = strchr(buf, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-    if (!c1 || !c2) return fail(err, errlen, "--input: '%.80s' is not NAME:DTYPE:D0,D1,...", spec);
+    if (!c1 || !c2) return ts_fail(err, errlen, "--input: '%.80s' is not NAME:DTYPE:D0,D1,...", spec);
     *c1 = *c2 = '\0';
     int64_t dims[LB_MAX_DIMS];
     size_t nd = 0;
@@ -70,13 +62,13 @@ int lb_input_parse(lb_model *m, const char *spec, char *err, size_t errlen)
         errno = 0;
         long long v = strtoll(t, &end, 10);
         if (end == t || *end || errno || (v < 1 && !(v == -1 && nd == 0)) || nd == LB_MAX_DIMS)
-            return fail(err, errlen, "--input: '%.80s': dimensions are integers >= 1 (-1 first: the batch)", spec);
+            return ts_fail(err, errlen, "--input: '%.80s': dimensions are integers >= 1 (-1 first: the batch)", spec);
         dims[nd++] = v;
     }
     if (add_input(m, buf, dtype_parse(c1 + 1), dims, nd, err, errlen) != 0) {
         char msg[200];
         snprintf(msg, sizeof msg, "%s", err);
-        return fail(err, errlen, "--input: %s", msg);
+        return ts_fail(err, errlen, "--input: %s", msg);
     }
     return 0;
 }
@@ -88,7 +80,7 @@ int lb_from_metadata(lb_model *m, const char *text, size_t len, char *err, size_
     int rc = -1;
     json_t *inputs = root ? json_object_get(root, "inputs") : NULL;
     if (!json_is_array(inputs) || json_array_size(inputs) == 0) {
-        fail(err, errlen, "the metadata has no \"inputs\" list");
+        ts_fail(err, errlen, "the metadata has no \"inputs\" list");
         goto out;
     }
     size_t i;
@@ -98,19 +90,19 @@ int lb_from_metadata(lb_model *m, const char *text, size_t len, char *err, size_
         const char *dt = json_string_value(json_object_get(in, "datatype"));
         json_t *shape = json_object_get(in, "shape");
         if (!name || !dt || !json_is_array(shape)) {
-            fail(err, errlen, "metadata input %zu lacks name, datatype or shape", i);
+            ts_fail(err, errlen, "metadata input %zu lacks name, datatype or shape", i);
             goto out;
         }
         int64_t dims[LB_MAX_DIMS];
         size_t nd = json_array_size(shape), k;
         if (nd > LB_MAX_DIMS) {
-            fail(err, errlen, "metadata input %.40s: more than %d dimensions", name, LB_MAX_DIMS);
+            ts_fail(err, errlen, "metadata input %.40s: more than %d dimensions", name, LB_MAX_DIMS);
             goto out;
         }
         json_t *d;
         json_array_foreach(shape, k, d) {
             if (!json_is_integer(d)) {
-                fail(err, errlen, "metadata input %.40s: a dimension is not an integer", name);
+                ts_fail(err, errlen, "metadata input %.40s: a dimension is not an integer", name);
                 goto out;
             }
             dims[k] = json_integer_value(d);
@@ -127,11 +119,11 @@ int lb_parse_url(const char *v, char *host_out, size_t host_cap, char *port_out,
                  size_t errlen)
 {
     if (strncmp(v, "http://", 7) != 0)
-        return fail(err, errlen, "--url: '%.80s' is not http://HOST:PORT (no TLS: aim at the plain port)", v);
+        return ts_fail(err, errlen, "--url: '%.80s' is not http://HOST:PORT (no TLS: aim at the plain port)", v);
     const char *h = v + 7;
     size_t n = strcspn(h, "/");
     if (h[n] && strcmp(h + n, "/") != 0)
-        return fail(err, errlen, "--url: '%.80s' has a path; the paths are KServe's, give http://HOST:PORT", v);
+        return ts_fail(err, errlen, "--url: '%.80s' has a path; the paths are KServe's, give http://HOST:PORT", v);
     char hp[300];
     if (n == 0 || n >= sizeof hp) goto bad;
     memcpy(hp, h, n);
@@ -159,7 +151,7 @@ int lb_parse_url(const char *v, char *host_out, size_t host_cap, char *port_out,
     memcpy(port_out, port, strlen(port) + 1);
     return 0;
 bad:
-    return fail(err, errlen, "--url: '%.80s' is not http://HOST:PORT", v);
+    return ts_fail(err, errlen, "--url: '%.80s' is not http://HOST:PORT", v);
 }
 
 /* Walks chunked transfer coding over [p, p + *len): 1 when it is complete (and, with
@@ -212,38 +204,38 @@ int lb_http(const char *host, const char *port, const char *method, const char *
     memset(out, 0, sizeof *out);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
     int g = getaddrinfo(host, port, &hints, &ai);
-    if (g != 0) return fail(err, errlen, "%s: %s", host, gai_strerror(g));
+    if (g != 0) return ts_fail(err, errlen, "%s: %s", host, gai_strerror(g));
     int fd = socket(ai->ai_family, SOCK_STREAM, 0);
     char *resp = NULL;
     int rc = -1;
     struct timeval tv = {.tv_sec = (time_t)timeout_s, .tv_usec = (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
     if (fd < 0) {
-        fail(err, errlen, "socket: %s", strerror(errno));
+        ts_fail(err, errlen, "socket: %s", strerror(errno));
         goto out;
     }
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        fail(err, errlen, "connect to %s:%s: %s", host, port, strerror(errno));
+        ts_fail(err, errlen, "connect to %s:%s: %s", host, port, strerror(errno));
         goto out;
     }
     char req[4096];
     int n = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n%s", method, path, host,
                      headers ? headers : "");
     if (n < 0 || (size_t)n >= sizeof req - 64) {
-        fail(err, errlen, "the request head is over %zu bytes", sizeof req - 64);
+        ts_fail(err, errlen, "the request head is over %zu bytes", sizeof req - 64);
         goto out;
     }
     if (body) n += snprintf(req + n, sizeof req - (size_t)n, "Content-Length: %zu\r\n", body_len);
     n += snprintf(req + n, sizeof req - (size_t)n, "\r\n");
     if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
-        fail(err, errlen, "send: %s", strerror(errno));
+        ts_fail(err, errlen, "send: %s", strerror(errno));
         goto out;
     }
     for (size_t sent = 0; body && sent < body_len;) {
         ssize_t s = send(fd, (const char *)body + sent, body_len - sent, MSG_NOSIGNAL);
         if (s <= 0) {
-            fail(err, errlen, "send: %s", s < 0 ? strerror(errno) : "closed");
+            ts_fail(err, errlen, "send: %s", s < 0 ? strerror(errno) : "closed");
             goto out;
         }
         sent += (size_t)s;
@@ -262,17 +254,17 @@ int lb_http(const char *host, const char *port, const char *method, const char *
         if (end && head_chunked(resp, end) && dechunk(resp + (end + 4 - resp), &blen, false) != 0) break;
     }
     if (!resp || have == reply_max) {
-        fail(err, errlen, "the reply is over %zu bytes", reply_max);
+        ts_fail(err, errlen, "the reply is over %zu bytes", reply_max);
         goto out;
     }
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        fail(err, errlen, "no complete reply within %g s", timeout_s);
+        ts_fail(err, errlen, "no complete reply within %g s", timeout_s);
         goto out;
     }
     resp[have] = '\0';
     char *b = strstr(resp, "\r\n\r\n");
     if (have < 12 || strncmp(resp, "HTTP/1.", 7) != 0 || !b) {
-        fail(err, errlen, "no HTTP reply (%s)", have ? "garbage" : strerror(errno));
+        ts_fail(err, errlen, "no HTTP reply (%s)", have ? "garbage" : strerror(errno));
         goto out;
     }
     b += 4;
@@ -280,7 +272,7 @@ int lb_http(const char *host, const char *port, const char *method, const char *
     out->len = have - (size_t)(b - resp);
     b[-2] = '\0'; /* the head ends at its last CRLF, for lb_reply_header */
     if (head_chunked(resp, b - 2) && dechunk(b, &out->len, true) != 1) {
-        fail(err, errlen, "a malformed chunked reply");
+        ts_fail(err, errlen, "a malformed chunked reply");
         goto out;
     }
     out->raw = resp;
@@ -324,15 +316,15 @@ int lb_fetch(lb_model *m, const char *host, const char *port, const char *model,
     snprintf(path, sizeof path, "/v2/models/%s", model);
     lb_reply r;
     if (lb_http(host, port, "GET", path, NULL, NULL, 0, LB_META_MAX, timeout_s, &r, msg, sizeof msg) != 0)
-        return fail(err, errlen, "GET %s: %s", path, msg);
+        return ts_fail(err, errlen, "GET %s: %s", path, msg);
     int rc = -1;
     if (r.status != 200) {
-        fail(err, errlen, "GET %s: status %d: %.200s", path, r.status, r.body);
+        ts_fail(err, errlen, "GET %s: status %d: %.200s", path, r.status, r.body);
         goto out;
     }
     /* chunked metadata is not expected from a KServe server; jansson refuses it loudly */
     if (lb_from_metadata(m, r.body, r.len, msg, sizeof msg) != 0) {
-        fail(err, errlen, "GET %s: %s", path, msg);
+        ts_fail(err, errlen, "GET %s: %s", path, msg);
         goto out;
     }
     rc = 0;
@@ -409,7 +401,7 @@ int lb_build(lb_model *m, uint32_t rows_max, uint64_t seed, char *err, size_t er
     for (size_t i = 0; i < m->n_in; i++) /* a JSON element is at most ~26 bytes */
         total += (double)row_elems(&m->in[i]) * (double)m->rows_max * (8.0 + 26.0);
     if (total > LB_MAX_DATA_BYTES)
-        return fail(err, errlen, "the inputs for %u rows would take over %u MiB: lower --size-max or the trace's sizes",
+        return ts_fail(err, errlen, "the inputs for %u rows would take over %u MiB: lower --size-max or the trace's sizes",
                     m->rows_max, LB_MAX_DATA_BYTES >> 20);
     for (size_t i = 0; i < m->n_in; i++) {
         const lb_input *in = &m->in[i];
@@ -419,7 +411,7 @@ int lb_build(lb_model *m, uint32_t rows_max, uint64_t seed, char *err, size_t er
         m->bin[i] = malloc(n * esz + 1);
         m->json[i] = malloc(n * 27 + 1);
         m->json_off[i] = malloc((m->rows_max + 1) * sizeof(size_t));
-        if (!m->bin[i] || !m->json[i] || !m->json_off[i]) return fail(err, errlen, "out of memory for the inputs");
+        if (!m->bin[i] || !m->json[i] || !m->json_off[i]) return ts_fail(err, errlen, "out of memory for the inputs");
         size_t bo = 0, jo = 0;
         m->json_off[i][0] = 0;
         for (uint32_t r = 0; r < m->rows_max; r++) {

@@ -1,4 +1,5 @@
 #include "parity.h"
+#include "err.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -65,16 +66,6 @@ typedef struct {
     char problem[300]; /* a request-level break (an output missing from the baseline's reply...) */
 } tally;
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -109,9 +100,9 @@ static int parse_header(side *s, const char *v, const char *flag, char *err, siz
     bool ok = colon && colon > v && n < 512;
     for (size_t i = 0; ok && i < n; i++) ok = (v[i] >= ' ' && v[i] <= '~') || v[i] == '\t';
     for (const char *p = v; ok && p < colon; p++) ok = *p > ' ' && *p <= '~';
-    if (!ok) return fail(err, errlen, "%s: '%.80s' is not 'Name: value' (visible characters, under 512)", flag, v);
+    if (!ok) return ts_fail(err, errlen, "%s: '%.80s' is not 'Name: value' (visible characters, under 512)", flag, v);
     if (s->headers_len + n + 3 > sizeof s->headers)
-        return fail(err, errlen, "%s: the headers of one side exceed %d bytes", flag, PAR_HEADERS_MAX);
+        return ts_fail(err, errlen, "%s: the headers of one side exceed %d bytes", flag, PAR_HEADERS_MAX);
     memcpy(s->headers + s->headers_len, v, n);
     memcpy(s->headers + s->headers_len + n, "\r\n", 3);
     s->headers_len += n + 2;
@@ -124,7 +115,7 @@ static int parse_num(const char *key, const char *v, double lo, double hi, doubl
     errno = 0;
     double d = v ? strtod(v, &end) : NAN;
     if (!v || end == v || *end || errno || !(d >= lo && d <= hi))
-        return fail(err, errlen, "--%s: '%.40s' is not a number in [%g, %g]", key, v ? v : "", lo, hi);
+        return ts_fail(err, errlen, "--%s: '%.40s' is not a number in [%g, %g]", key, v ? v : "", lo, hi);
     *out = d;
     return 0;
 }
@@ -149,12 +140,12 @@ static int option(opts *o, const char *key, const char *v, char *err, size_t err
         o->quiet = true;
         return 0;
     }
-    if (!v || !*v) return fail(err, errlen, "--%s needs a value", key);
+    if (!v || !*v) return ts_fail(err, errlen, "--%s needs a value", key);
     if (!strcmp(key, "target") || !strcmp(key, "baseline")) {
         side *s = key[0] == 't' ? &o->target : &o->baseline;
         char msg[300];
         if (lb_parse_url(v, s->host, sizeof s->host, s->port, sizeof s->port, msg, sizeof msg) != 0)
-            return fail(err, errlen, "--%s: %s", key, msg);
+            return ts_fail(err, errlen, "--%s: %s", key, msg);
         s->url = v;
         if (s == &o->baseline) o->has_baseline = true;
         return 0;
@@ -162,7 +153,7 @@ static int option(opts *o, const char *key, const char *v, char *err, size_t err
     if (!strcmp(key, "header")) return parse_header(&o->target, v, "--header", err, errlen);
     if (!strcmp(key, "baseline-header")) return parse_header(&o->baseline, v, "--baseline-header", err, errlen);
     if (!strcmp(key, "model") || !strcmp(key, "baseline-model")) {
-        if (!model_name_ok(v)) return fail(err, errlen, "--%s: '%.80s' is not a model name ([A-Za-z0-9_.-], 1..63)", key, v);
+        if (!model_name_ok(v)) return ts_fail(err, errlen, "--%s: '%.80s' is not a model name ([A-Za-z0-9_.-], 1..63)", key, v);
         if (key[0] == 'm') o->model = v;
         else o->baseline.model = v;
         return 0;
@@ -177,7 +168,7 @@ static int option(opts *o, const char *key, const char *v, char *err, size_t err
         long hi = key[1] == 'e' ? PAR_MAX_REQUESTS : PAR_MAX_ROWS;
         char *end;
         long n = strtol(v, &end, 10);
-        if (end == v || *end || n < 1 || n > hi) return fail(err, errlen, "--%s: '%.40s' is not 1..%ld", key, v, hi);
+        if (end == v || *end || n < 1 || n > hi) return ts_fail(err, errlen, "--%s: '%.40s' is not 1..%ld", key, v, hi);
         if (key[1] == 'e') o->requests = n;
         else o->rows = n;
         return 0;
@@ -186,7 +177,7 @@ static int option(opts *o, const char *key, const char *v, char *err, size_t err
         char *end;
         errno = 0;
         unsigned long long n = strtoull(v, &end, 10);
-        if (end == v || *end || errno || *v == '-') return fail(err, errlen, "--seed: '%.40s' is not an integer >= 0", v);
+        if (end == v || *end || errno || *v == '-') return ts_fail(err, errlen, "--seed: '%.40s' is not an integer >= 0", v);
         o->seed = n;
         return 0;
     }
@@ -199,34 +190,34 @@ static int option(opts *o, const char *key, const char *v, char *err, size_t err
     if (!strcmp(key, "max-abs")) return parse_num(key, v, 0, 1e300, &o->flags.max_abs, err, errlen);
     if (!strcmp(key, "max-rel")) return parse_num(key, v, 0, 1e300, &o->flags.max_rel, err, errlen);
     if (!strcmp(key, "min-top1")) return parse_num(key, v, 0, 1, &o->flags.min_top1, err, errlen);
-    return fail(err, errlen, "unknown option --%.60s (see tierbench parity --help)", key);
+    return ts_fail(err, errlen, "unknown option --%.60s (see tierbench parity --help)", key);
 }
 
 static int parse(opts *o, int argc, char **argv, char *err, size_t errlen)
 {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0) return fail(err, errlen, "unexpected argument '%.100s' (options start with --)", a);
+        if (strncmp(a, "--", 2) != 0) return ts_fail(err, errlen, "unexpected argument '%.100s' (options start with --)", a);
         char key[64];
         const char *eq = strchr(a, '='), *v = NULL;
         size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        if (n == 0 || n >= sizeof key) return fail(err, errlen, "unknown option '%.100s' (see tierbench parity --help)", a);
+        if (n == 0 || n >= sizeof key) return ts_fail(err, errlen, "unknown option '%.100s' (see tierbench parity --help)", a);
         memcpy(key, a + 2, n);
         key[n] = '\0';
         if (!strcmp(key, "help")) return 1;
         if (eq) v = eq + 1;
         else if (strcmp(key, "quiet") != 0) {
-            if (i + 1 >= argc) return fail(err, errlen, "--%s needs a value", key);
+            if (i + 1 >= argc) return ts_fail(err, errlen, "--%s needs a value", key);
             v = argv[++i];
         }
         if (option(o, key, v, err, errlen) != 0) return -1;
     }
-    if (!o->target.url) return fail(err, errlen, "--target http://HOST:PORT is required");
+    if (!o->target.url) return ts_fail(err, errlen, "--target http://HOST:PORT is required");
     int modes = o->has_baseline + (o->reference != NULL) + (o->record != NULL);
     if (modes != 1)
-        return fail(err, errlen, "give exactly one of --baseline URL, --reference FILE or --record FILE (with --target)");
+        return ts_fail(err, errlen, "give exactly one of --baseline URL, --reference FILE or --record FILE (with --target)");
     if (!o->has_baseline && (o->baseline.headers_len || o->baseline.model))
-        return fail(err, errlen, "--baseline-header and --baseline-model need --baseline URL");
+        return ts_fail(err, errlen, "--baseline-header and --baseline-model need --baseline URL");
     return 0;
 }
 
@@ -243,12 +234,12 @@ static int limits_from_json(json_t *j, limits *l, const char *where, char *err, 
         while (i < 3 && strcmp(k, keys[i]) != 0) i++;
         if (i == 3) {
             if (!strcmp(k, "outputs") && !strcmp(where, "")) continue;
-            return fail(err, errlen, "%.100s: unknown key '%.60s' (max_abs, max_rel, min_top1%s)", where[0] ? where : "top level",
+            return ts_fail(err, errlen, "%.100s: unknown key '%.60s' (max_abs, max_rel, min_top1%s)", where[0] ? where : "top level",
                         k, where[0] ? "" : ", outputs");
         }
         double d = json_number_value(v);
         if (!json_is_number(v) || d < 0 || (i == 2 && d > 1))
-            return fail(err, errlen, "%.100s%s%s: not a number %s", where, where[0] ? "." : "", k, i == 2 ? "in [0, 1]" : ">= 0");
+            return ts_fail(err, errlen, "%.100s%s%s: not a number %s", where, where[0] ? "." : "", k, i == 2 ? "in [0, 1]" : ">= 0");
         *dst[i] = d;
     }
     return 0;
@@ -258,18 +249,18 @@ static json_t *load_json_file(const char *path, const char *what, char *err, siz
 {
     struct stat st;
     if (stat(path, &st) != 0) {
-        fail(err, errlen, "%s %s: %s", what, path, strerror(errno));
+        ts_fail(err, errlen, "%s %s: %s", what, path, strerror(errno));
         return NULL;
     }
     if (st.st_size > (off_t)PAR_FILE_MAX) {
-        fail(err, errlen, "%s %s: over %u MiB", what, path, PAR_FILE_MAX >> 20);
+        ts_fail(err, errlen, "%s %s: over %u MiB", what, path, PAR_FILE_MAX >> 20);
         return NULL;
     }
     json_error_t je;
     json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!j) fail(err, errlen, "%s %s: line %d: %.200s", what, path, je.line, je.text);
+    if (!j) ts_fail(err, errlen, "%s %s: line %d: %.200s", what, path, je.line, je.text);
     else if (!json_is_object(j)) {
-        fail(err, errlen, "%s %s: not a JSON object", what, path);
+        ts_fail(err, errlen, "%s %s: not a JSON object", what, path);
         json_decref(j);
         j = NULL;
     }
@@ -287,7 +278,7 @@ static int resolve_limits(const opts *o, tally *t, char *err, size_t errlen)
         if (limits_from_json(file, &global, "", err, errlen) != 0) goto out;
         json_t *outs = json_object_get(file, "outputs");
         if (outs && !json_is_object(outs)) {
-            fail(err, errlen, "thresholds %s: \"outputs\" is not an object", o->thresholds);
+            ts_fail(err, errlen, "thresholds %s: \"outputs\" is not an object", o->thresholds);
             goto out;
         }
         const char *k;
@@ -297,7 +288,7 @@ static int resolve_limits(const opts *o, tally *t, char *err, size_t errlen)
             snprintf(where, sizeof where, "outputs.%.60s", k);
             limits dummy;
             if (!json_is_object(v)) {
-                fail(err, errlen, "thresholds %s: %s is not an object", o->thresholds, where);
+                ts_fail(err, errlen, "thresholds %s: %s is not an object", o->thresholds, where);
                 goto out;
             }
             if (limits_from_json(v, &dummy, where, err, errlen) != 0) goto out;
@@ -330,12 +321,12 @@ static json_t *infer(side *s, const char *model, const char *body, size_t len, s
     snprintf(hdrs, sizeof hdrs, "Content-Type: application/json\r\nX-Request-Id: parity-%zu\r\n%s", req, s->headers);
     lb_reply r;
     if (lb_http(s->host, s->port, "POST", path, hdrs, body, len, PAR_REPLY_MAX, timeout_s, &r, msg, sizeof msg) != 0) {
-        fail(err, errlen, "%s: request %zu: POST %s: %s", s->url, req, path, msg);
+        ts_fail(err, errlen, "%s: request %zu: POST %s: %s", s->url, req, path, msg);
         return NULL;
     }
     json_t *root = NULL, *outs = NULL;
     if (r.status != 200) {
-        fail(err, errlen, "%s: request %zu: POST %s: status %d: %.200s", s->url, req, path, r.status, r.body);
+        ts_fail(err, errlen, "%s: request %zu: POST %s: status %d: %.200s", s->url, req, path, r.status, r.body);
         goto out;
     }
     char pool[64];
@@ -348,7 +339,7 @@ static json_t *infer(side *s, const char *model, const char *body, size_t len, s
     root = json_loadb(r.body, r.len, 0, &je);
     outs = root ? json_object_get(root, "outputs") : NULL;
     if (!json_is_array(outs)) {
-        fail(err, errlen, "%s: request %zu: the reply has no \"outputs\" list: %.200s", s->url, req, r.body);
+        ts_fail(err, errlen, "%s: request %zu: the reply has no \"outputs\" list: %.200s", s->url, req, r.body);
         outs = NULL;
         goto out;
     }
@@ -601,19 +592,19 @@ static json_t *load_reference(opts *o, char *err, size_t errlen)
     const char *model = json_string_value(json_object_get(ref, "model"));
     json_t *reqs = json_object_get(ref, "requests");
     if (!fmt || strcmp(fmt, PAR_FORMAT) != 0) {
-        fail(err, errlen, "reference %s: \"format\" is not \"%s\"", o->reference, PAR_FORMAT);
+        ts_fail(err, errlen, "reference %s: \"format\" is not \"%s\"", o->reference, PAR_FORMAT);
         goto bad;
     }
     if (!model || !model_name_ok(model) || !json_is_array(reqs) || json_array_size(reqs) == 0 ||
         json_array_size(reqs) > PAR_MAX_REQUESTS) {
-        fail(err, errlen, "reference %s: needs \"model\" and 1..%d \"requests\"", o->reference, PAR_MAX_REQUESTS);
+        ts_fail(err, errlen, "reference %s: needs \"model\" and 1..%d \"requests\"", o->reference, PAR_MAX_REQUESTS);
         goto bad;
     }
     size_t i;
     json_t *q;
     json_array_foreach(reqs, i, q) {
         if (!json_is_array(json_object_get(q, "inputs")) || !json_is_array(json_object_get(q, "outputs"))) {
-            fail(err, errlen, "reference %s: request %zu lacks an \"inputs\" or \"outputs\" list", o->reference, i);
+            ts_fail(err, errlen, "reference %s: request %zu lacks an \"inputs\" or \"outputs\" list", o->reference, i);
             goto bad;
         }
     }
@@ -635,12 +626,12 @@ static char *make_body(lb_model *m, const opts *o, size_t i, size_t *len, char *
     lb_free(m);
     if (lb_build(m, (uint32_t)o->rows, o->seed * 1000003u + i, err, errlen) != 0) return NULL;
     if (lb_body_make(m, (uint32_t)o->rows, false, &b) != 0) {
-        fail(err, errlen, "the request's JSON head is too long");
+        ts_fail(err, errlen, "the request's JSON head is too long");
         return NULL;
     }
     char *body = malloc(b.total + 1);
     if (!body) {
-        fail(err, errlen, "out of memory for a %zu-byte body", b.total);
+        ts_fail(err, errlen, "out of memory for a %zu-byte body", b.total);
         return NULL;
     }
     size_t off = 0;
@@ -674,7 +665,7 @@ static int run(opts *o, tally *t, json_t *ref, json_t *record, char *err, size_t
             body = wrap ? json_dumps(wrap, JSON_COMPACT) : NULL;
             json_decref(wrap);
             if (!body) {
-                fail(err, errlen, "out of memory");
+                ts_fail(err, errlen, "out of memory");
                 goto out;
             }
             len = strlen(body);
@@ -688,7 +679,7 @@ static int run(opts *o, tally *t, json_t *ref, json_t *record, char *err, size_t
             req_in = json_loadb(body, len, 0, &je);
             json_t *ins = json_object_get(req_in, "inputs");
             if (!ins || json_array_append_new(record, json_pack("{s:O,s:O}", "inputs", ins, "outputs", targ)) != 0) {
-                fail(err, errlen, "could not keep request %zu for the record", i);
+                ts_fail(err, errlen, "could not keep request %zu for the record", i);
                 goto out;
             }
             json_decref(req_in);

@@ -1,4 +1,5 @@
 #include "sim.h"
+#include "err.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -59,68 +60,59 @@ void sim_config_defaults(sim_config *c)
     c->n_pools = 2;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static int pool_check(const sim_pool_cfg *p, char *err, size_t errlen)
 {
     const char *n = p->name;
-    if (!n[0]) return fail(err, errlen, "pool: no name");
+    if (!n[0]) return ts_fail(err, errlen, "pool: no name");
     if (p->backends < 1 || p->backends > SIM_MAX_BACKENDS)
-        return fail(err, errlen, "pool %s: backends %u is not 1..%d", n, p->backends, SIM_MAX_BACKENDS);
+        return ts_fail(err, errlen, "pool %s: backends %u is not 1..%d", n, p->backends, SIM_MAX_BACKENDS);
     if (p->max_in_flight < 1 || p->max_in_flight > 4096)
-        return fail(err, errlen, "pool %s: max_in_flight %u is not 1..4096", n, p->max_in_flight);
-    if (p->slots > 4096) return fail(err, errlen, "pool %s: slots %u is not 0..4096", n, p->slots);
-    if (!(p->mean_s > 0) || p->mean_s > 3600) return fail(err, errlen, "pool %s: mean_ms must be in (0, 3600000]", n);
+        return ts_fail(err, errlen, "pool %s: max_in_flight %u is not 1..4096", n, p->max_in_flight);
+    if (p->slots > 4096) return ts_fail(err, errlen, "pool %s: slots %u is not 0..4096", n, p->slots);
+    if (!(p->mean_s > 0) || p->mean_s > 3600) return ts_fail(err, errlen, "pool %s: mean_ms must be in (0, 3600000]", n);
     if (p->dist == DIST_LOGNORMAL) {
         /* mean and p95 fix sigma by sigma^2/2 - z95 sigma + ln(p95/mean) = 0: real only up
          * to p95 = e^(z95^2/2) x mean */
         double d = log(p->p95_s / p->mean_s);
         if (!(p->p95_s > p->mean_s) || d > Z95 * Z95 / 2)
-            return fail(err, errlen, "pool %s: a lognormal's p95_ms must be above its mean_ms and at most %.2f x it",
+            return ts_fail(err, errlen, "pool %s: a lognormal's p95_ms must be above its mean_ms and at most %.2f x it",
                         n, exp(Z95 * Z95 / 2));
     }
-    if (!(p->row_cost >= 0) || p->row_cost > 1000) return fail(err, errlen, "pool %s: row_cost must be in [0, 1000]", n);
-    if (!(p->cost >= 0) || p->cost > 1e6) return fail(err, errlen, "pool %s: cost must be in [0, 1e6]", n);
+    if (!(p->row_cost >= 0) || p->row_cost > 1000) return ts_fail(err, errlen, "pool %s: row_cost must be in [0, 1000]", n);
+    if (!(p->cost >= 0) || p->cost > 1e6) return ts_fail(err, errlen, "pool %s: cost must be in [0, 1e6]", n);
     if (p->mem_base >= 0 && (p->mem_base > 1 || !(p->mem_per_job >= 0) || p->mem_per_job > 1))
-        return fail(err, errlen, "pool %s: mem_base must be in [0, 1] (or < 0: unknown) and mem_per_job in [0, 1]", n);
+        return ts_fail(err, errlen, "pool %s: mem_base must be in [0, 1] (or < 0: unknown) and mem_per_job in [0, 1]", n);
     return 0;
 }
 
 int sim_config_check(const sim_config *c, char *err, size_t errlen)
 {
     char perr[256];
-    if (policy_config_check(&c->policy, perr, sizeof perr) != 0) return fail(err, errlen, "policy: %s", perr);
+    if (policy_config_check(&c->policy, perr, sizeof perr) != 0) return ts_fail(err, errlen, "policy: %s", perr);
     if (!(c->probe_interval_s >= 0.001) || c->probe_interval_s > 3600)
-        return fail(err, errlen, "probe_interval_ms must be in [1, 3600000]");
+        return ts_fail(err, errlen, "probe_interval_ms must be in [1, 3600000]");
     if (!(c->probe_rtt_s >= 0) || c->probe_rtt_s >= c->probe_interval_s)
-        return fail(err, errlen, "probe_rtt_ms must be >= 0 and below probe_interval_ms");
-    if (!(c->p95_window_s > 0)) return fail(err, errlen, "p95_window_s must be > 0");
-    if (c->queue_size > 1000000) return fail(err, errlen, "admission queue_size must be at most 1000000");
-    if (!(c->queue_timeout_s >= 0) || c->queue_timeout_s > 3600) return fail(err, errlen, "admission queue_timeout_ms must be in [0, 3600000]");
+        return ts_fail(err, errlen, "probe_rtt_ms must be >= 0 and below probe_interval_ms");
+    if (!(c->p95_window_s > 0)) return ts_fail(err, errlen, "p95_window_s must be > 0");
+    if (c->queue_size > 1000000) return ts_fail(err, errlen, "admission queue_size must be at most 1000000");
+    if (!(c->queue_timeout_s >= 0) || c->queue_timeout_s > 3600) return ts_fail(err, errlen, "admission queue_timeout_ms must be in [0, 3600000]");
     for (int p = 0; p < PRIO_COUNT; p++)
         if (!(c->deadline_s[p] >= 0.001) || c->deadline_s[p] > 3600)
-            return fail(err, errlen, "deadline_ms.%s must be in [1, 3600000]", trace_prio_name((priority_class)p));
-    if (!(c->per_try_timeout_s >= 0)) return fail(err, errlen, "retry per_try_timeout_ms must be >= 0");
-    if (!(c->retry_ratio >= 0) || c->retry_ratio > 1) return fail(err, errlen, "retry budget_ratio must be in [0, 1]");
-    if (c->eject_failures < 1) return fail(err, errlen, "ejection consecutive_failures must be >= 1");
+            return ts_fail(err, errlen, "deadline_ms.%s must be in [1, 3600000]", trace_prio_name((priority_class)p));
+    if (!(c->per_try_timeout_s >= 0)) return ts_fail(err, errlen, "retry per_try_timeout_ms must be >= 0");
+    if (!(c->retry_ratio >= 0) || c->retry_ratio > 1) return ts_fail(err, errlen, "retry budget_ratio must be in [0, 1]");
+    if (c->eject_failures < 1) return ts_fail(err, errlen, "ejection consecutive_failures must be >= 1");
     if (!(c->eject_base_ms >= 1) || c->eject_max_ms < c->eject_base_ms)
-        return fail(err, errlen, "ejection base_ms must be >= 1 and max_ms >= base_ms");
-    if (!(c->connect_fail_s >= 0)) return fail(err, errlen, "connect_fail_ms must be >= 0");
-    if (!(c->until_s >= 0) || c->until_s > 7 * 86400.0) return fail(err, errlen, "until must be in [0, 604800] s");
-    if (!(c->timeline_step_s >= 0.01)) return fail(err, errlen, "timeline_step must be >= 0.01 s");
-    if (c->n_pools < 1 || c->n_pools > SIM_MAX_POOLS) return fail(err, errlen, "pools: need 1..%d", SIM_MAX_POOLS);
+        return ts_fail(err, errlen, "ejection base_ms must be >= 1 and max_ms >= base_ms");
+    if (!(c->connect_fail_s >= 0)) return ts_fail(err, errlen, "connect_fail_ms must be >= 0");
+    if (!(c->until_s >= 0) || c->until_s > 7 * 86400.0) return ts_fail(err, errlen, "until must be in [0, 604800] s");
+    if (!(c->timeline_step_s >= 0.01)) return ts_fail(err, errlen, "timeline_step must be >= 0.01 s");
+    if (c->n_pools < 1 || c->n_pools > SIM_MAX_POOLS) return ts_fail(err, errlen, "pools: need 1..%d", SIM_MAX_POOLS);
     for (size_t i = 0; i < c->n_pools; i++) {
         if (pool_check(&c->pools[i], err, errlen) != 0) return -1;
         for (size_t j = 0; j < i; j++)
             if (strcmp(c->pools[i].name, c->pools[j].name) == 0)
-                return fail(err, errlen, "pool %s: the name is used twice", c->pools[i].name);
+                return ts_fail(err, errlen, "pool %s: the name is used twice", c->pools[i].name);
     }
     return 0;
 }
@@ -841,7 +833,7 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
     route_rng_seed(&s->rng_svc, c->seed ^ 0x5deece66dULL);
     s->pools = calloc(s->np, sizeof *s->pools);
     s->rq = calloc(t->n ? t->n : 1, sizeof *s->rq);
-    if (!s->pools || !s->rq) return fail(err, errlen, "out of memory for %zu requests", t->n);
+    if (!s->pools || !s->rq) return ts_fail(err, errlen, "out of memory for %zu requests", t->n);
     policy_config pc = c->policy;
     for (size_t i = 0; i < s->np; i++) {
         spool *p = &s->pools[i];
@@ -854,8 +846,8 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
         }
         p->b = calloc(p->cfg->backends, sizeof *p->b);
         p->view = calloc(p->cfg->backends, sizeof *p->view);
-        if (!p->b || !p->view) return fail(err, errlen, "out of memory for pool %s", p->cfg->name);
-        if (p->cfg->kind == POOL_GPU && !(p->pol = policy_create(&pc))) return fail(err, errlen, "out of memory");
+        if (!p->b || !p->view) return ts_fail(err, errlen, "out of memory for pool %s", p->cfg->name);
+        if (p->cfg->kind == POOL_GPU && !(p->pol = policy_create(&pc))) return ts_fail(err, errlen, "out of memory");
         /* a router that has been up a while: every backend probed, healthy, idle */
         for (unsigned k = 0; k < p->cfg->backends; k++) {
             sback *b = &p->b[k];
@@ -877,9 +869,9 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
         const trace_event *ev = &t->ev[e];
         size_t pi = 0;
         while (pi < s->np && strcmp(c->pools[pi].name, ev->pool) != 0) pi++;
-        if (pi == s->np) return fail(err, errlen, "trace event at t=%g: no pool named '%s'", ev->t, ev->pool);
+        if (pi == s->np) return ts_fail(err, errlen, "trace event at t=%g: no pool named '%s'", ev->t, ev->pool);
         if (ev->backend >= 0 && (unsigned)ev->backend >= c->pools[pi].backends)
-            return fail(err, errlen, "trace event at t=%g: pool %s has %u backends, no index %d", ev->t, ev->pool,
+            return ts_fail(err, errlen, "trace event at t=%g: pool %s has %u backends, no index %d", ev->t, ev->pool,
                         c->pools[pi].backends, ev->backend);
         push(s, ev->t, K_TRACE_EVENT, (uint32_t)e, (uint32_t)pi, 0, 0);
     }
@@ -887,7 +879,7 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
     res->span_s = trace_span(t);
     res->n_pools = s->np;
     push(s, c->probe_interval_s, K_TICK, 0, 0, 0, 0);
-    if (s->oom) return fail(err, errlen, "out of memory");
+    if (s->oom) return ts_fail(err, errlen, "out of memory");
     return 0;
 }
 
@@ -921,7 +913,7 @@ static int figures(sim *s, char *err, size_t errlen)
 {
     sim_result *res = s->res;
     double *x = malloc((s->n ? s->n : 1) * sizeof *x);
-    if (!x) return fail(err, errlen, "out of memory");
+    if (!x) return ts_fail(err, errlen, "out of memory");
     for (int p = 0; p <= PRIO_COUNT; p++) {
         size_t m = 0;
         for (size_t i = 0; i < s->n; i++)
@@ -998,7 +990,7 @@ int sim_run(const sim_config *c, const trace *t, sim_result *res, char *err, siz
             default: break;
             }
         }
-        if (s.oom) rc = fail(err, errlen, "out of memory");
+        if (s.oom) rc = ts_fail(err, errlen, "out of memory");
     }
     if (rc == 0) rc = figures(&s, err, errlen);
     teardown(&s);

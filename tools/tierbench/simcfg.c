@@ -1,4 +1,5 @@
 #include "simcfg.h"
+#include "err.h"
 
 #include <errno.h>
 #include <math.h>
@@ -6,15 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static int num(const char *s, double *out)
 {
@@ -58,16 +50,16 @@ static int each_kv(const char *opt, const char *list, int (*one)(void *, const c
                    void *ctx, char *err, size_t errlen)
 {
     char buf[1024];
-    if (!list || !*list) return fail(err, errlen, "--%s: needs key=value[,key=value...]", opt);
-    if (strlen(list) >= sizeof buf) return fail(err, errlen, "--%s: longer than %zu bytes", opt, sizeof buf - 1);
+    if (!list || !*list) return ts_fail(err, errlen, "--%s: needs key=value[,key=value...]", opt);
+    if (strlen(list) >= sizeof buf) return ts_fail(err, errlen, "--%s: longer than %zu bytes", opt, sizeof buf - 1);
     snprintf(buf, sizeof buf, "%s", list);
     char *save = NULL;
     for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(kv, '=');
-        if (!eq) return fail(err, errlen, "--%s: '%.60s' is not key=value", opt, kv);
+        if (!eq) return ts_fail(err, errlen, "--%s: '%.60s' is not key=value", opt, kv);
         *eq = '\0';
         char msg[200];
-        if (one(ctx, kv, eq + 1, msg, sizeof msg) != 0) return fail(err, errlen, "--%s: %s", opt, msg);
+        if (one(ctx, kv, eq + 1, msg, sizeof msg) != 0) return ts_fail(err, errlen, "--%s: %s", opt, msg);
     }
     return 0;
 }
@@ -81,8 +73,8 @@ static int pool_models(sim_pool_cfg *p, const char *v, char *err, size_t errlen)
     p->n_models = 0;
     char *save = NULL;
     for (char *m = strtok_r(buf, "/", &save); m; m = strtok_r(NULL, "/", &save)) {
-        if (p->n_models == SIM_MAX_POOL_MODELS) return fail(err, errlen, "models: at most %d", SIM_MAX_POOL_MODELS);
-        if (strlen(m) >= TRACE_NAME_LEN) return fail(err, errlen, "models: '%.40s...' is too long", m);
+        if (p->n_models == SIM_MAX_POOL_MODELS) return ts_fail(err, errlen, "models: at most %d", SIM_MAX_POOL_MODELS);
+        if (strlen(m) >= TRACE_NAME_LEN) return ts_fail(err, errlen, "models: '%.40s...' is too long", m);
         snprintf(p->models[p->n_models++], TRACE_NAME_LEN, "%s", m);
     }
     return 0;
@@ -94,43 +86,43 @@ static int pool_kv(void *ctx, const char *k, const char *v, char *err, size_t er
     double d;
     if (!strcmp(k, "kind")) return 0; /* read first, by the caller */
     if (!strcmp(k, "name")) {
-        if (!*v || strlen(v) >= sizeof p->name) return fail(err, errlen, "name: 1..63 characters");
+        if (!*v || strlen(v) >= sizeof p->name) return ts_fail(err, errlen, "name: 1..63 characters");
         snprintf(p->name, sizeof p->name, "%s", v);
     } else if (!strcmp(k, "sensitive")) {
-        if (bool_of(v, &p->sensitive_ok) != 0) return fail(err, errlen, "sensitive: '%.40s' is not 0 or 1", v);
+        if (bool_of(v, &p->sensitive_ok) != 0) return ts_fail(err, errlen, "sensitive: '%.40s' is not 0 or 1", v);
     } else if (!strcmp(k, "backends")) {
         if (uint_of(v, SIM_MAX_BACKENDS, &p->backends) != 0 || !p->backends)
-            return fail(err, errlen, "backends: '%.40s' is not 1..%d", v, SIM_MAX_BACKENDS);
+            return ts_fail(err, errlen, "backends: '%.40s' is not 1..%d", v, SIM_MAX_BACKENDS);
     } else if (!strcmp(k, "max_in_flight")) {
         if (uint_of(v, 4096, &p->max_in_flight) != 0 || !p->max_in_flight)
-            return fail(err, errlen, "max_in_flight: '%.40s' is not 1..4096", v);
+            return ts_fail(err, errlen, "max_in_flight: '%.40s' is not 1..4096", v);
     } else if (!strcmp(k, "pool_max_in_flight")) {
         if (uint_of(v, 1000000, &p->pool_max_in_flight) != 0)
-            return fail(err, errlen, "pool_max_in_flight: '%.40s' is not 0..1000000", v);
+            return ts_fail(err, errlen, "pool_max_in_flight: '%.40s' is not 0..1000000", v);
     } else if (!strcmp(k, "slots")) {
-        if (uint_of(v, 4096, &p->slots) != 0) return fail(err, errlen, "slots: '%.40s' is not 0..4096", v);
+        if (uint_of(v, 4096, &p->slots) != 0) return ts_fail(err, errlen, "slots: '%.40s' is not 0..4096", v);
     } else if (!strcmp(k, "dist")) {
         if (!strcmp(v, "exp") || !strcmp(v, "exponential")) p->dist = DIST_EXP;
         else if (!strcmp(v, "lognormal")) p->dist = DIST_LOGNORMAL;
-        else return fail(err, errlen, "dist: '%.40s' is not exp or lognormal", v);
+        else return ts_fail(err, errlen, "dist: '%.40s' is not exp or lognormal", v);
     } else if (!strcmp(k, "mean_ms")) {
-        if (num(v, &d) != 0 || d <= 0) return fail(err, errlen, "mean_ms: '%.40s' is not > 0", v);
+        if (num(v, &d) != 0 || d <= 0) return ts_fail(err, errlen, "mean_ms: '%.40s' is not > 0", v);
         p->mean_s = d / 1e3;
     } else if (!strcmp(k, "p95_ms")) {
-        if (num(v, &d) != 0 || d <= 0) return fail(err, errlen, "p95_ms: '%.40s' is not > 0", v);
+        if (num(v, &d) != 0 || d <= 0) return ts_fail(err, errlen, "p95_ms: '%.40s' is not > 0", v);
         p->p95_s = d / 1e3;
     } else if (!strcmp(k, "row_cost")) {
-        if (num(v, &p->row_cost) != 0) return fail(err, errlen, "row_cost: '%.40s' is not a number", v);
+        if (num(v, &p->row_cost) != 0) return ts_fail(err, errlen, "row_cost: '%.40s' is not a number", v);
     } else if (!strcmp(k, "cost")) {
-        if (num(v, &p->cost) != 0) return fail(err, errlen, "cost: '%.40s' is not a number", v);
+        if (num(v, &p->cost) != 0) return ts_fail(err, errlen, "cost: '%.40s' is not a number", v);
     } else if (!strcmp(k, "mem_base")) {
-        if (num(v, &p->mem_base) != 0) return fail(err, errlen, "mem_base: '%.40s' is not a number", v);
+        if (num(v, &p->mem_base) != 0) return ts_fail(err, errlen, "mem_base: '%.40s' is not a number", v);
     } else if (!strcmp(k, "mem_per_job")) {
-        if (num(v, &p->mem_per_job) != 0) return fail(err, errlen, "mem_per_job: '%.40s' is not a number", v);
+        if (num(v, &p->mem_per_job) != 0) return ts_fail(err, errlen, "mem_per_job: '%.40s' is not a number", v);
     } else if (!strcmp(k, "models")) {
         return pool_models(p, v, err, errlen);
     } else {
-        return fail(err, errlen, "unknown key '%.40s' (name, kind, sensitive, backends, max_in_flight, "
+        return ts_fail(err, errlen, "unknown key '%.40s' (name, kind, sensitive, backends, max_in_flight, "
                                  "pool_max_in_flight, slots, dist, mean_ms, p95_ms, row_cost, cost, mem_base, "
                                  "mem_per_job, models)", k);
     }
@@ -142,7 +134,7 @@ static int opt_pool(simcfg *c, const char *spec, char *err, size_t errlen)
     sim_config *s = &c->sim;
     if (!c->pools_given) s->n_pools = 0;
     c->pools_given = true;
-    if (s->n_pools == SIM_MAX_POOLS) return fail(err, errlen, "--pool: at most %d pools", SIM_MAX_POOLS);
+    if (s->n_pools == SIM_MAX_POOLS) return ts_fail(err, errlen, "--pool: at most %d pools", SIM_MAX_POOLS);
     /* the kind picks the defaults the other keys start from */
     pool_kind kind = POOL_GPU;
     const char *kp = spec ? strstr(spec, "kind=") : NULL;
@@ -151,9 +143,9 @@ static int opt_pool(simcfg *c, const char *spec, char *err, size_t errlen)
         size_t n = strcspn(kp, ",");
         if (n == 3 && !strncmp(kp, "gpu", 3)) kind = POOL_GPU;
         else if (n == 3 && !strncmp(kp, "cpu", 3)) kind = POOL_CPU;
-        else return fail(err, errlen, "--pool: kind: '%.*s' is not gpu or cpu", (int)(n > 40 ? 40 : n), kp);
+        else return ts_fail(err, errlen, "--pool: kind: '%.*s' is not gpu or cpu", (int)(n > 40 ? 40 : n), kp);
     } else {
-        return fail(err, errlen, "--pool: kind=gpu or kind=cpu is required");
+        return ts_fail(err, errlen, "--pool: kind=gpu or kind=cpu is required");
     }
     sim_pool_cfg *p = &s->pools[s->n_pools];
     sim_pool_defaults(p, kind);
@@ -172,10 +164,10 @@ static int policy_kv(void *ctx, const char *k, const char *v, char *err, size_t 
     for (int s = 0; s < SIG_COUNT; s++) {
         size_t n = strlen(sig[s]);
         if (strncmp(k, sig[s], n) != 0 || k[n] != '.') continue;
-        if (num(v, &d) != 0) return fail(err, errlen, "%s: '%.40s' is not a number", k, v);
+        if (num(v, &d) != 0) return ts_fail(err, errlen, "%s: '%.40s' is not a number", k, v);
         if (!strcmp(k + n + 1, "high")) p->high[s] = d;
         else if (!strcmp(k + n + 1, "low")) p->low[s] = d;
-        else return fail(err, errlen, "%s: is not %s.high or %s.low", k, sig[s], sig[s]);
+        else return ts_fail(err, errlen, "%s: is not %s.high or %s.low", k, sig[s], sig[s]);
         return 0;
     }
     if (!strcmp(k, "stages")) {
@@ -184,23 +176,23 @@ static int policy_kv(void *ctx, const char *k, const char *v, char *err, size_t 
         size_t n = 0;
         char *save = NULL;
         for (char *t = strtok_r(buf, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
-            if (n == POLICY_MAX_STAGES) return fail(err, errlen, "stages: at most %d", POLICY_MAX_STAGES);
-            if (num(t, &p->stages[n]) != 0) return fail(err, errlen, "stages: '%.40s' is not a number", t);
+            if (n == POLICY_MAX_STAGES) return ts_fail(err, errlen, "stages: at most %d", POLICY_MAX_STAGES);
+            if (num(t, &p->stages[n]) != 0) return ts_fail(err, errlen, "stages: '%.40s' is not a number", t);
             n++;
         }
         p->n_stages = n;
         return 0;
     }
-    if (num(v, &d) != 0) return fail(err, errlen, "%s: '%.40s' is not a number", k, v);
+    if (num(v, &d) != 0) return ts_fail(err, errlen, "%s: '%.40s' is not a number", k, v);
     if (!strcmp(k, "require")) {
-        if (d != floor(d) || d < 0 || d > 100) return fail(err, errlen, "require: '%.40s' is not 1..3", v);
+        if (d != floor(d) || d < 0 || d > 100) return ts_fail(err, errlen, "require: '%.40s' is not 1..3", v);
         p->require = (int)d;
     } else if (!strcmp(k, "sustain_s")) p->sustain_s = d;
     else if (!strcmp(k, "cooldown_s")) p->cooldown_s = d;
     else if (!strcmp(k, "stage_hold_s")) p->stage_hold_s = d;
     else if (!strcmp(k, "rollback_hold_s")) p->rollback_hold_s = d;
     else
-        return fail(err, errlen, "unknown key '%.40s' (queue.high/low, p95_ms.high/low, gpu_memory.high/low, "
+        return ts_fail(err, errlen, "unknown key '%.40s' (queue.high/low, p95_ms.high/low, gpu_memory.high/low, "
                                  "require, sustain_s, cooldown_s, stages, stage_hold_s, rollback_hold_s)", k);
     return 0;
 }
@@ -210,24 +202,24 @@ static int deadline_kv(void *ctx, const char *k, const char *v, char *err, size_
     double *dl = ctx, d;
     for (int p = 0; p < PRIO_COUNT; p++) {
         if (strcmp(k, trace_prio_name((priority_class)p)) != 0) continue;
-        if (num(v, &d) != 0) return fail(err, errlen, "%s: '%.40s' is not milliseconds", k, v);
+        if (num(v, &d) != 0) return ts_fail(err, errlen, "%s: '%.40s' is not milliseconds", k, v);
         dl[p] = d / 1e3;
         return 0;
     }
-    return fail(err, errlen, "unknown key '%.40s' (urgent, normal, batch)", k);
+    return ts_fail(err, errlen, "unknown key '%.40s' (urgent, normal, batch)", k);
 }
 
 static int retry_kv(void *ctx, const char *k, const char *v, char *err, size_t errlen)
 {
     sim_config *c = ctx;
     double d;
-    if (num(v, &d) != 0) return fail(err, errlen, "%s: '%.40s' is not a number", k, v);
+    if (num(v, &d) != 0) return ts_fail(err, errlen, "%s: '%.40s' is not a number", k, v);
     if (!strcmp(k, "budget_ratio")) c->retry_ratio = d;
     else if (!strcmp(k, "min_concurrency")) {
-        if (d < 0 || d > 1e6 || d != floor(d)) return fail(err, errlen, "min_concurrency: '%.40s' is not 0..1000000", v);
+        if (d < 0 || d > 1e6 || d != floor(d)) return ts_fail(err, errlen, "min_concurrency: '%.40s' is not 0..1000000", v);
         c->retry_min_concurrency = (unsigned)d;
     } else if (!strcmp(k, "per_try_timeout_ms")) c->per_try_timeout_s = d / 1e3;
-    else return fail(err, errlen, "unknown key '%.40s' (budget_ratio, min_concurrency, per_try_timeout_ms)", k);
+    else return ts_fail(err, errlen, "unknown key '%.40s' (budget_ratio, min_concurrency, per_try_timeout_ms)", k);
     return 0;
 }
 
@@ -235,13 +227,13 @@ static int ejection_kv(void *ctx, const char *k, const char *v, char *err, size_
 {
     sim_config *c = ctx;
     double d;
-    if (num(v, &d) != 0) return fail(err, errlen, "%s: '%.40s' is not a number", k, v);
+    if (num(v, &d) != 0) return ts_fail(err, errlen, "%s: '%.40s' is not a number", k, v);
     if (!strcmp(k, "consecutive_failures")) {
-        if (d < 1 || d > 1e6 || d != floor(d)) return fail(err, errlen, "consecutive_failures: '%.40s' is not 1..1000000", v);
+        if (d < 1 || d > 1e6 || d != floor(d)) return ts_fail(err, errlen, "consecutive_failures: '%.40s' is not 1..1000000", v);
         c->eject_failures = (unsigned)d;
     } else if (!strcmp(k, "base_ms")) c->eject_base_ms = d;
     else if (!strcmp(k, "max_ms")) c->eject_max_ms = d;
-    else return fail(err, errlen, "unknown key '%.40s' (consecutive_failures, base_ms, max_ms)", k);
+    else return ts_fail(err, errlen, "unknown key '%.40s' (consecutive_failures, base_ms, max_ms)", k);
     return 0;
 }
 
@@ -250,7 +242,7 @@ static int ejection_kv(void *ctx, const char *k, const char *v, char *err, size_
 static int ms_opt(const char *key, const char *v, double *out, char *err, size_t errlen)
 {
     double d;
-    if (num(v, &d) != 0 || d < 0) return fail(err, errlen, "--%s: '%.40s' is not milliseconds >= 0", key, v ? v : "");
+    if (num(v, &d) != 0 || d < 0) return ts_fail(err, errlen, "--%s: '%.40s' is not milliseconds >= 0", key, v ? v : "");
     *out = d / 1e3;
     return 0;
 }
@@ -267,7 +259,7 @@ int simcfg_option(simcfg *c, const char *key, const char *value, char *err, size
     }
     if (!strcmp(key, "sweep-csv")) {
         if (!value || !*value || strlen(value) >= sizeof c->sweep_csv)
-            return fail(err, errlen, "--sweep-csv: needs a file (at most %zu bytes)", sizeof c->sweep_csv - 1);
+            return ts_fail(err, errlen, "--sweep-csv: needs a file (at most %zu bytes)", sizeof c->sweep_csv - 1);
         snprintf(c->sweep_csv, sizeof c->sweep_csv, "%s", value);
         return 0;
     }
@@ -281,20 +273,20 @@ int simcfg_option(simcfg *c, const char *key, const char *value, char *err, size
     if (!strcmp(key, "connect-fail-ms")) return ms_opt(key, value, &s->connect_fail_s, err, errlen);
     if (!strcmp(key, "queue-size")) {
         if (uint_of(value, 1000000, &s->queue_size) != 0)
-            return fail(err, errlen, "--queue-size: '%.40s' is not 0..1000000", value ? value : "");
+            return ts_fail(err, errlen, "--queue-size: '%.40s' is not 0..1000000", value ? value : "");
         return 0;
     }
     if (!strcmp(key, "until") || !strcmp(key, "timeline-step") || !strcmp(key, "p95-window")) {
-        if (num(value, &d) != 0 || d < 0) return fail(err, errlen, "--%s: '%.40s' is not seconds >= 0", key, value ? value : "");
+        if (num(value, &d) != 0 || d < 0) return ts_fail(err, errlen, "--%s: '%.40s' is not seconds >= 0", key, value ? value : "");
         *(key[0] == 'u' ? &s->until_s : key[0] == 't' ? &s->timeline_step_s : &s->p95_window_s) = d;
         return 0;
     }
     if (!strcmp(key, "seed")) {
         char *end;
-        if (!value || !*value || *value == '-') return fail(err, errlen, "--seed: needs an unsigned integer");
+        if (!value || !*value || *value == '-') return ts_fail(err, errlen, "--seed: needs an unsigned integer");
         errno = 0;
         unsigned long long v = strtoull(value, &end, 10);
-        if (*end || errno) return fail(err, errlen, "--seed: '%.40s' is not an unsigned integer", value);
+        if (*end || errno) return ts_fail(err, errlen, "--seed: '%.40s' is not an unsigned integer", value);
         s->seed = v;
         return 0;
     }
@@ -305,18 +297,18 @@ int simcfg_file(const char *path, int (*apply)(void *, const char *, const char 
                 char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
-    if (!f) return fail(err, errlen, "%s: %s", path, strerror(errno));
+    if (!f) return ts_fail(err, errlen, "%s: %s", path, strerror(errno));
     char line[1026];
     size_t lineno = 0;
     int rc = 0;
     while (fgets(line, sizeof line, f)) {
         if (++lineno > SIMCFG_MAX_LINES) {
-            rc = fail(err, errlen, "%s: more than %d lines", path, SIMCFG_MAX_LINES);
+            rc = ts_fail(err, errlen, "%s: more than %d lines", path, SIMCFG_MAX_LINES);
             break;
         }
         size_t n = strlen(line);
         if (n == sizeof line - 1 && line[n - 1] != '\n') {
-            rc = fail(err, errlen, "%s:%zu: line longer than 1024 bytes", path, lineno);
+            rc = ts_fail(err, errlen, "%s:%zu: line longer than 1024 bytes", path, lineno);
             break;
         }
         while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
@@ -329,13 +321,13 @@ int simcfg_file(const char *path, int (*apply)(void *, const char *, const char 
             v += strspn(v, " \t");
         }
         if (!strcmp(k, "config")) {
-            rc = fail(err, errlen, "%s:%zu: config files do not nest", path, lineno);
+            rc = ts_fail(err, errlen, "%s:%zu: config files do not nest", path, lineno);
             break;
         }
         char msg[400];
         int r = apply(ctx, k, *v ? v : NULL, msg, sizeof msg);
         if (r != 0) {
-            rc = fail(err, errlen, "%s:%zu: %s", path, lineno, r > 0 ? "unknown option" : msg);
+            rc = ts_fail(err, errlen, "%s:%zu: %s", path, lineno, r > 0 ? "unknown option" : msg);
             if (r > 0) snprintf(err + strlen(err), errlen - strlen(err), " '%.60s'", k);
             break;
         }

@@ -1,4 +1,5 @@
 #include "simsweep.h"
+#include "err.h"
 
 #include "simcfg.h"
 
@@ -11,15 +12,6 @@
 static const char *const k_keys[] = {"queue.high", "queue.low", "p95_ms.high", "p95_ms.low", "gpu_memory.high",
                                      "gpu_memory.low", "sustain_s", "stage_hold_s", "rollback_hold_s", "cooldown_s"};
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static double *field(policy_config *p, int key)
 {
@@ -42,44 +34,44 @@ static int axis_values(sweep_axis *a, const char *key, char *vals, char *err, si
     char *save = NULL;
     a->n = 0;
     for (char *t = strtok_r(vals, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
-        if (a->n == SWEEP_MAX_VALUES) return fail(err, errlen, "--sweep: %s: at most %d values", key, SWEEP_MAX_VALUES);
+        if (a->n == SWEEP_MAX_VALUES) return ts_fail(err, errlen, "--sweep: %s: at most %d values", key, SWEEP_MAX_VALUES);
         char *end;
         errno = 0;
         double v = strtod(t, &end);
         if (*end || errno || !isfinite(v) || v < 0)
-            return fail(err, errlen, "--sweep: %s: '%.40s' is not a number >= 0", key, t);
+            return ts_fail(err, errlen, "--sweep: %s: '%.40s' is not a number >= 0", key, t);
         a->v[a->n++] = v;
     }
-    if (!a->n) return fail(err, errlen, "--sweep: %s: needs values V1/V2/...", key);
+    if (!a->n) return ts_fail(err, errlen, "--sweep: %s: needs values V1/V2/...", key);
     return 0;
 }
 
 int sim_sweep_add(sim_sweep *s, const char *spec, char *err, size_t errlen)
 {
     char buf[1024];
-    if (!spec || !*spec) return fail(err, errlen, "--sweep: needs KEY=V1/V2[,KEY=...]");
-    if (strlen(spec) >= sizeof buf) return fail(err, errlen, "--sweep: longer than %zu bytes", sizeof buf - 1);
+    if (!spec || !*spec) return ts_fail(err, errlen, "--sweep: needs KEY=V1/V2[,KEY=...]");
+    if (strlen(spec) >= sizeof buf) return ts_fail(err, errlen, "--sweep: longer than %zu bytes", sizeof buf - 1);
     snprintf(buf, sizeof buf, "%s", spec);
     char *save = NULL;
     for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(kv, '=');
-        if (!eq) return fail(err, errlen, "--sweep: '%.60s' is not KEY=V1/V2/...", kv);
+        if (!eq) return ts_fail(err, errlen, "--sweep: '%.60s' is not KEY=V1/V2/...", kv);
         *eq = '\0';
         size_t k = 0;
         while (k < N_KEYS && strcmp(k_keys[k], kv) != 0) k++;
         if (k == N_KEYS)
-            return fail(err, errlen, "--sweep: unknown key '%.40s' (queue.high/low, p95_ms.high/low, "
+            return ts_fail(err, errlen, "--sweep: unknown key '%.40s' (queue.high/low, p95_ms.high/low, "
                                      "gpu_memory.high/low, sustain_s, stage_hold_s, rollback_hold_s, cooldown_s)", kv);
         size_t i = 0;
         while (i < s->n_axes && s->axes[i].key != (int)k) i++;
-        if (i == SWEEP_MAX_AXES) return fail(err, errlen, "--sweep: at most %d keys", SWEEP_MAX_AXES);
+        if (i == SWEEP_MAX_AXES) return ts_fail(err, errlen, "--sweep: at most %d keys", SWEEP_MAX_AXES);
         sweep_axis a = {.key = (int)k};
         if (axis_values(&a, kv, eq + 1, err, errlen) != 0) return -1;
         s->axes[i] = a;
         if (i == s->n_axes) s->n_axes++;
     }
     if (sim_sweep_size(s) > SWEEP_MAX_POINTS)
-        return fail(err, errlen, "--sweep: more than %d combinations", SWEEP_MAX_POINTS);
+        return ts_fail(err, errlen, "--sweep: more than %d combinations", SWEEP_MAX_POINTS);
     return 0;
 }
 
@@ -99,9 +91,9 @@ int sim_sweep_run(const sim_config *base, const sim_sweep *s, const trace *t, si
     size_t total = sim_sweep_size(s);
     *pts = NULL;
     *n = *skipped = 0;
-    if (!s->n_axes || total > SWEEP_MAX_POINTS) return fail(err, errlen, "--sweep: 1..%d combinations", SWEEP_MAX_POINTS);
+    if (!s->n_axes || total > SWEEP_MAX_POINTS) return ts_fail(err, errlen, "--sweep: 1..%d combinations", SWEEP_MAX_POINTS);
     sim_sweep_point *out = calloc(total, sizeof *out);
-    if (!out) return fail(err, errlen, "out of memory for %zu sweep points", total);
+    if (!out) return ts_fail(err, errlen, "out of memory for %zu sweep points", total);
     sim_config c = *base;
     int rc = 0;
     for (size_t combo = 0; combo < total && rc == 0; combo++) {

@@ -1,4 +1,5 @@
 #include "trace.h"
+#include "err.h"
 
 #include <errno.h>
 #include <math.h>
@@ -11,15 +12,6 @@
 static const char *const k_prio[PRIO_COUNT] = {"urgent", "normal", "batch"};
 
 const char *trace_prio_name(priority_class p) { return k_prio[p]; }
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static bool name_ok(const char *s)
 {
@@ -113,17 +105,17 @@ static int add_arrival(trace *t, const trace_arrival *a)
 
 static int parse_event(trace_event *ev, double at, char **f, size_t nf, char *err, size_t errlen)
 {
-    if (nf != 5) return fail(err, errlen, "an event line has 5 fields (t_s,event,kill|revive,POOL,INDEX|all), not %zu", nf);
+    if (nf != 5) return ts_fail(err, errlen, "an event line has 5 fields (t_s,event,kill|revive,POOL,INDEX|all), not %zu", nf);
     ev->t = at;
     if (strcmp(f[2], "kill") == 0) ev->kill = true;
     else if (strcmp(f[2], "revive") == 0) ev->kill = false;
-    else return fail(err, errlen, "event: '%.40s' is not kill or revive", f[2]);
-    if (!name_ok(f[3])) return fail(err, errlen, "event: pool '%.40s' is not a name", f[3]);
+    else return ts_fail(err, errlen, "event: '%.40s' is not kill or revive", f[2]);
+    if (!name_ok(f[3])) return ts_fail(err, errlen, "event: pool '%.40s' is not a name", f[3]);
     snprintf(ev->pool, sizeof ev->pool, "%s", f[3]);
     uint64_t idx;
     if (strcmp(f[4], "all") == 0) ev->backend = -1;
     else if (parse_u64(f[4], &idx) == 0 && idx < 4096) ev->backend = (int)idx;
-    else return fail(err, errlen, "event: backend '%.40s' is not an index or all", f[4]);
+    else return ts_fail(err, errlen, "event: backend '%.40s' is not an index or all", f[4]);
     return 0;
 }
 
@@ -132,36 +124,36 @@ static int parse_line(trace *t, char *line, double *last, char *err, size_t errl
     char *f[7];
     size_t nf = split(line, f, 6);
     double at;
-    if (parse_double(f[0], &at) != 0 || at < 0) return fail(err, errlen, "t_s: '%.40s' is not a time >= 0", f[0]);
+    if (parse_double(f[0], &at) != 0 || at < 0) return ts_fail(err, errlen, "t_s: '%.40s' is not a time >= 0", f[0]);
     if (at < *last)
-        return fail(err, errlen, "t_s: %g is before the line above (%g): the trace must be in time order", at, *last);
+        return ts_fail(err, errlen, "t_s: %g is before the line above (%g): the trace must be in time order", at, *last);
     *last = at;
     if (nf >= 2 && strcmp(f[1], "event") == 0) {
-        if (t->n_ev == TRACE_MAX_EVENTS) return fail(err, errlen, "more than %d event lines", TRACE_MAX_EVENTS);
+        if (t->n_ev == TRACE_MAX_EVENTS) return ts_fail(err, errlen, "more than %d event lines", TRACE_MAX_EVENTS);
         if (parse_event(&t->ev[t->n_ev], at, f, nf, err, errlen) != 0) return -1;
         t->n_ev++;
         return 0;
     }
-    if (nf != 6) return fail(err, errlen, "a request line has 6 fields (t_s,priority,tenant,data_class,model,size)");
+    if (nf != 6) return ts_fail(err, errlen, "a request line has 6 fields (t_s,priority,tenant,data_class,model,size)");
     trace_arrival a = {.t = at};
     priority_class p;
-    if (parse_prio(f[1], &p) != 0) return fail(err, errlen, "priority: '%.40s' is not urgent, normal or batch", f[1]);
+    if (parse_prio(f[1], &p) != 0) return ts_fail(err, errlen, "priority: '%.40s' is not urgent, normal or batch", f[1]);
     a.prio = (uint8_t)p;
-    if (!name_ok(f[2])) return fail(err, errlen, "tenant: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", f[2]);
+    if (!name_ok(f[2])) return ts_fail(err, errlen, "tenant: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", f[2]);
     if (strcmp(f[3], "sensitive") == 0) a.sensitive = true;
-    else if (strcmp(f[3], "public") != 0) return fail(err, errlen, "data_class: '%.40s' is not public or sensitive", f[3]);
-    if (!name_ok(f[4])) return fail(err, errlen, "model: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", f[4]);
+    else if (strcmp(f[3], "public") != 0) return ts_fail(err, errlen, "data_class: '%.40s' is not public or sensitive", f[3]);
+    if (!name_ok(f[4])) return ts_fail(err, errlen, "model: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", f[4]);
     uint64_t size;
     if (parse_u64(f[5], &size) != 0 || size < 1 || size > TRACE_MAX_SIZE)
-        return fail(err, errlen, "size: '%.40s' is not 1..%u", f[5], TRACE_MAX_SIZE);
+        return ts_fail(err, errlen, "size: '%.40s' is not 1..%u", f[5], TRACE_MAX_SIZE);
     a.size = (uint32_t)size;
     int ti = intern(t->tenants, &t->n_tenants, f[2]);
     int mi = intern(t->models, &t->n_models, f[4]);
-    if (ti < 0) return fail(err, errlen, "tenant: more than %d distinct tenants", TRACE_MAX_NAMES);
-    if (mi < 0) return fail(err, errlen, "model: more than %d distinct models", TRACE_MAX_NAMES);
+    if (ti < 0) return ts_fail(err, errlen, "tenant: more than %d distinct tenants", TRACE_MAX_NAMES);
+    if (mi < 0) return ts_fail(err, errlen, "model: more than %d distinct models", TRACE_MAX_NAMES);
     a.tenant = (uint8_t)ti;
     a.model = (uint8_t)mi;
-    if (add_arrival(t, &a) != 0) return fail(err, errlen, "more than %d requests (or out of memory)", TRACE_MAX_REQUESTS);
+    if (add_arrival(t, &a) != 0) return ts_fail(err, errlen, "more than %d requests (or out of memory)", TRACE_MAX_REQUESTS);
     return 0;
 }
 
@@ -186,7 +178,7 @@ int trace_load(const char *path, trace *t, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
     FILE *f = fopen(path, "r");
-    if (!f) return fail(err, errlen, "%s: %s", path, strerror(errno));
+    if (!f) return ts_fail(err, errlen, "%s: %s", path, strerror(errno));
     char line[TRACE_LINE_MAX + 1];
     char msg[256];
     size_t lineno = 0, n = 0;
@@ -195,17 +187,17 @@ int trace_load(const char *path, trace *t, char *err, size_t errlen)
     while ((got = read_line(f, line, sizeof line, &n)) != 0) {
         lineno++;
         if (got < 0) {
-            rc = fail(err, errlen, "%s:%zu: %s", path, lineno,
+            rc = ts_fail(err, errlen, "%s:%zu: %s", path, lineno,
                       got == -1 ? "line longer than 1024 bytes" : "a NUL byte in the line");
             goto out;
         }
         if (n == 0 || line[0] == '#' || strncmp(line, "t_s,", 4) == 0) continue;
         if (parse_line(t, line, &last, msg, sizeof msg) != 0) {
-            rc = fail(err, errlen, "%s:%zu: %s", path, lineno, msg);
+            rc = ts_fail(err, errlen, "%s:%zu: %s", path, lineno, msg);
             goto out;
         }
     }
-    if (ferror(f)) rc = fail(err, errlen, "%s: read error", path);
+    if (ferror(f)) rc = ts_fail(err, errlen, "%s: read error", path);
 out:
     fclose(f);
     if (rc != 0) trace_free(t);
@@ -287,8 +279,8 @@ static int gen_event(trace_gen *g, bool kill, const char *value, char *err, size
     const char *opt = kill ? "--kill" : "--revive";
     double at;
     if (!ts || !pool || strtok_r(NULL, ":", &save) || parse_double(ts, &at) != 0 || at < 0 || !name_ok(pool))
-        return fail(err, errlen, "%s: '%.80s' is not T:POOL[:INDEX]", opt, value);
-    if (g->n_ev == TRACE_MAX_EVENTS) return fail(err, errlen, "%s: more than %d events", opt, TRACE_MAX_EVENTS);
+        return ts_fail(err, errlen, "%s: '%.80s' is not T:POOL[:INDEX]", opt, value);
+    if (g->n_ev == TRACE_MAX_EVENTS) return ts_fail(err, errlen, "%s: more than %d events", opt, TRACE_MAX_EVENTS);
     trace_event *ev = &g->ev[g->n_ev];
     ev->t = at;
     ev->kill = kill;
@@ -296,7 +288,7 @@ static int gen_event(trace_gen *g, bool kill, const char *value, char *err, size
     ev->backend = -1;
     uint64_t k;
     if (idx && strcmp(idx, "all") != 0) {
-        if (parse_u64(idx, &k) != 0 || k >= 4096) return fail(err, errlen, "%s: index '%.40s' is not 0..4095", opt, idx);
+        if (parse_u64(idx, &k) != 0 || k >= 4096) return ts_fail(err, errlen, "%s: index '%.40s' is not 0..4095", opt, idx);
         ev->backend = (int)k;
     }
     g->n_ev++;
@@ -313,13 +305,13 @@ static int gen_mix(trace_gen *g, const char *value, char *err, size_t errlen)
         char *eq = strchr(kv, '=');
         priority_class p;
         double v;
-        if (!eq) return fail(err, errlen, "--mix: '%.40s' is not PRIORITY=SHARE", kv);
+        if (!eq) return ts_fail(err, errlen, "--mix: '%.40s' is not PRIORITY=SHARE", kv);
         *eq = '\0';
-        if (parse_prio(kv, &p) != 0) return fail(err, errlen, "--mix: '%.40s' is not urgent, normal or batch", kv);
-        if (parse_double(eq + 1, &v) != 0 || v < 0) return fail(err, errlen, "--mix: %s: '%.40s' is not a share >= 0", kv, eq + 1);
+        if (parse_prio(kv, &p) != 0) return ts_fail(err, errlen, "--mix: '%.40s' is not urgent, normal or batch", kv);
+        if (parse_double(eq + 1, &v) != 0 || v < 0) return ts_fail(err, errlen, "--mix: %s: '%.40s' is not a share >= 0", kv, eq + 1);
         mix[p] = v;
     }
-    if (mix[0] + mix[1] + mix[2] <= 0) return fail(err, errlen, "--mix: the shares add up to 0");
+    if (mix[0] + mix[1] + mix[2] <= 0) return ts_fail(err, errlen, "--mix: the shares add up to 0");
     memcpy(g->mix, mix, sizeof mix);
     return 0;
 }
@@ -331,11 +323,11 @@ static int gen_tenants(trace_gen *g, const char *value, char *err, size_t errlen
     size_t n = 0;
     char *save = NULL;
     for (char *s = strtok_r(buf, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
-        if (n == 8) return fail(err, errlen, "--tenants: at most 8");
-        if (!name_ok(s)) return fail(err, errlen, "--tenants: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", s);
+        if (n == 8) return ts_fail(err, errlen, "--tenants: at most 8");
+        if (!name_ok(s)) return ts_fail(err, errlen, "--tenants: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", s);
         snprintf(g->tenants[n++], TRACE_NAME_LEN, "%s", s);
     }
-    if (n == 0) return fail(err, errlen, "--tenants: none given");
+    if (n == 0) return ts_fail(err, errlen, "--tenants: none given");
     g->n_tenants = n;
     return 0;
 }
@@ -352,23 +344,23 @@ int trace_gen_option(trace_gen *g, const char *key, const char *value, char *err
     if (!value) value = "";
     if (strcmp(key, "rate") == 0) {
         if (parse_double(value, &v[0]) != 0 || v[0] <= 0 || v[0] > 1e6)
-            return fail(err, errlen, "--rate: '%.40s' is not a rate in (0, 1e6] per second", value);
+            return ts_fail(err, errlen, "--rate: '%.40s' is not a rate in (0, 1e6] per second", value);
         g->rate_rps = v[0];
     } else if (strcmp(key, "duration") == 0) {
         if (parse_double(value, &v[0]) != 0 || v[0] <= 0 || v[0] > 7 * 86400.0)
-            return fail(err, errlen, "--duration: '%.40s' is not seconds in (0, 604800]", value);
+            return ts_fail(err, errlen, "--duration: '%.40s' is not seconds in (0, 604800]", value);
         g->duration_s = v[0];
     } else if (strcmp(key, "surge") == 0) {
         if (numbers(value, v, 3, &bad) != 3 || bad || v[0] < 0 || v[1] <= 0 || v[2] <= 0 || v[2] > 1000)
-            return fail(err, errlen, "--surge: '%.80s' is not START:LEN:FACTOR (factor in (0, 1000])", value);
-        if (g->n_surge == TRACE_MAX_SHAPES) return fail(err, errlen, "--surge: at most %d", TRACE_MAX_SHAPES);
+            return ts_fail(err, errlen, "--surge: '%.80s' is not START:LEN:FACTOR (factor in (0, 1000])", value);
+        if (g->n_surge == TRACE_MAX_SHAPES) return ts_fail(err, errlen, "--surge: at most %d", TRACE_MAX_SHAPES);
         g->surge[g->n_surge].start = v[0], g->surge[g->n_surge].len = v[1], g->surge[g->n_surge].factor = v[2];
         g->n_surge++;
     } else if (strcmp(key, "wave") == 0) {
         if (numbers(value, v, 5, &bad) != 5 || bad || v[0] < 0 || v[1] <= 0 || v[2] <= 0 || v[3] <= 0 || v[4] <= 0 ||
             v[3] > 1000 || v[4] > 1000)
-            return fail(err, errlen, "--wave: '%.80s' is not START:LEN:PERIOD:HIGH:LOW (factors in (0, 1000])", value);
-        if (g->n_wave == TRACE_MAX_SHAPES) return fail(err, errlen, "--wave: at most %d", TRACE_MAX_SHAPES);
+            return ts_fail(err, errlen, "--wave: '%.80s' is not START:LEN:PERIOD:HIGH:LOW (factors in (0, 1000])", value);
+        if (g->n_wave == TRACE_MAX_SHAPES) return ts_fail(err, errlen, "--wave: at most %d", TRACE_MAX_SHAPES);
         g->wave[g->n_wave].start = v[0], g->wave[g->n_wave].len = v[1], g->wave[g->n_wave].period = v[2];
         g->wave[g->n_wave].high = v[3], g->wave[g->n_wave].low = v[4];
         g->n_wave++;
@@ -376,19 +368,19 @@ int trace_gen_option(trace_gen *g, const char *key, const char *value, char *err
         return gen_mix(g, value, err, errlen);
     } else if (strcmp(key, "sensitive") == 0) {
         if (parse_double(value, &v[0]) != 0 || v[0] < 0 || v[0] > 1)
-            return fail(err, errlen, "--sensitive: '%.40s' is not a share in [0, 1]", value);
+            return ts_fail(err, errlen, "--sensitive: '%.40s' is not a share in [0, 1]", value);
         g->sensitive = v[0];
     } else if (strcmp(key, "tenants") == 0) {
         return gen_tenants(g, value, err, errlen);
     } else if (strcmp(key, "model") == 0) {
-        if (!name_ok(value)) return fail(err, errlen, "--model: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", value);
+        if (!name_ok(value)) return ts_fail(err, errlen, "--model: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", value);
         snprintf(g->model, sizeof g->model, "%s", value);
     } else if (strcmp(key, "size-max") == 0) {
         if (parse_u64(value, &u) != 0 || u < 1 || u > TRACE_MAX_SIZE)
-            return fail(err, errlen, "--size-max: '%.40s' is not 1..%u", value, TRACE_MAX_SIZE);
+            return ts_fail(err, errlen, "--size-max: '%.40s' is not 1..%u", value, TRACE_MAX_SIZE);
         g->size_max = (unsigned)u;
     } else if (strcmp(key, "seed") == 0) {
-        if (parse_u64(value, &u) != 0) return fail(err, errlen, "--seed: '%.40s' is not an unsigned integer", value);
+        if (parse_u64(value, &u) != 0) return ts_fail(err, errlen, "--seed: '%.40s' is not an unsigned integer", value);
         g->seed = u;
     } else if (strcmp(key, "kill") == 0 || strcmp(key, "revive") == 0) {
         return gen_event(g, key[0] == 'k', value, err, errlen);
@@ -454,7 +446,7 @@ int trace_generate(const trace_gen *g, trace *t, char *err, size_t errlen)
         if (g->size_max > 1) a.size = 1 + (uint32_t)(route_rng_uniform(&rng) * g->size_max);
         if (add_arrival(t, &a) != 0) {
             trace_free(t);
-            return fail(err, errlen, "the generated trace would exceed %d requests: lower --rate or --duration",
+            return ts_fail(err, errlen, "the generated trace would exceed %d requests: lower --rate or --duration",
                         TRACE_MAX_REQUESTS);
         }
     }
