@@ -28,7 +28,7 @@ static size_t idx(const cost_book *b, size_t pool, size_t tenant, int prio)
 
 static size_t slice(const cost_book *b) { return b->pools * b->tenants * PRIO_COUNT; }
 
-cost_book *cost_create(const router_config *c)
+cost_book *cost_create(const router_config *c, double now)
 {
     cost_book *b = calloc(1, sizeof *b);
     if (!b) return NULL;
@@ -39,7 +39,7 @@ cost_book *cost_create(const router_config *c)
     b->pending = calloc(slice(b), sizeof *b->pending);
     b->ring = calloc(slice(b) * COST_BUCKETS, sizeof *b->ring);
     b->bucket_id = calloc(COST_BUCKETS, sizeof *b->bucket_id);
-    b->last_tick = -1;
+    b->last_tick = now;
     if (!b->total || !b->pending || !b->ring || !b->bucket_id) {
         cost_destroy(b);
         return NULL;

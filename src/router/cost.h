@@ -19,7 +19,9 @@
 
 typedef struct cost_book cost_book;
 
-cost_book *cost_create(const router_config *c);
+/* The book's clock starts at now: the first tick accrues fixed-price pools' cost since then
+ * and shares it among the requests served meanwhile. */
+cost_book *cost_create(const router_config *c, double now);
 void cost_destroy(cost_book *b);
 /* tenant: index into the config's tenants, or tenants_count for "unknown". */
 size_t cost_tenant_index(const router_config *c, const char *name);

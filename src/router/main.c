@@ -70,14 +70,16 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     rt_dns_refresh(r, now);
     rt_reap(r);
     rt_probe_all(r);
+    /* cost accrues from the start, before the policy is armed: backends cost money as soon
+     * as they exist, and requests served meanwhile share it */
+    size_t backends[RT_MAX_POOLS];
+    for (size_t i = 0; i < r->n_pools; i++) backends[i] = r->pools[i].n;
+    cost_tick(r->cost, backends, now);
     if (!policy_armed(r, now)) return;
     /* each GPU pool has its own policy over its own signals; the answers to the probes just
      * sent are not in yet: a health change in them runs the pool's policy when it lands
      * (backend.c set_health), so a dead backend is acted on within one interval, not two */
     for (size_t i = 0; i < r->n_pools; i++) rt_pool_policy(r, &r->pools[i], now);
-    size_t backends[RT_MAX_POOLS];
-    for (size_t i = 0; i < r->n_pools; i++) backends[i] = r->pools[i].n;
-    cost_tick(r->cost, backends, now);
 }
 
 /* ---- shutdown: SIGTERM and SIGINT drain (docs/router.md "Shutdown") ------------------- */
@@ -207,7 +209,7 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     r.drain_timeout_s = r.cfg->drain_timeout_s;
-    r.cost = cost_create(r.cfg);
+    r.cost = cost_create(r.cfg, ts_now());
     /* the policy's draws and the auth table's hash basis: unpredictable per process */
     uint64_t seeds[2];
     if (getrandom(seeds, sizeof seeds, GRND_NONBLOCK) != (ssize_t)sizeof seeds)

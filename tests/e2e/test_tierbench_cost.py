@@ -271,3 +271,12 @@ def test_weekly_refuses_a_bad_history_naming_the_line(tmp_path, bad, needle):
     hist.write_text(bad)
     rc, so, se = tierbench("cost", "--weekly", hist)
     assert rc == 64 and needle in se, se
+
+
+def test_fixed_pool_cost_is_shared_by_the_tenants_it_served(stack):
+    """The fixed pool's cost goes to the requests it served in each tick, so the tenant
+    that used it pays a share; the router's book starts at start-up, so nothing served
+    before its first tick goes free."""
+    tenants = {t["name"]: t for t in get(stack["router"].port, "/admin/cost?window=300", AUTH)["tenants"]}
+    assert stack["sent"]["cpu"] > 0
+    assert tenants["clinic"]["cost_usd"] > 0, tenants
