@@ -54,6 +54,7 @@ print(f"[demo]   :{sys.argv[1]} tier={st['tier']} degraded={st['degraded']} acti
 PY
 done
 cat >&2 <<TXT
+[demo] the dashboard (every pool and worker, live): http://127.0.0.1:9000/dashboard
 [demo] the router's view (pools, backends, stage):  curl -s localhost:9000/admin/status
 [demo] an inference through the router:
 [demo]   curl -s -XPOST localhost:9000/v2/models/demo/infer -H 'X-Priority: urgent' \\
