@@ -118,19 +118,21 @@ static int access_item(json_t *o, double bytes_per_row, trace *t, cvt_item *it, 
     return 0;
 }
 
-/* One line into buf: 1 read, 0 at the end, -1 too long (the rest of it is consumed). */
+/* One line into buf: 1 read, 0 at the end, -1 too long, -2 a NUL in it (either way the
+ * rest of the line is consumed, so the next one starts clean). */
 static int read_line(FILE *f, char *buf, size_t cap)
 {
     size_t n = 0;
     int c = EOF;
-    bool over = false;
+    bool over = false, nul = false;
     while ((c = getc(f)) != EOF && c != '\n') {
+        if (c == '\0') nul = true;
         if (n + 1 >= cap) over = true;
         else buf[n++] = (char)c;
     }
     if (c == EOF && n == 0 && !over) return 0;
     buf[n] = '\0';
-    return over ? -1 : 1;
+    return over ? -1 : nul ? -2 : 1;
 }
 
 static int cmp_item(const void *a, const void *b)
@@ -159,7 +161,7 @@ int tracecvt_convert(FILE *in, const char *name, double bytes_per_row, trace *ou
     while ((got = read_line(in, line, CVT_LINE_MAX)) != 0) {
         counts->lines++;
         if (got < 0) {
-            note_bad(bad_out, counts, name, "line longer than 16384 bytes");
+            note_bad(bad_out, counts, name, got == -1 ? "line longer than 16384 bytes" : "a NUL byte in the line");
             continue;
         }
         if (line[0] == '\0') continue;
