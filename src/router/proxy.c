@@ -32,10 +32,37 @@ static size_t model_slot(router *r, const char *name)
     return r->n_models++;
 }
 
-static void count(proxy_req *pr, int outcome)
+static const char *const k_access_prio[PRIO_COUNT] = {"urgent", "normal", "batch"};
+static const char *const k_access_out[OUT_N] = {"success", "client_error", "shed", "no_backend", "backend_error",
+                                                "timeout"};
+
+/* The access line (access_log: true): one per inference request, written where its outcome
+ * is counted so that it cannot be missed or doubled. `tierbench trace` rebuilds arrivals
+ * from it (ts minus duration_ms), so the fields it reads are part of its contract. Every
+ * value is a string the log module escapes: a hostile model name cannot break the line.
+ * status: what the client was answered; 0 when it got no complete reply (it left while
+ * waiting, or a streamed reply broke off). */
+static void access_line(const proxy_req *pr, int outcome, int status)
+{
+    char dur[32], bytes[24], code[8];
+    snprintf(dur, sizeof dur, "%.3f", (ts_now() - pr->t0) * 1e3);
+    snprintf(bytes, sizeof bytes, "%zu", pr->body_len);
+    snprintf(code, sizeof code, "%d", status);
+    LOG_INFO_(LOGF({"request_id", pr->request_id}, {"priority", k_access_prio[pr->prio]},
+                   {"data_class", pr->sensitive ? "sensitive" : "public"}, {"tenant", pr->tenant},
+                   {"pool", pr->pool ? pr->pool->cfg->name : "none"},
+                   {"backend", pr->backend ? pr->backend->addr : "none"}, {"status", code},
+                   {"outcome", k_access_out[outcome]}, {"duration_ms", dur}, {"request_bytes", bytes},
+                   {"retried", pr->retried ? "1" : "0"}, {"model", pr->logical}),
+              "access");
+}
+
+/* status: the HTTP status the client was answered (0: none), for the access line. */
+static void count(proxy_req *pr, int outcome, int status)
 {
     router *r = pr->r;
     if (!pr->is_infer) return;
+    if (r->cfg->access_log) access_line(pr, outcome, status);
     size_t pi = pr->pool ? rt_pool_index(pr->pool) : RT_POOL_NONE; /* "none": refused before routing */
     r->requests[pi][pr->prio][outcome]++;
     /* only requests that reached a pool get a model label: unknown names cannot grow it */
@@ -96,7 +123,7 @@ static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)
     struct evhttp_request *client = detach_client(pr);
     if (client) rt_drain_mark(pr->r, client);
     if (client) http_reply_error(client, code, msg);
-    count(pr, outcome);
+    count(pr, outcome, client ? code : 0);
     proxy_free(pr);
 }
 
@@ -112,7 +139,7 @@ static void on_client_close(struct evhttp_connection *c, void *arg)
     stream_resume(pr);  /* ... and read to its end, not left paused */
     if (pr->qtimer) { /* still waiting for admission: nothing was sent anywhere */
         queue_remove(pr->r, pr);
-        count(pr, OUT_SHED);
+        count(pr, OUT_SHED, 0);
         proxy_free(pr);
     }
 }
@@ -241,7 +268,7 @@ static void on_backend_reply(struct evhttp_request *resp, void *arg)
         if (client && code != 0) evhttp_send_reply_end(client);
         else if (client) /* a broken stream must not look complete: drop the client's connection */
             evhttp_connection_free(evhttp_request_get_connection(client));
-        count(pr, code == 0 ? OUT_BACKEND_ERR : code < 400 ? OUT_OK : OUT_CLIENT_ERR);
+        count(pr, code == 0 ? OUT_BACKEND_ERR : code < 400 ? OUT_OK : OUT_CLIENT_ERR, client ? code : 0);
         if (code) account(pr, resp, code);
         proxy_free(pr);
         return;
@@ -274,14 +301,14 @@ static void on_backend_reply(struct evhttp_request *resp, void *arg)
     rt_pool_record_latency(pr->pool, now, now - pr->t0);
     b->requests++;
     if (!pr->client) {
-        count(pr, OUT_OK);
+        count(pr, OUT_OK, 0);
         account(pr, resp, code);
         proxy_free(pr);
         return;
     }
     copy_reply_headers(pr, resp, false);
     evhttp_send_reply(detach_client(pr), code, NULL, evhttp_request_get_input_buffer(resp));
-    count(pr, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERR : OUT_BACKEND_ERR);
+    count(pr, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERR : OUT_BACKEND_ERR, code);
     account(pr, resp, code);
     proxy_free(pr);
 }
@@ -539,7 +566,7 @@ static void admission_drain(router *r)
             proxy_req *pr = r->admq[q];
             if (!pr->client) { /* left while queued */
                 queue_remove(r, pr);
-                count(pr, OUT_SHED);
+                count(pr, OUT_SHED, 0);
                 proxy_free(pr);
                 continue;
             }

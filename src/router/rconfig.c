@@ -82,6 +82,8 @@ static const rc_key k_keys[] = {
      .help = "how often backends given by name are re-resolved (one backend per address)"},
     {T_("dns_nameserver", dns_nameserver), STR_(RK_STR, NULL, 3, 63),
      .help = "ip[:port] of the DNS server to ask (unset: /etc/resolv.conf's)"},
+    {T_("access_log", access_log), .env = "TIERROUTER_ACCESS_LOG", .type = RK_BOOL, .def = "false",
+     .help = "one \"access\" log line per inference request at its end (`tierbench trace` reads them)"},
     {T_("max_body_bytes", max_body_bytes), UINT_("67108864", 1024, 4294967295.0),
      .help = "largest request body, also once inflated (413 above it)"},
     {T_("priority_header", priority_header), STR_(RK_HEADER, "X-Priority", 1, 63),
@@ -281,6 +283,7 @@ static const cyaml_schema_field_t k_top_fields[] = {
     CYAML_FIELD_UINT("dns_refresh_s", CYAML_FLAG_OPTIONAL, router_config, dns_refresh_s),
     TOP_STR("dns_nameserver", dns_nameserver),
     CYAML_FIELD_IGNORE("request_timeout_ms", CYAML_FLAG_OPTIONAL), /* retired: see k_retired */
+    CYAML_FIELD_BOOL("access_log", CYAML_FLAG_OPTIONAL, router_config, access_log),
     CYAML_FIELD_UINT("max_body_bytes", CYAML_FLAG_OPTIONAL, router_config, max_body_bytes),
     TOP_STR("priority_header", priority_header),
     TOP_STR("data_class_header", data_class_header),

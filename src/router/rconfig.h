@@ -99,6 +99,7 @@ typedef struct {
     unsigned dns_refresh_s;    /* how often backend names are re-resolved */
     unsigned drain_timeout_s;  /* on SIGTERM, how long requests in flight may take */
     char *dns_nameserver;      /* "ip[:port]" to ask instead of /etc/resolv.conf's */
+    bool access_log;           /* one "access" line per inference request at its end */
     unsigned max_body_bytes;
     char *priority_header, *data_class_header, *request_id_header;
     char *tenant_header, *api_key_header, *deadline_header;

@@ -22,7 +22,7 @@ from test_router import ROUTER_BIN, Router, pools_config
 
 SAMPLE = ROOT / "config" / "router.sample.yaml"
 ENV_VARS = ["TIERROUTER_LOG_LEVEL", "TIERROUTER_ADDRESS", "TIERROUTER_PORT", "TIERROUTER_ADMIN_TOKEN",
-            "TIERROUTER_METRICS_TOKEN", "TIERROUTER_WORKER_TOKEN", "TIERROUTER_DRAIN_TIMEOUT_S"]
+            "TIERROUTER_METRICS_TOKEN", "TIERROUTER_WORKER_TOKEN", "TIERROUTER_DRAIN_TIMEOUT_S", "TIERROUTER_ACCESS_LOG"]
 # backends where nothing listens: a config test never needs a live one
 ONE_POOL = "pools:\n  - name: g\n    kind: gpu\n    backends: [\"127.0.0.1:1\"]\n"
 

@@ -16,6 +16,7 @@
 #include "simcfg.h"
 #include "simsweep.h"
 #include "trace.h"
+#include "tracecvt.h"
 
 #define EXIT_USAGE 64
 #define MAX_EVENTS_SHOWN 40
@@ -29,6 +30,7 @@ static void usage(FILE *out)
                  "       tierbench drill gpu-outage|rolling --url http://ROUTER ...   (tierbench drill --help)\n"
                  "       tierbench sim [--trace FILE | --rate R --duration S ...] [model options] [outputs]\n"
                  "       tierbench gen [generator options] [--out FILE]\n"
+                 "       tierbench trace --access-log ROUTER.log [--out FILE]   (tierbench trace --help)\n"
                  "       tierbench --help\n\n"
                  "arrivals (sim replays --trace, or generates them like gen):\n"
                  "  --trace FILE           t_s,priority,tenant,data_class,model,size lines (docs/operate/tuning.md)\n"
@@ -267,13 +269,14 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "parity")) return parity_main(argc, argv);
     if (!strcmp(argv[1], "cost")) return cost_main(argc, argv);
     if (!strcmp(argv[1], "drill")) return drill_main(argc, argv);
+    if (!strcmp(argv[1], "trace")) return tracecvt_main(argc, argv);
     static cmd c;
     simcfg_init(&c.cfg);
     trace_gen_defaults(&c.gen);
     c.max_events = MAX_EVENTS_SHOWN;
     if (!strcmp(argv[1], "sim")) c.is_sim = true;
     else if (strcmp(argv[1], "gen") != 0) {
-        fprintf(stderr, "tierbench: unknown command '%.100s' (load, parity, cost, drill, sim or gen; see tierbench --help)\n", argv[1]);
+        fprintf(stderr, "tierbench: unknown command '%.100s' (load, parity, cost, drill, sim, gen or trace; see tierbench --help)\n", argv[1]);
         return EXIT_USAGE;
     }
     char err[1200];
