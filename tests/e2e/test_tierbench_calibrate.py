@@ -101,15 +101,17 @@ def test_demo_worker(tmp_path):
 
 
 def test_slow_worker(tmp_path, test_repo):
-    # one runner: the worker serves one request at a time, so the throughput cannot double
-    # from concurrency 1 to 2 (only the HTTP between requests overlaps); the knee is at 1
-    # unless the shared machine's load changed between the levels, hence at most 2
+    # Concurrency 1 only: the worker's histogram is read before and after the run, so the run
+    # must be one level for the two means to cover the same requests (a shared machine's load
+    # can change between levels). The slots are held on a fake backend below, whose service is
+    # sleep, not CPU: on two shared cores a CPU-bound worker's throughput at each level says
+    # as much about the other tenants as about the worker.
     (w,) = slow_workers(tmp_path, test_repo, 1)
-    conf, pool, worker_ms, out = calibrate_real(tmp_path, w, "slow", "--rows", "64", "--concurrency", "1,2,4",
+    conf, pool, worker_ms, out = calibrate_real(tmp_path, w, "slow", "--rows", "64", "--concurrency", "1",
                                                 "--duration", "1", "--kind", "gpu", "--pool-name", "g",
                                                 "--backends", "2")
     assert pool["kind"] == "gpu" and pool["name"] == "g" and pool["backends"] == "2", pool
-    assert pool["slots"] in ("1", "2"), out
+    assert pool["slots"] == "1", out
     assert "64 rows a request" in out, out
     check_real(conf, pool, worker_ms)
 
