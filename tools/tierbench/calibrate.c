@@ -478,8 +478,11 @@ static void fit(const double *s, size_t n, cal_fit *f)
     /* the sim solves sigma from ln(p95/mean), real only in (0, z95^2/2] */
     double hi = exp(Z95 * Z95 / 2) * (1 - 1e-9);
     if (f->p95 < f->mean * 1.01) {
+        f->clamp = f->p95 < f->mean
+                       ? "the p95 was below the mean (a few slow outliers carry the mean): raised to 1.01 x the mean, as "
+                         "the sim's lognormal needs p95 > mean"
+                       : "the p95 was within 1 % of the mean: raised to 1.01 x it, as the sim's lognormal needs p95 > mean";
         f->p95 = f->mean * 1.01;
-        f->clamp = "the p95 was within 1 % of the mean: raised to 1.01 x it, as the sim's lognormal needs p95 > mean";
     } else if (f->p95 > f->mean * hi) {
         f->p95 = f->mean * hi;
         f->clamp = "the p95 was over 3.87 x the mean, the most a lognormal with that mean can have: clamped";
