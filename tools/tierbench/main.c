@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calibrate.h"
 #include "cost.h"
 #include "drill.h"
 #include "load.h"
@@ -28,6 +29,7 @@ static void usage(FILE *out)
                  "       tierbench cost --router URL [--window S] [--markdown FILE] [--csv FILE] [--append FILE]   (--help)\n"
                  "       tierbench cost --weekly HISTORY.csv [--markdown FILE] [--csv FILE]\n"
                  "       tierbench drill gpu-outage|rolling --url http://ROUTER ...   (tierbench drill --help)\n"
+                 "       tierbench calibrate --url http://WORKER:PORT --model M [--out pool.conf]   (--help)\n"
                  "       tierbench sim [--trace FILE | --rate R --duration S ...] [model options] [outputs]\n"
                  "       tierbench gen [generator options] [--out FILE]\n"
                  "       tierbench trace --access-log ROUTER.log [--out FILE]   (tierbench trace --help)\n"
@@ -270,13 +272,14 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "cost")) return cost_main(argc, argv);
     if (!strcmp(argv[1], "drill")) return drill_main(argc, argv);
     if (!strcmp(argv[1], "trace")) return tracecvt_main(argc, argv);
+    if (!strcmp(argv[1], "calibrate")) return calibrate_main(argc, argv);
     static cmd c;
     simcfg_init(&c.cfg);
     trace_gen_defaults(&c.gen);
     c.max_events = MAX_EVENTS_SHOWN;
     if (!strcmp(argv[1], "sim")) c.is_sim = true;
     else if (strcmp(argv[1], "gen") != 0) {
-        fprintf(stderr, "tierbench: unknown command '%.100s' (load, parity, cost, drill, sim, gen or trace; see tierbench --help)\n", argv[1]);
+        fprintf(stderr, "tierbench: unknown command '%.100s' (load, parity, cost, drill, calibrate, trace, sim or gen; see tierbench --help)\n", argv[1]);
         return EXIT_USAGE;
     }
     char err[1200];
