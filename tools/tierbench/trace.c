@@ -13,7 +13,7 @@ static const char *const k_prio[PRIO_COUNT] = {"urgent", "normal", "batch"};
 
 const char *trace_prio_name(priority_class p) { return k_prio[p]; }
 
-static bool name_ok(const char *s)
+bool trace_name_ok(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n >= TRACE_NAME_LEN) return false;
@@ -26,8 +26,7 @@ static bool name_ok(const char *s)
     return true;
 }
 
-/* Index of name in a table, added if new; -1 when the table is full. */
-static int intern(char tab[][TRACE_NAME_LEN], size_t *n, const char *name)
+int trace_intern(char tab[][TRACE_NAME_LEN], size_t *n, const char *name)
 {
     for (size_t i = 0; i < *n; i++)
         if (strcmp(tab[i], name) == 0) return (int)i;
@@ -110,7 +109,7 @@ static int parse_event(trace_event *ev, double at, char **f, size_t nf, char *er
     if (strcmp(f[2], "kill") == 0) ev->kill = true;
     else if (strcmp(f[2], "revive") == 0) ev->kill = false;
     else return ts_fail(err, errlen, "event: '%.40s' is not kill or revive", f[2]);
-    if (!name_ok(f[3])) return ts_fail(err, errlen, "event: pool '%.40s' is not a name", f[3]);
+    if (!trace_name_ok(f[3])) return ts_fail(err, errlen, "event: pool '%.40s' is not a name", f[3]);
     snprintf(ev->pool, sizeof ev->pool, "%s", f[3]);
     uint64_t idx;
     if (strcmp(f[4], "all") == 0) ev->backend = -1;
@@ -139,16 +138,16 @@ static int parse_line(trace *t, char *line, double *last, char *err, size_t errl
     priority_class p;
     if (parse_prio(f[1], &p) != 0) return ts_fail(err, errlen, "priority: '%.40s' is not urgent, normal or batch", f[1]);
     a.prio = (uint8_t)p;
-    if (!name_ok(f[2])) return ts_fail(err, errlen, "tenant: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", f[2]);
+    if (!trace_name_ok(f[2])) return ts_fail(err, errlen, "tenant: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", f[2]);
     if (strcmp(f[3], "sensitive") == 0) a.sensitive = true;
     else if (strcmp(f[3], "public") != 0) return ts_fail(err, errlen, "data_class: '%.40s' is not public or sensitive", f[3]);
-    if (!name_ok(f[4])) return ts_fail(err, errlen, "model: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", f[4]);
+    if (!trace_name_ok(f[4])) return ts_fail(err, errlen, "model: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", f[4]);
     uint64_t size;
     if (parse_u64(f[5], &size) != 0 || size < 1 || size > TRACE_MAX_SIZE)
         return ts_fail(err, errlen, "size: '%.40s' is not 1..%u", f[5], TRACE_MAX_SIZE);
     a.size = (uint32_t)size;
-    int ti = intern(t->tenants, &t->n_tenants, f[2]);
-    int mi = intern(t->models, &t->n_models, f[4]);
+    int ti = trace_intern(t->tenants, &t->n_tenants, f[2]);
+    int mi = trace_intern(t->models, &t->n_models, f[4]);
     if (ti < 0) return ts_fail(err, errlen, "tenant: more than %d distinct tenants", TRACE_MAX_NAMES);
     if (mi < 0) return ts_fail(err, errlen, "model: more than %d distinct models", TRACE_MAX_NAMES);
     a.tenant = (uint8_t)ti;
@@ -278,7 +277,7 @@ static int gen_event(trace_gen *g, bool kill, const char *value, char *err, size
     char *ts = strtok_r(buf, ":", &save), *pool = strtok_r(NULL, ":", &save), *idx = strtok_r(NULL, ":", &save);
     const char *opt = kill ? "--kill" : "--revive";
     double at;
-    if (!ts || !pool || strtok_r(NULL, ":", &save) || parse_double(ts, &at) != 0 || at < 0 || !name_ok(pool))
+    if (!ts || !pool || strtok_r(NULL, ":", &save) || parse_double(ts, &at) != 0 || at < 0 || !trace_name_ok(pool))
         return ts_fail(err, errlen, "%s: '%.80s' is not T:POOL[:INDEX]", opt, value);
     if (g->n_ev == TRACE_MAX_EVENTS) return ts_fail(err, errlen, "%s: more than %d events", opt, TRACE_MAX_EVENTS);
     trace_event *ev = &g->ev[g->n_ev];
@@ -324,7 +323,7 @@ static int gen_tenants(trace_gen *g, const char *value, char *err, size_t errlen
     char *save = NULL;
     for (char *s = strtok_r(buf, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
         if (n == 8) return ts_fail(err, errlen, "--tenants: at most 8");
-        if (!name_ok(s)) return ts_fail(err, errlen, "--tenants: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", s);
+        if (!trace_name_ok(s)) return ts_fail(err, errlen, "--tenants: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", s);
         snprintf(g->tenants[n++], TRACE_NAME_LEN, "%s", s);
     }
     if (n == 0) return ts_fail(err, errlen, "--tenants: none given");
@@ -373,7 +372,7 @@ int trace_gen_option(trace_gen *g, const char *key, const char *value, char *err
     } else if (strcmp(key, "tenants") == 0) {
         return gen_tenants(g, value, err, errlen);
     } else if (strcmp(key, "model") == 0) {
-        if (!name_ok(value)) return ts_fail(err, errlen, "--model: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", value);
+        if (!trace_name_ok(value)) return ts_fail(err, errlen, "--model: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", value);
         snprintf(g->model, sizeof g->model, "%s", value);
     } else if (strcmp(key, "size-max") == 0) {
         if (parse_u64(value, &u) != 0 || u < 1 || u > TRACE_MAX_SIZE)
@@ -421,8 +420,8 @@ int trace_generate(const trace_gen *g, trace *t, char *err, size_t errlen)
     memset(t, 0, sizeof *t);
     route_rng rng;
     route_rng_seed(&rng, g->seed);
-    for (size_t i = 0; i < g->n_tenants; i++) intern(t->tenants, &t->n_tenants, g->tenants[i]);
-    intern(t->models, &t->n_models, g->model);
+    for (size_t i = 0; i < g->n_tenants; i++) trace_intern(t->tenants, &t->n_tenants, g->tenants[i]);
+    trace_intern(t->models, &t->n_models, g->model);
     double msum = g->mix[0] + g->mix[1] + g->mix[2];
     double at = 0, seg = 0; /* fixed spacing: k-th arrival of a segment at seg + k / rate, no drift */
     uint64_t k = 0;

@@ -101,4 +101,9 @@ double trace_span(const trace *t);
 
 const char *trace_prio_name(priority_class p);
 
+/* A tenant, model or pool name a trace may hold: 1..63 of [A-Za-z0-9_.:-]. */
+bool trace_name_ok(const char *s);
+/* Index of name in a table of *n names, added if new; -1 when the table is full. */
+int trace_intern(char tab[][TRACE_NAME_LEN], size_t *n, const char *name);
+
 #endif

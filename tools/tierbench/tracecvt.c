@@ -22,29 +22,6 @@ typedef struct {
     trace_arrival a;
 } cvt_item;
 
-/* The same names trace_load accepts: what is written here must load back. */
-static bool name_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n >= TRACE_NAME_LEN) return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                  c == '.' || c == ':' || c == '-';
-        if (!ok) return false;
-    }
-    return true;
-}
-
-static int intern(char tab[][TRACE_NAME_LEN], size_t *n, const char *name)
-{
-    for (size_t i = 0; i < *n; i++)
-        if (strcmp(tab[i], name) == 0) return (int)i;
-    if (*n == TRACE_MAX_NAMES) return -1;
-    snprintf(tab[*n], TRACE_NAME_LEN, "%s", name);
-    return (int)(*n)++;
-}
-
 /* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil): no
  * timegm, no TZ. */
 static long days_from_civil(long y, long m, long d)
@@ -100,14 +77,14 @@ static int access_item(json_t *o, double bytes_per_row, trace *t, cvt_item *it, 
     bool sensitive = dc && strcmp(dc, "sensitive") == 0;
     if (!dc || (!sensitive && strcmp(dc, "public") != 0))
         return ts_fail(why, len, "data_class is missing or not sensitive or public");
-    if (!tenant || !name_ok(tenant)) return ts_fail(why, len, "tenant is missing or not 1..63 of [A-Za-z0-9_.:-]");
-    if (!model || !name_ok(model)) return ts_fail(why, len, "model is missing or not 1..63 of [A-Za-z0-9_.:-]");
+    if (!tenant || !trace_name_ok(tenant)) return ts_fail(why, len, "tenant is missing or not 1..63 of [A-Za-z0-9_.:-]");
+    if (!model || !trace_name_ok(model)) return ts_fail(why, len, "model is missing or not 1..63 of [A-Za-z0-9_.:-]");
     errno = 0;
     e = NULL;
     unsigned long long nb = bytes && bytes[0] >= '0' && bytes[0] <= '9' ? strtoull(bytes, &e, 10) : 0;
     if (!e || *e || errno) return ts_fail(why, len, "request_bytes is missing or not an unsigned integer");
-    int ti = intern(t->tenants, &t->n_tenants, tenant);
-    int mi = intern(t->models, &t->n_models, model);
+    int ti = trace_intern(t->tenants, &t->n_tenants, tenant);
+    int mi = trace_intern(t->models, &t->n_models, model);
     if (ti < 0 || mi < 0) return ts_fail(why, len, "more than %d distinct tenants or models", TRACE_MAX_NAMES);
     double size = bytes_per_row > 0 ? ceil((double)nb / bytes_per_row) : 1;
     if (size < 1) size = 1;
