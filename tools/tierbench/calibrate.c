@@ -1,4 +1,5 @@
 #include "calibrate.h"
+#include "opts.h"
 
 #include <errno.h>
 #include <math.h>
@@ -165,29 +166,10 @@ static int option(cal_opts *o, const char *key, const char *v, char *err, size_t
 static int parse(cal_opts *o, int argc, char **argv, char *err, size_t errlen)
 {
     for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        char key[64];
-        if (strncmp(a, "--", 2) != 0) {
-            snprintf(err, errlen, "unexpected argument '%.100s' (see tierbench calibrate --help)", a);
-            return -1;
-        }
-        const char *eq = strchr(a, '=');
-        size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        if (n == 0 || n >= sizeof key) {
-            snprintf(err, errlen, "unknown option '%.100s' (see tierbench calibrate --help)", a);
-            return -1;
-        }
-        memcpy(key, a + 2, n);
-        key[n] = '\0';
-        if (!strcmp(key, "help")) return 1;
-        const char *v = eq ? eq + 1 : NULL;
-        if (!v) {
-            if (i + 1 >= argc) {
-                snprintf(err, errlen, "--%s needs a value", key);
-                return -1;
-            }
-            v = argv[++i];
-        }
+        char key[TB_OPT_KEY];
+        const char *v;
+        int rc = tb_opt(argc, argv, &i, NULL, "calibrate", key, &v, err, errlen);
+        if (rc) return rc;
         if (option(o, key, v, err, errlen) != 0) return -1;
     }
     if (!o->url || !o->model) {

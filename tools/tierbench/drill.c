@@ -1,4 +1,5 @@
 #include "drill.h"
+#include "opts.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -640,29 +641,11 @@ static int parse(drill *d, int argc, char **argv, char **fwd, int *n_fwd, char *
     fwd[(*n_fwd)++] = argv[1];
     for (int i = 3; i < argc; i++) {
         char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0) {
-            snprintf(err, errlen, "unexpected argument '%.100s' (options start with --)", a);
-            return -1;
-        }
-        char key[64];
-        const char *eq = strchr(a, '='), *v = NULL;
-        size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        if (n == 0 || n >= sizeof key) {
-            snprintf(err, errlen, "unknown option '%.100s' (see tierbench drill --help)", a);
-            return -1;
-        }
-        memcpy(key, a + 2, n);
-        key[n] = '\0';
-        if (!strcmp(key, "help")) return 1;
-        bool flag = load_flag(key);
-        if (eq) v = eq + 1;
-        else if (!flag) {
-            if (i + 1 >= argc) {
-                snprintf(err, errlen, "--%s needs a value", key);
-                return -1;
-            }
-            v = argv[++i];
-        }
+        char key[TB_OPT_KEY];
+        const char *v;
+        int rc = tb_opt(argc, argv, &i, load_flag, "drill", key, &v, err, errlen);
+        if (rc) return rc;
+        bool separate = v && !strchr(a, '='); /* its value was the next argument */
         int r = option(d, key, v, err, errlen);
         if (r < 0) return -1;
         if (r == 0) continue;
@@ -680,7 +663,7 @@ static int parse(drill *d, int argc, char **argv, char **fwd, int *n_fwd, char *
             snprintf(d->model, sizeof d->model, "%s", v);
         }
         fwd[(*n_fwd)++] = a;
-        if (!eq && !flag) fwd[(*n_fwd)++] = argv[i];
+        if (separate) fwd[(*n_fwd)++] = argv[i];
     }
     fwd[(*n_fwd)++] = "--quiet";
     if (!d->url) {

@@ -1,4 +1,5 @@
 #include "load.h"
+#include "opts.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -220,29 +221,10 @@ static bool is_flag(const char *k) { return !strcmp(k, "fixed") || !strcmp(k, "p
 static int parse(opts *o, int argc, char **argv, char *err, size_t errlen)
 {
     for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0) {
-            snprintf(err, errlen, "unexpected argument '%.100s' (options start with --)", a);
-            return -1;
-        }
-        char key[64];
-        const char *eq = strchr(a, '='), *v = NULL;
-        size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        if (n == 0 || n >= sizeof key) {
-            snprintf(err, errlen, "unknown option '%.100s' (see tierbench load --help)", a);
-            return -1;
-        }
-        memcpy(key, a + 2, n);
-        key[n] = '\0';
-        if (!strcmp(key, "help")) return 1;
-        if (eq) v = eq + 1;
-        else if (!is_flag(key)) {
-            if (i + 1 >= argc) {
-                snprintf(err, errlen, "--%s needs a value", key);
-                return -1;
-            }
-            v = argv[++i];
-        }
+        char key[TB_OPT_KEY];
+        const char *v;
+        int rc = tb_opt(argc, argv, &i, is_flag, "load", key, &v, err, errlen);
+        if (rc) return rc;
         if (option(o, key, v, err, errlen) != 0) return -1;
     }
     if (!o->url) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "calibrate.h"
+#include "opts.h"
 #include "cost.h"
 #include "drill.h"
 #include "load.h"
@@ -125,30 +126,10 @@ static bool is_flag(const char *key)
 static int parse(cmd *c, int argc, char **argv, char *err, size_t errlen)
 {
     for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0) {
-            snprintf(err, errlen, "unexpected argument '%.100s' (options start with --; see tierbench --help)", a);
-            return -1;
-        }
-        char key[64];
-        const char *value = NULL;
-        const char *eq = strchr(a, '=');
-        size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        if (n == 0 || n >= sizeof key) {
-            snprintf(err, errlen, "unknown option '%.100s' (see tierbench --help)", a);
-            return -1;
-        }
-        memcpy(key, a + 2, n);
-        key[n] = '\0';
-        if (!strcmp(key, "help")) return 1;
-        if (eq) value = eq + 1;
-        else if (!is_flag(key)) {
-            if (i + 1 >= argc) {
-                snprintf(err, errlen, "--%s needs a value", key);
-                return -1;
-            }
-            value = argv[++i];
-        }
+        char key[TB_OPT_KEY];
+        const char *value;
+        int rc = tb_opt(argc, argv, &i, is_flag, "", key, &value, err, errlen);
+        if (rc) return rc;
         int r;
         if (c->is_sim && !strcmp(key, "config")) r = simcfg_file(value, apply, c, err, errlen);
         else r = apply(c, key, value, err, errlen);

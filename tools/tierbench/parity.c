@@ -1,4 +1,5 @@
 #include "parity.h"
+#include "opts.h"
 #include "err.h"
 
 #include <errno.h>
@@ -193,23 +194,15 @@ static int option(opts *o, const char *key, const char *v, char *err, size_t err
     return ts_fail(err, errlen, "unknown option --%.60s (see tierbench parity --help)", key);
 }
 
+static bool quiet_flag(const char *key) { return !strcmp(key, "quiet"); }
+
 static int parse(opts *o, int argc, char **argv, char *err, size_t errlen)
 {
     for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0) return ts_fail(err, errlen, "unexpected argument '%.100s' (options start with --)", a);
-        char key[64];
-        const char *eq = strchr(a, '='), *v = NULL;
-        size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        if (n == 0 || n >= sizeof key) return ts_fail(err, errlen, "unknown option '%.100s' (see tierbench parity --help)", a);
-        memcpy(key, a + 2, n);
-        key[n] = '\0';
-        if (!strcmp(key, "help")) return 1;
-        if (eq) v = eq + 1;
-        else if (strcmp(key, "quiet") != 0) {
-            if (i + 1 >= argc) return ts_fail(err, errlen, "--%s needs a value", key);
-            v = argv[++i];
-        }
+        char key[TB_OPT_KEY];
+        const char *v;
+        int rc = tb_opt(argc, argv, &i, quiet_flag, "parity", key, &v, err, errlen);
+        if (rc) return rc;
         if (option(o, key, v, err, errlen) != 0) return -1;
     }
     if (!o->target.url) return ts_fail(err, errlen, "--target http://HOST:PORT is required");

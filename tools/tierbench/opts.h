@@ -1,0 +1,17 @@
+/* opts: one option of a tierbench command line, the same way for every subcommand:
+ * --key=value, --key value, or --flag (a key the command's is_flag accepts). */
+#ifndef TB_OPTS_H
+#define TB_OPTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define TB_OPT_KEY 64
+
+/* Reads argv[*i]. Returns 1 for --help; 0 with key and *value (NULL for a flag; *i moved
+ * past a separate value); -1 with err naming the problem and `tierbench <cmd> --help`.
+ * is_flag may be NULL: every option then takes a value. */
+int tb_opt(int argc, char **argv, int *i, bool (*is_flag)(const char *key), const char *cmd, char key[TB_OPT_KEY],
+           const char **value, char *err, size_t errlen);
+
+#endif
