@@ -99,6 +99,20 @@ class Worker:
         return [m for m in SANITIZER_MARKERS if m in text]
 
 
+TIERBENCH = str(pathlib.Path(BIN).with_name("tierbench"))
+
+
+def run_tierbench(*args, timeout=120, cwd=None):
+    """Runs tierbench with the arguments; returns (exit code, stdout, stderr) as text, decoded
+    strictly. A sanitizer report on stderr fails the test."""
+    p = subprocess.run([TIERBENCH, *map(str, args)], capture_output=True, timeout=timeout,
+                       env=dict(os.environ, **sanitizer_env()), cwd=cwd)
+    out, err = p.stdout.decode(), p.stderr.decode()
+    for m in SANITIZER_MARKERS:
+        assert m not in err, err
+    return p.returncode, out, err
+
+
 def start_worker(repo, tmp_path, env=None, args=(), wait_ready=True, timeout=60):
     """Starts tierserve on repo; returns a Worker (port known) or raises with the log."""
     log_path = tmp_path / f"worker-{time.monotonic_ns()}.log"

@@ -6,23 +6,12 @@ ships, and how it refuses bad input.
 """
 import json
 import os
-import pathlib
 import subprocess
 import xml.etree.ElementTree as ET
 
-from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env
+from conftest import ROOT, sanitizer_env, TIERBENCH, run_tierbench as tierbench
 
-TIERBENCH = str(pathlib.Path(BIN).with_name("tierbench"))
 TRACES = ROOT / "tools" / "traces"
-
-
-def tierbench(*args, cwd=None):
-    env = dict(os.environ, **sanitizer_env())
-    p = subprocess.run([TIERBENCH, *map(str, args)], capture_output=True, timeout=60, env=env, cwd=cwd)
-    err = p.stderr.decode(errors="replace")
-    for m in SANITIZER_MARKERS:
-        assert m not in err, err
-    return p.returncode, p.stdout, err
 
 
 def test_sim_writes_the_same_bytes_in_every_run(tmp_path):
@@ -164,9 +153,9 @@ def test_sweep_prints_the_frontier_and_its_csv(tmp_path):
     assert rows[0].startswith("queue.high,p95_ms.high,stage_hold_s,usage_cost,")
     assert len(rows) == 1 + 8
     frontier = [r for r in rows[1:] if r.endswith(",1")]
-    assert frontier and out.decode().startswith("sweep: 8 runs, 0 skipped")
+    assert frontier and out.startswith("sweep: 8 runs, 0 skipped")
     # the table lists exactly the frontier's points
-    table = [l for l in out.decode().splitlines()[3:] if l.strip()]
+    table = [l for l in out.splitlines()[3:] if l.strip()]
     assert len(table) == len(frontier)
     rc2, out2, _ = tierbench(*args)
     assert rc2 == 0 and out2 == out

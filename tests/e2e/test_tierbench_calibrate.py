@@ -14,32 +14,20 @@ What is held, with the tolerances stated:
 - bad arguments exit 64 with a message naming the problem; an unreachable worker exits 1.
 """
 import json
-import os
 import pathlib
 import random
 import re
-import subprocess
 import threading
 import time
 
 import pytest
 
-from conftest import BIN, SANITIZER_MARKERS, sanitizer_env, start_worker
+from conftest import start_worker, run_tierbench as tierbench
 from test_router import DEMO, slow_workers
 from test_tierbench_load import Kserve, free_port
 
-TIERBENCH = str(pathlib.Path(BIN).with_name("tierbench"))
 WORKER_REL, WORKER_ABS_MS = 0.25, 3.0
 SIM_REL = 0.15
-
-
-def tierbench(*args, timeout=120):
-    env = dict(os.environ, **sanitizer_env())
-    p = subprocess.run([TIERBENCH, *map(str, args)], capture_output=True, timeout=timeout, env=env)
-    err = p.stderr.decode(errors="replace")
-    for m in SANITIZER_MARKERS:
-        assert m not in err, err
-    return p.returncode, p.stdout.decode(errors="replace"), err
 
 
 def pool_line(conf):

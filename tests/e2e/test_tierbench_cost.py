@@ -10,7 +10,6 @@ import csv
 import http.client
 import io
 import json
-import pathlib
 import threading
 import time
 

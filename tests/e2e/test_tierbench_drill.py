@@ -9,27 +9,19 @@ exits 2.
 """
 import json
 import os
-import pathlib
 import shlex
 import signal
-import subprocess
 
-from conftest import BIN, SANITIZER_MARKERS, sanitizer_env, start_worker, track
+from conftest import BIN, SANITIZER_MARKERS, start_worker, run_tierbench as tierbench
 from test_router import DEMO, Router, config, pools_config
 
-TIERBENCH = str(pathlib.Path(BIN).with_name("tierbench"))
 # The router probes every 100 ms and a connect failure ejects at once; 1.5 s leaves room for
 # a loaded machine (two shared cores, the sanitizer build).
 STOP_BOUND_S = 1.5
 
 
 def drill(*args, timeout=40):
-    env = dict(os.environ, **sanitizer_env())
-    p = subprocess.run([TIERBENCH, "drill", *map(str, args)], capture_output=True, timeout=timeout, env=env)
-    out, err = p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
-    for m in SANITIZER_MARKERS:
-        assert m not in err, err
-    return p.returncode, out, err
+    return tierbench("drill", *args, timeout=timeout)
 
 
 def restart_cmd(tmp_path, port, name):

@@ -11,35 +11,23 @@ a shared, loaded machine; typically under 5 ms).
 import csv
 import io
 import json
-import os
 import pathlib
 import re
 import socket
-import subprocess
 import threading
 import time
 
 import numpy as np
 
-from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env, start_worker
+from conftest import ROOT, start_worker, run_tierbench as tierbench
 from fakehttp import FakeHTTP, echo_id
 from test_router import Router, config, worker_requests
 
-TIERBENCH = str(pathlib.Path(BIN).with_name("tierbench"))
 META = {"name": "demo", "versions": ["1"], "platform": "onnxruntime_onnx",
         "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 4]}],
         "outputs": [{"name": "label", "datatype": "INT64", "shape": [-1]}]}
 REPLY = json.dumps({"model_name": "demo", "outputs": []}).encode()
 TOLERANCE_S = 0.05
-
-
-def tierbench(*args, timeout=60):
-    env = dict(os.environ, **sanitizer_env())
-    p = subprocess.run([TIERBENCH, *map(str, args)], capture_output=True, timeout=timeout, env=env)
-    err = p.stderr.decode(errors="replace")
-    for m in SANITIZER_MARKERS:
-        assert m not in err, err
-    return p.returncode, p.stdout.decode(errors="replace"), err
 
 
 def rows(path):

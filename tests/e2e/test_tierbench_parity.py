@@ -10,7 +10,6 @@ the broken twin 9.0e-2, 0.23, 77.5 %):
   INT8 vs FP32  --max-abs 1e-2 --max-rel 5e-2 --min-top1 0.98
 """
 import json
-import os
 import sys
 
 import pytest

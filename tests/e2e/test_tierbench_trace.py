@@ -8,32 +8,19 @@ full of junk, and the access line on hostile names (no workers needed for those)
 """
 import http.client
 import json
-import os
-import pathlib
-import subprocess
 import time
 
 import numpy as np
 import pytest
 
-from conftest import BIN, SANITIZER_MARKERS, sanitizer_env, start_worker
+from conftest import start_worker, run_tierbench as tierbench
 from test_router import DEMO, Router, pools_config
 
-TIERBENCH = str(pathlib.Path(BIN).with_name("tierbench"))
 # A request's trace offset is the router's arrival time (the line's ts minus duration_ms);
 # the client's send time is the reference. Both sides see the same loop delays, so they
 # agree far closer than this; the gaps between requests (>= 0.25 s) keep the order unambiguous.
 OFFSET_TOLERANCE_S = 0.12
 TENANTS = "tenants:\n  - {name: acme}\n  - {name: beta}\n"
-
-
-def tierbench(*args, timeout=60):
-    env = dict(os.environ, **sanitizer_env())
-    p = subprocess.run([TIERBENCH, *map(str, args)], capture_output=True, timeout=timeout, env=env)
-    err = p.stderr.decode(errors="replace")
-    for m in SANITIZER_MARKERS:
-        assert m not in err, err
-    return p.returncode, p.stdout.decode(), err
 
 
 def post(port, path, body, headers):
