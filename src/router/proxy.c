@@ -494,6 +494,7 @@ static int send_to_backend(proxy_req *pr)
  * else batch is shed (429); urgent and normal wait briefly in a bounded queue, urgent first,
  * and get 503 + Retry-After if no room frees up in time. */
 
+/* Plans the request against the pools as they are now and sends it if a pool can take it. */
 static bool dispatch(proxy_req *pr)
 {
     router *r = pr->r;
@@ -530,10 +531,12 @@ static void on_queue_timeout(evutil_socket_t fd, short what, void *arg)
     finish_error(pr, TS_UNAVAILABLE, OUT_SHED, msg);
 }
 
-static void admit(proxy_req *pr)
+/* The first try of a request just planned (view and plan are fresh: no second view is
+ * built), else the admission queue or a refusal. */
+static void admit(proxy_req *pr, const route_pool *view, const route_plan *plan)
 {
     router *r = pr->r;
-    if (dispatch(pr)) return;
+    if (send_by_plan(pr, view, plan, NULL, false)) return;
     switch (route_admission(pr->prio, r->admq_len, r->cfg->admission.queue_size)) {
     case ADMIT_SHED_BATCH:
         finish_error(pr, TS_TOO_MANY_REQUESTS, OUT_SHED, "every pool is saturated: batch traffic is shed first");
@@ -620,7 +623,7 @@ void rt_proxy_route(proxy_req *pr)
     }
     pr->want = plan.want;
     evhttp_connection_set_closecb(evhttp_request_get_connection(pr->client), on_client_close, pr);
-    admit(pr);
+    admit(pr, view, &plan);
 }
 
 void rt_proxy_fail(proxy_req *pr, int code, int outcome, const char *msg) { finish_error(pr, code, outcome, msg); }
