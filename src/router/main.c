@@ -122,7 +122,7 @@ static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
     char n[16];
     snprintf(n, sizeof n, "%u", cut);
     LOG_WARN_(LOGF({"cut", n}), "drain timeout: exiting with %u request(s) still in flight after %u s; they are cut%s",
-              cut, r->drain_timeout_s, unwritten > cut ? " (and replies not yet written out)" : "");
+              cut, r->cfg->drain_timeout_s, unwritten > cut ? " (and replies not yet written out)" : "");
     event_del(r->drain_check);
     event_base_loopexit(r->base, NULL);
 }
@@ -139,7 +139,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     r->listener = NULL;
     LOG_INFO_(NULL, "%s received: not ready; draining %u request(s) in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT",
               r->active);
-    struct timeval bound = {(time_t)r->drain_timeout_s, 0};
+    struct timeval bound = {(time_t)r->cfg->drain_timeout_s, 0};
     struct timeval every = {0, DRAIN_CHECK_MS * 1000};
     evtimer_add(r->drain_timer, &bound);
     event_add(r->drain_check, &every);
@@ -208,7 +208,6 @@ int main(int argc, char **argv)
         return 0;
     }
     signal(SIGPIPE, SIG_IGN);
-    r.drain_timeout_s = r.cfg->drain_timeout_s;
     r.cost = cost_create(r.cfg, ts_now());
     /* the policy's draws and the auth table's hash basis: unpredictable per process */
     uint64_t seeds[2];

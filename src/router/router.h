@@ -132,9 +132,8 @@ typedef struct router {
                          * that times out can cut and free what is left */
     /* shutdown (docs/router.md "Shutdown"): from SIGTERM/SIGINT on, no new connection is
      * accepted, ready answers 503, every reply closes its connection, and the loop ends once
-     * nothing is in flight or after drain_timeout_s */
+     * nothing is in flight or after cfg->drain_timeout_s */
     bool draining;
-    unsigned drain_timeout_s;
     struct evhttp_bound_socket *listener;
     struct event *drain_check, *drain_timer;
     lat_ring slo[PRIO_COUNT];
