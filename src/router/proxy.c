@@ -621,7 +621,6 @@ void rt_proxy_route(proxy_req *pr)
         finish_error(pr, plan.status, OUT_NO_BACKEND, msg);
         return;
     }
-    pr->want = plan.want;
     evhttp_connection_set_closecb(evhttp_request_get_connection(pr->client), on_client_close, pr);
     admit(pr, view, &plan);
 }

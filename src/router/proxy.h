@@ -31,7 +31,6 @@ typedef struct proxy_req {
     bool mismatch;  /* the try's reply did not echo request_id: dropped with its connection */
     bool streaming; /* the reply is being passed through: no retry from here on */
     bool paused;    /* reading from the backend waits for the client to catch up */
-    route_target want;      /* the pool the policy chose */
     double u;               /* its uniform draw for the policy (route_plan_request) */
     struct proxy_req *qnext; /* admission queue link */
     struct proxy_req *live_prev, *live_next; /* router.live: every request not yet freed */
