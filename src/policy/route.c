@@ -15,7 +15,8 @@ static bool eligible(const route_pool *p, const route_req *rq)
 }
 
 /* Appends the eligible pools of one kind to out, least loaded first (in flight per healthy
- * backend; pool order on ties), skipping `skip` (SIZE_MAX: none). Returns how many. */
+ * backend; pool order on ties), skipping `skip` (SIZE_MAX: none). Returns how many. One pass
+ * over each pool's backends. */
 static size_t candidates(const route_pool *pools, size_t n, const route_req *rq, pool_kind kind, size_t skip,
                          size_t *out)
 {
@@ -23,14 +24,28 @@ static size_t candidates(const route_pool *pools, size_t n, const route_req *rq,
     double load[ROUTE_MAX_POOLS];
     for (size_t i = 0; i < n && i < ROUTE_MAX_POOLS; i++) {
         const route_pool *p = &pools[i];
-        if (i == skip || p->kind != kind || !eligible(p, rq)) continue;
+        if (i == skip || p->kind != kind || !p->serves || (rq->sensitive && !p->sensitive_ok)) continue;
         unsigned busy = 0;
-        for (size_t k = 0; k < p->n; k++) busy += p->backends[k].in_flight;
-        double l = (double)busy / (double)healthy_count(p);
+        size_t healthy = 0;
+        for (size_t k = 0; k < p->n; k++) {
+            busy += p->backends[k].in_flight;
+            healthy += p->backends[k].healthy;
+        }
+        if (!healthy) continue;
+        double l = (double)busy / (double)healthy;
         size_t j = m++;
         for (; j > 0 && load[j - 1] > l; j--) out[j] = out[j - 1], load[j] = load[j - 1];
         out[j] = i, load[j] = l;
     }
+    return m;
+}
+
+/* The pools of list that may take sensitive data, in the same order. */
+static size_t sensitive_only(const route_pool *pools, const size_t *list, size_t n, size_t *out)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (pools[list[i]].sensitive_ok) out[m++] = list[i];
     return m;
 }
 
@@ -50,10 +65,9 @@ void route_plan_request(const route_pool *pools, size_t n, const route_req *rq, 
      * decides between the kinds with both in view */
     size_t ng = candidates(pools, n, &any, POOL_GPU, SIZE_MAX, gpus);
     size_t nc = candidates(pools, n, &any, POOL_CPU, SIZE_MAX, cpus);
-    route_req sens = {rq->prio, true};
     size_t sg[ROUTE_MAX_POOLS], sc[ROUTE_MAX_POOLS];
-    size_t nsg = candidates(pools, n, &sens, POOL_GPU, SIZE_MAX, sg);
-    size_t nsc = candidates(pools, n, &sens, POOL_CPU, SIZE_MAX, sc);
+    size_t nsg = sensitive_only(pools, gpus, ng, sg);
+    size_t nsc = sensitive_only(pools, cpus, nc, sc);
     route_pools rp = {ng > 0, nc > 0, nsg > 0, nsc > 0};
     /* the lead GPU pool's pressure decides: the least loaded one this request may use */
     const size_t *lead = rq->sensitive ? sg : gpus;
@@ -72,10 +86,14 @@ void route_plan_request(const route_pool *pools, size_t n, const route_req *rq, 
     }
     out->verdict = ROUTE_GO;
     out->status = 0;
-    pool_kind first = t == ROUTE_GPU ? POOL_GPU : POOL_CPU;
-    out->n_order = candidates(pools, n, rq, first, SIZE_MAX, out->order);
-    out->n_order += candidates(pools, n, rq, first == POOL_GPU ? POOL_CPU : POOL_GPU, SIZE_MAX,
-                               out->order + out->n_order);
+    out->n_order = 0;
+    /* the request's own candidates, the chosen kind first (the rest is the spill) */
+    const size_t *g = rq->sensitive ? sg : gpus, *c = rq->sensitive ? sc : cpus;
+    size_t gn = rq->sensitive ? nsg : ng, cn = rq->sensitive ? nsc : nc;
+    const size_t *a = t == ROUTE_GPU ? g : c, *b = t == ROUTE_GPU ? c : g;
+    size_t an = t == ROUTE_GPU ? gn : cn, bn = t == ROUTE_GPU ? cn : gn;
+    for (size_t i = 0; i < an; i++) out->order[out->n_order++] = a[i];
+    for (size_t i = 0; i < bn; i++) out->order[out->n_order++] = b[i];
 }
 
 void route_plan_retry(const route_pool *pools, size_t n, const route_req *rq, size_t current, route_plan *out)
