@@ -17,7 +17,7 @@ CACHE=${TIERSERVE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/tierserve}
 SDK_DEFAULT=$CACHE/onnxruntime-$ORT_VERSION
 
 DEB_PACKAGES=(build-essential cmake pkg-config libevent-dev libjansson-dev libyaml-dev libcyaml-dev
-  libcmocka-dev libhwloc-dev zlib1g-dev clang libclang-rt-14-dev python3-pytest python3-numpy python3-onnx libonnx-testdata
+  libcmocka-dev libhwloc-dev zlib1g-dev libhttp-parser-dev libssl-dev clang libclang-rt-14-dev python3-pytest python3-numpy python3-onnx libonnx-testdata
   python3-yaml openssl ca-certificates prometheus chromium)
 # kubectl renders deploy/k8s for tests/e2e/test_k8s.py; an existing kubectl (e.g. Google's) is kept.
 command -v kubectl >/dev/null 2>&1 || DEB_PACKAGES+=(kubernetes-client)

@@ -1,0 +1,149 @@
+/* h1srv: the HTTP/1.1 server both programs answer on.
+ *
+ * libevent's loop and our own connection handling; the framing (request line, headers,
+ * Content-Length and chunked bodies) is parsed by Node's http-parser (Debian's
+ * libhttp-parser-dev), never by hand. Each connection reads straight from its socket in
+ * large pieces into one buffer of its own; a body whose length is announced is read into a
+ * buffer of exactly that size, which the handler may take over without a copy. Replies go
+ * out with writev (status line and headers, then the body as it is, no copy).
+ *
+ * Every error this layer answers itself has a JSON body ({"error": "..."}) naming the
+ * problem: malformed framing 400, a header block over its byte or count bound 431, a body
+ * over its bound 413, an unknown method 501, another HTTP version 505, a connection past
+ * the cap 503. After a framing error the connection is closed (nothing later on it can be
+ * trusted). Keep-alive and pipelining: requests on one connection are handed over one at a
+ * time, in order; the next is parsed once the current reply has been handed to the kernel.
+ * While a request is being handled the connection keeps reading ahead (bounded), so a
+ * client that goes away is noticed at once.
+ *
+ * Loop thread only: every call and every callback happens on the loop's thread.
+ */
+#ifndef TS_H1SRV_H
+#define TS_H1SRV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "err.h" /* the TS_* statuses callers answer with */
+
+struct event_base;
+
+typedef struct h1srv h1srv;
+typedef struct h1req h1req;
+
+typedef enum {
+    H1_GET,
+    H1_HEAD,
+    H1_POST,
+    H1_PUT,
+    H1_DELETE,
+    H1_OPTIONS,
+    H1_PATCH,
+} h1_method; /* any other method is answered 501 by the layer */
+
+typedef struct {
+    size_t max_body_bytes;   /* a request body above this: 413 */
+    size_t max_header_bytes; /* request line + header block above this: 431 */
+    size_t max_headers;      /* more header fields than this: 431 */
+    /* A request must arrive whole within this from the connection's accept or from the end
+     * of its previous reply (slowloris), and a reply must be handed to the kernel within this
+     * from its start (a reader that trickles); past either the connection is cut. An idle
+     * keep-alive connection is closed after this too. */
+    double timeout_s;
+    size_t max_conns;              /* 0: no cap; else the next one gets a canned 503 */
+    const char *max_conns_setting; /* the setting named in that 503's message */
+} h1srv_limits;
+
+#define H1_MAX_HEADER_BYTES (64 * 1024)
+#define H1_MAX_HEADERS 100
+
+/* A complete request (headers and whole body) is ready. The handler answers it now or
+ * later (from any loop callback) with exactly one h1req_reply* / h1req_stream_start. */
+typedef void h1_request_cb(h1req *req, void *arg);
+
+/* Optional: called when a request's header block is parsed and it announces a body,
+ * before any byte of the body is read. content_length is the announced length, or
+ * SIZE_MAX for a chunked body. Return 0 to read the body, or an HTTP status (e.g. 503
+ * when a memory budget is spent) with a message in msg to refuse it; the layer answers
+ * with that JSON error and closes the connection. The handler may keep state on the
+ * request with h1req_set_user. */
+typedef int h1_body_admit_cb(h1req *req, size_t content_length, char *msg, size_t msglen, void *arg);
+
+h1srv *h1srv_create(struct event_base *base, const h1srv_limits *lim, h1_request_cb *cb, void *arg);
+void h1srv_set_body_admit(h1srv *s, h1_body_admit_cb *cb, void *arg);
+/* Listens on address:port (port 0: a free one). Returns 0 and the port it got, or -1 with
+ * a message naming the address and the reason. */
+int h1srv_bind(h1srv *s, const char *address, unsigned port, int *bound_port, char *err, size_t errlen);
+void h1srv_stop_listening(h1srv *s); /* a drain: no new connections, the open ones go on */
+/* A drain: closes every connection that waits for its next request and holds no byte of
+ * one (idle keep-alive, silent new connections). Returns how many it closed. */
+size_t h1srv_close_idle(h1srv *s);
+size_t h1srv_open(const h1srv *s);      /* connections open */
+size_t h1srv_cut(const h1srv *s);       /* connections cut for being too slow */
+size_t h1srv_refused(const h1srv *s);   /* connections refused: max_conns were open */
+size_t h1srv_unflushed(const h1srv *s); /* connections with reply bytes not yet in the kernel */
+/* Closes every connection (each live request's end callback runs with completed=false)
+ * and frees the server. */
+void h1srv_free(h1srv *s);
+
+/* ---- the request ------------------------------------------------------------------- */
+
+h1_method h1req_method(const h1req *r);
+const char *h1req_method_name(const h1req *r);
+const char *h1req_path(const h1req *r);  /* the target up to '?', still percent-encoded */
+const char *h1req_query(const h1req *r); /* after the '?', or NULL */
+/* The first field with this name (case-insensitive), or NULL. */
+const char *h1req_header(const h1req *r, const char *name);
+size_t h1req_header_count(const h1req *r, const char *name); /* fields with this name */
+size_t h1req_nheaders(const h1req *r);
+void h1req_header_at(const h1req *r, size_t i, const char **name, const char **value);
+/* The whole body (chunked bodies already joined); len 0 and a non-NULL pointer if none. */
+const uint8_t *h1req_body(const h1req *r, size_t *len);
+/* Takes the body over: the caller frees it with free(); the request's body is empty after. */
+uint8_t *h1req_take_body(h1req *r, size_t *len);
+/* The peer's address as text and its port. */
+void h1req_peer(const h1req *r, char *host, size_t hostlen, unsigned *port);
+bool h1req_keep_alive(const h1req *r); /* the client may send another request after this one */
+void h1req_set_user(h1req *r, void *user);
+void *h1req_user(const h1req *r);
+
+/* ---- the reply --------------------------------------------------------------------- */
+
+/* Adds a reply header. Refused (returns -1, nothing added) when the name is not a token or
+ * the value holds CR, LF or NUL: what comes from a client or a backend never splits the
+ * header block. Content-Length, Transfer-Encoding and Date are the layer's to write. */
+int h1req_add_header(h1req *r, const char *name, const char *value);
+bool h1req_has_reply_header(const h1req *r, const char *name);
+void h1req_close_after(h1req *r); /* Connection: close, and close once the reply is out */
+
+/* Replies with b's bytes (taken over without a copy; b is left empty) and a Content-Type
+ * (NULL: application/json when there is a body). A HEAD request gets the headers only. */
+void h1req_reply(h1req *r, int code, const char *ctype, buf *b);
+/* The same with bytes the caller owns until release(data, len, arg) is called (once, when
+ * they are written or dropped with the connection). */
+void h1req_reply_ref(h1req *r, int code, const char *ctype, const void *data, size_t len,
+                     void (*release)(const void *data, size_t len, void *arg), void *arg);
+/* {"error": msg}; 429 and 503 carry Retry-After: 1 unless the caller set one. */
+void h1req_reply_error(h1req *r, int code, const char *msg);
+
+/* A reply sent piece by piece: content_length -1 means chunked (each write one chunk). */
+void h1req_stream_start(h1req *r, int code, int64_t content_length);
+void h1req_stream_write(h1req *r, const void *data, size_t len); /* copied */
+size_t h1req_stream_queued(const h1req *r); /* reply bytes not yet handed to the kernel */
+/* Called once the queued bytes fall to low_water or below (backpressure). NULL: none. */
+void h1req_on_drained(h1req *r, size_t low_water, void (*cb)(h1req *r, void *arg), void *arg);
+void h1req_stream_end(h1req *r);
+/* Cuts the connection: a reply that broke off must not look complete to the client. */
+void h1req_abort(h1req *r);
+
+/* The request's end, exactly once: completed is true when its whole reply was handed to
+ * the kernel, false when the connection went away first (the client closed or reset it,
+ * it was cut for slowness, or the server is being freed). The request is freed when the
+ * callback returns; set to NULL to stop listening. Without a callback a request whose
+ * client leaves before the reply is silently dropped, and the handler's later reply call
+ * must not happen: handlers that answer later always set one. */
+void h1req_on_end(h1req *r, void (*cb)(h1req *r, bool completed, void *arg), void *arg);
+
+#endif
