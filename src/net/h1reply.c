@@ -150,6 +150,7 @@ int h1req_add_header(h1req *r, const char *name, const char *value)
 
 bool h1req_has_reply_header(const h1req *r, const char *name)
 {
+    if (!r->rh.len) return false;
     size_t nl = strlen(name);
     const char *p = (const char *)r->rh.data, *end = p + r->rh.len;
     while (p && p < end) {
@@ -310,7 +311,7 @@ static h1out *build_head(h1req *r, int code, const char *ctype, int64_t length)
     buf h;
     buf_init(&h, REPLY_HEADERS_MAX + sizeof line);
     buf_printf(&h, "HTTP/1.1 %d %s\r\n", code, reason(code));
-    buf_put(&h, r->rh.data, r->rh.len);
+    if (r->rh.len) buf_put(&h, r->rh.data, r->rh.len);
     if (body_allowed(code) && !h1req_has_reply_header(r, "Content-Type"))
         buf_printf(&h, "Content-Type: %s\r\n", ctype ? ctype : "application/json");
     buf_printf(&h, "Date: %s\r\n", http_date());
