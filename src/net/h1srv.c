@@ -556,6 +556,22 @@ static bool looks_like_method(const uint8_t *p, size_t n)
     return i > 0 && i < n && p[i] == ' ' && i + 1 < n && p[i + 1] != ' ';
 }
 
+/* A Content-Length of digits only, too long for the parser's 64 bits: a body too large (413),
+ * not a malformed field. Looked for in the bytes the parser failed on. */
+static bool length_overflows(const uint8_t *p, size_t n)
+{
+    static const char key[] = "\ncontent-length:";
+    size_t kl = sizeof key - 1;
+    for (size_t i = 0; i + kl <= n; i++) {
+        if (strncasecmp((const char *)p + i, key, kl) != 0) continue;
+        size_t j = i + kl, d = 0;
+        while (j < n && (p[j] == ' ' || p[j] == '\t')) j++;
+        while (j < n && p[j] >= '0' && p[j] <= '9') j++, d++;
+        if (d >= 20) return true;
+    }
+    return false;
+}
+
 static void parse_error(h1conn *c, enum http_errno e, const uint8_t *start, size_t avail)
 {
     int code = 400;
@@ -588,6 +604,13 @@ static void parse_error(h1conn *c, enum http_errno e, const uint8_t *start, size
         msg = "refusing a request with Transfer-Encoding other than chunked; closing the connection";
         break;
     case HPE_INVALID_CONTENT_LENGTH:
+        if (!(c->req && c->req->headers_done) && length_overflows(start, avail)) {
+            code = 413;
+            snprintf(text, sizeof text, "request body is larger than the limit of %zu bytes",
+                     c->s->lim.max_body_bytes);
+            msg = text;
+            break;
+        }
         msg = c->req && c->req->headers_done ? "malformed chunk size in a chunked request body"
                                              : "malformed Content-Length";
         break;
