@@ -1,4 +1,5 @@
 #include "drill.h"
+#include "drillsurge.h"
 #include "opts.h"
 
 #include <errno.h>
@@ -530,7 +531,9 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: tierbench drill gpu-outage --url http://ROUTER --backend ADDR (--kill-pid PID | --fault-url URL\n"
             "                                  [--fault-requests N]) [--restart CMD] [options] [load options]\n"
-            "       tierbench drill rolling --url http://ROUTER --worker PID:ADDR=CMD ... [options] [load options]\n\n"
+            "       tierbench drill rolling --url http://ROUTER --worker PID:ADDR=CMD ... [options] [load options]\n"
+            "       tierbench drill surge --url http://ROUTER --sim-config FILE [options] [load options]\n"
+            "                             (tierbench drill surge --help for its options)\n\n"
             "  --backend ADDR        the killed backend as the router names it (HOST:PORT, or PORT)\n"
             "  --kill-pid PID        SIGKILL at --at;  --fault-url http://WORKER --fault-requests N (default 1):\n"
             "                        N inferences of --model to a worker with fault injection armed\n"
@@ -725,9 +728,10 @@ int drill_main(int argc, char **argv)
         usage(argc < 3 ? stderr : stdout);
         return argc < 3 ? EXIT_USAGE : 0;
     }
+    if (!strcmp(argv[2], "surge")) return drillsurge_main(argc, argv);
     if (!strcmp(argv[2], "gpu-outage")) d.outage = true;
     else if (strcmp(argv[2], "rolling") != 0) {
-        fprintf(stderr, "tierbench: unknown drill '%.60s' (gpu-outage or rolling; surge is not written yet)\n", argv[2]);
+        fprintf(stderr, "tierbench: unknown drill '%.60s' (gpu-outage, rolling or surge)\n", argv[2]);
         return EXIT_USAGE;
     }
     d.at = -1;

@@ -8,7 +8,8 @@
  *               healthy again after --restart, and the P95 after recovery against before;
  *   rolling     stops every --worker in turn, restarts it, waits until the router sees it
  *               healthy again, then the next: no request may fail.
- * The `surge` drill is not written yet. See docs/operate/tuning.md, "Drills".
+ *   surge       (drillsurge.h) replays a surge through the router and the simulator and compares.
+ * See docs/operate/tuning.md, "Drills".
  */
 #ifndef TS_DRILL_H
 #define TS_DRILL_H
