@@ -65,7 +65,8 @@ int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip_speci
         a++;
     for (uint32_t k = 0; k < t->strip_stop && b > a && txt.data[b - 1] == ' '; k++)
         b--;
-    memmove(txt.data, txt.data + a, b - a);
+    if (a > 0 && b > a)
+        memmove(txt.data, txt.data + a, b - a);
     txt.len = b - a;
     if (t->cleanup)
         cleanup(&txt);
@@ -208,7 +209,8 @@ int tok_stream_feed(tok_stream *s, int32_t id, buf *out, ts_err *err)
     buf_put(&s->raw, s->tail, s->ntail);
     buf_put(&s->raw, t->arena.p + t->dec_off[id], t->dec_len[id]);
     size_t held = tok_utf8_lossy(&s->txt, s->raw.data, s->raw.len, true);
-    memcpy(s->tail, s->raw.data + s->raw.len - held, held);
+    if (held)
+        memcpy(s->tail, s->raw.data + s->raw.len - held, held);
     s->ntail = held;
     emit(s, s->txt.data, s->txt.len, out);
     if (buf_failed(out)) {
