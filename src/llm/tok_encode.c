@@ -146,7 +146,7 @@ static int push(tok_ids *out, int32_t id, ts_err *err)
 
 /* One normalized section: cut at normalized added tokens, then pre-tokenize and BPE. */
 static int encode_normalized(const tokenizer *t, const char *s, size_t n, sections *sub,
-                             tok_pieces *pa, tok_pieces *pb, tok_ids *out, ts_err *err)
+                             tok_scratch *sc, tok_ids *out, ts_err *err)
 {
     if (split_added(&t->trie_norm, s, n, sub) < 0)
         goto oom;
@@ -161,7 +161,7 @@ static int encode_normalized(const tokenizer *t, const char *s, size_t n, sectio
             continue;
         }
         tok_pieces *res;
-        if (tok_pretokenize(t, s + c->off, c->len, pa, pb, &res, err) < 0)
+        if (tok_pretokenize(t, s + c->off, c->len, sc, &res, err) < 0)
             return -1;
         bool unk_run = false;
         for (size_t k = 0; k < res->n; k++)
@@ -179,12 +179,11 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
                tok_ids *out, ts_err *err)
 {
     sections sec = {0}, sub = {0};
-    tok_pieces pa, pb;
+    tok_scratch sc;
     buf norm;
     int rc = -1;
     size_t scratch = TOK_MAX_TEXT_BYTES * 8; /* normalization and ByteLevel grow the text */
-    tok_pieces_init(&pa, scratch);
-    tok_pieces_init(&pb, scratch);
+    tok_scratch_init(&sc, scratch);
     buf_init(&norm, scratch);
     if (len > TOK_MAX_TEXT_BYTES) {
         ts_err_set(err, TS_PAYLOAD_TOO_LARGE, "text is %zu bytes, over the tokenizer's limit of %zu",
@@ -217,7 +216,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
             goto out;
         if (norm.len == 0)
             continue;
-        if (encode_normalized(t, (const char *)norm.data, norm.len, &sub, &pa, &pb, out, err) < 0)
+        if (encode_normalized(t, (const char *)norm.data, norm.len, &sub, &sc, out, err) < 0)
             goto out;
     }
     if (add_special)
@@ -228,8 +227,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
 out:
     free(sec.v);
     free(sub.v);
-    tok_pieces_free(&pa);
-    tok_pieces_free(&pb);
+    tok_scratch_free(&sc);
     buf_free(&norm);
     return rc;
 }

@@ -165,9 +165,26 @@ int tok_pieces_add(tok_pieces *p, const void *s, size_t n);
 
 /* Applies the normalizers to s, into out (reset first). */
 int tok_normalize(const tokenizer *t, const char *s, size_t n, buf *out, ts_err *err);
-/* Applies the pre-tokenizers to s: result in *res (one of a, b). */
-int tok_pretokenize(const tokenizer *t, const char *s, size_t n, tok_pieces *a,
-                    tok_pieces *b, tok_pieces **res, ts_err *err);
+
+/* One encode call's scratch for the pre-tokenizers: the piece lists and a PCRE2 matcher per
+ * step, made once per call rather than once per section. */
+typedef struct {
+    pcre2_match_data *md;
+    pcre2_match_context *mc;
+    pcre2_jit_stack *js;
+} tok_matcher;
+
+typedef struct {
+    tok_pieces a, b, parts;
+    buf tmp;
+    tok_matcher m[TOK_MAX_STEPS];
+} tok_scratch;
+
+void tok_scratch_init(tok_scratch *sc, size_t limit);
+void tok_scratch_free(tok_scratch *sc);
+/* Applies the pre-tokenizers to s: result in *res (one of sc's lists). */
+int tok_pretokenize(const tokenizer *t, const char *s, size_t n, tok_scratch *sc,
+                    tok_pieces **res, ts_err *err);
 /* Compiles a tokenizer.json Regex (Oniguruma syntax, as @huggingface/tokenizers reads it)
  * with PCRE2. NULL with msg written when it uses a construct we do not translate. */
 pcre2_code *tok_regex_compile(const char *onig, size_t n, bool literal, char *msg, size_t msglen);

@@ -408,14 +408,10 @@ out:
 
 /* ---- pre-tokenizers ---- */
 
-typedef struct {
-    pcre2_match_data *md;
-    pcre2_match_context *mc;
-    pcre2_jit_stack *js;
-} matcher;
-
-static int matcher_init(matcher *m, const pcre2_code *re)
+static int matcher_init(tok_matcher *m, const pcre2_code *re)
 {
+    if (m->md)
+        return 0;
     m->md = pcre2_match_data_create_from_pattern(re, NULL);
     m->mc = pcre2_match_context_create(NULL);
     m->js = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, NULL);
@@ -427,16 +423,31 @@ static int matcher_init(matcher *m, const pcre2_code *re)
     return 0;
 }
 
-static void matcher_free(matcher *m)
+void tok_scratch_init(tok_scratch *sc, size_t limit)
 {
-    pcre2_match_data_free(m->md);
-    pcre2_match_context_free(m->mc);
-    pcre2_jit_stack_free(m->js);
+    memset(sc, 0, sizeof *sc);
+    tok_pieces_init(&sc->a, limit);
+    tok_pieces_init(&sc->b, limit);
+    tok_pieces_init(&sc->parts, limit);
+    buf_init(&sc->tmp, limit);
+}
+
+void tok_scratch_free(tok_scratch *sc)
+{
+    tok_pieces_free(&sc->a);
+    tok_pieces_free(&sc->b);
+    tok_pieces_free(&sc->parts);
+    buf_free(&sc->tmp);
+    for (size_t i = 0; i < TOK_MAX_STEPS; i++) {
+        pcre2_match_data_free(sc->m[i].md);
+        pcre2_match_context_free(sc->m[i].mc);
+        pcre2_jit_stack_free(sc->m[i].js);
+    }
 }
 
 /* Splits s by re (JavaScript's matchAll: after an empty match the search moves on by one
  * character) and adds the pieces mode keeps to dst. */
-static int split_piece(const pcre2_code *re, matcher *m, enum tok_split_mode mode,
+static int split_piece(const pcre2_code *re, tok_matcher *m, enum tok_split_mode mode,
                        const char *s, size_t n, tok_pieces *dst, ts_err *err)
 {
     size_t pos = 0, prev = 0;
@@ -479,45 +490,42 @@ full:
     return -1;
 }
 
-static int bytelevel_piece(const tok_pre *p, matcher *m, const char *s, size_t n,
-                           tok_pieces *dst, ts_err *err)
+static int bytelevel_piece(const tok_pre *p, tok_matcher *m, tok_scratch *sc, const char *s,
+                           size_t n, tok_pieces *dst, ts_err *err)
 {
-    buf tmp;
-    tok_pieces parts;
-    int rc = -1;
-    buf_init(&tmp, dst->data.limit);
-    tok_pieces_init(&parts, dst->data.limit);
+    buf *tmp = &sc->tmp;
+    tok_pieces *parts = &sc->parts;
+    tmp->len = 0;
+    tok_pieces_reset(parts);
     if (p->add_prefix_space && (n == 0 || s[0] != ' '))
-        buf_putc(&tmp, ' ');
-    buf_put(&tmp, s, n);
+        buf_putc(tmp, ' ');
+    buf_put(tmp, s, n);
+    if (buf_failed(tmp))
+        goto full;
     if (p->re) {
-        if (split_piece(p->re, m, TOK_SPLIT_MATCHES, (const char *)tmp.data, tmp.len, &parts, err) < 0)
-            goto out;
-    } else if (tok_pieces_add(&parts, tmp.data, tmp.len) < 0) {
+        if (split_piece(p->re, m, TOK_SPLIT_MATCHES, (const char *)tmp->data, tmp->len, parts, err) < 0)
+            return -1;
+    } else if (tok_pieces_add(parts, tmp->data, tmp->len) < 0) {
         goto full;
     }
-    for (size_t k = 0; k < parts.n; k++) {
-        const unsigned char *q = parts.data.data + parts.off[k];
-        tmp.len = 0;
-        for (size_t i = 0; i < parts.len[k]; i++)
-            buf_puts(&tmp, bl_chars[q[i]]);
-        if (buf_failed(&tmp) || tok_pieces_add(dst, tmp.data, tmp.len) < 0)
+    for (size_t k = 0; k < parts->n; k++) {
+        const unsigned char *q = parts->data.data + parts->off[k];
+        tmp->len = 0;
+        for (size_t i = 0; i < parts->len[k]; i++)
+            buf_puts(tmp, bl_chars[q[i]]);
+        if (buf_failed(tmp) || tok_pieces_add(dst, tmp->data, tmp->len) < 0)
             goto full;
     }
-    rc = 0;
-    goto out;
+    return 0;
 full:
     ts_err_set(err, TS_PAYLOAD_TOO_LARGE, "text too long to pre-tokenize");
-out:
-    buf_free(&tmp);
-    tok_pieces_free(&parts);
-    return rc;
+    return -1;
 }
 
-int tok_pretokenize(const tokenizer *t, const char *s, size_t n, tok_pieces *a,
-                    tok_pieces *b, tok_pieces **res, ts_err *err)
+int tok_pretokenize(const tokenizer *t, const char *s, size_t n, tok_scratch *sc,
+                    tok_pieces **res, ts_err *err)
 {
-    tok_pieces *cur = a, *nxt = b;
+    tok_pieces *cur = &sc->a, *nxt = &sc->b;
     bl_init();
     tok_pieces_reset(cur);
     if (tok_pieces_add(cur, s, n) < 0) {
@@ -526,10 +534,8 @@ int tok_pretokenize(const tokenizer *t, const char *s, size_t n, tok_pieces *a,
     }
     for (size_t k = 0; k < t->npre; k++) {
         const tok_pre *p = &t->pre[k];
-        matcher m = {0};
         int rc = 0;
-        if (p->re && matcher_init(&m, p->re) < 0) {
-            matcher_free(&m);
+        if (p->re && matcher_init(&sc->m[k], p->re) < 0) {
             ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
             return -1;
         }
@@ -537,11 +543,10 @@ int tok_pretokenize(const tokenizer *t, const char *s, size_t n, tok_pieces *a,
         for (size_t i = 0; i < cur->n && rc == 0; i++) {
             const char *q = (const char *)cur->data.data + cur->off[i];
             if (p->kind == TOK_PRE_SPLIT)
-                rc = split_piece(p->re, &m, p->mode, q, cur->len[i], nxt, err);
+                rc = split_piece(p->re, &sc->m[k], p->mode, q, cur->len[i], nxt, err);
             else
-                rc = bytelevel_piece(p, &m, q, cur->len[i], nxt, err);
+                rc = bytelevel_piece(p, &sc->m[k], sc, q, cur->len[i], nxt, err);
         }
-        matcher_free(&m);
         if (rc < 0)
             return -1;
         tok_pieces *x = cur;
