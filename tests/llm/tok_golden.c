@@ -157,8 +157,9 @@ static int bench(const json_t *golden, double secs)
         tok_ids_init(&ids, 1 << 24);
         size_t rounds = 0;
         t0 = now();
-        double el = 0;
+        double el = 0, best = 1e9;
         while (el < secs) {
+            double r0 = now();
             json_array_foreach(corpus, i, x) {
                 ids.n = 0;
                 if (tok_encode(t, json_string_value(x), json_string_length(x), true, &ids, &err) < 0) {
@@ -168,9 +169,12 @@ static int bench(const json_t *golden, double secs)
             }
             rounds++;
             el = now() - t0;
+            if (now() - r0 < best)
+                best = now() - r0;
         }
-        printf("%s\tsrc/llm (C)\t%.2f MB/s\t(%zu x %zu bytes; load %.2f s)\n", name,
-               (double)(bytes * rounds) / el / 1e6, rounds, bytes, load);
+        /* the best round is what the code can do; the mean also counts the neighbours' load */
+        printf("%s\tsrc/llm (C)\tbest %.2f MB/s, mean %.2f MB/s\t(%zu x %zu bytes; load %.2f s)\n", name,
+               (double)bytes / best / 1e6, (double)(bytes * rounds) / el / 1e6, rounds, bytes, load);
         tok_ids_free(&ids);
         tok_free(t);
     }
