@@ -79,6 +79,7 @@ bool tok_is_special(const tokenizer *t, int32_t id);
  * cannot take back). */
 typedef struct tok_stream tok_stream;
 
+/* NULL only when out of memory. The tokenizer must outlive the stream. */
 tok_stream *tok_stream_new(const tokenizer *t, bool skip_special);
 void tok_stream_free(tok_stream *s);
 /* Returns 0, or -1 with err set (400 bad id, 413 out full). */
