@@ -8,8 +8,9 @@
 #
 # ORT_ROOT           the x86-64 SDK directory (include/, lib/); default: the path in .ort_root
 # ORT_ROOT_JETSON    the aarch64 SDK built for JetPack (jetson only; Dockerfile.jetson says how)
-# TIERSERVE_BASE_IMAGE  a Debian 12 image for the cpu profile; default: the local
-#                    debootstrap base (deploy/docker/base.sh makes it when it is missing)
+# TIERSERVE_BASE_IMAGE  a Debian 12 image for the cpu profile; default with podman: the local
+#                    debootstrap base (deploy/docker/base.sh makes it when it is missing),
+#                    with docker: debian:bookworm-slim
 # CONTAINER_ENGINE   podman (default) or docker
 # Prints each image's build time and size.
 set -euo pipefail
@@ -34,7 +35,7 @@ build() { # build ORT_DIR TAG DOCKERFILE TARGET|"" [extra build args...]
   [ -n "$target" ] && args+=(--target "$target")
   local t0=$SECONDS
   log "$tag <- $file${target:+ (target $target)}"
-  "$ENGINE" "${args[@]}" "$@" . >"${BUILD_LOG:-/dev/stderr}" 2>&1 || {
+  "$ENGINE" "${args[@]}" "$@" . >>"${BUILD_LOG:-/dev/stderr}" 2>&1 || {
     [ -n "${BUILD_LOG:-}" ] && tail -40 "$BUILD_LOG" >&2; log "FAILED: $tag"; return 1; }
   log "$tag built in $((SECONDS - t0)) s, $("$ENGINE" image inspect -f '{{.Size}}' "$tag" | awk '{printf "%.1f MB", $1/1e6}')"
 }
@@ -44,6 +45,9 @@ for profile in "$@"; do
     cpu)
       need_sdk "$ORT" ORT_ROOT
       base=${TIERSERVE_BASE_IMAGE:-}
+      # docker: the registry's Debian image; podman: the local debootstrap base, which needs
+      # no registry
+      [ -z "$base" ] && [ "$ENGINE" = docker ] && base=docker.io/library/debian:bookworm-slim
       if [ -z "$base" ]; then
         deploy/docker/base.sh
         base=localhost/tierserve-base:bookworm

@@ -12,7 +12,8 @@
 #      "no GPU tier works" verdict and exit 78
 #   4. podman-compose up (inference, router, prometheus; ports on 127.0.0.1), wait until
 #      healthy, run the guidance's log grep through `podman-compose ... logs inference`,
-#      send an inference through the router, see Prometheus scrape both, then down
+#      send an inference through the router, see Prometheus scrape both, stop the router
+#      and the worker (SIGTERM: drain, exit 0), then down
 #
 # Exit 0 pass, 1 fail, 77 skipped (no podman: prints "SKIPPED: podman not available"; a
 # skip is not a pass, and scripts/setup.sh installs podman so CI never skips). Needs root
@@ -107,7 +108,7 @@ inspect() { podman image inspect -f "$2" "$1"; }
 for img in tierserve-worker:cpu tierserve-router:latest; do
   [ "$(inspect "$img" '{{.Config.User}}')" = "10001:10001" ] || fail "$img does not run as 10001:10001"
   [ "$(inspect "$img" '{{.Config.StopSignal}}')" = "SIGTERM" ] || fail "$img has no STOPSIGNAL SIGTERM"
-  inspect "$img" '{{json .Config.Healthcheck}}' | grep -q '/v2/health/ready' || fail "$img has no healthcheck on /v2/health/ready"
+  grep -q '/v2/health/ready' <<<"$(inspect "$img" '{{json .Config.Healthcheck}}')" || fail "$img has no healthcheck on /v2/health/ready"
 done
 # find over the whole filesystem, not only /opt/onnxruntime: a provider anywhere is one too many
 # as root inside, so that find sees every directory
@@ -122,7 +123,7 @@ nf=$(in_image tierserve-worker:cpu 'ldd /usr/local/bin/tierserve /usr/local/bin/
 [ -z "$nf" ] || fail "unresolved libraries in the worker image: $nf"
 nf=$(in_image tierserve-router:latest 'ldd /usr/local/bin/tierrouter | grep "not found" || true')
 [ -z "$nf" ] || fail "unresolved libraries in the router image: $nf"
-in_image tierserve-router:latest 'ldd /usr/local/bin/tierrouter' | grep -qi onnxruntime && fail "tierrouter links ONNX Runtime"
+if grep -qi onnxruntime <<<"$(in_image tierserve-router:latest 'ldd /usr/local/bin/tierrouter')"; then fail "tierrouter links ONNX Runtime"; fi
 say "images: non-root, STOPSIGNAL, healthchecks; worker has libonnxruntime.so.1 and no provider; router has no ONNX Runtime; ldd resolves everything"
 
 # tierserve doctor, as CI runs it in the cpu image: what the worker asks for by default
@@ -157,7 +158,7 @@ for s in "${SERVICES[@]}"; do [ -n "$(ctr "$s")" ] || { cat "$WORK/up.log"; fail
 for s in router prometheus; do
   ports=$(podman port "$(ctr "$s")")
   [ -n "$ports" ] || fail "$s publishes no port"
-  if echo "$ports" | grep -qv -- '-> 127\.0\.0\.1:'; then fail "$s publishes beyond 127.0.0.1: $ports"; fi
+  if grep -qv -- '-> 127\.0\.0\.1:' <<<"$ports"; then fail "$s publishes beyond 127.0.0.1: $ports"; fi
 done
 [ -z "$(podman port "$(ctr inference)")" ] || fail "the worker publishes a port"
 # No systemd here to run the healthcheck timers: run each container's own healthcheck
@@ -231,6 +232,23 @@ assert groups and sum(len(g["rules"]) for g in groups) > 0, "no alert rules load
 print(f"[images] prometheus: jobs tierserve and tierrouter up; {sum(len(g['rules']) for g in groups)} rules loaded")
 EOF
 deadline
+
+# The drain on stop: the images' STOPSIGNAL is SIGTERM, which makes both programs drain and
+# exit 0. podman-compose 1.0.3 ignores stop_grace_period and its `down` stops with a 1 s
+# timeout, so stop them first with the compose file's 40 s grace, router before worker.
+t=$SECONDS
+for s in router inference; do
+  c=$(ctr "$s")
+  podman stop -t 40 "$c" >/dev/null || fail "podman stop $s"
+  code=$(podman inspect -f '{{.State.ExitCode}}' "$c")
+  [ "$code" = 0 ] || fail "$s exited $code on SIGTERM, want 0"
+  # (logs read whole first: grep -q closing a pipe early would fail the pipeline under pipefail)
+  logs=$(podman logs "$c" 2>&1)
+  grep -q 'SIGTERM received: not ready; draining' <<<"$logs" || fail "$s did not drain on the stop signal"
+  grep -q 'drained: no request in flight; exiting' <<<"$logs" || fail "$s did not finish its drain"
+done
+timed "stop router + worker (SIGTERM, drain, exit 0)" $((SECONDS - t))
+say "stop: router and worker got SIGTERM, drained and exited 0"
 
 echo "== image sizes"
 for img in localhost/tierserve-base:bookworm tierserve-worker:cpu tierserve-router:latest tierserve-prometheus:latest; do
