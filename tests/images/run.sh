@@ -22,6 +22,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
+# The stack's settings come from the environment: a developer's shell must not change what
+# is tested.
+unset EXECUTION_MODE STRICT_EP TIERSERVE_MODELS TIERSERVE_GPU_DEVICE COMPOSE_PROJECT_NAME
 T0=$SECONDS
 LIMIT_S=${TIERSERVE_IMAGES_TIMEOUT_S:-900}
 PY=/usr/bin/python3
