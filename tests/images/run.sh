@@ -9,7 +9,8 @@
 #   3. check the images: no libonnxruntime_providers_* in the worker, no libonnxruntime at
 #      all in the router, nothing unresolved for `ldd`, non-root, STOPSIGNAL, healthchecks;
 #      `tierserve doctor` in the worker: requested=cpu passes, requested=auto gets the
-#      "no GPU tier works" verdict and exit 78
+#      "no GPU tier works" verdict and exit 78; with the GPU profiles' settings
+#      (EXECUTION_MODE=tensorrt STRICT_EP=1) the worker refuses to start, exit 78
 #   4. podman-compose up (inference, router, prometheus; ports on 127.0.0.1), wait until
 #      healthy, run the guidance's log grep through `podman-compose ... logs inference`,
 #      send an inference through the router, see Prometheus scrape both, stop the router
@@ -141,6 +142,12 @@ grep -q '^verdict: FAIL: no GPU tier works; the worker would run tier=cpu-fallba
 grep -q 'libonnxruntime_providers_tensorrt.so: MISSING' "$WORK/doctor-auto.txt" \
   || { cat "$WORK/doctor-auto.txt"; fail "doctor (auto) does not name the missing provider library"; }
 say "doctor in the cpu image: cpu -> exit 0 OK; auto -> exit 78 '$(grep '^verdict:' "$WORK/doctor-auto.txt" | cut -c10-70)...'"
+# The GPU profiles' settings on the cpu image (a GPU box given the wrong image): the worker
+# refuses before opening its port, exit 78, rather than serve on the CPU in silence.
+rc=0; timeout 60 "${RUN[@]}" -e EXECUTION_MODE=tensorrt -e STRICT_EP=1 tierserve-worker:cpu >"$WORK/strict.txt" 2>&1 || rc=$?
+[ "$rc" -eq 78 ] || { cat "$WORK/strict.txt"; fail "EXECUTION_MODE=tensorrt STRICT_EP=1 on the cpu image: exit $rc, want 78"; }
+grep -q 'STRICT_EP=1 refusing to start' "$WORK/strict.txt" || { cat "$WORK/strict.txt"; fail "no strict refusal line"; }
+say "cpu image with EXECUTION_MODE=tensorrt STRICT_EP=1: refuses, exit 78"
 deadline
 
 # --- 4. the compose stack -----------------------------------------------------------------------
