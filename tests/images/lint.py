@@ -290,6 +290,18 @@ def check_compose():
     if (seconds(r.get("stop_grace_period", "10s")) or 0) <= rcfg.get("drain_timeout_s", 30):
         problem(f"{rel} [router]", "stop_grace_period does not cover drain_timeout_s")
 
+    # the compose stack's Prometheus: the same globals, rules and job names as
+    # deploy/prometheus/prometheus.yml, so the alert rules and the dashboard select it alike
+    with open(os.path.join(ROOT, "deploy/prometheus/prometheus.yml")) as f:
+        ref = yaml.safe_load(f)
+    with open(os.path.join(ROOT, "deploy/docker/prometheus.yml")) as f:
+        mine = yaml.safe_load(f)
+    if mine.get("global") != ref.get("global") or mine.get("rule_files") != ref.get("rule_files"):
+        problem("deploy/docker/prometheus.yml", "global or rule_files differ from deploy/prometheus/prometheus.yml")
+    jobs = lambda c: sorted(j["job_name"] for j in c.get("scrape_configs", []))
+    if jobs(mine) != jobs(ref):
+        problem("deploy/docker/prometheus.yml", f"jobs {jobs(mine)}, want {jobs(ref)}")
+
 
 check_compose()
 
