@@ -18,7 +18,11 @@ SDK_DEFAULT=$CACHE/onnxruntime-$ORT_VERSION
 
 DEB_PACKAGES=(build-essential cmake pkg-config libevent-dev libjansson-dev libyaml-dev libcyaml-dev
   libcmocka-dev libhwloc-dev zlib1g-dev libhttp-parser-dev libssl-dev libpcre2-dev clang libclang-rt-14-dev python3-pytest python3-numpy python3-onnx libonnx-testdata
-  python3-yaml openssl ca-certificates prometheus chromium)
+  python3-yaml openssl ca-certificates prometheus chromium
+  podman podman-compose runc debootstrap iptables golang-github-containernetworking-plugin-dnsname)
+# podman, podman-compose, debootstrap: tests/images/run.sh builds the images from a local Debian
+# base and runs docker-compose.release.yml; the dnsname CNI plugin lets the compose services
+# find each other by name.
 # kubectl renders deploy/k8s for tests/e2e/test_k8s.py; an existing kubectl (e.g. Google's) is kept.
 command -v kubectl >/dev/null 2>&1 || DEB_PACKAGES+=(kubernetes-client)
 # npm fetches ONNX Runtime; an existing Node.js install (e.g. NodeSource's) is kept as it is.
