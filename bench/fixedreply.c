@@ -2,10 +2,13 @@
  * the loader alone sustains): one epoll thread, keep-alive, the same 2-byte reply to every
  * request whose head has arrived (bodies are skipped by Content-Length). Not for tests.
  *
- *   bench_fixedreply PORT
+ *   bench_fixedreply PORT [STATUS_JSON]
+ * STATUS_JSON: a body to answer GET /v2/status with instead, so that tierrouter's probes find a
+ * live, ready backend (bench/bench.py puts the router in front of this server).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,8 @@ typedef struct {
 } conn;
 
 static const char k_reply[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+static char g_status[4096]; /* the whole GET /v2/status reply, or empty */
+static size_t g_status_len;
 
 /* Answers every complete request in c; -1 when the peer is to be dropped. */
 static int serve(int fd, conn *c)
@@ -34,7 +39,10 @@ static int serve(int fd, conn *c)
             if (!strncasecmp(p, "Content-Length:", 15)) body = strtoul(p + 15, NULL, 10);
         if (head + body > CAP) return -1;
         if (c->len < head + body) return 0;
-        if (send(fd, k_reply, sizeof k_reply - 1, MSG_NOSIGNAL) < 0) return -1;
+        bool status = g_status_len && c->len >= 15 && !memcmp(c->buf, "GET /v2/status ", 15);
+        if (status ? send(fd, g_status, g_status_len, MSG_NOSIGNAL) < 0
+                   : send(fd, k_reply, sizeof k_reply - 1, MSG_NOSIGNAL) < 0)
+            return -1;
         memmove(c->buf, c->buf + head + body, c->len - head - body);
         c->len -= head + body;
     }
@@ -42,9 +50,19 @@ static int serve(int fd, conn *c)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s PORT\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s PORT [STATUS_JSON]\n", argv[0]);
         return 64;
+    }
+    if (argc == 3) {
+        int n = snprintf(g_status, sizeof g_status,
+                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                         strlen(argv[2]), argv[2]);
+        if (n < 0 || (size_t)n >= sizeof g_status) {
+            fprintf(stderr, "STATUS_JSON too long\n");
+            return 64;
+        }
+        g_status_len = (size_t)n;
     }
     int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
     setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
