@@ -291,8 +291,7 @@ def main():
         rate = json.loads(subprocess.run([str(BIN / "bench_jsonrate"), "1", "3", "224", "224"],
                                          capture_output=True, text=True, check=True).stdout)
         router_rows = router_overhead(w, tmp, bodies["demo"][0], bodies["identity224"][1], concs, secs)
-        target_rows = targets.target_rows(w, tmp, paths, bodies, id_rows, secs, a.quick, BIN, loadgen,
-                                          proc_cpu_s)
+        target_rows = targets.target_rows(w, tmp, paths, bodies, id_rows, secs, a.quick, BIN, loadgen)
         final_rss = w.rss_kb()
         w.stop()
     finally:

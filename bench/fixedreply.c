@@ -4,7 +4,8 @@
  *
  *   bench_fixedreply PORT [STATUS_JSON]
  * STATUS_JSON: a body to answer GET /v2/status with instead, so that tierrouter's probes find a
- * live, ready backend (bench/bench.py puts the router in front of this server).
+ * live, ready backend; the replies then also echo X-Request-Id, which the router checks
+ * (bench/bench.py puts the router in front of this server).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -40,9 +41,21 @@ static int serve(int fd, conn *c)
         if (head + body > CAP) return -1;
         if (c->len < head + body) return 0;
         bool status = g_status_len && c->len >= 15 && !memcmp(c->buf, "GET /v2/status ", 15);
-        if (status ? send(fd, g_status, g_status_len, MSG_NOSIGNAL) < 0
-                   : send(fd, k_reply, sizeof k_reply - 1, MSG_NOSIGNAL) < 0)
-            return -1;
+        char idr[512];
+        const char *out = status ? g_status : k_reply;
+        size_t out_len = status ? g_status_len : sizeof k_reply - 1;
+        char *id = g_status_len && !status ? memmem(c->buf, head, "\r\nX-Request-Id:", 15) : NULL;
+        if (id) {
+            char *eol = memmem(id + 15, (size_t)(end + 2 - (id + 15)), "\r\n", 2);
+            int n = snprintf(idr, sizeof idr,
+                             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id:%.*s\r\n"
+                             "Content-Length: 2\r\n\r\n{}",
+                             (int)(eol - (id + 15)), id + 15);
+            if (n < 0 || (size_t)n >= sizeof idr) return -1;
+            out = idr;
+            out_len = (size_t)n;
+        }
+        if (send(fd, out, out_len, MSG_NOSIGNAL) < 0) return -1;
         memmove(c->buf, c->buf + head + body, c->len - head - body);
         c->len -= head + body;
     }
