@@ -4,11 +4,14 @@
 Models (generated into a temp repository, fixed seeds): the shipped demo model; `mlp`, a
 4-layer MLP of width 2048 (FP32, batchable); `identity224`, an Identity on [-1,3,224,224]
 for the JSON-vs-binary comparison. Each is served twice: `<m>` (one request per Run()) and
-`<m>_batched` (dynamic batching). Measured for binary and JSON at concurrency 1/4/16/64:
+`<m>_batched` (dynamic batching); `mlp512`, the same MLP 512 wide (issue 10's worker rows). Measured for binary and JSON at concurrency 1/4/16/64:
 throughput, p50/p95/p99, worker CPU seconds per 1000 inferences and peak RSS; the
 in-process baseline (bench_inproc: same session options, one request per Run()) at the
 same concurrency; and the HTTP floor (GET /v2/health/live). Prints a table and the ratios
-the issue asks for, writes bench/out/results.csv and bench/out/throughput.svg.
+the issue asks for, writes bench/out/results.csv and bench/out/throughput.svg. Then issue 10's
+target rows (goal, measured, met/missed): tierrouter against nginx as a proxy in front of
+bench_fixedreply, the worker against the in-process floor and the onnxruntime-node peer,
+JSON vs binary, and the router's RSS over a mixed run.
 
   bench/run.sh [--seconds S] [--quick]
 """
@@ -27,6 +30,9 @@ import time
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import targets  # noqa: E402  (bench/targets.py: issue 10's target rows)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = ROOT / "build" / "bin"
@@ -67,7 +73,7 @@ def identity_model():
 
 def build_repo(root):
     paths = {}
-    for name, make in (("mlp", mlp_model), ("identity224", identity_model)):
+    for name, make in (("mlp", mlp_model), ("mlp512", lambda: mlp_model(width=512)), ("identity224", identity_model)):
         d = root / name / "1"
         d.mkdir(parents=True)
         onnx.save(make(), str(d / "model.onnx"))
@@ -255,6 +261,7 @@ def main():
         repo = tmp / "repo"
         paths = build_repo(repo)
         bodies = {"demo": request_bodies("input", [1, 4], tmp), "mlp": request_bodies("x", [1, 2048], tmp),
+                  "mlp512": request_bodies("x", [1, 512], tmp),
                   "identity224": request_bodies("x", [1, 3, 224, 224], tmp)}
         w = Worker(repo, tmp)
         rows = []
@@ -284,6 +291,7 @@ def main():
         rate = json.loads(subprocess.run([str(BIN / "bench_jsonrate"), "1", "3", "224", "224"],
                                          capture_output=True, text=True, check=True).stdout)
         router_rows = router_overhead(w, tmp, bodies["demo"][0], bodies["identity224"][1], concs, secs)
+        target_rows = targets.target_rows(w, tmp, paths, bodies, id_rows, secs, a.quick, BIN, loadgen)
         final_rss = w.rss_kb()
         w.stop()
     finally:
@@ -340,6 +348,7 @@ def main():
               f"throughput x{r['throughput'] / d['throughput']:.2f}, errors {r['errors']} | CPU "
               f"{d['worker_cpu_ms_per_req']:.3f} -> {r['worker_cpu_ms_per_req']:.3f} + "
               f"{r['router_cpu_ms_per_req']:.3f}")
+    targets.print_rows(target_rows)
     print(f"\nwrote {OUT / 'results.csv'} and {OUT / 'throughput.svg'}")
 
 

@@ -2,10 +2,14 @@
  * the loader alone sustains): one epoll thread, keep-alive, the same 2-byte reply to every
  * request whose head has arrived (bodies are skipped by Content-Length). Not for tests.
  *
- *   bench_fixedreply PORT
+ *   bench_fixedreply PORT [STATUS_JSON]
+ * STATUS_JSON: a body to answer GET /v2/status with instead, so that tierrouter's probes find a
+ * live, ready backend; the replies then also echo X-Request-Id, which the router checks
+ * (bench/bench.py puts the router in front of this server).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +26,8 @@ typedef struct {
 } conn;
 
 static const char k_reply[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+static char g_status[4096]; /* the whole GET /v2/status reply, or empty */
+static size_t g_status_len;
 
 /* Answers every complete request in c; -1 when the peer is to be dropped. */
 static int serve(int fd, conn *c)
@@ -34,7 +40,22 @@ static int serve(int fd, conn *c)
             if (!strncasecmp(p, "Content-Length:", 15)) body = strtoul(p + 15, NULL, 10);
         if (head + body > CAP) return -1;
         if (c->len < head + body) return 0;
-        if (send(fd, k_reply, sizeof k_reply - 1, MSG_NOSIGNAL) < 0) return -1;
+        bool status = g_status_len && c->len >= 15 && !memcmp(c->buf, "GET /v2/status ", 15);
+        char idr[512];
+        const char *out = status ? g_status : k_reply;
+        size_t out_len = status ? g_status_len : sizeof k_reply - 1;
+        char *id = g_status_len && !status ? memmem(c->buf, head, "\r\nX-Request-Id:", 15) : NULL;
+        if (id) {
+            char *eol = memmem(id + 15, (size_t)(end + 2 - (id + 15)), "\r\n", 2);
+            int n = snprintf(idr, sizeof idr,
+                             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id:%.*s\r\n"
+                             "Content-Length: 2\r\n\r\n{}",
+                             (int)(eol - (id + 15)), id + 15);
+            if (n < 0 || (size_t)n >= sizeof idr) return -1;
+            out = idr;
+            out_len = (size_t)n;
+        }
+        if (send(fd, out, out_len, MSG_NOSIGNAL) < 0) return -1;
         memmove(c->buf, c->buf + head + body, c->len - head - body);
         c->len -= head + body;
     }
@@ -42,9 +63,19 @@ static int serve(int fd, conn *c)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s PORT\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s PORT [STATUS_JSON]\n", argv[0]);
         return 64;
+    }
+    if (argc == 3) {
+        int n = snprintf(g_status, sizeof g_status,
+                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                         strlen(argv[2]), argv[2]);
+        if (n < 0 || (size_t)n >= sizeof g_status) {
+            fprintf(stderr, "STATUS_JSON too long\n");
+            return 64;
+        }
+        g_status_len = (size_t)n;
     }
     int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
     setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
