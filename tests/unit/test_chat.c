@@ -174,6 +174,40 @@ static void test_render_errors(void **state)
     chat_tmpl_free(l2);
 }
 
+/* Templates come from model folders, not clients, but a broken one must still only be
+ * refused: byte flips of a real template (tag and string characters, truncations) are
+ * either refused or, when they only touch layout, recognised as what they were. */
+static void test_detect_mangled_templates(void **state)
+{
+    (void)state;
+    static const char alphabet[] = "{}%#-'\"\\ \nxu0";
+    unsigned seed = 12345;
+    size_t accepted = 0;
+    for (int round = 0; round < 3000; round++) {
+        char t[sizeof LLAMA3];
+        memcpy(t, LLAMA3, sizeof LLAMA3);
+        for (int k = 0; k < 1 + round % 3; k++) {
+            seed = seed * 1103515245u + 12345u;
+            size_t at = (seed >> 8) % (sizeof LLAMA3 - 1);
+            seed = seed * 1103515245u + 12345u;
+            t[at] = alphabet[(seed >> 8) % (sizeof alphabet - 1)];
+        }
+        if (round % 7 == 0)
+            t[(seed >> 4) % (sizeof LLAMA3 - 1)] = '\0';
+        ts_err err = {0};
+        chat_tmpl *c = chat_detect(t, "<s>", NULL, &err);
+        if (c) {
+            accepted++;
+            assert_string_equal(chat_variant(c), "llama3-instruct");
+            chat_tmpl_free(c);
+        } else {
+            assert_int_equal(err.http, 500);
+            assert_non_null(strstr(err.msg, "supported: "));
+        }
+    }
+    assert_true(accepted < 3000);
+}
+
 static void test_roles(void **state)
 {
     (void)state;
@@ -288,6 +322,7 @@ int main(void)
         cmocka_unit_test(test_detect_respaced_copy),
         cmocka_unit_test(test_detect_refuses_other_structure),
         cmocka_unit_test(test_render_errors),
+        cmocka_unit_test(test_detect_mangled_templates),
         cmocka_unit_test(test_roles),
         cmocka_unit_test(test_load_config_forms),
     };
