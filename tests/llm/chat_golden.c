@@ -2,7 +2,8 @@
  * @huggingface/jinja: every real template (and every re-spaced copy of it) must be detected
  * as the variant it is, and render every conversation of chat_cases.json byte for byte as
  * Jinja did, or fail with the very error the template raised; altered copies must be
- * refused; chat_load must find the template in each package's model folder.
+ * refused; a mutant (whitespace edited at random) that is accepted must render as Jinja
+ * renders it; chat_load must find the template in each package's model folder.
  *
  *   chat_golden <chat_golden.json>   check; exit 1 on any difference
  */
@@ -166,6 +167,30 @@ int main(int argc, char **argv)
             printf("refused as it should be: %s\n", err.msg);
         }
     }
+    size_t accepted = 0, same = 0;
+    json_array_foreach(json_object_get(g, "mutants"), i, tj) {
+        const char *label = str_or_null(tj, "label");
+        ts_err err = {0};
+        chat_tmpl *t = chat_detect(str_or_null(tj, "template"), str_or_null(tj, "bos"),
+                                   str_or_null(tj, "eos"), &err);
+        json_t *results = json_object_get(tj, "results");
+        if (!t)
+            continue;
+        accepted++;
+        if (!json_is_array(results)) {
+            printf("%s: accepted, but @huggingface/jinja cannot parse it\n", label);
+            failed++;
+        } else {
+            size_t before = failed;
+            for (size_t k = 0; k < json_array_size(cases); k++)
+                if (!check_case(t, label, json_array_get(cases, k), json_array_get(results, k)))
+                    failed++;
+            same += failed == before;
+        }
+        chat_tmpl_free(t);
+    }
+    printf("mutants: %zu of %zu accepted (%zu render as Jinja does)\n", accepted,
+           json_array_size(json_object_get(g, "mutants")), same);
     json_array_foreach(json_object_get(g, "loads"), i, tj) {
         ts_err err = {0};
         const char *dir = str_or_null(tj, "dir"), *variant = str_or_null(tj, "variant");

@@ -81,10 +81,35 @@ for (const t of TEMPLATES) {
   }
 }
 for (const [label, template] of ALTERED) out.altered.push({ label, template, bos: "<s>", eos: "</s>" });
+
+// Mutants: each real template with a few whitespace or whitespace-control edits at random
+// places (seeded): some change nothing Jinja renders, some change the output. chat_golden
+// may refuse any of them, but one it accepts must render exactly as Jinja renders it.
+let seed = 20240611;
+const rand = (n) => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) >>> 8) % n;
+const EDITS = [" ", "\n", "\t", "  \n  ", "-", "{# c #}"];
+out.mutants = [];
+for (const t of TEMPLATES) {
+  for (let m = 0; m < 60; m++) {
+    let text = t.template;
+    for (let k = 0; k <= m % 3; k++) {
+      const at = rand(text.length + 1);
+      if (rand(3) === 0 && at < text.length && /\s|-/.test(text[at])) text = text.slice(0, at) + text.slice(at + 1);
+      else text = text.slice(0, at) + EDITS[rand(EDITS.length)] + text.slice(at);
+    }
+    let results;
+    try {
+      results = renderAll(t, text);
+    } catch (e) {
+      results = null; // Jinja cannot parse it: it must be refused
+    }
+    out.mutants.push({ label: `${t.variant} mutant ${m}`, template: text, bos: t.bos, eos: t.eos, results });
+  }
+}
 out.loads = [
   ...TEMPLATES.filter((t) => t.dir).map((t) => ({ dir: t.dir, variant: t.variant })),
   { dir: modelDir("llama2"), error: "has no chat_template" },
 ];
 writeFileSync(process.argv[2], JSON.stringify(out));
 const n = out.templates.reduce((k, t) => k + t.results.length, 0);
-console.log(`chat_golden.mjs: ${out.templates.length} templates (${TEMPLATES.length} real + re-spaced copies), ${n} renderings, ${out.altered.length} altered`);
+console.log(`chat_golden.mjs: ${out.templates.length} templates (${TEMPLATES.length} real + re-spaced copies), ${n} renderings, ${out.altered.length} altered, ${out.mutants.length} mutants`);
