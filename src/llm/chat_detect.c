@@ -213,15 +213,16 @@ chat_tmpl *chat_load(const char *path, ts_err *err)
     char cfg_path[4096], dir[4096];
     struct stat st;
     size_t len = 0;
+    /* room for "/chat_template.jinja" after dir: a longer path is refused, never cut */
+    if (strlen(path) + 32 > sizeof dir) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "%.200s...: path too long", path);
+        goto out;
+    }
+    snprintf(dir, sizeof dir, "%s", path);
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(dir, sizeof dir, "%s", path);
-        if ((size_t)snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", path) >= sizeof cfg_path) {
-            ts_err_set(err, TS_INTERNAL_ERROR, "%s: path too long", path);
-            goto out;
-        }
+        snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", path);
     } else {
         snprintf(cfg_path, sizeof cfg_path, "%s", path);
-        snprintf(dir, sizeof dir, "%s", path);
         char *slash = strrchr(dir, '/');
         if (slash)
             *slash = '\0';
@@ -260,7 +261,7 @@ chat_tmpl *chat_load(const char *path, ts_err *err)
                    cfg_path);
         goto out;
     } else {
-        char jpath[4200];
+        char jpath[sizeof dir + 32];
         size_t jlen = 0;
         snprintf(jpath, sizeof jpath, "%s/chat_template.jinja", dir);
         if (stat(jpath, &st) != 0) {

@@ -293,6 +293,10 @@ static void test_load_config_forms(void **state)
     write_file("tokenizer_config.json", "{\"chat_template\": 3}");
     assert_null(chat_load(dir, &err));
     assert_non_null(strstr(err.msg, "chat_template is neither a string nor a list"));
+    static char longpath[5000];
+    memset(longpath, 'a', sizeof longpath - 1);
+    assert_null(chat_load(longpath, &err));
+    assert_non_null(strstr(err.msg, "...: path too long"));
     write_file("tokenizer_config.json", "{\"chat_template\": ");
     assert_null(chat_load(dir, &err));
     assert_non_null(strstr(err.msg, "not a JSON object"));
