@@ -223,14 +223,15 @@ int main(int argc, char **argv)
     for (int k = 0; k <= RT_MAX_MODELS; k++)
         for (int p = 0; p <= RT_MAX_POOLS; p++)
             for (int q = 0; q < PRIO_COUNT; q++) hist_init(&r.latency[k][p][q], HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
-    if (rt_pools_init(&r, err, sizeof err) != 0) {
-        log_emit(LOG_ERROR, NULL, "%s", err);
-        return 1;
-    }
     struct event_config *ecfg = event_config_new();
     event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
     r.base = event_base_new_with_config(ecfg);
     event_config_free(ecfg);
+    /* the pools' connections live on the loop: the loop first */
+    if (rt_pools_init(&r, err, sizeof err) != 0) {
+        log_emit(LOG_ERROR, NULL, "%s", err);
+        return 1;
+    }
     /* names in backends (a Kubernetes headless Service) resolve through evdns, off the loop's
      * critical path; /etc/resolv.conf and /etc/hosts as the system has them */
     if (r.cfg->dns_nameserver) {

@@ -25,9 +25,10 @@ typedef struct proxy_req {
     char tenant[64];
     rt_pool *pool;
     rt_backend *backend, *first_backend;
-    struct evhttp_connection *conn;
-    enum evhttp_request_error err_kind;
-    bool error_seen, retried;
+    h1cli_req *bq;          /* the try in flight to pr->backend, NULL between tries */
+    h1cli_outcome outcome;  /* how the last try ended */
+    buf held;               /* a 5xx reply's body, held: a retry may answer instead */
+    bool retried;
     bool mismatch;  /* the try's reply did not echo request_id: dropped with its connection */
     bool streaming; /* the reply is being passed through: no retry from here on */
     bool paused;    /* reading from the backend waits for the client to catch up */

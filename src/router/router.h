@@ -13,6 +13,7 @@
 #include "buf.h"
 #include "connguard.h"
 #include "cost.h"
+#include "h1cli.h"
 #include "hist.h"
 #include "httpserver.h"
 #include "latency.h"
@@ -28,6 +29,7 @@
 typedef struct rt_pool rt_pool;
 
 #define RT_BACKEND_MAX_MODELS 256
+#define RT_PROBE_MAX_BYTES (4u << 20) /* a /v2/status answer above this fails the probe */
 typedef struct rt_backend_model {
     char name[128], version[32];
     bool ready;
@@ -40,9 +42,10 @@ typedef struct rt_backend {
     char host[256];
     unsigned port;
     char addr[300];
-    struct evhttp_connection **free_conns; /* idle keep-alive connections */
-    size_t n_free, n_conns;
-    struct evhttp_connection *probe;
+    h1cli_pool *conns;     /* keep-alive connections for requests (idle cap: max_in_flight) */
+    h1cli_pool *probe;     /* the probe's own connection, so probes never queue behind requests */
+    h1cli_req *probe_req;  /* the probe in flight, or NULL */
+    buf probe_body;        /* its answer so far (bounded: RT_PROBE_MAX_BYTES) */
     bool probe_in_flight;
     /* from the last probe of /v2/status */
     bool probed, live, ready, tier_ok;
@@ -158,9 +161,6 @@ bool rt_backend_healthy(const rt_backend *b, double now);
 void rt_route_view(router *r, const char *logical_model, double now, route_pool *view);
 /* The physical model p serves for a logical name, or NULL if it does not serve it. */
 const char *rt_pool_physical(const rt_pool *p, const char *logical);
-struct evhttp_connection *rt_conn_get(router *r, rt_backend *b);
-void rt_conn_put(rt_backend *b, struct evhttp_connection *c);
-void rt_conn_drop(rt_backend *b, struct evhttp_connection *c);
 void rt_backend_result(router *r, rt_backend *b, bool ok, const char *why);
 void rt_probe_all(router *r);
 /* Re-resolves DNS-named backends when due, frees backends that left DNS once idle. */
