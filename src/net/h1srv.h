@@ -71,8 +71,16 @@ typedef void h1_request_cb(h1req *req, void *arg);
  * request with h1req_set_user. */
 typedef int h1_body_admit_cb(h1req *req, size_t content_length, char *msg, size_t msglen, void *arg);
 
+/* Optional, the budget for read-ahead: while a request is handled its connection reads on,
+ * up to max_header_bytes + max_body_bytes (the next request, and behind it a hang-up), in a
+ * buffer of its own. Bytes past the connection's first 64 KiB are drawn with
+ * cb(n, true, arg) (false: read no further for now; the layer tries again every 50 ms and
+ * still notices a hang-up) and given back with cb(n, false, arg) once parsed or dropped. */
+typedef bool h1_hold_cb(size_t n, bool take, void *arg);
+
 h1srv *h1srv_create(struct event_base *base, const h1srv_limits *lim, h1_request_cb *cb, void *arg);
 void h1srv_set_body_admit(h1srv *s, h1_body_admit_cb *cb, void *arg);
+void h1srv_set_readahead_hold(h1srv *s, h1_hold_cb *cb, void *arg);
 /* Listens on address:port (port 0: a free one). Returns 0 and the port it got, or -1 with
  * a message naming the address and the reason. */
 int h1srv_bind(h1srv *s, const char *address, unsigned port, int *bound_port, char *err, size_t errlen);
@@ -132,7 +140,8 @@ void h1req_reply_error(h1req *r, int code, const char *msg);
 void h1req_stream_start(h1req *r, int code, int64_t content_length);
 void h1req_stream_write(h1req *r, const void *data, size_t len); /* copied */
 size_t h1req_stream_queued(const h1req *r); /* reply bytes not yet handed to the kernel */
-/* Called once the queued bytes fall to low_water or below (backpressure). NULL: none. */
+/* Called once, on a later loop turn, when the queued bytes are at low_water or below
+ * (backpressure); then cleared: set it again to wait again. NULL: none. */
 void h1req_on_drained(h1req *r, size_t low_water, void (*cb)(h1req *r, void *arg), void *arg);
 void h1req_stream_end(h1req *r);
 /* Cuts the connection: a reply that broke off must not look complete to the client. */
@@ -143,7 +152,9 @@ void h1req_abort(h1req *r);
  * it was cut for slowness, or the server is being freed). The request is freed when the
  * callback returns; set to NULL to stop listening. Without a callback a request whose
  * client leaves before the reply is silently dropped, and the handler's later reply call
- * must not happen: handlers that answer later always set one. */
+ * must not happen: handlers that answer later always set one. A callback set by the
+ * body_admit hook runs too when the request never reaches the handler (a bad body, the
+ * client gone mid-body): that is where an admission's reservation is given back. */
 void h1req_on_end(h1req *r, void (*cb)(h1req *r, bool completed, void *arg), void *arg);
 
 #endif

@@ -1,0 +1,519 @@
+/* h1reply.c: the request's accessors, building replies, and the output queue written with
+ * writev. */
+#include "h1srv.h"
+#include "clock.h"
+#include "h1srv_internal.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#define REPLY_HEADERS_MAX (64 * 1024) /* the handler's reply header lines */
+
+/* ---- socket I/O: the one place bytes leave (TLS slots in here) ----------------------- */
+
+static ssize_t io_writev(h1conn *c, const struct iovec *iov, int n)
+{
+    /* sendmsg for MSG_NOSIGNAL: a peer gone must not raise SIGPIPE in a program that does
+     * not ignore it */
+    struct msghdr m = {.msg_iov = (struct iovec *)(uintptr_t)iov, .msg_iovlen = (size_t)n};
+    ssize_t w;
+    do w = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    return w;
+}
+
+/* ---- the request ------------------------------------------------------------------------ */
+
+h1req *h1req_new(h1conn *c)
+{
+    h1req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->c = c;
+    /* the target and fields, each NUL-terminated: the bound plus a byte per piece */
+    buf_init(&r->hdr, c->s->lim.max_header_bytes + 2 * c->s->lim.max_headers + 8);
+    buf_init(&r->rh, REPLY_HEADERS_MAX);
+    r->stream_left = -1;
+    return r;
+}
+
+void h1req_free(h1req *r)
+{
+    if (!r) return;
+    buf_free(&r->hdr);
+    buf_free(&r->rh);
+    free(r->fields);
+    free(r->body);
+    free(r);
+}
+
+static const char *const METHOD_NAMES[] = {"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"};
+
+h1_method h1req_method(const h1req *r) { return r->method; }
+const char *h1req_method_name(const h1req *r) { return METHOD_NAMES[r->method]; }
+const char *h1req_path(const h1req *r) { return r->hdr.data ? (const char *)r->hdr.data + r->path_off : ""; }
+const char *h1req_query(const h1req *r) { return r->query_off ? (const char *)r->hdr.data + r->query_off : NULL; }
+size_t h1req_nheaders(const h1req *r) { return r->headers_done ? r->nfields : 0; }
+
+void h1req_header_at(const h1req *r, size_t i, const char **name, const char **value)
+{
+    *name = (const char *)r->hdr.data + r->fields[i][0];
+    *value = (const char *)r->hdr.data + r->fields[i][1];
+}
+
+const char *h1req_header(const h1req *r, const char *name)
+{
+    for (size_t i = 0; i < h1req_nheaders(r); i++)
+        if (strcasecmp((const char *)r->hdr.data + r->fields[i][0], name) == 0)
+            return (const char *)r->hdr.data + r->fields[i][1];
+    return NULL;
+}
+
+size_t h1req_header_count(const h1req *r, const char *name)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < h1req_nheaders(r); i++)
+        if (strcasecmp((const char *)r->hdr.data + r->fields[i][0], name) == 0) n++;
+    return n;
+}
+
+const uint8_t *h1req_body(const h1req *r, size_t *len)
+{
+    *len = r->body ? r->body_len : 0;
+    return r->body ? r->body : (const uint8_t *)"";
+}
+
+uint8_t *h1req_take_body(h1req *r, size_t *len)
+{
+    uint8_t *b = r->body;
+    *len = b ? r->body_len : 0;
+    r->body = NULL;
+    r->body_len = r->body_cap = 0;
+    return b;
+}
+
+void h1req_peer(const h1req *r, char *host, size_t hostlen, unsigned *port)
+{
+    snprintf(host, hostlen, "%s", r->c->peer);
+    *port = r->c->port;
+}
+
+bool h1req_keep_alive(const h1req *r) { return r->keep_alive && !r->close_after; }
+void h1req_set_user(h1req *r, void *user) { r->user = user; }
+void *h1req_user(const h1req *r) { return r->user; }
+
+void h1req_on_end(h1req *r, void (*cb)(h1req *r, bool completed, void *arg), void *arg)
+{
+    r->on_end = cb;
+    r->end_arg = arg;
+}
+
+/* ---- reply headers ------------------------------------------------------------------ */
+
+static bool is_token(const char *s)
+{
+    if (!*s) return false;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        bool t = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                 (c && strchr("!#$%&'*+-.^_`|~", c));
+        if (!t) return false;
+    }
+    return true;
+}
+
+int h1req_add_header(h1req *r, const char *name, const char *value)
+{
+    if (!is_token(name) || strpbrk(value, "\r\n")) return -1;
+    if (strcasecmp(name, "Content-Length") == 0 || strcasecmp(name, "Transfer-Encoding") == 0 ||
+        strcasecmp(name, "Date") == 0)
+        return -1;
+    if (strcasecmp(name, "Connection") == 0) { /* the layer writes it; close is honoured */
+        if (strcasecmp(value, "close") == 0) r->close_after = true;
+        return 0;
+    }
+    size_t before = r->rh.len;
+    buf_printf(&r->rh, "%s: %s\r\n", name, value);
+    if (buf_failed(&r->rh)) {
+        r->rh.failed = false;
+        r->rh.len = before;
+        return -1;
+    }
+    return 0;
+}
+
+bool h1req_has_reply_header(const h1req *r, const char *name)
+{
+    if (!r->rh.len) return false;
+    size_t nl = strlen(name);
+    const char *p = (const char *)r->rh.data, *end = p + r->rh.len;
+    while (p && p < end) {
+        if ((size_t)(end - p) > nl && p[nl] == ':' && strncasecmp(p, name, nl) == 0) return true;
+        p = memchr(p, '\n', (size_t)(end - p));
+        if (p) p++;
+    }
+    return false;
+}
+
+void h1req_close_after(h1req *r) { r->close_after = true; }
+
+/* ---- the output queue ------------------------------------------------------------------- */
+
+h1out *h1out_inline(const void *data, size_t len)
+{
+    h1out *o = malloc(sizeof *o + len);
+    if (!o) return NULL;
+    memset(o, 0, sizeof *o);
+    memcpy(o->inl, data, len);
+    o->data = o->inl;
+    o->len = len;
+    return o;
+}
+
+void h1out_push(h1conn *c, h1out *o)
+{
+    o->next = NULL;
+    *c->out_tail = o;
+    c->out_tail = &o->next;
+    c->out_bytes += o->len;
+}
+
+static void out_release(h1out *o)
+{
+    if (o->release) o->release(o->data, o->len, o->rarg);
+    free(o);
+}
+
+void h1out_free_all(h1conn *c)
+{
+    for (h1out *o = c->out_head, *n; o; o = n) {
+        n = o->next;
+        out_release(o);
+    }
+    c->out_head = NULL;
+    c->out_tail = &c->out_head;
+    c->out_bytes = 0;
+}
+
+static bool reply_fully_queued(const h1req *r)
+{
+    return r->state == REQ_REPLIED && (!r->streaming || r->stream_ended);
+}
+
+static void maybe_drained(h1conn *c)
+{
+    h1req *r = c->req;
+    if (r && r->drained && r->streaming && !r->stream_ended && c->out_bytes <= r->low_water)
+        event_active(c->later, EV_WRITE, 0);
+}
+
+void h1conn_flush(h1conn *c)
+{
+    while (c->out_head && !c->closed) {
+        struct iovec iov[H1_IOV_MAX];
+        int n = 0;
+        for (h1out *o = c->out_head; o && n < H1_IOV_MAX; o = o->next, n++) {
+            iov[n].iov_base = (void *)(uintptr_t)(o->data + o->off);
+            iov[n].iov_len = o->len - o->off;
+        }
+        ssize_t w = io_writev(c, iov, n);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                event_add(c->wev, NULL);
+                return;
+            }
+            h1conn_gone(c);
+            return;
+        }
+        size_t left = (size_t)w;
+        c->out_bytes -= left;
+        while (left && c->out_head) {
+            h1out *o = c->out_head;
+            size_t in = o->len - o->off;
+            if (left < in) {
+                o->off += left;
+                break;
+            }
+            left -= in;
+            c->out_head = o->next;
+            if (!c->out_head) c->out_tail = &c->out_head;
+            out_release(o);
+        }
+        if (c->out_head && (size_t)w < iov[0].iov_len) { /* the kernel is full */
+            event_add(c->wev, NULL);
+            maybe_drained(c);
+            return;
+        }
+    }
+    if (c->closed) return;
+    event_del(c->wev);
+    if (c->req) {
+        if (reply_fully_queued(c->req)) h1conn_reply_done(c);
+        else maybe_drained(c);
+    } else {
+        h1conn_reply_done(c);
+    }
+}
+
+void h1reply_on_writable(int fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    h1conn *c = arg;
+    h1conn_enter(c);
+    h1conn_flush(c);
+    h1conn_leave(c);
+}
+
+/* ---- building a reply ---------------------------------------------------------------- */
+
+static const char *reason(int code)
+{
+    switch (code) {
+#define XX(num, name, string) \
+    case num:                 \
+        return #string;
+        HTTP_STATUS_MAP(XX)
+#undef XX
+    default:
+        return "Status";
+    }
+}
+
+/* The Date header's value, formatted once a second. */
+static const char *http_date(void)
+{
+    static time_t last;
+    static char text[64];
+    time_t now = time(NULL);
+    if (now != last) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(text, sizeof text, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        last = now;
+    }
+    return text;
+}
+
+static bool body_allowed(int code) { return code >= 200 && code != 204 && code != 304; }
+
+/* The status line and headers. length >= 0: Content-Length; -1: chunked; -2: neither (the
+ * body runs to the close). */
+static h1out *build_head(h1req *r, int code, const char *ctype, int64_t length)
+{
+    char line[512];
+    buf h;
+    buf_init(&h, REPLY_HEADERS_MAX + sizeof line);
+    buf_printf(&h, "HTTP/1.1 %d %s\r\n", code, reason(code));
+    if (r->rh.len) buf_put(&h, r->rh.data, r->rh.len);
+    if (body_allowed(code) && !h1req_has_reply_header(r, "Content-Type"))
+        buf_printf(&h, "Content-Type: %s\r\n", ctype ? ctype : "application/json");
+    buf_printf(&h, "Date: %s\r\n", http_date());
+    if (length >= 0 && body_allowed(code)) buf_printf(&h, "Content-Length: %lld\r\n", (long long)length);
+    else if (length == -1) buf_puts(&h, "Transfer-Encoding: chunked\r\n");
+    if (length == -2) r->close_after = true;
+    bool keep = r->keep_alive && !r->close_after && !r->c->failed;
+    if (!keep) buf_puts(&h, "Connection: close\r\n");
+    else if (r->minor == 0) buf_puts(&h, "Connection: keep-alive\r\n");
+    if (!keep) r->close_after = true;
+    buf_puts(&h, "\r\n");
+    h1out *o = buf_failed(&h) ? NULL : h1out_inline(h.data, h.len);
+    buf_free(&h);
+    return o;
+}
+
+/* Queues the head (and body piece, if any) and writes: the request is answered. */
+static void send_reply(h1req *r, h1out *head, h1out *body)
+{
+    h1conn *c = r->c;
+    r->state = REQ_REPLIED;
+    if (!head) { /* out of memory for the head: nothing can be said, the connection ends */
+        if (body) out_release(body);
+        h1conn_gone(c);
+        return;
+    }
+    h1out_push(c, head);
+    if (body) h1out_push(c, body);
+    c->reply_since = ts_now();
+    h1conn_flush(c);
+}
+
+static void release_free(const void *data, size_t len, void *arg)
+{
+    (void)len;
+    (void)arg;
+    free((void *)(uintptr_t)data);
+}
+
+void h1req_reply_ref(h1req *r, int code, const char *ctype, const void *data, size_t len,
+                     void (*release)(const void *data, size_t len, void *arg), void *arg)
+{
+    h1out *head = build_head(r, code, ctype, (int64_t)len);
+    h1out *body = NULL;
+    if (len && !r->head && body_allowed(code)) {
+        body = malloc(sizeof *body);
+        if (body) {
+            memset(body, 0, sizeof *body);
+            body->data = data;
+            body->len = len;
+            body->release = release;
+            body->rarg = arg;
+        }
+    }
+    if (!body && release) release(data, len, arg); /* not queued: the bytes are done with */
+    send_reply(r, head, body);
+}
+
+void h1req_reply(h1req *r, int code, const char *ctype, buf *b)
+{
+    if (!b || !b->len) {
+        h1req_reply_ref(r, code, ctype, NULL, 0, NULL, NULL);
+        return;
+    }
+    uint8_t *data = b->data;
+    size_t len = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    h1req_reply_ref(r, code, ctype, data, len, release_free, NULL);
+}
+
+void h1req_reply_error(h1req *r, int code, const char *msg)
+{
+    buf b;
+    buf_init(&b, 1 << 16);
+    buf_put_error_json(&b, msg);
+    if ((code == 503 || code == 429) && !h1req_has_reply_header(r, "Retry-After"))
+        h1req_add_header(r, "Retry-After", "1");
+    h1req_reply(r, code, "application/json", &b);
+    buf_free(&b);
+}
+
+void h1conn_fail(h1conn *c, int code, const char *msg)
+{
+    if (!c->req) c->req = h1req_new(c);
+    if (!c->req) {
+        h1conn_gone(c);
+        return;
+    }
+    h1req *r = c->req;
+    c->failed = true; /* nothing after bad framing can be trusted: read no more of it */
+    c->rstart = c->rend;
+    if (c->reading) {
+        event_del(c->rev);
+        c->reading = false;
+    }
+    c->waiting_since = 0;
+    r->close_after = true;
+    r->rh.len = 0; /* nothing a handler may have added */
+    h1req_reply_error(r, code, msg);
+}
+
+/* ---- streamed replies ------------------------------------------------------------------ */
+
+void h1req_stream_start(h1req *r, int code, int64_t content_length)
+{
+    int64_t framing = content_length;
+    if (content_length < 0) framing = r->minor == 0 ? -2 : -1; /* HTTP/1.0: to the close */
+    h1out *head = build_head(r, code, NULL, framing);
+    r->streaming = true;
+    r->stream_chunked = framing == -1 && !r->head;
+    r->stream_left = content_length;
+    send_reply(r, head, NULL);
+}
+
+void h1req_stream_write(h1req *r, const void *data, size_t len)
+{
+    if (!r->streaming || r->stream_ended || r->head || !len || r->c->closed) return;
+    h1conn *c = r->c;
+    if (r->stream_left >= 0) {
+        if ((uint64_t)len > (uint64_t)r->stream_left) len = (size_t)r->stream_left; /* never past the length */
+        r->stream_left -= (int64_t)len;
+        if (!len) return;
+    }
+    h1out *o;
+    if (r->stream_chunked) {
+        char hd[24];
+        int hl = snprintf(hd, sizeof hd, "%zx\r\n", len);
+        o = malloc(sizeof *o + (size_t)hl + len + 2);
+        if (o) {
+            memset(o, 0, sizeof *o);
+            memcpy(o->inl, hd, (size_t)hl);
+            memcpy(o->inl + hl, data, len);
+            memcpy(o->inl + hl + len, "\r\n", 2);
+            o->data = o->inl;
+            o->len = (size_t)hl + len + 2;
+        }
+    } else {
+        o = h1out_inline(data, len);
+    }
+    if (!o) {
+        h1req_abort(r);
+        return;
+    }
+    h1out_push(c, o);
+    h1conn_flush(c);
+}
+
+size_t h1req_stream_queued(const h1req *r) { return r->c->out_bytes; }
+
+static void call_drained(h1req *r)
+{
+    void (*cb)(h1req *, void *) = r->drained;
+    r->drained = NULL;
+    if (cb) cb(r, r->drained_arg);
+}
+
+void h1req_on_drained(h1req *r, size_t low_water, void (*cb)(h1req *r, void *arg), void *arg)
+{
+    r->low_water = low_water;
+    r->drained = cb;
+    r->drained_arg = arg;
+    if (cb) maybe_drained(r->c);
+}
+
+/* The connection's "later" event with EV_WRITE: a drained callback is due. */
+void h1reply_later_drained(h1conn *c)
+{
+    h1req *r = c->req;
+    if (r && r->drained && r->streaming && !r->stream_ended && c->out_bytes <= r->low_water) {
+        c->busy++;
+        call_drained(r);
+        c->busy--;
+    }
+}
+
+void h1req_stream_end(h1req *r)
+{
+    if (!r->streaming || r->stream_ended) return;
+    h1conn *c = r->c;
+    if (r->stream_left > 0) { /* fewer bytes than announced: it must not look complete */
+        h1req_abort(r);
+        return;
+    }
+    r->stream_ended = true;
+    r->drained = NULL;
+    if (r->stream_chunked) {
+        h1out *o = h1out_inline("0\r\n\r\n", 5);
+        if (!o) {
+            h1conn_gone(c);
+            return;
+        }
+        h1out_push(c, o);
+    }
+    h1conn_flush(c);
+}
+
+void h1req_abort(h1req *r)
+{
+    h1conn *c = r->c;
+    /* reset: the client must see a broken reply, never a short one that looks whole */
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    h1conn_gone(c);
+}

@@ -1,0 +1,964 @@
+/* h1srv.c: the listener, each connection's reading, the framing (http-parser) and the
+ * deadlines. Replies and the output queue are in h1reply.c. */
+#include "h1srv.h"
+#include "clock.h"
+#include "h1srv_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define LINGER_MAX_S 2.0              /* a closing connection drains its input this long */
+#define LINGER_MAX_BYTES (4u << 20)   /* and at most this much */
+
+static void conn_process(h1conn *c);
+static void conn_release(h1conn *c);
+
+/* ---- socket I/O: the one place bytes cross (TLS slots in here) ---------------------- */
+
+static ssize_t io_read(h1conn *c, void *p, size_t n)
+{
+    ssize_t got;
+    do got = recv(c->fd, p, n, 0);
+    while (got < 0 && errno == EINTR);
+    return got;
+}
+
+/* ---- closing ------------------------------------------------------------------------ */
+
+/* Ends the connection's request (if any) without a complete reply, closes the socket and
+ * frees the connection once no callback of ours is on the stack. */
+static void conn_close(h1conn *c, bool reset)
+{
+    if (c->closed) return;
+    c->closed = true;
+    h1req *r = c->req;
+    c->req = NULL;
+    if (r) {
+        if (r->on_end) {
+            void (*cb)(h1req *, bool, void *) = r->on_end;
+            r->on_end = NULL;
+            c->busy++;
+            cb(r, false, r->end_arg);
+            c->busy--;
+        }
+        h1req_free(r);
+    }
+    h1out_free_all(c);
+    if (c->rev) event_del(c->rev);
+    if (c->wev) event_del(c->wev);
+    if (c->cev) event_del(c->cev);
+    if (c->poll_ev) event_del(c->poll_ev);
+    if (c->later) event_del(c->later);
+    if (reset) {
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    }
+    if (c->busy == 0) conn_release(c);
+}
+
+static void conn_release(h1conn *c)
+{
+    h1srv *s = c->s;
+    if (c->prev) c->prev->next = c->next;
+    else s->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    if (!c->refused) s->open--;
+    if (c->rev) event_free(c->rev);
+    if (c->wev) event_free(c->wev);
+    if (c->cev) event_free(c->cev);
+    if (c->poll_ev) event_free(c->poll_ev);
+    if (c->later) event_free(c->later);
+    if (c->held && s->hold) s->hold(c->held, false, s->hold_arg);
+    if (c->fd >= 0) close(c->fd);
+    free(c->rbuf);
+    free(c);
+}
+
+void h1conn_gone(h1conn *c) { conn_close(c, false); }
+void h1conn_enter(h1conn *c) { c->busy++; }
+
+void h1conn_leave(h1conn *c)
+{
+    if (--c->busy == 0 && c->closed) conn_release(c);
+}
+
+/* A reply that ends the connection is out: shut our side and read (and drop) what the client
+ * still sends for a moment, so that the close does not reset the connection and destroy the
+ * reply before the client has read it. */
+static void conn_linger(h1conn *c)
+{
+    shutdown(c->fd, SHUT_WR);
+    c->lingering = true;
+    c->linger_until = ts_now() + LINGER_MAX_S;
+    c->waiting_since = c->reply_since = 0;
+    if (c->cev) event_del(c->cev);
+    if (c->poll_ev) event_del(c->poll_ev);
+    event_add(c->rev, NULL);
+    c->reading = true;
+}
+
+/* ---- reading -------------------------------------------------------------------------- */
+
+/* Has the client hung up (FIN or reset)? Asked of the socket's state, not its bytes: the
+ * bytes that wait unread must not hide the hang-up behind them. */
+static bool peer_gone(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+static void stop_reading(h1conn *c)
+{
+    if (!c->reading) return;
+    event_del(c->rev);
+    c->reading = false;
+    /* a hang-up still has to be noticed: EV_CLOSED sees a FIN at once, the timer a reset */
+    if (c->cev) event_add(c->cev, NULL);
+    struct timeval tv = {0, H1_PEER_POLL_MS * 1000};
+    evtimer_add(c->poll_ev, &tv);
+}
+
+static void start_reading(h1conn *c)
+{
+    if (c->reading || c->closed) return;
+    if (c->cev) event_del(c->cev);
+    event_del(c->poll_ev);
+    event_add(c->rev, NULL);
+    c->reading = true;
+}
+
+/* The most unparsed bytes the connection may hold: one read's worth while a request is
+ * parsed (the parser consumes them at once), one whole request's worth while one is
+ * handled (read-ahead: the next request, and the hang-up behind it). */
+static size_t rbuf_bound(const h1conn *c)
+{
+    const h1srv *s = c->s;
+    if (!c->req || c->req->state == REQ_PARSING) return H1_RBUF;
+    size_t b = s->lim.max_header_bytes + s->lim.max_body_bytes;
+    return b < H1_RBUF ? H1_RBUF : b;
+}
+
+/* Room for at most want more bytes at rbuf + rend; returns how many fit (0: none may). */
+static size_t rbuf_room(h1conn *c, size_t want)
+{
+    h1srv *s = c->s;
+    if (c->rstart > 0) {
+        memmove(c->rbuf, c->rbuf + c->rstart, c->rend - c->rstart);
+        c->rend -= c->rstart;
+        c->rstart = 0;
+    }
+    size_t bound = rbuf_bound(c);
+    if (c->rend >= bound) return 0;
+    if (want > bound - c->rend) want = bound - c->rend;
+    if (c->rcap - c->rend >= want) return want;
+    size_t ncap = c->rend + want;
+    if (ncap < c->rcap * 2 && c->rcap * 2 <= bound) ncap = c->rcap * 2;
+    size_t extra = ncap - c->rcap; /* past H1_RBUF: rcap never sits below it */
+    if (s->hold && !s->hold(extra, true, s->hold_arg)) return c->rcap - c->rend;
+    uint8_t *nb = realloc(c->rbuf, ncap);
+    if (!nb) {
+        if (s->hold) s->hold(extra, false, s->hold_arg);
+        return c->rcap - c->rend;
+    }
+    if (s->hold) c->held += extra;
+    c->rbuf = nb;
+    c->rcap = ncap;
+    return want;
+}
+
+/* Back to the connection's own buffer once the read-ahead is parsed. */
+static void rbuf_shrink(h1conn *c)
+{
+    if (c->rcap <= H1_RBUF || c->rend - c->rstart > H1_RBUF) return;
+    memmove(c->rbuf, c->rbuf + c->rstart, c->rend - c->rstart);
+    c->rend -= c->rstart;
+    c->rstart = 0;
+    uint8_t *nb = realloc(c->rbuf, H1_RBUF);
+    if (!nb) return;
+    size_t extra = c->rcap - H1_RBUF;
+    c->rbuf = nb;
+    c->rcap = H1_RBUF;
+    size_t give = extra < c->held ? extra : c->held;
+    if (give && c->s->hold) c->s->hold(give, false, c->s->hold_arg);
+    c->held -= give;
+}
+
+/* A body whose length is known and whose bytes are all that comes next is read straight
+ * into its buffer: the parser then sees it there and on_body copies nothing. */
+static bool read_into_body(const h1conn *c)
+{
+    const h1req *r = c->req;
+    return r && r->state == REQ_PARSING && r->headers_done && !r->complete && !r->chunked &&
+           r->body && r->body_len < r->body_want && c->rstart == c->rend;
+}
+
+static void on_readable(evutil_socket_t fd, short what, void *arg);
+
+static void conn_read(h1conn *c)
+{
+    if (c->lingering) {
+        uint8_t drop[16384];
+        ssize_t n = io_read(c, drop, sizeof drop);
+        if (n > 0) c->linger_bytes += (size_t)n;
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+            c->linger_bytes > LINGER_MAX_BYTES)
+            conn_close(c, false);
+        return;
+    }
+    uint8_t *dst;
+    size_t want;
+    bool direct = read_into_body(c);
+    if (direct) {
+        h1req *r = c->req;
+        dst = r->body + r->body_len;
+        want = r->body_want - r->body_len;
+    } else {
+        want = rbuf_room(c, H1_RBUF);
+        if (want == 0) {
+            stop_reading(c);
+            return;
+        }
+        dst = c->rbuf + c->rend;
+    }
+    ssize_t n = io_read(c, dst, want);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {
+        /* the end of the stream, or a reset: nothing more can be answered on it */
+        conn_close(c, false);
+        return;
+    }
+    c->got_bytes = true;
+    if (direct) {
+        h1req *r = c->req;
+        /* the parser counts and frames the bytes where they lie */
+        size_t used = http_parser_execute(&c->p, &c->s->ps, (const char *)dst, (size_t)n);
+        (void)used; /* only the body's bytes were read: the parser takes them all or fails */
+        if (c->closed) return;
+        if (HTTP_PARSER_ERRNO(&c->p) == HPE_PAUSED && r->complete) {
+            http_parser_pause(&c->p, 0);
+            c->rstart = c->rend; /* nothing left over in the read buffer */
+        } else if (HTTP_PARSER_ERRNO(&c->p) != HPE_OK) {
+            if (c->err_code) h1conn_fail(c, c->err_code, c->err);
+            else h1conn_fail(c, 400, "malformed request body");
+            return;
+        }
+    } else {
+        c->rend += (size_t)n;
+    }
+    conn_process(c);
+}
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    h1conn *c = arg;
+    h1conn_enter(c);
+    conn_read(c);
+    h1conn_leave(c);
+}
+
+/* Reading paused (the read-ahead is full): look for a hang-up, and for room to read on. */
+static void on_peer_poll(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    h1conn *c = arg;
+    if (peer_gone(c->fd)) conn_close(c, false);
+    else start_reading(c); /* the next read pauses again if there is still no room */
+}
+
+static void on_closed(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    conn_close(arg, false);
+}
+
+static void on_later(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    h1conn *c = arg;
+    h1conn_enter(c);
+    if (what & EV_WRITE) h1reply_later_drained(c);
+    if (!c->closed && (what & EV_TIMEOUT)) conn_process(c);
+    h1conn_leave(c);
+}
+
+/* ---- the framing: http-parser's callbacks ------------------------------------------ */
+
+static int fail_cb(h1conn *c, int code, const char *fmt, size_t a)
+{
+    c->err_code = code;
+    snprintf(c->err, sizeof c->err, fmt, a);
+    return -1;
+}
+
+static int header_bound(h1conn *c)
+{
+    if (c->p.nread > c->s->lim.max_header_bytes)
+        return fail_cb(c, 431, "request line and header fields are larger than %zu bytes", c->s->lim.max_header_bytes);
+    return 0;
+}
+
+static int hdr_put(h1conn *c, const char *at, size_t len)
+{
+    buf *b = &c->req->hdr;
+    buf_put(b, at, len);
+    if (buf_failed(b))
+        return fail_cb(c, 431, "request line and header fields are larger than %zu bytes", c->s->lim.max_header_bytes);
+    return 0;
+}
+
+static int on_message_begin(http_parser *p)
+{
+    h1conn *c = p->data;
+    if (!c->req) c->req = h1req_new(c);
+    if (!c->req) return fail_cb(c, 503, "out of memory for a request%.0zu", 0);
+    return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t len)
+{
+    h1conn *c = p->data;
+    if (header_bound(c)) return -1;
+    return hdr_put(c, at, len);
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t len)
+{
+    h1conn *c = p->data;
+    h1req *r = c->req;
+    if (header_bound(c)) return -1;
+    if (r->nfields == 0 || r->in_value) {
+        if (r->nfields >= c->s->lim.max_headers)
+            return fail_cb(c, 431, "more than %zu header fields", c->s->lim.max_headers);
+        if (r->nfields == r->fields_cap) {
+            size_t ncap = r->fields_cap ? r->fields_cap * 2 : 16;
+            void *nf = realloc(r->fields, ncap * sizeof *r->fields);
+            if (!nf) return fail_cb(c, 503, "out of memory for a request's header fields%.0zu", 0);
+            r->fields = nf;
+            r->fields_cap = ncap;
+        }
+        if (hdr_put(c, "", 1)) return -1; /* ends the target or the previous value */
+        r->fields[r->nfields][0] = (uint32_t)r->hdr.len;
+        r->fields[r->nfields][1] = 0;
+        r->nfields++;
+        r->in_value = false;
+    }
+    return hdr_put(c, at, len);
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len)
+{
+    h1conn *c = p->data;
+    h1req *r = c->req;
+    if (header_bound(c)) return -1;
+    if (!r->in_value) {
+        if (hdr_put(c, "", 1)) return -1;
+        r->fields[r->nfields - 1][1] = (uint32_t)r->hdr.len;
+        r->in_value = true;
+    }
+    return hdr_put(c, at, len);
+}
+
+static const struct {
+    enum http_method pm;
+    h1_method m;
+} METHODS[] = {{HTTP_GET, H1_GET},         {HTTP_HEAD, H1_HEAD},       {HTTP_POST, H1_POST},
+               {HTTP_PUT, H1_PUT},         {HTTP_DELETE, H1_DELETE},   {HTTP_OPTIONS, H1_OPTIONS},
+               {HTTP_PATCH, H1_PATCH}};
+
+/* RFC 9110 5.1: a field name is a token. http-parser keeps whatever precedes the colon, and
+ * reads "Transfer-Encoding : chunked" as chunked framing that a proxy in front may have read
+ * differently; RFC 9112 5.1 says to refuse such a message with 400. */
+static bool field_name_ok(const char *k)
+{
+    if (!*k) return false;
+    for (; *k; k++) {
+        unsigned char c = (unsigned char)*k;
+        bool tchar = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                     (c && strchr("!#$%&'*+-.^_`|~", c));
+        if (!tchar) return false;
+    }
+    return true;
+}
+
+/* Framing two parties could read differently (request smuggling) that the parser lets
+ * through: a malformed field name, more than one Transfer-Encoding field, or one that is not
+ * plain "chunked". */
+static const char *ambiguous_framing(const h1req *r)
+{
+    const char *te = NULL;
+    for (size_t i = 0; i < r->nfields; i++) {
+        const char *k = (const char *)r->hdr.data + r->fields[i][0];
+        if (!field_name_ok(k)) return "a malformed header name (not an RFC 9110 token: whitespace before the colon?)";
+        if (strcasecmp(k, "Transfer-Encoding") != 0) continue;
+        if (te) return "more than one Transfer-Encoding header";
+        te = (const char *)r->hdr.data + r->fields[i][1];
+    }
+    if (te && strcasecmp(te, "chunked") != 0) return "Transfer-Encoding other than chunked";
+    return NULL;
+}
+
+/* The target split into path and query; an absolute-form target keeps only its path. */
+static void split_target(h1req *r)
+{
+    char *t = (char *)r->hdr.data;
+    r->path_off = 0;
+    if (strncasecmp(t, "http://", 7) == 0 || strncasecmp(t, "https://", 8) == 0) {
+        char *slash = strchr(t + 8, '/');
+        r->path_off = slash ? (size_t)(slash - t) : strlen(t);
+    }
+    char *q = strchr(t + r->path_off, '?');
+    if (q) {
+        *q = '\0';
+        r->query_off = (size_t)(q + 1 - t);
+    }
+}
+
+static int on_headers_complete(http_parser *p)
+{
+    h1conn *c = p->data;
+    h1req *r = c->req;
+    h1srv *s = c->s;
+    if (header_bound(c) || hdr_put(c, "", 1)) return -1;
+    /* field values end without trailing whitespace */
+    for (size_t i = 0; i < r->nfields; i++) {
+        if (!r->fields[i][1]) {
+            r->fields[i][1] = (uint32_t)(r->hdr.len - 1); /* an empty value: the final NUL */
+            continue;
+        }
+        char *v = (char *)r->hdr.data + r->fields[i][1];
+        size_t n = strlen(v);
+        while (n && (v[n - 1] == ' ' || v[n - 1] == '\t')) v[--n] = '\0';
+    }
+    split_target(r);
+    r->headers_done = true;
+    r->major = p->http_major;
+    r->minor = p->http_minor;
+    if (r->major != 1 || r->minor > 1)
+        return fail_cb(c, 505, "HTTP version %zu.x is not supported: this server speaks HTTP/1.1 and HTTP/1.0",
+                       (size_t)r->major);
+    bool known = false;
+    for (size_t i = 0; i < sizeof METHODS / sizeof METHODS[0]; i++)
+        if (METHODS[i].pm == (enum http_method)p->method) {
+            r->method = METHODS[i].m;
+            known = true;
+        }
+    if (!known) return fail_cb(c, 501, "method not implemented: this server takes GET, HEAD, POST, PUT, DELETE, OPTIONS and PATCH%.0zu", 0);
+    r->head = r->method == H1_HEAD;
+    r->keep_alive = http_should_keep_alive(p) != 0;
+    const char *framing = ambiguous_framing(r);
+    if (framing) {
+        c->err_code = 400;
+        snprintf(c->err, sizeof c->err, "refusing a request with %s; closing the connection", framing);
+        return -1;
+    }
+    r->chunked = (p->flags & F_CHUNKED) != 0;
+    bool has_len = (p->flags & F_CONTENTLENGTH) != 0;
+    if (has_len && p->content_length > s->lim.max_body_bytes)
+        return fail_cb(c, 413, "request body is larger than the limit of %zu bytes", s->lim.max_body_bytes);
+    size_t announced = r->chunked ? SIZE_MAX : has_len ? (size_t)p->content_length : 0;
+    if (announced == 0) return 0;
+    if (s->admit) {
+        char msg[sizeof c->err];
+        msg[0] = '\0';
+        c->busy++;
+        int code = s->admit(r, announced, msg, sizeof msg, s->admit_arg);
+        c->busy--;
+        if (code) {
+            c->err_code = code;
+            snprintf(c->err, sizeof c->err, "%s", msg[0] ? msg : "request body refused");
+            return -1;
+        }
+    }
+    r->body_want = r->chunked ? 0 : announced;
+    r->body_cap = r->chunked ? 0 : announced;
+    if (!r->chunked) {
+        r->body = malloc(announced);
+        if (!r->body) return fail_cb(c, 503, "out of memory for a request body of %zu bytes", announced);
+    }
+    const char *expect = h1req_header(r, "Expect");
+    if (expect && strcasecmp(expect, "100-continue") == 0 && r->minor == 1) {
+        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        h1out *o = h1out_inline(cont, sizeof cont - 1);
+        if (o) {
+            h1out_push(c, o);
+            h1conn_flush(c);
+        }
+    }
+    return 0;
+}
+
+static int on_chunk_header(http_parser *p)
+{
+    h1conn *c = p->data;
+    h1req *r = c->req;
+    size_t max = c->s->lim.max_body_bytes;
+    if (p->content_length > max - r->body_len)
+        return fail_cb(c, 413, "request body is larger than the limit of %zu bytes", max);
+    size_t need = r->body_len + (size_t)p->content_length;
+    if (need > r->body_cap) {
+        size_t ncap = r->body_cap ? r->body_cap : 4096;
+        while (ncap < need) ncap = ncap > max / 2 ? max : ncap * 2;
+        uint8_t *nb = realloc(r->body, ncap ? ncap : 1);
+        if (!nb) return fail_cb(c, 503, "out of memory for a request body of %zu bytes", need);
+        r->body = nb;
+        r->body_cap = ncap;
+    }
+    return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len)
+{
+    h1conn *c = p->data;
+    h1req *r = c->req;
+    if (len > r->body_cap - r->body_len) /* the parser frames within what was announced */
+        return fail_cb(c, 400, "request body overran its framing%.0zu", 0);
+    uint8_t *dst = r->body + r->body_len;
+    if ((const uint8_t *)at != dst) memcpy(dst, at, len);
+    r->body_len += len;
+    return 0;
+}
+
+static int on_message_complete(http_parser *p)
+{
+    h1conn *c = p->data;
+    c->req->complete = true;
+    http_parser_pause(p, 1); /* one request at a time: the next waits for this one's reply */
+    return 0;
+}
+
+/* ---- processing ----------------------------------------------------------------------- */
+
+/* A request line that reads "TOKEN SP": a well-formed line with a method the parser does not
+ * know (501), not garbage (400). */
+static bool looks_like_method(const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n && i < 32 && ((p[i] >= 'A' && p[i] <= 'Z') || p[i] == '-' || p[i] == '_')) i++;
+    return i > 0 && i < n && p[i] == ' ' && i + 1 < n && p[i + 1] != ' ';
+}
+
+static void parse_error(h1conn *c, enum http_errno e, const uint8_t *start, size_t avail)
+{
+    int code = 400;
+    const char *msg = NULL;
+    char text[sizeof c->err];
+    switch (e) {
+    case HPE_INVALID_METHOD:
+        if (looks_like_method(start, avail)) {
+            code = 501;
+            msg = "method not implemented: this server takes GET, HEAD, POST, PUT, DELETE, OPTIONS and PATCH";
+        } else {
+            msg = "malformed request line";
+        }
+        break;
+    case HPE_HEADER_OVERFLOW:
+        code = 431;
+        snprintf(text, sizeof text, "request line and header fields are larger than %zu bytes",
+                 c->s->lim.max_header_bytes);
+        msg = text;
+        break;
+    case HPE_INVALID_HEADER_TOKEN:
+        msg = "refusing a request with a malformed header name (not an RFC 9110 token: whitespace "
+              "before the colon?) or value; closing the connection";
+        break;
+    case HPE_UNEXPECTED_CONTENT_LENGTH:
+        msg = "refusing a request with conflicting Content-Length headers, or both Transfer-Encoding "
+              "and Content-Length; closing the connection";
+        break;
+    case HPE_INVALID_TRANSFER_ENCODING:
+        msg = "refusing a request with Transfer-Encoding other than chunked; closing the connection";
+        break;
+    case HPE_INVALID_CONTENT_LENGTH:
+        msg = c->req && c->req->headers_done ? "malformed chunk size in a chunked request body"
+                                             : "malformed Content-Length";
+        break;
+    case HPE_INVALID_CHUNK_SIZE:
+        msg = "malformed chunk size in a chunked request body";
+        break;
+    case HPE_INVALID_VERSION:
+    case HPE_INVALID_CONSTANT:
+        msg = "malformed request line: not HTTP/1.x";
+        break;
+    default:
+        snprintf(text, sizeof text, "malformed request: %s", http_errno_description(e));
+        msg = text;
+        break;
+    }
+    if (c->req && c->req->headers_done && code == 400 && e != HPE_INVALID_CONTENT_LENGTH &&
+        e != HPE_INVALID_CHUNK_SIZE) {
+        snprintf(text, sizeof text, "malformed request body: %s", http_errno_description(e));
+        msg = text;
+    }
+    h1conn_fail(c, code, msg);
+}
+
+/* Parses what the read buffer holds and hands over complete requests, one at a time. */
+static void conn_process(h1conn *c)
+{
+    if (c->processing) { /* called back from the handler: the loop below goes on */
+        return;
+    }
+    c->processing = true;
+    c->busy++;
+    while (!c->closed && !c->lingering && !c->failed && (!c->req || c->req->state == REQ_PARSING)) {
+        if (c->req && c->req->complete) {
+            /* a whole request: the handler has it until its reply is in the kernel */
+            h1req *r = c->req;
+            r->state = REQ_HANDLING;
+            c->waiting_since = 0;
+            c->after_reply = false;
+            rbuf_shrink(c);
+            c->s->cb(r, c->s->arg);
+            continue;
+        }
+        if (c->rstart == c->rend) break;
+        if (!c->req) {
+            http_parser_init(&c->p, HTTP_REQUEST);
+            c->p.data = c;
+            c->err_code = 0;
+        }
+        const uint8_t *start = c->rbuf + c->rstart;
+        size_t avail = c->rend - c->rstart;
+        size_t used = http_parser_execute(&c->p, &c->s->ps, (const char *)start, avail);
+        enum http_errno e = HTTP_PARSER_ERRNO(&c->p);
+        if (c->closed) break;
+        if (e == HPE_PAUSED) {
+            http_parser_pause(&c->p, 0);
+            c->rstart += used;
+        } else if (e != HPE_OK) {
+            if (c->err_code) h1conn_fail(c, c->err_code, c->err);
+            else parse_error(c, e, start, avail);
+            break;
+        } else {
+            c->rstart += used;
+        }
+    }
+    c->processing = false;
+    c->busy--;
+    if (c->closed) {
+        if (c->busy == 0) conn_release(c);
+        return;
+    }
+    if (!c->lingering && c->rstart == c->rend && c->rcap > H1_RBUF) rbuf_shrink(c);
+    if (!c->lingering && !c->failed && !c->reading && rbuf_bound(c) > c->rend - c->rstart) start_reading(c);
+}
+
+/* The reply is in the kernel: the connection waits for its next request, or closes. */
+void h1conn_reply_done(h1conn *c)
+{
+    h1req *r = c->req;
+    c->reply_since = 0;
+    if (!r) {
+        if (c->refused && !c->lingering) conn_linger(c);
+        return;
+    }
+    bool close_after = r->close_after || !r->keep_alive;
+    c->req = NULL;
+    if (r->on_end) {
+        void (*cb)(h1req *, bool, void *) = r->on_end;
+        r->on_end = NULL;
+        c->busy++;
+        cb(r, true, r->end_arg);
+        c->busy--;
+    }
+    h1req_free(r);
+    if (c->closed) {
+        if (c->busy == 0) conn_release(c);
+        return;
+    }
+    if (close_after) {
+        conn_linger(c);
+        return;
+    }
+    c->waiting_since = ts_now();
+    c->after_reply = true;
+    c->got_bytes = c->rstart < c->rend;
+    if (c->rstart < c->rend) event_active(c->later, EV_TIMEOUT, 0); /* pipelined: on a later turn */
+    else if (c->rcap > H1_RBUF) rbuf_shrink(c);
+    start_reading(c);
+}
+
+/* ---- accepting ------------------------------------------------------------------------ */
+
+static h1conn *conn_new(h1srv *s, int fd)
+{
+    h1conn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->s = s;
+    c->fd = fd;
+    c->out_tail = &c->out_head;
+    c->rbuf = malloc(H1_RBUF);
+    c->rcap = H1_RBUF;
+    c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_readable, c);
+    c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, NULL, NULL);
+    if (event_base_get_features(s->base) & EV_FEATURE_EARLY_CLOSE)
+        c->cev = event_new(s->base, fd, EV_CLOSED | EV_PERSIST, on_closed, c);
+    c->poll_ev = evtimer_new(s->base, on_peer_poll, c);
+    c->later = event_new(s->base, -1, 0, on_later, c);
+    if (!c->rbuf || !c->rev || !c->wev || !c->poll_ev || !c->later) {
+        if (c->rev) event_free(c->rev);
+        if (c->wev) event_free(c->wev);
+        if (c->cev) event_free(c->cev);
+        if (c->poll_ev) event_free(c->poll_ev);
+        if (c->later) event_free(c->later);
+        free(c->rbuf);
+        free(c);
+        return NULL;
+    }
+    event_assign(c->wev, s->base, fd, EV_WRITE | EV_PERSIST, h1reply_on_writable, c);
+    c->waiting_since = ts_now();
+    c->next = s->conns;
+    if (s->conns) s->conns->prev = c;
+    s->conns = c;
+    return c;
+}
+
+int h1srv_adopt(h1srv *s, int fd)
+{
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    h1conn *c = conn_new(s, fd);
+    if (!c) {
+        close(fd);
+        return -1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        void *a = ss.ss_family == AF_INET6 ? (void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+                                           : (void *)&((struct sockaddr_in *)&ss)->sin_addr;
+        if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6) {
+            inet_ntop(ss.ss_family, a, c->peer, sizeof c->peer);
+            c->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                     : ((struct sockaddr_in *)&ss)->sin_port);
+            /* a reply's last partial segment must not wait for the client's delayed ACK */
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        }
+    }
+    if (s->lim.max_conns && s->open >= s->lim.max_conns) {
+        /* refused: the canned 503, then the connection closes like after any error */
+        c->refused = true;
+        s->refused++;
+        h1out *o = h1out_inline(s->refusal, s->refusal_len);
+        if (o) h1out_push(c, o);
+        c->waiting_since = 0;
+        c->reply_since = ts_now();
+        h1conn_flush(c); /* once it is out, h1conn_reply_done lingers and closes */
+        return 0;
+    }
+    s->open++;
+    start_reading(c);
+    return 0;
+}
+
+static void on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+    (void)what;
+    h1srv *s = arg;
+    for (int i = 0; i < 64; i++) { /* a burst of connects, then the loop serves the rest */
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+                LOG_WARN_(NULL, "accept failed: %s", strerror(errno));
+            return;
+        }
+        h1srv_adopt(s, fd);
+    }
+}
+
+/* ---- deadlines ------------------------------------------------------------------------ */
+
+static void on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    h1srv *s = arg;
+    double now = ts_now(), t = s->lim.timeout_s;
+    for (h1conn *c = s->conns, *n; c; c = n) {
+        n = c->next;
+        if (c->closed) continue;
+        if (c->lingering) {
+            if (now > c->linger_until) conn_close(c, false);
+            continue;
+        }
+        if (c->waiting_since > 0 && now - c->waiting_since > t) {
+            /* an idle keep-alive connection simply times out; one that began a request
+             * and did not finish it (slowloris), or never sent one, was too slow */
+            if (!c->after_reply || c->got_bytes || c->rstart < c->rend) {
+                s->cut++;
+                LOG_DEBUG_(NULL, "closing a connection that sent no complete request in %.0f s", t);
+            }
+            conn_close(c, false);
+            continue;
+        }
+        /* a reply that a slow reader holds holds its memory: cut, and reset so the kernel
+         * drops what it still queues for the reader too */
+        if (c->reply_since > 0 && now - c->reply_since > t) {
+            s->cut++;
+            LOG_DEBUG_(NULL, "closing a connection that did not read its reply in %.0f s", t);
+            conn_close(c, true);
+        }
+    }
+}
+
+/* ---- the server ----------------------------------------------------------------------- */
+
+h1srv *h1srv_create(struct event_base *base, const h1srv_limits *lim, h1_request_cb *cb, void *arg)
+{
+    h1srv *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->base = base;
+    s->lim = *lim;
+    if (!s->lim.max_header_bytes) s->lim.max_header_bytes = H1_MAX_HEADER_BYTES;
+    if (!s->lim.max_headers) s->lim.max_headers = H1_MAX_HEADERS;
+    if (s->lim.timeout_s <= 0) s->lim.timeout_s = 60;
+    s->cb = cb;
+    s->arg = arg;
+    s->lfd = -1;
+    s->ps.on_message_begin = on_message_begin;
+    s->ps.on_url = on_url;
+    s->ps.on_header_field = on_header_field;
+    s->ps.on_header_value = on_header_value;
+    s->ps.on_headers_complete = on_headers_complete;
+    s->ps.on_chunk_header = on_chunk_header;
+    s->ps.on_body = on_body;
+    s->ps.on_message_complete = on_message_complete;
+    char body[200];
+    int bl = snprintf(body, sizeof body, "{\"error\":\"too many connections: this server holds its "
+                      "limit of %zu (%.40s); retry later\"}", s->lim.max_conns,
+                      s->lim.max_conns_setting ? s->lim.max_conns_setting : "max_conns");
+    int n = snprintf(s->refusal, sizeof s->refusal,
+                     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                     "Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", bl, body);
+    s->refusal_len = n > 0 && (size_t)n < sizeof s->refusal ? (size_t)n : 0;
+    s->sweep = event_new(base, -1, EV_PERSIST, on_sweep, s);
+    struct timeval every = {1, 0};
+    if (!s->sweep || event_add(s->sweep, &every) != 0) {
+        h1srv_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void h1srv_set_body_admit(h1srv *s, h1_body_admit_cb *cb, void *arg)
+{
+    s->admit = cb;
+    s->admit_arg = arg;
+}
+
+void h1srv_set_readahead_hold(h1srv *s, h1_hold_cb *cb, void *arg)
+{
+    s->hold = cb;
+    s->hold_arg = arg;
+}
+
+int h1srv_bind(h1srv *s, const char *address, unsigned port, int *bound_port, char *err, size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *res = NULL;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%u", port);
+    int rc = port > 65535 ? EAI_SERVICE : getaddrinfo(address, ps, &hints, &res);
+    if (rc) {
+        snprintf(err, errlen, "could not listen on %s:%u: %s", address, port, gai_strerror(rc));
+        return -1;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+        snprintf(err, errlen, "could not listen on %s:%u: %s", address, port, strerror(errno));
+        if (fd >= 0) close(fd);
+        freeaddrinfo(res);
+        return -1;
+    }
+    freeaddrinfo(res);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    *bound_port = (int)port;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                     : ((struct sockaddr_in *)&ss)->sin_port);
+    s->lev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_accept, s);
+    if (!s->lev || event_add(s->lev, NULL) != 0) {
+        snprintf(err, errlen, "could not listen on %s:%u: out of memory", address, port);
+        close(fd);
+        return -1;
+    }
+    s->lfd = fd;
+    return 0;
+}
+
+void h1srv_stop_listening(h1srv *s)
+{
+    if (s->lev) event_free(s->lev);
+    s->lev = NULL;
+    if (s->lfd >= 0) close(s->lfd);
+    s->lfd = -1;
+}
+
+/* Has a byte of the next request arrived (parsed, buffered, or still in the socket)? */
+static bool request_started(const h1conn *c)
+{
+    if (c->got_bytes || c->rstart < c->rend || c->req) return true;
+    int pending = 0;
+    return ioctl(c->fd, FIONREAD, &pending) == 0 && pending > 0;
+}
+
+size_t h1srv_close_idle(h1srv *s)
+{
+    size_t closed = 0;
+    for (h1conn *c = s->conns, *n; c; c = n) {
+        n = c->next;
+        if (c->closed || c->refused || c->lingering || c->out_head || request_started(c)) continue;
+        conn_close(c, false);
+        closed++;
+    }
+    return closed;
+}
+
+size_t h1srv_open(const h1srv *s) { return s->open; }
+size_t h1srv_cut(const h1srv *s) { return s->cut; }
+size_t h1srv_refused(const h1srv *s) { return s->refused; }
+
+size_t h1srv_unflushed(const h1srv *s)
+{
+    size_t n = 0;
+    for (const h1conn *c = s->conns; c; c = c->next)
+        if (!c->closed && !c->refused && c->out_head) n++;
+    return n;
+}
+
+void h1srv_free(h1srv *s)
+{
+    if (!s) return;
+    h1srv_stop_listening(s);
+    while (s->conns) {
+        h1conn *c = s->conns;
+        c->busy++;
+        conn_close(c, false);
+        c->busy = 0;
+        conn_release(c);
+    }
+    if (s->sweep) event_free(s->sweep);
+    free(s);
+}
