@@ -1,18 +1,10 @@
 /* proxy.c: a classified request's way through tierrouter: pick a pool and a backend, admit,
  * proxy (replies streamed with backpressure), retry, account. */
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "httppath.h"
 #include "clock.h"
 #include "log.h"
 #include "proxy.h"
@@ -72,24 +64,26 @@ static void count(proxy_req *pr, int outcome, int status)
 
 static void admission_drain(router *r);
 
-/* Takes the client's request away from pr before its final reply: libevent may free the
- * request inside evhttp_send_reply_end (when nothing is left to write), so nothing may touch
- * it afterwards, and its connection, which lives on for keep-alive, must not call back
- * into a pr that is gone. */
-static struct evhttp_request *detach_client(proxy_req *pr)
+/* Takes the client's request away from pr before its final reply: h1srv may end and free
+ * the request inside that call (when the reply goes out at once), so nothing may touch it
+ * afterwards, and its end must not call back into a pr that is gone: it gets the front's
+ * end callback back. */
+static h1req *detach_client(proxy_req *pr)
 {
-    struct evhttp_request *req = pr->client;
+    h1req *req = pr->client;
     if (!req) return NULL;
-    struct evhttp_connection *c = evhttp_request_get_connection(req);
-    if (c) evhttp_connection_set_closecb(c, NULL, NULL);
+    h1req_on_end(req, rt_front_on_end, pr->r);
     pr->client = NULL;
     return req;
 }
+
+static void on_client_end(h1req *req, bool completed, void *arg);
 
 void rt_proxy_begin(proxy_req *pr)
 {
     router *r = pr->r;
     r->active++;
+    if (pr->client) h1req_on_end(pr->client, on_client_end, pr);
     pr->live_prev = NULL;
     pr->live_next = r->live;
     if (pr->live_next) pr->live_next->live_prev = pr;
@@ -121,9 +115,9 @@ static void proxy_free(proxy_req *pr)
 
 static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)
 {
-    struct evhttp_request *client = detach_client(pr);
+    h1req *client = detach_client(pr);
     if (client) rt_drain_mark(pr->r, client);
-    if (client) http_reply_error(client, code, msg);
+    if (client) h1req_reply_error(client, code, msg);
     count(pr, outcome, client ? code : 0);
     proxy_free(pr);
 }
@@ -131,9 +125,12 @@ static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)
 static void queue_remove(router *r, proxy_req *pr);
 static void stream_resume(proxy_req *pr);
 
-static void on_client_close(struct evhttp_connection *c, void *arg)
+/* The client went away (it closed or reset its connection, or was cut for slowness) before
+ * its reply was out. */
+static void on_client_end(h1req *req, bool completed, void *arg)
 {
-    (void)c;
+    (void)req;
+    (void)completed;
     proxy_req *pr = arg;
     pr->client = NULL; /* the backend's answer, when it comes, is dropped */
     stream_resume(pr);  /* ... and read to its end, not left paused */
@@ -265,16 +262,18 @@ static void stream_resume(proxy_req *pr)
     if (pr->bq) h1cli_resume(pr->bq);
 }
 
-static void on_client_drained(struct evhttp_connection *c, void *arg)
+#define RT_STREAM_LOW (RT_STREAM_HIGH / 4) /* resume once the client has this little left */
+
+static void on_client_drained(h1req *req, void *arg)
 {
-    (void)c;
+    (void)req;
     stream_resume(arg);
 }
 
 /* The backend's headers, and the router's, on the client's reply. */
-static void copy_reply_headers(proxy_req *pr, h1cli_req *q, bool with_length)
+static void copy_reply_headers(proxy_req *pr, h1cli_req *q)
 {
-    struct evkeyvalq *out = evhttp_request_get_output_headers(pr->client);
+    h1req *out = pr->client;
     const char *connection = h1cli_resp_header(q, "Connection");
     for (size_t i = 0; i < h1cli_resp_nheaders(q); i++) {
         const char *k, *v;
@@ -284,12 +283,13 @@ static void copy_reply_headers(proxy_req *pr, h1cli_req *q, bool with_length)
         if (strcasecmp(k, RT_BACKEND_ID_HEADER) == 0 || strcasecmp(k, pr->r->cfg->request_id_header) == 0 ||
             strncasecmp(k, "X-Tierrouter-", 13) == 0)
             continue;
-        if (!hop_by_hop(k) || (with_length && strcasecmp(k, "Content-Length") == 0)) evhttp_add_header(out, k, v);
+        /* the framing (Content-Length, chunked) is h1srv's to write, from the reply's own */
+        if (!hop_by_hop(k)) h1req_add_header(out, k, v);
     }
-    evhttp_add_header(out, pr->r->cfg->request_id_header, pr->request_id);
+    h1req_add_header(out, pr->r->cfg->request_id_header, pr->request_id);
     rt_drain_mark(pr->r, pr->client);
-    evhttp_add_header(out, "X-Tierrouter-Pool", pr->pool->cfg->name);
-    evhttp_add_header(out, "X-Tierrouter-Backend", pr->backend->addr);
+    h1req_add_header(out, "X-Tierrouter-Pool", pr->pool->cfg->name);
+    h1req_add_header(out, "X-Tierrouter-Backend", pr->backend->addr);
 }
 
 /* A reply belongs to the request it answers only if it echoes that request's id (workers
@@ -321,9 +321,11 @@ static int on_backend_head(h1cli_req *q, void *arg)
     pr->streaming = true;
     if (pr->client) {
         /* a Content-Length reply keeps its length; a chunked one is re-chunked to the client
-         * (or, for an HTTP/1.0 client, ends with the connection) */
-        copy_reply_headers(pr, q, !h1cli_resp_chunked(q) && h1cli_resp_content_length(q) >= 0);
-        evhttp_send_reply_start(pr->client, code, NULL);
+         * (or, for an HTTP/1.0 client, ends with the connection). A HEAD gets no body, and
+         * h1srv would take the length it announces as owed: no length for it. */
+        copy_reply_headers(pr, q);
+        int64_t len = h1cli_resp_content_length(q);
+        h1req_stream_start(pr->client, code, h1req_method(pr->client) == H1_HEAD ? -1 : len);
     }
     return 0;
 }
@@ -342,16 +344,13 @@ static void on_backend_body(h1cli_req *q, const uint8_t *data, size_t len, void 
         return;
     }
     if (!pr->client) return; /* read to its end so that the connection stays good */
-    struct evbuffer *piece = evbuffer_new();
-    if (!piece) return;
-    evbuffer_add(piece, data, len);
-    evhttp_send_reply_chunk_with_cb(pr->client, piece, on_client_drained, pr);
-    evbuffer_free(piece);
-    struct bufferevent *cb = evhttp_connection_get_bufferevent(evhttp_request_get_connection(pr->client));
-    if (!pr->paused && evbuffer_get_length(bufferevent_get_output(cb)) > RT_STREAM_HIGH) {
+    h1req_stream_write(pr->client, data, len);
+    /* (a client that broke off just now is gone: its end callback has run) */
+    if (pr->client && !pr->paused && h1req_stream_queued(pr->client) > RT_STREAM_HIGH) {
         pr->paused = true;
         pr->r->stream_pauses++;
         h1cli_pause(q);
+        h1req_on_drained(pr->client, RT_STREAM_LOW, on_client_drained, pr);
     }
 }
 
@@ -377,10 +376,10 @@ static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o)
             rt_pool_record_latency(pr->pool, now, now - pr->t0);
             b->requests++;
         }
-        struct evhttp_request *client = detach_client(pr);
-        if (client && ok) evhttp_send_reply_end(client);
-        else if (client) /* a broken stream must not look complete: drop the client's connection */
-            evhttp_connection_free(evhttp_request_get_connection(client));
+        h1req *client = detach_client(pr);
+        if (client && ok) h1req_stream_end(client);
+        else if (client) /* a broken stream must not look complete: cut the client's connection */
+            h1req_abort(client);
         count(pr, !ok ? OUT_BACKEND_ERR : code < 400 ? OUT_OK : OUT_CLIENT_ERR, client && ok ? code : 0);
         if (ok) account(pr, q, code);
         proxy_free(pr);
@@ -408,11 +407,8 @@ static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o)
         proxy_free(pr);
         return;
     }
-    copy_reply_headers(pr, q, false);
-    struct evbuffer *body = evbuffer_new();
-    if (body) evbuffer_add(body, pr->held.data, pr->held.len);
-    evhttp_send_reply(detach_client(pr), code, NULL, body);
-    if (body) evbuffer_free(body);
+    copy_reply_headers(pr, q);
+    h1req_reply(detach_client(pr), code, NULL, &pr->held); /* the held bytes are taken over */
     count(pr, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERR : OUT_BACKEND_ERR, code);
     account(pr, q, code);
     proxy_free(pr);
@@ -484,7 +480,7 @@ static int send_to_backend(proxy_req *pr)
     if (pr->aenc[0]) h[n++] = (h1cli_header){"Accept-Encoding", pr->aenc};
     h[n++] = (h1cli_header){RT_BACKEND_ID_HEADER, pr->request_id};
     if (r->cfg->worker_authorization[0]) h[n++] = (h1cli_header){"Authorization", r->cfg->worker_authorization};
-    bool post = pr->method == EVHTTP_REQ_POST;
+    bool post = pr->method == H1_POST;
     h1cli_request rq = {.method = post ? "POST" : "GET", .target = uri, .headers = h, .nheaders = n,
                         .body = post ? pr->body : NULL, .body_len = post ? pr->body_len : 0, .timeout_s = left};
     pr->try_sent = ts_now();
@@ -633,7 +629,6 @@ void rt_proxy_route(proxy_req *pr)
         finish_error(pr, plan.status, OUT_NO_BACKEND, msg);
         return;
     }
-    evhttp_connection_set_closecb(evhttp_request_get_connection(pr->client), on_client_close, pr);
     admit(pr, view, &plan);
 }
 
@@ -655,8 +650,8 @@ unsigned rt_proxy_cut_all(router *r)
         }
         /* a cut reply must not look complete: the client's connection goes, whatever of the
          * reply went out (a streamed one stops mid-body) */
-        struct evhttp_request *client = detach_client(pr);
-        if (client) evhttp_connection_free(evhttp_request_get_connection(client));
+        h1req *client = detach_client(pr);
+        if (client) h1req_abort(client);
         proxy_release(pr);
         n++;
     }

@@ -11,11 +11,11 @@
 
 typedef struct proxy_req {
     router *r;
-    struct evhttp_request *client; /* NULL once the client is gone */
+    h1req *client;  /* NULL once the client is gone (or answered) */
     uint8_t *body;
     size_t body_len;
     char logical[256], version[32], verb[16]; /* verb "": model metadata */
-    enum evhttp_cmd_type method;
+    h1_method method; /* towards the backend: H1_GET or H1_POST */
     bool is_infer; /* only inference counts in metrics, SLOs and cost */
     priority_class prio;
     bool sensitive;

@@ -4,18 +4,16 @@
 #define TS_ROUTER_H
 
 #include <event2/event.h>
-#include <event2/http.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "authlimit.h"
 #include "buf.h"
-#include "connguard.h"
 #include "cost.h"
 #include "h1cli.h"
 #include "hist.h"
-#include "httpserver.h"
+#include "h1srv.h"
 #include "latency.h"
 #include "log.h"
 #include "policy.h"
@@ -108,8 +106,7 @@ typedef struct router {
     struct event_base *base;
     struct evdns_base *dns;
     double dns_refreshed;
-    struct evhttp *http;
-    connguard *guard;
+    h1srv *http;        /* the front: clients' connections */
     router_config *cfg;
     rt_pool pools[RT_MAX_POOLS];
     size_t n_pools;
@@ -137,7 +134,6 @@ typedef struct router {
      * accepted, ready answers 503, every reply closes its connection, and the loop ends once
      * nothing is in flight or after cfg->drain_timeout_s */
     bool draining;
-    struct evhttp_bound_socket *listener;
     struct event *drain_check, *drain_timer;
     lat_ring slo[PRIO_COUNT];
     route_rng rng;      /* the policy's random draws (seeded once at start) */
@@ -175,10 +171,13 @@ void rt_pool_signals(router *r, rt_pool *p, double now, pool_signals *out);
 const rt_pool *rt_lead_gpu_pool(const router *r);
 
 /* front.c */
-void rt_on_request(struct evhttp_request *req, void *arg);
-/* While draining, marks req's reply "Connection: close" (once), so that its connection ends
- * with it. Call before the reply's headers go out. */
-void rt_drain_mark(router *r, struct evhttp_request *req);
+void rt_on_request(h1req *req, void *arg);
+/* While draining, marks req's reply "Connection: close", so that its connection ends with
+ * it. Call before the reply's headers go out. */
+void rt_drain_mark(router *r, h1req *req);
+/* The end callback (h1req_on_end, arg: the router) of every request the proxy does not
+ * hold: a reply out is what a drain waits for. */
+void rt_front_on_end(h1req *req, bool completed, void *arg);
 
 /* proxy.c */
 /* The drain has timed out: every request still in flight is cut (its client connection and
