@@ -6,6 +6,7 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,30 @@ typedef struct {
 
 static const char k_reply[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
 
+/* The reply to the request whose head is buf..end: the fixed one, with the request's
+ * X-Request-Id echoed (tierrouter accepts only replies that echo it, so the router can be
+ * measured in front of this server), and a ready worker's status for GET /v2/status (its
+ * probe). */
+static int reply(int fd, const char *buf, const char *end)
+{
+    const char *id = NULL;
+    int idlen = 0;
+    for (const char *p = buf; p && p < end; p = memmem(p, (size_t)(end - p), "\r\n", 2), p = p ? p + 2 : p)
+        if (!strncasecmp(p, "X-Request-Id:", 13)) {
+            id = p + 13 + strspn(p + 13, " ");
+            idlen = (int)strcspn(id, "\r");
+        }
+    if (!id && strncmp(buf, "GET /v2/status ", 15) != 0)
+        return send(fd, k_reply, sizeof k_reply - 1, MSG_NOSIGNAL) < 0 ? -1 : 0;
+    static const char st[] = "{\"live\":true,\"ready\":true,\"tier\":\"cpu\",\"queue_depth\":0,\"models\":[]}";
+    bool status = strncmp(buf, "GET /v2/status ", 15) == 0;
+    char out[512];
+    int n = snprintf(out, sizeof out, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                     "X-Request-Id: %.*s\r\n\r\n%s", status ? sizeof st - 1 : 2, id ? idlen < 128 ? idlen : 128 : 0,
+                     id ? id : "", status ? st : "{}");
+    return send(fd, out, (size_t)n, MSG_NOSIGNAL) < 0 ? -1 : 0;
+}
+
 /* Answers every complete request in c; -1 when the peer is to be dropped. */
 static int serve(int fd, conn *c)
 {
@@ -34,7 +59,7 @@ static int serve(int fd, conn *c)
             if (!strncasecmp(p, "Content-Length:", 15)) body = strtoul(p + 15, NULL, 10);
         if (head + body > CAP) return -1;
         if (c->len < head + body) return 0;
-        if (send(fd, k_reply, sizeof k_reply - 1, MSG_NOSIGNAL) < 0) return -1;
+        if (reply(fd, c->buf, end) < 0) return -1;
         memmove(c->buf, c->buf + head + body, c->len - head - body);
         c->len -= head + body;
     }
