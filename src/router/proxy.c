@@ -250,10 +250,12 @@ static void account(proxy_req *pr, h1cli_req *q, int code)
 /* Replies are passed through as they arrive instead of being buffered: the client's reply
  * starts with the backend's headers, each piece of body is forwarded at once (a chunked reply
  * as chunks, so token streams flow; a Content-Length reply as its bytes), and the reply ends
- * when the backend's does. Only 5xx replies are held, since they may be retried elsewhere.
+ * when the backend's does. 5xx replies are held, since they may be retried elsewhere, and so
+ * are Content-Length replies of at most RT_WHOLE_REPLY_MAX (one write to the client).
  * A client that reads slower than the backend writes pauses reading from the backend once
  * RT_STREAM_HIGH bytes wait for it, so a large reply never piles up in the router. */
 #define RT_STREAM_HIGH (1u << 20)
+#define RT_WHOLE_REPLY_MAX (64u << 10) /* a Content-Length reply up to this is passed on whole */
 
 static void stream_resume(proxy_req *pr)
 {
@@ -313,9 +315,13 @@ static int on_backend_head(h1cli_req *q, void *arg)
     proxy_req *pr = arg;
     if (!reply_is_ours(pr, q)) return -1;
     int code = h1cli_resp_status(q);
-    if (code >= 500) { /* held: the retry may answer instead */
+    int64_t len = h1cli_resp_content_length(q);
+    /* held: a 5xx, since the retry may answer instead; and a short reply with a length,
+     * which arrives in one piece anyway: passed on whole, it costs the client's connection
+     * one write instead of three (head, body, end) */
+    if (code >= 500 || (len >= 0 && len <= RT_WHOLE_REPLY_MAX && !h1cli_resp_chunked(q))) {
         buf_free(&pr->held);
-        buf_init(&pr->held, (size_t)pr->r->cfg->max_body_bytes * 2);
+        buf_init(&pr->held, code >= 500 ? (size_t)pr->r->cfg->max_body_bytes * 2 : (size_t)len);
         return 0;
     }
     pr->streaming = true;
@@ -324,7 +330,6 @@ static int on_backend_head(h1cli_req *q, void *arg)
          * (or, for an HTTP/1.0 client, ends with the connection). A HEAD gets no body, and
          * h1srv would take the length it announces as owed: no length for it. */
         copy_reply_headers(pr, q);
-        int64_t len = h1cli_resp_content_length(q);
         h1req_stream_start(pr->client, code, h1req_method(pr->client) == H1_HEAD ? -1 : len);
     }
     return 0;
