@@ -121,13 +121,16 @@ void *h1req_user(const h1req *r);
 
 /* Adds a reply header. Refused (returns -1, nothing added) when the name is not a token or
  * the value holds CR, LF or NUL: what comes from a client or a backend never splits the
- * header block. Content-Length, Transfer-Encoding and Date are the layer's to write. */
+ * header block. Content-Length, Transfer-Encoding and Date are the layer's to write (refused);
+ * "Connection: close" is taken as h1req_close_after, any other Connection value dropped. */
 int h1req_add_header(h1req *r, const char *name, const char *value);
 bool h1req_has_reply_header(const h1req *r, const char *name);
 void h1req_close_after(h1req *r); /* Connection: close, and close once the reply is out */
 
 /* Replies with b's bytes (taken over without a copy; b is left empty) and a Content-Type
- * (NULL: application/json when there is a body). A HEAD request gets the headers only. */
+ * (NULL: application/json, evhttp's default, on every status that may carry a body, empty
+ * or not, unless the handler added one). A HEAD request gets the headers only, with the
+ * Content-Length the body would have had. */
 void h1req_reply(h1req *r, int code, const char *ctype, buf *b);
 /* The same with bytes the caller owns until release(data, len, arg) is called (once, when
  * they are written or dropped with the connection). */

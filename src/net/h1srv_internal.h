@@ -1,6 +1,6 @@
-/* h1srv_internal.h: what h1srv.c (connections, reading, parsing) and h1reply.c (replies,
- * the output queue) share, and the socketless entry the fuzz harness uses. Not a public
- * header. Loop thread only. */
+/* h1srv_internal.h: what h1srv.c (connections, reading), h1parse.c (the framing) and
+ * h1reply.c (replies, the output queue) share, and the socketless entry the fuzz harness
+ * uses. Not a public header. Loop thread only. */
 #ifndef TS_H1SRV_INTERNAL_H
 #define TS_H1SRV_INTERNAL_H
 
@@ -110,6 +110,11 @@ void h1conn_enter(h1conn *c);
 void h1conn_leave(h1conn *c);
 /* Adds a connected socket as a connection (the fuzz harness feeds one end of a socketpair). */
 int h1srv_adopt(h1srv *s, int fd);
+
+/* h1parse.c */
+void h1parse_settings(http_parser_settings *ps);
+/* The layer's answer to bytes the parser refused (start, avail: what it was given). */
+void h1parse_error(h1conn *c, enum http_errno e, const uint8_t *start, size_t avail);
 
 /* h1reply.c */
 void h1out_push(h1conn *c, h1out *o);

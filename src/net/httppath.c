@@ -1,4 +1,5 @@
 #include "httppath.h"
+#include "h1srv.h"
 
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -130,4 +131,11 @@ int httppath_request(struct evhttp_request *req, char segs[HTTPPATH_MAX_SEGS][HT
         return -1;
     }
     return httppath_split(path, segs, msg, msglen);
+}
+
+int httppath_request_h1(h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg, size_t msglen,
+                        bool *close)
+{
+    *close = false;
+    return httppath_split(h1req_path(req), segs, msg, msglen);
 }

@@ -23,4 +23,11 @@ struct evhttp_request;
 int httppath_request(struct evhttp_request *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg,
                      size_t msglen, bool *close);
 
+/* The same front door on the h1srv layer, which refuses ambiguous framing itself (400 and a
+ * close, before any handler runs): splits the path. *close is always false; it stays so that
+ * callers read alike. */
+typedef struct h1req h1req;
+int httppath_request_h1(h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg, size_t msglen,
+                        bool *close);
+
 #endif

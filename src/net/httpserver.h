@@ -8,6 +8,7 @@
 
 #include "buf.h"
 #include "err.h" /* the TS_* statuses callers answer with */
+#include "h1srv.h"
 
 struct event_base;
 struct evhttp;
@@ -32,5 +33,11 @@ int httpserver_bind(struct evhttp *http, const char *address, unsigned port, str
 void http_reply_buf(struct evhttp_request *req, int code, const char *ctype, buf *b);
 /* {"error": msg}; 429 and 503 carry Retry-After: 1 unless the caller set one. */
 void http_reply_error(struct evhttp_request *req, int code, const char *msg);
+
+/* The limits both programs give their h1srv: bodies up to max_body_bytes, headers up to
+ * HTTP_MAX_HEADER_BYTES and H1_MAX_HEADERS fields, timeout_s for a request to arrive or a
+ * reply to leave, at most max_conns connections (setting: what the 503 names). */
+void httpserver_h1_limits(h1srv_limits *lim, size_t max_body_bytes, double timeout_s, size_t max_conns,
+                          const char *setting);
 
 #endif

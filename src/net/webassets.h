@@ -34,4 +34,8 @@ const webasset *webassets_find(const char *name);
  * unknown file, 405 for a method other than GET or HEAD. */
 void webassets_serve(struct evhttp_request *req, const char *program, size_t n_segs, const char *seg1);
 
+/* The same on the h1srv layer. */
+typedef struct h1req h1req;
+void webassets_serve_h1(h1req *req, const char *program, size_t n_segs, const char *seg1);
+
 #endif

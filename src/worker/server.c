@@ -2,10 +2,7 @@
 #include "clock.h"
 
 #include <errno.h>
-#include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <event2/thread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -28,7 +25,7 @@
 
 /* ---- replies ------------------------------------------------------------------------ */
 
-/* Reply bytes libevent has freed: written out, or dropped with their connection. */
+/* Reply bytes the layer is done with: written out, or dropped with their connection. */
 static void on_reply_bytes_freed(const void *data, size_t len, void *arg)
 {
     server *srv = arg;
@@ -36,33 +33,32 @@ static void on_reply_bytes_freed(const void *data, size_t len, void *arg)
     srv->reply_pending -= len;
 }
 
-void server_reply_counted(server *srv, struct evhttp_request *req, int code, const char *ctype, buf *b)
+void server_reply_counted(server *srv, h1req *req, int code, const char *ctype, buf *b)
 {
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    if (ctype) evhttp_add_header(h, "Content-Type", ctype);
-    struct evbuffer *out = evbuffer_new();
-    if (out && b && b->len &&
-        evbuffer_add_reference(out, b->data, b->len, on_reply_bytes_freed, srv) == 0) {
-        srv->reply_pending += b->len;
-        b->data = NULL;
-        b->len = b->cap = 0;
+    if (!b || !b->len) {
+        h1req_reply(req, code, ctype, b);
+        return;
     }
-    evhttp_send_reply(req, code, NULL, out);
-    if (out) evbuffer_free(out);
+    uint8_t *data = b->data;
+    size_t len = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    srv->reply_pending += len;
+    h1req_reply_ref(req, code, ctype, data, len, on_reply_bytes_freed, srv);
 }
 
-static void reply_text(struct evhttp_request *req, int code, const char *ctype, const char *s)
+static void reply_text(h1req *req, int code, const char *ctype, const char *s)
 {
     buf b;
     buf_init(&b, REPLY_LIMIT);
     buf_puts(&b, s);
-    http_reply_buf(req, code, ctype, &b);
+    h1req_reply(req, code, ctype, &b);
     buf_free(&b);
 }
 
-static void reply_empty(struct evhttp_request *req, int code)
+static void reply_empty(h1req *req, int code)
 {
-    evhttp_send_reply(req, code, NULL, NULL);
+    h1req_reply(req, code, NULL, NULL);
 }
 
 /* A drain ends once no job is alive and every reply has been written out: exiting while a
@@ -71,7 +67,7 @@ static void reply_empty(struct evhttp_request *req, int code)
 void server_maybe_finish_drain(server *srv)
 {
     if (!srv->draining || srv->in_flight != 0) return;
-    if (srv->unflushed == 0) {
+    if (!srv->http || h1srv_unflushed(srv->http) == 0) {
         LOG_INFO_(NULL, "drained: no request in flight; exiting");
         event_base_loopexit(srv->base, NULL);
     } else {
@@ -83,26 +79,26 @@ void server_maybe_finish_drain(server *srv)
 /* ---- routing ----------------------------------------------------------------------- */
 
 
-static void handle_server_metadata(struct evhttp_request *req)
+static void handle_server_metadata(h1req *req)
 {
     reply_text(req, 200, "application/json",
                "{\"name\":\"tierserve\",\"version\":\"" TIERSERVE_VERSION "\","
                "\"extensions\":[\"binary_tensor_data\",\"model_configuration\",\"model_repository\"]}");
 }
 
-static bool method_is(struct evhttp_request *req, enum evhttp_cmd_type want)
+static bool method_is(h1req *req, h1_method want)
 {
-    enum evhttp_cmd_type c = evhttp_request_get_command(req);
-    return c == want || (want == EVHTTP_REQ_GET && c == EVHTTP_REQ_HEAD);
+    h1_method c = h1req_method(req);
+    return c == want || (want == H1_GET && c == H1_HEAD);
 }
 
-static void method_not_allowed(struct evhttp_request *req, const char *allowed)
+static void method_not_allowed(h1req *req, const char *allowed)
 {
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allowed);
-    http_reply_error(req, TS_METHOD_NOT_ALLOWED, "method not allowed for this endpoint");
+    h1req_add_header(req, "Allow", allowed);
+    h1req_reply_error(req, TS_METHOD_NOT_ALLOWED, "method not allowed for this endpoint");
 }
 
-static void handle_model(server *srv, struct evhttp_request *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX],
+static void handle_model(server *srv, h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX],
                          size_t n)
 {
     /* v2 models <m> [versions <v>] [ready|infer|config] */
@@ -113,39 +109,39 @@ static void handle_model(server *srv, struct evhttp_request *req, char segs[HTTP
         version = segs[4];
         k = 5;
     } else if (n == 4 && strcmp(segs[3], "versions") == 0) {
-        http_reply_error(req, TS_NOT_FOUND, "missing version after /versions");
+        h1req_reply_error(req, TS_NOT_FOUND, "missing version after /versions");
         return;
     }
     const char *verb = n > k ? segs[k] : "";
     if (n > k + 1) {
-        http_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
+        h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
         return;
     }
     if (strcmp(verb, "infer") == 0) {
-        if (!method_is(req, EVHTTP_REQ_POST)) { method_not_allowed(req, "POST"); return; }
+        if (!method_is(req, H1_POST)) { method_not_allowed(req, "POST"); return; }
         server_handle_infer(srv, req, name, version);
         return;
     }
-    if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
+    if (!method_is(req, H1_GET)) { method_not_allowed(req, "GET"); return; }
     ts_err err = {0};
     ts_model *m = srv->repo ? model_repo_find(srv->repo, name, version, &err) : NULL;
     if (strcmp(verb, "ready") == 0) {
         if (m && model_state(m) == MODEL_READY && health_live()) reply_empty(req, 200);
-        else if (!m && srv->repo) http_reply_error(req, TS_NOT_FOUND, err.msg);
-        else http_reply_error(req, TS_UNAVAILABLE, "model is not ready");
+        else if (!m && srv->repo) h1req_reply_error(req, TS_NOT_FOUND, err.msg);
+        else h1req_reply_error(req, TS_UNAVAILABLE, "model is not ready");
         return;
     }
     if (strcmp(verb, "") != 0 && strcmp(verb, "config") != 0) {
-        http_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
+        h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
         return;
     }
     if (!m) {
         if (!srv->repo) ts_err_set(&err, TS_UNAVAILABLE, "models are still loading");
-        http_reply_error(req, err.http, err.msg);
+        h1req_reply_error(req, err.http, err.msg);
         return;
     }
     if (model_state(m) != MODEL_READY) {
-        http_reply_error(req, TS_UNAVAILABLE, model_state(m) == MODEL_LOADING ? "model is still loading"
+        h1req_reply_error(req, TS_UNAVAILABLE, model_state(m) == MODEL_LOADING ? "model is still loading"
                                                               : model_failure(m));
         return;
     }
@@ -153,7 +149,7 @@ static void handle_model(server *srv, struct evhttp_request *req, char segs[HTTP
     buf_init(&b, REPLY_LIMIT);
     if (strcmp(verb, "config") == 0) status_model_config(m, srv->ep->decision.active != PROV_CPU, &b);
     else status_model_metadata(srv->repo, m, &b);
-    http_reply_buf(req, 200, "application/json", &b);
+    h1req_reply(req, 200, "application/json", &b);
     buf_free(&b);
 }
 
@@ -176,9 +172,9 @@ static void status_inputs(server *srv, status_view *v)
     v->inline_runs = srv->inline_runs;
     v->hw_json = srv->hw_json;
     v->unauthorized = srv->unauthorized;
-    v->connections = srv->guard ? connguard_open(srv->guard) : 0;
-    v->connections_refused = srv->guard ? connguard_refused(srv->guard) : 0;
-    v->connections_cut = srv->guard ? connguard_cut(srv->guard) : 0;
+    v->connections = srv->http ? h1srv_open(srv->http) : 0;
+    v->connections_refused = srv->http ? h1srv_refused(srv->http) : 0;
+    v->connections_cut = srv->http ? h1srv_cut(srv->http) : 0;
     v->reply_bytes = srv->reply_pending;
     v->reply_limit = (size_t)srv->set->max_pending_reply_bytes;
     v->reply_refused = srv->reply_refused;
@@ -187,22 +183,45 @@ static void status_inputs(server *srv, status_view *v)
     v->body_refused = budget_refusals(srv->bodies);
 }
 
-/* Every reply's on-complete callback: restarts the connection's request clock, and settles
- * the drain's count for inference replies. */
-static void on_any_reply_complete(struct evhttp_request *req, void *arg)
+void server_request_end(h1req *req, bool completed, void *arg)
 {
+    (void)completed;
     server *srv = arg;
-    if (srv->guard && connguard_reply_complete(srv->guard, req)) {
-        struct evhttp_connection *c = evhttp_request_get_connection(req);
-        if (c) evhttp_connection_set_closecb(c, NULL, NULL);
-        srv->unflushed--;
-        server_maybe_finish_drain(srv);
-    }
+    budget_give(srv->bodies, (size_t)(uintptr_t)h1req_user(req));
+    server_maybe_finish_drain(srv);
 }
 
-const char *server_request_id(struct evhttp_request *req)
+/* The layer has parsed a request's head and will read its body: hold the announced bytes
+ * against the in-flight body budget first (a chunked body: the most it may grow to), so that
+ * bodies still being read count too. */
+static int admit_body(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
 {
-    const char *id = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Id");
+    server *srv = arg;
+    size_t want = len == SIZE_MAX ? (size_t)srv->set->max_body_bytes : len;
+    if (!budget_take(srv->bodies, want)) {
+        budget_note_refusal(srv->bodies);
+        snprintf(msg, msglen, "request bodies in flight would pass the in-flight body budget of %zu bytes "
+                 "(TIERSERVE_MAX_INFLIGHT_BODY_BYTES; %zu held now); retry later",
+                 budget_limit(srv->bodies), budget_held(srv->bodies));
+        return TS_UNAVAILABLE;
+    }
+    h1req_set_user(req, (void *)(uintptr_t)want);
+    h1req_on_end(req, server_request_end, srv);
+    return 0;
+}
+
+/* Pipelined bytes the layer reads ahead while a request is handled are request bytes too. */
+static bool hold_readahead(size_t n, bool take, void *arg)
+{
+    server *srv = arg;
+    if (take) return budget_take(srv->bodies, n);
+    budget_give(srv->bodies, n);
+    return true;
+}
+
+const char *server_request_id(h1req *req)
+{
+    const char *id = h1req_header(req, "X-Request-Id");
     if (!id) return NULL;
     size_t n = 0;
     for (; id[n]; n++)
@@ -224,11 +243,11 @@ static bool token_equal(const char *got, const char *want)
 /* With --auth-token set, the bearer token is the caller's proof that it is the router (or an
  * operator), not whoever reached the port. Kubelet probes carry no token: the two health
  * endpoints stay open. */
-static bool authorized(server *srv, struct evhttp_request *req, const char **why_out)
+static bool authorized(server *srv, h1req *req, const char **why_out)
 {
     const char *want = srv->set->auth_token;
     if (!want[0]) return true;
-    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    const char *h = h1req_header(req, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
         *why_out = "missing bearer token: this worker needs Authorization: Bearer <token> "
                    "(TIERSERVE_AUTH_TOKEN)";
@@ -243,95 +262,93 @@ static bool authorized(server *srv, struct evhttp_request *req, const char **why
     return true;
 }
 
-static bool is_health_probe(struct evhttp_request *req, int n, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX])
+static bool is_health_probe(h1req *req, int n, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX])
 {
-    return n == 3 && method_is(req, EVHTTP_REQ_GET) && strcmp(segs[0], "v2") == 0 &&
+    return n == 3 && method_is(req, H1_GET) && strcmp(segs[0], "v2") == 0 &&
            strcmp(segs[1], "health") == 0 &&
            (strcmp(segs[2], "live") == 0 || strcmp(segs[2], "ready") == 0);
 }
 
-static void on_request(struct evhttp_request *req, void *arg)
+static void on_request(h1req *req, void *arg)
 {
     server *srv = arg;
-    if (srv->guard) connguard_dispatched(srv->guard, req);
-    evhttp_request_set_on_complete_cb(req, on_any_reply_complete, srv);
+    /* the body's admission may have set it already; the same callback either way */
+    h1req_on_end(req, server_request_end, srv);
     /* echoed on every reply to this request, so a proxy can match replies to requests */
     const char *rid = server_request_id(req);
-    if (rid) evhttp_add_header(evhttp_request_get_output_headers(req), "X-Request-Id", rid);
+    if (rid) h1req_add_header(req, "X-Request-Id", rid);
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], msg[160];
     bool close_conn = false;
-    int n_ = httppath_request(req, segs, msg, sizeof msg, &close_conn);
+    int n_ = httppath_request_h1(req, segs, msg, sizeof msg, &close_conn);
+    if (close_conn) h1req_close_after(req);
     /* the dashboard's files hold no data and need no token: the page asks for it */
     if (n_ >= 1 && strcmp(segs[0], "dashboard") == 0) {
-        webassets_serve(req, "tierserve", (size_t)n_, n_ > 1 ? segs[1] : NULL);
+        webassets_serve_h1(req, "tierserve", (size_t)n_, n_ > 1 ? segs[1] : NULL);
         return;
     }
     const char *why = NULL;
     if (!(n_ >= 0 && is_health_probe(req, n_, segs)) && !authorized(srv, req, &why)) {
-        struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-        evhttp_add_header(h, "WWW-Authenticate", "Bearer");
-        if (close_conn) evhttp_add_header(h, "Connection", "close");
+        h1req_add_header(req, "WWW-Authenticate", "Bearer");
         srv->unauthorized++;
         LOG_DEBUG_(LOGF({rid ? "request_id" : NULL, rid}), "refused with 401: %s", why);
-        http_reply_error(req, TS_UNAUTHORIZED, why);
+        h1req_reply_error(req, TS_UNAUTHORIZED, why);
         return;
     }
     if (n_ < 0) {
-        if (close_conn) evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
-        http_reply_error(req, TS_BAD_REQUEST, msg);
+        h1req_reply_error(req, TS_BAD_REQUEST, msg);
         return;
     }
     size_t n = (size_t)n_;
     if (n >= 1 && strcmp(segs[0], "metrics") == 0 && n == 1) {
-        if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
+        if (!method_is(req, H1_GET)) { method_not_allowed(req, "GET"); return; }
         status_view v;
         status_inputs(srv, &v);
         buf b;
         buf_init(&b, REPLY_LIMIT);
         status_metrics(&v, &b);
-        http_reply_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
+        h1req_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
         buf_free(&b);
         return;
     }
     if (n == 0 || strcmp(segs[0], "v2") != 0) {
-        http_reply_error(req, TS_NOT_FOUND, "unknown endpoint (the API lives under /v2)");
+        h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint (the API lives under /v2)");
         return;
     }
     if (n == 1) {
-        if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
+        if (!method_is(req, H1_GET)) { method_not_allowed(req, "GET"); return; }
         handle_server_metadata(req);
         return;
     }
     if (n == 3 && strcmp(segs[1], "health") == 0) {
-        if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
+        if (!method_is(req, H1_GET)) { method_not_allowed(req, "GET"); return; }
         if (strcmp(segs[2], "live") == 0) {
             if (health_live()) reply_empty(req, 200);
-            else http_reply_error(req, TS_UNAVAILABLE, "not live: GPU fault");
+            else h1req_reply_error(req, TS_UNAVAILABLE, "not live: GPU fault");
         } else if (strcmp(segs[2], "ready") == 0) {
             if (server_ready(srv)) reply_empty(req, 200);
-            else http_reply_error(req, TS_UNAVAILABLE, "not ready");
+            else h1req_reply_error(req, TS_UNAVAILABLE, "not ready");
         } else {
-            http_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
+            h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
         }
         return;
     }
     if (n == 2 && strcmp(segs[1], "status") == 0) {
-        if (!method_is(req, EVHTTP_REQ_GET)) { method_not_allowed(req, "GET"); return; }
+        if (!method_is(req, H1_GET)) { method_not_allowed(req, "GET"); return; }
         status_view v;
         status_inputs(srv, &v);
         buf b;
         buf_init(&b, REPLY_LIMIT);
         status_json(&v, &b);
-        http_reply_buf(req, 200, "application/json", &b);
+        h1req_reply(req, 200, "application/json", &b);
         buf_free(&b);
         return;
     }
     if (n == 3 && strcmp(segs[1], "repository") == 0 && strcmp(segs[2], "index") == 0) {
-        if (!method_is(req, EVHTTP_REQ_POST)) { method_not_allowed(req, "POST"); return; }
+        if (!method_is(req, H1_POST)) { method_not_allowed(req, "POST"); return; }
         buf b;
         buf_init(&b, REPLY_LIMIT);
         status_repository_index(srv->repo, &b);
-        http_reply_buf(req, 200, "application/json", &b);
+        h1req_reply(req, 200, "application/json", &b);
         buf_free(&b);
         return;
     }
@@ -339,7 +356,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         handle_model(srv, req, segs, n);
         return;
     }
-    http_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
+    h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------ */
@@ -398,26 +415,24 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
     srv->base = event_base_new_with_config(ecfg);
     event_config_free(ecfg);
-    srv->http = httpserver_create(srv->base, (size_t)s->max_body_bytes, (int)s->http_timeout_s, on_request, srv);
-    if (!srv->http) {
+    h1srv_limits lim;
+    httpserver_h1_limits(&lim, (size_t)s->max_body_bytes, (double)s->http_timeout_s, (size_t)s->max_connections,
+                         "TIERSERVE_MAX_CONNECTIONS");
+    srv->http = srv->base ? h1srv_create(srv->base, &lim, on_request, srv) : NULL;
+    srv->bodies = budget_create((size_t)s->max_inflight_body_bytes);
+    if (!srv->http || !srv->bodies) {
         snprintf(err, errlen, "could not create the event loop");
         server_destroy(srv);
         return NULL;
     }
-    srv->guard = connguard_create(srv->base, srv->http, (double)s->http_timeout_s);
-    if (srv->guard) connguard_set_limit(srv->guard, (size_t)s->max_connections, "TIERSERVE_MAX_CONNECTIONS");
-    if (!srv->guard) {
-        snprintf(err, errlen, "could not set up the connection guard");
-        server_destroy(srv);
-        return NULL;
-    }
-    if (httpserver_bind(srv->http, s->http_address, (unsigned)s->http_port, &srv->sock, &srv->port, err, errlen)) {
+    h1srv_set_body_admit(srv->http, admit_body, srv);
+    h1srv_set_readahead_hold(srv->http, hold_readahead, srv);
+    if (h1srv_bind(srv->http, s->http_address, (unsigned)s->http_port, &srv->port, err, errlen)) {
         server_destroy(srv);
         return NULL;
     }
     srv->done = doneq_create(srv->base, server_on_job_done, srv);
     srv->decoded = doneq_create(srv->base, server_on_job_decoded, srv);
-    srv->bodies = budget_create((size_t)s->max_inflight_body_bytes);
     srv->decoder = workpool_create(SERVER_DECODE_THREADS, SERVER_DECODE_QUEUE, server_decode_work, srv);
     srv->sigterm = evsignal_new(srv->base, SIGTERM, on_signal, srv);
     srv->sigint = evsignal_new(srv->base, SIGINT, on_signal, srv);
@@ -455,10 +470,11 @@ int server_run(server *srv)
 {
     LOG_INFO_(NULL, "listening on %s:%d", srv->set->http_address, srv->port);
     event_base_dispatch(srv->base);
-    /* Close every connection now; jobs still held by runners learn it through their close
+    /* Close every connection now; jobs still held by runners learn it through their end
      * callbacks (or the srv->http check in on_done) and are freed by server_destroy(). */
-    evhttp_free(srv->http);
+    h1srv *http = srv->http;
     srv->http = NULL;
+    h1srv_free(http);
     /* bodies still being decoded touch their models: finish them before the caller
      * destroys the repository (their jobs wait in srv->decoded for server_destroy) */
     workpool_destroy(srv->decoder);
@@ -469,7 +485,9 @@ int server_run(server *srv)
 void server_destroy(server *srv)
 {
     if (!srv) return;
-    if (srv->http) evhttp_free(srv->http);
+    h1srv *http = srv->http;
+    srv->http = NULL;
+    h1srv_free(http);
     if (srv->sigterm) event_free(srv->sigterm);
     if (srv->sigint) event_free(srv->sigint);
     if (srv->drain_timer) event_free(srv->drain_timer);
@@ -477,7 +495,6 @@ void server_destroy(server *srv)
     workpool_destroy(srv->decoder);
     if (srv->decoded) doneq_flush(srv->decoded); /* jobs decoded after the loop ended */
     if (srv->done) doneq_flush(srv->done); /* jobs the runners finished after the loop ended */
-    connguard_destroy(srv->guard);           /* after evhttp_free: only our references remain */
     doneq_destroy(srv->done);
     doneq_destroy(srv->decoded);
     budget_destroy(srv->bodies);             /* every job, and the bytes it held, is gone */

@@ -1,4 +1,4 @@
-/* server: the HTTP front of the worker (KServe v2 over libevent's evhttp).
+/* server: the HTTP front of the worker (KServe v2 over the h1srv layer on libevent's loop).
  *
  * The event loop parses requests, hands inference to the model's runq and writes replies;
  * Run() and the reply encoding happen on runner threads, never on the loop. Every request

@@ -10,18 +10,12 @@
  * (timeout_action DELAY); a decoding or running one can only be cancelled: its result is
  * dropped.
  */
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/keyvalq_struct.h>
-#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <poll.h>
 #include <stdint.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
 
 #include "health.h"
 #include "clock.h"
@@ -39,12 +33,8 @@ typedef struct job {
     ts_model *model;
     infer_request req;
     uint64_t key;      /* batching compatibility; 0: runs alone */
-    struct evhttp_request *http; /* NULL once replied or the client is gone */
+    h1req *http;       /* NULL once replied or the client is gone */
     struct event *timer;
-    struct event *eof_watch; /* the client's socket: EOF or reset while we work = it left */
-    struct event *eof_poll;  /* the same, by timer, while pipelined bytes may not be pulled */
-    size_t pulled;     /* pipelined bytes the watch moved into evhttp's input, held against
-                        * srv->bodies until free_job (loop thread; `held` is the decoder's) */
     OrtRunOptions *ro;
     _Atomic bool cancelled;
     bool counted;
@@ -84,38 +74,17 @@ static void record(job *j, req_outcome o)
     hist_observe(&st->request, ts_now() - j->t_arrive);
 }
 
-/* The reply was handed over but the connection died before it was written. */
-static void on_reply_abandoned(struct evhttp_connection *c, void *arg)
-{
-    (void)c;
-    server *srv = arg;
-    srv->unflushed--;
-    server_maybe_finish_drain(srv);
-}
-
-static void stop_peer_watch(job *j)
-{
-    if (j->eof_watch) event_del(j->eof_watch);
-    if (j->eof_poll) event_del(j->eof_poll);
-}
-
-/* Replies to a job's client; the drain waits for these to be written out (the server's
- * on-complete callback or on_reply_abandoned settles the count). */
+/* Replies to a job's client. The request leaves the job here: its end (the reply written,
+ * or the connection gone first) settles a drain through the server's own callback. */
 static void reply_job(job *j, int code, const char *ctype, buf *b, const char *error)
 {
-    struct evhttp_request *req = j->http;
+    h1req *req = j->http;
     if (!req) return;
-    struct evhttp_connection *c = evhttp_request_get_connection(req);
     j->http = NULL;
-    stop_peer_watch(j);
     server *srv = j->srv;
-    if (c && srv->guard && connguard_track_reply(srv->guard, req)) {
-        srv->unflushed++;
-        evhttp_connection_set_closecb(c, on_reply_abandoned, srv);
-    } else if (c) {
-        evhttp_connection_set_closecb(c, NULL, NULL);
-    }
-    if (error) http_reply_error(req, code, error);
+    h1req_set_user(req, NULL); /* the body's bytes are the job's: free_job gives them back */
+    h1req_on_end(req, server_request_end, srv);
+    if (error) h1req_reply_error(req, code, error);
     else server_reply_counted(srv, req, code, ctype, b);
 }
 
@@ -123,10 +92,8 @@ static void free_job(job *j)
 {
     infer_request_free(&j->req);
     free(j->raw);
-    budget_give(j->srv->bodies, j->held + j->pulled);
+    budget_give(j->srv->bodies, j->held);
     if (j->timer) event_free(j->timer);
-    if (j->eof_watch) event_free(j->eof_watch);
-    if (j->eof_poll) event_free(j->eof_poll);
     if (j->ro) g_ort->ReleaseRunOptions(j->ro);
     buf_free(&j->reply);
     free(j);
@@ -147,109 +114,18 @@ static void cancel_run(job *j)
     if (j->ro) (void)ort_check(g_ort->RunOptionsSetTerminate(j->ro), NULL, 0);
 }
 
-static void on_client_close(struct evhttp_connection *c, void *arg)
+/* The layer ends a request whose connection went away (the client left, was cut, or the
+ * server is shutting down) before its reply: cancel the job. */
+static void on_client_gone(h1req *req, bool completed, void *arg)
 {
-    (void)c;
+    (void)req;
+    (void)completed; /* always false: a reply replaces this callback first */
     job *j = arg;
-    j->http = NULL; /* libevent frees the request right after this */
-    stop_peer_watch(j);
+    j->http = NULL; /* the layer frees the request right after this */
     record(j, OUT_CANCELLED);
     LOG_DEBUG_(JOB_LOGF(j), "client went away; request cancelled");
     if (sched_remove(model_sched(j->model), &j->item)) retire_unrun(j);
     else cancel_run(j);
-}
-
-/* Has the client hung up (FIN or reset)? Asked of the socket's state, not of its bytes: a
- * pipelined request waiting unread must not hide the hang-up behind it. */
-static bool peer_gone(evutil_socket_t fd)
-{
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
-}
-
-/* EOF or reset: tear the connection down; its close callback cancels the job. */
-static void drop_gone_client(job *j)
-{
-    struct evhttp_request *req = j->http;
-    struct evhttp_connection *conn = req ? evhttp_request_get_connection(req) : NULL;
-    if (conn) evhttp_connection_free(conn);
-}
-
-/* What a watch may pull into a connection's input buffer: the next request evhttp would
- * accept (a header block and a body), so a connection never holds more than one reading does. */
-static size_t pull_limit(const server *srv)
-{
-    return SERVER_MAX_HEADER_BYTES + (size_t)srv->set->max_body_bytes;
-}
-
-#define PEER_PULL_CHUNK (64 * 1024) /* per wake: the loop serves other clients in between */
-#define PEER_POLL_MS 50
-
-typedef enum { PULL_NONE, PULL_MOVED, PULL_FULL, PULL_GONE } pull_result;
-
-/* Moves pipelined bytes from the socket into the connection's input buffer, where evhttp
- * reads the next request from once this one is answered. libevent reads nothing while a
- * request is served, and once our receive window is full the client's kernel keeps the rest
- * of its bytes and the FIN behind them: unread, a hang-up never reaches the socket's state.
- * PULL_FULL: bytes may wait that the limit or the body budget keep us from taking. */
-static pull_result pull_pipelined(job *j, evutil_socket_t fd)
-{
-    struct evhttp_connection *conn = evhttp_request_get_connection(j->http);
-    struct evbuffer *in = bufferevent_get_input(evhttp_connection_get_bufferevent(conn));
-    size_t have = evbuffer_get_length(in), limit = pull_limit(j->srv);
-    if (have >= limit) return PULL_FULL;
-    size_t n = limit - have < PEER_PULL_CHUNK ? limit - have : PEER_PULL_CHUNK;
-    if (!budget_take(j->srv->bodies, n)) return PULL_FULL;
-    /* a socket bufferevent freezes its input's end and thaws it around its own reads: so here */
-    evbuffer_unfreeze(in, 0);
-    int got = evbuffer_read(in, fd, (int)n);
-    int e = errno;
-    evbuffer_freeze(in, 0);
-    size_t kept = got > 0 ? (size_t)got : 0;
-    budget_give(j->srv->bodies, n - kept);
-    j->pulled += kept;
-    if (got > 0) return PULL_MOVED;
-    if (got < 0 && (e == EAGAIN || e == EWOULDBLOCK || e == EINTR)) return PULL_NONE;
-    return PULL_GONE; /* EOF or a reset since peer_gone looked */
-}
-
-static void on_peer_poll(evutil_socket_t fd, short what, void *arg);
-
-/* One look at the client: gone (the job is cancelled), or its pipelined bytes taken in so
- * that a FIN behind them can arrive. Then the socket is watched again, or, while bytes wait
- * that may not be taken (the socket stays readable: a read watch would fire without end),
- * looked at on a timer, for a FIN that did reach us or for room to take them. */
-static void look_at_peer(job *j, evutil_socket_t fd)
-{
-    pull_result r = peer_gone(fd) ? PULL_GONE : pull_pipelined(j, fd);
-    if (r == PULL_GONE) {
-        drop_gone_client(j); /* j may be freed */
-        return;
-    }
-    if (r != PULL_FULL) {
-        event_add(j->eof_watch, NULL);
-        return;
-    }
-    if (!j->eof_poll) j->eof_poll = evtimer_new(j->srv->base, on_peer_poll, j);
-    struct timeval tv = {0, PEER_POLL_MS * 1000};
-    if (j->eof_poll) evtimer_add(j->eof_poll, &tv);
-}
-
-static void on_peer_poll(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    job *j = arg;
-    struct evhttp_connection *conn = j->http ? evhttp_request_get_connection(j->http) : NULL;
-    evutil_socket_t s = conn ? bufferevent_getfd(evhttp_connection_get_bufferevent(conn)) : -1;
-    if (s >= 0) look_at_peer(j, s);
-}
-
-static void on_peer_readable(evutil_socket_t fd, short what, void *arg)
-{
-    (void)what;
-    job *j = arg;
-    if (j->http) look_at_peer(j, fd);
 }
 
 static void arm_timer(job *j)
@@ -428,17 +304,17 @@ void server_on_job_done(void *item, void *ctx)
     if (!srv->http) j->http = NULL; /* shutting down: the connection is gone */
     if (j->http) {
         if (j->status == 200) {
-            struct evkeyvalq *h = evhttp_request_get_output_headers(j->http);
+            h1req *h = j->http;
             if (j->binary) {
                 char len[32];
                 snprintf(len, sizeof len, "%zu", j->json_len);
-                evhttp_add_header(h, "Inference-Header-Content-Length", len);
+                h1req_add_header(h, "Inference-Header-Content-Length", len);
             }
-            if (j->reply_enc != ZC_NONE) evhttp_add_header(h, "Content-Encoding", zcodec_name(j->reply_enc));
+            if (j->reply_enc != ZC_NONE) h1req_add_header(h, "Content-Encoding", zcodec_name(j->reply_enc));
             /* what the router bills usage-priced pools by */
             char cms[32];
             snprintf(cms, sizeof cms, "%.3f", j->compute_share * 1e3);
-            evhttp_add_header(h, "Tierserve-Compute-Ms", cms);
+            h1req_add_header(h, "Tierserve-Compute-Ms", cms);
             reply_job(j, 200, j->binary ? "application/octet-stream" : "application/json",
                       &j->reply, NULL);
             record(j, OUT_SUCCESS);
@@ -452,19 +328,18 @@ void server_on_job_done(void *item, void *ctx)
 }
 
 /* Refusals before a job exists: shutting down, not live, unknown or unready model. */
-static ts_model *admit(server *srv, struct evhttp_request *req, const char *name,
-                       const char *version)
+static ts_model *admit(server *srv, h1req *req, const char *name, const char *version)
 {
     ts_err err = {0};
     if (srv->draining) {
-        http_reply_error(req, TS_UNAVAILABLE, "server is shutting down");
+        h1req_reply_error(req, TS_UNAVAILABLE, "server is shutting down");
         return NULL;
     }
     if (!health_live()) {
         char msg[600], why[512];
         health_gpu_fault_message(why, sizeof why);
         snprintf(msg, sizeof msg, "worker is not live after a GPU fault: %s", why);
-        http_reply_error(req, TS_UNAVAILABLE, msg);
+        h1req_reply_error(req, TS_UNAVAILABLE, msg);
         return NULL;
     }
     if (srv->reply_pending >= (size_t)srv->set->max_pending_reply_bytes) {
@@ -474,13 +349,13 @@ static ts_model *admit(server *srv, struct evhttp_request *req, const char *name
                  "the pending-reply budget of %lld bytes (TIERSERVE_MAX_PENDING_REPLY_BYTES); retry later",
                  srv->reply_pending, (long long)srv->set->max_pending_reply_bytes);
         srv->reply_refused++;
-        http_reply_error(req, TS_UNAVAILABLE, msg);
+        h1req_reply_error(req, TS_UNAVAILABLE, msg);
         return NULL;
     }
     ts_model *m = srv->repo ? model_repo_find(srv->repo, name, version, &err) : NULL;
     if (!m) {
         if (!srv->repo) ts_err_set(&err, TS_UNAVAILABLE, "models are still loading");
-        http_reply_error(req, err.http, err.msg);
+        h1req_reply_error(req, err.http, err.msg);
         return NULL;
     }
     if (model_state(m) != MODEL_READY) {
@@ -490,7 +365,7 @@ static ts_model *admit(server *srv, struct evhttp_request *req, const char *name
         else
             snprintf(msg, sizeof msg, "model '%s' version %s is unavailable: %s", name,
                      model_version(m), model_failure(m));
-        http_reply_error(req, TS_UNAVAILABLE, msg);
+        h1req_reply_error(req, TS_UNAVAILABLE, msg);
         return NULL;
     }
     return m;
@@ -647,25 +522,18 @@ void server_decode_work(void *item, void *ctx)
 
 /* ---- loop thread: admission ------------------------------------------------------------ */
 
-static void refuse_job(job *j, struct evhttp_request *req, const ts_err *err)
+static void refuse_job(job *j, h1req *req, const ts_err *err)
 {
-    http_reply_error(req, err->http, err->msg);
+    h1req_reply_error(req, err->http, err->msg);
     record(j, err->http == 503 ? OUT_REJECTED : err->http >= 500 ? OUT_ERROR : OUT_CLIENT_ERROR);
     free_job(j);
 }
 
-/* The job's client: its close callback cancels the job, and its socket is watched for a
- * hang-up (libevent 2.1 stops reading a connection while its request is served, so it
- * would never notice the client leaving). */
-static void watch_client(server *srv, struct evhttp_request *req, job *j)
+/* The job's client: if it leaves before the reply (the layer keeps reading ahead while the
+ * job runs, so a hang-up is seen at once), its end callback cancels the job. */
+static void watch_client(h1req *req, job *j)
 {
-    struct evhttp_connection *conn = evhttp_request_get_connection(req);
-    evhttp_connection_set_closecb(conn, on_client_close, j);
-    evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(conn));
-    if (fd >= 0) {
-        j->eof_watch = event_new(srv->base, fd, EV_READ, on_peer_readable, j);
-        if (j->eof_watch) event_add(j->eof_watch, NULL);
-    }
+    h1req_on_end(req, on_client_gone, j);
 }
 
 /* sched_submit's refusal q: -1 the level is full, else the model is shutting down. */
@@ -681,7 +549,7 @@ static void submit_queue_full(job *j, int q, char *msg, size_t msglen)
 }
 
 /* A decoded job (on the loop: the fast path) goes to its model's queue, or runs here. */
-static void submit_job(server *srv, struct evhttp_request *req, job *j)
+static void submit_job(server *srv, h1req *req, job *j)
 {
     if (plan_job(srv, j, &j->err) != 0) {
         refuse_job(j, req, &j->err);
@@ -706,20 +574,20 @@ static void submit_job(server *srv, struct evhttp_request *req, job *j)
         j->http = NULL;
         char msg[256];
         submit_queue_full(j, q, msg, sizeof msg);
-        http_reply_error(req, TS_UNAVAILABLE, msg);
+        h1req_reply_error(req, TS_UNAVAILABLE, msg);
         record(j, OUT_REJECTED);
         free_job(j);
         return;
     }
     srv->in_flight++;
     if (j->timer) arm_timer(j);
-    watch_client(srv, req, j);
+    watch_client(req, j);
 }
 
 /* A compressed or big body: decoded on the pool while the loop serves others. The job is
  * in flight from here (a drain waits for it), with the server's deadline until its own
  * parameters are known, and its client watched. */
-static void offload_job(server *srv, struct evhttp_request *req, job *j)
+static void offload_job(server *srv, h1req *req, job *j)
 {
     if (ort_check(g_ort->CreateRunOptions(&j->ro), NULL, 0)) j->ro = NULL;
     j->timer = evtimer_new(srv->base, on_timeout, j);
@@ -735,7 +603,7 @@ static void offload_job(server *srv, struct evhttp_request *req, job *j)
     }
     srv->in_flight++;
     if (j->timer) arm_timer(j);
-    watch_client(srv, req, j);
+    watch_client(req, j);
 }
 
 void server_on_job_decoded(void *item, void *ctx)
@@ -769,55 +637,51 @@ void server_on_job_decoded(void *item, void *ctx)
     retire_unrun(j);
 }
 
-void server_handle_infer(server *srv, struct evhttp_request *req, const char *name,
-                         const char *version)
+void server_handle_infer(server *srv, h1req *req, const char *name, const char *version)
 {
     ts_model *m = admit(srv, req, name, version);
     if (!m) return;
-    struct evkeyvalq *in_h = evhttp_request_get_input_headers(req);
     zc_kind body_enc;
     char enc_msg[128];
-    if (zcodec_request_encoding(evhttp_find_header(in_h, "Content-Encoding"), &body_enc, enc_msg, sizeof enc_msg)) {
+    if (zcodec_request_encoding(h1req_header(req, "Content-Encoding"), &body_enc, enc_msg, sizeof enc_msg)) {
         atomic_fetch_add(&model_stats_of(m)->outcomes[OUT_CLIENT_ERROR], 1);
-        http_reply_error(req, TS_UNSUPPORTED_MEDIA_TYPE, enc_msg);
+        h1req_reply_error(req, TS_UNSUPPORTED_MEDIA_TYPE, enc_msg);
         return;
     }
     job *j = calloc(1, sizeof *j);
     if (!j) {
-        http_reply_error(req, TS_UNAVAILABLE, "out of memory");
+        h1req_reply_error(req, TS_UNAVAILABLE, "out of memory");
         return;
     }
     j->srv = srv;
     j->model = m;
     j->t_arrive = ts_now();
-    j->reply_enc = zcodec_pick_accept(evhttp_find_header(in_h, "Accept-Encoding"));
+    j->reply_enc = zcodec_pick_accept(h1req_header(req, "Accept-Encoding"));
     const char *rid = server_request_id(req);
     if (rid) snprintf(j->request_id, sizeof j->request_id, "%s", rid);
     j->body_enc = body_enc;
-    j->hlen = infer_header_len(evhttp_find_header(in_h, "Inference-Header-Content-Length"), &j->err);
-    if (j->hlen == -2) {
-        refuse_job(j, req, &j->err);
-        return;
-    }
-    /* libevent read the body already; holding it here is what lets the budget refuse the
-     * inflating and parsing that would follow */
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t n = evbuffer_get_length(in);
-    if (!budget_take(srv->bodies, n)) {
-        budget_refusal(srv, &j->err);
-        LOG_DEBUG_(JOB_LOGF(j), "%s", j->err.msg);
-        refuse_job(j, req, &j->err);
-        return;
-    }
+    /* the body and the bytes its admission held are the job's from here: holding them is
+     * what lets the budget refuse the inflating and parsing that would follow */
+    size_t n = 0;
+    uint8_t *body = h1req_take_body(req, &n);
+    size_t admitted = (size_t)(uintptr_t)h1req_user(req);
+    h1req_set_user(req, NULL);
+    /* admission held the announced length, or for a chunked body the most it may grow to:
+     * never less than what came */
+    if (admitted > n) budget_give(srv->bodies, admitted - n);
     j->held = n;
-    j->raw = malloc(n ? n : 1);
+    j->raw = body ? body : malloc(1);
+    j->raw_len = n;
     if (!j->raw) {
         ts_err_set(&j->err, TS_UNAVAILABLE, "out of memory");
         refuse_job(j, req, &j->err);
         return;
     }
-    j->raw_len = n;
-    evbuffer_remove(in, j->raw, n);
+    j->hlen = infer_header_len(h1req_header(req, "Inference-Header-Content-Length"), &j->err);
+    if (j->hlen == -2) {
+        refuse_job(j, req, &j->err);
+        return;
+    }
     size_t json_part = j->hlen >= 0 && (uint64_t)j->hlen < n ? (size_t)j->hlen : n;
     if (body_enc != ZC_NONE || json_part > DECODE_ON_LOOP_MAX) {
         offload_job(srv, req, j);

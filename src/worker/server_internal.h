@@ -4,14 +4,13 @@
 #define TS_SERVER_INTERNAL_H
 
 #include <event2/event.h>
-#include <event2/http.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
 #include "budget.h"
 #include "buf.h"
-#include "connguard.h"
 #include "doneq.h"
+#include "h1srv.h"
 #include "httpserver.h"
 #include "server.h"
 #include "workpool.h"
@@ -22,28 +21,24 @@
  * and how many bodies may wait for them (the body budget bounds their bytes). */
 #define SERVER_DECODE_THREADS 2
 #define SERVER_DECODE_QUEUE 256
-/* The longest header block a client may send (evhttp's limit). */
-#define SERVER_MAX_HEADER_BYTES HTTP_MAX_HEADER_BYTES
 
 struct server {
     const ts_settings *set;
     const ep_result *ep;
     struct event_base *base;
-    struct evhttp *http;
-    struct evhttp_bound_socket *sock;
+    h1srv *http;                /* NULL once the loop has ended: every connection is gone */
     struct event *sigterm, *sigint, *drain_timer, *loaded_ev;
     doneq *done;                /* jobs back from the runners */
     doneq *decoded;             /* jobs back from the decode pool */
     workpool *decoder;
-    budget *bodies;             /* request bytes held: --max-inflight-body-bytes */
-    connguard *guard;
+    budget *bodies;             /* request bytes held: --max-inflight-body-bytes; a body is
+                                 * held from its admission (before it is read) to its job's end */
     model_repo *repo;
     size_t in_flight;           /* jobs alive; loop thread only */
     unsigned idle_streak;       /* consecutive requests that found nothing in flight */
     uint64_t inline_runs;       /* requests run on the loop thread (TIERSERVE_INLINE_MAX_US) */
-    size_t unflushed;           /* job replies handed to libevent, not yet fully written */
     uint64_t unauthorized;      /* requests refused with 401 (--auth-token) */
-    size_t reply_pending;       /* reply bytes handed to libevent, not yet written or dropped */
+    size_t reply_pending;       /* reply bytes handed to the layer, not yet written or dropped */
     uint64_t reply_refused;     /* inference requests refused while reply_pending was too high */
     bool draining;
     int exit_code;
@@ -55,17 +50,19 @@ struct server {
 };
 
 
-/* server_reply_buf for replies that may be big: their bytes count in srv->reply_pending
- * until libevent has written (or dropped) them. */
-void server_reply_counted(server *srv, struct evhttp_request *req, int code, const char *ctype, buf *b);
+/* h1req_reply for replies that may be big: their bytes count in srv->reply_pending until
+ * the layer has written (or dropped) them. */
+void server_reply_counted(server *srv, h1req *req, int code, const char *ctype, buf *b);
 /* The client's X-Request-Id if it is one we echo (1..128 visible ASCII bytes), else NULL. */
-const char *server_request_id(struct evhttp_request *req);
-/* Exits the loop once draining, no job alive and every tracked reply written. */
+const char *server_request_id(h1req *req);
+/* Exits the loop once draining, no job alive and every reply written. */
 void server_maybe_finish_drain(server *srv);
+/* Every request's end callback while no job holds it: gives back the body bytes its
+ * admission held (h1req_user), and settles a drain. */
+void server_request_end(h1req *req, bool completed, void *arg);
 
 /* server_infer.c */
-void server_handle_infer(server *srv, struct evhttp_request *req, const char *name,
-                         const char *version);
+void server_handle_infer(server *srv, h1req *req, const char *name, const char *version);
 void server_on_job_done(void *item, void *ctx);        /* doneq handler */
 void server_on_job_decoded(void *item, void *ctx);     /* doneq handler */
 void server_decode_work(void *item, void *ctx);        /* decode pool threads */

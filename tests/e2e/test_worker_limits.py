@@ -5,8 +5,8 @@
 - --max-connections: the connection past the limit gets a 503 and is closed at once
 - --max-pending-reply-bytes: replies waiting for slow readers are bounded, and a reply that
   has not drained in the HTTP timeout is cut
-- --max-inflight-body-bytes: request bodies (raw, inflated, parsed) are bounded together, and
-  inflating and parsing big bodies happens off the event loop
+- --max-inflight-body-bytes: request bodies (raw, inflated, parsed, and still being read) are
+  bounded together, and inflating and parsing big bodies happens off the event loop
 
 Raw sockets throughout (helpers from test_hostile.py): no client library retries or reads
 leniently behind a test's back. Every socket has a timeout and every loop a deadline.
@@ -391,6 +391,40 @@ def test_trickling_reader_is_cut_after_the_http_timeout(big_replies):
 
 
 # ---- --max-inflight-body-bytes, and decoding off the event loop -----------------------------------
+
+def test_body_budget_counts_bodies_still_being_read(repo, tmp_path_factory):
+    """A body counts against the budget from the moment its length is announced, not once it
+    has all arrived: a client that announces 1 MiB and sends 100 bytes holds 1 MiB, so a
+    600 KB request next to it passes the 1.5 MiB budget (503 naming it); once that client
+    leaves, the same request is served."""
+    w = make_worker(repo, tmp_path_factory, "budget-reading",
+                    TIERSERVE_MAX_INFLIGHT_BODY_BYTES=str(3 << 19))
+    try:
+        n = 150_000
+        x = np.full(n, 0.5, dtype="<f4").tobytes()
+        bbody, headers = binary(req(bin_inp("INPUT0", shape=(1, n), size=len(x)),
+                                    parameters={"binary_data_output": True}), x)
+        assert 600_000 < len(bbody) < 700_000
+        slow = Conn(w)
+        slow.send(http_bytes("POST", ID32, b"{" * 100, {"Content-Length": str(1 << 20)}))
+        deadline = time.monotonic() + 1.0
+        while metric(w, "tierserve_inflight_body_bytes") < 1 << 20 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        resp = exchange(w, http_bytes("POST", ID32, bbody, headers))
+        assert resp[0] == 503, f"a body still being read was not counted: {resp[:2]}"
+        assert resp[1].get("retry-after") == "1", resp[:2]
+        assert "TIERSERVE_MAX_INFLIGHT_BODY_BYTES" in error_text(resp)
+        slow.close()
+        deadline = time.monotonic() + 3 * SLOW
+        while metric(w, "tierserve_inflight_body_bytes") > 0:
+            assert time.monotonic() < deadline, "the departed client's body is still held"
+            time.sleep(0.05)
+        resp = exchange(w, http_bytes("POST", ID32, bbody, headers))
+        assert resp[0] == 200, resp[:2]
+        assert resp[2].endswith(x)
+    finally:
+        stop_worker(w)
+
 
 def test_body_budget_refuses_with_503(repo, tmp_path_factory):
     """A JSON body costs its text, a copy and its tensors while it is parsed: with a 1 MiB
