@@ -432,53 +432,16 @@ void rt_front_on_end(h1req *req, bool completed, void *arg)
     rt_drain_poke(arg); /* a reply is out (or its connection gone): a drain may be done */
 }
 
-/* The headers every dashboard reply carries: the page must never be served stale from a
- * cache after an upgrade, and the CSP keeps anything but our own files from running. */
-static void dashboard_headers(h1req *req)
-{
-    h1req_add_header(req, "Cache-Control", "no-store");
-    h1req_add_header(req, "Content-Security-Policy",
-                     "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'");
-    h1req_add_header(req, "X-Content-Type-Options", "nosniff");
-    h1req_add_header(req, "Referrer-Policy", "no-referrer");
-}
-
-/* GET /dashboard[/file] (webassets.h): the page, its files and program.json, from memory. */
-static void dashboard(h1req *req, size_t n_segs, const char *seg1)
-{
-    dashboard_headers(req);
-    if (h1req_method(req) != H1_GET && h1req_method(req) != H1_HEAD) {
-        h1req_add_header(req, "Allow", "GET, HEAD");
-        h1req_reply_error(req, TS_METHOD_NOT_ALLOWED, "method not allowed for this endpoint: the dashboard takes GET");
-        return;
-    }
-    if (n_segs == 2 && strcmp(seg1, "program.json") == 0) {
-        buf b;
-        buf_init(&b, 256);
-        buf_puts(&b, "{\"program\":\"tierrouter\"}");
-        h1req_reply(req, 200, "application/json", &b);
-        buf_free(&b);
-        return;
-    }
-    const webasset *a = n_segs == 1 ? &webassets_table[0] : n_segs == 2 ? webassets_find(seg1) : NULL;
-    if (!a) {
-        h1req_reply_error(req, TS_NOT_FOUND, "no such dashboard file: /dashboard serves the page, "
-                                             "/dashboard/app.js, /dashboard/app.css and /dashboard/program.json");
-        return;
-    }
-    h1req_reply_ref(req, 200, a->ctype, a->data, a->len, NULL, NULL); /* static bytes: no copy */
-}
-
 void rt_on_request(h1req *req, void *arg)
 {
     router *r = arg;
     h1req_on_end(req, rt_front_on_end, r);
     rt_drain_mark(r, req); /* a request that arrives while draining is its connection's last */
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], msg[160];
-    /* the framing (conflicting lengths, a Transfer-Encoding other than chunked) was checked
-     * by h1srv; the path is split and decoded here */
-    int n_ = httppath_split(h1req_path(req), segs, msg, sizeof msg);
+    bool close_conn = false;
+    int n_ = httppath_request_h1(req, segs, msg, sizeof msg, &close_conn);
     if (n_ < 0) {
+        if (close_conn) h1req_close_after(req);
         h1req_reply_error(req, TS_BAD_REQUEST, msg);
         return;
     }
@@ -502,7 +465,7 @@ void rt_on_request(h1req *req, void *arg)
     }
     /* the dashboard's files hold no data and need no token: the page asks for admin_token */
     if (n >= 1 && strcmp(segs[0], "dashboard") == 0) {
-        dashboard(req, n, n > 1 ? segs[1] : NULL);
+        webassets_serve_h1(req, "tierrouter", n, n > 1 ? segs[1] : NULL);
         return;
     }
     if (n >= 1 && strcmp(segs[0], "admin") == 0 && r->cfg->admin_token) {

@@ -248,8 +248,8 @@ int main(int argc, char **argv)
     }
     /* a request must arrive whole, and a reply be taken, within 10 s (slowloris, slow
      * readers); an idle keep-alive connection is closed after as long */
-    h1srv_limits lim = {.max_body_bytes = r.cfg->max_body_bytes, .max_header_bytes = H1_MAX_HEADER_BYTES,
-                        .max_headers = H1_MAX_HEADERS, .timeout_s = 10.0};
+    h1srv_limits lim;
+    httpserver_h1_limits(&lim, r.cfg->max_body_bytes, 10.0, 0, NULL);
     r.http = r.base ? h1srv_create(r.base, &lim, rt_on_request, &r) : NULL;
     if (!r.http || h1srv_bind(r.http, r.cfg->address, r.cfg->port, &r.port, err, sizeof err)) {
         log_emit(LOG_ERROR, NULL, "%s", r.http ? err : "could not set up the HTTP server");

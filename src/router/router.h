@@ -14,6 +14,7 @@
 #include "h1cli.h"
 #include "hist.h"
 #include "h1srv.h"
+#include "httpserver.h"
 #include "latency.h"
 #include "log.h"
 #include "policy.h"
