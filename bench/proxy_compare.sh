@@ -4,7 +4,7 @@
 #   BASE=/path/to/baseline/build/bin [NEW=build/bin] [SECS=5] bench/proxy_compare.sh
 # nginx: Debian nginx-light, one worker, upstream keepalive; everything on loopback.
 set -u
-NEW=${NEW:-$PWD/build/bin}; BASE=${BASE:?the baseline build's bin folder}; T=$(mktemp -d); SECS=${SECS:-5}
+NEW=${NEW:-$PWD/build/bin}; BASE=${BASE:?set BASE to a baseline build bin folder}; T=$(mktemp -d); SECS=${SECS:-5}
 cd $T
 echo '{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1.0]}]}' > body.json
 $NEW/bench_fixedreply 18801 & FR=$!
