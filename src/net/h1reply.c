@@ -512,6 +512,13 @@ void h1req_stream_end(h1req *r)
 void h1req_abort(h1req *r)
 {
     h1conn *c = r->c;
+    /* a streamed reply with chunks or a length already looks broken with a plain close, and
+     * the client keeps what reached it (a token stream's tokens so far); a reset may throw
+     * that away: only a reply that ends with the close itself needs one */
+    if (r->streaming && !r->head && (r->stream_chunked || r->stream_left >= 0)) {
+        h1conn_gone(c);
+        return;
+    }
     /* reset: the client must see a broken reply, never a short one that looks whole */
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);

@@ -1,8 +1,7 @@
 #include "httppath.h"
 #include "h1srv.h"
 
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
+#include <event2/http.h> /* evhttp_uridecode */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,62 +74,6 @@ int httppath_split(const char *path, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_M
         p += l;
     }
     return (int)n;
-}
-
-/* RFC 9110 5.1: a field name is a token. libevent keeps whatever precedes the colon as the
- * name, so "Transfer-Encoding : chunked" would arrive as a name with a trailing space that
- * no lookup matches: a body framing that a proxy in front may have read differently. RFC
- * 9112 5.1 says to refuse such a message with 400. */
-static bool field_name_ok(const char *k)
-{
-    if (!*k) return false;
-    for (; *k; k++) {
-        unsigned char c = (unsigned char)*k;
-        bool tchar = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                     (c && strchr("!#$%&'*+-.^_`|~", c));
-        if (!tchar) return false;
-    }
-    return true;
-}
-
-/* Requests whose length two parties could read differently (request smuggling): a malformed
- * field name, more than one Content-Length, or a Transfer-Encoding other than plain chunked. */
-static const char *ambiguous_framing(struct evhttp_request *req)
-{
-    struct evkeyvalq *h = evhttp_request_get_input_headers(req);
-    const char *cl = NULL, *te = NULL;
-    for (struct evkeyval *kv = h->tqh_first; kv; kv = kv->next.tqe_next) {
-        if (!field_name_ok(kv->key)) return "a malformed header name (not an RFC 9110 token: whitespace before the colon?)";
-        if (strcasecmp(kv->key, "Content-Length") == 0) {
-            if (cl && strcmp(cl, kv->value) != 0) return "conflicting Content-Length headers";
-            cl = kv->value;
-        } else if (strcasecmp(kv->key, "Transfer-Encoding") == 0) {
-            if (te) return "more than one Transfer-Encoding header";
-            te = kv->value;
-        }
-    }
-    if (te && strcasecmp(te, "chunked") != 0) return "Transfer-Encoding other than chunked";
-    if (te && cl) return "both Transfer-Encoding and Content-Length";
-    return NULL;
-}
-
-int httppath_request(struct evhttp_request *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg,
-                     size_t msglen, bool *close)
-{
-    *close = false;
-    const char *framing = ambiguous_framing(req);
-    if (framing) {
-        snprintf(msg, msglen, "refusing a request with %s; closing the connection", framing);
-        *close = true;
-        return -1;
-    }
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    if (!path) {
-        snprintf(msg, msglen, "malformed request target");
-        return -1;
-    }
-    return httppath_split(path, segs, msg, msglen);
 }
 
 int httppath_request_h1(h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg, size_t msglen,

@@ -14,17 +14,9 @@
  * safe to put back into a request line). */
 int httppath_split(const char *path, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg, size_t msglen);
 
-struct evhttp_request;
-/* The front door the worker and the router share. Refuses framing that two parties could
- * read differently (request smuggling: conflicting Content-Length headers, a Transfer-Encoding
- * other than plain chunked, or both), then splits the path. Returns the segment count, or -1
- * with the 400 message in msg; *close says the connection must be closed too (after bad
- * framing nothing later on it can be trusted). */
-int httppath_request(struct evhttp_request *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg,
-                     size_t msglen, bool *close);
-
-/* The same front door on the h1srv layer, which refuses ambiguous framing itself (400 and a
- * close, before any handler runs): splits the path. *close is always false; it stays so that
+/* The front door the worker and the router share. h1srv refuses framing that two parties
+ * could read differently (request smuggling) itself, with 400 and a close, before any
+ * handler runs; this splits the path. *close is always false; it stays so that
  * callers read alike. */
 typedef struct h1req h1req;
 int httppath_request_h1(h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg, size_t msglen,

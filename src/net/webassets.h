@@ -13,8 +13,6 @@
 
 #include <stddef.h>
 
-struct evhttp_request;
-
 typedef struct {
     const char *name;  /* the last path segment it is served under, e.g. "app.js" */
     const char *ctype;
@@ -32,9 +30,6 @@ const webasset *webassets_find(const char *name);
 /* Answers a request whose first path segment is "dashboard": n_segs path segments, seg1 the
  * second one (NULL when n_segs is 1). program: "tierrouter" or "tierserve". 404 for an
  * unknown file, 405 for a method other than GET or HEAD. */
-void webassets_serve(struct evhttp_request *req, const char *program, size_t n_segs, const char *seg1);
-
-/* The same on the h1srv layer. */
 typedef struct h1req h1req;
 void webassets_serve_h1(h1req *req, const char *program, size_t n_segs, const char *seg1);
 

@@ -1,9 +1,6 @@
 /* backend.c: pools, backends, keep-alive connections, active probes and ejection. */
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <arpa/inet.h>
 #include <event2/dns.h>
-#include <event2/http.h>
 #include <event2/util.h>
 #include <jansson.h>
 #include <errno.h>
@@ -24,11 +21,19 @@ static rt_backend *backend_new(rt_pool *p, const char *host, unsigned port, int 
     if (p->n >= RT_MAX_BACKENDS) return NULL;
     rt_backend *b = calloc(1, sizeof *b);
     if (!b) return NULL;
-    b->free_conns = calloc(p->cfg->max_in_flight, sizeof *b->free_conns);
-    if (!b->free_conns) {
+    /* idle connections up to the backend's in-flight cap: what a busy moment opened stays
+     * for the next; replies carry at most 64 KiB of head */
+    h1cli_limits lim = {.idle_cap = p->cfg->max_in_flight, .max_header_bytes = 64 * 1024, .max_headers = 100};
+    h1cli_limits plim = {.idle_cap = 1, .max_header_bytes = 64 * 1024, .max_headers = 100};
+    b->conns = h1cli_pool_create(p->r->base, host, port, &lim);
+    b->probe = h1cli_pool_create(p->r->base, host, port, &plim);
+    if (!b->conns || !b->probe) {
+        h1cli_pool_free(b->conns);
+        h1cli_pool_free(b->probe);
         free(b);
         return NULL;
     }
+    buf_init(&b->probe_body, RT_PROBE_MAX_BYTES);
     b->pool = p;
     b->dns_entry = dns_entry;
     snprintf(b->host, sizeof b->host, "%s", host);
@@ -41,9 +46,9 @@ static rt_backend *backend_new(rt_pool *p, const char *host, unsigned port, int 
 
 static void backend_free(rt_backend *b)
 {
-    for (size_t c = 0; c < b->n_free; c++) evhttp_connection_free(b->free_conns[c]);
-    free(b->free_conns);
-    if (b->probe) evhttp_connection_free(b->probe);
+    h1cli_pool_free(b->conns); /* a probe in flight goes with its pool, no callback */
+    h1cli_pool_free(b->probe);
+    buf_free(&b->probe_body);
     free(b->models);
     free(b);
 }
@@ -272,47 +277,6 @@ void rt_route_view(router *r, const char *logical, double now, route_pool *view)
     }
 }
 
-/* Has an idle pooled connection anything to read: bytes nobody asked for, or the backend's
- * close? Either way it must not carry the next request. */
-static bool conn_stale(struct evhttp_connection *c)
-{
-    struct bufferevent *bev = evhttp_connection_get_bufferevent(c);
-    if (evbuffer_get_length(bufferevent_get_input(bev)) > 0) return true;
-    evutil_socket_t fd = bufferevent_getfd(bev);
-    if (fd < 0) return false; /* not connected: the next request connects afresh */
-    char byte;
-    ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
-struct evhttp_connection *rt_conn_get(router *r, rt_backend *b)
-{
-    while (b->n_free) {
-        struct evhttp_connection *c = b->free_conns[--b->n_free];
-        if (!conn_stale(c)) return c;
-        LOG_DEBUG_(LOGF({"backend", b->addr}), "dropping a pooled connection with unexpected bytes or a close");
-        rt_conn_drop(b, c);
-    }
-    struct evhttp_connection *c = evhttp_connection_base_new(r->base, NULL, b->host, (ev_uint16_t)b->port);
-    if (!c) return NULL;
-    evhttp_connection_set_retries(c, 0);
-    evhttp_connection_set_max_body_size(c, (ev_ssize_t)r->cfg->max_body_bytes * 2);
-    b->n_conns++;
-    return c;
-}
-
-void rt_conn_put(rt_backend *b, struct evhttp_connection *c)
-{
-    if (b->n_free < b->pool->cfg->max_in_flight && !conn_stale(c)) b->free_conns[b->n_free++] = c;
-    else rt_conn_drop(b, c);
-}
-
-void rt_conn_drop(rt_backend *b, struct evhttp_connection *c)
-{
-    evhttp_connection_free(c);
-    b->n_conns--;
-}
-
 /* Passive health: consecutive failures eject for a time that doubles with each ejection. */
 void rt_backend_result(router *r, rt_backend *b, bool ok, const char *why)
 {
@@ -408,18 +372,25 @@ bool rt_backend_has_model(const rt_backend *b, const char *name, const char **ve
     return false;
 }
 
-static void on_probe(struct evhttp_request *resp, void *arg)
+static void on_probe_body(h1cli_req *q, const uint8_t *data, size_t len, void *arg)
+{
+    (void)q;
+    rt_backend *b = arg;
+    buf_put(&b->probe_body, data, len);
+}
+
+static void on_probe_end(h1cli_req *q, h1cli_outcome o, void *arg)
 {
     rt_backend *b = arg;
     b->probe_in_flight = false;
-    int code = resp ? evhttp_request_get_response_code(resp) : 0;
-    if (code == 0) {
+    b->probe_req = NULL;
+    if (o != H1CLI_COMPLETE) {
         set_health(b, false, false, b->tier_ok, "probe failed: no answer");
         return;
     }
-    struct evbuffer *in = evhttp_request_get_input_buffer(resp);
-    size_t n = evbuffer_get_length(in);
-    json_t *st = json_loadb((const char *)evbuffer_pullup(in, (ev_ssize_t)n), n, 0, NULL);
+    (void)q;
+    json_t *st = buf_failed(&b->probe_body) ? NULL
+                                            : json_loadb((const char *)b->probe_body.data, b->probe_body.len, 0, NULL);
     if (!st) {
         set_health(b, false, false, false, "probe: /v2/status is not JSON");
         return;
@@ -428,8 +399,8 @@ static void on_probe(struct evhttp_request *resp, void *arg)
     bool ready = json_is_true(json_object_get(st, "ready"));
     const char *tier = json_string_value(json_object_get(st, "tier"));
     snprintf(b->tier, sizeof b->tier, "%s", tier ? tier : "unknown");
-    json_t *q = json_object_get(st, "queue_depth");
-    b->worker_queue = json_is_number(q) ? json_number_value(q) : 0;
+    json_t *qd = json_object_get(st, "queue_depth");
+    b->worker_queue = json_is_number(qd) ? json_number_value(qd) : 0;
     json_t *m = json_object_get(st, "gpu_memory_used_fraction");
     b->gpu_mem = json_is_number(m) ? json_number_value(m) : -1;
     bool tier_ok = tier && tier_rank_of(tier) >= (int)b->pool->cfg->min_tier;
@@ -441,6 +412,8 @@ static void on_probe(struct evhttp_request *resp, void *arg)
     json_decref(st);
 }
 
+static const h1cli_callbacks k_probe_cb = {NULL, on_probe_body, on_probe_end};
+
 void rt_probe_all(router *r)
 {
     double timeout = r->cfg->probe_interval_ms * 2 / 1e3;
@@ -449,20 +422,17 @@ void rt_probe_all(router *r)
         for (size_t k = 0; k < p->n; k++) {
             rt_backend *b = p->backends[k];
             if (b->probe_in_flight) continue;
-            if (!b->probe) {
-                b->probe = evhttp_connection_base_new(r->base, NULL, b->host, (ev_uint16_t)b->port);
-                if (!b->probe) continue;
-                evhttp_connection_set_retries(b->probe, 0);
-                struct timeval tv = {(time_t)timeout, (suseconds_t)((timeout - (double)(time_t)timeout) * 1e6)};
-                evhttp_connection_set_timeout_tv(b->probe, &tv);
-            }
-            struct evhttp_request *req = evhttp_request_new(on_probe, b);
-            struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-            evhttp_add_header(h, "Host", b->host);
             /* /v2/status needs the worker token on workers that have one */
-            if (r->cfg->worker_authorization[0]) evhttp_add_header(h, "Authorization", r->cfg->worker_authorization);
-            if (evhttp_make_request(b->probe, req, EVHTTP_REQ_GET, "/v2/status") == 0)
+            h1cli_header h[] = {{"Authorization", r->cfg->worker_authorization}};
+            h1cli_request rq = {.method = "GET", .target = "/v2/status", .headers = h,
+                                .nheaders = r->cfg->worker_authorization[0] ? 1 : 0, .timeout_s = timeout};
+            char err[200];
+            buf_free(&b->probe_body);
+            buf_init(&b->probe_body, RT_PROBE_MAX_BYTES);
+            if (h1cli_send(b->probe, &rq, &k_probe_cb, b, &b->probe_req, err, sizeof err) == 0)
                 b->probe_in_flight = true;
+            else
+                LOG_WARN_(LOGF({"backend", b->addr}), "probe of %s not sent: %s", b->addr, err);
         }
     }
 }

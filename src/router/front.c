@@ -1,8 +1,5 @@
 /* front.c: tierrouter's client-facing KServe v2 endpoints: classify each request (priority,
  * tenant, data class, deadline), check it, and hand it to the proxy. */
-#include <event2/buffer.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
@@ -16,6 +13,7 @@
 #include "authlimit.h"
 #include "httppath.h"
 #include "clock.h"
+#include "h1srv.h"
 #include "infer.h"
 #include "jcheck.h"
 #include "log.h"
@@ -51,16 +49,13 @@ static int parse_data_class(const char *v, bool *sensitive)
 }
 
 /* The value of the header called name (case-insensitive) in *out, NULL when absent.
- * Returns -1 when it appears more than once: evhttp_find_header reads the first, and a
- * second copy is how a value gets past a proxy that checked the other one. */
-static int single_header(struct evkeyvalq *h, const char *name, const char **out)
+ * Returns -1 when it appears more than once: a lookup reads the first, and a second copy
+ * is how a value gets past a proxy that checked the other one. */
+static int single_header(const h1req *req, const char *name, const char **out)
 {
     *out = NULL;
-    for (struct evkeyval *kv = h->tqh_first; kv; kv = kv->next.tqe_next) {
-        if (strcasecmp(kv->key, name) != 0) continue;
-        if (*out) return -1;
-        *out = kv->value;
-    }
+    if (h1req_header_count(req, name) > 1) return -1;
+    *out = h1req_header(req, name);
     return 0;
 }
 
@@ -115,12 +110,11 @@ static const char *bearer_token(const char *auth)
 typedef enum { CRED_NONE, CRED_BAD, CRED_OK } cred;
 
 /* The client's address as authlimit's key. */
-static void client_key(struct evhttp_request *req, uint8_t key[AUTHLIMIT_KEY])
+static void client_key(const h1req *req, uint8_t key[AUTHLIMIT_KEY])
 {
-    char *host = NULL;
-    ev_uint16_t port = 0;
-    struct evhttp_connection *conn = evhttp_request_get_connection(req);
-    if (conn) evhttp_connection_get_peer(conn, &host, &port);
+    char host[64];
+    unsigned port = 0;
+    h1req_peer(req, host, sizeof host, &port);
     authlimit_key(host, key);
 }
 
@@ -128,7 +122,7 @@ static void client_key(struct evhttp_request *req, uint8_t key[AUTHLIMIT_KEY])
  * while its address is blocked (good credentials too: the penalty is the address's), 401
  * without good credentials. A wrong credential counts towards the block; a missing one does
  * not (it guesses nothing). */
-static bool authorize(router *r, struct evhttp_request *req, cred c, bool www_bearer, const char *msg)
+static bool authorize(router *r, h1req *req, cred c, bool www_bearer, const char *msg)
 {
     const rc_auth_limit *lim = &r->cfg->auth_limit;
     uint8_t key[AUTHLIMIT_KEY];
@@ -139,8 +133,8 @@ static bool authorize(router *r, struct evhttp_request *req, cred c, bool www_be
         snprintf(after, sizeof after, "%.0f", ceil(left));
         snprintf(text, sizeof text, "too many failed authentication attempts from this address: retry after %s s",
                  after);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", after);
-        http_reply_error(req, TS_TOO_MANY_REQUESTS, text);
+        h1req_add_header(req, "Retry-After", after);
+        h1req_reply_error(req, TS_TOO_MANY_REQUESTS, text);
         return false;
     }
     if (c == CRED_OK) return true;
@@ -150,18 +144,18 @@ static bool authorize(router *r, struct evhttp_request *req, cred c, bool www_be
         LOG_WARN_(LOGF({"failures", n}), "%s failed authentication attempts from one address within %u s: refused for %u s",
                   n, lim->window_s, lim->block_s);
     }
-    if (www_bearer) evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
-    http_reply_error(req, TS_UNAUTHORIZED, msg);
+    if (www_bearer) h1req_add_header(req, "WWW-Authenticate", "Bearer");
+    h1req_reply_error(req, TS_UNAUTHORIZED, msg);
     return false;
 }
 
 /* Bearer credentials for an endpoint taking any of tokens (NULL entries skipped), checked
  * against every one of them. Returns -1 (and answers 400) for two Authorization headers. */
-static int bearer_cred(struct evhttp_request *req, const char *const *tokens, size_t n, cred *out)
+static int bearer_cred(h1req *req, const char *const *tokens, size_t n, cred *out)
 {
     const char *auth = NULL;
-    if (single_header(evhttp_request_get_input_headers(req), "Authorization", &auth)) {
-        http_reply_error(req, TS_BAD_REQUEST, "Authorization appears more than once");
+    if (single_header(req, "Authorization", &auth)) {
+        h1req_reply_error(req, TS_BAD_REQUEST, "Authorization appears more than once");
         return -1;
     }
     const char *given = bearer_token(auth);
@@ -172,9 +166,9 @@ static int bearer_cred(struct evhttp_request *req, const char *const *tokens, si
     return 0;
 }
 
-static void copy_header(struct evkeyvalq *h, const char *name, char *out, size_t len)
+static void copy_header(const h1req *req, const char *name, char *out, size_t len)
 {
-    const char *v = evhttp_find_header(h, name);
+    const char *v = h1req_header(req, name);
     snprintf(out, len, "%s", v ? v : "");
 }
 
@@ -217,12 +211,12 @@ static int check_infer_body(const proxy_req *pr, char *msg, size_t len)
  * else a generated one: the id is echoed to the client, forwarded to a worker and written
  * into logs, so a control character in it could split a header or forge a log line. A
  * refused id is logged without its bytes, at most once a second. */
-static void request_id(router *r, struct evkeyvalq *h, char *out, size_t cap)
+static void request_id(router *r, const h1req *req, char *out, size_t cap)
 {
     static double last_warned;
     static unsigned long suppressed;
     const char *rid = NULL;
-    bool twice = single_header(h, r->cfg->request_id_header, &rid) != 0;
+    bool twice = single_header(req, r->cfg->request_id_header, &rid) != 0;
     size_t n = rid ? strlen(rid) : 0;
     bool ok = rid && !twice && n > 0 && n < cap;
     for (size_t i = 0; ok && i < n; i++) ok = (unsigned char)rid[i] >= 0x21 && (unsigned char)rid[i] <= 0x7e;
@@ -251,19 +245,18 @@ static void request_id(router *r, struct evkeyvalq *h, char *out, size_t cap)
 /* Inference, and the model endpoints (metadata, ready, config), which go to a backend that
  * serves the model exactly like inference does, so a client cannot tell the router from a
  * worker. */
-static void handle_model(router *r, struct evhttp_request *req, const char *model, const char *version,
-                         const char *verb, enum evhttp_cmd_type method)
+static void handle_model(router *r, h1req *req, const char *model, const char *version, const char *verb,
+                         h1_method method)
 {
-    struct evkeyvalq *h = evhttp_request_get_input_headers(req);
     const router_config *c = r->cfg;
     const char *const names[] = {c->priority_header, c->data_class_header, c->api_key_header, c->tenant_header,
                                  c->deadline_header};
     const char *vals[sizeof names / sizeof names[0]];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (single_header(h, names[i], &vals[i])) {
+        if (single_header(req, names[i], &vals[i])) {
             char msg[160];
             snprintf(msg, sizeof msg, "%s appears more than once", names[i]);
-            http_reply_error(req, TS_BAD_REQUEST, msg);
+            h1req_reply_error(req, TS_BAD_REQUEST, msg);
             return;
         }
     const char *key = vals[2], *tname = vals[3], *dh = vals[4];
@@ -271,7 +264,7 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
     if (prio == PRIO_COUNT) {
         char msg[200];
         snprintf(msg, sizeof msg, "%s must be urgent, normal or batch", c->priority_header);
-        http_reply_error(req, TS_BAD_REQUEST, msg);
+        h1req_reply_error(req, TS_BAD_REQUEST, msg);
         return;
     }
     bool sensitive;
@@ -279,11 +272,11 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
         char msg[200];
         snprintf(msg, sizeof msg, "%s must be one value: sensitive, or public, internal or normal (not sensitive)",
                  c->data_class_header);
-        http_reply_error(req, TS_BAD_REQUEST, msg);
+        h1req_reply_error(req, TS_BAD_REQUEST, msg);
         return;
     }
     if (version && strlen(version) >= 32) {
-        http_reply_error(req, TS_BAD_REQUEST, "model version is longer than 31 characters");
+        h1req_reply_error(req, TS_BAD_REQUEST, "model version is longer than 31 characters");
         return;
     }
     /* tenant: from its API key when tenants have keys (an unknown key is 401), else from
@@ -307,13 +300,13 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
         if (end == dh || *end || deadline_override <= 0) {
             char msg[160];
             snprintf(msg, sizeof msg, "%s must be a positive number of milliseconds", c->deadline_header);
-            http_reply_error(req, TS_BAD_REQUEST, msg);
+            h1req_reply_error(req, TS_BAD_REQUEST, msg);
             return;
         }
     }
     proxy_req *pr = calloc(1, sizeof *pr);
     if (!pr) {
-        http_reply_error(req, TS_UNAVAILABLE, "out of memory");
+        h1req_reply_error(req, TS_UNAVAILABLE, "out of memory");
         return;
     }
     pr->r = r;
@@ -332,20 +325,19 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
     snprintf(pr->verb, sizeof pr->verb, "%s", verb);
     pr->method = method;
     pr->is_infer = strcmp(verb, "infer") == 0;
-    request_id(r, h, pr->request_id, sizeof pr->request_id);
-    copy_header(h, "Content-Type", pr->ctype, sizeof pr->ctype);
-    copy_header(h, "Inference-Header-Content-Length", pr->ihcl, sizeof pr->ihcl);
-    copy_header(h, "Content-Encoding", pr->cenc, sizeof pr->cenc);
-    copy_header(h, "Accept-Encoding", pr->aenc, sizeof pr->aenc);
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    pr->body_len = evbuffer_get_length(in);
-    pr->body = malloc(pr->body_len ? pr->body_len : 1);
-    if (!pr->body) {
+    request_id(r, req, pr->request_id, sizeof pr->request_id);
+    copy_header(req, "Content-Type", pr->ctype, sizeof pr->ctype);
+    copy_header(req, "Inference-Header-Content-Length", pr->ihcl, sizeof pr->ihcl);
+    copy_header(req, "Content-Encoding", pr->cenc, sizeof pr->cenc);
+    copy_header(req, "Accept-Encoding", pr->aenc, sizeof pr->aenc);
+    /* the body is taken over, not copied: the proxy holds it until the request ends, since
+     * a retry on another backend sends it again (docs/router.md "Request bodies") */
+    pr->body = h1req_take_body(req, &pr->body_len);
+    if (!pr->body && !(pr->body = malloc(1))) {
         free(pr);
-        http_reply_error(req, TS_UNAVAILABLE, "out of memory");
+        h1req_reply_error(req, TS_UNAVAILABLE, "out of memory");
         return;
     }
-    evbuffer_remove(in, pr->body, pr->body_len);
     rt_proxy_begin(pr);
     char msg[sizeof(((ts_err *)0)->msg)];
     int code = pr->is_infer ? check_infer_body(pr, msg, sizeof msg) : 0;
@@ -357,10 +349,33 @@ static void handle_model(router *r, struct evhttp_request *req, const char *mode
 }
 
 /* 405 with the Allow header RFC 9110 15.5.6 requires. */
-static void method_not_allowed(struct evhttp_request *req, const char *allow)
+static void method_not_allowed(h1req *req, const char *allow)
 {
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
-    http_reply_error(req, TS_METHOD_NOT_ALLOWED, "method not allowed for this endpoint");
+    h1req_add_header(req, "Allow", allow);
+    h1req_reply_error(req, TS_METHOD_NOT_ALLOWED, "method not allowed for this endpoint");
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* A query component form-decoded into out ('+' is a space, %XX a byte; a '%' not followed by
+ * two hex digits stays as it is). Returns -1 when it does not fit. */
+static int query_decode(const char *s, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (o + 1 >= cap) return -1;
+        int hi, lo;
+        if (s[i] == '+') out[o++] = ' ';
+        else if (s[i] == '%' && i + 2 < n && (hi = hexval(s[i + 1])) >= 0 && (lo = hexval(s[i + 2])) >= 0) {
+            out[o++] = (char)(hi << 4 | lo);
+            i += 2;
+        } else out[o++] = s[i];
+    }
+    out[o] = '\0';
+    return 0;
 }
 
 /* /admin/cost's query: window=S seconds, finite, more than 0 and at most the cost book's
@@ -370,79 +385,68 @@ static int cost_window(const char *query, double *out, char *msg, size_t len)
     const double horizon = COST_BUCKETS * COST_BUCKET_S;
     *out = 300;
     if (!query || !query[0]) return 0;
-    struct evkeyvalq params;
-    int rc = 0;
-    const char *v = NULL;
-    if (evhttp_parse_query_str(query, &params) != 0) {
-        snprintf(msg, len, "/admin/cost takes one query parameter, window=S; the query is malformed");
+    char v[64] = "";
+    bool seen = false, too_long = false;
+    for (const char *p = query;;) {
+        size_t n = strcspn(p, "&");
+        const char *eq = memchr(p, '=', n);
+        char key[16];
+        if (!eq || eq == p) {
+            snprintf(msg, len, "/admin/cost takes one query parameter, window=S; the query is malformed");
+            return -1;
+        }
+        if (query_decode(p, (size_t)(eq - p), key, sizeof key) || strcmp(key, "window") != 0) {
+            snprintf(msg, len, "/admin/cost takes one query parameter, window=S, and nothing else");
+            return -1;
+        }
+        if (seen) {
+            snprintf(msg, len, "window is given more than once");
+            return -1;
+        }
+        seen = true;
+        too_long = query_decode(eq + 1, n - (size_t)(eq + 1 - p), v, sizeof v) != 0;
+        p += n;
+        if (!*p) break;
+        p++; /* an empty piece after it is malformed, like one anywhere else */
+    }
+    char *end = NULL;
+    errno = 0;
+    double w = !too_long && v[0] && v[0] != ' ' ? strtod(v, &end) : NAN;
+    if (!end || *end || errno || !isfinite(w) || w <= 0 || w > horizon) {
+        snprintf(msg, len, "window must be a number of seconds, more than 0 and at most %.0f", horizon);
         return -1;
     }
-    for (struct evkeyval *kv = params.tqh_first; kv && rc == 0; kv = kv->next.tqe_next) {
-        if (strcmp(kv->key, "window") != 0) {
-            snprintf(msg, len, "/admin/cost takes one query parameter, window=S, and nothing else");
-            rc = -1;
-        } else if (v) {
-            snprintf(msg, len, "window is given more than once");
-            rc = -1;
-        } else {
-            v = kv->value;
-        }
-    }
-    if (rc == 0 && v) {
-        char *end = NULL;
-        errno = 0;
-        double w = v[0] && v[0] != ' ' ? strtod(v, &end) : NAN;
-        if (!end || *end || errno || !isfinite(w) || w <= 0 || w > horizon) {
-            snprintf(msg, len, "window must be a number of seconds, more than 0 and at most %.0f", horizon);
-            rc = -1;
-        } else {
-            *out = w;
-        }
-    }
-    evhttp_clear_headers(&params);
-    return rc;
+    *out = w;
+    return 0;
 }
 
-/* Replies with b's bytes (copied) and a Content-Type. */
-
-/* The reply ends its connection ("Connection: close", once). */
-static void close_after_reply(struct evhttp_request *req)
+void rt_drain_mark(router *r, h1req *req)
 {
-    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-    if (!evhttp_find_header(out, "Connection")) evhttp_add_header(out, "Connection", "close");
+    if (r->draining) h1req_close_after(req);
 }
 
-void rt_drain_mark(router *r, struct evhttp_request *req)
+void rt_front_on_end(h1req *req, bool completed, void *arg)
 {
-    if (r->draining) close_after_reply(req);
+    (void)req;
+    (void)completed;
+    rt_drain_poke(arg); /* a reply is out (or its connection gone): a drain may be done */
 }
 
-/* A reply's last byte has gone to the kernel: the connection now waits for its next request
- * (connguard's clock, and what a drain closes as idle), and a drain may be done. */
-static void on_reply_complete(struct evhttp_request *req, void *arg)
+void rt_on_request(h1req *req, void *arg)
 {
     router *r = arg;
-    if (r->guard) connguard_reply_complete(r->guard, req);
-    rt_drain_poke(r);
-}
-
-void rt_on_request(struct evhttp_request *req, void *arg)
-{
-    router *r = arg;
-    if (r->guard) connguard_dispatched(r->guard, req);
-    evhttp_request_set_on_complete_cb(req, on_reply_complete, r);
+    h1req_on_end(req, rt_front_on_end, r);
     rt_drain_mark(r, req); /* a request that arrives while draining is its connection's last */
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], msg[160];
     bool close_conn = false;
-    int n_ = httppath_request(req, segs, msg, sizeof msg, &close_conn);
+    int n_ = httppath_request_h1(req, segs, msg, sizeof msg, &close_conn);
     if (n_ < 0) {
-        if (close_conn) close_after_reply(req);
-        http_reply_error(req, TS_BAD_REQUEST, msg);
+        if (close_conn) h1req_close_after(req);
+        h1req_reply_error(req, TS_BAD_REQUEST, msg);
         return;
     }
     size_t n = (size_t)n_;
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    h1_method cmd = h1req_method(req);
     if (n == 1 && strcmp(segs[0], "metrics") == 0) {
         /* tenant names and what each spent: the admin token's, or the scrape token's alone */
         if (r->cfg->admin_token || r->cfg->metrics_token) {
@@ -455,13 +459,13 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, 1 << 24);
         rt_metrics(r, &b);
-        http_reply_buf(req, 200, "text/plain; version=0.0.4", &b);
+        h1req_reply(req, 200, "text/plain; version=0.0.4", &b);
         buf_free(&b);
         return;
     }
     /* the dashboard's files hold no data and need no token: the page asks for admin_token */
     if (n >= 1 && strcmp(segs[0], "dashboard") == 0) {
-        webassets_serve(req, "tierrouter", n, n > 1 ? segs[1] : NULL);
+        webassets_serve_h1(req, "tierrouter", n, n > 1 ? segs[1] : NULL);
         return;
     }
     if (n >= 1 && strcmp(segs[0], "admin") == 0 && r->cfg->admin_token) {
@@ -472,14 +476,14 @@ void rt_on_request(struct evhttp_request *req, void *arg)
     }
     if (n == 2 && strcmp(segs[0], "admin") == 0 && strcmp(segs[1], "cost") == 0) {
         double window;
-        if (cost_window(uri ? evhttp_uri_get_query(uri) : NULL, &window, msg, sizeof msg)) {
-            http_reply_error(req, TS_BAD_REQUEST, msg);
+        if (cost_window(h1req_query(req), &window, msg, sizeof msg)) {
+            h1req_reply_error(req, TS_BAD_REQUEST, msg);
             return;
         }
         buf b;
         buf_init(&b, 1 << 20);
         cost_json(r->cost, window, ts_now(), &b);
-        http_reply_buf(req, 200, "application/json", &b);
+        h1req_reply(req, 200, "application/json", &b);
         buf_free(&b);
         return;
     }
@@ -487,26 +491,26 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, 1 << 24);
         rt_status_json(r, &b);
-        http_reply_buf(req, 200, "application/json", &b);
+        h1req_reply(req, 200, "application/json", &b);
         buf_free(&b);
         return;
     }
     if (n == 0 || strcmp(segs[0], "v2") != 0) {
-        http_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
+        h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
         return;
     }
     double now = ts_now();
     if (n == 1) {
-        struct evbuffer *out = evbuffer_new();
-        evbuffer_add_printf(out, "{\"name\":\"tierrouter\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\",\"model_repository\"]}",
-                            TIERSERVE_VERSION);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-        evhttp_send_reply(req, 200, NULL, out);
-        evbuffer_free(out);
+        buf b;
+        buf_init(&b, 1024);
+        buf_printf(&b, "{\"name\":\"tierrouter\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\",\"model_repository\"]}",
+                   TIERSERVE_VERSION);
+        h1req_reply(req, 200, "application/json", &b);
+        buf_free(&b);
         return;
     }
     if (n == 3 && strcmp(segs[1], "repository") == 0 && strcmp(segs[2], "index") == 0) {
-        if (cmd != EVHTTP_REQ_POST) {
+        if (cmd != H1_POST) {
             method_not_allowed(req, "POST");
             return;
         }
@@ -514,9 +518,9 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         if (r->cfg->admin_token || tenants_have_keys(r->cfg)) {
             const char *key = NULL;
             cred c;
-            if (single_header(evhttp_request_get_input_headers(req), r->cfg->api_key_header, &key)) {
+            if (single_header(req, r->cfg->api_key_header, &key)) {
                 snprintf(msg, sizeof msg, "%s appears more than once", r->cfg->api_key_header);
-                http_reply_error(req, TS_BAD_REQUEST, msg);
+                h1req_reply_error(req, TS_BAD_REQUEST, msg);
                 return;
             }
             if (bearer_cred(req, (const char *const[]){r->cfg->admin_token}, 1, &c)) return;
@@ -529,7 +533,7 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         buf b;
         buf_init(&b, 1 << 20);
         rt_repository_index(r, &b);
-        http_reply_buf(req, 200, "application/json", &b);
+        h1req_reply(req, 200, "application/json", &b);
         buf_free(&b);
         return;
     }
@@ -537,11 +541,11 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         bool ready = false;
         for (size_t i = 0; i < r->n_pools; i++) ready |= rt_pool_healthy(&r->pools[i], now) > 0;
         /* live stays 200 while draining: the process is fine, it only takes no new work */
-        if (strcmp(segs[2], "live") == 0) evhttp_send_reply(req, 200, NULL, NULL);
-        else if (strcmp(segs[2], "ready") == 0 && r->draining) http_reply_error(req, TS_UNAVAILABLE, "not ready: draining for shutdown");
-        else if (strcmp(segs[2], "ready") == 0 && ready) evhttp_send_reply(req, 200, NULL, NULL);
-        else if (strcmp(segs[2], "ready") == 0) http_reply_error(req, TS_UNAVAILABLE, "no healthy backend in any pool");
-        else http_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
+        if (strcmp(segs[2], "live") == 0) h1req_reply(req, 200, NULL, NULL);
+        else if (strcmp(segs[2], "ready") == 0 && r->draining) h1req_reply_error(req, TS_UNAVAILABLE, "not ready: draining for shutdown");
+        else if (strcmp(segs[2], "ready") == 0 && ready) h1req_reply(req, 200, NULL, NULL);
+        else if (strcmp(segs[2], "ready") == 0) h1req_reply_error(req, TS_UNAVAILABLE, "no healthy backend in any pool");
+        else h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
         return;
     }
     if (n >= 3 && strcmp(segs[1], "models") == 0) {
@@ -553,23 +557,23 @@ void rt_on_request(struct evhttp_request *req, void *arg)
         }
         const char *verb = n == k ? "" : n == k + 1 ? segs[k] : NULL;
         if (verb && strcmp(verb, "infer") == 0) {
-            if (cmd != EVHTTP_REQ_POST) {
+            if (cmd != H1_POST) {
                 method_not_allowed(req, "POST");
                 return;
             }
-            handle_model(r, req, segs[2], version, "infer", EVHTTP_REQ_POST);
+            handle_model(r, req, segs[2], version, "infer", H1_POST);
             return;
         }
         if (verb && (!verb[0] || strcmp(verb, "ready") == 0 || strcmp(verb, "config") == 0)) {
-            if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
+            if (cmd != H1_GET && cmd != H1_HEAD) {
                 method_not_allowed(req, "GET, HEAD");
                 return;
             }
-            handle_model(r, req, segs[2], version, verb, EVHTTP_REQ_GET);
+            handle_model(r, req, segs[2], version, verb, H1_GET);
             return;
         }
     }
-    http_reply_error(req, TS_NOT_FOUND, "the router serves /v2, /v2/health/*, /v2/repository/index, "
+    h1req_reply_error(req, TS_NOT_FOUND, "the router serves /v2, /v2/health/*, /v2/repository/index, "
                              "/v2/models/{m}[/versions/{v}][/ready|/config|/infer], "
                              "/admin/status, /admin/cost, /metrics");
 }

@@ -96,8 +96,8 @@ static void on_drain_check(evutil_socket_t fd, short what, void *arg)
     router *r = arg;
     /* connections whose reply went out before the drain marked it "Connection: close" (a
      * stream already under way) are idle now: closed like the others */
-    if (r->guard) connguard_close_idle(r->guard);
-    if (r->active || (r->guard && connguard_unflushed(r->guard))) return;
+    h1srv_close_idle(r->http);
+    if (r->active || h1srv_unflushed(r->http)) return;
     LOG_INFO_(NULL, "drained: no request in flight; exiting");
     event_del(r->drain_check);
     event_del(r->drain_timer);
@@ -117,7 +117,7 @@ static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     router *r = arg;
-    size_t unwritten = r->guard ? connguard_unflushed(r->guard) : 0;
+    size_t unwritten = h1srv_unflushed(r->http);
     unsigned cut = rt_proxy_cut_all(r);
     char n[16];
     snprintf(n, sizeof n, "%u", cut);
@@ -135,8 +135,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     r->draining = true;
     /* no new connection: the port refuses them from now on, so a Service or client moves on
      * to another router; ready answers 503 on connections already open */
-    if (r->listener) evhttp_del_accept_socket(r->http, r->listener);
-    r->listener = NULL;
+    h1srv_stop_listening(r->http);
     LOG_INFO_(NULL, "%s received: not ready; draining %u request(s) in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT",
               r->active);
     struct timeval bound = {(time_t)r->cfg->drain_timeout_s, 0};
@@ -223,14 +222,15 @@ int main(int argc, char **argv)
     for (int k = 0; k <= RT_MAX_MODELS; k++)
         for (int p = 0; p <= RT_MAX_POOLS; p++)
             for (int q = 0; q < PRIO_COUNT; q++) hist_init(&r.latency[k][p][q], HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
-    if (rt_pools_init(&r, err, sizeof err) != 0) {
-        log_emit(LOG_ERROR, NULL, "%s", err);
-        return 1;
-    }
     struct event_config *ecfg = event_config_new();
     event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
     r.base = event_base_new_with_config(ecfg);
     event_config_free(ecfg);
+    /* the pools' connections live on the loop: the loop first */
+    if (rt_pools_init(&r, err, sizeof err) != 0) {
+        log_emit(LOG_ERROR, NULL, "%s", err);
+        return 1;
+    }
     /* names in backends (a Kubernetes headless Service) resolve through evdns, off the loop's
      * critical path; /etc/resolv.conf and /etc/hosts as the system has them */
     if (r.cfg->dns_nameserver) {
@@ -246,11 +246,13 @@ int main(int argc, char **argv)
             if (r.dns) evdns_base_load_hosts(r.dns, NULL);
         }
     }
-    r.http = httpserver_create(r.base, r.cfg->max_body_bytes, 10, rt_on_request, &r);
-    r.guard = r.http ? connguard_create(r.base, r.http, 10.0) : NULL;
-    struct evhttp_bound_socket *sock = NULL;
-    if (!r.guard || httpserver_bind(r.http, r.cfg->address, r.cfg->port, &sock, &r.port, err, sizeof err)) {
-        log_emit(LOG_ERROR, NULL, "%s", r.guard ? err : "could not set up the HTTP server");
+    /* a request must arrive whole, and a reply be taken, within 10 s (slowloris, slow
+     * readers); an idle keep-alive connection is closed after as long */
+    h1srv_limits lim;
+    httpserver_h1_limits(&lim, r.cfg->max_body_bytes, 10.0, 0, NULL);
+    r.http = r.base ? h1srv_create(r.base, &lim, rt_on_request, &r) : NULL;
+    if (!r.http || h1srv_bind(r.http, r.cfg->address, r.cfg->port, &r.port, err, sizeof err)) {
+        log_emit(LOG_ERROR, NULL, "%s", r.http ? err : "could not set up the HTTP server");
         return 1;
     }
     r.tick = event_new(r.base, -1, EV_PERSIST, on_tick, &r);
@@ -258,7 +260,6 @@ int main(int argc, char **argv)
     event_add(r.tick, &iv);
     r.sigterm = evsignal_new(r.base, SIGTERM, on_signal, &r);
     r.sigint = evsignal_new(r.base, SIGINT, on_signal, &r);
-    r.listener = sock;
     r.drain_check = event_new(r.base, -1, EV_PERSIST, on_drain_check, &r);
     r.drain_timer = evtimer_new(r.base, on_drain_timeout, &r);
     if (!r.drain_check || !r.drain_timer) {
@@ -273,8 +274,7 @@ int main(int argc, char **argv)
     LOG_INFO_(NULL, "tierrouter %s listening on %s:%d with %u pool(s)", TIERSERVE_VERSION, r.cfg->address, r.port,
               r.cfg->pools_count);
     event_base_dispatch(r.base);
-    evhttp_free(r.http);
-    connguard_destroy(r.guard);
+    h1srv_free(r.http);
     rt_dns_cancel(&r);
     event_base_loop(r.base, EVLOOP_NONBLOCK); /* the cancelled lookups' callbacks */
     rt_pools_free(&r);

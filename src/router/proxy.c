@@ -1,18 +1,10 @@
 /* proxy.c: a classified request's way through tierrouter: pick a pool and a backend, admit,
  * proxy (replies streamed with backpressure), retry, account. */
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "httppath.h"
 #include "clock.h"
 #include "log.h"
 #include "proxy.h"
@@ -72,24 +64,26 @@ static void count(proxy_req *pr, int outcome, int status)
 
 static void admission_drain(router *r);
 
-/* Takes the client's request away from pr before its final reply: libevent may free the
- * request inside evhttp_send_reply_end (when nothing is left to write), so nothing may touch
- * it afterwards, and its connection, which lives on for keep-alive, must not call back
- * into a pr that is gone. */
-static struct evhttp_request *detach_client(proxy_req *pr)
+/* Takes the client's request away from pr before its final reply: h1srv may end and free
+ * the request inside that call (when the reply goes out at once), so nothing may touch it
+ * afterwards, and its end must not call back into a pr that is gone: it gets the front's
+ * end callback back. */
+static h1req *detach_client(proxy_req *pr)
 {
-    struct evhttp_request *req = pr->client;
+    h1req *req = pr->client;
     if (!req) return NULL;
-    struct evhttp_connection *c = evhttp_request_get_connection(req);
-    if (c) evhttp_connection_set_closecb(c, NULL, NULL);
+    h1req_on_end(req, rt_front_on_end, pr->r);
     pr->client = NULL;
     return req;
 }
+
+static void on_client_end(h1req *req, bool completed, void *arg);
 
 void rt_proxy_begin(proxy_req *pr)
 {
     router *r = pr->r;
     r->active++;
+    if (pr->client) h1req_on_end(pr->client, on_client_end, pr);
     pr->live_prev = NULL;
     pr->live_next = r->live;
     if (pr->live_next) pr->live_next->live_prev = pr;
@@ -105,6 +99,7 @@ static void proxy_release(proxy_req *pr)
     if (pr->live_next) pr->live_next->live_prev = pr->live_prev;
     if (pr->qtimer) event_free(pr->qtimer);
     r->active--;
+    buf_free(&pr->held);
     free(pr->body);
     free(pr);
 }
@@ -120,20 +115,22 @@ static void proxy_free(proxy_req *pr)
 
 static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)
 {
-    struct evhttp_request *client = detach_client(pr);
+    h1req *client = detach_client(pr);
     if (client) rt_drain_mark(pr->r, client);
-    if (client) http_reply_error(client, code, msg);
+    if (client) h1req_reply_error(client, code, msg);
     count(pr, outcome, client ? code : 0);
     proxy_free(pr);
 }
 
 static void queue_remove(router *r, proxy_req *pr);
 static void stream_resume(proxy_req *pr);
-static void copy_reply_headers(proxy_req *pr, struct evhttp_request *resp, bool with_length);
 
-static void on_client_close(struct evhttp_connection *c, void *arg)
+/* The client went away (it closed or reset its connection, or was cut for slowness) before
+ * its reply was out. */
+static void on_client_end(h1req *req, bool completed, void *arg)
 {
-    (void)c;
+    (void)req;
+    (void)completed;
     proxy_req *pr = arg;
     pr->client = NULL; /* the backend's answer, when it comes, is dropped */
     stream_resume(pr);  /* ... and read to its end, not left paused */
@@ -179,14 +176,7 @@ static bool send_by_plan(proxy_req *pr, const route_pool *view, const route_plan
     return false;
 }
 
-static void account(proxy_req *pr, struct evhttp_request *resp, int code);
-
-static void on_backend_error(enum evhttp_request_error e, void *arg)
-{
-    proxy_req *pr = arg;
-    pr->err_kind = e;
-    pr->error_seen = true;
-}
+static void account(proxy_req *pr, h1cli_req *q, int code);
 
 static const char *const k_hop_by_hop[] = {"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding",
                                            "TE", "Trailer", "Upgrade", "Content-Length", "Date", "Server"};
@@ -232,12 +222,10 @@ static void try_again(proxy_req *pr, const char *why, bool exempt)
         if (send_by_plan(pr, view, &plan, pr->first_backend, true)) return;
         if (!pr->retried) r->retries_denied++;
     }
-    /* past the deadline it is a timeout, whatever the last try's error looked like */
-    /* libevent schedules the try's timeout from its cached loop time, which can lag our
-     * clock by a loop iteration, and does not always report it as a timeout: a try that
-     * failed near its timeout counts as timed out */
+    /* past the deadline it is a timeout, whatever the last try's error looked like (a try
+     * that failed just short of its timeout counts as timed out too) */
     double slack = pr->try_left * 0.2 > 0.002 ? pr->try_left * 0.2 : 0.002;
-    bool timeout = (pr->error_seen && pr->err_kind == EVREQ_HTTP_TIMEOUT) || ts_now() >= pr->deadline ||
+    bool timeout = pr->outcome == H1CLI_ETIMEOUT || ts_now() >= pr->deadline ||
                    ts_now() - pr->try_sent >= pr->try_left - slack;
     char msg[700];
     snprintf(msg, sizeof msg, "backend %s failed: %s%s", pr->backend ? pr->backend->addr : "?", why,
@@ -245,83 +233,15 @@ static void try_again(proxy_req *pr, const char *why, bool exempt)
     finish_error(pr, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_BACKEND_ERR, msg);
 }
 
-static void on_backend_reply(struct evhttp_request *resp, void *arg)
-{
-    proxy_req *pr = arg;
-    router *r = pr->r;
-    rt_backend *b = pr->backend;
-    b->in_flight--;
-    if (pr->retried) r->retries_active--;
-    int code = resp ? evhttp_request_get_response_code(resp) : 0;
-    double now = ts_now();
-    if (pr->streaming) { /* the reply has been going out piece by piece: end it */
-        stream_resume(pr); /* the last piece may have paused it: a pooled connection reads */
-        if (code == 0) rt_conn_drop(b, pr->conn);
-        else rt_conn_put(b, pr->conn);
-        pr->conn = NULL;
-        rt_backend_result(r, b, code != 0, "the stream broke off");
-        if (code != 0) {
-            rt_pool_record_latency(pr->pool, now, now - pr->t0);
-            b->requests++;
-        }
-        struct evhttp_request *client = detach_client(pr);
-        if (client && code != 0) evhttp_send_reply_end(client);
-        else if (client) /* a broken stream must not look complete: drop the client's connection */
-            evhttp_connection_free(evhttp_request_get_connection(client));
-        count(pr, code == 0 ? OUT_BACKEND_ERR : code < 400 ? OUT_OK : OUT_CLIENT_ERR, client ? code : 0);
-        if (code) account(pr, resp, code);
-        proxy_free(pr);
-        return;
-    }
-    if (code == 0 || code >= 500) {
-        /* the connection is suspect: drop it rather than reuse it */
-        if (code == 0) rt_conn_drop(b, pr->conn);
-        else rt_conn_put(b, pr->conn);
-        pr->conn = NULL;
-        char why[96];
-        if (code == 0 && pr->mismatch)
-            snprintf(why, sizeof why, "its reply did not carry the request's id");
-        else if (code == 0)
-            snprintf(why, sizeof why, "%s", pr->error_seen && pr->err_kind == EVREQ_HTTP_TIMEOUT ? "timed out" : "connection failed or reset");
-        else
-            snprintf(why, sizeof why, "answered %d", code);
-        rt_backend_result(r, b, false, why);
-        /* connect failure, reset, timeout or 5xx: once more elsewhere; after that a failed
-         * connection becomes 502/504 and a backend's own 5xx is passed through */
-        if (!pr->retried || code == 0) {
-            bool timed_out = pr->error_seen && pr->err_kind == EVREQ_HTTP_TIMEOUT;
-            try_again(pr, why, code == 0 && !timed_out);
-            return;
-        }
-    } else {
-        rt_conn_put(b, pr->conn);
-        pr->conn = NULL;
-        rt_backend_result(r, b, true, NULL);
-    }
-    rt_pool_record_latency(pr->pool, now, now - pr->t0);
-    b->requests++;
-    if (!pr->client) {
-        count(pr, OUT_OK, 0);
-        account(pr, resp, code);
-        proxy_free(pr);
-        return;
-    }
-    copy_reply_headers(pr, resp, false);
-    evhttp_send_reply(detach_client(pr), code, NULL, evhttp_request_get_input_buffer(resp));
-    count(pr, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERR : OUT_BACKEND_ERR, code);
-    account(pr, resp, code);
-    proxy_free(pr);
-}
-
 /* Cost and SLO bookkeeping for a request a backend answered. */
-static void account(proxy_req *pr, struct evhttp_request *resp, int code)
+static void account(proxy_req *pr, h1cli_req *q, int code)
 {
     router *r = pr->r;
     if (!pr->is_infer) return;
     double now = ts_now();
     ring_add(&r->slo[pr->prio], now, now - pr->t0);
     if (code >= 400) return;
-    const char *cms = evhttp_find_header(evhttp_request_get_input_headers(resp), "Tierserve-Compute-Ms");
+    const char *cms = h1cli_resp_header(q, "Tierserve-Compute-Ms");
     double compute_s = cms ? atof(cms) / 1e3 : 0;
     cost_request(r->cost, rt_pool_index(pr->pool), cost_tenant_index(r->cfg, pr->tenant), pr->prio,
                  compute_s, now);
@@ -330,69 +250,57 @@ static void account(proxy_req *pr, struct evhttp_request *resp, int code)
 /* Replies are passed through as they arrive instead of being buffered: the client's reply
  * starts with the backend's headers, each piece of body is forwarded at once (a chunked reply
  * as chunks, so token streams flow; a Content-Length reply as its bytes), and the reply ends
- * when the backend's does. Only 5xx replies are held, since they may be retried elsewhere.
+ * when the backend's does. 5xx replies are held, since they may be retried elsewhere, and so
+ * are Content-Length replies of at most RT_WHOLE_REPLY_MAX (one write to the client).
  * A client that reads slower than the backend writes pauses reading from the backend once
  * RT_STREAM_HIGH bytes wait for it, so a large reply never piles up in the router. */
 #define RT_STREAM_HIGH (1u << 20)
+#define RT_WHOLE_REPLY_MAX (64u << 10) /* a Content-Length reply up to this is passed on whole */
 
 static void stream_resume(proxy_req *pr)
 {
     if (!pr->paused) return;
     pr->paused = false;
-    if (pr->conn) bufferevent_enable(evhttp_connection_get_bufferevent(pr->conn), EV_READ);
+    if (pr->bq) h1cli_resume(pr->bq);
 }
 
-static void on_client_drained(struct evhttp_connection *c, void *arg)
+#define RT_STREAM_LOW (RT_STREAM_HIGH / 4) /* resume once the client has this little left */
+
+static void on_client_drained(h1req *req, void *arg)
 {
-    (void)c;
+    (void)req;
     stream_resume(arg);
 }
 
-static void on_backend_chunk(struct evhttp_request *resp, void *arg)
-{
-    proxy_req *pr = arg;
-    struct evbuffer *in = evhttp_request_get_input_buffer(resp);
-    if (!pr->client) {
-        evbuffer_drain(in, evbuffer_get_length(in));
-        return;
-    }
-    evhttp_send_reply_chunk_with_cb(pr->client, in, on_client_drained, pr);
-    struct bufferevent *cb = evhttp_connection_get_bufferevent(evhttp_request_get_connection(pr->client));
-    if (pr->conn && evbuffer_get_length(bufferevent_get_output(cb)) > RT_STREAM_HIGH) {
-        pr->paused = true;
-        pr->r->stream_pauses++;
-        bufferevent_disable(evhttp_connection_get_bufferevent(pr->conn), EV_READ);
-    }
-}
-
 /* The backend's headers, and the router's, on the client's reply. */
-static void copy_reply_headers(proxy_req *pr, struct evhttp_request *resp, bool with_length)
+static void copy_reply_headers(proxy_req *pr, h1cli_req *q)
 {
-    struct evkeyvalq *in = evhttp_request_get_input_headers(resp);
-    struct evkeyvalq *out = evhttp_request_get_output_headers(pr->client);
-    const char *connection = evhttp_find_header(in, "Connection");
-    for (struct evkeyval *kv = in->tqh_first; kv; kv = kv->next.tqe_next) {
-        if (named_by_connection(connection, kv->key)) continue;
+    h1req *out = pr->client;
+    const char *connection = h1cli_resp_header(q, "Connection");
+    for (size_t i = 0; i < h1cli_resp_nheaders(q); i++) {
+        const char *k, *v;
+        h1cli_resp_header_at(q, i, &k, &v);
+        if (named_by_connection(connection, k)) continue;
         /* the id and the X-Tierrouter-* fields are the router's to write, once each */
-        if (strcasecmp(kv->key, RT_BACKEND_ID_HEADER) == 0 || strcasecmp(kv->key, pr->r->cfg->request_id_header) == 0 ||
-            strncasecmp(kv->key, "X-Tierrouter-", 13) == 0)
+        if (strcasecmp(k, RT_BACKEND_ID_HEADER) == 0 || strcasecmp(k, pr->r->cfg->request_id_header) == 0 ||
+            strncasecmp(k, "X-Tierrouter-", 13) == 0)
             continue;
-        if (!hop_by_hop(kv->key) || (with_length && strcasecmp(kv->key, "Content-Length") == 0))
-            evhttp_add_header(out, kv->key, kv->value);
+        /* the framing (Content-Length, chunked) is h1srv's to write, from the reply's own */
+        if (!hop_by_hop(k)) h1req_add_header(out, k, v);
     }
-    evhttp_add_header(out, pr->r->cfg->request_id_header, pr->request_id);
+    h1req_add_header(out, pr->r->cfg->request_id_header, pr->request_id);
     rt_drain_mark(pr->r, pr->client);
-    evhttp_add_header(out, "X-Tierrouter-Pool", pr->pool->cfg->name);
-    evhttp_add_header(out, "X-Tierrouter-Backend", pr->backend->addr);
+    h1req_add_header(out, "X-Tierrouter-Pool", pr->pool->cfg->name);
+    h1req_add_header(out, "X-Tierrouter-Backend", pr->backend->addr);
 }
 
 /* A reply belongs to the request it answers only if it echoes that request's id (workers
  * echo X-Request-Id on every reply). Anything else (a reply nobody asked for, left on a
  * pooled connection by a request some party split in two) must never reach a client: the
- * connection is failed (libevent closes it), and the request is retried like after a reset. */
-static bool reply_is_ours(proxy_req *pr, struct evhttp_request *resp)
+ * connection is failed (h1cli closes it), and the request is retried like after a reset. */
+static bool reply_is_ours(proxy_req *pr, h1cli_req *q)
 {
-    const char *id = evhttp_find_header(evhttp_request_get_input_headers(resp), RT_BACKEND_ID_HEADER);
+    const char *id = h1cli_resp_header(q, RT_BACKEND_ID_HEADER);
     if (id && strcmp(id, pr->request_id) == 0) return true;
     pr->mismatch = true;
     pr->r->reply_mismatches++;
@@ -402,21 +310,136 @@ static bool reply_is_ours(proxy_req *pr, struct evhttp_request *resp)
     return false;
 }
 
-static int on_backend_headers(struct evhttp_request *resp, void *arg)
+static int on_backend_head(h1cli_req *q, void *arg)
 {
     proxy_req *pr = arg;
-    if (!reply_is_ours(pr, resp)) return -1;
-    int code = evhttp_request_get_response_code(resp);
-    if (code >= 500) return 0; /* held: the retry may answer instead */
+    if (!reply_is_ours(pr, q)) return -1;
+    int code = h1cli_resp_status(q);
+    int64_t len = h1cli_resp_content_length(q);
+    /* held: a 5xx, since the retry may answer instead; and a short reply with a length,
+     * which arrives in one piece anyway: passed on whole, it costs the client's connection
+     * one write instead of three (head, body, end) */
+    if (code >= 500 || (len >= 0 && len <= RT_WHOLE_REPLY_MAX && !h1cli_resp_chunked(q))) {
+        buf_free(&pr->held);
+        buf_init(&pr->held, code >= 500 ? (size_t)pr->r->cfg->max_body_bytes * 2 : (size_t)len);
+        return 0;
+    }
     pr->streaming = true;
-    evhttp_request_set_chunked_cb(resp, on_backend_chunk);
     if (pr->client) {
         /* a Content-Length reply keeps its length; a chunked one is re-chunked to the client
-         * (or, for an HTTP/1.0 client, ends with the connection) */
-        const char *te = evhttp_find_header(evhttp_request_get_input_headers(resp), "Transfer-Encoding");
-        copy_reply_headers(pr, resp, te == NULL);
-        evhttp_send_reply_start(pr->client, code, evhttp_request_get_response_code_line(resp));
+         * (or, for an HTTP/1.0 client, ends with the connection). A HEAD gets no body, and
+         * h1srv would take the length it announces as owed: no length for it. */
+        copy_reply_headers(pr, q);
+        h1req_stream_start(pr->client, code, h1req_method(pr->client) == H1_HEAD ? -1 : len);
     }
+    return 0;
+}
+
+static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o);
+
+static void on_backend_body(h1cli_req *q, const uint8_t *data, size_t len, void *arg)
+{
+    proxy_req *pr = arg;
+    if (!pr->streaming) {
+        buf_put(&pr->held, data, len);
+        if (buf_failed(&pr->held)) { /* a 5xx that large is no answer worth holding */
+            h1cli_cancel(q);
+            try_ended(pr, NULL, H1CLI_EPROTO);
+        }
+        return;
+    }
+    if (!pr->client) return; /* read to its end so that the connection stays good */
+    h1req_stream_write(pr->client, data, len);
+    /* (a client that broke off just now is gone: its end callback has run) */
+    if (pr->client && !pr->paused && h1req_stream_queued(pr->client) > RT_STREAM_HIGH) {
+        pr->paused = true;
+        pr->r->stream_pauses++;
+        h1cli_pause(q);
+        h1req_on_drained(pr->client, RT_STREAM_LOW, on_client_drained, pr);
+    }
+}
+
+static void on_backend_end(h1cli_req *q, h1cli_outcome o, void *arg) { try_ended(arg, q, o); }
+
+/* The try's end: a streamed reply ends (or is cut); a failure or a held 5xx is retried once
+ * elsewhere or answered. q is NULL when the try was cancelled (its response is not read). */
+static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o)
+{
+    router *r = pr->r;
+    rt_backend *b = pr->backend;
+    pr->bq = NULL;
+    pr->outcome = o;
+    pr->paused = false;
+    b->in_flight--;
+    if (pr->retried) r->retries_active--;
+    bool ok = o == H1CLI_COMPLETE;
+    double now = ts_now();
+    if (pr->streaming) { /* the reply has been going out piece by piece: end it */
+        int code = h1cli_resp_status(q);
+        rt_backend_result(r, b, ok, "the stream broke off");
+        if (ok) {
+            rt_pool_record_latency(pr->pool, now, now - pr->t0);
+            b->requests++;
+        }
+        h1req *client = detach_client(pr);
+        if (client && ok) h1req_stream_end(client);
+        else if (client) /* a broken stream must not look complete: cut the client's connection */
+            h1req_abort(client);
+        count(pr, !ok ? OUT_BACKEND_ERR : code < 400 ? OUT_OK : OUT_CLIENT_ERR, client && ok ? code : 0);
+        if (ok) account(pr, q, code);
+        proxy_free(pr);
+        return;
+    }
+    int code = ok ? h1cli_resp_status(q) : 0;
+    char why[120];
+    if (pr->mismatch) snprintf(why, sizeof why, "its reply did not carry the request's id");
+    else if (!q && code == 0) snprintf(why, sizeof why, "its 5xx reply was over %zu bytes", pr->held.limit);
+    else if (code == 0) snprintf(why, sizeof why, "%s", h1cli_outcome_name(o));
+    else snprintf(why, sizeof why, "answered %d", code);
+    rt_backend_result(r, b, code != 0 && code < 500, why);
+    /* connect failure, reset, timeout or 5xx: once more elsewhere; after that a failed
+     * connection becomes 502/504 and a backend's own 5xx is passed through */
+    if (code == 0 || (code >= 500 && !pr->retried)) {
+        buf_free(&pr->held);
+        try_again(pr, why, code == 0 && o != H1CLI_ETIMEOUT);
+        return;
+    }
+    rt_pool_record_latency(pr->pool, now, now - pr->t0);
+    b->requests++;
+    if (!pr->client) {
+        count(pr, OUT_OK, 0);
+        account(pr, q, code);
+        proxy_free(pr);
+        return;
+    }
+    copy_reply_headers(pr, q);
+    h1req_reply(detach_client(pr), code, NULL, &pr->held); /* the held bytes are taken over */
+    count(pr, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERR : OUT_BACKEND_ERR, code);
+    account(pr, q, code);
+    proxy_free(pr);
+}
+
+static const h1cli_callbacks k_backend_cb = {on_backend_head, on_backend_body, on_backend_end};
+
+/* Percent-encodes s into out (RFC 3986: unreserved bytes stay, every other one is %XX).
+ * Returns 0, or -1 when it does not fit. */
+static int uri_encode(const char *s, char *out, size_t len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        bool keep = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                    *p == '-' || *p == '.' || *p == '_' || *p == '~';
+        if (o + (keep ? 1 : 3) >= len) return -1;
+        if (keep) {
+            out[o++] = (char)*p;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[*p >> 4];
+            out[o++] = hex[*p & 15];
+        }
+    }
+    out[o] = '\0';
     return 0;
 }
 
@@ -424,14 +447,12 @@ static int on_backend_headers(struct evhttp_request *resp, void *arg)
  * front door already checked: nothing decoded from a client goes into a request line raw. */
 static int backend_uri(const proxy_req *pr, char *uri, size_t len)
 {
-    char *model = evhttp_uriencode(rt_pool_physical(pr->pool, pr->logical), -1, 0);
-    char *version = evhttp_uriencode(pr->version, -1, 0);
+    char model[3 * 256 + 1], version[3 * 32 + 1];
     int n = -1;
-    if (model && version)
+    if (uri_encode(rt_pool_physical(pr->pool, pr->logical), model, sizeof model) == 0 &&
+        uri_encode(pr->version, version, sizeof version) == 0)
         n = snprintf(uri, len, "/v2/models/%s%s%s%s%s", model, pr->version[0] ? "/versions/" : "", version,
                      pr->verb[0] ? "/" : "", pr->verb);
-    free(model);
-    free(version);
     if (n < 0 || (size_t)n >= len) {
         uri[0] = '\0';
         return -1;
@@ -443,10 +464,9 @@ static int send_to_backend(proxy_req *pr)
 {
     router *r = pr->r;
     rt_backend *b = pr->backend;
-    pr->conn = rt_conn_get(r, b);
-    if (!pr->conn) return -1;
-    pr->error_seen = false;
     pr->mismatch = false;
+    pr->streaming = false;
+    pr->outcome = H1CLI_COMPLETE;
     /* a try that hangs must leave time for the retry: the first gets per_try_timeout_ms,
      * or half of what is left, the retry all that remains */
     double left = pr->deadline - ts_now();
@@ -455,34 +475,27 @@ static int send_to_backend(proxy_req *pr)
         if (per_try < left) left = per_try;
     }
     if (left < 0.001) left = 0.001;
+    char uri[1200];
+    if (backend_uri(pr, uri, sizeof uri) != 0) return -1;
+    h1cli_header h[8];
+    size_t n = 0;
+    if (pr->ctype[0]) h[n++] = (h1cli_header){"Content-Type", pr->ctype};
+    if (pr->ihcl[0]) h[n++] = (h1cli_header){"Inference-Header-Content-Length", pr->ihcl};
+    if (pr->cenc[0]) h[n++] = (h1cli_header){"Content-Encoding", pr->cenc};
+    if (pr->aenc[0]) h[n++] = (h1cli_header){"Accept-Encoding", pr->aenc};
+    h[n++] = (h1cli_header){RT_BACKEND_ID_HEADER, pr->request_id};
+    if (r->cfg->worker_authorization[0]) h[n++] = (h1cli_header){"Authorization", r->cfg->worker_authorization};
+    bool post = pr->method == H1_POST;
+    h1cli_request rq = {.method = post ? "POST" : "GET", .target = uri, .headers = h, .nheaders = n,
+                        .body = post ? pr->body : NULL, .body_len = post ? pr->body_len : 0, .timeout_s = left};
     pr->try_sent = ts_now();
     pr->try_left = left;
-    struct timeval tv = {(time_t)left, (suseconds_t)((left - (double)(time_t)left) * 1e6)};
-    evhttp_connection_set_timeout_tv(pr->conn, &tv);
-    struct evhttp_request *req = evhttp_request_new(on_backend_reply, pr);
-    evhttp_request_set_error_cb(req, on_backend_error);
-    evhttp_request_set_header_cb(req, on_backend_headers);
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Host", b->host);
-    if (pr->ctype[0]) evhttp_add_header(h, "Content-Type", pr->ctype);
-    if (pr->ihcl[0]) evhttp_add_header(h, "Inference-Header-Content-Length", pr->ihcl);
-    if (pr->cenc[0]) evhttp_add_header(h, "Content-Encoding", pr->cenc);
-    if (pr->aenc[0]) evhttp_add_header(h, "Accept-Encoding", pr->aenc);
-    evhttp_add_header(h, RT_BACKEND_ID_HEADER, pr->request_id);
-    if (r->cfg->worker_authorization[0]) evhttp_add_header(h, "Authorization", r->cfg->worker_authorization);
-    evbuffer_add(evhttp_request_get_output_buffer(req), pr->body, pr->body_len);
-    char uri[1200];
-    if (backend_uri(pr, uri, sizeof uri) != 0 || evhttp_make_request(pr->conn, req, pr->method, uri) != 0) {
-        if (uri[0] == '\0') evhttp_request_free(req);
-        rt_conn_drop(b, pr->conn);
-        pr->conn = NULL;
+    char err[200];
+    if (h1cli_send(b->conns, &rq, &k_backend_cb, pr, &pr->bq, err, sizeof err) != 0) {
+        LOG_WARN_(LOGF({"request_id", pr->request_id}, {"backend", b->addr}), "request not sent to %s: %s", b->addr,
+                  err);
         return -1;
     }
-    /* the socket exists now (a pooled connection may have reconnected): without NODELAY a
-     * large body's last segment waits for the worker's delayed ACK, 40 ms */
-    evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(pr->conn));
-    int one = 1;
-    if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     b->in_flight++;
     if (!pr->first_backend) pr->first_backend = b;
     return 0;
@@ -621,7 +634,6 @@ void rt_proxy_route(proxy_req *pr)
         finish_error(pr, plan.status, OUT_NO_BACKEND, msg);
         return;
     }
-    evhttp_connection_set_closecb(evhttp_request_get_connection(pr->client), on_client_close, pr);
     admit(pr, view, &plan);
 }
 
@@ -635,16 +647,16 @@ unsigned rt_proxy_cut_all(router *r)
     unsigned n = 0;
     while (r->live) {
         proxy_req *pr = r->live;
-        if (pr->conn) { /* a try in flight: abandoned with its connection, no callback follows */
+        if (pr->bq) { /* a try in flight: abandoned with its connection, no callback follows */
             pr->backend->in_flight--;
             if (pr->retried) r->retries_active--;
-            rt_conn_drop(pr->backend, pr->conn);
-            pr->conn = NULL;
+            h1cli_cancel(pr->bq);
+            pr->bq = NULL;
         }
         /* a cut reply must not look complete: the client's connection goes, whatever of the
          * reply went out (a streamed one stops mid-body) */
-        struct evhttp_request *client = detach_client(pr);
-        if (client) evhttp_connection_free(evhttp_request_get_connection(client));
+        h1req *client = detach_client(pr);
+        if (client) h1req_abort(client);
         proxy_release(pr);
         n++;
     }

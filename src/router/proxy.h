@@ -11,11 +11,11 @@
 
 typedef struct proxy_req {
     router *r;
-    struct evhttp_request *client; /* NULL once the client is gone */
+    h1req *client;  /* NULL once the client is gone (or answered) */
     uint8_t *body;
     size_t body_len;
     char logical[256], version[32], verb[16]; /* verb "": model metadata */
-    enum evhttp_cmd_type method;
+    h1_method method; /* towards the backend: H1_GET or H1_POST */
     bool is_infer; /* only inference counts in metrics, SLOs and cost */
     priority_class prio;
     bool sensitive;
@@ -25,9 +25,10 @@ typedef struct proxy_req {
     char tenant[64];
     rt_pool *pool;
     rt_backend *backend, *first_backend;
-    struct evhttp_connection *conn;
-    enum evhttp_request_error err_kind;
-    bool error_seen, retried;
+    h1cli_req *bq;          /* the try in flight to pr->backend, NULL between tries */
+    h1cli_outcome outcome;  /* how the last try ended */
+    buf held;               /* a 5xx reply's body, held: a retry may answer instead */
+    bool retried;
     bool mismatch;  /* the try's reply did not echo request_id: dropped with its connection */
     bool streaming; /* the reply is being passed through: no retry from here on */
     bool paused;    /* reading from the backend waits for the client to catch up */

@@ -4,16 +4,16 @@
 #define TS_ROUTER_H
 
 #include <event2/event.h>
-#include <event2/http.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "authlimit.h"
 #include "buf.h"
-#include "connguard.h"
 #include "cost.h"
+#include "h1cli.h"
 #include "hist.h"
+#include "h1srv.h"
 #include "httpserver.h"
 #include "latency.h"
 #include "log.h"
@@ -28,6 +28,7 @@
 typedef struct rt_pool rt_pool;
 
 #define RT_BACKEND_MAX_MODELS 256
+#define RT_PROBE_MAX_BYTES (4u << 20) /* a /v2/status answer above this fails the probe */
 typedef struct rt_backend_model {
     char name[128], version[32];
     bool ready;
@@ -40,9 +41,10 @@ typedef struct rt_backend {
     char host[256];
     unsigned port;
     char addr[300];
-    struct evhttp_connection **free_conns; /* idle keep-alive connections */
-    size_t n_free, n_conns;
-    struct evhttp_connection *probe;
+    h1cli_pool *conns;     /* keep-alive connections for requests (idle cap: max_in_flight) */
+    h1cli_pool *probe;     /* the probe's own connection, so probes never queue behind requests */
+    h1cli_req *probe_req;  /* the probe in flight, or NULL */
+    buf probe_body;        /* its answer so far (bounded: RT_PROBE_MAX_BYTES) */
     bool probe_in_flight;
     /* from the last probe of /v2/status */
     bool probed, live, ready, tier_ok;
@@ -105,8 +107,7 @@ typedef struct router {
     struct event_base *base;
     struct evdns_base *dns;
     double dns_refreshed;
-    struct evhttp *http;
-    connguard *guard;
+    h1srv *http;        /* the front: clients' connections */
     router_config *cfg;
     rt_pool pools[RT_MAX_POOLS];
     size_t n_pools;
@@ -134,7 +135,6 @@ typedef struct router {
      * accepted, ready answers 503, every reply closes its connection, and the loop ends once
      * nothing is in flight or after cfg->drain_timeout_s */
     bool draining;
-    struct evhttp_bound_socket *listener;
     struct event *drain_check, *drain_timer;
     lat_ring slo[PRIO_COUNT];
     route_rng rng;      /* the policy's random draws (seeded once at start) */
@@ -158,9 +158,6 @@ bool rt_backend_healthy(const rt_backend *b, double now);
 void rt_route_view(router *r, const char *logical_model, double now, route_pool *view);
 /* The physical model p serves for a logical name, or NULL if it does not serve it. */
 const char *rt_pool_physical(const rt_pool *p, const char *logical);
-struct evhttp_connection *rt_conn_get(router *r, rt_backend *b);
-void rt_conn_put(rt_backend *b, struct evhttp_connection *c);
-void rt_conn_drop(rt_backend *b, struct evhttp_connection *c);
 void rt_backend_result(router *r, rt_backend *b, bool ok, const char *why);
 void rt_probe_all(router *r);
 /* Re-resolves DNS-named backends when due, frees backends that left DNS once idle. */
@@ -175,10 +172,13 @@ void rt_pool_signals(router *r, rt_pool *p, double now, pool_signals *out);
 const rt_pool *rt_lead_gpu_pool(const router *r);
 
 /* front.c */
-void rt_on_request(struct evhttp_request *req, void *arg);
-/* While draining, marks req's reply "Connection: close" (once), so that its connection ends
- * with it. Call before the reply's headers go out. */
-void rt_drain_mark(router *r, struct evhttp_request *req);
+void rt_on_request(h1req *req, void *arg);
+/* While draining, marks req's reply "Connection: close", so that its connection ends with
+ * it. Call before the reply's headers go out. */
+void rt_drain_mark(router *r, h1req *req);
+/* The end callback (h1req_on_end, arg: the router) of every request the proxy does not
+ * hold: a reply out is what a drain waits for. */
+void rt_front_on_end(h1req *req, bool completed, void *arg);
 
 /* proxy.c */
 /* The drain has timed out: every request still in flight is cut (its client connection and

@@ -431,7 +431,8 @@ def test_valid_bodies_in_every_encoding_pass_the_router(stack):
 
 class FakeBackend(FakeHTTP):
     """A backend that looks healthy to probes but misbehaves on inference: 'garbage' answers
-    bytes that are not HTTP, 'hang' never answers, 'close' drops the connection, 'stream'
+    bytes that are not HTTP, 'hang' never answers, 'close' drops the connection, 'short'
+    breaks a short Content-Length reply off (nothing of it has reached the client: retried), 'stream'
     sends a chunked token stream ('stream-break' breaks it off halfway)."""
 
     def __init__(self, mode):
@@ -458,11 +459,16 @@ class FakeBackend(FakeHTTP):
         if self.mode == "close":
             c.close()
             return False
+        if self.mode == "short":  # a Content-Length reply that breaks off
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + echo_id(head) +
+                      b"Content-Length: 100\r\n\r\n{\"outputs\"")
+            c.close()
+            return False
         time.sleep(30)  # hang
         return False
 
 
-@pytest.mark.parametrize("mode", ["garbage", "close", "hang"])
+@pytest.mark.parametrize("mode", ["garbage", "close", "short", "hang"])
 def test_misbehaving_backend_is_retried_or_answered_never_a_crash(tmp_path, mode):
     bad = FakeBackend(mode)
     good = start_worker(DEMO, tmp_path, env={"EXECUTION_MODE": "cpu"})

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# tierrouter (this build, and a baseline build) and nginx as plain proxies in front of
+# bench_fixedreply, measured with bench_loadgen at c=1 and c=16 in one run. Not a test.
+#   BASE=/path/to/baseline/build/bin [NEW=build/bin] [SECS=5] bench/proxy_compare.sh
+# nginx: Debian nginx-light, one worker, upstream keepalive; everything on loopback.
+set -u
+NEW=${NEW:-$PWD/build/bin}; BASE=${BASE:?set BASE to a baseline build bin folder}; T=$(mktemp -d); SECS=${SECS:-5}
+cd $T
+echo '{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1.0]}]}' > body.json
+# the status makes the router's probe find a ready worker (and the replies echo X-Request-Id)
+$NEW/bench_fixedreply 18801 '{"live":true,"ready":true,"tier":"cpu","queue_depth":0,"models":[]}' & FR=$!
+for v in new base; do
+  port=$([ $v = new ] && echo 18802 || echo 18803)
+  printf 'address: 127.0.0.1\nport: %s\nprobe_interval_ms: 250\npools:\n  - name: cpu\n    kind: cpu\n    min_tier: cpu\n    max_in_flight: 256\n    backends: ["127.0.0.1:18801"]\n' $port > router-$v.yaml
+done
+$NEW/tierrouter --config router-new.yaml 2> router-new.log & RN=$!
+$BASE/tierrouter --config router-base.yaml 2> router-base.log & RB=$!
+mkdir -p nginx/tmp
+cat > nginx/nginx.conf <<NG
+daemon off; master_process off; worker_processes 1; pid $T/nginx/nginx.pid;
+error_log $T/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $T/nginx/tmp; proxy_temp_path $T/nginx/tmp; fastcgi_temp_path $T/nginx/tmp;
+  uwsgi_temp_path $T/nginx/tmp; scgi_temp_path $T/nginx/tmp;
+  upstream be { server 127.0.0.1:18801; keepalive 64; keepalive_requests 10000000; }
+  keepalive_requests 10000000;
+  server { listen 127.0.0.1:18804; keepalive_requests 10000000;
+    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+}
+NG
+/usr/sbin/nginx -c $T/nginx/nginx.conf -p $T/nginx & NX=$!
+sleep 1.5
+for c in 1 16; do
+  for t in "direct 18801" "nginx 18804" "router-base 18803" "router-new 18802"; do
+    set -- $t
+    printf '%-12s c=%-2s ' $1 $c
+    $NEW/bench_loadgen 127.0.0.1 $2 /v2/models/demo/infer body.json -1 $c $SECS
+  done
+done
+kill $RN $RB $NX $FR; wait 2>/dev/null
