@@ -17,8 +17,11 @@
  * fails with 503 beyond).
  *
  * Ownership: the engine borrows the model (free the engine first). Callbacks run on the
- * generation thread; after a sequence's final callback (fin != LLM_FIN_NONE) the engine
- * never uses its ud again. Every other function may be called from any thread. */
+ * generation thread (except the cancellations llm_engine_free delivers, on its caller's
+ * thread after the generation thread has stopped); after a sequence's final callback
+ * (fin != LLM_FIN_NONE) the engine never uses its ud again. A callback may call
+ * llm_engine_add and llm_engine_cancel. Every other function may be called from any
+ * thread. */
 #ifndef TS_LLM_ENGINE_H
 #define TS_LLM_ENGINE_H
 
