@@ -102,24 +102,27 @@ static void reshuffle(llm_engine *e)
     }
     for (;;) {
         llm_seq *s = NULL;
+        /* from the wait queue straight into a slot under one lock, so that a cancel always
+         * finds the sequence in one of the two */
         pthread_mutex_lock(&e->mu);
         if (e->n_active < e->opt.max_active && e->w_n > 0) {
             s = e->wait[e->w_head];
             e->w_head = (e->w_head + 1) % e->opt.max_waiting;
             e->w_n--;
             e->st.waiting = e->w_n;
+            s->state = SEQ_PREFILL;
+            e->active[e->n_active++] = s;
+            e->st.active = e->n_active;
         }
         pthread_mutex_unlock(&e->mu);
         if (!s) break;
         ts_err err = {0};
         if (llm_seq_alloc_kv(s, &err)) {
+            drop_active(e, s);
             finish(s, -1, LLM_FIN_ERROR, &err);
             continue;
         }
-        s->state = SEQ_PREFILL;
         pthread_mutex_lock(&e->mu);
-        e->active[e->n_active++] = s;
-        e->st.active = e->n_active;
         e->st.kv_bytes += s->kv_bytes;
         pthread_mutex_unlock(&e->mu);
     }
