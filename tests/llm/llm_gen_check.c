@@ -8,7 +8,9 @@
  *       bounds (exit 1 with a message on stderr when a check fails)
  *   llm_gen_check --fp16 MODELDIR N PROMPT...   the FP16 variant loads and generates
  *
- * EXECUTION_MODE (default cpu) picks the tier the way the worker does. */
+ * EXECUTION_MODE (default cpu) and STRICT_EP pick the tier the way the worker does: the GPU
+ * check is `EXECUTION_MODE=cuda STRICT_EP=1 ctest -R llm_generation` (exit 78, a failure,
+ * when CUDA does not work rather than a silent CPU run). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -298,9 +300,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "bad EXECUTION_MODE %s\n", mode);
         return 64;
     }
+    const char *strict = getenv("STRICT_EP");
+    epc.strict = strict && strcmp(strict, "1") == 0;
     ep_result epr;
     ep_resolve(&epc, &epr);
-    if (epr.decision.refuse) return 78;
+    if (epr.decision.refuse) {
+        fprintf(stderr, "STRICT_EP=1: EXECUTION_MODE=%s cannot run here\n", tier_mode_name(epc.mode));
+        return 78;
+    }
+    fprintf(stderr, "tier: %s (%s)\n", tier_name(epr.decision.tier), tier_provider_name(epr.decision.active));
     llm_model_opts mo = {.ep_cfg = &epc, .ep = &epr, .intra_op_threads = 1};
     llm_model *m = NULL;
     ts_err te = {0};
