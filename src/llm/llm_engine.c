@@ -1,0 +1,321 @@
+/* llm_engine: the generation thread and its queues (see llm_engine.h for the loop). */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "llm_int.h"
+#include "log.h"
+
+struct llm_engine {
+    llm_model *m;
+    llm_engine_opts opt;
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;                /* under mu */
+    llm_seq **wait;           /* ring of opt.max_waiting, under mu */
+    size_t w_head, w_n;
+    llm_seq **active;         /* opt.max_active slots; changed only by the generation thread,
+                                 under mu (cancel reads it under mu) */
+    size_t n_active;
+    uint64_t next_id;         /* under mu */
+    llm_engine_stats st;      /* under mu */
+    /* the generation thread's own */
+    llm_sampler *sampler;
+    float *logits;            /* max_active x vocab */
+    llm_seq **batch;
+};
+
+const char *llm_finish_name(llm_finish f)
+{
+    static const char *const k[] = {"", "stop", "length", "cancelled", "error"};
+    return (unsigned)f < sizeof k / sizeof *k ? k[f] : "error";
+}
+
+/* ---- helpers on the generation thread ---- */
+
+/* Takes s out of the active slots (under mu) and frees its cache at once. */
+static void drop_active(llm_engine *e, llm_seq *s)
+{
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < e->n_active; i++)
+        if (e->active[i] == s) {
+            e->active[i] = e->active[--e->n_active];
+            break;
+        }
+    if (s->kv) e->st.kv_bytes -= s->kv_bytes;
+    e->st.active = e->n_active;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* The final callback, then the sequence is gone. Called without mu held. */
+static void finish(llm_seq *s, int32_t tok, llm_finish fin, const ts_err *err)
+{
+    s->state = SEQ_DONE;
+    s->cb(s->ud, s->id, tok, fin, fin == LLM_FIN_ERROR ? err : NULL);
+    llm_seq_free(s);
+}
+
+/* Appends the token sampled from row and reports it; returns true if the sequence ended
+ * (and was freed). */
+static bool take_token(llm_engine *e, llm_seq *s, const float *row)
+{
+    int32_t tok = llm_sample(e->sampler, row, &s->params.sample, &s->rng);
+    s->tokens[s->n_tokens++] = tok;
+    llm_finish fin = LLM_FIN_NONE;
+    if (!s->params.ignore_eos && gen_config_is_eos(&e->m->gen, tok)) fin = LLM_FIN_EOS;
+    else if ((int64_t)(s->n_tokens - s->n_prompt) >= s->params.max_new_tokens || s->n_tokens >= s->cap)
+        fin = LLM_FIN_LENGTH;
+    if (fin == LLM_FIN_NONE) {
+        s->cb(s->ud, s->id, tok, LLM_FIN_NONE, NULL);
+        return false;
+    }
+    drop_active(e, s);
+    finish(s, tok, fin, NULL);
+    return true;
+}
+
+/* Between steps: cancelled sequences leave, waiting ones join while slots are free. */
+static void reshuffle(llm_engine *e)
+{
+    for (;;) {
+        llm_seq *gone = NULL;
+        pthread_mutex_lock(&e->mu);
+        for (size_t i = 0; i < e->n_active && !gone; i++)
+            if (atomic_load(&e->active[i]->cancelled)) gone = e->active[i];
+        for (size_t i = 0; i < e->w_n && !gone; i++) {
+            size_t at = (e->w_head + i) % e->opt.max_waiting;
+            if (!atomic_load(&e->wait[at]->cancelled)) continue;
+            gone = e->wait[at];
+            for (size_t j = i; j + 1 < e->w_n; j++) /* close the gap, keeping the order */
+                e->wait[(e->w_head + j) % e->opt.max_waiting] = e->wait[(e->w_head + j + 1) % e->opt.max_waiting];
+            e->w_n--;
+            e->st.waiting = e->w_n;
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (!gone) break;
+        if (gone->state != SEQ_WAITING) drop_active(e, gone);
+        finish(gone, -1, LLM_FIN_CANCELLED, NULL);
+    }
+    for (;;) {
+        llm_seq *s = NULL;
+        /* from the wait queue straight into a slot under one lock, so that a cancel always
+         * finds the sequence in one of the two */
+        pthread_mutex_lock(&e->mu);
+        if (e->n_active < e->opt.max_active && e->w_n > 0) {
+            s = e->wait[e->w_head];
+            e->w_head = (e->w_head + 1) % e->opt.max_waiting;
+            e->w_n--;
+            e->st.waiting = e->w_n;
+            s->state = SEQ_PREFILL;
+            e->active[e->n_active++] = s;
+            e->st.active = e->n_active;
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (!s) break;
+        ts_err err = {0};
+        if (llm_seq_alloc_kv(s, &err)) {
+            drop_active(e, s);
+            finish(s, -1, LLM_FIN_ERROR, &err);
+            continue;
+        }
+        pthread_mutex_lock(&e->mu);
+        e->st.kv_bytes += s->kv_bytes;
+        pthread_mutex_unlock(&e->mu);
+    }
+}
+
+/* One chunk of each joining sequence's prompt, each its own Run() (prompts differ in
+ * length; padding the new tokens too is not worth it). */
+static void prefill(llm_engine *e)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < e->n_active; i++)
+        if (e->active[i]->state == SEQ_PREFILL) e->batch[n++] = e->active[i];
+    for (size_t i = 0; i < n; i++) {
+        llm_seq *s = e->batch[i];
+        size_t left = s->n_prompt - s->n_cached;
+        size_t c = left < e->opt.prefill_chunk ? left : e->opt.prefill_chunk;
+        ts_err err = {0};
+        if (llm_step_run(e->m, &s, 1, c, e->logits, &err)) {
+            drop_active(e, s);
+            finish(s, -1, LLM_FIN_ERROR, &err);
+            continue;
+        }
+        pthread_mutex_lock(&e->mu);
+        e->st.prefill_runs++;
+        pthread_mutex_unlock(&e->mu);
+        if (s->n_cached < s->n_prompt) continue;
+        s->state = SEQ_DECODE;
+        take_token(e, s, e->logits);
+    }
+}
+
+/* One Run() for every decoding sequence. */
+static void decode(llm_engine *e)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < e->n_active; i++)
+        if (e->active[i]->state == SEQ_DECODE && !atomic_load(&e->active[i]->cancelled))
+            e->batch[n++] = e->active[i];
+    if (n == 0) return;
+    ts_err err = {0};
+    int rc = llm_step_run(e->m, e->batch, n, 1, e->logits, &err);
+    pthread_mutex_lock(&e->mu);
+    e->st.steps++;
+    if (n > e->st.max_batch) e->st.max_batch = n;
+    pthread_mutex_unlock(&e->mu);
+    for (size_t i = 0; i < n; i++) {
+        if (rc) {
+            drop_active(e, e->batch[i]);
+            finish(e->batch[i], -1, LLM_FIN_ERROR, &err);
+        } else {
+            take_token(e, e->batch[i], e->logits + i * e->m->sig.vocab);
+        }
+    }
+    if (rc) LOG_ERROR_(LOGF({"component", "llm"}), "%s", err.msg);
+}
+
+static void *gen_thread(void *arg)
+{
+    llm_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && e->n_active == 0 && e->w_n == 0) pthread_cond_wait(&e->cv, &e->mu);
+        bool stop = e->stop;
+        pthread_mutex_unlock(&e->mu);
+        if (stop) break;
+        reshuffle(e);
+        prefill(e);
+        decode(e);
+    }
+    return NULL;
+}
+
+int llm_engine_new(llm_model *m, const llm_engine_opts *opt, llm_engine **out, ts_err *err)
+{
+    *out = NULL;
+    if (opt->max_active < 1 || opt->max_active > LLM_MAX_ACTIVE || opt->max_waiting > LLM_MAX_WAITING ||
+        opt->prefill_chunk < 1 || opt->prefill_chunk > LLM_MAX_PREFILL_CHUNK) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "LLM engine: max_active must be 1..%d, max_waiting "
+                   "0..%d and prefill_chunk 1..%d", LLM_MAX_ACTIVE, LLM_MAX_WAITING, LLM_MAX_PREFILL_CHUNK);
+        return -1;
+    }
+    llm_engine *e = calloc(1, sizeof *e);
+    if (!e) goto oom;
+    e->m = m;
+    e->opt = *opt;
+    e->next_id = 1;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->wait = calloc(opt->max_waiting ? opt->max_waiting : 1, sizeof *e->wait);
+    e->active = calloc(opt->max_active, sizeof *e->active);
+    e->batch = calloc(opt->max_active, sizeof *e->batch);
+    e->logits = malloc(opt->max_active * m->sig.vocab * sizeof *e->logits);
+    e->sampler = llm_sampler_new(m->sig.vocab);
+    if (!e->wait || !e->active || !e->batch || !e->logits || !e->sampler) goto oom;
+    if (pthread_create(&e->thread, NULL, gen_thread, e) != 0) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "LLM engine: cannot start the generation thread");
+        llm_engine_free(e);
+        return -1;
+    }
+    e->started = true;
+    *out = e;
+    return 0;
+oom:
+    llm_engine_free(e);
+    ts_err_set(err, TS_INTERNAL_ERROR, "LLM engine: out of memory");
+    return -1;
+}
+
+void llm_engine_free(llm_engine *e)
+{
+    if (!e) return;
+    if (e->started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = true;
+        pthread_cond_signal(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    for (size_t i = 0; e->active && i < e->n_active; i++) finish(e->active[i], -1, LLM_FIN_CANCELLED, NULL);
+    for (size_t i = 0; e->wait && i < e->w_n; i++)
+        finish(e->wait[(e->w_head + i) % e->opt.max_waiting], -1, LLM_FIN_CANCELLED, NULL);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e->wait);
+    free(e->active);
+    free(e->batch);
+    free(e->logits);
+    llm_sampler_free(e->sampler);
+    free(e);
+}
+
+static int check_params(const llm_gen_params *p, ts_err *err)
+{
+    const llm_sample_params *s = &p->sample;
+    if (!isfinite(s->temperature) || s->temperature < 0 || s->temperature > 100) {
+        ts_err_set(err, TS_BAD_REQUEST, "temperature must be in [0, 100]");
+        return -1;
+    }
+    if (!isfinite(s->top_p) || s->top_p <= 0 || s->top_p > 1) {
+        ts_err_set(err, TS_BAD_REQUEST, "top_p must be in (0, 1]");
+        return -1;
+    }
+    if (s->top_k < 0) {
+        ts_err_set(err, TS_BAD_REQUEST, "top_k must be 0 (off) or more");
+        return -1;
+    }
+    return 0;
+}
+
+int llm_engine_add(llm_engine *e, const int32_t *prompt, size_t n, const llm_gen_params *p,
+                   llm_token_fn cb, void *ud, uint64_t *id, ts_err *err)
+{
+    if (check_params(p, err)) return -1;
+    llm_seq *s = llm_seq_new(e->m, prompt, n, p, err);
+    if (!s) return -1;
+    s->cb = cb;
+    s->ud = ud;
+    s->t_added = ts_now();
+    pthread_mutex_lock(&e->mu);
+    if (e->stop || e->w_n >= e->opt.max_waiting) {
+        size_t w = e->w_n;
+        pthread_mutex_unlock(&e->mu);
+        llm_seq_free(s);
+        ts_err_set(err, TS_UNAVAILABLE, "the LLM wait queue is full (%zu sequences waiting)", w);
+        return -1;
+    }
+    s->id = e->next_id++;
+    llm_rng_seed(&s->rng, p->seeded ? p->seed : (uint64_t)(ts_now() * 1e9) ^ (s->id * 0x9e3779b97f4a7c15ULL));
+    e->wait[(e->w_head + e->w_n) % e->opt.max_waiting] = s;
+    e->w_n++;
+    e->st.waiting = e->w_n;
+    *id = s->id;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+void llm_engine_cancel(llm_engine *e, uint64_t id)
+{
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < e->n_active; i++)
+        if (e->active[i]->id == id) atomic_store(&e->active[i]->cancelled, true);
+    for (size_t i = 0; i < e->w_n; i++) {
+        llm_seq *s = e->wait[(e->w_head + i) % e->opt.max_waiting];
+        if (s->id == id) atomic_store(&s->cancelled, true);
+    }
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void llm_engine_stats_get(llm_engine *e, llm_engine_stats *out)
+{
+    pthread_mutex_lock(&e->mu);
+    *out = e->st;
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,94 @@
+/* llm_engine: continuous batching over one llm_model.
+ *
+ * One generation thread per engine (never the event loop) loops:
+ *   1. between steps, under the lock: sequences that were cancelled leave (their slot and
+ *      KV cache are freed there, before the next Run), waiting ones join while fewer than
+ *      max_active are active;
+ *   2. each joining sequence runs one chunk of its prompt (at most prefill_chunk tokens, a
+ *      Run() of its own; only the last logits row is kept), so a long prompt is spread over
+ *      several loop turns and never stalls the others for long; after its last chunk it
+ *      samples its first token;
+ *   3. one Run() steps every decoding sequence by one token, their pasts padded to the
+ *      longest and masked; each samples its next token; finished ones leave.
+ * A token goes to the sequence's callback as soon as it is sampled.
+ *
+ * Bounded: at most max_active sequences hold a KV cache (each sized for its prompt plus
+ * max_new_tokens, within the model's context), at most max_waiting wait (llm_engine_add
+ * fails with 503 beyond).
+ *
+ * Ownership: the engine borrows the model (free the engine first). Callbacks run on the
+ * generation thread (except the cancellations llm_engine_free delivers, on its caller's
+ * thread after the generation thread has stopped); after a sequence's final callback
+ * (fin != LLM_FIN_NONE) the engine never uses its ud again. A callback may call
+ * llm_engine_add and llm_engine_cancel. Every other function may be called from any
+ * thread. */
+#ifndef TS_LLM_ENGINE_H
+#define TS_LLM_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "llm_sample.h"
+
+typedef struct llm_model llm_model;
+typedef struct llm_engine llm_engine;
+
+#define LLM_MAX_ACTIVE 256
+#define LLM_MAX_WAITING 65536
+#define LLM_MAX_PREFILL_CHUNK 8192
+
+typedef enum {
+    LLM_FIN_NONE = 0,  /* more tokens follow */
+    LLM_FIN_EOS,       /* token is the end-of-sequence id */
+    LLM_FIN_LENGTH,    /* token is the last one: max_new_tokens or the context is full */
+    LLM_FIN_CANCELLED, /* token is -1 */
+    LLM_FIN_ERROR,     /* token is -1; err says why */
+} llm_finish;
+
+const char *llm_finish_name(llm_finish f); /* "", "stop", "length", "cancelled", "error" */
+
+/* token: the new id; fin: LLM_FIN_NONE, or how the sequence ended (its final call). err is
+ * set only with LLM_FIN_ERROR. Runs on the generation thread: keep it short. */
+typedef void (*llm_token_fn)(void *ud, uint64_t seq_id, int32_t token, llm_finish fin,
+                             const ts_err *err);
+
+typedef struct {
+    int64_t max_new_tokens;   /* >= 1; cut to what the context leaves */
+    llm_sample_params sample; /* temperature 0: greedy */
+    bool seeded;              /* false: a seed from the clock (not reproducible) */
+    uint64_t seed;
+    bool ignore_eos;          /* keep going past the end-of-sequence ids */
+} llm_gen_params;
+
+typedef struct {
+    size_t max_active;    /* sequences stepped together (1..LLM_MAX_ACTIVE) */
+    size_t max_waiting;   /* queued before 503 (0..LLM_MAX_WAITING) */
+    size_t prefill_chunk; /* prompt tokens per Run() (1..LLM_MAX_PREFILL_CHUNK) */
+} llm_engine_opts;
+
+typedef struct {
+    size_t active, waiting;
+    size_t kv_bytes;      /* KV cache held by the active sequences */
+    uint64_t steps;       /* batched decode Run()s so far */
+    uint64_t prefill_runs;
+    size_t max_batch;     /* the most sequences one decode Run() carried */
+} llm_engine_stats;
+
+/* Starts the generation thread. Returns 0, or -1 with err set (500). */
+int llm_engine_new(llm_model *m, const llm_engine_opts *opt, llm_engine **out, ts_err *err);
+/* Stops the thread; sequences still queued or running end with LLM_FIN_CANCELLED. */
+void llm_engine_free(llm_engine *e);
+
+/* Queues a sequence. prompt is copied. Returns 0 and its id, or -1 with err: 400 for an
+ * empty prompt, an id outside the vocabulary, bad params or a prompt that leaves no room in
+ * the context; 503 when max_waiting are already waiting; 500 out of memory. */
+int llm_engine_add(llm_engine *e, const int32_t *prompt, size_t n, const llm_gen_params *p,
+                   llm_token_fn cb, void *ud, uint64_t *id, ts_err *err);
+/* Ends a sequence: it leaves before the next step and its final callback says
+ * LLM_FIN_CANCELLED (unless it already finished). Unknown ids are ignored. */
+void llm_engine_cancel(llm_engine *e, uint64_t id);
+void llm_engine_stats_get(llm_engine *e, llm_engine_stats *out);
+
+#endif

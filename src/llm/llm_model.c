@@ -1,0 +1,193 @@
+/* llm_model: opening an Optimum decoder as a session on the worker's tier. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "llm_int.h"
+#include "log.h"
+
+static llm_elem elem_of(ONNXTensorElementDataType t)
+{
+    switch (t) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return LLM_EL_F32;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return LLM_EL_F16;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return LLM_EL_I64;
+    default: return LLM_EL_OTHER;
+    }
+}
+
+/* The session's inputs or outputs as llm_io; the names are held in *names (free_io). */
+static int read_io(OrtSession *s, bool inputs, llm_io **out, char ***names, size_t *n, char *err,
+                   size_t errlen)
+{
+    OrtAllocator *alloc = NULL;
+    *out = NULL;
+    *n = 0;
+    size_t cnt = 0;
+    if (ort_check(g_ort->GetAllocatorWithDefaultOptions(&alloc), err, errlen) ||
+        ort_check(inputs ? g_ort->SessionGetInputCount(s, &cnt) : g_ort->SessionGetOutputCount(s, &cnt),
+                  err, errlen))
+        return -1;
+    if (cnt > 4 * LLM_MAX_LAYERS + 8) return ts_fail(err, errlen, "%zu %s: too many for a decoder", cnt,
+                                                     inputs ? "inputs" : "outputs");
+    llm_io *ios = calloc(cnt ? cnt : 1, sizeof *ios);
+    *out = ios;
+    *names = calloc(cnt ? cnt : 1, sizeof **names);
+    if (!ios || !*names) return ts_fail(err, errlen, "out of memory");
+    for (size_t i = 0; i < cnt; i++) {
+        char *name = NULL;
+        OrtTypeInfo *ti = NULL;
+        if (ort_check(inputs ? g_ort->SessionGetInputName(s, i, alloc, &name)
+                             : g_ort->SessionGetOutputName(s, i, alloc, &name), err, errlen))
+            return -1;
+        (*names)[i] = strdup(name);
+        ios[i].name = (*names)[i];
+        alloc->Free(alloc, name);
+        *n = i + 1;
+        if (!ios[i].name) return ts_fail(err, errlen, "out of memory");
+        if (ort_check(inputs ? g_ort->SessionGetInputTypeInfo(s, i, &ti)
+                             : g_ort->SessionGetOutputTypeInfo(s, i, &ti), err, errlen))
+            return -1;
+        const OrtTensorTypeAndShapeInfo *tinfo = NULL;
+        ONNXType ot = ONNX_TYPE_UNKNOWN;
+        (void)ort_check(g_ort->GetOnnxTypeFromTypeInfo(ti, &ot), NULL, 0);
+        if (ot == ONNX_TYPE_TENSOR && !ort_check(g_ort->CastTypeInfoToTensorInfo(ti, &tinfo), NULL, 0) &&
+            tinfo) {
+            ONNXTensorElementDataType et = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+            size_t nd = 0;
+            (void)ort_check(g_ort->GetTensorElementType(tinfo, &et), NULL, 0);
+            (void)ort_check(g_ort->GetDimensionsCount(tinfo, &nd), NULL, 0);
+            ios[i].el = elem_of(et);
+            ios[i].ndim = nd;
+            if (nd <= LLM_MAX_DIMS) (void)ort_check(g_ort->GetDimensions(tinfo, ios[i].dims, nd), NULL, 0);
+            else ios[i].el = LLM_EL_OTHER;
+        }
+        g_ort->ReleaseTypeInfo(ti);
+    }
+    return 0;
+}
+
+static void free_io(llm_io *ios, char **names, size_t n)
+{
+    for (size_t i = 0; names && i < n; i++) free(names[i]);
+    free(names);
+    free(ios);
+}
+
+/* config.json's max_position_embeddings, or 0. */
+static int64_t model_positions(const char *dir)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *j = json_load_file(path, 0, NULL);
+    json_t *v = json_object_get(j, "max_position_embeddings");
+    int64_t r = json_is_integer(v) && json_integer_value(v) > 0 ? (int64_t)json_integer_value(v) : 0;
+    json_decref(j);
+    return r;
+}
+
+static int make_names(llm_model *m, char *err, size_t errlen)
+{
+    size_t L = m->sig.layers;
+    m->n_in = 2 + (m->sig.position_ids ? 1 : 0) + 2 * L;
+    m->n_out = 1 + 2 * L;
+    m->in_names = calloc(m->n_in, sizeof *m->in_names);
+    m->out_names = calloc(m->n_out, sizeof *m->out_names);
+    const size_t each = 48; /* "past_key_values.<any size_t>.value" fits */
+    m->names = calloc(4 * L, each);
+    if (!m->in_names || !m->out_names || !m->names) return ts_fail(err, errlen, "out of memory");
+    size_t k = 0;
+    m->in_names[k++] = "input_ids";
+    m->in_names[k++] = "attention_mask";
+    if (m->sig.position_ids) m->in_names[k++] = "position_ids";
+    m->out_names[0] = "logits";
+    for (size_t l = 0; l < L; l++)
+        for (int v = 0; v < 2; v++) {
+            char *pn = m->names + (4 * l + 2 * (size_t)v) * each, *on = pn + each;
+            snprintf(pn, each, "past_key_values.%zu.%s", l, v ? "value" : "key");
+            snprintf(on, each, "present.%zu.%s", l, v ? "value" : "key");
+            m->in_names[k++] = pn;
+            m->out_names[1 + 2 * l + (size_t)v] = on;
+        }
+    return 0;
+}
+
+int llm_model_open(const char *dir, const llm_model_opts *opt, llm_model **out, ts_err *err)
+{
+    *out = NULL;
+    char path[1200], msg[1024] = "";
+    llm_io *ins = NULL, *outs = NULL;
+    char **in_names = NULL, **out_names = NULL;
+    size_t nin = 0, nout = 0;
+    OrtSessionOptions *so = NULL;
+    llm_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if (gen_config_load(path, &m->gen, err)) goto fail;
+    snprintf(path, sizeof path, "%s/model.onnx", dir);
+    /* the same providers, in the same order, as every other session of this worker */
+    if (ort_check(g_ort->CreateSessionOptions(&so), msg, sizeof msg) ||
+        (opt->intra_op_threads > 0 &&
+         ort_check(g_ort->SetIntraOpNumThreads(so, opt->intra_op_threads), msg, sizeof msg)) ||
+        ep_apply(opt->ep_cfg, opt->ep, so, msg, sizeof msg) ||
+        ort_check(g_ort->CreateSession(ortenv_env(), path, so, &m->session), msg, sizeof msg)) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);
+        goto fail;
+    }
+    m->gpu = opt->ep->decision.active != PROV_CPU;
+    if (read_io(m->session, true, &ins, &in_names, &nin, msg, sizeof msg) ||
+        read_io(m->session, false, &outs, &out_names, &nout, msg, sizeof msg) ||
+        llm_sig_detect(ins, nin, outs, nout, &m->sig, msg, sizeof msg)) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "%s is not an Optimum text-generation-with-past decoder: %s",
+                   path, msg);
+        goto fail;
+    }
+    if (make_names(m, msg, sizeof msg)) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);
+        goto fail;
+    }
+    m->elem = m->sig.kv_fp16 ? 2 : 4;
+    int64_t ctx = model_positions(dir);
+    if (opt->max_context > 0 && (ctx == 0 || opt->max_context < ctx)) ctx = opt->max_context;
+    if (ctx == 0) ctx = LLM_DEFAULT_CONTEXT;
+    m->max_context = ctx < LLM_MAX_CONTEXT ? ctx : LLM_MAX_CONTEXT;
+    free_io(ins, in_names, nin);
+    free_io(outs, out_names, nout);
+    g_ort->ReleaseSessionOptions(so);
+    LOG_INFO_(LOGF({"model_dir", dir}),
+              "LLM: %zu layers, %zu KV heads x %zu, %s KV cache, vocab %zu, context %lld%s", m->sig.layers,
+              m->sig.kv_heads, m->sig.head_dim, m->sig.kv_fp16 ? "FP16" : "FP32", m->sig.vocab,
+              (long long)m->max_context, m->sig.position_ids ? "" : ", no position_ids");
+    *out = m;
+    return 0;
+fail:
+    free_io(ins, in_names, nin);
+    free_io(outs, out_names, nout);
+    if (so) g_ort->ReleaseSessionOptions(so);
+    llm_model_free(m);
+    return -1;
+}
+
+void llm_model_free(llm_model *m)
+{
+    if (!m) return;
+    if (m->session) g_ort->ReleaseSession(m->session);
+    free(m->in_names);
+    free(m->out_names);
+    free(m->names);
+    free(m);
+}
+
+const llm_sig *llm_model_sig(const llm_model *m) { return &m->sig; }
+const gen_config *llm_model_gen(const llm_model *m) { return &m->gen; }
+int64_t llm_model_max_context(const llm_model *m) { return m->max_context; }
+size_t llm_model_kv_bytes_per_token(const llm_model *m)
+{
+    return 2 * m->sig.layers * m->sig.kv_heads * m->sig.head_dim * m->elem;
+}
+bool llm_model_on_gpu(const llm_model *m) { return m->gpu; }

@@ -1,0 +1,82 @@
+/* llm_model: a decoder-only LLM in Hugging Face Optimum's text-generation-with-past export,
+ * opened as an ONNX Runtime session the way the engine opens every model (the worker's
+ * resolved providers through ep_apply, so EXECUTION_MODE, STRICT_EP and the tier apply).
+ *
+ * A model folder holds model.onnx, tokenizer.json, tokenizer_config.json,
+ * generation_config.json and usually config.json. The signature is read from the session's
+ * I/O (llm_sig_detect): input_ids, attention_mask, optional position_ids,
+ * past_key_values.{i}.key/value [batch, kv_heads, past, head_dim] in, logits and
+ * present.{i}.key/value out; layer count, KV heads, head size and dtype (FP32 or FP16) come
+ * from there. Anything else is refused with a message naming what does not match.
+ *
+ * Ownership: llm_model_open returns a model the caller frees with llm_model_free after
+ * every engine using it is gone. Once open it is read-only. */
+#ifndef TS_LLM_MODEL_H
+#define TS_LLM_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ep.h"
+#include "err.h"
+#include "gen_config.h"
+
+/* Contexts longer than this are refused whatever the model says (a KV cache is allocated
+ * per sequence for its whole context). */
+#define LLM_MAX_CONTEXT 131072
+/* The context when neither the setting nor config.json's max_position_embeddings says. */
+#define LLM_DEFAULT_CONTEXT 2048
+#define LLM_MAX_LAYERS 256
+#define LLM_MAX_DIMS 8
+
+/* ---- signature detection (pure: no ORT types, unit-tested) ---- */
+typedef enum { LLM_EL_OTHER = 0, LLM_EL_F32, LLM_EL_F16, LLM_EL_I64 } llm_elem;
+
+typedef struct {
+    const char *name;
+    llm_elem el;
+    size_t ndim;
+    int64_t dims[LLM_MAX_DIMS]; /* -1: dynamic */
+} llm_io;
+
+typedef struct {
+    size_t layers;
+    size_t kv_heads;
+    size_t head_dim;
+    size_t vocab;         /* logits' last dimension */
+    bool kv_fp16;         /* past/present are FP16 (else FP32) */
+    bool logits_fp16;
+    bool position_ids;    /* the model takes position_ids */
+} llm_sig;
+
+/* Reads an Optimum decoder's signature from its inputs and outputs. Returns 0, or -1 with
+ * a message naming the input or output that does not match. */
+int llm_sig_detect(const llm_io *in, size_t nin, const llm_io *out, size_t nout, llm_sig *sig,
+                   char *err, size_t errlen);
+
+/* ---- the model ---- */
+typedef struct llm_model llm_model;
+
+typedef struct {
+    const ep_config *ep_cfg; /* the worker's settings (EXECUTION_MODE, STRICT_EP, device) */
+    const ep_result *ep;     /* ep_resolve's decision: the providers every session gets */
+    int intra_op_threads;    /* 0: ORT's default */
+    int64_t max_context;     /* 0: config.json's max_position_embeddings, else the default;
+                                otherwise at most this (and at most the model's) */
+} llm_model_opts;
+
+/* dir: the model folder (model.onnx, generation_config.json, config.json). Returns 0, or
+ * -1 with err set (500: the file, the session, or the signature, named). */
+int llm_model_open(const char *dir, const llm_model_opts *opt, llm_model **out, ts_err *err);
+void llm_model_free(llm_model *m);
+
+const llm_sig *llm_model_sig(const llm_model *m);
+const gen_config *llm_model_gen(const llm_model *m);
+int64_t llm_model_max_context(const llm_model *m);
+/* Bytes of KV cache one token takes (all layers, keys and values). */
+size_t llm_model_kv_bytes_per_token(const llm_model *m);
+/* Does the model run on a GPU tier (where the KV cache would stay on the device)? */
+bool llm_model_on_gpu(const llm_model *m);
+
+#endif

@@ -1,0 +1,72 @@
+/* llm_seq: one sequence's tokens and KV cache, sized once for its whole life. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "llm_int.h"
+
+llm_seq *llm_seq_new(const llm_model *m, const int32_t *prompt, size_t n, const llm_gen_params *p,
+                     ts_err *err)
+{
+    size_t ctx = (size_t)m->max_context;
+    if (n == 0) {
+        ts_err_set(err, TS_BAD_REQUEST, "the prompt has no tokens");
+        return NULL;
+    }
+    if (n >= ctx) {
+        ts_err_set(err, TS_BAD_REQUEST, "the prompt has %zu tokens; the model's context is %zu, "
+                   "which leaves no room to generate", n, ctx);
+        return NULL;
+    }
+    if (p->max_new_tokens < 1) {
+        ts_err_set(err, TS_BAD_REQUEST, "max_new_tokens must be at least 1");
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (prompt[i] < 0 || (size_t)prompt[i] >= m->sig.vocab) {
+            ts_err_set(err, TS_BAD_REQUEST, "prompt token %zu is id %d, outside the model's "
+                       "vocabulary of %zu", i, prompt[i], m->sig.vocab);
+            return NULL;
+        }
+    /* cap: prompt plus what may be generated, within the context (the last token is never
+     * fed back, so the cache could hold one slot less; the bound stays simple) */
+    size_t want = (size_t)p->max_new_tokens < ctx - n ? n + (size_t)p->max_new_tokens : ctx;
+    llm_seq *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->cap = want;
+    s->kv_bytes = want * llm_model_kv_bytes_per_token(m);
+    s->tokens = malloc(want * sizeof *s->tokens);
+    if (!s->tokens) goto oom;
+    memcpy(s->tokens, prompt, n * sizeof *prompt);
+    s->n_tokens = s->n_prompt = n;
+    s->params = *p;
+    atomic_init(&s->cancelled, false);
+    return s;
+oom:
+    llm_seq_free(s);
+    ts_err_set(err, TS_INTERNAL_ERROR, "out of memory for a sequence of %zu tokens", want);
+    return NULL;
+}
+
+int llm_seq_alloc_kv(llm_seq *s, ts_err *err)
+{
+    if (s->kv) return 0;
+    s->kv = malloc(s->kv_bytes ? s->kv_bytes : 1);
+    if (s->kv) return 0;
+    ts_err_set(err, TS_INTERNAL_ERROR, "out of memory for a KV cache of %zu bytes", s->kv_bytes);
+    return -1;
+}
+
+void llm_seq_free(llm_seq *s)
+{
+    if (!s) return;
+    free(s->tokens);
+    free(s->kv);
+    free(s);
+}
+
+uint8_t *llm_seq_kv_at(const llm_model *m, const llm_seq *s, size_t layer, int value, size_t head,
+                       size_t t)
+{
+    size_t row = ((layer * 2 + (size_t)value) * m->sig.kv_heads + head) * s->cap + t;
+    return s->kv + row * m->sig.head_dim * m->elem;
+}

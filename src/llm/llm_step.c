@@ -1,0 +1,155 @@
+/* llm_step: one Run() over a batch of sequences.
+ *
+ * Every sequence keeps its own KV cache in host memory; a step gathers the pasts into one
+ * [batch, kv_heads, longest, head_dim] tensor per layer, left-padded (the new tokens of
+ * every sequence then sit at the same slots, so the model's causal rule over slots holds),
+ * and masks the padding with attention_mask 0. Position ids are each sequence's own, so the
+ * padding changes nothing in what a sequence computes. Only the new slots of the presents
+ * are copied back. This is the CPU path; see docs/llm.md for what the GPU tiers do. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llm_int.h"
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static OrtStatus *tensor(void *data, size_t bytes, const int64_t *shape, size_t nd,
+                         ONNXTensorElementDataType t, OrtValue **out)
+{
+    return g_ort->CreateTensorWithDataAsOrtValue(ortenv_cpu_meminfo(), data, bytes, shape, nd, t, out);
+}
+
+int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_new, float *logits,
+                 ts_err *err)
+{
+    const llm_sig *sig = &m->sig;
+    size_t past = 0;
+    for (size_t i = 0; i < n; i++)
+        if (seqs[i]->n_cached > past) past = seqs[i]->n_cached;
+    size_t total = past + s_new, H = sig->kv_heads, D = sig->head_dim, esz = m->elem;
+    size_t row = D * esz, past_bytes = n * H * past * row;
+    size_t n_ids = n * s_new, n_mask = n * total;
+    size_t kv_in = 2 * sig->layers;
+    /* one block: ids, positions, mask, then every past tensor */
+    size_t bytes = (2 * n_ids + n_mask) * sizeof(int64_t) + kv_in * past_bytes;
+    uint8_t *block = calloc(1, bytes ? bytes : 1);
+    OrtValue *in[2 + 1 + 2 * LLM_MAX_LAYERS] = {0}, *out[1 + 2 * LLM_MAX_LAYERS] = {0};
+    char msg[600] = "";
+    int rc = -1;
+    if (!block) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory for a step of %zu sequences", n);
+        return -1;
+    }
+    int64_t *ids = (int64_t *)block, *pos = ids + n_ids, *mask = pos + n_ids;
+    uint8_t *pasts = (uint8_t *)(mask + n_mask);
+    for (size_t i = 0; i < n; i++) {
+        const llm_seq *s = seqs[i];
+        size_t pad = past - s->n_cached;
+        for (size_t j = 0; j < s_new; j++) {
+            ids[i * s_new + j] = s->tokens[s->n_cached + j];
+            pos[i * s_new + j] = (int64_t)(s->n_cached + j);
+        }
+        for (size_t j = 0; j < total; j++) mask[i * total + j] = j >= pad;
+        for (size_t l = 0; l < sig->layers; l++)
+            for (int v = 0; v < 2; v++)
+                for (size_t h = 0; h < H; h++) {
+                    uint8_t *dst = pasts + (2 * l + (size_t)v) * past_bytes + ((i * H + h) * past + pad) * row;
+                    if (s->n_cached) memcpy(dst, llm_seq_kv_at(m, s, l, v, h, 0), s->n_cached * row);
+                }
+    }
+    int64_t ids_shape[2] = {(int64_t)n, (int64_t)s_new}, mask_shape[2] = {(int64_t)n, (int64_t)total};
+    int64_t kv_shape[4] = {(int64_t)n, (int64_t)H, (int64_t)past, (int64_t)D};
+    ONNXTensorElementDataType kv_t =
+        sig->kv_fp16 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+    size_t k = 0;
+    OrtStatus *st = tensor(ids, n_ids * sizeof *ids, ids_shape, 2, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, &in[k++]);
+    if (!st) st = tensor(mask, n_mask * sizeof *mask, mask_shape, 2, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, &in[k++]);
+    if (!st && sig->position_ids)
+        st = tensor(pos, n_ids * sizeof *pos, ids_shape, 2, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, &in[k++]);
+    /* a zero-length past still needs a valid pointer: the block's start will do */
+    for (size_t t = 0; !st && t < kv_in; t++)
+        st = tensor(past_bytes ? pasts + t * past_bytes : block, past_bytes, kv_shape, 4, kv_t, &in[k++]);
+    if (!st) st = g_ort->Run(m->session, NULL, m->in_names, (const OrtValue *const *)in, m->n_in,
+                             m->out_names, m->n_out, out);
+    if (ort_check(st, msg, sizeof msg)) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "LLM step (%zu sequence(s), %zu new token(s), past %zu): %s",
+                   n, s_new, past, msg);
+        goto out;
+    }
+    /* check what came back before reading it: a model that lied about its shapes must not
+     * make us read out of bounds */
+    for (size_t o = 0; o < m->n_out; o++) {
+        OrtTensorTypeAndShapeInfo *info = NULL;
+        int64_t dims[4] = {0};
+        size_t nd = 0;
+        if (ort_check(g_ort->GetTensorTypeAndShape(out[o], &info), msg, sizeof msg)) goto bad;
+        (void)ort_check(g_ort->GetDimensionsCount(info, &nd), NULL, 0);
+        if (nd == (o ? 4u : 3u)) (void)ort_check(g_ort->GetDimensions(info, dims, nd), NULL, 0);
+        g_ort->ReleaseTensorTypeAndShapeInfo(info);
+        bool ok = o ? nd == 4 && dims[0] == (int64_t)n && dims[1] == (int64_t)H &&
+                          dims[2] == (int64_t)total && dims[3] == (int64_t)D
+                    : nd == 3 && dims[0] == (int64_t)n && dims[1] == (int64_t)s_new &&
+                          dims[2] == (int64_t)sig->vocab;
+        if (!ok) {
+            snprintf(msg, sizeof msg, "output '%s' has an unexpected shape", m->out_names[o]);
+            goto bad;
+        }
+    }
+    void *lp = NULL;
+    if (ort_check(g_ort->GetTensorMutableData(out[0], &lp), msg, sizeof msg)) goto bad;
+    for (size_t i = 0; i < n; i++) {
+        size_t off = (i * s_new + s_new - 1) * sig->vocab;
+        float *dst = logits + i * sig->vocab;
+        if (sig->logits_fp16) {
+            const uint16_t *src = (const uint16_t *)lp + off;
+            for (size_t v = 0; v < sig->vocab; v++) dst[v] = half_to_float(src[v]);
+        } else {
+            memcpy(dst, (const float *)lp + off, sig->vocab * sizeof *dst);
+        }
+    }
+    for (size_t l = 0; l < sig->layers; l++)
+        for (int v = 0; v < 2; v++) {
+            void *pp = NULL;
+            if (ort_check(g_ort->GetTensorMutableData(out[1 + 2 * l + (size_t)v], &pp), msg, sizeof msg))
+                goto bad;
+            for (size_t i = 0; i < n; i++)
+                for (size_t h = 0; h < H; h++)
+                    memcpy(llm_seq_kv_at(m, seqs[i], l, v, h, seqs[i]->n_cached),
+                           (uint8_t *)pp + ((i * H + h) * total + past) * row, s_new * row);
+        }
+    for (size_t i = 0; i < n; i++) seqs[i]->n_cached += s_new;
+    rc = 0;
+    goto out;
+bad:
+    ts_err_set(err, TS_INTERNAL_ERROR, "LLM step: %s", msg);
+out:
+    for (size_t i = 0; i < k; i++)
+        if (in[i]) g_ort->ReleaseValue(in[i]);
+    for (size_t o = 0; o < m->n_out; o++)
+        if (out[o]) g_ort->ReleaseValue(out[o]);
+    free(block);
+    return rc;
+}

@@ -1,0 +1,370 @@
+/* llm_gen_check: drives src/llm's generation core on the tiny test decoder
+ * (tests/models/gen_llm_model.py) through the real engine, and checks what needs no
+ * reference. tests/llm/gen_check.py runs it and compares the greedy tokens with numpy.
+ *
+ *   llm_gen_check MODELDIR N PROMPT...     FP32 model: prints one JSON object
+ *       {"prompts": [[ids]...], "single": [[ids]...], "batched": [[ids]...]}
+ *       after checking that batched == single, seeded sampling, cancellation and the queue
+ *       bounds (exit 1 with a message on stderr when a check fails)
+ *   llm_gen_check --fp16 MODELDIR N PROMPT...   the FP16 variant loads and generates
+ *
+ * EXECUTION_MODE (default cpu) and STRICT_EP pick the tier the way the worker does: the GPU
+ * check is `EXECUTION_MODE=cuda STRICT_EP=1 ctest -R llm_generation` (exit 78, a failure,
+ * when CUDA does not work rather than a silent CPU run). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "ep.h"
+#include "llm_engine.h"
+#include "llm_model.h"
+#include "ortenv.h"
+#include "tokenizer.h"
+
+#define MAX_PROMPTS 8
+#define MAX_TOKENS 512
+#define WAIT_S 120.0 /* generous: an ASan build on a loaded 2-core VM */
+
+/* What the callback collects for one sequence. */
+typedef struct {
+    pthread_mutex_t *mu;
+    pthread_cond_t *cv;
+    int32_t toks[MAX_TOKENS];
+    size_t n;
+    llm_finish fin;
+    bool done;
+    int finals; /* final callbacks seen: must end at exactly 1 */
+    char err[512];
+} collect;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static int g_fail;
+
+#define CHECK(cond, ...)                                                                   \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                           \
+            fprintf(stderr, __VA_ARGS__);                                                  \
+            fprintf(stderr, "\n");                                                         \
+            g_fail = 1;                                                                    \
+        }                                                                                  \
+    } while (0)
+
+static void on_token(void *ud, uint64_t id, int32_t tok, llm_finish fin, const ts_err *err)
+{
+    (void)id;
+    collect *c = ud;
+    pthread_mutex_lock(c->mu);
+    if (tok >= 0 && c->n < MAX_TOKENS) c->toks[c->n++] = tok;
+    if (fin != LLM_FIN_NONE) {
+        c->fin = fin;
+        c->done = true;
+        c->finals++;
+        if (err) snprintf(c->err, sizeof c->err, "%s", err->msg);
+    }
+    pthread_cond_broadcast(c->cv);
+    pthread_mutex_unlock(c->mu);
+}
+
+static void collect_init(collect *c)
+{
+    memset(c, 0, sizeof *c);
+    c->mu = &g_mu;
+    c->cv = &g_cv;
+}
+
+/* Waits until c has at least n tokens (or is done when n == 0). false on timeout. */
+static bool wait_for(collect *c, size_t n)
+{
+    double end = ts_now() + WAIT_S;
+    bool ok = true;
+    pthread_mutex_lock(&g_mu);
+    while (n ? c->n < n && !c->done : !c->done) {
+        if (ts_now() > end) {
+            ok = false;
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&g_cv, &g_mu, &ts);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return ok;
+}
+
+static llm_engine *engine(llm_model *m, size_t active, size_t waiting, size_t chunk)
+{
+    llm_engine_opts o = {.max_active = active, .max_waiting = waiting, .prefill_chunk = chunk};
+    llm_engine *e = NULL;
+    ts_err err = {0};
+    if (llm_engine_new(m, &o, &e, &err)) {
+        fprintf(stderr, "llm_engine_new: %s\n", err.msg);
+        exit(1);
+    }
+    return e;
+}
+
+static llm_gen_params greedy(int64_t n)
+{
+    return (llm_gen_params){.max_new_tokens = n, .sample = {.temperature = 0, .top_p = 1}};
+}
+
+static uint64_t add(llm_engine *e, const tok_ids *p, const llm_gen_params *gp, collect *c)
+{
+    uint64_t id = 0;
+    ts_err err = {0};
+    if (llm_engine_add(e, p->v, p->n, gp, on_token, c, &id, &err)) {
+        fprintf(stderr, "llm_engine_add: %s\n", err.msg);
+        exit(1);
+    }
+    return id;
+}
+
+static void print_ids(const int32_t *v, size_t n)
+{
+    printf("[");
+    for (size_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", v[i]);
+    printf("]");
+}
+
+static bool same(const collect *a, const collect *b)
+{
+    return a->n == b->n && memcmp(a->toks, b->toks, a->n * sizeof *a->toks) == 0;
+}
+
+/* Every prompt alone (one active sequence), then all of them on one engine with room for
+ * all, each joining after the one before has produced a few tokens, so the batch changes
+ * between steps and the pasts differ in length; small prefill chunks make prompts span
+ * several Run()s. Each sequence must get the same tokens both ways. */
+static void check_batching(llm_model *m, tok_ids *prompts, size_t np, int64_t n, collect *single,
+                           collect *batched)
+{
+    llm_gen_params gp = greedy(n);
+    llm_engine *e = engine(m, 1, MAX_PROMPTS, 3);
+    for (size_t i = 0; i < np; i++) {
+        collect_init(&single[i]);
+        add(e, &prompts[i], &gp, &single[i]);
+        CHECK(wait_for(&single[i], 0), "prompt %zu alone: no end within %.0f s", i, WAIT_S);
+        CHECK(single[i].fin != LLM_FIN_ERROR, "prompt %zu alone: %s", i, single[i].err);
+    }
+    llm_engine_free(e);
+
+    e = engine(m, MAX_PROMPTS, MAX_PROMPTS, 2);
+    for (size_t i = 0; i < np; i++) {
+        collect_init(&batched[i]);
+        add(e, &prompts[i], &gp, &batched[i]);
+        if (i + 1 < np) CHECK(wait_for(&batched[i], 1 + i % 2), "prompt %zu batched: too slow", i);
+    }
+    for (size_t i = 0; i < np; i++) {
+        CHECK(wait_for(&batched[i], 0), "prompt %zu batched: no end", i);
+        CHECK(batched[i].finals == 1, "prompt %zu: %d final callbacks", i, batched[i].finals);
+        CHECK(same(&single[i], &batched[i]), "prompt %zu: batched tokens differ from one at a time", i);
+    }
+    llm_engine_stats st;
+    llm_engine_stats_get(e, &st);
+    CHECK(st.max_batch >= 2, "the decode steps never carried more than %zu sequence(s)", st.max_batch);
+    CHECK(st.active == 0 && st.waiting == 0 && st.kv_bytes == 0,
+          "after the end: %zu active, %zu waiting, %zu KV bytes", st.active, st.waiting, st.kv_bytes);
+    fprintf(stderr, "batching: %llu decode steps, at most %zu sequences in one, %llu prefill runs\n",
+            (unsigned long long)st.steps, st.max_batch, (unsigned long long)st.prefill_runs);
+    llm_engine_free(e);
+}
+
+/* Seeded sampling repeats itself; another seed gives other tokens; greedy ignores seeds. */
+static void check_sampling(llm_model *m, const tok_ids *p)
+{
+    llm_gen_params gp = {.max_new_tokens = 24, .sample = {.temperature = 0.9, .top_k = 50, .top_p = 0.95},
+                         .seeded = true, .seed = 42, .ignore_eos = true};
+    collect a, b, c, d;
+    llm_engine *e = engine(m, 4, 4, 16);
+    collect_init(&a);
+    collect_init(&b);
+    collect_init(&c);
+    add(e, p, &gp, &a);
+    add(e, p, &gp, &b); /* the same seed in the same batch */
+    gp.seed = 43;
+    add(e, p, &gp, &c);
+    CHECK(wait_for(&a, 0) && wait_for(&b, 0) && wait_for(&c, 0), "sampling: no end");
+    CHECK(a.n == 24 && same(&a, &b), "sampling: seed 42 twice gave different tokens");
+    CHECK(!same(&a, &c), "sampling: seeds 42 and 43 gave the same 24 tokens");
+    /* top_k 1 is greedy whatever the temperature */
+    gp.sample.top_k = 1;
+    collect_init(&d);
+    add(e, p, &gp, &d);
+    collect g;
+    collect_init(&g);
+    llm_gen_params gg = greedy(24);
+    gg.ignore_eos = true;
+    add(e, p, &gg, &g);
+    CHECK(wait_for(&d, 0) && wait_for(&g, 0) && same(&d, &g), "sampling: top_k 1 is not greedy");
+    llm_engine_free(e);
+}
+
+/* Two slots, one waiting place: a third sequence waits, a fourth is refused with 503;
+ * cancelling a running one frees its slot and cache before the next step, and the waiting
+ * one takes the slot. */
+static void check_cancel(llm_model *m, const tok_ids *p)
+{
+    llm_gen_params gp = greedy(400);
+    gp.ignore_eos = true;
+    collect a, b, c;
+    collect_init(&a);
+    collect_init(&b);
+    collect_init(&c);
+    llm_engine *e = engine(m, 2, 1, 16);
+    uint64_t ia = add(e, p, &gp, &a);
+    CHECK(wait_for(&a, 1), "cancel: A never ran");
+    add(e, p, &gp, &b);
+    CHECK(wait_for(&b, 2), "cancel: B never ran");
+    add(e, p, &gp, &c);
+    llm_engine_stats st;
+    llm_engine_stats_get(e, &st);
+    CHECK(st.active == 2 && st.waiting == 1, "cancel: %zu active, %zu waiting (want 2, 1)", st.active,
+          st.waiting);
+    size_t per_seq = st.kv_bytes / 2;
+    CHECK(per_seq == (p->n + 400) * llm_model_kv_bytes_per_token(m), "cancel: %zu KV bytes for 2", st.kv_bytes);
+    uint64_t id = 0;
+    ts_err err = {0};
+    collect d;
+    collect_init(&d);
+    int rc = llm_engine_add(e, p->v, p->n, &gp, on_token, &d, &id, &err);
+    CHECK(rc == -1 && err.http == 503, "cancel: a full wait queue answered %d %d (%s)", rc, err.http, err.msg);
+    llm_engine_cancel(e, ia);
+    CHECK(wait_for(&a, 0) && a.fin == LLM_FIN_CANCELLED, "cancel: A did not end cancelled");
+    CHECK(wait_for(&c, 2), "cancel: C never got the freed slot");
+    llm_engine_stats_get(e, &st);
+    CHECK(st.active == 2 && st.waiting == 0, "cancel: after: %zu active, %zu waiting", st.active, st.waiting);
+    CHECK(!b.done, "cancel: B ended (%s)", llm_finish_name(b.fin));
+    llm_engine_free(e); /* B and C end cancelled */
+    CHECK(b.fin == LLM_FIN_CANCELLED && c.fin == LLM_FIN_CANCELLED && b.finals == 1 && c.finals == 1,
+          "cancel: freeing the engine did not end B and C once each");
+    CHECK(a.n < 400 && a.finals == 1, "cancel: A kept going (%zu tokens, %d finals)", a.n, a.finals);
+}
+
+/* Requests the engine must refuse with 400. */
+static void check_refusals(llm_model *m)
+{
+    llm_engine *e = engine(m, 1, 1, 16);
+    collect c;
+    collect_init(&c);
+    uint64_t id;
+    ts_err err = {0};
+    int32_t bad[2] = {1, 32000};
+    llm_gen_params gp = greedy(4);
+    CHECK(llm_engine_add(e, bad, 2, &gp, on_token, &c, &id, &err) == -1 && err.http == 400 &&
+              strstr(err.msg, "vocabulary"), "an id outside the vocabulary: %s", err.msg);
+    CHECK(llm_engine_add(e, bad, 0, &gp, on_token, &c, &id, &err) == -1 && err.http == 400,
+          "an empty prompt: %s", err.msg);
+    gp.sample.top_p = 0;
+    CHECK(llm_engine_add(e, bad, 1, &gp, on_token, &c, &id, &err) == -1 && err.http == 400,
+          "top_p 0: %s", err.msg);
+    static int32_t longp[2048];
+    for (size_t i = 0; i < 2048; i++) longp[i] = 1;
+    gp = greedy(4);
+    CHECK(llm_engine_add(e, longp, 2048, &gp, on_token, &c, &id, &err) == -1 && err.http == 400 &&
+              strstr(err.msg, "context"), "a prompt filling the context: %s", err.msg);
+    /* near the end of the context: generation stops with "length" when it is full */
+    gp = greedy(100);
+    gp.ignore_eos = true;
+    add(e, &(tok_ids){.v = longp, .n = 2040}, &gp, &c);
+    CHECK(wait_for(&c, 0) && c.fin == LLM_FIN_LENGTH && c.n == 8, "context end: %zu tokens, %s (%s)",
+          c.n, llm_finish_name(c.fin), c.err);
+    llm_engine_free(e);
+}
+
+int main(int argc, char **argv)
+{
+    bool fp16 = argc > 1 && strcmp(argv[1], "--fp16") == 0;
+    if (fp16) argc--, argv++;
+    if (argc < 4 || argc - 3 > MAX_PROMPTS) {
+        fprintf(stderr, "usage: llm_gen_check [--fp16] MODELDIR N PROMPT... (at most %d)\n", MAX_PROMPTS);
+        return 64;
+    }
+    const char *dir = argv[1];
+    int64_t n = atoll(argv[2]);
+    char err[1024];
+    if (ortenv_init(LOG_ERROR, err, sizeof err)) {
+        fprintf(stderr, "ortenv_init: %s\n", err);
+        return 1;
+    }
+    log_set_level(LOG_WARN);
+    ep_config epc = {.mode = EXEC_CPU};
+    const char *mode = getenv("EXECUTION_MODE");
+    if (mode && tier_mode_parse(mode, &epc.mode)) {
+        fprintf(stderr, "bad EXECUTION_MODE %s\n", mode);
+        return 64;
+    }
+    const char *strict = getenv("STRICT_EP");
+    epc.strict = strict && strcmp(strict, "1") == 0;
+    ep_result epr;
+    ep_resolve(&epc, &epr);
+    if (epr.decision.refuse) {
+        fprintf(stderr, "STRICT_EP=1: EXECUTION_MODE=%s cannot run here\n", tier_mode_name(epc.mode));
+        return 78;
+    }
+    fprintf(stderr, "tier: %s (%s)\n", tier_name(epr.decision.tier), tier_provider_name(epr.decision.active));
+    llm_model_opts mo = {.ep_cfg = &epc, .ep = &epr, .intra_op_threads = 1};
+    llm_model *m = NULL;
+    ts_err te = {0};
+    if (llm_model_open(dir, &mo, &m, &te)) {
+        fprintf(stderr, "llm_model_open: %s\n", te.msg);
+        return 1;
+    }
+    const llm_sig *sig = llm_model_sig(m);
+    CHECK(sig->layers == 2 && sig->kv_heads == 2 && sig->head_dim == 16 && sig->vocab == 32000 &&
+              sig->position_ids && sig->kv_fp16 == fp16 && sig->logits_fp16 == fp16,
+          "signature: %zu layers, %zu kv heads, head %zu, vocab %zu, fp16 %d", sig->layers,
+          sig->kv_heads, sig->head_dim, sig->vocab, sig->kv_fp16);
+    CHECK(llm_model_max_context(m) == 2048, "context %lld", (long long)llm_model_max_context(m));
+    CHECK(llm_model_gen(m)->n_eos == 1 && llm_model_gen(m)->eos[0] == 2, "generation_config eos");
+
+    ts_err terr = {0};
+    tokenizer *tok = tok_load(dir, &terr);
+    if (!tok) {
+        fprintf(stderr, "tok_load: %s\n", terr.msg);
+        return 1;
+    }
+    size_t np = (size_t)argc - 3;
+    tok_ids prompts[MAX_PROMPTS];
+    for (size_t i = 0; i < np; i++) {
+        tok_ids_init(&prompts[i], 1024);
+        if (tok_encode(tok, argv[3 + i], strlen(argv[3 + i]), true, &prompts[i], &terr)) {
+            fprintf(stderr, "tok_encode: %s\n", terr.msg);
+            return 1;
+        }
+    }
+    static collect single[MAX_PROMPTS], batched[MAX_PROMPTS];
+    check_batching(m, prompts, np, n, single, batched);
+    if (!fp16) {
+        check_sampling(m, &prompts[0]);
+        check_cancel(m, &prompts[0]);
+        check_refusals(m);
+    }
+    printf("{\"prompts\": [");
+    for (size_t i = 0; i < np; i++) {
+        printf(i ? ", " : "");
+        print_ids(prompts[i].v, prompts[i].n);
+    }
+    printf("], \"single\": [");
+    for (size_t i = 0; i < np; i++) {
+        printf(i ? ", " : "");
+        print_ids(single[i].toks, single[i].n);
+    }
+    printf("], \"batched\": [");
+    for (size_t i = 0; i < np; i++) {
+        printf(i ? ", " : "");
+        print_ids(batched[i].toks, batched[i].n);
+    }
+    printf("]}\n");
+    for (size_t i = 0; i < np; i++) tok_ids_free(&prompts[i]);
+    tok_free(tok);
+    llm_model_free(m);
+    ortenv_shutdown();
+    return g_fail;
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/python3
+"""The tiny Llama-style decoder of gen_llm_model.py in numpy, with a KV cache: greedy decode.
+
+Usage:  /usr/bin/python3 tests/models/llm_reference.py MODELDIR PROMPTS.json N
+
+PROMPTS.json is a list of prompts, each a list of token ids. Prints one JSON object:
+{"tokens": [[N ids or fewer: stops after EOS], ...], "min_margin": m}, where min_margin is
+the smallest gap between the best and the second-best logit over every greedy choice (a
+check that float rounding between two implementations cannot flip a choice).
+
+The weights come from MODELDIR/model.onnx's initializers (FP32 or FP16: computed in FP32
+either way), so this checks the graph, not the generator's random numbers. Nothing here is
+shared with the C side but the file.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gen_llm_model as spec  # noqa: E402  (sizes only)
+
+
+def load(model_dir):
+    m = onnx.load(os.path.join(model_dir, "model.onnx"))
+    return {t.name: numpy_helper.to_array(t).astype(np.float32) for t in m.graph.initializer
+            if t.name in _NAMES}
+
+
+_NAMES = {"embed", "final_norm", "lm_head", "inv_freq"} | {
+    f"l{i}.{n}" for i in range(spec.LAYERS)
+    for n in ("in_norm", "wq", "wk", "wv", "wo", "post_norm", "w_gate", "w_up", "w_down")}
+
+
+def rmsnorm(x, w):
+    var = np.mean(x * x, axis=-1, keepdims=True) + np.float32(spec.RMS_EPS)
+    return (x * (np.float32(1.0) / np.sqrt(var))) * w
+
+
+def rope(x, pos, inv_freq):  # x [h, S, D], pos [S]
+    freqs = pos.astype(np.float32)[:, None] * inv_freq[None, :]
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    cos, sin = np.cos(emb), np.sin(emb)
+    half = spec.HEAD_DIM // 2
+    rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rot * sin
+
+
+class Model:
+    def __init__(self, model_dir):
+        self.w = load(model_dir)
+
+    def forward(self, ids, cache):
+        """ids: the new token ids; cache: per layer [k, v], each [KV, past, D] (appended to).
+        Returns the logits of every new position, [S, V]."""
+        w, D = self.w, spec.HEAD_DIM
+        past = cache[0][0].shape[1]
+        S = len(ids)
+        pos = np.arange(past, past + S)
+        h = w["embed"][np.asarray(ids)]
+        rep = spec.HEADS // spec.KV_HEADS
+        for i in range(spec.LAYERS):
+            p = f"l{i}."
+            x = rmsnorm(h, w[p + "in_norm"])
+            q = (x @ w[p + "wq"]).reshape(S, spec.HEADS, D).transpose(1, 0, 2)
+            k = (x @ w[p + "wk"]).reshape(S, spec.KV_HEADS, D).transpose(1, 0, 2)
+            v = (x @ w[p + "wv"]).reshape(S, spec.KV_HEADS, D).transpose(1, 0, 2)
+            q, k = rope(q, pos, w["inv_freq"]), rope(k, pos, w["inv_freq"])
+            cache[i][0] = np.concatenate([cache[i][0], k], axis=1)
+            cache[i][1] = np.concatenate([cache[i][1], v], axis=1)
+            kk = np.repeat(cache[i][0], rep, axis=0)  # [H, T, D]: query head j uses KV head j // rep
+            vv = np.repeat(cache[i][1], rep, axis=0)
+            scores = (q @ kk.transpose(0, 2, 1)) * np.float32(1.0 / np.sqrt(D))
+            T = past + S
+            causal = np.arange(T)[None, :] <= (np.arange(S) + past)[:, None]
+            scores = np.where(causal[None], scores, np.float32(-np.inf))
+            scores = scores - scores.max(axis=-1, keepdims=True)
+            e = np.exp(scores)
+            probs = e / e.sum(axis=-1, keepdims=True)
+            ctx = (probs @ vv).transpose(1, 0, 2).reshape(S, spec.HEADS * D)
+            h = h + ctx @ w[p + "wo"]
+            x = rmsnorm(h, w[p + "post_norm"])
+            gate = x @ w[p + "w_gate"]
+            act = gate * (np.float32(1.0) / (np.float32(1.0) + np.exp(-gate)))
+            h = h + (act * (x @ w[p + "w_up"])) @ w[p + "w_down"]
+        return rmsnorm(h, w["final_norm"]) @ w["lm_head"]
+
+    def greedy(self, prompt, n, eos=spec.EOS):
+        cache = [[np.zeros((spec.KV_HEADS, 0, spec.HEAD_DIM), np.float32) for _ in range(2)]
+                 for _ in range(spec.LAYERS)]
+        out, margin = [], np.inf
+        logits = self.forward(prompt, cache)[-1]
+        for _ in range(n):
+            top2 = np.partition(logits, -2)[-2:]
+            margin = min(margin, float(abs(top2[1] - top2[0])))
+            tok = int(np.argmax(logits))
+            out.append(tok)
+            if tok == eos:
+                break
+            logits = self.forward([tok], cache)[-1]
+        return out, margin
+
+
+def main(argv):
+    if len(argv) != 4:
+        print(__doc__, file=sys.stderr)
+        return 64
+    model = Model(argv[1])
+    with open(argv[2]) as f:
+        prompts = json.load(f)
+    tokens, margin = [], np.inf
+    for p in prompts:
+        t, m = model.greedy(p, int(argv[3]))
+        tokens.append(t)
+        margin = min(margin, m)
+    print(json.dumps({"tokens": tokens, "min_margin": margin}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
