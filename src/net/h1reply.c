@@ -254,8 +254,14 @@ void h1conn_flush(h1conn *c)
     if (c->closed) return;
     event_del(c->wev);
     if (c->req) {
-        if (reply_fully_queued(c->req)) h1conn_reply_done(c);
-        else maybe_drained(c);
+        if (reply_fully_queued(c->req)) {
+            h1conn_reply_done(c);
+        } else {
+            /* a stream with nothing waiting for its reader: its deadline stops until the next
+             * piece is queued (a token stream may last far longer than the timeout) */
+            c->reply_since = 0;
+            maybe_drained(c);
+        }
     } else {
         h1conn_reply_done(c);
     }
@@ -427,6 +433,14 @@ void h1req_stream_start(h1req *r, int code, int64_t content_length)
     send_reply(r, head, NULL);
 }
 
+/* Queues a piece of a stream: the reader has the timeout from now to take it. */
+static void stream_queue(h1conn *c, h1out *o)
+{
+    if (c->reply_since == 0) c->reply_since = ts_now();
+    h1out_push(c, o);
+    h1conn_flush(c);
+}
+
 void h1req_stream_write(h1req *r, const void *data, size_t len)
 {
     if (!r->streaming || r->stream_ended || r->head || !len || r->c->closed) return;
@@ -456,8 +470,7 @@ void h1req_stream_write(h1req *r, const void *data, size_t len)
         h1req_abort(r);
         return;
     }
-    h1out_push(c, o);
-    h1conn_flush(c);
+    stream_queue(c, o);
 }
 
 size_t h1req_stream_queued(const h1req *r) { return r->c->out_bytes; }
@@ -504,7 +517,8 @@ void h1req_stream_end(h1req *r)
             h1conn_gone(c);
             return;
         }
-        h1out_push(c, o);
+        stream_queue(c, o);
+        return;
     }
     h1conn_flush(c);
 }

@@ -48,9 +48,10 @@ typedef struct {
     size_t max_header_bytes; /* request line + header block above this: 431 */
     size_t max_headers;      /* more header fields than this: 431 */
     /* A request must arrive whole within this from the connection's accept or from the end
-     * of its previous reply (slowloris), and a reply must be handed to the kernel within this
-     * from its start (a reader that trickles); past either the connection is cut. An idle
-     * keep-alive connection is closed after this too. */
+     * of its previous reply (slowloris), and reply bytes must be handed to the kernel within
+     * this of being queued: a whole reply from its start, a stream from the moment its queue
+     * stopped being empty (a stream whose reader keeps up may last any time; a reader that
+     * trickles is cut). An idle keep-alive connection is closed after this too. */
     double timeout_s;
     size_t max_conns;              /* 0: no cap; else the next one gets a canned 503 */
     const char *max_conns_setting; /* the setting named in that 503's message */

@@ -88,7 +88,7 @@ struct h1conn {
     h1out *out_head, **out_tail;
     size_t out_bytes;
     double waiting_since;       /* for a complete request; 0 while one is handled */
-    double reply_since;         /* a reply started and is not yet in the kernel; 0: none */
+    double reply_since;         /* reply bytes queued and not yet in the kernel since; 0: none */
     double linger_until;        /* closing: the reply is out, the rest is read and dropped */
     size_t linger_bytes;
     bool got_bytes;             /* bytes of a request arrived since waiting_since */

@@ -21,7 +21,7 @@
 #include "clock.h"
 #include "h1srv.h"
 
-enum { ECHO, DEFER, STREAM_CHUNKED, STREAM_LEN, TAKE_BODY, STREAM_BIG };
+enum { ECHO, DEFER, STREAM_CHUNKED, STREAM_LEN, TAKE_BODY, STREAM_BIG, STREAM_SLOW };
 
 typedef struct {
     struct event_base *base;
@@ -116,6 +116,10 @@ static void on_request(h1req *r, void *arg)
         buf_free(&o);
         break;
     }
+    case STREAM_SLOW: /* the test writes the pieces, one at a time (a token stream) */
+        h1req_stream_start(r, 200, -1);
+        f->pending = r;
+        break;
     case STREAM_BIG: {
         static char chunk[256 * 1024];
         memset(chunk, 'x', sizeof chunk);
@@ -631,6 +635,41 @@ static void test_streamed_replies(void **state)
     fx_free(f);
 }
 
+/* A stream longer than the timeout whose reader keeps up is never cut: the deadline is for
+ * reply bytes that wait for the reader, not for the stream's length (an LLM's tokens). */
+static void test_long_stream_that_is_read_is_not_cut(void **state)
+{
+    (void)state;
+    fx *f = fx_new(STREAM_SLOW, 1 << 20, 1, 0);
+    client *c = cconnect(f);
+    csends(f, c, "GET /tokens HTTP/1.1\r\nHost: x\r\n\r\n");
+    pump_until(f, &f->requests, 1, 5);
+    double end = ts_now() + 2.6;
+    int pieces = 0;
+    while (ts_now() < end) {
+        assert_non_null(f->pending); /* still streaming: not cut */
+        h1req_stream_write(f->pending, "tok ", 4);
+        pieces++;
+        double next = ts_now() + 0.3;
+        while (ts_now() < next) {
+            pump(f);
+            cfill(c);
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    assert_non_null(f->pending);
+    h1req_stream_end(f->pending);
+    assert_true(creply(f, c, &R));
+    assert_int_equal(R.status, 200);
+    assert_int_equal(R.body_len, (size_t)pieces * 4);
+    pump_until(f, &f->ends_ok, 1, 5);
+    assert_int_equal(f->ends_gone, 0);
+    assert_int_equal(h1srv_cut(f->s), 0);
+    cclose(c);
+    fx_free(f);
+}
+
 static void test_on_drained_backpressure(void **state)
 {
     (void)state;
@@ -724,6 +763,7 @@ int main(void)
         cmocka_unit_test(test_client_gone_while_pending),
         cmocka_unit_test(test_client_gone_behind_pipelined_bytes),
         cmocka_unit_test(test_streamed_replies),
+        cmocka_unit_test(test_long_stream_that_is_read_is_not_cut),
         cmocka_unit_test(test_on_drained_backpressure),
         cmocka_unit_test(test_take_body),
         cmocka_unit_test(test_body_admit),
