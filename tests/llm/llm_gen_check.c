@@ -38,10 +38,15 @@ typedef struct {
     bool done;
     int finals; /* final callbacks seen: must end at exactly 1 */
     char err[512];
+    /* a gate for the batching check: at hold_at tokens the engine thread waits (in this
+     * callback) until the test has added sequence `index + 1`, so the next sequence joins
+     * while this one runs however the two threads are scheduled */
+    size_t hold_at, index;
 } collect;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static size_t g_added; /* sequences the batching check has added (under g_mu) */
 static int g_fail;
 
 #define CHECK(cond, ...)                                                                   \
@@ -67,6 +72,16 @@ static void on_token(void *ud, uint64_t id, int32_t tok, llm_finish fin, const t
         if (err) snprintf(c->err, sizeof c->err, "%s", err->msg);
     }
     pthread_cond_broadcast(c->cv);
+    if (c->hold_at && c->n == c->hold_at && fin == LLM_FIN_NONE) {
+        double end = ts_now() + WAIT_S;
+        while (g_added <= c->index + 1 && ts_now() < end) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            pthread_cond_timedwait(c->cv, c->mu, &ts);
+        }
+    }
     pthread_mutex_unlock(c->mu);
 }
 
@@ -156,9 +171,18 @@ static void check_batching(llm_model *m, tok_ids *prompts, size_t np, int64_t n,
     llm_engine_free(e);
 
     e = engine(m, MAX_PROMPTS, MAX_PROMPTS, 2);
+    pthread_mutex_lock(&g_mu);
+    g_added = 0;
+    pthread_mutex_unlock(&g_mu);
     for (size_t i = 0; i < np; i++) {
         collect_init(&batched[i]);
+        batched[i].index = i;
+        if (i + 1 < np) batched[i].hold_at = 1 + i % 2;
         add(e, &prompts[i], &gp, &batched[i]);
+        pthread_mutex_lock(&g_mu);
+        g_added = i + 1; /* releases the sequence before, held at its hold_at-th token */
+        pthread_cond_broadcast(&g_cv);
+        pthread_mutex_unlock(&g_mu);
         if (i + 1 < np) CHECK(wait_for(&batched[i], 1 + i % 2), "prompt %zu batched: too slow", i);
     }
     for (size_t i = 0; i < np; i++) {
