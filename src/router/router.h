@@ -20,6 +20,7 @@
 #include "policy.h"
 #include "route.h"
 #include "rconfig.h"
+#include "tls.h"
 
 #define RT_MAX_MODELS 32
 #define RT_MAX_POOLS RC_MAX_POOLS
@@ -111,7 +112,10 @@ typedef struct router {
     router_config *cfg;
     rt_pool pools[RT_MAX_POOLS];
     size_t n_pools;
-    struct event *tick, *sigterm, *sigint;
+    struct event *tick, *sigterm, *sigint, *sighup;
+    /* TLS (docs/security.md "TLS"): the listener's and the backend pools' contexts, NULL when
+     * not configured; SIGHUP loads the files into new ones */
+    tls_ctx *tls_listen, *tls_backend;
     unsigned active;          /* requests being proxied */
     unsigned retries_active;
     uint64_t seq;
@@ -163,6 +167,8 @@ void rt_probe_all(router *r);
 /* Re-resolves DNS-named backends when due, frees backends that left DNS once idle. */
 void rt_dns_refresh(router *r, double now);
 void rt_reap(router *r);
+/* The client TLS context for the pools with tls: true, from now on (new connections). */
+void rt_backends_set_tls(router *r, tls_ctx *ctx);
 size_t rt_pool_healthy(const rt_pool *p, double now);
 void rt_pool_record_latency(rt_pool *p, double now, double secs);
 double rt_pool_p95_ms(rt_pool *p, double now, double window_s);
