@@ -408,6 +408,11 @@ static void on_probe_end(h1cli_req *q, h1cli_outcome o, void *arg)
         char why[400];
         const char *d = h1cli_detail(q);
         snprintf(why, sizeof why, "probe failed: %s", d[0] ? d : "no answer");
+        /* a certificate that does not verify is a setup error, not a dying worker: said even
+         * when the backend was never healthy (set_health logs changes only) */
+        if (d[0])
+            LOG_WARN_EVERY(&b->tls_warn, 60.0, LOGF({"backend", b->addr}, {"pool", b->pool->cfg->name}),
+                           "backend %s: %s", b->addr, d);
         set_health(b, false, false, b->tier_ok, why);
         return;
     }

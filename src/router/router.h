@@ -53,6 +53,7 @@ typedef struct rt_backend {
     double gpu_mem;      /* -1 unknown */
     double worker_queue; /* queue_depth the worker reported */
     double last_probe_ok;
+    log_ratelimit tls_warn; /* a TLS handshake that keeps failing warns once a minute */
     /* the models its last /v2/status listed (bounded: RT_BACKEND_MAX_MODELS) */
     struct rt_backend_model *models;
     size_t n_models;
