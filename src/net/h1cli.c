@@ -1,5 +1,6 @@
 /* h1cli.c: keep-alive connection pools and requests over them (see h1cli.h). */
 #include "h1cli.h"
+#include "tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -30,6 +31,8 @@ struct h1cli_pool {
     struct sockaddr_storage addr;
     socklen_t addrlen;
     char hostport[300]; /* what Host says */
+    tls_ctx *tls;       /* NULL: plain HTTP */
+    char tls_host[256]; /* the name (or IP) the backend's certificate must carry */
     conn *idle, *busy;  /* two doubly linked lists; idle is used newest first */
     size_t n_idle, n_open;
 };
@@ -41,6 +44,9 @@ struct conn {
     int fd;
     struct event *rev, *wev, *timer;
     bool connecting;
+    bool handshaking;   /* TLS: connected, the handshake under way */
+    SSL *ssl;
+    char detail[300];   /* why the request failed, when there is more to say than the outcome */
     bool eof;           /* the backend closed its side: never reused */
     int pending;        /* an outcome to report from the loop (a failure h1cli_send saw) */
     h1cli_req *req;     /* the request it carries, NULL while idle */
@@ -139,6 +145,10 @@ static void conn_close(conn *c)
     if (c->rev) event_free(c->rev);
     if (c->wev) event_free(c->wev);
     if (c->timer) event_free(c->timer);
+    if (c->ssl) {
+        if (!c->handshaking && !c->eof) tls_close_notify(c->ssl);
+        SSL_free(c->ssl);
+    }
     if (c->fd >= 0) close(c->fd);
     if (c->req) req_free(c->req);
     free(c->rbuf);
@@ -373,7 +383,9 @@ static int conn_write(conn *c)
         size_t boff = q->written > q->head_len ? q->written - q->head_len : 0;
         if (q->body_len > boff) iov[n++] = (struct iovec){(void *)(uintptr_t)(q->body + boff), q->body_len - boff}; /* sendmsg only reads it */
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL); /* no SIGPIPE for a peer that left */
+        tls_step want;
+        ssize_t w = c->ssl ? tls_writev(c->ssl, iov, n, &want)
+                           : sendmsg(c->fd, &m, MSG_NOSIGNAL); /* no SIGPIPE for a peer that left */
         if (w < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -387,6 +399,32 @@ static int conn_write(conn *c)
     }
     event_del(c->wev);
     return 0;
+}
+
+/* The TLS handshake, on whichever readiness it waits for; the request goes out once it is
+ * done. Its time counts in the try's timeout from the connect on. A failure (a certificate
+ * that does not verify among them) is a connect failure with OpenSSL's reason. */
+static void conn_handshake(conn *c)
+{
+    switch (tls_handshake(c->ssl, c->detail, sizeof c->detail)) {
+    case TLS_DONE:
+        c->handshaking = false;
+        c->detail[0] = '\0';
+        c->req->last = mono_now();
+        if (!c->req->paused) event_add(c->rev, NULL);
+        if (conn_write(c)) finish(c, H1CLI_ECLOSED);
+        return;
+    case TLS_WANT_READ:
+        event_del(c->wev);
+        event_add(c->rev, NULL);
+        return;
+    case TLS_WANT_WRITE:
+        event_add(c->wev, NULL);
+        return;
+    case TLS_FAILED:
+        finish(c, H1CLI_ECONNECT);
+        return;
+    }
 }
 
 static void on_write(evutil_socket_t fd, short what, void *arg)
@@ -412,8 +450,22 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
             return;
         }
         c->connecting = false;
-        c->req->last = mono_now();
-        if (!c->req->paused) event_add(c->rev, NULL);
+        if (c->pool->tls) {
+            c->ssl = tls_client_ssl(c->pool->tls, c->fd, c->pool->tls_host);
+            if (!c->ssl) {
+                snprintf(c->detail, sizeof c->detail, "TLS: out of memory");
+                finish(c, H1CLI_ECONNECT);
+                return;
+            }
+            c->handshaking = true;
+        } else {
+            c->req->last = mono_now();
+            if (!c->req->paused) event_add(c->rev, NULL);
+        }
+    }
+    if (c->handshaking) {
+        conn_handshake(c);
+        return;
     }
     if (conn_write(c)) finish(c, H1CLI_ECLOSED);
 }
@@ -422,6 +474,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
  * Its read event may not have run yet, so the socket itself is asked. */
 static bool conn_stale(const conn *c)
 {
+    if (c->ssl && SSL_pending(c->ssl) > 0) return true;
     char byte;
     ssize_t n = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
@@ -437,10 +490,15 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         if (conn_stale(c)) conn_close(c); /* (not a resume's late wake-up) */
         return;
     }
+    if (c->handshaking) {
+        conn_handshake(c);
+        return;
+    }
     if (q->paused || c->connecting) return;
     if (!conn_parse(c)) return; /* what an earlier read left (a resume lands here) */
     c->rpos = c->rlen = 0;
-    ssize_t n = recv(c->fd, c->rbuf, H1CLI_READ_BYTES, 0);
+    tls_step want;
+    ssize_t n = c->ssl ? tls_read(c->ssl, c->rbuf, H1CLI_READ_BYTES, &want) : recv(c->fd, c->rbuf, H1CLI_READ_BYTES, 0);
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
         finish(c, H1CLI_ECLOSED);
@@ -455,7 +513,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         return;
     }
     c->rlen = (size_t)n;
-    conn_parse(c);
+    /* a record read whole may hold more than fitted: OpenSSL has it, the socket is quiet */
+    if (conn_parse(c) && c->ssl && SSL_pending(c->ssl) > 0) event_active(c->rev, EV_READ, 0);
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -500,9 +559,10 @@ static conn *conn_new(h1cli_pool *p, char *err, size_t errlen)
     /* without NODELAY a body's last segment waits for the backend's delayed ACK (40 ms) */
     int one = 1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (connect(c->fd, (const struct sockaddr *)&p->addr, p->addrlen) == 0) {
+    int rc = connect(c->fd, (const struct sockaddr *)&p->addr, p->addrlen);
+    if (rc == 0 && !p->tls) {
         event_add(c->rev, NULL);
-    } else if (errno == EINPROGRESS) {
+    } else if (rc == 0 || errno == EINPROGRESS) { /* TLS: the handshake starts from on_write */
         c->connecting = true;
         event_add(c->wev, NULL);
     } else {
@@ -544,8 +604,19 @@ void h1cli_pool_free(h1cli_pool *p)
     if (!p) return;
     while (p->idle) conn_close(p->idle);
     while (p->busy) conn_close(p->busy);
+    tls_ctx_unref(p->tls);
     free(p);
 }
+
+void h1cli_pool_set_tls(h1cli_pool *p, tls_ctx *ctx, const char *host)
+{
+    tls_ctx *old = p->tls;
+    p->tls = tls_ctx_ref(ctx);
+    tls_ctx_unref(old); /* its connections keep it through their SSL */
+    snprintf(p->tls_host, sizeof p->tls_host, "%s", host ? host : "");
+}
+
+const char *h1cli_detail(const h1cli_req *q) { return q->c->detail; }
 
 size_t h1cli_pool_open(const h1cli_pool *p) { return p->n_open; }
 size_t h1cli_pool_idle(const h1cli_pool *p) { return p->n_idle; }
@@ -670,6 +741,7 @@ int h1cli_send(h1cli_pool *p, const h1cli_request *rq, const h1cli_callbacks *cb
     c->msg_done = c->refused = c->too_big = false;
     c->head_bytes = c->hlen = c->nh = 0;
     c->status = 0;
+    c->detail[0] = '\0';
     http_parser_init(&c->parser, HTTP_RESPONSE);
     c->parser.data = c;
     if (q->timeout_s > 0) {
@@ -714,7 +786,7 @@ void h1cli_resume(h1cli_req *q)
     q->paused = false;
     q->last = mono_now();
     if (c->depth > 0) http_parser_pause(&c->parser, 0); /* the parser goes on after the callback */
-    if (c->connecting) return;
+    if (c->connecting || c->handshaking) return;
     event_add(c->rev, NULL);
     if (q->timeout_s > 0) {
         struct timeval tv = tv_of(q->timeout_s);

@@ -42,6 +42,13 @@ h1cli_pool *h1cli_pool_create(struct event_base *base, const char *host, unsigne
  * callbacks never run (as after h1cli_cancel). Not from inside one of its requests'
  * callbacks. */
 void h1cli_pool_free(h1cli_pool *p);
+/* TLS to this backend from the next new connection on (tls.h): each connection's handshake
+ * runs within its try's timeout, and the backend's certificate must chain to the context's
+ * CA and name host (an IP literal or a DNS name; a name is also sent as SNI). A handshake
+ * that fails is H1CLI_ECONNECT, with OpenSSL's reason in h1cli_detail. The pool takes a
+ * reference; connections already open keep the context they began with. NULL: plain. */
+struct tls_ctx;
+void h1cli_pool_set_tls(h1cli_pool *p, struct tls_ctx *ctx, const char *host);
 size_t h1cli_pool_open(const h1cli_pool *p); /* connections open, busy or idle */
 size_t h1cli_pool_idle(const h1cli_pool *p); /* of those, idle ones waiting for reuse */
 
@@ -83,6 +90,9 @@ typedef enum {
 } h1cli_outcome;
 
 const char *h1cli_outcome_name(h1cli_outcome o); /* "complete", "connect failed", ... */
+/* More about a failed outcome than its name (a TLS handshake's reason), or "". Valid in
+ * on_end. */
+const char *h1cli_detail(const h1cli_req *q);
 
 typedef struct {
     /* The status line and headers are in (interim 1xx responses are skipped). Return 0 to

@@ -20,6 +20,10 @@
 
 static ssize_t io_writev(h1conn *c, const struct iovec *iov, int n)
 {
+    if (c->ssl) { /* no renegotiation: a write never waits for a read */
+        tls_step want;
+        return tls_writev(c->ssl, iov, n, &want);
+    }
     /* sendmsg for MSG_NOSIGNAL: a peer gone must not raise SIGPIPE in a program that does
      * not ignore it */
     struct msghdr m = {.msg_iov = (struct iovec *)(uintptr_t)iov, .msg_iovlen = (size_t)n};
@@ -273,7 +277,7 @@ void h1reply_on_writable(int fd, short what, void *arg)
     (void)what;
     h1conn *c = arg;
     h1conn_enter(c);
-    h1conn_flush(c);
+    if (!h1conn_tls_writable(c) && !c->closed) h1conn_flush(c);
     h1conn_leave(c);
 }
 

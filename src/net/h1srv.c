@@ -33,6 +33,15 @@ static void conn_release(h1conn *c);
 
 static ssize_t io_read(h1conn *c, void *p, size_t n)
 {
+    if (c->ssl) {
+        tls_step want;
+        ssize_t got = tls_read(c->ssl, p, n, &want);
+        if (got < 0 && errno == EAGAIN && want == TLS_WANT_WRITE) { /* the read goes on when it can write */
+            c->tls_read_wants_write = true;
+            event_add(c->wev, NULL);
+        }
+        return got;
+    }
     ssize_t got;
     do got = recv(c->fd, p, n, 0);
     while (got < 0 && errno == EINTR);
@@ -65,6 +74,8 @@ static void conn_close(h1conn *c, bool reset)
     if (c->cev) event_del(c->cev);
     if (c->poll_ev) event_del(c->poll_ev);
     if (c->later) event_del(c->later);
+    if (c->ssl && c->tls_phase == TP_OPEN && !reset) tls_close_notify(c->ssl);
+    c->tls_phase = c->ssl ? TP_CLOSED : c->tls_phase;
     if (reset) {
         struct linger lg = {.l_onoff = 1, .l_linger = 0};
         setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
@@ -85,6 +96,7 @@ static void conn_release(h1conn *c)
     if (c->poll_ev) event_free(c->poll_ev);
     if (c->later) event_free(c->later);
     if (c->held && s->hold) s->hold(c->held, false, s->hold_arg);
+    SSL_free(c->ssl);
     if (c->fd >= 0) close(c->fd);
     free(c->rbuf);
     free(c);
@@ -103,6 +115,8 @@ void h1conn_leave(h1conn *c)
  * reply before the client has read it. */
 static void conn_linger(h1conn *c)
 {
+    if (c->ssl && c->tls_phase == TP_OPEN) tls_close_notify(c->ssl);
+    if (c->ssl) c->tls_phase = TP_CLOSED;
     shutdown(c->fd, SHUT_WR);
     c->lingering = true;
     c->linger_until = ts_now() + LINGER_MAX_S;
@@ -141,6 +155,8 @@ static void start_reading(h1conn *c)
     event_del(c->poll_ev);
     event_add(c->rev, NULL);
     c->reading = true;
+    /* bytes OpenSSL already holds never wake the socket's event */
+    if (c->ssl && SSL_pending(c->ssl) > 0) event_active(c->rev, EV_READ, 0);
 }
 
 /* The most unparsed bytes the connection may hold: one read's worth while a request is
@@ -212,9 +228,11 @@ static void on_readable(evutil_socket_t fd, short what, void *arg);
 
 static void conn_read(h1conn *c)
 {
-    if (c->lingering) {
+    if (c->lingering) { /* raw bytes, dropped: TLS or not, nothing more is read from them */
         uint8_t drop[16384];
-        ssize_t n = io_read(c, drop, sizeof drop);
+        ssize_t n;
+        do n = recv(c->fd, drop, sizeof drop, 0);
+        while (n < 0 && errno == EINTR);
         if (n > 0) c->linger_bytes += (size_t)n;
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
             c->linger_bytes > LINGER_MAX_BYTES)
@@ -264,13 +282,20 @@ static void conn_read(h1conn *c)
     conn_process(c);
 }
 
+static void conn_tls_step(h1conn *c);
+
 static void on_readable(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     h1conn *c = arg;
     h1conn_enter(c);
-    conn_read(c);
+    if (c->tls_phase == TP_PEEK || c->tls_phase == TP_HANDSHAKE) conn_tls_step(c);
+    else conn_read(c);
+    /* a record read whole may hold more than the read asked for: OpenSSL has it, the
+     * socket's event will not fire for it */
+    if (!c->closed && c->reading && c->ssl && c->tls_phase == TP_OPEN && SSL_pending(c->ssl) > 0)
+        event_active(c->rev, EV_READ, 0);
     h1conn_leave(c);
 }
 
@@ -358,7 +383,7 @@ void h1conn_reply_done(h1conn *c)
     h1req *r = c->req;
     c->reply_since = 0;
     if (!r) {
-        if (c->refused && !c->lingering) conn_linger(c);
+        if ((c->refused || c->canned) && !c->lingering) conn_linger(c);
         return;
     }
     bool close_after = r->close_after || !r->keep_alive;
@@ -386,6 +411,102 @@ void h1conn_reply_done(h1conn *c)
     else if (c->rcap > H1_RBUF) rbuf_shrink(c);
     start_reading(c);
 }
+
+/* ---- TLS ------------------------------------------------------------------------------ */
+
+/* Plain HTTP on a TLS port: a request line in clear text gets a clear-text answer saying so
+ * (nginx's 497 case), then the connection closes; anything else that is not a TLS
+ * handshake is closed without a word. */
+static const char k_plain_on_tls[] =
+    "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    "Content-Length: 47\r\n\r\n{\"error\":\"this port speaks TLS: use https://\"}\n";
+
+static void conn_plain_refusal(h1conn *c)
+{
+    c->tls_phase = TP_PLAIN;
+    c->canned = true;
+    if (c->reading) { /* the request is not read: the linger after the answer drops it */
+        event_del(c->rev);
+        c->reading = false;
+    }
+    h1out *o = h1out_inline(k_plain_on_tls, sizeof k_plain_on_tls - 1);
+    if (!o) {
+        conn_close(c, false);
+        return;
+    }
+    h1out_push(c, o);
+    c->waiting_since = 0;
+    c->reply_since = ts_now();
+    h1conn_flush(c); /* once it is out, h1conn_reply_done lingers and closes */
+}
+
+/* The first byte, then the handshake, driven by the socket's readiness either way. */
+static void conn_tls_step(h1conn *c)
+{
+    if (c->tls_phase == TP_PEEK) {
+        unsigned char b;
+        ssize_t n;
+        do n = recv(c->fd, &b, 1, MSG_PEEK);
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (n <= 0) {
+            conn_close(c, false);
+            return;
+        }
+        c->got_bytes = true; /* from here the handshake runs against the request deadline */
+        if (b >= 'A' && b <= 'Z') { /* a method: someone speaks plain HTTP here */
+            conn_plain_refusal(c);
+            return;
+        }
+        if (!tls_is_handshake_byte(b) || !(c->ssl = tls_server_ssl(c->s->tls, c->fd))) {
+            conn_close(c, false);
+            return;
+        }
+        c->tls_phase = TP_HANDSHAKE;
+    }
+    char err[400];
+    switch (tls_handshake(c->ssl, err, sizeof err)) {
+    case TLS_DONE:
+        c->tls_phase = TP_OPEN;
+        event_del(c->wev);
+        conn_read(c); /* a request may have come with the handshake's last flight */
+        return;
+    case TLS_WANT_READ:
+        event_del(c->wev);
+        return;
+    case TLS_WANT_WRITE:
+        event_add(c->wev, NULL);
+        return;
+    case TLS_FAILED:
+        c->s->tls_failed++;
+        LOG_DEBUG_(NULL, "TLS connection from %s closed: %s", c->peer, err);
+        conn_close(c, false);
+        return;
+    }
+}
+
+bool h1conn_tls_writable(h1conn *c)
+{
+    if (c->tls_phase == TP_HANDSHAKE) {
+        conn_tls_step(c);
+        return true;
+    }
+    if (c->tls_read_wants_write) {
+        c->tls_read_wants_write = false;
+        conn_read(c);
+        return c->closed || !c->out_head;
+    }
+    return false;
+}
+
+void h1srv_set_tls(h1srv *s, tls_ctx *ctx)
+{
+    tls_ctx *old = s->tls;
+    s->tls = tls_ctx_ref(ctx);
+    tls_ctx_unref(old); /* connections that began with it keep it through their SSL */
+}
+
+size_t h1srv_tls_failed(const h1srv *s) { return s->tls_failed; }
 
 /* ---- accepting ------------------------------------------------------------------------ */
 
@@ -444,6 +565,13 @@ int h1srv_adopt(h1srv *s, int fd)
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         }
     }
+    if (s->tls && s->lim.max_conns && s->open >= s->lim.max_conns) {
+        /* a clear-text 503 means nothing to a TLS client: it sees the close */
+        c->refused = true;
+        s->refused++;
+        conn_close(c, false);
+        return 0;
+    }
     if (s->lim.max_conns && s->open >= s->lim.max_conns) {
         /* refused: the canned 503, then the connection closes like after any error */
         c->refused = true;
@@ -456,6 +584,7 @@ int h1srv_adopt(h1srv *s, int fd)
         return 0;
     }
     s->open++;
+    if (s->tls) c->tls_phase = TP_PEEK;
     start_reading(c);
     return 0;
 }
@@ -603,6 +732,7 @@ void h1srv_stop_listening(h1srv *s)
 static bool request_started(const h1conn *c)
 {
     if (c->got_bytes || c->rstart < c->rend || c->req) return true;
+    if (c->ssl && c->tls_phase == TP_OPEN && SSL_pending(c->ssl) > 0) return true;
     int pending = 0;
     return ioctl(c->fd, FIONREAD, &pending) == 0 && pending > 0;
 }
@@ -643,5 +773,6 @@ void h1srv_free(h1srv *s)
         conn_release(c);
     }
     if (s->sweep) event_free(s->sweep);
+    tls_ctx_unref(s->tls);
     free(s);
 }

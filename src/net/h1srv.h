@@ -82,6 +82,15 @@ typedef bool h1_hold_cb(size_t n, bool take, void *arg);
 h1srv *h1srv_create(struct event_base *base, const h1srv_limits *lim, h1_request_cb *cb, void *arg);
 void h1srv_set_body_admit(h1srv *s, h1_body_admit_cb *cb, void *arg);
 void h1srv_set_readahead_hold(h1srv *s, h1_hold_cb *cb, void *arg);
+/* TLS on this server's connections from now on (tls.h): the server takes a reference and
+ * gives back the one it held; connections already open keep theirs. NULL: plain HTTP.
+ * On a TLS server a connection whose first bytes are a clear-text request gets
+ * "400 {"error": "this port speaks TLS: use https://"}" in clear text and is closed;
+ * anything else that is not a TLS handshake is closed. The handshake counts against
+ * timeout_s like the request it carries. */
+struct tls_ctx;
+void h1srv_set_tls(h1srv *s, struct tls_ctx *ctx);
+size_t h1srv_tls_failed(const h1srv *s); /* TLS handshakes that failed */
 /* Listens on address:port (port 0: a free one). Returns 0 and the port it got, or -1 with
  * a message naming the address and the reason. */
 int h1srv_bind(h1srv *s, const char *address, unsigned port, int *bound_port, char *err, size_t errlen);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "h1srv.h"
+#include "tls.h"
 
 #define H1_RBUF (64 * 1024)  /* a connection's own read buffer, and one read's size */
 #define H1_IOV_MAX 64        /* segments handed to one writev */
@@ -66,6 +67,8 @@ struct h1srv {
     void *admit_arg;
     h1_hold_cb *hold;
     void *hold_arg;
+    tls_ctx *tls;           /* NULL: plain HTTP; else what new connections handshake with */
+    size_t tls_failed;      /* handshakes that failed */
     int lfd;
     struct event *lev, *sweep;
     h1conn *conns;          /* every connection, refused ones included */
@@ -95,6 +98,12 @@ struct h1conn {
     bool after_reply;           /* waiting after a reply (an idle keep-alive, not a new one) */
     bool refused, lingering, closed, reading, failed;
     bool processing;            /* conn_process is on the stack */
+    bool canned;                /* a canned reply (plain HTTP on a TLS port), then close */
+    /* TLS (a listener with a context): the first byte is peeked, then the handshake runs
+     * on the loop; ssl is set from the handshake on */
+    enum { TP_PLAIN, TP_PEEK, TP_HANDSHAKE, TP_OPEN, TP_CLOSED } tls_phase;
+    SSL *ssl;
+    bool tls_read_wants_write;  /* a read waits for the socket to take bytes (rare) */
     int busy;                   /* callbacks running: a close frees the connection later */
     int err_code;               /* an error found in a parser callback */
     char err[200];
@@ -108,6 +117,9 @@ void h1conn_gone(h1conn *c);        /* the connection broke: close it, end the r
 /* Around every entry from the loop: a connection closed meanwhile is freed on the way out. */
 void h1conn_enter(h1conn *c);
 void h1conn_leave(h1conn *c);
+/* The socket took bytes: the TLS handshake or a read that waited for it goes on. Returns
+ * true when that was all there was to do (nothing of a reply waits). */
+bool h1conn_tls_writable(h1conn *c);
 /* Adds a connected socket as a connection (the fuzz harness feeds one end of a socketpair). */
 int h1srv_adopt(h1srv *s, int fd);
 

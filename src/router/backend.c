@@ -33,6 +33,12 @@ static rt_backend *backend_new(rt_pool *p, const char *host, unsigned port, int 
         free(b);
         return NULL;
     }
+    if (p->cfg->tls && p->r->tls_backend) {
+        /* the certificate names what the operator wrote: the DNS name, or the address */
+        const char *name = dns_entry >= 0 ? p->dns[dns_entry].host : host;
+        h1cli_pool_set_tls(b->conns, p->r->tls_backend, name);
+        h1cli_pool_set_tls(b->probe, p->r->tls_backend, name);
+    }
     buf_init(&b->probe_body, RT_PROBE_MAX_BYTES);
     b->pool = p;
     b->dns_entry = dns_entry;
@@ -103,6 +109,20 @@ int rt_pools_init(router *r, char *err, size_t errlen)
         }
     }
     return 0;
+}
+
+void rt_backends_set_tls(router *r, tls_ctx *ctx)
+{
+    for (size_t i = 0; i < r->n_pools; i++) {
+        rt_pool *p = &r->pools[i];
+        if (!p->cfg->tls) continue;
+        for (size_t k = 0; k < p->n; k++) {
+            rt_backend *b = p->backends[k];
+            const char *name = b->dns_entry >= 0 ? p->dns[b->dns_entry].host : b->host;
+            h1cli_pool_set_tls(b->conns, ctx, name);
+            h1cli_pool_set_tls(b->probe, ctx, name);
+        }
+    }
 }
 
 void rt_dns_cancel(router *r)
@@ -385,7 +405,15 @@ static void on_probe_end(h1cli_req *q, h1cli_outcome o, void *arg)
     b->probe_in_flight = false;
     b->probe_req = NULL;
     if (o != H1CLI_COMPLETE) {
-        set_health(b, false, false, b->tier_ok, "probe failed: no answer");
+        char why[400];
+        const char *d = h1cli_detail(q);
+        snprintf(why, sizeof why, "probe failed: %s", d[0] ? d : "no answer");
+        /* a certificate that does not verify is a setup error, not a dying worker: said even
+         * when the backend was never healthy (set_health logs changes only) */
+        if (d[0])
+            LOG_WARN_EVERY(&b->tls_warn, 60.0, LOGF({"backend", b->addr}, {"pool", b->pool->cfg->name}),
+                           "backend %s: %s", b->addr, d);
+        set_health(b, false, false, b->tier_ok, why);
         return;
     }
     (void)q;

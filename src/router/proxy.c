@@ -227,7 +227,7 @@ static void try_again(proxy_req *pr, const char *why, bool exempt)
     double slack = pr->try_left * 0.2 > 0.002 ? pr->try_left * 0.2 : 0.002;
     bool timeout = pr->outcome == H1CLI_ETIMEOUT || ts_now() >= pr->deadline ||
                    ts_now() - pr->try_sent >= pr->try_left - slack;
-    char msg[700];
+    char msg[1200];
     snprintf(msg, sizeof msg, "backend %s failed: %s%s", pr->backend ? pr->backend->addr : "?", why,
              pr->retried ? " (after one retry)" : "");
     finish_error(pr, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_BACKEND_ERR, msg);
@@ -391,9 +391,11 @@ static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o)
         return;
     }
     int code = ok ? h1cli_resp_status(q) : 0;
-    char why[120];
+    char why[420];
     if (pr->mismatch) snprintf(why, sizeof why, "its reply did not carry the request's id");
     else if (!q && code == 0) snprintf(why, sizeof why, "its 5xx reply was over %zu bytes", pr->held.limit);
+    else if (code == 0 && q && h1cli_detail(q)[0]) /* a TLS handshake's reason */
+        snprintf(why, sizeof why, "%s: %s", h1cli_outcome_name(o), h1cli_detail(q));
     else if (code == 0) snprintf(why, sizeof why, "%s", h1cli_outcome_name(o));
     else snprintf(why, sizeof why, "answered %d", code);
     rt_backend_result(r, b, code != 0 && code < 500, why);

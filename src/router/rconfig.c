@@ -104,6 +104,17 @@ static const rc_key k_keys[] = {
      .help = "when set, a bearer token that opens /metrics only (a scrape token)"},
     {T_("worker_token", worker_token), .env = "TIERROUTER_WORKER_TOKEN", STR_(RK_TOKEN, NULL, 8, 255),
      .help = "when set, sent as \"Authorization: Bearer <it>\" with every request and probe to a backend"},
+    {T_("tls.cert_file", tls.cert_file), STR_(RK_STR, NULL, 1, 1023),
+     .help = "PEM certificate chain (leaf first): the listener speaks TLS (1.2+) only; SIGHUP reloads it"},
+    {T_("tls.key_file", tls.key_file), STR_(RK_STR, NULL, 1, 1023),
+     .help = "PEM private key of tls.cert_file (both or neither); SIGHUP reloads it"},
+    {T_("backend_tls.ca_file", backend_tls.ca_file),
+     STR_(RK_STR, NULL, 1, 1023),
+     .help = "PEM CA that workers' certificates must chain to, for pools with tls: true (unset: the system's)"},
+    {T_("backend_tls.cert_file", backend_tls.cert_file),
+     STR_(RK_STR, NULL, 1, 1023), .help = "PEM certificate the router shows workers that ask for one (mutual TLS)"},
+    {T_("backend_tls.key_file", backend_tls.key_file),
+     STR_(RK_STR, NULL, 1, 1023), .help = "its private key (both or neither)"},
     {T_("auth_limit.max_failures", auth_limit.max_failures), UINT_("10", 1, 100000),
      .help = "wrong keys or tokens from one address (IPv6: its /64) within window_s that block it"},
     {T_("auth_limit.window_s", auth_limit.window_s), UINT_("60", 1, 86400),
@@ -180,6 +191,8 @@ static const rc_key k_keys[] = {
      .help = "requests in flight in the whole pool (0: no limit beyond the backends')"},
     {P_("models", models), .type = RK_LIST, .count_off = offsetof(rc_pool, models_count), .min = 0, .max = 256,
      .help = "{name, serve} each: logical name -> the model its workers load (absent: every name as itself)"},
+    {P_("tls", tls), .type = RK_BOOL, .def = "false",
+     .help = "talk TLS to this pool's workers, probes included (backend_tls verifies them)"},
     {P_("cost.model", cost.model), ENUM_("none", k_cost_models),
      .help = "usage: price x reported compute time; fixed: per backend, used or not (required in cost)"},
     {P_("cost.usd_per_hour", cost.usd_per_hour), DBL_("0", 0, 1e6), .help = "the price, per backend"},
@@ -222,6 +235,7 @@ static const cyaml_schema_field_t k_pool_fields[] = {
     CYAML_FIELD_UINT("pool_max_in_flight", CYAML_FLAG_OPTIONAL, rc_pool, pool_max_in_flight),
     CYAML_FIELD_SEQUENCE("models", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, rc_pool, models, &k_model, 0, 256),
     CYAML_FIELD_MAPPING("cost", CYAML_FLAG_OPTIONAL, rc_pool, cost, k_cost_fields),
+    CYAML_FIELD_BOOL("tls", CYAML_FLAG_OPTIONAL, rc_pool, tls),
     CYAML_FIELD_END};
 static const cyaml_schema_value_t k_pool = {CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, rc_pool, k_pool_fields)};
 
@@ -265,6 +279,13 @@ static const cyaml_schema_field_t k_admission_fields[] = {
     CYAML_FIELD_UINT("queue_size", CYAML_FLAG_OPTIONAL, rc_admission, queue_size),
     CYAML_FIELD_UINT("queue_timeout_ms", CYAML_FLAG_OPTIONAL, rc_admission, queue_timeout_ms), CYAML_FIELD_END};
 
+#define FILE_STR(k, t, f) CYAML_FIELD_STRING_PTR(k, CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, t, f, 0, RC_STR_READ_MAX)
+static const cyaml_schema_field_t k_tls_fields[] = {
+    FILE_STR("cert_file", rc_tls, cert_file), FILE_STR("key_file", rc_tls, key_file), CYAML_FIELD_END};
+static const cyaml_schema_field_t k_backend_tls_fields[] = {
+    FILE_STR("ca_file", rc_backend_tls, ca_file), FILE_STR("cert_file", rc_backend_tls, cert_file),
+    FILE_STR("key_file", rc_backend_tls, key_file), CYAML_FIELD_END};
+
 static const cyaml_schema_field_t k_auth_limit_fields[] = {
     CYAML_FIELD_UINT("max_failures", CYAML_FLAG_OPTIONAL, rc_auth_limit, max_failures),
     CYAML_FIELD_UINT("window_s", CYAML_FLAG_OPTIONAL, rc_auth_limit, window_s),
@@ -295,6 +316,8 @@ static const cyaml_schema_field_t k_top_fields[] = {
     TOP_STR("metrics_token", metrics_token),
     TOP_STR("worker_token", worker_token),
     CYAML_FIELD_MAPPING("auth_limit", CYAML_FLAG_OPTIONAL, router_config, auth_limit, k_auth_limit_fields),
+    CYAML_FIELD_MAPPING("tls", CYAML_FLAG_OPTIONAL, router_config, tls, k_tls_fields),
+    CYAML_FIELD_MAPPING("backend_tls", CYAML_FLAG_OPTIONAL, router_config, backend_tls, k_backend_tls_fields),
     CYAML_FIELD_SEQUENCE("tenants", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, router_config, tenants, &k_tenant, 0, 1024),
     CYAML_FIELD_MAPPING("retry", CYAML_FLAG_OPTIONAL, router_config, retry, k_retry_fields),
     CYAML_FIELD_MAPPING("ejection", CYAML_FLAG_OPTIONAL, router_config, ejection, k_ejection_fields),
@@ -731,6 +754,14 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
         }
     snprintf(c->worker_authorization, sizeof c->worker_authorization, "%s%s", c->worker_token ? "Bearer " : "",
              c->worker_token ? c->worker_token : "");
+    if (!c->tls.cert_file != !c->tls.key_file)
+        return ts_fail(err, errlen, "%s: %s: set with %s, or neither (a certificate is useless without its key)",
+                       path, c->tls.cert_file ? "tls.cert_file" : "tls.key_file",
+                       c->tls.cert_file ? "tls.key_file" : "tls.cert_file");
+    if (!c->backend_tls.cert_file != !c->backend_tls.key_file)
+        return ts_fail(err, errlen, "%s: %s: set with %s, or neither (a certificate is useless without its key)",
+                       path, c->backend_tls.cert_file ? "backend_tls.cert_file" : "backend_tls.key_file",
+                       c->backend_tls.cert_file ? "backend_tls.key_file" : "backend_tls.cert_file");
     if (c->ejection.max_ms < c->ejection.base_ms)
         return ts_fail(err, errlen, "%s: ejection.max_ms: %u is below ejection.base_ms (%u)", path, c->ejection.max_ms,
                     c->ejection.base_ms);

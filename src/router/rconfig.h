@@ -48,7 +48,19 @@ typedef struct {
     rc_model *models;
     unsigned models_count;
     rc_cost cost;
+    bool tls;              /* requests and probes to its workers over TLS (backend_tls) */
 } rc_pool;
+
+/* TLS on the listener: both files or neither (docs/security.md "TLS"). */
+typedef struct {
+    char *cert_file, *key_file;
+} rc_tls;
+
+/* TLS to the pools that set tls: true: the CA workers' certificates must chain to (unset:
+ * the system's store), and our own certificate + key when workers ask for one (mutual TLS). */
+typedef struct {
+    char *ca_file, *cert_file, *key_file;
+} rc_backend_tls;
 
 typedef struct {
     double ratio;
@@ -109,6 +121,8 @@ typedef struct {
     char *metrics_token;     /* when set, also accepted as the bearer token of /metrics, and only there */
     char *worker_token;      /* when set (or TIERROUTER_WORKER_TOKEN), sent to every backend */
     rc_auth_limit auth_limit;
+    rc_tls tls;
+    rc_backend_tls backend_tls;
     rc_tenant *tenants;
     unsigned tenants_count;
     rc_retry retry;

@@ -20,6 +20,7 @@
 #include "policy.h"
 #include "route.h"
 #include "rconfig.h"
+#include "tls.h"
 
 #define RT_MAX_MODELS 32
 #define RT_MAX_POOLS RC_MAX_POOLS
@@ -52,6 +53,7 @@ typedef struct rt_backend {
     double gpu_mem;      /* -1 unknown */
     double worker_queue; /* queue_depth the worker reported */
     double last_probe_ok;
+    log_ratelimit tls_warn; /* a TLS handshake that keeps failing warns once a minute */
     /* the models its last /v2/status listed (bounded: RT_BACKEND_MAX_MODELS) */
     struct rt_backend_model *models;
     size_t n_models;
@@ -111,7 +113,10 @@ typedef struct router {
     router_config *cfg;
     rt_pool pools[RT_MAX_POOLS];
     size_t n_pools;
-    struct event *tick, *sigterm, *sigint;
+    struct event *tick, *sigterm, *sigint, *sighup;
+    /* TLS (docs/security.md "TLS"): the listener's and the backend pools' contexts, NULL when
+     * not configured; SIGHUP loads the files into new ones */
+    tls_ctx *tls_listen, *tls_backend;
     unsigned active;          /* requests being proxied */
     unsigned retries_active;
     uint64_t seq;
@@ -163,6 +168,8 @@ void rt_probe_all(router *r);
 /* Re-resolves DNS-named backends when due, frees backends that left DNS once idle. */
 void rt_dns_refresh(router *r, double now);
 void rt_reap(router *r);
+/* The client TLS context for the pools with tls: true, from now on (new connections). */
+void rt_backends_set_tls(router *r, tls_ctx *ctx);
 size_t rt_pool_healthy(const rt_pool *p, double now);
 void rt_pool_record_latency(rt_pool *p, double now, double secs);
 double rt_pool_p95_ms(rt_pool *p, double now, double window_s);

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "ortenv.h"
 #include "status.h"
+#include "tls.h"
 #include "httppath.h"
 #include "server_internal.h"
 #include "webassets.h"
@@ -384,6 +385,32 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     server_maybe_finish_drain(srv);
 }
 
+/* The TLS files into a new context for the connections from now on (open ones keep theirs).
+ * Returns 0, or -1 with a message naming the file in err. */
+static int tls_apply(server *srv, char *err, size_t errlen)
+{
+    const ts_settings *s = srv->set;
+    tls_ctx *c = tls_server_new(s->tls_cert_file, s->tls_key_file, s->tls_client_ca_file, err, errlen);
+    if (!c) return -1;
+    h1srv_set_tls(srv->http, c);
+    LOG_INFO_(NULL, "TLS: the port presents %s%s", tls_ctx_describe(c),
+              s->tls_client_ca_file[0] ? "; client certificates required" : "");
+    tls_ctx_unref(c); /* the server holds it now */
+    return 0;
+}
+
+/* SIGHUP: rotated certificate files, without dropping a connection. */
+static void on_sighup(evutil_socket_t sig, short what, void *arg)
+{
+    (void)sig;
+    (void)what;
+    server *srv = arg;
+    char err[600];
+    if (!srv->set->tls_cert_file[0]) LOG_INFO_(NULL, "SIGHUP received: no TLS files configured; nothing to reload");
+    else if (srv->http && tls_apply(srv, err, sizeof err) != 0)
+        LOG_ERROR_(NULL, "TLS reload failed: %s; keeping the certificate loaded before", err);
+}
+
 static void on_loaded(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -427,6 +454,10 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     }
     h1srv_set_body_admit(srv->http, admit_body, srv);
     h1srv_set_readahead_hold(srv->http, hold_readahead, srv);
+    if (s->tls_cert_file[0] && tls_apply(srv, err, errlen) != 0) {
+        server_destroy(srv);
+        return NULL;
+    }
     if (h1srv_bind(srv->http, s->http_address, (unsigned)s->http_port, &srv->port, err, errlen)) {
         server_destroy(srv);
         return NULL;
@@ -436,16 +467,18 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     srv->decoder = workpool_create(SERVER_DECODE_THREADS, SERVER_DECODE_QUEUE, server_decode_work, srv);
     srv->sigterm = evsignal_new(srv->base, SIGTERM, on_signal, srv);
     srv->sigint = evsignal_new(srv->base, SIGINT, on_signal, srv);
+    srv->sighup = evsignal_new(srv->base, SIGHUP, on_sighup, srv);
     srv->drain_timer = evtimer_new(srv->base, on_drain_timeout, srv);
     srv->loaded_ev = event_new(srv->base, -1, 0, on_loaded, srv);
     if (!srv->done || !srv->decoded || !srv->bodies || !srv->decoder || !srv->sigterm ||
-        !srv->sigint || !srv->drain_timer || !srv->loaded_ev) {
+        !srv->sigint || !srv->sighup || !srv->drain_timer || !srv->loaded_ev) {
         snprintf(err, errlen, "could not set up loop events");
         server_destroy(srv);
         return NULL;
     }
     event_add(srv->sigterm, NULL);
     event_add(srv->sigint, NULL);
+    event_add(srv->sighup, NULL);
     srv->hw_json = hwmap_json();
     return srv;
 }
@@ -490,6 +523,7 @@ void server_destroy(server *srv)
     h1srv_free(http);
     if (srv->sigterm) event_free(srv->sigterm);
     if (srv->sigint) event_free(srv->sigint);
+    if (srv->sighup) event_free(srv->sighup);
     if (srv->drain_timer) event_free(srv->drain_timer);
     if (srv->loaded_ev) event_free(srv->loaded_ev);
     workpool_destroy(srv->decoder);

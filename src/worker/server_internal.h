@@ -28,6 +28,7 @@ struct server {
     struct event_base *base;
     h1srv *http;                /* NULL once the loop has ended: every connection is gone */
     struct event *sigterm, *sigint, *drain_timer, *loaded_ev;
+    struct event *sighup;       /* reloads the TLS files (--tls-cert-file) */
     doneq *done;                /* jobs back from the runners */
     doneq *decoded;             /* jobs back from the decode pool */
     workpool *decoder;

@@ -78,6 +78,15 @@ static const setting_def k_settings[] = {
     {"TIERSERVE_AUTH_TOKEN", "auth-token", ST_STR, OFF(auth_token), SZ(auth_token), "", 0, 0,
      "when set, every request but GET /v2/health/live and /v2/health/ready needs "
      "Authorization: Bearer <token> (401 otherwise)"},
+    {"TIERSERVE_TLS_CERT_FILE", "tls-cert-file", ST_STR, OFF(tls_cert_file), SZ(tls_cert_file), "", 0, 0,
+     "PEM certificate chain (leaf first): the HTTP port speaks TLS 1.2+ only, health endpoints "
+     "included (probes use the HTTPS scheme); SIGHUP reloads it (empty: plain HTTP)"},
+    {"TIERSERVE_TLS_KEY_FILE", "tls-key-file", ST_STR, OFF(tls_key_file), SZ(tls_key_file), "", 0, 0,
+     "PEM private key of --tls-cert-file (both or neither); SIGHUP reloads it"},
+    {"TIERSERVE_TLS_CLIENT_CA_FILE", "tls-client-ca-file", ST_STR, OFF(tls_client_ca_file),
+     SZ(tls_client_ca_file), "", 0, 0,
+     "PEM CA that clients' certificates must chain to: with it, only clients holding one "
+     "(the router's backend_tls.cert_file) may connect (mutual TLS; needs --tls-cert-file)"},
     {"TIERSERVE_QUEUE_SIZE", "queue-size", ST_INT, OFF(queue_size), 0, "128", 1, 1000000,
      "per-model queue bound (503 + Retry-After when full); config.yaml may override"},
     {"TIERSERVE_INSTANCES", "instances", ST_INT, OFF(instances), 0, "1", 1, 256,
@@ -213,6 +222,17 @@ int settings_load(ts_settings *s, int argc, char **argv, int first, char *err, s
             v = argv[++i];
         }
         if (apply(s, d, v, "flag", err, errlen) != 0) return -1;
+    }
+    if (!s->tls_cert_file[0] != !s->tls_key_file[0]) {
+        snprintf(err, errlen, "%s is set without %s: a TLS certificate needs its key (set both, or neither)",
+                 s->tls_cert_file[0] ? "TIERSERVE_TLS_CERT_FILE" : "TIERSERVE_TLS_KEY_FILE",
+                 s->tls_cert_file[0] ? "TIERSERVE_TLS_KEY_FILE" : "TIERSERVE_TLS_CERT_FILE");
+        return -1;
+    }
+    if (s->tls_client_ca_file[0] && !s->tls_cert_file[0]) {
+        snprintf(err, errlen, "TIERSERVE_TLS_CLIENT_CA_FILE is set without TIERSERVE_TLS_CERT_FILE: client "
+                 "certificates are asked for only on a TLS port");
+        return -1;
     }
     if (s->max_inflight_body_bytes < s->max_body_bytes) {
         snprintf(err, errlen, "TIERSERVE_MAX_INFLIGHT_BODY_BYTES %lld is below TIERSERVE_MAX_BODY_BYTES "

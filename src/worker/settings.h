@@ -44,6 +44,9 @@ typedef struct {
     int64_t max_pending_reply_bytes;
     int64_t max_connections;
     char auth_token[256];
+    char tls_cert_file[SETTINGS_STR_MAX]; /* both set: the port speaks TLS only */
+    char tls_key_file[SETTINGS_STR_MAX];
+    char tls_client_ca_file[SETTINGS_STR_MAX]; /* set: clients must present a certificate */
 } ts_settings;
 
 /* Fills defaults, then the environment, then argv (from index `first`). On a bad value,
