@@ -406,16 +406,21 @@ static inline const char *scan_number(const char *p, const char *end, jnum *n)
     return p;
 }
 
-/* The token [start, p) as strtod reads it: exact (Clinger's fast path) when the digits fit
- * 2^53 and the exponent is within 22, else strtod itself. */
+/* n exactly as strtod reads it when the digits fit 2^53 and the exponent is within 22
+ * (Clinger's fast path: one correctly rounded operation on exact operands). */
+static inline bool clinger(const jnum *n, double *out)
+{
+    if (n->overflow || n->m > (UINT64_C(1) << 53) || n->exp10 < -22 || n->exp10 > 22) return false;
+    double d = (double)n->m;
+    d = n->exp10 < 0 ? d / k_pow10[-n->exp10] : d * k_pow10[n->exp10];
+    *out = n->neg ? -d : d;
+    return true;
+}
+
+/* The token [start, p) as strtod reads it. */
 static bool to_double(const jnum *n, const char *start, const char *p, double *out)
 {
-    if (!n->overflow && n->m <= (UINT64_C(1) << 53) && n->exp10 >= -22 && n->exp10 <= 22) {
-        double d = (double)n->m;
-        d = n->exp10 < 0 ? d / k_pow10[-n->exp10] : d * k_pow10[n->exp10];
-        *out = n->neg ? -d : d;
-        return true;
-    }
+    if (clinger(n, out)) return true;
     char tmp[64];
     size_t l = (size_t)(p - start);
     if (l >= sizeof tmp) return false;
@@ -441,10 +446,11 @@ static bool to_float(const jnum *n, float *out)
     int lz = clz64(n->m);
     uint64_t a = n->m << lz, hi = mul_hi(a, t->m); /* value ~= hi * 2^(t->e + 64 - lz) */
     int e = t->e + 64 - lz + 40;                   /* value ~= (hi >> 40) * 2^e */
-    if (!(hi >> 63)) { /* the product is in [2^126, 2^128): take one more bit from below */
-        hi = hi << 1 | (a * t->m) >> 63;
-        e--;
-    }
+    /* a product below 2^127 takes one more bit from below (no branch: it goes either way
+     * at random) */
+    unsigned s = (unsigned)(1 - (hi >> 63));
+    hi = hi << s | ((a * t->m) >> 63 & s);
+    e -= (int)s;
     const uint64_t half = UINT64_C(1) << 39, tol = 4096;
     uint64_t r = hi & ((UINT64_C(1) << 40) - 1);
     if (r - (half - tol) <= 2 * tol) return false;
@@ -463,7 +469,9 @@ static bool store(ts_dtype dt, uint8_t *out, size_t i, const jnum *n, const char
     switch (dt) {
     case DT_FP32: {
         float f;
-        if (!to_float(n, &f)) {
+        if (clinger(n, &d)) { /* short mantissas: one division, as fast as it gets */
+            f = (float)d;
+        } else if (!to_float(n, &f)) {
             if (!to_double(n, start, p, &d)) return false;
             f = (float)d;
             if (isinf(f)) return false; /* overflow: the slow path words the error */
@@ -529,11 +537,19 @@ int jfast_parse_array(const char *p, const char *end, ts_dtype dt, uint8_t *out,
                 else if (end - p >= 5 && memcmp(p, "false", 5) == 0) out[i++] = 0, p += 5;
                 else return -1;
             } else {
-                jnum n;
-                const char *start = p;
-                p = scan_number(p, end, &n);
-                if (!p || !store(dt, out, i, &n, start, p)) return -1;
-                i++;
+                for (;;) {
+                    jnum n;
+                    const char *start = p;
+                    p = scan_number(p, end, &n);
+                    if (!p || !store(dt, out, i, &n, start, p)) return -1;
+                    i++;
+                    /* the common case, "1.5, -2": on to the next number without going
+                     * round the loop for the ',' and the ' ' */
+                    if (end - p < 3 || *p != ',' || i >= count) break;
+                    const char *q = p + 1 + (p[1] == ' ');
+                    if ((unsigned)(*q - '0') >= 10 && *q != '-') break;
+                    p = q;
+                }
             }
             want_value = after_comma = false;
         }
@@ -580,35 +596,35 @@ static uint32_t f32_digits(float f, int *e10)
         m2 <<= s;
         e2 = -149 - s;
     }
-    /* f = m2 * 2^e2, m2 in [2^23, 2^24): floor(log10 f) is about floor((e2 + 23) log10 2);
-     * a miss by one shows in the integer part and takes another try */
+    /* f = m2 * 2^e2, m2 in [2^23, 2^24), so floor(log10 f) is est = floor((e2 + 23) log10 2)
+     * or est + 1: both products are taken and the one whose integer part has nine digits
+     * kept (no branch: which one it is goes either way at random) */
     int x = e2 + 23;
     int est = x >= 0 ? (x * 78913) >> 18 : -((-x * 78913) >> 18) - 1;
     int k = 8 - est;
-    uint64_t a = m2 << 40;
-    for (int tries = 0; tries < 3 && k >= P10_MIN && k <= P10_MAX; tries++) {
-        const p10 *t = &k_p10[k - P10_MIN];
-        uint64_t hi = mul_hi(a, t->m);
-        int sh = -(e2 + 24 + t->e); /* f * 10^k ~= hi / 2^sh */
-        if (sh < 30 || sh > 63) break;
-        uint64_t ip = hi >> sh, fr = hi & ((UINT64_C(1) << sh) - 1), half = UINT64_C(1) << (sh - 1);
-        if (ip >= 1000000000) {
-            k--;
-            continue;
+    if (k - 1 >= P10_MIN && k <= P10_MAX) {
+        uint64_t a = m2 << 40;
+        const p10 *t0 = &k_p10[k - P10_MIN], *t1 = t0 - 1;
+        uint64_t hi0 = mul_hi(a, t0->m), hi1 = mul_hi(a, t1->m);
+        int sh0 = -(e2 + 24 + t0->e), sh1 = -(e2 + 24 + t1->e); /* f * 10^k ~= hi / 2^sh */
+        bool up = sh0 >= 30 && sh0 <= 63 && hi0 >> sh0 >= 1000000000;
+        uint64_t hi = up ? hi1 : hi0;
+        int sh = up ? sh1 : sh0;
+        k -= up;
+        if (sh >= 30 && sh <= 63) {
+            uint64_t ip = hi >> sh, fr = hi & ((UINT64_C(1) << sh) - 1), half = UINT64_C(1) << (sh - 1);
+            uint64_t tol = UINT64_C(1) << (sh - 28);
+            /* a tie or nearly: printf decides; so it does if est was off (never, but cheap) */
+            if (ip >= 100000000 && ip < 1000000000 && fr - (half - tol) > 2 * tol) {
+                uint32_t d = (uint32_t)ip + (fr > half);
+                *e10 = 8 - k;
+                if (d == 1000000000) { /* 999999999.5 and up */
+                    d = 100000000;
+                    ++*e10;
+                }
+                return d;
+            }
         }
-        if (ip < 100000000) {
-            k++;
-            continue;
-        }
-        uint64_t tol = UINT64_C(1) << (sh - 28);
-        if (fr - (half - tol) <= 2 * tol) break; /* a tie or nearly */
-        uint32_t d = (uint32_t)ip + (fr > half);
-        *e10 = 8 - k;
-        if (d == 1000000000) { /* 999999999.5 and up */
-            d = 100000000;
-            ++*e10;
-        }
-        return d;
     }
     char tmp[32]; /* "d.dddddddde-XX" */
     snprintf(tmp, sizeof tmp, "%.8e", (double)f);
