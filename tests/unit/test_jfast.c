@@ -117,6 +117,22 @@ static void test_find_data(void **state)
     assert_int_equal(s[1].input, 2);
     assert_memory_equal(js + s[1].start, "[5]", 3);
     assert_int_equal(jfast_find_data("{\"in\\u0070uts\":[]}", 18, s, 8), -1); /* escaped key */
+    /* nested past the 16-byte blocks the scan takes, brackets at every offset in a block */
+    char big[2048];
+    int o = snprintf(big, sizeof big, "{\"inputs\":[{\"data\":");
+    size_t start = (size_t)o;
+    for (int k = 0; k < 40; k++) o += snprintf(big + o, sizeof big - (size_t)o, "%s[%.*s1", k ? "," : "", k % 17, "00000000000000000");
+    for (int k = 0; k < 40; k++) big[o++] = ']';
+    size_t stop = (size_t)o;
+    o += snprintf(big + o, sizeof big - (size_t)o, ",\"name\":\"n]\"}]}");
+    assert_int_equal(jfast_find_data(big, (size_t)o, s, 8), 1);
+    assert_int_equal(s[0].start, start);
+    assert_int_equal(s[0].end, stop);
+    /* strings or objects inside: not the fast path's (even past a ']' of an inner array) */
+    const char *odd[] = {"{\"inputs\":[{\"data\":[[1],\"a]\"]}]}", "{\"inputs\":[{\"data\":[1,2,3,4,5,6,7,8,9,10,{}]}]}",
+                         "{\"inputs\":[{\"data\":[[1,2,3,4,5,6,7,8,9],[1,2,3,4,5,6,7,8]"};
+    for (size_t k = 0; k < sizeof odd / sizeof odd[0]; k++)
+        assert_int_equal(jfast_find_data(odd[k], strlen(odd[k]), s, 8), -1);
     assert_int_equal(jfast_find_data("[1]", 3, s, 8), -1);
     assert_int_equal(jfast_find_data("{\"inputs\":[{\"data\":[1", 21, s, 8), -1);
 }
