@@ -54,6 +54,15 @@ static void test_f32_format_matches_printf(void **state)
                         2097151.875f, 2097150.625f, 999999.938f, 9.99999944e-05f, 1e-4f, 99999.9922f,
                         999999999.0f, 99999999.0f, 9.99999949e+08f};
     for (size_t k = 0; k < sizeof specials / sizeof specials[0]; k++) check_fmt(specials[k]);
+    /* near-ties the formatter before the exact scaling rounded the wrong way (one digit off,
+     * found by tests/exhaustive/jfast_all_f32.c) */
+    uint32_t near_ties[] = {0x71122a80u, 0x738f8e50u, 0x75bb99fau};
+    for (size_t k = 0; k < sizeof near_ties / sizeof near_ties[0]; k++) {
+        float f;
+        memcpy(&f, &near_ties[k], 4);
+        check_fmt(f);
+        check_fmt(-f);
+    }
     for (int k = 0; k < 1000000; k++) {
         uint32_t bits = next();
         if (k % 4 == 0) bits &= 0x807fffffu; /* a quarter subnormal */
