@@ -5,8 +5,11 @@
  * each inputs[i]; the caller parses the rest (small) with jansson and the arrays here,
  * straight into the tensor's bytes. Anything unusual (escaped keys, BYTES, a malformed
  * number) makes these return -1 and the caller takes the jansson path, which also words
- * the error. Encoding: number formatters that write what printf would ("%.9g" for floats,
- * round-tripping every float), several times faster.
+ * the error. Numbers read as strtod reads them (a FP32 element is (float)strtod, as on the
+ * jansson path). Encoding: number formatters that write byte for byte what printf would
+ * ("%.9g" for floats, round-tripping every float), several times faster. Both scale by one
+ * 64x64-bit product with a table of powers of ten and leave the near-ties to the C library;
+ * tests/exhaustive/jfast_all_f32.c checks every float.
  */
 #ifndef TS_JFAST_H
 #define TS_JFAST_H

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,38 +33,66 @@ static void slow_fmt(char *out, float f)
     buf_free(&b);
 }
 
+static void check_fmt(float f)
+{
+    char fast[40], slow[64];
+    size_t n = jfast_fmt_f32(fast, f);
+    fast[n] = '\0';
+    slow_fmt(slow, f);
+    if (strcmp(fast, slow) != 0) fail_msg("%a: fast '%s', printf '%s'", (double)f, fast, slow);
+}
+
+/* Byte for byte what buf_put_double writes (printf's %.9g, correctly rounded from the
+ * float's exact value, ties to even), across the whole range: random bit patterns (normals
+ * and subnormals alike), every power of two, the floats around each power of ten, and runs
+ * of floats whose tenth significant digit is an exact 5 (the ties). */
 static void test_f32_format_matches_printf(void **state)
 {
     (void)state;
-    size_t same = 0, total = 0;
     float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, 1e-3f, 1e8f, 1e9f, 123456789.0f,
-                        3.4028235e38f, 1.17549435e-38f, 1.4e-45f, 0.1f, 1e-5f, 9.99999975e-05f, 65504.0f};
-    for (size_t k = 0; k < 1000000 + sizeof specials / sizeof specials[0]; k++) {
+                        3.4028235e38f, 1.17549435e-38f, 1.4e-45f, 0.1f, 1e-5f, 9.99999975e-05f, 65504.0f,
+                        2097151.875f, 2097150.625f, 999999.938f, 9.99999944e-05f, 1e-4f, 99999.9922f,
+                        999999999.0f, 99999999.0f, 9.99999949e+08f};
+    for (size_t k = 0; k < sizeof specials / sizeof specials[0]; k++) check_fmt(specials[k]);
+    /* near-ties the formatter before the exact scaling rounded the wrong way (one digit off,
+     * found by tests/exhaustive/jfast_all_f32.c) */
+    uint32_t near_ties[] = {0x71122a80u, 0x738f8e50u, 0x75bb99fau};
+    for (size_t k = 0; k < sizeof near_ties / sizeof near_ties[0]; k++) {
         float f;
-        if (k < sizeof specials / sizeof specials[0]) f = specials[k];
-        else {
-            uint32_t bits = next();
-            memcpy(&f, &bits, 4);
-            if (!isfinite(f)) continue;
-        }
-        char fast[40], slow[64];
-        size_t n = jfast_fmt_f32(fast, f);
-        fast[n] = '\0';
-        slow_fmt(slow, f);
-        total++;
-        if (strcmp(fast, slow) == 0) {
-            same++;
-            continue;
-        }
-        /* a digit off at a near-tie is allowed only if it reads back as the same float */
-        float back = strtof(fast, NULL);
-        if (memcmp(&back, &f, 4) != 0) fail_msg("%.9g: fast '%s' reads back as %.9g", (double)f, fast, (double)back);
+        memcpy(&f, &near_ties[k], 4);
+        check_fmt(f);
+        check_fmt(-f);
     }
-    assert_true(same * 1000 >= total * 999); /* near-ties are rare */
+    for (int k = 0; k < 1000000; k++) {
+        uint32_t bits = next();
+        if (k % 4 == 0) bits &= 0x807fffffu; /* a quarter subnormal */
+        float f;
+        memcpy(&f, &bits, 4);
+        if (isfinite(f)) check_fmt(f);
+    }
+    for (int e = -149; e <= 127; e++) check_fmt(ldexpf(1.0f, e));
+    for (int e = -45; e <= 38; e++) {
+        float p = (float)pow(10.0, e);
+        for (int d = -3; d <= 3; d++) {
+            float f = p;
+            for (int s = 0; s < (d < 0 ? -d : d); s++) f = nextafterf(f, d < 0 ? 0.0f : INFINITY);
+            if (isfinite(f) && f != 0) check_fmt(f);
+        }
+    }
+    /* [2^20, 2^21) in steps of 1/8: seven integer digits, three after the point: odd eighths
+     * end in 5 at the tenth digit */
+    for (int k = 0; k < 200000; k++) check_fmt(1048576.0f + (float)k * 5.125f);
+    for (uint32_t bits = 0x49800000u; bits < 0x49800000u + 100000; bits++) { /* 2^20 on */
+        float f;
+        memcpy(&f, &bits, 4);
+        check_fmt(f);
+    }
     char out[40];
     assert_int_equal(jfast_fmt_f32(out, NAN), 3);
     assert_memory_equal(out, "NaN", 3);
     assert_int_equal(jfast_fmt_f32(out, -INFINITY), 9);
+    assert_memory_equal(out, "-Infinity", 9);
+    assert_int_equal(jfast_fmt_f32(out, INFINITY), 8);
 }
 
 static void test_int_format(void **state)
@@ -97,6 +126,22 @@ static void test_find_data(void **state)
     assert_int_equal(s[1].input, 2);
     assert_memory_equal(js + s[1].start, "[5]", 3);
     assert_int_equal(jfast_find_data("{\"in\\u0070uts\":[]}", 18, s, 8), -1); /* escaped key */
+    /* nested past the 16-byte blocks the scan takes, brackets at every offset in a block */
+    char big[2048];
+    int o = snprintf(big, sizeof big, "{\"inputs\":[{\"data\":");
+    size_t start = (size_t)o;
+    for (int k = 0; k < 40; k++) o += snprintf(big + o, sizeof big - (size_t)o, "%s[%.*s1", k ? "," : "", k % 17, "00000000000000000");
+    for (int k = 0; k < 40; k++) big[o++] = ']';
+    size_t stop = (size_t)o;
+    o += snprintf(big + o, sizeof big - (size_t)o, ",\"name\":\"n]\"}]}");
+    assert_int_equal(jfast_find_data(big, (size_t)o, s, 8), 1);
+    assert_int_equal(s[0].start, start);
+    assert_int_equal(s[0].end, stop);
+    /* strings or objects inside: not the fast path's (even past a ']' of an inner array) */
+    const char *odd[] = {"{\"inputs\":[{\"data\":[[1],\"a]\"]}]}", "{\"inputs\":[{\"data\":[1,2,3,4,5,6,7,8,9,10,{}]}]}",
+                         "{\"inputs\":[{\"data\":[[1,2,3,4,5,6,7,8,9],[1,2,3,4,5,6,7,8]"};
+    for (size_t k = 0; k < sizeof odd / sizeof odd[0]; k++)
+        assert_int_equal(jfast_find_data(odd[k], strlen(odd[k]), s, 8), -1);
     assert_int_equal(jfast_find_data("[1]", 3, s, 8), -1);
     assert_int_equal(jfast_find_data("{\"inputs\":[{\"data\":[1", 21, s, 8), -1);
 }
@@ -154,6 +199,110 @@ static void test_parse_array(void **state)
     }
 }
 
+/* One number as FP32: what (float)strtod reads (the jansson path's value). A refusal is
+ * allowed only where the slow path would refuse too (past FLT_MAX) or for tokens too long
+ * for the strtod fallback's buffer. */
+static void check_parse_f32(const char *num)
+{
+    char txt[160];
+    int n = snprintf(txt, sizeof txt, "[%s]", num);
+    float got, want = (float)strtod(num, NULL);
+    int rc = jfast_parse_array(txt, txt + n, DT_FP32, (uint8_t *)&got, 1);
+    if (rc != 0) {
+        if (isinf(want) || strlen(num) >= 63) return;
+        fail_msg("%s refused, want %a", num, (double)want);
+    }
+    if (memcmp(&got, &want, 4) != 0) fail_msg("%s -> %a, want %a", num, (double)got, (double)want);
+}
+
+/* Decimals at and next to the midpoints between floats (where the float picked depends on
+ * digits far down), long and short mantissas, the ends of the range. */
+static void test_parse_f32_tricky(void **state)
+{
+    (void)state;
+    const char *fixed[] = {
+        "0", "-0", "0.0", "-0.0", "0e999", "-0E-999", "1", "16777216", "16777217", "16777218", "16777219",
+        "33554435", "8388608.5", "8388609.5", "0.1", "0.2", "0.3", "1e-45", "1.4e-45", "7e-46", "7.1e-46",
+        "1.1754942e-38", "1.17549435e-38", "1.1754944e-38", "3.4028235e38", "3.40282347e+38",
+        "3.4028236e38", "3.40282357e38", "340282356779733661637539395458142568447",
+        "340282356779733661637539395458142568448", "1e38", "1e39", "1e-38", "1e-39", "1e-50", "1e-64",
+        "1e-65", "1e64", "1e65", "123456789012345678901234567890", "0.000000000000000000000000000001",
+        "1.00000005960464477539062500000000000000001", "1.000000059604644775390625",
+        "1.00000005960464477539062499999999999999999", "1.0000000596046447753906249999999999999999999999999",
+        "0.009999999776482582", "0.30000001192092896", "9007199254740993", "9007199254740992.5",
+        "18446744073709551615", "18446744073709551616", "99999999999999999999", "1e0000000000000000001",
+        "4.7019774032891500318749461488889827112746622270883500860350068251e-38",
+        "2.350988701644575015937473074444491355637331113544175043017503412556834518909454345703125e-38",
+        "1.00000011920928955078125", "1.000000119209289550781249", "1.000000119209289550781251",
+        "5e-324", "2.2250738585072014e-308", "1.7976931348623157e308", "-123.456e-7", "1E+2", "12e+00"};
+    for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++) check_parse_f32(fixed[k]);
+    char num[128];
+    for (int k = 0; k < 200000; k++) {
+        uint32_t bits = next() & 0x7fffffffu;
+        float f;
+        memcpy(&f, &bits, 4);
+        if (!isfinite(f) || !isfinite(nextafterf(f, INFINITY))) continue;
+        double mid = ((double)f + (double)nextafterf(f, INFINITY)) / 2; /* exact */
+        /* 40 significant digits, then the last one nudged down, kept, nudged up */
+        snprintf(num, sizeof num, "%.39e", mid);
+        char *last = strchr(num, 'e') - 1;
+        check_parse_f32(num);
+        if (*last > '0') {
+            (*last)--;
+            check_parse_f32(num);
+            (*last)++;
+        }
+        if (*last < '9') {
+            (*last)++;
+            check_parse_f32(num);
+        }
+        /* the exact midpoint, and a float's 17 and 9 digits */
+        snprintf(num, sizeof num, "%.60g", mid);
+        check_parse_f32(num);
+        snprintf(num, sizeof num, "%.17g", (double)f);
+        check_parse_f32(num);
+        snprintf(num, sizeof num, "%.9g", (double)f);
+        check_parse_f32(num);
+        /* integers of 1..25 digits: the eight-at-a-time digits against one at a time */
+        int nd = 1 + k % 25;
+        for (int i = 0; i < nd; i++) num[i] = (char)('0' + (i == 0 ? 1 + next() % 9 : next() % 10));
+        num[nd] = '\0';
+        check_parse_f32(num);
+    }
+}
+
+/* FP64 and the integer types keep strtod's and strtoll's values, whatever the digit count. */
+static void test_parse_other_types(void **state)
+{
+    (void)state;
+    char num[64], txt[80];
+    for (int k = 0; k < 100000; k++) {
+        int nd = 1 + k % 24;
+        int o = 0;
+        if (k & 1) num[o++] = '-';
+        for (int i = 0; i < nd; i++) num[o++] = (char)('0' + (i == 0 ? 1 + next() % 9 : next() % 10));
+        num[o] = '\0';
+        int n = snprintf(txt, sizeof txt, "[%s]", num);
+        int64_t iv;
+        errno = 0;
+        long long want = strtoll(num, NULL, 10);
+        int rc = jfast_parse_array(txt, txt + n, DT_INT64, (uint8_t *)&iv, 1);
+        if (errno == ERANGE) assert_int_equal(rc, -1);
+        else if (rc != 0 || iv != want) fail_msg("%s as INT64: rc %d, %lld", num, rc, (long long)iv);
+        double d, wd = strtod(num, NULL);
+        assert_int_equal(jfast_parse_array(txt, txt + n, DT_FP64, (uint8_t *)&d, 1), 0);
+        if (memcmp(&d, &wd, 8) != 0) fail_msg("%s as FP64: %a, want %a", num, d, wd);
+        /* a fraction and an exponent too */
+        uint64_t bits = (uint64_t)next() << 32 | next();
+        memcpy(&wd, &bits, 8);
+        if (!isfinite(wd)) continue;
+        n = snprintf(txt, sizeof txt, "[%.*g]", 1 + k % 17, wd);
+        wd = strtod(txt + 1, NULL);
+        assert_int_equal(jfast_parse_array(txt, txt + n, DT_FP64, (uint8_t *)&d, 1), 0);
+        if (memcmp(&d, &wd, 8) != 0) fail_msg("%s as FP64: %a, want %a", txt, d, wd);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -161,6 +310,8 @@ int main(void)
         cmocka_unit_test(test_int_format),
         cmocka_unit_test(test_find_data),
         cmocka_unit_test(test_parse_array),
+        cmocka_unit_test(test_parse_f32_tricky),
+        cmocka_unit_test(test_parse_other_types),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
