@@ -637,38 +637,28 @@ bad:
 
 static bool load_flag(const char *k) { return !strcmp(k, "fixed") || !strcmp(k, "poisson") || !strcmp(k, "quiet"); }
 
-/* Takes the drill's options; the rest go to the load (fwd), with a few read on the way. */
+/* The drill's own options, and the load's it reads on the way (0 taken, 1 the load's). */
+static int own_option(void *ctx, const char *key, const char *v, char *err, size_t errlen)
+{
+    drill *d = ctx;
+    int r = option(d, key, v, err, errlen);
+    if (r != 1) return r;
+    if (!strcmp(key, "url")) {
+        d->url = v;
+        if (lb_parse_url(v, d->host, sizeof d->host, d->port, sizeof d->port, err, errlen) != 0) return -1;
+    } else if (!strcmp(key, "duration")) {
+        d->duration = atof(v);
+    } else if (!strcmp(key, "model")) {
+        snprintf(d->model, sizeof d->model, "%s", v);
+    }
+    return 1;
+}
+
+/* Takes the drill's options; the rest go to the load (fwd). */
 static int parse(drill *d, int argc, char **argv, char **fwd, int *n_fwd, char *err, size_t errlen)
 {
-    fwd[(*n_fwd)++] = argv[0];
-    fwd[(*n_fwd)++] = argv[1];
-    for (int i = 3; i < argc; i++) {
-        char *a = argv[i];
-        char key[TB_OPT_KEY];
-        const char *v;
-        int rc = tb_opt(argc, argv, &i, load_flag, "drill", key, &v, err, errlen);
-        if (rc) return rc;
-        bool separate = v && !strchr(a, '='); /* its value was the next argument */
-        int r = option(d, key, v, err, errlen);
-        if (r < 0) return -1;
-        if (r == 0) continue;
-        if (*n_fwd + 3 >= DRILL_MAX_ARGS) {
-            snprintf(err, errlen, "too many options");
-            return -1;
-        }
-        /* the load's: read what the drill needs too */
-        if (!strcmp(key, "url")) {
-            d->url = v;
-            if (lb_parse_url(v, d->host, sizeof d->host, d->port, sizeof d->port, err, errlen) != 0) return -1;
-        } else if (!strcmp(key, "duration")) {
-            d->duration = atof(v);
-        } else if (!strcmp(key, "model")) {
-            snprintf(d->model, sizeof d->model, "%s", v);
-        }
-        fwd[(*n_fwd)++] = a;
-        if (separate) fwd[(*n_fwd)++] = argv[i];
-    }
-    fwd[(*n_fwd)++] = "--quiet";
+    int rc = tb_opt_split(argc, argv, 3, load_flag, "drill", own_option, d, fwd, n_fwd, DRILL_MAX_ARGS, err, errlen);
+    if (rc) return rc;
     if (!d->url) {
         snprintf(err, errlen, "--url http://ROUTER:PORT is required");
         return -1;

@@ -418,32 +418,20 @@ bad:
 
 static bool load_flag(const char *k) { return !strcmp(k, "fixed") || !strcmp(k, "poisson") || !strcmp(k, "quiet"); }
 
+/* The drill's own options, and the load's --url read on the way (0 taken, 1 the load's). */
+static int own_option(void *ctx, const char *key, const char *v, char *err, size_t errlen)
+{
+    ds *d = ctx;
+    int r = option(d, key, v, err, errlen);
+    if (r != 1 || strcmp(key, "url") != 0) return r;
+    d->url = v;
+    return lb_parse_url(v, d->host, sizeof d->host, d->port, sizeof d->port, err, errlen) != 0 ? -1 : 1;
+}
+
 static int parse(ds *d, int argc, char **argv, char **fwd, int *n_fwd, char *err, size_t errlen)
 {
-    fwd[(*n_fwd)++] = argv[0];
-    fwd[(*n_fwd)++] = argv[1];
-    for (int i = 3; i < argc; i++) {
-        char *a = argv[i];
-        char key[TB_OPT_KEY];
-        const char *v;
-        int rc = tb_opt(argc, argv, &i, load_flag, "drill", key, &v, err, errlen);
-        if (rc) return rc;
-        bool separate = v && !strchr(a, '=');
-        int r = option(d, key, v, err, errlen);
-        if (r < 0) return -1;
-        if (r == 0) continue;
-        if (*n_fwd + 3 >= DS_MAX_ARGS) {
-            snprintf(err, errlen, "too many options");
-            return -1;
-        }
-        if (!strcmp(key, "url")) {
-            d->url = v;
-            if (lb_parse_url(v, d->host, sizeof d->host, d->port, sizeof d->port, err, errlen) != 0) return -1;
-        }
-        fwd[(*n_fwd)++] = a;
-        if (separate) fwd[(*n_fwd)++] = argv[i];
-    }
-    fwd[(*n_fwd)++] = "--quiet";
+    int rc = tb_opt_split(argc, argv, 3, load_flag, "drill", own_option, d, fwd, n_fwd, DS_MAX_ARGS, err, errlen);
+    if (rc) return rc;
     if (!d->url) {
         snprintf(err, errlen, "--url http://ROUTER:PORT is required");
         return -1;

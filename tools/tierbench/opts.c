@@ -26,3 +26,27 @@ int tb_opt(int argc, char **argv, int *i, bool (*is_flag)(const char *key), cons
     }
     return 0;
 }
+
+int tb_opt_split(int argc, char **argv, int first, bool (*is_flag)(const char *key), const char *cmd,
+                 int (*own)(void *ctx, const char *key, const char *value, char *err, size_t errlen), void *ctx,
+                 char **fwd, int *n_fwd, int max_fwd, char *err, size_t errlen)
+{
+    fwd[(*n_fwd)++] = argv[0];
+    fwd[(*n_fwd)++] = argv[1];
+    for (int i = first; i < argc; i++) {
+        char *a = argv[i];
+        char key[TB_OPT_KEY];
+        const char *v;
+        int rc = tb_opt(argc, argv, &i, is_flag, cmd, key, &v, err, errlen);
+        if (rc) return rc;
+        bool separate = v && !strchr(a, '='); /* its value was the next argument */
+        int r = own(ctx, key, v, err, errlen);
+        if (r < 0) return -1;
+        if (r == 0) continue;
+        if (*n_fwd + 3 >= max_fwd) return ts_fail(err, errlen, "too many options");
+        fwd[(*n_fwd)++] = a;
+        if (separate) fwd[(*n_fwd)++] = argv[i];
+    }
+    fwd[(*n_fwd)++] = "--quiet";
+    return 0;
+}

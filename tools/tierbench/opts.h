@@ -14,4 +14,13 @@
 int tb_opt(int argc, char **argv, int *i, bool (*is_flag)(const char *key), const char *cmd, char key[TB_OPT_KEY],
            const char **value, char *err, size_t errlen);
 
+/* The command line of a command that runs `tierbench load` underneath (the drills). Every
+ * option from argv[first] on goes through own(ctx, key, value): 0 it was the command's and is
+ * taken, 1 it is the load's and is forwarded as given (own may read it on the way), -1 bad
+ * (err set). fwd gets argv[0], argv[1], the forwarded options and "--quiet"; at most max_fwd
+ * entries. Returns 0, 1 for --help, -1 with err. */
+int tb_opt_split(int argc, char **argv, int first, bool (*is_flag)(const char *key), const char *cmd,
+                 int (*own)(void *ctx, const char *key, const char *value, char *err, size_t errlen), void *ctx,
+                 char **fwd, int *n_fwd, int max_fwd, char *err, size_t errlen);
+
 #endif
