@@ -572,14 +572,8 @@ int calibrate_main(int argc, char **argv)
     o.conc[0] = 1, o.conc[1] = 2, o.conc[2] = 4, o.conc[3] = 8;
     o.n_conc = 4;
     int p = parse(&o, argc, argv, err, sizeof err);
-    if (p > 0) {
-        usage(stdout);
-        return 0;
-    }
-    if (p < 0) {
-        fprintf(stderr, "tierbench: %s\n", err);
-        return EXIT_USAGE;
-    }
+    int done_rc = tb_parsed(p, usage, err);
+    if (done_rc >= 0) return done_rc;
     /* warm-up: the first requests pay for connections, caches and lazy initialisation */
     cal_level pilot;
     if (run_level(&o, 1, CAL_PILOT, &pilot, err, sizeof err) != 0) {

@@ -1,3 +1,4 @@
+#include "opts.h"
 #include "cost.h"
 #include "err.h"
 
@@ -745,14 +746,8 @@ int cost_main(int argc, char **argv)
     cr_opts o = {.window_s = 3600, .timeout_s = 10};
     char err[1200];
     int p = parse(&o, argc, argv, err, sizeof err);
-    if (p > 0) {
-        usage(stdout);
-        return 0;
-    }
-    if (p < 0) {
-        fprintf(stderr, "tierbench: %s\n", err);
-        return CR_EXIT_USAGE;
-    }
+    int done_rc = tb_parsed(p, usage, err);
+    if (done_rc >= 0) return done_rc;
     const char *md = o.markdown ? o.markdown : (o.csv ? NULL : "-");
     int rc = 0;
     if (o.weekly) {

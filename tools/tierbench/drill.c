@@ -735,14 +735,8 @@ int drill_main(int argc, char **argv)
     d.kill_t = d.last_change_t = d.down_t = d.restart_t = d.healthy_t = -1;
     snprintf(d.model, sizeof d.model, "demo");
     int p = parse(&d, argc, argv, fwd, &n_fwd, err, sizeof err);
-    if (p > 0) {
-        usage(stdout);
-        return 0;
-    }
-    if (p < 0) {
-        fprintf(stderr, "tierbench: %s\n", err);
-        return EXIT_USAGE;
-    }
+    int done_rc = tb_parsed(p, usage, err);
+    if (done_rc >= 0) return done_rc;
     if (d.fault_url && prepare_fault(&d, err, sizeof err) != 0) {
         fprintf(stderr, "tierbench: --fault-url: %s\n", err);
         rc = 1;

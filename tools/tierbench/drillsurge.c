@@ -455,14 +455,8 @@ int drillsurge_main(int argc, char **argv)
     d.share_pts = 15;
     d.stages_n = 1;
     int p = parse(&d, argc, argv, fwd, &n_fwd, err, sizeof err);
-    if (p > 0) {
-        usage(stdout);
-        return 0;
-    }
-    if (p < 0) {
-        fprintf(stderr, "tierbench: %s\n", err);
-        return EXIT_USAGE;
-    }
+    int done_rc = tb_parsed(p, usage, err);
+    if (done_rc >= 0) return done_rc;
     if (metrics_fetch(&d, &d.before, err, sizeof err) != 0) {
         fprintf(stderr, "tierbench: %s\n", err);
         return 1;

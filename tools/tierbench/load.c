@@ -704,14 +704,8 @@ int load_run(int argc, char **argv, const load_hooks *hooks)
     o.hooks = hooks;
     for (int p = 0; p < PRIO_COUNT; p++) o.deadline_ms[p] = -1;
     int pr = parse(&o, argc, argv, err, sizeof err);
-    if (pr > 0) {
-        usage(stdout);
-        return 0;
-    }
-    if (pr < 0) {
-        fprintf(stderr, "tierbench: %s\n", err);
-        return EXIT_USAGE;
-    }
+    int done_rc = tb_parsed(pr, usage, err);
+    if (done_rc >= 0) return done_rc;
     if (o.trace_path) {
         if (trace_load(o.trace_path, &t, err, sizeof err) != 0) {
             fprintf(stderr, "tierbench: bad trace: %s\n", err);

@@ -265,14 +265,8 @@ int main(int argc, char **argv)
     }
     char err[1200];
     int p = parse(&c, argc, argv, err, sizeof err);
-    if (p > 0) {
-        usage(stdout);
-        return 0;
-    }
-    if (p < 0) {
-        fprintf(stderr, "tierbench: %s\n", err);
-        return EXIT_USAGE;
-    }
+    int done_rc = tb_parsed(p, usage, err);
+    if (done_rc >= 0) return done_rc;
     if (c.is_sim && sim_config_check(&c.cfg.sim, err, sizeof err) != 0) {
         fprintf(stderr, "tierbench: bad config: %s\n", err);
         return EXIT_USAGE;

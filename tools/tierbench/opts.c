@@ -1,5 +1,6 @@
 #include "opts.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "err.h"
@@ -49,4 +50,17 @@ int tb_opt_split(int argc, char **argv, int first, bool (*is_flag)(const char *k
     }
     fwd[(*n_fwd)++] = "--quiet";
     return 0;
+}
+
+int tb_parsed(int p, void (*usage)(FILE *out), const char *err)
+{
+    if (p > 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (p < 0) {
+        fprintf(stderr, "tierbench: %s\n", err);
+        return TB_EXIT_USAGE;
+    }
+    return -1;
 }

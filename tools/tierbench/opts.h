@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #define TB_OPT_KEY 64
 
@@ -13,6 +14,12 @@
  * is_flag may be NULL: every option then takes a value. */
 int tb_opt(int argc, char **argv, int *i, bool (*is_flag)(const char *key), const char *cmd, char key[TB_OPT_KEY],
            const char **value, char *err, size_t errlen);
+
+#define TB_EXIT_USAGE 64
+
+/* What a command does with its parse result p (0 go on, 1 --help, -1 error in err): -1 to go
+ * on, else the exit code, with the help printed to stdout or the error to stderr. */
+int tb_parsed(int p, void (*usage)(FILE *out), const char *err);
 
 /* The command line of a command that runs `tierbench load` underneath (the drills). Every
  * option from argv[first] on goes through own(ctx, key, value): 0 it was the command's and is
