@@ -69,6 +69,67 @@ static int fail(char *msg, size_t len, const char **param, const char *which, co
     return 400;
 }
 
+/* A scan over JSON that jcheck_syntax() has passed: well-formed, so it needs no error paths,
+ * only bounds. */
+typedef struct {
+    size_t start, end; /* [start, end) in the body; end 0: absent */
+} span;
+
+static size_t skip_ws(const char *s, size_t n, size_t i)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
+    return i;
+}
+
+static size_t skip_string(const char *s, size_t n, size_t i) /* s[i] is its opening quote */
+{
+    for (i++; i < n && s[i] != '"'; i++)
+        if (s[i] == '\\') i++;
+    return i < n ? i + 1 : n;
+}
+
+static size_t skip_value(const char *s, size_t n, size_t i)
+{
+    if (i >= n) return n;
+    if (s[i] == '"') return skip_string(s, n, i);
+    if (s[i] == '{' || s[i] == '[') {
+        for (size_t depth = 0; i < n;) {
+            if (s[i] == '"') {
+                i = skip_string(s, n, i);
+                continue;
+            }
+            if (s[i] == '{' || s[i] == '[') depth++;
+            else if ((s[i] == '}' || s[i] == ']') && --depth == 0) return i + 1;
+            i++;
+        }
+        return n;
+    }
+    while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\t' && s[i] != '\n' &&
+           s[i] != '\r')
+        i++; /* a number, true, false, null */
+    return i;
+}
+
+/* A top-level key decoded (escapes and all, by jansson), when it is short enough to be one
+ * the router reads ("model", "stream"); else NULL. Kept in a static: one key at a time. */
+static const char *key_name(const char *q, size_t n)
+{
+    static char out[16];
+    out[0] = '\0';
+    if (n > 6 * (sizeof out - 1) + 2) return NULL;
+    json_t *k = json_loadb(q, n, JSON_DECODE_ANY, NULL);
+    const char *v = json_string_value(k);
+    bool fits = v && json_string_length(k) < sizeof out;
+    if (fits) memcpy(out, v, json_string_length(k) + 1);
+    json_decref(k);
+    return fits ? out : NULL;
+}
+
+static bool span_is(const char *s, span v, const char *word)
+{
+    return v.end - v.start == strlen(word) && memcmp(s + v.start, word, v.end - v.start) == 0;
+}
+
 int rt_v1_parse(proxy_req *pr, char *msg, size_t len, const char **param)
 {
     *param = NULL;
@@ -86,40 +147,65 @@ int rt_v1_parse(proxy_req *pr, char *msg, size_t len, const char **param)
         pr->cenc[0] = '\0';
     }
     if (pr->body_len == 0) return fail(msg, len, param, NULL, "empty request body: expected a JSON object");
-    /* jcheck first: a bounded, non-recursive pass that refuses deep nesting (64) with the
-     * byte offset, before jansson builds anything */
+    /* jcheck: one bounded, non-recursive pass (syntax, UTF-8, nesting at most 64) that lets the
+     * scan below trust the text; no tree is built of a body that may be megabytes of prompt */
     char jerr_text[160];
-    if (jcheck_syntax((const char *)pr->body, pr->body_len, jerr_text, sizeof jerr_text) != 0) {
+    const char *s = (const char *)pr->body;
+    size_t n = pr->body_len;
+    if (jcheck_syntax(s, n, jerr_text, sizeof jerr_text) != 0) {
         snprintf(msg, len, "the request body is not valid JSON: %s", jerr_text);
         return 400;
     }
-    json_error_t jerr;
-    /* duplicate keys refused: the router must read the same "model" the worker will */
-    json_t *doc = json_loadb((const char *)pr->body, pr->body_len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!doc) {
-        snprintf(msg, len, "the request body is not valid JSON: %.120s (byte %d)", jerr.text, jerr.position);
-        return 400;
+    size_t i = skip_ws(s, n, 0);
+    if (i >= n || s[i] != '{') return fail(msg, len, param, NULL, "the request body must be a JSON object");
+    span model = {0, 0}, stream = {0, 0};
+    for (i = skip_ws(s, n, i + 1); i < n && s[i] == '"';) {
+        size_t k = i;
+        i = skip_string(s, n, i);
+        const char *key = key_name(s + k, i - k);
+        i = skip_ws(s, n, i) + 1; /* the ':' */
+        i = skip_ws(s, n, i);
+        size_t v = i;
+        i = skip_value(s, n, i);
+        span *which = key && strcmp(key, "model") == 0 ? &model : key && strcmp(key, "stream") == 0 ? &stream : NULL;
+        if (which && which->end) { /* the router and the worker must read the same one */
+            snprintf(msg, len, "%s is given more than once (a duplicate key)", key);
+            *param = key;
+            return 400;
+        }
+        if (which) *which = (span){v, i};
+        i = skip_ws(s, n, i);
+        if (i < n && s[i] == ',') i = skip_ws(s, n, i + 1);
     }
-    pr->v1.doc = doc;
-    if (!json_is_object(doc)) return fail(msg, len, param, NULL, "the request body must be a JSON object");
-    json_t *model = json_object_get(doc, "model");
-    if (!model) return fail(msg, len, param, "model", "you must provide a model parameter");
-    if (!json_is_string(model)) return fail(msg, len, param, "model", "model must be a string");
-    const char *m = json_string_value(model);
-    size_t n = json_string_length(model);
-    if (n == 0) return fail(msg, len, param, "model", "model must not be empty");
-    if (n > RT_V1_MODEL_MAX || n >= sizeof pr->logical) {
-        snprintf(msg, len, "model is %zu bytes long; at most %u are allowed", n, RT_V1_MODEL_MAX);
+    if (!model.end) return fail(msg, len, param, "model", "you must provide a model parameter");
+    if (s[model.start] != '"') return fail(msg, len, param, "model", "model must be a string");
+    /* a name of RT_V1_MODEL_MAX bytes takes at most 6 x that as JSON (\uXXXX each) */
+    if (model.end - model.start > 6 * RT_V1_MODEL_MAX + 2) {
+        snprintf(msg, len, "model is longer than %u bytes", RT_V1_MODEL_MAX);
         *param = "model";
         return 400;
     }
-    for (size_t i = 0; i < n; i++) /* jansson has refused \u0000 already; the rest goes into logs and labels */
-        if ((unsigned char)m[i] < 0x20 || (unsigned char)m[i] == 0x7f)
-            return fail(msg, len, param, "model", "model must not contain control characters");
-    json_t *stream = json_object_get(doc, "stream");
-    if (stream && !json_is_boolean(stream) && !json_is_null(stream))
+    json_t *jm = json_loadb(s + model.start, model.end - model.start, JSON_DECODE_ANY, NULL);
+    const char *m = json_string_value(jm);
+    size_t mlen = m ? json_string_length(jm) : 0;
+    code = 0;
+    if (!m) code = fail(msg, len, param, "model", "model must be a string without \\u0000");
+    else if (mlen == 0) code = fail(msg, len, param, "model", "model must not be empty");
+    else if (mlen > RT_V1_MODEL_MAX) {
+        snprintf(msg, len, "model is %zu bytes long; at most %u are allowed", mlen, RT_V1_MODEL_MAX);
+        *param = "model";
+        code = 400;
+    }
+    for (size_t c = 0; !code && c < mlen; c++) /* it goes into logs and metric labels */
+        if ((unsigned char)m[c] < 0x20 || (unsigned char)m[c] == 0x7f)
+            code = fail(msg, len, param, "model", "model must not contain control characters");
+    if (!code) memcpy(pr->logical, m, mlen + 1);
+    json_decref(jm);
+    if (code) return code;
+    if (stream.end && !span_is(s, stream, "true") && !span_is(s, stream, "false") && !span_is(s, stream, "null"))
         return fail(msg, len, param, "stream", "stream must be true or false");
-    memcpy(pr->logical, m, n + 1);
+    pr->v1.model_at = model.start;
+    pr->v1.model_end = model.end;
     return 0;
 }
 
@@ -132,19 +218,19 @@ int rt_v1_body_for(proxy_req *pr, const uint8_t **body, size_t *len)
         return 0;
     }
     if (pr->v1.sent_for != pr->pool) {
-        free(pr->v1.sent);
-        pr->v1.sent = NULL;
+        /* the model's value spliced out and the pool's name, JSON-encoded, spliced in: every
+         * other byte goes as the client sent it */
+        buf_free(&pr->v1.sent);
+        buf_init(&pr->v1.sent, pr->body_len + 6 * strlen(physical) + 2);
         pr->v1.sent_for = NULL;
-        /* re-serialised rather than spliced: the one safe way to change a string inside JSON
-         * (escapes, duplicate spellings); numbers keep their value (17 significant digits) */
-        if (json_object_set_new(pr->v1.doc, "model", json_string(physical)) != 0) return -1;
-        pr->v1.sent = json_dumps(pr->v1.doc, JSON_COMPACT);
-        if (!pr->v1.sent) return -1;
-        pr->v1.sent_len = strlen(pr->v1.sent);
+        buf_put(&pr->v1.sent, pr->body, pr->v1.model_at);
+        buf_put_json_str(&pr->v1.sent, physical, strlen(physical));
+        buf_put(&pr->v1.sent, pr->body + pr->v1.model_end, pr->body_len - pr->v1.model_end);
+        if (buf_failed(&pr->v1.sent)) return -1;
         pr->v1.sent_for = pr->pool;
     }
-    *body = (const uint8_t *)pr->v1.sent;
-    *len = pr->v1.sent_len;
+    *body = pr->v1.sent.data;
+    *len = pr->v1.sent.len;
     return 0;
 }
 
@@ -294,8 +380,7 @@ void rt_v1_account(proxy_req *pr)
 void rt_v1_free(proxy_req *pr)
 {
     rt_v1 *v = &pr->v1;
-    json_decref(v->doc);
-    free(v->sent);
+    buf_free(&v->sent);
     buf_free(&v->line);
     buf_free(&v->reply);
     memset(v, 0, sizeof *v);

@@ -2,8 +2,8 @@
  *
  * POST /v1/chat/completions and /v1/completions are classified and routed exactly like KServe
  * inference (front.c, proxy.c, route.h); what differs lives here: the body is read for its
- * "model" (bounded: jcheck's depth limit, then jansson on a body max_body_bytes already
- * bounds), the body is re-serialised for a pool that serves the model under another name,
+ * "model" (jcheck's one bounded pass, then a scan of the top-level keys: no tree is built),
+ * the model's value is spliced for a pool that serves the model under another name,
  * the reply is watched as it streams through (TTFT, inter-token gaps, token usage), and every
  * error the router itself answers on /v1 has OpenAI's shape
  * {"error":{"message","type","param","code"}}.
@@ -23,7 +23,6 @@
 
 struct proxy_req;
 struct router;
-struct json_t;
 
 #define RT_V1_LINE_MAX (64u << 10) /* an SSE line longer than this is passed on, not parsed */
 #define RT_V1_REPLY_MAX (1u << 20) /* a non-stream reply longer than this is passed on, not parsed */
@@ -31,9 +30,8 @@ struct json_t;
 
 typedef struct {
     const char *target;       /* "/v1/chat/completions" or "/v1/completions"; NULL: not /v1 */
-    struct json_t *doc;       /* the request body, parsed: re-serialised for a renaming pool */
-    char *sent;               /* the body as rewritten for sent_for (json_dumps) */
-    size_t sent_len;
+    size_t model_at, model_end; /* where the body's "model" value lies: [model_at, model_end) */
+    buf sent;                 /* the body with that value replaced, for sent_for */
     const void *sent_for;     /* the rt_pool it was rewritten for */
     const char *param;        /* the request parameter an error of the router's names, or NULL */
     /* the reply of the current try */
@@ -57,15 +55,15 @@ void rt_v1_reply_error(h1req *req, int status, const char *msg, const char *para
 bool rt_v1_path(const h1req *req);
 
 /* Reads a /v1 request's body (pr->body, pr->cenc): inflated when it came compressed (the
- * plain bytes are what is forwarded), one JSON object nested at most 64 deep with no
- * duplicate keys, a "model" string of 1..RT_V1_MODEL_MAX bytes with no control characters
- * (into pr->logical), "stream" a boolean when present. Returns 0, or the status to answer
+ * plain bytes are what is forwarded), one JSON object nested at most 64 deep, a top-level
+ * "model" (once) that is a string of 1..RT_V1_MODEL_MAX bytes with no control characters
+ * (into pr->logical), "stream" (once) true, false or null when present. Returns 0, or the status to answer
  * with, a message, and the offending parameter (NULL when none). */
 int rt_v1_parse(struct proxy_req *pr, char *msg, size_t len, const char **param);
 
 /* The body to send to pr->pool: the client's bytes when the pool serves the model under its
- * own name, else the JSON with "model" set to the pool's name for it (kept until the next
- * call or rt_v1_free). Returns 0, or -1 when it cannot be built (out of memory). */
+ * own name, else the same bytes with the model's value replaced by the pool's name for it
+ * (kept until the next call or rt_v1_free). Returns 0, or -1 when it cannot be built (out of memory). */
 int rt_v1_body_for(struct proxy_req *pr, const uint8_t **body, size_t *len);
 
 /* The reply of a new try: forget what the last one said. */

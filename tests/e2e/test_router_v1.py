@@ -45,6 +45,7 @@ class FakeV1(FakeHTTP):
         self.chunks = chunks
         self.usage = usage
         self.requests = []  # (path, head, parsed body) of every /v1 request
+        self.raw = []       # ... and its body's bytes
         self.release = None
         self.gap = 0.0
         super().__init__()
@@ -57,6 +58,7 @@ class FakeV1(FakeHTTP):
         path = head.split(b" ")[1].decode()
         req = strict_json(body)
         self.requests.append((path, head, req))
+        self.raw.append(body)
         if self.mode == "reset":
             self.rst(c)
             return False
@@ -184,7 +186,13 @@ def test_routed_by_data_class_with_the_pool_model_map_and_priority(two):
     path, head, req = c.requests[-1]
     assert path == "/v1/completions" and req == {"model": "llama-int8", "prompt": "x", "temperature": 0.7}
     assert header(head, "X-Priority") == "normal"
-    assert len(g.requests) == 3 and len(c.requests) == 1
+    assert len(g.requests) == 3 and len(c.requests) == 1  # (before the byte-exact check below)
+    # the rewrite replaces the model's value and nothing else: the client's bytes (spacing,
+    # number spelling, a key spelled with an escape) reach the worker as they were
+    raw = b'{ "mod\\u0065l" :\t"llama" , "temperature": 1.10, "n": 1e0, "stop": ["\\n"]}'
+    code, _, _ = post(r, "/v1/completions", None, raw=raw)
+    assert code == 200
+    assert g.raw[-1] == b'{ "mod\\u0065l" :\t"llama-fp16" , "temperature": 1.10, "n": 1e0, "stop": ["\\n"]}'
 
 
 def test_a_body_is_forwarded_byte_for_byte_when_the_name_is_the_pools(tmp_path):
@@ -330,13 +338,31 @@ def test_hostile_bodies_are_refused_before_a_worker(two):
     code, _, body = post(r, "/v1/chat/completions", None, raw=deep)
     assert code == 400 and "deep" in openai_error(body, "invalid_request_error")
     # two "model" keys: the router and the worker might read different ones
-    code, _, body = post(r, "/v1/chat/completions", None, raw=b'{"model": "llama", "model": "other"}')
-    assert code == 400 and "duplicate" in openai_error(body, "invalid_request_error")
+    for raw in (b'{"model": "llama", "model": "other"}', b'{"model": "llama", "mod\\u0065l": "other"}'):
+        code, _, body = post(r, "/v1/chat/completions", None, raw=raw)
+        assert code == 400 and "duplicate" in openai_error(body, "invalid_request_error", "model")
+    code, _, body = post(r, "/v1/chat/completions", None, raw=b'{"model": "llama", "stream": true, "stream": false}')
+    assert code == 400 and "duplicate" in openai_error(body, "invalid_request_error", "stream")
+    # a nested "model" is not the request's
+    code, _, body = post(r, "/v1/chat/completions", None, raw=b'{"x": {"model": "llama"}}')
+    assert code == 400 and openai_error(body, "invalid_request_error", "model")
+    code, _, body = post(r, "/v1/chat/completions", None, raw=b'{"model": "x\\u0000y"}')
+    assert code == 400 and openai_error(body, "invalid_request_error", "model")
     code, _, body = post(r, "/v1/chat/completions", None, raw=b'{"model": "ll\xffama"}')
     assert code == 400 and openai_error(body, "invalid_request_error")
     code, _, body = post(r, "/v1/chat/completions", None, raw=b"")
     assert code == 400 and openai_error(body, "invalid_request_error")
     assert g.requests == [] and c.requests == []
+    # a large body is scanned, not built into a tree: 16 MiB of numbers (8 M values; a JSON
+    # tree of them would take hundreds of MiB) moves the router's peak memory little
+    def peak_kib():
+        text = open(f"/proc/{r.proc.pid}/status").read()
+        return int(re.search(r"VmHWM:\s+(\d+) kB", text).group(1))
+    before = peak_kib()
+    big = b'{"model": "nope", "prompt": [' + b"0," * (8 << 20) + b'0]}'
+    code, _, body = post(r, "/v1/completions", None, raw=big, timeout=60)
+    assert code == 404 and openai_error(body, "not_found_error", "model", "model_not_found")
+    assert peak_kib() - before < 120 * 1024, (before, peak_kib())
     # and the router is fine afterwards
     code, _, _ = post(r, "/v1/chat/completions", {"model": "llama", "messages": []})
     assert code == 200
