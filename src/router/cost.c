@@ -17,6 +17,7 @@ struct cost_book {
     int64_t *bucket_id;    /* which 10 s slot each ring entry holds */
     double *pending;       /* [pool][tenant][prio]: requests since the last tick (fixed) */
     double last_tick;
+    uint64_t tokens[RC_MAX_POOLS][PRIO_COUNT][2]; /* /v1: prompt, completion */
 };
 
 static const char *const k_prio[PRIO_COUNT] = {"urgent", "normal", "batch"};
@@ -99,6 +100,16 @@ void cost_request(cost_book *b, size_t pool, size_t tenant, priority_class prio,
     b->pending[idx(b, pool, tenant, prio)] += 1;
 }
 
+void cost_tokens(cost_book *b, size_t pool, size_t tenant, priority_class prio, uint64_t prompt,
+                 uint64_t completion, double now)
+{
+    if (pool >= b->pools || pool >= RC_MAX_POOLS) return;
+    b->tokens[pool][prio][0] += prompt;
+    b->tokens[pool][prio][1] += completion;
+    double usd = b->cfg->pools[pool].cost.usd_per_1k_tokens * (double)(prompt + completion) / 1000.0;
+    if (usd > 0) add(b, idx(b, pool, tenant, prio), usd, 0, now); /* the request itself is counted already */
+}
+
 void cost_tick(cost_book *b, const size_t *backends, double now)
 {
     double dt = b->last_tick < 0 ? 0 : now - b->last_tick;
@@ -132,6 +143,14 @@ void cost_metrics(const cost_book *b, buf *out)
                 buf_printf(out, "tierrouter_cost_usd_total{pool=\"%s\",tenant=\"%s\",priority=\"%s\"} %.9f\n",
                            b->cfg->pools[p].name, tenant_name(b, t), k_prio[q], c->usd);
             }
+    buf_puts(out, "# HELP tierrouter_tokens_total Tokens of /v1 requests by pool, priority and kind (prompt, "
+                  "completion), as the workers report them\n# TYPE tierrouter_tokens_total counter\n");
+    static const char *const kinds[2] = {"prompt", "completion"};
+    for (size_t p = 0; p < b->pools && p < RC_MAX_POOLS; p++)
+        for (int q = 0; q < PRIO_COUNT; q++)
+            for (int k = 0; k < 2; k++)
+                buf_printf(out, "tierrouter_tokens_total{pool=\"%s\",priority=\"%s\",kind=\"%s\"} %llu\n",
+                           b->cfg->pools[p].name, k_prio[q], kinds[k], (unsigned long long)b->tokens[p][q][k]);
 }
 
 /* Sums the buckets of the last window_s seconds by pool, tenant and priority. */

@@ -21,6 +21,14 @@
 #include "webassets.h"
 #include "zcodec.h"
 
+/* Every error the front answers: OpenAI's shape on /v1 paths (the clients there are OpenAI
+ * SDKs), {"error": msg} everywhere else. */
+static void front_error(h1req *req, int code, const char *msg)
+{
+    if (rt_v1_path(req)) rt_v1_reply_error(req, code, msg, NULL, NULL);
+    else h1req_reply_error(req, code, msg);
+}
+
 static priority_class parse_priority(const char *v)
 {
     if (!v) return PRIO_NORMAL;
@@ -134,7 +142,7 @@ static bool authorize(router *r, h1req *req, cred c, bool www_bearer, const char
         snprintf(text, sizeof text, "too many failed authentication attempts from this address: retry after %s s",
                  after);
         h1req_add_header(req, "Retry-After", after);
-        h1req_reply_error(req, TS_TOO_MANY_REQUESTS, text);
+        front_error(req, TS_TOO_MANY_REQUESTS, text);
         return false;
     }
     if (c == CRED_OK) return true;
@@ -145,7 +153,7 @@ static bool authorize(router *r, h1req *req, cred c, bool www_bearer, const char
                   n, lim->window_s, lim->block_s);
     }
     if (www_bearer) h1req_add_header(req, "WWW-Authenticate", "Bearer");
-    h1req_reply_error(req, TS_UNAUTHORIZED, msg);
+    front_error(req, TS_UNAUTHORIZED, msg);
     return false;
 }
 
@@ -155,7 +163,7 @@ static int bearer_cred(h1req *req, const char *const *tokens, size_t n, cred *ou
 {
     const char *auth = NULL;
     if (single_header(req, "Authorization", &auth)) {
-        h1req_reply_error(req, TS_BAD_REQUEST, "Authorization appears more than once");
+        front_error(req, TS_BAD_REQUEST, "Authorization appears more than once");
         return -1;
     }
     const char *given = bearer_token(auth);
@@ -242,11 +250,11 @@ static void request_id(router *r, const h1req *req, char *out, size_t cap)
     suppressed = 0;
 }
 
-/* Inference, and the model endpoints (metadata, ready, config), which go to a backend that
- * serves the model exactly like inference does, so a client cannot tell the router from a
- * worker. */
-static void handle_model(router *r, h1req *req, const char *model, const char *version, const char *verb,
-                         h1_method method)
+/* Classifies a request for a backend (priority, data class, tenant and its credentials,
+ * deadline) into a new proxy_req holding its body, or answers it and returns NULL. On /v1 a
+ * tenant's key may also come as "Authorization: Bearer <key>", which is how OpenAI's SDKs
+ * send theirs. */
+static proxy_req *classify(router *r, h1req *req, const char *version)
 {
     const router_config *c = r->cfg;
     const char *const names[] = {c->priority_header, c->data_class_header, c->api_key_header, c->tenant_header,
@@ -256,28 +264,36 @@ static void handle_model(router *r, h1req *req, const char *model, const char *v
         if (single_header(req, names[i], &vals[i])) {
             char msg[160];
             snprintf(msg, sizeof msg, "%s appears more than once", names[i]);
-            h1req_reply_error(req, TS_BAD_REQUEST, msg);
-            return;
+            front_error(req, TS_BAD_REQUEST, msg);
+            return NULL;
         }
     const char *key = vals[2], *tname = vals[3], *dh = vals[4];
+    if (!key && rt_v1_path(req) && tenants_have_keys(c)) {
+        const char *auth = NULL;
+        if (single_header(req, "Authorization", &auth)) {
+            front_error(req, TS_BAD_REQUEST, "Authorization appears more than once");
+            return NULL;
+        }
+        key = bearer_token(auth);
+    }
     priority_class prio = parse_priority(vals[0]);
     if (prio == PRIO_COUNT) {
         char msg[200];
         snprintf(msg, sizeof msg, "%s must be urgent, normal or batch", c->priority_header);
-        h1req_reply_error(req, TS_BAD_REQUEST, msg);
-        return;
+        front_error(req, TS_BAD_REQUEST, msg);
+        return NULL;
     }
     bool sensitive;
     if (parse_data_class(vals[1], &sensitive)) {
         char msg[200];
         snprintf(msg, sizeof msg, "%s must be one value: sensitive, or public, internal or normal (not sensitive)",
                  c->data_class_header);
-        h1req_reply_error(req, TS_BAD_REQUEST, msg);
-        return;
+        front_error(req, TS_BAD_REQUEST, msg);
+        return NULL;
     }
     if (version && strlen(version) >= 32) {
-        h1req_reply_error(req, TS_BAD_REQUEST, "model version is longer than 31 characters");
-        return;
+        front_error(req, TS_BAD_REQUEST, "model version is longer than 31 characters");
+        return NULL;
     }
     /* tenant: from its API key when tenants have keys (an unknown key is 401), else from
      * the tenant header; a tenant may be marked sensitive as a whole */
@@ -286,7 +302,7 @@ static void handle_model(router *r, h1req *req, const char *model, const char *v
         tenant = tenant_by_key(c, key);
         char msg[160];
         snprintf(msg, sizeof msg, "%s %s", c->api_key_header, key ? "is not a known key" : "is missing");
-        if (!authorize(r, req, tenant ? CRED_OK : key ? CRED_BAD : CRED_NONE, false, msg)) return;
+        if (!authorize(r, req, tenant ? CRED_OK : key ? CRED_BAD : CRED_NONE, false, msg)) return NULL;
     } else {
         for (unsigned i = 0; tname && i < c->tenants_count; i++)
             if (strcmp(c->tenants[i].name, tname) == 0) tenant = &c->tenants[i];
@@ -300,14 +316,14 @@ static void handle_model(router *r, h1req *req, const char *model, const char *v
         if (end == dh || *end || deadline_override <= 0) {
             char msg[160];
             snprintf(msg, sizeof msg, "%s must be a positive number of milliseconds", c->deadline_header);
-            h1req_reply_error(req, TS_BAD_REQUEST, msg);
-            return;
+            front_error(req, TS_BAD_REQUEST, msg);
+            return NULL;
         }
     }
     proxy_req *pr = calloc(1, sizeof *pr);
     if (!pr) {
-        h1req_reply_error(req, TS_UNAVAILABLE, "out of memory");
-        return;
+        front_error(req, TS_UNAVAILABLE, "out of memory");
+        return NULL;
     }
     pr->r = r;
     pr->client = req;
@@ -320,11 +336,6 @@ static void handle_model(router *r, h1req *req, const char *model, const char *v
     if (deadline_override > 0 && (unsigned long)deadline_override < dl) dl = (unsigned)deadline_override;
     pr->deadline = pr->t0 + dl / 1e3;
     snprintf(pr->tenant, sizeof pr->tenant, "%s", tenant ? tenant->name : "unknown");
-    snprintf(pr->logical, sizeof pr->logical, "%s", model);
-    snprintf(pr->version, sizeof pr->version, "%.31s", version ? version : "");
-    snprintf(pr->verb, sizeof pr->verb, "%s", verb);
-    pr->method = method;
-    pr->is_infer = strcmp(verb, "infer") == 0;
     request_id(r, req, pr->request_id, sizeof pr->request_id);
     copy_header(req, "Content-Type", pr->ctype, sizeof pr->ctype);
     copy_header(req, "Inference-Header-Content-Length", pr->ihcl, sizeof pr->ihcl);
@@ -335,9 +346,25 @@ static void handle_model(router *r, h1req *req, const char *model, const char *v
     pr->body = h1req_take_body(req, &pr->body_len);
     if (!pr->body && !(pr->body = malloc(1))) {
         free(pr);
-        h1req_reply_error(req, TS_UNAVAILABLE, "out of memory");
-        return;
+        front_error(req, TS_UNAVAILABLE, "out of memory");
+        return NULL;
     }
+    return pr;
+}
+
+/* Inference, and the model endpoints (metadata, ready, config), which go to a backend that
+ * serves the model exactly like inference does, so a client cannot tell the router from a
+ * worker. */
+static void handle_model(router *r, h1req *req, const char *model, const char *version, const char *verb,
+                         h1_method method)
+{
+    proxy_req *pr = classify(r, req, version);
+    if (!pr) return;
+    snprintf(pr->logical, sizeof pr->logical, "%s", model);
+    snprintf(pr->version, sizeof pr->version, "%.31s", version ? version : "");
+    snprintf(pr->verb, sizeof pr->verb, "%s", verb);
+    pr->method = method;
+    pr->is_infer = strcmp(verb, "infer") == 0;
     rt_proxy_begin(pr);
     char msg[sizeof(((ts_err *)0)->msg)];
     int code = pr->is_infer ? check_infer_body(pr, msg, sizeof msg) : 0;
@@ -348,11 +375,60 @@ static void handle_model(router *r, h1req *req, const char *model, const char *v
     rt_proxy_route(pr);
 }
 
+/* POST /v1/chat/completions and /v1/completions (target): classified and routed like
+ * inference; the model comes from the body (v1.c). */
+static void handle_v1(router *r, h1req *req, const char *target)
+{
+    proxy_req *pr = classify(r, req, NULL);
+    if (!pr) return;
+    pr->v1.target = target;
+    pr->method = H1_POST;
+    pr->is_infer = true;
+    rt_proxy_begin(pr);
+    char msg[400];
+    int code = rt_v1_parse(pr, msg, sizeof msg, &pr->v1.param);
+    if (code) {
+        rt_proxy_fail(pr, code, OUT_CLIENT_ERR, msg);
+        return;
+    }
+    rt_proxy_route(pr);
+}
+
+/* GET /v1/models[/{id}]: open like /v2/models, i.e. a tenant's key once tenants have keys
+ * (in the API key header, or as OpenAI's SDKs send it, "Authorization: Bearer <key>"). */
+static void handle_v1_models(router *r, h1req *req, const char *id)
+{
+    const router_config *c = r->cfg;
+    if (tenants_have_keys(c)) {
+        const char *key = NULL, *auth = NULL;
+        char msg[160];
+        if (single_header(req, c->api_key_header, &key) || single_header(req, "Authorization", &auth)) {
+            snprintf(msg, sizeof msg, "%s appears more than once", key ? "Authorization" : c->api_key_header);
+            front_error(req, TS_BAD_REQUEST, msg);
+            return;
+        }
+        if (!key) key = bearer_token(auth);
+        snprintf(msg, sizeof msg, "%s (or Authorization: Bearer) %s", c->api_key_header,
+                 key ? "is not a known key" : "is missing");
+        if (!authorize(r, req, tenant_by_key(c, key) ? CRED_OK : key ? CRED_BAD : CRED_NONE, false, msg)) return;
+    }
+    buf b;
+    buf_init(&b, 1 << 20);
+    if (!rt_v1_models(r, id, &b)) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "the model '%.200s' does not exist: no pool serves it", id);
+        rt_v1_reply_error(req, TS_NOT_FOUND, msg, "model", "model_not_found");
+    } else {
+        h1req_reply(req, 200, "application/json", &b);
+    }
+    buf_free(&b);
+}
+
 /* 405 with the Allow header RFC 9110 15.5.6 requires. */
 static void method_not_allowed(h1req *req, const char *allow)
 {
     h1req_add_header(req, "Allow", allow);
-    h1req_reply_error(req, TS_METHOD_NOT_ALLOWED, "method not allowed for this endpoint");
+    front_error(req, TS_METHOD_NOT_ALLOWED, "method not allowed for this endpoint");
 }
 
 static int hexval(char c)
@@ -442,7 +518,7 @@ void rt_on_request(h1req *req, void *arg)
     int n_ = httppath_request_h1(req, segs, msg, sizeof msg, &close_conn);
     if (n_ < 0) {
         if (close_conn) h1req_close_after(req);
-        h1req_reply_error(req, TS_BAD_REQUEST, msg);
+        front_error(req, TS_BAD_REQUEST, msg);
         return;
     }
     size_t n = (size_t)n_;
@@ -477,7 +553,7 @@ void rt_on_request(h1req *req, void *arg)
     if (n == 2 && strcmp(segs[0], "admin") == 0 && strcmp(segs[1], "cost") == 0) {
         double window;
         if (cost_window(h1req_query(req), &window, msg, sizeof msg)) {
-            h1req_reply_error(req, TS_BAD_REQUEST, msg);
+            front_error(req, TS_BAD_REQUEST, msg);
             return;
         }
         buf b;
@@ -495,8 +571,37 @@ void rt_on_request(h1req *req, void *arg)
         buf_free(&b);
         return;
     }
+    if (n >= 1 && strcmp(segs[0], "v1") == 0) {
+        if (n == 3 && strcmp(segs[1], "chat") == 0 && strcmp(segs[2], "completions") == 0) {
+            if (cmd != H1_POST) method_not_allowed(req, "POST");
+            else handle_v1(r, req, "/v1/chat/completions");
+            return;
+        }
+        if (n == 2 && strcmp(segs[1], "completions") == 0) {
+            if (cmd != H1_POST) method_not_allowed(req, "POST");
+            else handle_v1(r, req, "/v1/completions");
+            return;
+        }
+        if (n >= 2 && strcmp(segs[1], "models") == 0) {
+            if (cmd != H1_GET && cmd != H1_HEAD) {
+                method_not_allowed(req, "GET, HEAD");
+                return;
+            }
+            /* a model id may hold '/' (org/name): the segments after models/ are the id */
+            char id[HTTPPATH_MAX_SEGS * HTTPPATH_SEG_MAX] = "";
+            for (size_t i = 2; i < n; i++) {
+                size_t used = strlen(id);
+                snprintf(id + used, sizeof id - used, "%s%s", i > 2 ? "/" : "", segs[i]);
+            }
+            handle_v1_models(r, req, n > 2 ? id : NULL);
+            return;
+        }
+        front_error(req, TS_NOT_FOUND, "unknown endpoint: the router serves POST /v1/chat/completions, "
+                                       "POST /v1/completions, GET /v1/models");
+        return;
+    }
     if (n == 0 || strcmp(segs[0], "v2") != 0) {
-        h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
+        front_error(req, TS_NOT_FOUND, "unknown endpoint");
         return;
     }
     double now = ts_now();
@@ -520,7 +625,7 @@ void rt_on_request(h1req *req, void *arg)
             cred c;
             if (single_header(req, r->cfg->api_key_header, &key)) {
                 snprintf(msg, sizeof msg, "%s appears more than once", r->cfg->api_key_header);
-                h1req_reply_error(req, TS_BAD_REQUEST, msg);
+                front_error(req, TS_BAD_REQUEST, msg);
                 return;
             }
             if (bearer_cred(req, (const char *const[]){r->cfg->admin_token}, 1, &c)) return;
@@ -542,10 +647,10 @@ void rt_on_request(h1req *req, void *arg)
         for (size_t i = 0; i < r->n_pools; i++) ready |= rt_pool_healthy(&r->pools[i], now) > 0;
         /* live stays 200 while draining: the process is fine, it only takes no new work */
         if (strcmp(segs[2], "live") == 0) h1req_reply(req, 200, NULL, NULL);
-        else if (strcmp(segs[2], "ready") == 0 && r->draining) h1req_reply_error(req, TS_UNAVAILABLE, "not ready: draining for shutdown");
+        else if (strcmp(segs[2], "ready") == 0 && r->draining) front_error(req, TS_UNAVAILABLE, "not ready: draining for shutdown");
         else if (strcmp(segs[2], "ready") == 0 && ready) h1req_reply(req, 200, NULL, NULL);
-        else if (strcmp(segs[2], "ready") == 0) h1req_reply_error(req, TS_UNAVAILABLE, "no healthy backend in any pool");
-        else h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
+        else if (strcmp(segs[2], "ready") == 0) front_error(req, TS_UNAVAILABLE, "no healthy backend in any pool");
+        else front_error(req, TS_NOT_FOUND, "unknown endpoint");
         return;
     }
     if (n >= 3 && strcmp(segs[1], "models") == 0) {
@@ -573,7 +678,7 @@ void rt_on_request(h1req *req, void *arg)
             return;
         }
     }
-    h1req_reply_error(req, TS_NOT_FOUND, "the router serves /v2, /v2/health/*, /v2/repository/index, "
+    front_error(req, TS_NOT_FOUND, "the router serves /v2, /v2/health/*, /v2/repository/index, "
                              "/v2/models/{m}[/versions/{v}][/ready|/config|/infer], "
                              "/admin/status, /admin/cost, /metrics");
 }

@@ -284,6 +284,11 @@ int main(int argc, char **argv)
     for (int k = 0; k <= RT_MAX_MODELS; k++)
         for (int p = 0; p <= RT_MAX_POOLS; p++)
             for (int q = 0; q < PRIO_COUNT; q++) hist_init(&r.latency[k][p][q], HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
+    for (int p = 0; p < RT_MAX_POOLS; p++)
+        for (int q = 0; q < PRIO_COUNT; q++) {
+            hist_init(&r.ttft[p][q], HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
+            hist_init(&r.itl[p][q], HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
+        }
     struct event_config *ecfg = event_config_new();
     event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
     r.base = event_base_new_with_config(ecfg);

@@ -100,6 +100,7 @@ static void proxy_release(proxy_req *pr)
     if (pr->qtimer) event_free(pr->qtimer);
     r->active--;
     buf_free(&pr->held);
+    rt_v1_free(pr);
     free(pr->body);
     free(pr);
 }
@@ -113,11 +114,20 @@ static void proxy_free(proxy_req *pr)
     rt_drain_poke(r);   /* ... or the last request of a drain ended */
 }
 
+/* The router's own error answer: OpenAI's shape on /v1 (where the one 404 the proxy gives
+ * is an unknown model), {"error": msg} elsewhere. */
+static void reply_error(const proxy_req *pr, h1req *client, int code, const char *msg)
+{
+    if (!pr->v1.target) h1req_reply_error(client, code, msg);
+    else if (code == 404) rt_v1_reply_error(client, code, msg, "model", "model_not_found");
+    else rt_v1_reply_error(client, code, msg, pr->v1.param, NULL);
+}
+
 static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)
 {
     h1req *client = detach_client(pr);
     if (client) rt_drain_mark(pr->r, client);
-    if (client) h1req_reply_error(client, code, msg);
+    if (client) reply_error(pr, client, code, msg);
     count(pr, outcome, client ? code : 0);
     proxy_free(pr);
 }
@@ -245,6 +255,7 @@ static void account(proxy_req *pr, h1cli_req *q, int code)
     double compute_s = cms ? atof(cms) / 1e3 : 0;
     cost_request(r->cost, rt_pool_index(pr->pool), cost_tenant_index(r->cfg, pr->tenant), pr->prio,
                  compute_s, now);
+    if (pr->v1.target) rt_v1_account(pr);
 }
 
 /* Replies are passed through as they arrive instead of being buffered: the client's reply
@@ -310,10 +321,13 @@ static bool reply_is_ours(proxy_req *pr, h1cli_req *q)
     return false;
 }
 
+static void stream_begin(proxy_req *pr, h1cli_req *q);
+
 static int on_backend_head(h1cli_req *q, void *arg)
 {
     proxy_req *pr = arg;
     if (!reply_is_ours(pr, q)) return -1;
+    if (pr->v1.target) rt_v1_reply_head(pr, q);
     int code = h1cli_resp_status(q);
     int64_t len = h1cli_resp_content_length(q);
     /* held: a 5xx, since the retry may answer instead; and a short reply with a length,
@@ -324,6 +338,23 @@ static int on_backend_head(h1cli_req *q, void *arg)
         buf_init(&pr->held, code >= 500 ? (size_t)pr->r->cfg->max_body_bytes * 2 : (size_t)len);
         return 0;
     }
+    if (pr->v1.target) { /* held until its first byte: see stream_begin */
+        pr->head_wait = true;
+        return 0;
+    }
+    stream_begin(pr, q);
+    return 0;
+}
+
+/* The reply starts going to the client: from here on nothing is retried. A /v1 reply starts
+ * with its first body byte, not its head, so that a worker that accepts a stream and dies
+ * before the first token (killed while the request waited in its queue) is retried like one
+ * that never answered: only bytes that reached the client rule a retry out. */
+static void stream_begin(proxy_req *pr, h1cli_req *q)
+{
+    int code = h1cli_resp_status(q);
+    int64_t len = h1cli_resp_content_length(q);
+    pr->head_wait = false;
     pr->streaming = true;
     if (pr->client) {
         /* a Content-Length reply keeps its length; a chunked one is re-chunked to the client
@@ -332,7 +363,6 @@ static int on_backend_head(h1cli_req *q, void *arg)
         copy_reply_headers(pr, q);
         h1req_stream_start(pr->client, code, h1req_method(pr->client) == H1_HEAD ? -1 : len);
     }
-    return 0;
 }
 
 static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o);
@@ -340,6 +370,8 @@ static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o);
 static void on_backend_body(h1cli_req *q, const uint8_t *data, size_t len, void *arg)
 {
     proxy_req *pr = arg;
+    if (pr->v1.target) rt_v1_reply_body(pr, data, len);
+    if (pr->head_wait && len) stream_begin(pr, q);
     if (!pr->streaming) {
         buf_put(&pr->held, data, len);
         if (buf_failed(&pr->held)) { /* a 5xx that large is no answer worth holding */
@@ -374,6 +406,10 @@ static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o)
     if (pr->retried) r->retries_active--;
     bool ok = o == H1CLI_COMPLETE;
     double now = ts_now();
+    /* a /v1 head with no byte behind it: an empty reply goes out now; a try that broke off
+     * has sent the client nothing and is retried below like one that never answered */
+    if (pr->head_wait && ok) stream_begin(pr, q);
+    pr->head_wait = false;
     if (pr->streaming) { /* the reply has been going out piece by piece: end it */
         int code = h1cli_resp_status(q);
         rt_backend_result(r, b, ok, "the stream broke off");
@@ -462,12 +498,28 @@ static int backend_uri(const proxy_req *pr, char *uri, size_t len)
     return 0;
 }
 
+/* A /v1 try: the same path on the worker, the body as the chosen pool names the model, the
+ * priority the router decided (the worker schedules by it), and no Accept-Encoding: the
+ * router reads the reply as it passes (tokens, usage), so it must come plain. */
+static int v1_request(proxy_req *pr, char *uri, size_t len, h1cli_header *h, size_t *n, const uint8_t **body,
+                      size_t *body_len)
+{
+    static const char *const prio[PRIO_COUNT] = {"urgent", "normal", "batch"};
+    snprintf(uri, len, "%s", pr->v1.target);
+    if (rt_v1_body_for(pr, body, body_len) != 0) return -1;
+    rt_v1_try_start(pr);
+    h[(*n)++] = (h1cli_header){"Content-Type", "application/json"};
+    h[(*n)++] = (h1cli_header){"X-Priority", prio[pr->prio]};
+    return 0;
+}
+
 static int send_to_backend(proxy_req *pr)
 {
     router *r = pr->r;
     rt_backend *b = pr->backend;
     pr->mismatch = false;
     pr->streaming = false;
+    pr->head_wait = false;
     pr->outcome = H1CLI_COMPLETE;
     /* a try that hangs must leave time for the retry: the first gets per_try_timeout_ms,
      * or half of what is left, the retry all that remains */
@@ -478,18 +530,24 @@ static int send_to_backend(proxy_req *pr)
     }
     if (left < 0.001) left = 0.001;
     char uri[1200];
-    if (backend_uri(pr, uri, sizeof uri) != 0) return -1;
     h1cli_header h[8];
     size_t n = 0;
-    if (pr->ctype[0]) h[n++] = (h1cli_header){"Content-Type", pr->ctype};
-    if (pr->ihcl[0]) h[n++] = (h1cli_header){"Inference-Header-Content-Length", pr->ihcl};
-    if (pr->cenc[0]) h[n++] = (h1cli_header){"Content-Encoding", pr->cenc};
-    if (pr->aenc[0]) h[n++] = (h1cli_header){"Accept-Encoding", pr->aenc};
+    const uint8_t *body = pr->body;
+    size_t body_len = pr->body_len;
+    if (pr->v1.target) {
+        if (v1_request(pr, uri, sizeof uri, h, &n, &body, &body_len) != 0) return -1;
+    } else {
+        if (backend_uri(pr, uri, sizeof uri) != 0) return -1;
+        if (pr->ctype[0]) h[n++] = (h1cli_header){"Content-Type", pr->ctype};
+        if (pr->ihcl[0]) h[n++] = (h1cli_header){"Inference-Header-Content-Length", pr->ihcl};
+        if (pr->cenc[0]) h[n++] = (h1cli_header){"Content-Encoding", pr->cenc};
+        if (pr->aenc[0]) h[n++] = (h1cli_header){"Accept-Encoding", pr->aenc};
+    }
     h[n++] = (h1cli_header){RT_BACKEND_ID_HEADER, pr->request_id};
     if (r->cfg->worker_authorization[0]) h[n++] = (h1cli_header){"Authorization", r->cfg->worker_authorization};
     bool post = pr->method == H1_POST;
     h1cli_request rq = {.method = post ? "POST" : "GET", .target = uri, .headers = h, .nheaders = n,
-                        .body = post ? pr->body : NULL, .body_len = post ? pr->body_len : 0, .timeout_s = left};
+                        .body = post ? body : NULL, .body_len = post ? body_len : 0, .timeout_s = left};
     pr->try_sent = ts_now();
     pr->try_left = left;
     char err[200];

@@ -4,6 +4,7 @@
 #define TS_ROUTER_PROXY_H
 
 #include "router.h"
+#include "v1.h"
 
 /* The header a worker echoes on every reply: the router sends each try's request id in it,
  * whatever request_id_header clients use, and accepts only the reply that echoes it. */
@@ -32,6 +33,9 @@ typedef struct proxy_req {
     bool mismatch;  /* the try's reply did not echo request_id: dropped with its connection */
     bool streaming; /* the reply is being passed through: no retry from here on */
     bool paused;    /* reading from the backend waits for the client to catch up */
+    bool head_wait; /* /v1: the backend's head is in, held until the first body byte, so a
+                     * backend that fails before any byte reached the client is retried */
+    rt_v1 v1;       /* /v1 requests (v1.target set): see v1.h */
     double u;               /* its uniform draw for the policy (route_plan_request) */
     struct proxy_req *qnext; /* admission queue link */
     struct proxy_req *live_prev, *live_next; /* router.live: every request not yet freed */

@@ -131,6 +131,14 @@ static const rc_key k_keys[] = {
      .help = "p95 latency target of urgent requests (0: none): tierrouter_slo_* and /admin/status"},
     {T_("slo_p95_ms.normal", slo_p95_ms.normal), UINT_("0", 0, MS_MAX), .help = "the same, normal (0: none)"},
     {T_("slo_p95_ms.batch", slo_p95_ms.batch), UINT_("0", 0, MS_MAX), .help = "the same, batch (0: none)"},
+    {T_("slo_ttft_ms.urgent", slo_ttft_ms.urgent), UINT_("0", 0, MS_MAX),
+     .help = "/v1 streams: p95 time-to-first-token target of urgent requests (0: none): /admin/status"},
+    {T_("slo_ttft_ms.normal", slo_ttft_ms.normal), UINT_("0", 0, MS_MAX), .help = "the same, normal (0: none)"},
+    {T_("slo_ttft_ms.batch", slo_ttft_ms.batch), UINT_("0", 0, MS_MAX), .help = "the same, batch (0: none)"},
+    {T_("slo_itl_ms.urgent", slo_itl_ms.urgent), UINT_("0", 0, MS_MAX),
+     .help = "/v1 streams: p95 inter-token latency target of urgent requests (0: none): /admin/status"},
+    {T_("slo_itl_ms.normal", slo_itl_ms.normal), UINT_("0", 0, MS_MAX), .help = "the same, normal (0: none)"},
+    {T_("slo_itl_ms.batch", slo_itl_ms.batch), UINT_("0", 0, MS_MAX), .help = "the same, batch (0: none)"},
     {T_("deadline_ms.urgent", deadline_ms.urgent), UINT_("5000", 1, MS_MAX),
      .help = "an urgent request's deadline, retries included (504 when passed)"},
     {T_("deadline_ms.normal", deadline_ms.normal), UINT_("15000", 1, MS_MAX), .help = "the same, normal"},
@@ -196,6 +204,8 @@ static const rc_key k_keys[] = {
     {P_("cost.model", cost.model), ENUM_("none", k_cost_models),
      .help = "usage: price x reported compute time; fixed: per backend, used or not (required in cost)"},
     {P_("cost.usd_per_hour", cost.usd_per_hour), DBL_("0", 0, 1e6), .help = "the price, per backend"},
+    {P_("cost.usd_per_1k_tokens", cost.usd_per_1k_tokens), DBL_("0", 0, 1e6),
+     .help = "/v1: price per 1000 tokens (prompt + completion) the workers report, added to cost.model's"},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -223,7 +233,8 @@ static const cyaml_schema_value_t k_backend = {CYAML_VALUE_STRING(CYAML_FLAG_POI
 
 static const cyaml_schema_field_t k_cost_fields[] = {
     CYAML_FIELD_ENUM("model", CYAML_FLAG_DEFAULT, rc_cost, model, k_cost_models, CYAML_ARRAY_LEN(k_cost_models)),
-    CYAML_FIELD_FLOAT("usd_per_hour", CYAML_FLAG_OPTIONAL, rc_cost, usd_per_hour), CYAML_FIELD_END};
+    CYAML_FIELD_FLOAT("usd_per_hour", CYAML_FLAG_OPTIONAL, rc_cost, usd_per_hour),
+    CYAML_FIELD_FLOAT("usd_per_1k_tokens", CYAML_FLAG_OPTIONAL, rc_cost, usd_per_1k_tokens), CYAML_FIELD_END};
 
 static const cyaml_schema_field_t k_pool_fields[] = {
     CYAML_FIELD_STRING_PTR("name", CYAML_FLAG_POINTER, rc_pool, name, 0, RC_STR_READ_MAX),
@@ -323,6 +334,8 @@ static const cyaml_schema_field_t k_top_fields[] = {
     CYAML_FIELD_MAPPING("ejection", CYAML_FLAG_OPTIONAL, router_config, ejection, k_ejection_fields),
     CYAML_FIELD_MAPPING("deadline_ms", CYAML_FLAG_OPTIONAL, router_config, deadline_ms, k_deadline_fields),
     CYAML_FIELD_MAPPING("slo_p95_ms", CYAML_FLAG_OPTIONAL, router_config, slo_p95_ms, k_deadline_fields),
+    CYAML_FIELD_MAPPING("slo_ttft_ms", CYAML_FLAG_OPTIONAL, router_config, slo_ttft_ms, k_deadline_fields),
+    CYAML_FIELD_MAPPING("slo_itl_ms", CYAML_FLAG_OPTIONAL, router_config, slo_itl_ms, k_deadline_fields),
     CYAML_FIELD_MAPPING("admission", CYAML_FLAG_OPTIONAL, router_config, admission, k_admission_fields),
     CYAML_FIELD_MAPPING("policy", CYAML_FLAG_OPTIONAL, router_config, policy, k_policy_fields),
     CYAML_FIELD_SEQUENCE("pools", CYAML_FLAG_POINTER, router_config, pools, &k_pool, 1, RC_MAX_POOLS),

@@ -34,6 +34,7 @@ typedef enum { COST_NONE = 0, COST_USAGE, COST_FIXED } cost_model;
 typedef struct {
     unsigned model;        /* cost_model */
     double usd_per_hour;   /* per backend */
+    double usd_per_1k_tokens; /* /v1: per 1000 tokens (prompt + completion), on top of model's */
 } rc_cost;
 
 typedef struct {
@@ -131,6 +132,8 @@ typedef struct {
     rc_admission admission;
     rc_policy policy;
     rc_deadlines slo_p95_ms;   /* per-priority p95 targets; 0: none */
+    rc_deadlines slo_ttft_ms;  /* /v1 streams: per-priority p95 time to first token targets; 0: none */
+    rc_deadlines slo_itl_ms;   /* /v1 streams: per-priority p95 inter-token latency targets; 0: none */
     rc_pool *pools;
     unsigned pools_count;
     /* derived, not a key: "Bearer <worker_token>", or "" without a token */

@@ -142,6 +142,11 @@ typedef struct router {
     bool draining;
     struct event *drain_check, *drain_timer;
     lat_ring slo[PRIO_COUNT];
+    /* /v1 token streams (v1.c): time to first token and the gaps between tokens, as the
+     * router sees them pass, by pool and priority, and the last 60 s of each per priority
+     * for slo_ttft_ms / slo_itl_ms */
+    hist ttft[RT_MAX_POOLS][PRIO_COUNT], itl[RT_MAX_POOLS][PRIO_COUNT];
+    lat_ring slo_ttft[PRIO_COUNT], slo_itl[PRIO_COUNT];
     route_rng rng;      /* the policy's random draws (seeded once at start) */
     rt_event events[RT_EVENTS]; /* the timeline ring: events[(seq - 1) % RT_EVENTS] */
     uint64_t n_events;

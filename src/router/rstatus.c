@@ -79,6 +79,27 @@ static void events_json(const router *r, buf *b)
 static const policy_state k_calm;
 static const pool_signals k_unknown = {{-1, -1, -1}, 0, 0};
 
+/* p50/p95/p99 of a ring over the last 60 s against a p95 target (0: none), the fields the
+ * latency SLO shows, for /v1's time to first token and inter-token latency. */
+static void slo_ring_json(buf *b, lat_ring *ring, unsigned target_ms, double now)
+{
+    static const double qs[3] = {0.5, 0.95, 0.99};
+    static const char *const qn[3] = {"p50_ms", "p95_ms", "p99_ms"};
+    double v[3];
+    size_t n = ring_quantiles(ring, now, 60.0, qs, v, 3);
+    buf_puts(b, "{\"target_p95_ms\":");
+    if (target_ms) buf_printf(b, "%u", target_ms);
+    else buf_puts(b, "null");
+    buf_printf(b, ",\"samples_60s\":%zu", n);
+    for (int k = 0; k < 3; k++) {
+        buf_printf(b, ",\"%s\":", qn[k]);
+        put_num(b, v[k] < 0 ? -1 : v[k] * 1e3);
+    }
+    buf_puts(b, ",\"compliance\":");
+    if (target_ms) buf_printf(b, "%.4f}", ring_share_within(ring, now, 60.0, target_ms / 1e3));
+    else buf_puts(b, "null}");
+}
+
 void rt_status_json(router *r, buf *b)
 {
     double now = ts_now();
@@ -109,8 +130,18 @@ void rt_status_json(router *r, buf *b)
             put_num(b, v[k] < 0 ? -1 : v[k] * 1e3);
         }
         buf_puts(b, ",\"compliance\":");
-        if (targets[p]) buf_printf(b, "%.4f}", ring_share_within(&r->slo[p], now, 60.0, targets[p] / 1e3));
-        else buf_puts(b, "null}");
+        if (targets[p]) buf_printf(b, "%.4f", ring_share_within(&r->slo[p], now, 60.0, targets[p] / 1e3));
+        else buf_puts(b, "null");
+        /* /v1 streams: time to first token and between tokens, as the router sees them */
+        const unsigned ttft[PRIO_COUNT] = {r->cfg->slo_ttft_ms.urgent, r->cfg->slo_ttft_ms.normal,
+                                           r->cfg->slo_ttft_ms.batch};
+        const unsigned itl[PRIO_COUNT] = {r->cfg->slo_itl_ms.urgent, r->cfg->slo_itl_ms.normal,
+                                          r->cfg->slo_itl_ms.batch};
+        buf_puts(b, ",\"ttft\":");
+        slo_ring_json(b, &r->slo_ttft[p], ttft[p], now);
+        buf_puts(b, ",\"itl\":");
+        slo_ring_json(b, &r->slo_itl[p], itl[p], now);
+        buf_putc(b, '}');
     }
     buf_puts(b, "},");
     events_json(r, b);
@@ -194,6 +225,24 @@ void rt_metrics(router *r, buf *b)
                 buf_free(&lbl);
             }
         }
+    }
+    /* /v1 streams, by pool and priority: only series that saw tokens */
+    static const char *const tok_names[2] = {"tierrouter_time_to_first_token_seconds",
+                                             "tierrouter_inter_token_latency_seconds"};
+    static const char *const tok_help[2] = {"/v1 streams: arrival to the first chunk with content, by pool and priority",
+                                            "/v1 streams: gap between chunks with content, by pool and priority"};
+    for (int t = 0; t < 2; t++) {
+        buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", tok_names[t], tok_help[t], tok_names[t]);
+        for (size_t i = 0; i < r->n_pools; i++)
+            for (int p = 0; p < PRIO_COUNT; p++) {
+                const hist *h = t == 0 ? &r->ttft[i][p] : &r->itl[i][p];
+                uint64_t any = 0;
+                for (size_t c = 0; c <= h->n_bounds; c++) any += atomic_load(&h->counts[c]);
+                if (!any) continue;
+                char lbl[160];
+                snprintf(lbl, sizeof lbl, "pool=\"%s\",priority=\"%s\"", pool_name(r, i), k_prio[p]);
+                hist_render(h, b, tok_names[t], lbl);
+            }
     }
     buf_printf(b, "# HELP tierrouter_retries_total Requests retried on another backend\n"
                   "# TYPE tierrouter_retries_total counter\ntierrouter_retries_total %llu\n"

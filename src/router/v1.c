@@ -1,0 +1,432 @@
+/* v1.c: what /v1 (OpenAI-style LLM) traffic needs beyond KServe inference: the body's model,
+ * its rewrite for a pool's model map, the reply watched as it streams (TTFT, inter-token
+ * gaps, tokens), OpenAI-shaped errors and the model list. See v1.h. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "clock.h"
+#include "jcheck.h"
+#include "proxy.h"
+#include "zcodec.h"
+
+bool rt_v1_path(const h1req *req)
+{
+    const char *p = h1req_path(req);
+    return p && strncmp(p, "/v1", 3) == 0 && (p[3] == '\0' || p[3] == '/');
+}
+
+/* OpenAI's error types by status (its API and SDKs read the status; the type is for people). */
+static const char *error_type(int status)
+{
+    switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 429: return "rate_limit_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+static void put_str_or_null(buf *b, const char *s)
+{
+    if (s) buf_put_json_str(b, s, strlen(s));
+    else buf_puts(b, "null");
+}
+
+void rt_v1_reply_error(h1req *req, int status, const char *msg, const char *param, const char *code)
+{
+    buf b;
+    buf_init(&b, 16384);
+    buf_puts(&b, "{\"error\":{\"message\":");
+    put_str_or_null(&b, msg);
+    buf_puts(&b, ",\"type\":");
+    put_str_or_null(&b, error_type(status));
+    buf_puts(&b, ",\"param\":");
+    put_str_or_null(&b, param);
+    buf_puts(&b, ",\"code\":");
+    put_str_or_null(&b, code);
+    buf_puts(&b, "}}");
+    if ((status == 429 || status == 503) && !h1req_has_reply_header(req, "Retry-After"))
+        h1req_add_header(req, "Retry-After", "1");
+    if (buf_failed(&b)) { /* cannot happen with a 16 KiB limit and messages cut to fit, but never send half */
+        buf_free(&b);
+        buf_init(&b, 256);
+        buf_puts(&b, "{\"error\":{\"message\":\"error\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
+    }
+    h1req_reply(req, status, "application/json", &b);
+    buf_free(&b);
+}
+
+/* ---- the request ------------------------------------------------------------------------ */
+
+static int fail(char *msg, size_t len, const char **param, const char *which, const char *text)
+{
+    snprintf(msg, len, "%s", text);
+    *param = which;
+    return 400;
+}
+
+/* A scan over JSON that jcheck_syntax() has passed: well-formed, so it needs no error paths,
+ * only bounds. */
+typedef struct {
+    size_t start, end; /* [start, end) in the body; end 0: absent */
+} span;
+
+static size_t skip_ws(const char *s, size_t n, size_t i)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
+    return i;
+}
+
+static size_t skip_string(const char *s, size_t n, size_t i) /* s[i] is its opening quote */
+{
+    for (i++; i < n && s[i] != '"'; i++)
+        if (s[i] == '\\') i++;
+    return i < n ? i + 1 : n;
+}
+
+static size_t skip_value(const char *s, size_t n, size_t i)
+{
+    if (i >= n) return n;
+    if (s[i] == '"') return skip_string(s, n, i);
+    if (s[i] == '{' || s[i] == '[') {
+        for (size_t depth = 0; i < n;) {
+            if (s[i] == '"') {
+                i = skip_string(s, n, i);
+                continue;
+            }
+            if (s[i] == '{' || s[i] == '[') depth++;
+            else if ((s[i] == '}' || s[i] == ']') && --depth == 0) return i + 1;
+            i++;
+        }
+        return n;
+    }
+    while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\t' && s[i] != '\n' &&
+           s[i] != '\r')
+        i++; /* a number, true, false, null */
+    return i;
+}
+
+/* A top-level key decoded (escapes and all, by jansson), when it is short enough to be one
+ * the router reads ("model", "stream"); else NULL. Kept in a static: one key at a time. */
+static const char *key_name(const char *q, size_t n)
+{
+    static char out[16];
+    out[0] = '\0';
+    if (n > 6 * (sizeof out - 1) + 2) return NULL;
+    json_t *k = json_loadb(q, n, JSON_DECODE_ANY, NULL);
+    const char *v = json_string_value(k);
+    bool fits = v && json_string_length(k) < sizeof out;
+    if (fits) memcpy(out, v, json_string_length(k) + 1);
+    json_decref(k);
+    return fits ? out : NULL;
+}
+
+static bool span_is(const char *s, span v, const char *word)
+{
+    return v.end - v.start == strlen(word) && memcmp(s + v.start, word, v.end - v.start) == 0;
+}
+
+int rt_v1_parse(proxy_req *pr, char *msg, size_t len, const char **param)
+{
+    *param = NULL;
+    zc_kind enc;
+    int code = zcodec_request_encoding(pr->cenc[0] ? pr->cenc : NULL, &enc, msg, len);
+    if (code) return code;
+    if (enc != ZC_NONE) { /* read and forwarded plain: the model may have to be rewritten */
+        uint8_t *plain = NULL;
+        size_t n = 0;
+        code = zcodec_request_inflate(enc, pr->body, pr->body_len, pr->r->cfg->max_body_bytes, &plain, &n, msg, len);
+        if (code) return code;
+        free(pr->body);
+        pr->body = plain;
+        pr->body_len = n;
+        pr->cenc[0] = '\0';
+    }
+    if (pr->body_len == 0) return fail(msg, len, param, NULL, "empty request body: expected a JSON object");
+    /* jcheck: one bounded, non-recursive pass (syntax, UTF-8, nesting at most 64) that lets the
+     * scan below trust the text; no tree is built of a body that may be megabytes of prompt */
+    char jerr_text[160];
+    const char *s = (const char *)pr->body;
+    size_t n = pr->body_len;
+    if (jcheck_syntax(s, n, jerr_text, sizeof jerr_text) != 0) {
+        snprintf(msg, len, "the request body is not valid JSON: %s", jerr_text);
+        return 400;
+    }
+    size_t i = skip_ws(s, n, 0);
+    if (i >= n || s[i] != '{') return fail(msg, len, param, NULL, "the request body must be a JSON object");
+    span model = {0, 0}, stream = {0, 0};
+    for (i = skip_ws(s, n, i + 1); i < n && s[i] == '"';) {
+        size_t k = i;
+        i = skip_string(s, n, i);
+        const char *key = key_name(s + k, i - k);
+        i = skip_ws(s, n, i) + 1; /* the ':' */
+        i = skip_ws(s, n, i);
+        size_t v = i;
+        i = skip_value(s, n, i);
+        span *which = key && strcmp(key, "model") == 0 ? &model : key && strcmp(key, "stream") == 0 ? &stream : NULL;
+        if (which && which->end) { /* the router and the worker must read the same one */
+            snprintf(msg, len, "%s is given more than once (a duplicate key)", key);
+            *param = key;
+            return 400;
+        }
+        if (which) *which = (span){v, i};
+        i = skip_ws(s, n, i);
+        if (i < n && s[i] == ',') i = skip_ws(s, n, i + 1);
+    }
+    if (!model.end) return fail(msg, len, param, "model", "you must provide a model parameter");
+    if (s[model.start] != '"') return fail(msg, len, param, "model", "model must be a string");
+    /* a name of RT_V1_MODEL_MAX bytes takes at most 6 x that as JSON (\uXXXX each) */
+    if (model.end - model.start > 6 * RT_V1_MODEL_MAX + 2) {
+        snprintf(msg, len, "model is longer than %u bytes", RT_V1_MODEL_MAX);
+        *param = "model";
+        return 400;
+    }
+    json_t *jm = json_loadb(s + model.start, model.end - model.start, JSON_DECODE_ANY, NULL);
+    const char *m = json_string_value(jm);
+    size_t mlen = m ? json_string_length(jm) : 0;
+    code = 0;
+    if (!m) code = fail(msg, len, param, "model", "model must be a string without \\u0000");
+    else if (mlen == 0) code = fail(msg, len, param, "model", "model must not be empty");
+    else if (mlen > RT_V1_MODEL_MAX) {
+        snprintf(msg, len, "model is %zu bytes long; at most %u are allowed", mlen, RT_V1_MODEL_MAX);
+        *param = "model";
+        code = 400;
+    }
+    for (size_t c = 0; !code && c < mlen; c++) /* it goes into logs and metric labels */
+        if ((unsigned char)m[c] < 0x20 || (unsigned char)m[c] == 0x7f)
+            code = fail(msg, len, param, "model", "model must not contain control characters");
+    if (!code) memcpy(pr->logical, m, mlen + 1);
+    json_decref(jm);
+    if (code) return code;
+    if (stream.end && !span_is(s, stream, "true") && !span_is(s, stream, "false") && !span_is(s, stream, "null"))
+        return fail(msg, len, param, "stream", "stream must be true or false");
+    pr->v1.model_at = model.start;
+    pr->v1.model_end = model.end;
+    return 0;
+}
+
+int rt_v1_body_for(proxy_req *pr, const uint8_t **body, size_t *len)
+{
+    const char *physical = rt_pool_physical(pr->pool, pr->logical);
+    if (!physical || strcmp(physical, pr->logical) == 0) { /* the client's own bytes */
+        *body = pr->body;
+        *len = pr->body_len;
+        return 0;
+    }
+    if (pr->v1.sent_for != pr->pool) {
+        /* the model's value spliced out and the pool's name, JSON-encoded, spliced in: every
+         * other byte goes as the client sent it */
+        buf_free(&pr->v1.sent);
+        buf_init(&pr->v1.sent, pr->body_len + 6 * strlen(physical) + 2);
+        pr->v1.sent_for = NULL;
+        buf_put(&pr->v1.sent, pr->body, pr->v1.model_at);
+        buf_put_json_str(&pr->v1.sent, physical, strlen(physical));
+        buf_put(&pr->v1.sent, pr->body + pr->v1.model_end, pr->body_len - pr->v1.model_end);
+        if (buf_failed(&pr->v1.sent)) return -1;
+        pr->v1.sent_for = pr->pool;
+    }
+    *body = pr->v1.sent.data;
+    *len = pr->v1.sent.len;
+    return 0;
+}
+
+/* ---- the reply -------------------------------------------------------------------------- */
+
+void rt_v1_try_start(proxy_req *pr)
+{
+    rt_v1 *v = &pr->v1;
+    buf_free(&v->line);
+    buf_init(&v->line, RT_V1_LINE_MAX);
+    buf_free(&v->reply);
+    buf_init(&v->reply, RT_V1_REPLY_MAX);
+    v->sse = v->line_over = v->have_usage = false;
+    v->tokens = v->prompt = v->completion = 0;
+    v->last_token = 0;
+}
+
+void rt_v1_reply_head(proxy_req *pr, h1cli_req *q)
+{
+    const char *ct = h1cli_resp_header(q, "Content-Type");
+    pr->v1.sse = ct && strncasecmp(ct, "text/event-stream", 17) == 0;
+}
+
+static bool nonempty_string(json_t *o, const char *key)
+{
+    json_t *s = json_object_get(o, key);
+    return json_is_string(s) && json_string_length(s) > 0;
+}
+
+/* Does a chunk carry generated text: a choice's delta.content (chat), text (completions),
+ * or a tool call? A role-only first delta or the final usage chunk does not. */
+static bool carries_tokens(json_t *ev)
+{
+    json_t *choices = json_object_get(ev, "choices");
+    size_t i;
+    json_t *c;
+    json_array_foreach(choices, i, c)
+    {
+        json_t *delta = json_object_get(c, "delta");
+        json_t *calls = json_object_get(delta, "tool_calls");
+        if (nonempty_string(c, "text") || nonempty_string(delta, "content") ||
+            nonempty_string(delta, "reasoning_content") || (json_is_array(calls) && json_array_size(calls) > 0))
+            return true;
+    }
+    return false;
+}
+
+/* "usage": {"prompt_tokens", "completion_tokens"}, when the object names it. */
+static void read_usage(rt_v1 *v, json_t *o)
+{
+    json_t *u = json_object_get(o, "usage");
+    json_t *p = json_object_get(u, "prompt_tokens"), *c = json_object_get(u, "completion_tokens");
+    if (!json_is_integer(p) || !json_is_integer(c) || json_integer_value(p) < 0 || json_integer_value(c) < 0) return;
+    v->have_usage = true;
+    v->prompt = (uint64_t)json_integer_value(p);
+    v->completion = (uint64_t)json_integer_value(c);
+}
+
+/* One "data:" line: [DONE], or a chunk. A chunk that is not JSON (or too long to read)
+ * counts as carrying tokens: the client saw something arrive. */
+static void on_event(proxy_req *pr, const char *data, size_t n, bool unreadable)
+{
+    rt_v1 *v = &pr->v1;
+    if (!unreadable && n == 6 && memcmp(data, "[DONE]", 6) == 0) return;
+    bool tokens = true;
+    if (!unreadable) {
+        json_t *ev = json_loadb(data, n, 0, NULL);
+        if (ev) {
+            tokens = carries_tokens(ev);
+            read_usage(v, ev);
+            json_decref(ev);
+        }
+    }
+    if (!tokens) return;
+    router *r = pr->r;
+    size_t pi = rt_pool_index(pr->pool);
+    double now = ts_now();
+    if (v->tokens == 0) {
+        hist_observe(&r->ttft[pi][pr->prio], now - pr->t0);
+        ring_add(&r->slo_ttft[pr->prio], now, now - pr->t0);
+    } else {
+        hist_observe(&r->itl[pi][pr->prio], now - v->last_token);
+        ring_add(&r->slo_itl[pr->prio], now, now - v->last_token);
+    }
+    v->tokens++;
+    v->last_token = now;
+}
+
+/* A complete SSE line (no line end). Each "data:" line is taken as one event: OpenAI-style
+ * streams put each chunk on one line; comments, event: and id: lines carry no tokens. */
+static void on_line(proxy_req *pr, const char *s, size_t n, bool over)
+{
+    if (n && s[n - 1] == '\r') n--;
+    if (n < 5 || memcmp(s, "data:", 5) != 0) return;
+    s += 5, n -= 5;
+    if (n && *s == ' ') s++, n--;
+    on_event(pr, s, n, over);
+}
+
+void rt_v1_reply_body(proxy_req *pr, const uint8_t *data, size_t len)
+{
+    rt_v1 *v = &pr->v1;
+    if (!v->sse) {
+        buf_put(&v->reply, data, len); /* past its limit it fails and is not read */
+        return;
+    }
+    while (len) {
+        const uint8_t *nl = memchr(data, '\n', len);
+        size_t n = nl ? (size_t)(nl - data) : len;
+        if (!v->line_over) {
+            buf_put(&v->line, data, n);
+            if (buf_failed(&v->line)) v->line_over = true;
+        }
+        if (!nl) return;
+        if (v->line_over) {
+            /* too long to parse: all that is known is that it starts like a line, if it does */
+            bool is_data = v->line.len >= 5 && memcmp(v->line.data, "data:", 5) == 0;
+            if (is_data) on_event(pr, NULL, 0, true);
+        } else {
+            on_line(pr, (const char *)v->line.data, v->line.len, false);
+        }
+        buf_free(&v->line);
+        buf_init(&v->line, RT_V1_LINE_MAX);
+        v->line_over = false;
+        data = nl + 1;
+        len -= n + 1;
+    }
+}
+
+void rt_v1_account(proxy_req *pr)
+{
+    rt_v1 *v = &pr->v1;
+    router *r = pr->r;
+    if (!v->sse && !buf_failed(&v->reply) && v->reply.len) {
+        json_t *doc = json_loadb((const char *)v->reply.data, v->reply.len, 0, NULL);
+        if (doc) read_usage(v, doc);
+        json_decref(doc);
+    }
+    /* the worker's own count when it gave one; else, for a stream, one token per chunk with
+     * content (what an OpenAI-style server sends without include_usage) and no prompt */
+    uint64_t prompt = v->have_usage ? v->prompt : 0;
+    uint64_t completion = v->have_usage ? v->completion : v->sse ? v->tokens : 0;
+    cost_tokens(r->cost, rt_pool_index(pr->pool), cost_tenant_index(r->cfg, pr->tenant), pr->prio, prompt,
+                completion, ts_now());
+}
+
+void rt_v1_free(proxy_req *pr)
+{
+    rt_v1 *v = &pr->v1;
+    buf_free(&v->sent);
+    buf_free(&v->line);
+    buf_free(&v->reply);
+    memset(v, 0, sizeof *v);
+}
+
+/* ---- GET /v1/models ---------------------------------------------------------------------- */
+
+#define RT_V1_MODELS_MAX 512
+
+static void name_add(const char **names, size_t *n, const char *name)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(names[i], name) == 0) return;
+    if (*n < RT_V1_MODELS_MAX) names[(*n)++] = name;
+}
+
+static void model_json(buf *b, const char *name)
+{
+    buf_puts(b, "{\"id\":");
+    buf_put_json_str(b, name, strlen(name));
+    buf_puts(b, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"tierserve\"}");
+}
+
+bool rt_v1_models(router *r, const char *one, buf *out)
+{
+    static const char *names[RT_V1_MODELS_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < r->n_pools; i++) {
+        const rt_pool *p = &r->pools[i];
+        for (unsigned m = 0; m < p->cfg->models_count; m++) name_add(names, &n, p->cfg->models[m].name);
+        for (size_t k = 0; !p->cfg->models_count && k < p->n; k++)
+            for (size_t m = 0; m < p->backends[k]->n_models; m++) name_add(names, &n, p->backends[k]->models[m].name);
+    }
+    if (one) {
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(names[i], one) == 0) {
+                model_json(out, names[i]);
+                return true;
+            }
+        return false;
+    }
+    buf_puts(out, "{\"object\":\"list\",\"data\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i) buf_putc(out, ',');
+        model_json(out, names[i]);
+    }
+    buf_puts(out, "]}");
+    return true;
+}

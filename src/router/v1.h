@@ -1,0 +1,86 @@
+/* v1: tierrouter's OpenAI-style /v1 traffic (docs/router.md "/v1 (LLM) traffic").
+ *
+ * POST /v1/chat/completions and /v1/completions are classified and routed exactly like KServe
+ * inference (front.c, proxy.c, route.h); what differs lives here: the body is read for its
+ * "model" (jcheck's one bounded pass, then a scan of the top-level keys: no tree is built),
+ * the model's value is spliced for a pool that serves the model under another name,
+ * the reply is watched as it streams through (TTFT, inter-token gaps, token usage), and every
+ * error the router itself answers on /v1 has OpenAI's shape
+ * {"error":{"message","type","param","code"}}.
+ *
+ * The state below is embedded in each proxy_req (pr->v1) and owned by it: rt_v1_free()
+ * releases what it holds. Nothing here keeps global state. */
+#ifndef TS_ROUTER_V1_H
+#define TS_ROUTER_V1_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "h1cli.h"
+#include "h1srv.h"
+
+struct proxy_req;
+struct router;
+
+#define RT_V1_LINE_MAX (64u << 10) /* an SSE line longer than this is passed on, not parsed */
+#define RT_V1_REPLY_MAX (1u << 20) /* a non-stream reply longer than this is passed on, not parsed */
+#define RT_V1_MODEL_MAX 255        /* the longest model name accepted (proxy_req.logical) */
+
+typedef struct {
+    const char *target;       /* "/v1/chat/completions" or "/v1/completions"; NULL: not /v1 */
+    size_t model_at, model_end; /* where the body's "model" value lies: [model_at, model_end) */
+    buf sent;                 /* the body with that value replaced, for sent_for */
+    const void *sent_for;     /* the rt_pool it was rewritten for */
+    const char *param;        /* the request parameter an error of the router's names, or NULL */
+    /* the reply of the current try */
+    bool sse;                 /* text/event-stream: parsed line by line */
+    buf line;                 /* SSE: the line being read (bounded: RT_V1_LINE_MAX) */
+    bool line_over;           /* ... it was longer: skipped to its end */
+    buf reply;                /* not SSE: the body (bounded: RT_V1_REPLY_MAX), for its usage */
+    uint64_t tokens;          /* SSE events that carried content */
+    double last_token;        /* when the last of them arrived (0: none yet) */
+    bool have_usage;          /* the reply named its usage (a final chunk, or the JSON's "usage") */
+    uint64_t prompt, completion;
+} rt_v1;
+
+/* An error the router answers on a /v1 path, in OpenAI's shape; type from the status
+ * (400 invalid_request_error, 401 authentication_error, 404 not_found_error, 429
+ * rate_limit_error, 5xx server_error, ...). param and code may be NULL (JSON null). 429 and
+ * 503 carry Retry-After: 1 unless the caller set one. */
+void rt_v1_reply_error(h1req *req, int status, const char *msg, const char *param, const char *code);
+
+/* Is this request's path under /v1 (its errors take OpenAI's shape)? */
+bool rt_v1_path(const h1req *req);
+
+/* Reads a /v1 request's body (pr->body, pr->cenc): inflated when it came compressed (the
+ * plain bytes are what is forwarded), one JSON object nested at most 64 deep, a top-level
+ * "model" (once) that is a string of 1..RT_V1_MODEL_MAX bytes with no control characters
+ * (into pr->logical), "stream" (once) true, false or null when present. Returns 0, or the status to answer
+ * with, a message, and the offending parameter (NULL when none). */
+int rt_v1_parse(struct proxy_req *pr, char *msg, size_t len, const char **param);
+
+/* The body to send to pr->pool: the client's bytes when the pool serves the model under its
+ * own name, else the same bytes with the model's value replaced by the pool's name for it
+ * (kept until the next call or rt_v1_free). Returns 0, or -1 when it cannot be built (out of memory). */
+int rt_v1_body_for(struct proxy_req *pr, const uint8_t **body, size_t *len);
+
+/* The reply of a new try: forget what the last one said. */
+void rt_v1_try_start(struct proxy_req *pr);
+/* Its head arrived (q's headers). */
+void rt_v1_reply_head(struct proxy_req *pr, h1cli_req *q);
+/* Some of its body arrived, at the router's clock now: SSE events are timed as they pass
+ * (TTFT and inter-token histograms, observed at once), and the usage is read. */
+void rt_v1_reply_body(struct proxy_req *pr, const uint8_t *data, size_t len);
+/* A reply below 400 ended complete: its tokens (and their cost) are counted. */
+void rt_v1_account(struct proxy_req *pr);
+
+/* GET /v1/models (one == NULL) or /v1/models/{one}: the union of the names the pools serve
+ * (their model maps; for a pool without one, what its backends list in /v2/status), in
+ * OpenAI's list (model) shape. Returns false when `one` is not among them (out untouched). */
+bool rt_v1_models(struct router *r, const char *one, buf *out);
+
+void rt_v1_free(struct proxy_req *pr);
+
+#endif
