@@ -1,5 +1,6 @@
 /* h1cli.c: keep-alive connection pools and requests over them (see h1cli.h). */
 #include "h1cli.h"
+#include "h1cli_internal.h"
 #include "tls.h"
 
 #include <arpa/inet.h>
@@ -278,7 +279,8 @@ static int p_headers_complete(http_parser *p)
     }
     if (c->nh && head_append(c, "", 1)) return -1; /* ends the last value */
     c->status = (int)p->status_code;
-    if (c->status == 101) return -1; /* no upgrade was asked for */
+    /* http-parser takes any three digits; "000" is no status a client could be answered */
+    if (c->status < 100 || c->status == 101) return -1; /* (nor an upgrade nobody asked for) */
     if (c->status >= 100 && c->status < 200) {
         c->interim = true;
         return 0;
@@ -572,6 +574,32 @@ static conn *conn_new(h1cli_pool *p, char *err, size_t errlen)
 }
 
 /* ---- the pool and the request ------------------------------------------------------------ */
+
+int h1cli_pool_adopt(h1cli_pool *p, int fd)
+{
+    conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return -1;
+    }
+    c->pool = p;
+    c->fd = fd;
+    c->rbuf = malloc(H1CLI_READ_BYTES);
+    c->rev = event_new(p->base, fd, EV_READ | EV_PERSIST, on_read, c);
+    c->wev = event_new(p->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
+    c->timer = evtimer_new(p->base, on_timer, c);
+    p->n_open++;
+    list_push(c, false);
+    if (!c->rbuf || !c->rev || !c->wev || !c->timer) {
+        conn_close(c);
+        return -1;
+    }
+    event_add(c->rev, NULL); /* idle: a byte or a close marks it stale, as after a reply */
+    list_remove(c);
+    list_push(c, true);
+    return 0;
+}
+
 
 h1cli_pool *h1cli_pool_create(struct event_base *base, const char *host, unsigned port, const h1cli_limits *lim)
 {
