@@ -1,5 +1,6 @@
 /* h1cli.c: keep-alive connection pools and requests over them (see h1cli.h). */
 #include "h1cli.h"
+#include "h1cli_internal.h"
 #include "tls.h"
 
 #include <arpa/inet.h>
@@ -278,7 +279,8 @@ static int p_headers_complete(http_parser *p)
     }
     if (c->nh && head_append(c, "", 1)) return -1; /* ends the last value */
     c->status = (int)p->status_code;
-    if (c->status == 101) return -1; /* no upgrade was asked for */
+    /* http-parser takes any three digits; "000" is no status a client could be answered */
+    if (c->status < 100 || c->status == 101) return -1; /* (nor an upgrade nobody asked for) */
     if (c->status >= 100 && c->status < 200) {
         c->interim = true;
         return 0;
@@ -573,6 +575,32 @@ static conn *conn_new(h1cli_pool *p, char *err, size_t errlen)
 
 /* ---- the pool and the request ------------------------------------------------------------ */
 
+int h1cli_pool_adopt(h1cli_pool *p, int fd)
+{
+    conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return -1;
+    }
+    c->pool = p;
+    c->fd = fd;
+    c->rbuf = malloc(H1CLI_READ_BYTES);
+    c->rev = event_new(p->base, fd, EV_READ | EV_PERSIST, on_read, c);
+    c->wev = event_new(p->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
+    c->timer = evtimer_new(p->base, on_timer, c);
+    p->n_open++;
+    list_push(c, false);
+    if (!c->rbuf || !c->rev || !c->wev || !c->timer) {
+        conn_close(c);
+        return -1;
+    }
+    event_add(c->rev, NULL); /* idle: a byte or a close marks it stale, as after a reply */
+    list_remove(c);
+    list_push(c, true);
+    return 0;
+}
+
+
 h1cli_pool *h1cli_pool_create(struct event_base *base, const char *host, unsigned port, const h1cli_limits *lim)
 {
     if (port == 0 || port > 65535) return NULL;
@@ -621,17 +649,24 @@ const char *h1cli_detail(const h1cli_req *q) { return q->c->detail; }
 size_t h1cli_pool_open(const h1cli_pool *p) { return p->n_open; }
 size_t h1cli_pool_idle(const h1cli_pool *p) { return p->n_idle; }
 
-static bool is_tchar(unsigned char ch)
-{
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-           (ch && strchr("!#$%&'*+-.^_`|~", ch));
-}
+/* RFC 9110 tchar, as a table: every header name of every request is checked per byte */
+static const bool k_tchar[256] = {
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,
+    ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1,
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1,
+    ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,
+    ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1,
+    ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1,
+    ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,
+};
 
 static bool is_token(const char *s)
 {
     if (!s || !*s) return false;
     for (; *s; s++)
-        if (!is_tchar((unsigned char)*s)) return false;
+        if (!k_tchar[(unsigned char)*s]) return false;
     return true;
 }
 
@@ -664,6 +699,8 @@ static int check_request(const h1cli_request *rq, char *err, size_t errlen)
             snprintf(err, errlen, "refused: the value of header %.64s holds CR or LF", h->name);
             return -1;
         }
+        char first = (char)(h->name[0] | 0x20); /* each layer header starts with h, c or t */
+        if (first != 'h' && first != 'c' && first != 't') continue;
         for (size_t k = 0; k < sizeof k_layer_headers / sizeof k_layer_headers[0]; k++)
             if (strcasecmp(h->name, k_layer_headers[k]) == 0) {
                 snprintf(err, errlen, "refused: %s is written by the client layer", k_layer_headers[k]);
@@ -673,13 +710,29 @@ static int check_request(const h1cli_request *rq, char *err, size_t errlen)
     return 0;
 }
 
-/* The request head: request line, Host, the caller's headers, Content-Length. */
+static void put(char *h, size_t *o, const char *p, size_t n)
+{
+    memcpy(h + *o, p, n);
+    *o += n;
+}
+
+/* The request head: request line, Host, the caller's headers, Content-Length. Written with
+ * memcpy into a buffer sized first (it runs once per proxied request). */
 static char *build_head(const h1cli_pool *p, const h1cli_request *rq, size_t *len, char *err, size_t errlen)
 {
     bool with_length = rq->body_len > 0 || strcmp(rq->method, "POST") == 0 || strcmp(rq->method, "PUT") == 0 ||
                        strcmp(rq->method, "PATCH") == 0;
-    size_t need = strlen(rq->method) + strlen(rq->target) + strlen(p->hostport) + 64;
-    for (size_t i = 0; i < rq->nheaders; i++) need += strlen(rq->headers[i].name) + strlen(rq->headers[i].value) + 4;
+    size_t ml = strlen(rq->method), tl = strlen(rq->target), hl = strlen(p->hostport);
+    size_t need = ml + tl + hl + 64;
+    size_t nv[2 * 64]; /* the first headers' name and value lengths, not counted twice */
+    for (size_t i = 0; i < rq->nheaders; i++) {
+        size_t a = strlen(rq->headers[i].name), b = strlen(rq->headers[i].value);
+        if (i < 64) {
+            nv[2 * i] = a;
+            nv[2 * i + 1] = b;
+        }
+        need += a + b + 4;
+    }
     if (need > H1CLI_MAX_REQUEST_HEAD) {
         snprintf(err, errlen, "refused: the request head would be over %d bytes", H1CLI_MAX_REQUEST_HEAD);
         return NULL;
@@ -689,11 +742,30 @@ static char *build_head(const h1cli_pool *p, const h1cli_request *rq, size_t *le
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    size_t o = (size_t)snprintf(h, need, "%s %s HTTP/1.1\r\nHost: %s\r\n", rq->method, rq->target, p->hostport);
-    for (size_t i = 0; i < rq->nheaders; i++)
-        o += (size_t)snprintf(h + o, need - o, "%s: %s\r\n", rq->headers[i].name, rq->headers[i].value);
-    if (with_length) o += (size_t)snprintf(h + o, need - o, "Content-Length: %zu\r\n", rq->body_len);
-    o += (size_t)snprintf(h + o, need - o, "\r\n");
+    size_t o = 0;
+    put(h, &o, rq->method, ml);
+    put(h, &o, " ", 1);
+    put(h, &o, rq->target, tl);
+    put(h, &o, " HTTP/1.1\r\nHost: ", 17);
+    put(h, &o, p->hostport, hl);
+    put(h, &o, "\r\n", 2);
+    for (size_t i = 0; i < rq->nheaders; i++) {
+        const h1cli_header *x = &rq->headers[i];
+        put(h, &o, x->name, i < 64 ? nv[2 * i] : strlen(x->name));
+        put(h, &o, ": ", 2);
+        put(h, &o, x->value, i < 64 ? nv[2 * i + 1] : strlen(x->value));
+        put(h, &o, "\r\n", 2);
+    }
+    if (with_length) {
+        char tmp[24], *e = tmp + sizeof tmp, *d = e;
+        size_t v = rq->body_len;
+        do *--d = (char)('0' + v % 10);
+        while ((v /= 10) && d > tmp);
+        put(h, &o, "Content-Length: ", 16);
+        put(h, &o, d, (size_t)(e - d));
+        put(h, &o, "\r\n", 2);
+    }
+    put(h, &o, "\r\n", 2); /* need kept 64 bytes for this line, the length and the CRLFs */
     *len = o;
     return h;
 }

@@ -120,30 +120,47 @@ void h1req_on_end(h1req *r, void (*cb)(h1req *r, bool completed, void *arg), voi
 
 /* ---- reply headers ------------------------------------------------------------------ */
 
-static bool is_token(const char *s)
+/* RFC 9110 tchar, as a table: a reply header's name is checked per byte on every reply */
+static const bool k_tchar[256] = {
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,
+    ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1,
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1,
+    ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,
+    ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1,
+    ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1,
+    ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,
+};
+
+/* Is s a token? Returns its length, or 0. */
+static size_t token_len(const char *s)
 {
-    if (!*s) return false;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        bool t = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                 (c && strchr("!#$%&'*+-.^_`|~", c));
-        if (!t) return false;
-    }
-    return true;
+    size_t n = 0;
+    while (k_tchar[(unsigned char)s[n]]) n++;
+    return s[n] ? 0 : n;
 }
 
 int h1req_add_header(h1req *r, const char *name, const char *value)
 {
-    if (!is_token(name) || strpbrk(value, "\r\n")) return -1;
-    if (strcasecmp(name, "Content-Length") == 0 || strcasecmp(name, "Transfer-Encoding") == 0 ||
-        strcasecmp(name, "Date") == 0)
-        return -1;
-    if (strcasecmp(name, "Connection") == 0) { /* the layer writes it; close is honoured */
-        if (strcasecmp(value, "close") == 0) r->close_after = true;
-        return 0;
+    size_t nl = token_len(name);
+    if (!nl || strpbrk(value, "\r\n")) return -1;
+    /* the framing headers are the layer's (each starts with c, t or d: the rest skip the compares) */
+    char first = (char)(name[0] | 0x20);
+    if (first == 'c' || first == 't' || first == 'd') {
+        if (strcasecmp(name, "Content-Length") == 0 || strcasecmp(name, "Transfer-Encoding") == 0 ||
+            strcasecmp(name, "Date") == 0)
+            return -1;
+        if (strcasecmp(name, "Connection") == 0) { /* the layer writes it; close is honoured */
+            if (strcasecmp(value, "close") == 0) r->close_after = true;
+            return 0;
+        }
     }
-    size_t before = r->rh.len;
-    buf_printf(&r->rh, "%s: %s\r\n", name, value);
+    size_t before = r->rh.len, vl = strlen(value);
+    buf_put(&r->rh, name, nl);
+    buf_put(&r->rh, ": ", 2);
+    buf_put(&r->rh, value, vl);
+    buf_put(&r->rh, "\r\n", 2);
     if (buf_failed(&r->rh)) {
         r->rh.failed = false;
         r->rh.len = before;
@@ -296,45 +313,93 @@ static const char *reason(int code)
     }
 }
 
-/* The Date header's value, formatted once a second. */
-static const char *http_date(void)
+/* The Date header line, formatted once a second. */
+static const char *http_date_line(size_t *len)
 {
     static time_t last;
     static char text[64];
+    static size_t text_len;
     time_t now = time(NULL);
     if (now != last) {
         struct tm tm;
         gmtime_r(&now, &tm);
-        strftime(text, sizeof text, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        text_len = strftime(text, sizeof text, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
         last = now;
     }
+    *len = text_len;
     return text;
 }
 
 static bool body_allowed(int code) { return code >= 200 && code != 204 && code != 304; }
 
-/* The status line and headers. length >= 0: Content-Length; -1: chunked; -2: neither (the
- * body runs to the close). */
+/* Decimal digits of v at the end of a 24-byte scratch; returns where they start. */
+static const char *u64_digits(uint64_t v, char tmp[24], size_t *len)
+{
+    char *e = tmp + 24, *p = e;
+    do *--p = (char)('0' + v % 10);
+    while ((v /= 10) && p > tmp);
+    *len = (size_t)(e - p);
+    return p;
+}
+
+/* Appends n bytes at *w (the head's room was counted before: see build_head). */
+static void put(char **w, const void *p, size_t n)
+{
+    memcpy(*w, p, n);
+    *w += n;
+}
+
+#define PUT_LIT(w, lit) put(w, lit, sizeof lit - 1)
+
+/* The status line and headers, written straight into the queued piece (no formatting
+ * pass, no second copy: this runs once per reply). length >= 0: Content-Length; -1:
+ * chunked; -2: neither (the body runs to the close). */
 static h1out *build_head(h1req *r, int code, const char *ctype, int64_t length)
 {
-    char line[512];
-    buf h;
-    buf_init(&h, REPLY_HEADERS_MAX + sizeof line);
-    buf_printf(&h, "HTTP/1.1 %d %s\r\n", code, reason(code));
-    if (r->rh.len) buf_put(&h, r->rh.data, r->rh.len);
-    if (body_allowed(code) && !h1req_has_reply_header(r, "Content-Type"))
-        buf_printf(&h, "Content-Type: %s\r\n", ctype ? ctype : "application/json");
-    buf_printf(&h, "Date: %s\r\n", http_date());
-    if (length >= 0 && body_allowed(code)) buf_printf(&h, "Content-Length: %lld\r\n", (long long)length);
-    else if (length == -1) buf_puts(&h, "Transfer-Encoding: chunked\r\n");
+    char ctmp[24], ltmp[24];
+    size_t code_len, len_len = 0, date_len;
+    const char *code_s = u64_digits(code < 0 ? 0 : (uint64_t)code, ctmp, &code_len);
+    const char *why = reason(code);
+    const char *date = http_date_line(&date_len);
+    bool with_ctype = body_allowed(code) && !h1req_has_reply_header(r, "Content-Type");
+    if (!ctype) ctype = "application/json";
+    bool with_length = length >= 0 && body_allowed(code);
+    const char *len_s = with_length ? u64_digits((uint64_t)length, ltmp, &len_len) : NULL;
     if (length == -2) r->close_after = true;
     bool keep = r->keep_alive && !r->close_after && !r->c->failed;
-    if (!keep) buf_puts(&h, "Connection: close\r\n");
-    else if (r->minor == 0) buf_puts(&h, "Connection: keep-alive\r\n");
     if (!keep) r->close_after = true;
-    buf_puts(&h, "\r\n");
-    h1out *o = buf_failed(&h) ? NULL : h1out_inline(h.data, h.len);
-    buf_free(&h);
+    size_t ctl = with_ctype ? strlen(ctype) : 0;
+    /* every piece below, counted: the head is exactly this long or shorter */
+    size_t cap = 9 + code_len + 1 + strlen(why) + 2 + r->rh.len + (with_ctype ? 16 + ctl : 0) + date_len +
+                 (with_length ? 18 + len_len : 0) + 28 + 24 + 2;
+    h1out *o = malloc(sizeof *o + cap);
+    if (!o) return NULL;
+    memset(o, 0, sizeof *o);
+    char *w = (char *)o->inl;
+    PUT_LIT(&w, "HTTP/1.1 ");
+    put(&w, code_s, code_len);
+    put(&w, " ", 1);
+    put(&w, why, strlen(why));
+    PUT_LIT(&w, "\r\n");
+    if (r->rh.len) put(&w, r->rh.data, r->rh.len);
+    if (with_ctype) {
+        PUT_LIT(&w, "Content-Type: ");
+        put(&w, ctype, ctl);
+        PUT_LIT(&w, "\r\n");
+    }
+    put(&w, date, date_len);
+    if (with_length) {
+        PUT_LIT(&w, "Content-Length: ");
+        put(&w, len_s, len_len);
+        PUT_LIT(&w, "\r\n");
+    } else if (length == -1) {
+        PUT_LIT(&w, "Transfer-Encoding: chunked\r\n");
+    }
+    if (!keep) PUT_LIT(&w, "Connection: close\r\n");
+    else if (r->minor == 0) PUT_LIT(&w, "Connection: keep-alive\r\n");
+    PUT_LIT(&w, "\r\n");
+    o->data = o->inl;
+    o->len = (size_t)(w - (char *)o->inl);
     return o;
 }
 

@@ -262,6 +262,15 @@ static int reply_garbage(fake *f, int fd, int nreq)
     return 0;
 }
 
+/* http-parser takes any three digits: a status below 100 is no HTTP status to relay */
+static int reply_status_zero(fake *f, int fd, int nreq)
+{
+    (void)f;
+    (void)nreq;
+    write_str(fd, "HTTP/1.1 000 OK\r\nContent-Length: 2\r\n\r\n{}");
+    return 0;
+}
+
 static int reply_huge_head(fake *f, int fd, int nreq)
 {
     (void)f;
@@ -671,8 +680,8 @@ static void connect_failure_reported_later(void **state)
 static void protocol_errors(void **state)
 {
     ctx *c = *state;
-    fake_reply *replies[] = {reply_garbage, reply_huge_head};
-    for (int k = 0; k < 2; k++) {
+    fake_reply *replies[] = {reply_garbage, reply_huge_head, reply_status_zero};
+    for (int k = 0; k < 3; k++) {
         fake *f = fake_start(replies[k]);
         h1cli_pool *p = h1cli_pool_create(c->base, "127.0.0.1", f->port, &k_lim);
         reset(&c->r);

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Where a proxied request's time goes: the router (and nginx, for comparison) in front of
+# bench_fixedreply under bench_loadgen, with `strace -c -f` (syscalls per request) and
+# `perf stat` (CPU, context switches per request) attached to the proxy alone. Not a test.
+#   [BIN=build/bin] [C=16] [SECS=4] [WHO="router nginx"] bench/proxy_profile.sh
+# Per-request figures divide by the requests bench_loadgen counted in the same window.
+# Attaching strace slows the proxy a lot: read the counts, not the throughput.
+set -u
+BIN=${BIN:-$PWD/build/bin}; C=${C:-16}; SECS=${SECS:-4}; WHO=${WHO:-router nginx}
+T=$(mktemp -d)
+cd $T
+echo '{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1.0]}]}' > body.json
+$BIN/bench_fixedreply 18811 '{"live":true,"ready":true,"tier":"cpu","queue_depth":0,"models":[]}' & FR=$!
+printf 'address: 127.0.0.1\nport: 18812\nprobe_interval_ms: 250\npools:\n  - name: cpu\n    kind: cpu\n    min_tier: cpu\n    max_in_flight: 256\n    backends: ["127.0.0.1:18811"]\n' > router.yaml
+$BIN/tierrouter --config router.yaml 2> router.log & RT=$!
+mkdir -p nginx/tmp
+cat > nginx/nginx.conf <<NG
+daemon off; master_process off; worker_processes 1; pid $T/nginx/nginx.pid;
+error_log $T/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $T/nginx/tmp; proxy_temp_path $T/nginx/tmp; fastcgi_temp_path $T/nginx/tmp;
+  uwsgi_temp_path $T/nginx/tmp; scgi_temp_path $T/nginx/tmp;
+  upstream be { server 127.0.0.1:18811; keepalive 64; keepalive_requests 10000000; }
+  keepalive_requests 10000000;
+  server { listen 127.0.0.1:18814; keepalive_requests 10000000;
+    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+}
+NG
+/usr/sbin/nginx -c $T/nginx/nginx.conf -p $T/nginx & NX=$!
+sleep 1.5
+# warm both (pooled connections open)
+$BIN/bench_loadgen 127.0.0.1 18812 /v2/models/demo/infer body.json -1 $C 1 >/dev/null
+$BIN/bench_loadgen 127.0.0.1 18814 /v2/models/demo/infer body.json -1 $C 1 >/dev/null
+for w in $WHO; do
+  pid=$([ $w = router ] && echo $RT || echo $NX); port=$([ $w = router ] && echo 18812 || echo 18814)
+  echo "== $w (pid $pid), c=$C, ${SECS}s"
+  # perf stat first (cheap), then strace (slow): two windows, each with its own count
+  if command -v perf >/dev/null; then
+    perf stat -e task-clock,context-switches,cpu-migrations,page-faults -p $pid -o perf-$w.txt -- sleep $SECS &
+    PS=$!
+    out=$($BIN/bench_loadgen 127.0.0.1 $port /v2/models/demo/infer body.json -1 $C $SECS); wait $PS
+    n=$(echo "$out" | sed -n 's/.*"requests": *\([0-9]*\).*/\1/p'); echo "perf window: $out"
+    awk -v n="$n" '/task-clock/ {gsub(",","",$1); printf "  %-18s %10.2f us per request\n", "cpu (task-clock)", $1*1000/n}
+      /context-switches|cpu-migrations|page-faults/ {gsub(",","",$1); printf "  %-18s %10.3f per request\n", $2, $1/n}' perf-$w.txt
+  fi
+  strace -c -f -p $pid -o strace-$w.txt & ST=$!; sleep 0.5
+  out=$($BIN/bench_loadgen 127.0.0.1 $port /v2/models/demo/infer body.json -1 $C $SECS)
+  kill -INT $ST; wait $ST 2>/dev/null
+  n=$(echo "$out" | sed -n 's/.*"requests": *\([0-9]*\).*/\1/p'); echo "strace window: $out"
+  awk -v n="$n" '$1 ~ /^[0-9.]+$/ && NF>=5 {name=$NF; calls=$4; if (calls !~ /^[0-9]+$/) next; printf "  %-16s %7.3f per request\n", name, calls/n}' strace-$w.txt | sort -k2 -nr
+done
+kill $RT $NX $FR; wait 2>/dev/null
+rm -rf $T
