@@ -44,6 +44,8 @@ typedef struct {
     int64_t max_pending_reply_bytes;
     int64_t max_connections;
     char auth_token[256];
+    int64_t llm_max_sequences; /* an LLM's sequences generating at once (KV caches held) */
+    int64_t llm_queue_size;    /* an LLM's sequences waiting for a slot (503 past it) */
 } ts_settings;
 
 /* Fills defaults, then the environment, then argv (from index `first`). On a bad value,
