@@ -76,10 +76,10 @@ def llm(llm_repo, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def small(llm_repo, tmp_path_factory):
-    """One slot, one waiting place, a bearer token."""
+    """One slot, two waiting places, a bearer token."""
     w = start_worker(llm_repo[0], tmp_path_factory.mktemp("small"),
                      env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_MAX_SEQUENCES": "1",
-                          "TIERSERVE_LLM_QUEUE_SIZE": "1", "TIERSERVE_AUTH_TOKEN": TOKEN})
+                          "TIERSERVE_LLM_QUEUE_SIZE": "2", "TIERSERVE_AUTH_TOKEN": TOKEN})
     yield w
     assert w.stop() == 0, w.log_text()[-4000:]
 
@@ -378,12 +378,25 @@ def test_queue_full_503_and_priority(small):
     assert wait_metric(small, "tierserve_sequences", running, 0) == 0
     a = raw_request(small, "/v1/completions", cmpl(max_tokens=2000, stream=True), AUTH)
     read_until(a, b'"text":')
-    b = raw_request(small, "/v1/completions", cmpl(max_tokens=2000, stream=True), AUTH)
+    b = raw_request(small, "/v1/completions", cmpl(max_tokens=2000, stream=True), AUTH + b"X-Priority: batch\r\n")
     assert wait_metric(small, "tierserve_sequences", waiting, 1) == 1
+    c = raw_request(small, "/v1/completions", cmpl(max_tokens=2000, stream=True), AUTH + b"X-Priority: urgent\r\n")
+    assert wait_metric(small, "tierserve_sequences", waiting, 2) == 2
     code, h, e = post_json(small, "/v1/completions", cmpl(), headers={"Authorization": f"Bearer {TOKEN}"})
     assert code == 503 and h.get("retry-after") == "1" and e["error"]["code"] == "queue_full", e
+    # the slot frees: the urgent one, which came later, joins before the batch one
+    b_head = read_until(b, b"\r\n\r\n")
     a.close()
+    read_until(c, b'"text":')
+    assert metric(small, "tierserve_sequences", waiting) == 1
+    b.settimeout(0.3)
+    try:
+        more = b.recv(65536)
+    except socket.timeout:
+        more = b""
+    assert b'"text":' not in b_head + more
     b.close()
+    c.close()
     assert wait_metric(small, "tierserve_sequences", running, 0) == 0
     assert wait_metric(small, "tierserve_sequences", waiting, 0) == 0
 
