@@ -393,8 +393,7 @@ static void finish_reply(lreq *r, const char *reason)
 {
     settle(r, OUT_SUCCESS); /* first: writing the end may end the request at once */
     if (r->stream) {
-        if (r->chat) sse_chunk(r, "", 0, false, reason);
-        else sse_chunk(r, "", 0, false, reason);
+        sse_chunk(r, "", 0, false, reason);
         if (r->include_usage) {
             buf b;
             buf_init(&b, 4096);

@@ -418,3 +418,17 @@ def test_openai_sdk_unchanged(llm):
                             "type": "invalid_request_error"}
     assert out["error_n"] == {"is_api_error": True, "status": 400, "param": "n"}
     assert out["models"] == ["tiny"]
+
+
+def test_chat_content_parts_join_as_text(llm):
+    _, _, plain = post_json(llm, "/v1/chat/completions", chat_body())
+    parts = [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+             {"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]}]
+    _, _, a = post_json(llm, "/v1/chat/completions", chat_body(messages=parts))
+    _, _, b = post_json(llm, "/v1/chat/completions", chat_body(messages=[
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]))
+    assert a["choices"][0]["message"] == b["choices"][0]["message"]
+    assert a["usage"] == b["usage"] and a["usage"]["prompt_tokens"] > plain["usage"]["prompt_tokens"]
+    code, _, e = post_json(llm, "/v1/chat/completions", chat_body(messages=[
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]))
+    assert code == 400 and e["error"]["param"] == "messages[0].content"
