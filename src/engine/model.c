@@ -460,11 +460,40 @@ static void decide_batching(ts_model *m)
              (long long)m->cfg.max_queue_delay_us);
 }
 
+/* A version folder with tokenizer.json goes to the LLM hook first. Returns true when the
+ * hook settled the model (READY as an LLM, or FAILED). */
+static bool load_llm(model_repo *r, ts_model *m)
+{
+    char dir[1400], tok[1500], err[1600];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s", m->path);
+    char *slash = strrchr(dir, '/');
+    if (!r->opt.llm_open || !slash) return false;
+    *slash = '\0';
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
+    if (stat(tok, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    err[0] = '\0';
+    int rc = r->opt.llm_open(r->opt.llm_ctx, dir, m->name, r->opt.ep_cfg, r->opt.ep, &m->llm, err, sizeof err);
+    if (rc == 0) {
+        LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}),
+                  "tokenizer.json present but not an LLM decoder (%s): serving it over KServe v2", err);
+        return false;
+    }
+    if (rc < 0) {
+        fail_model(m, "%s", err);
+        return true;
+    }
+    atomic_store(&m->state, MODEL_READY);
+    LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "model ready (LLM, /v1)");
+    return true;
+}
+
 static void load_one(model_repo *r, ts_model *m)
 {
     char err[600];
     double t0 = (ts_now() * 1e3);
     LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "loading %s", m->path);
+    if (load_llm(r, m)) return;
     if (model_plan_instances(r, m)) {
         fail_model(m, "out of memory planning instances");
         return;
@@ -547,6 +576,7 @@ void model_repo_destroy(model_repo *r)
     if (!r) return;
     for (size_t i = 0; i < r->n; i++) {
         ts_model *m = r->models[i];
+        if (m->llm && r->opt.llm_free) r->opt.llm_free(m->llm);
         sched_destroy(m->s);
         model_release_io_binding(m); /* bindings before their sessions */
         free(m->inst);
@@ -620,6 +650,7 @@ OrtSession *model_session_for(const ts_model *m, size_t runner)
 
 
 sched *model_sched(const ts_model *m) { return m->s; }
+void *model_llm(const ts_model *m) { return m->llm; }
 bool model_batching(const ts_model *m, const char **note)
 {
     if (note) *note = m->batching_note;

@@ -54,9 +54,21 @@ typedef struct {
 typedef struct ts_model ts_model;
 typedef struct model_repo model_repo;
 
+/* An LLM: a version folder holding tokenizer.json beside model.onnx is offered to this hook
+ * first (the engine knows nothing of decoders; the worker's /v1 layer opens them). It
+ * returns 1 with *out set (the model is an LLM, READY, served by that handle), 0 when the
+ * folder is not a decoder after all (it loads as a KServe model), -1 with a message in err
+ * (the model FAILED). Runs on the loader thread. */
+typedef int repo_llm_open_fn(void *ctx, const char *dir, const char *name, const ep_config *cfg,
+                             const ep_result *ep, void **out, char *err, size_t errlen);
+typedef void repo_llm_free_fn(void *llm);
+
 typedef struct {
     const ep_config *ep_cfg;
     const ep_result *ep;
+    repo_llm_open_fn *llm_open; /* NULL: no LLMs */
+    repo_llm_free_fn *llm_free;
+    void *llm_ctx;
     int64_t queue_size;       /* defaults when config.yaml says nothing */
     int64_t instances;
     int64_t intra_op_threads;
@@ -118,6 +130,8 @@ double model_warmup_ms(const ts_model *m);
 bool model_warmed_up(const ts_model *m, const char **error);
 int64_t model_instances(const ts_model *m); /* runner threads started (0 until READY) */
 size_t model_placement(const ts_model *m, const placement_entry **out);
+/* The LLM handle repo_llm_open_fn gave this model, or NULL for a KServe model. */
+void *model_llm(const ts_model *m);
 /* Queued + running requests for this model. */
 size_t model_queue_depth(const ts_model *m);
 

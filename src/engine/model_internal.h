@@ -43,6 +43,7 @@ struct ts_model {
     bool warmed_up;           /* every warm-up run succeeded (false with --warmup=0) */
     char warmup_error[600];   /* why the synthesised warm-up failed; "" when it did not */
     int64_t instances; /* runner threads actually started */
+    void *llm;         /* an LLM's handle (repo_options.llm_open), NULL otherwise */
     size_t n_placement;
     placement_entry placement[MODEL_MAX_PLACEMENT];
 };

@@ -116,6 +116,7 @@ static void reshuffle(llm_engine *e)
         }
         pthread_mutex_unlock(&e->mu);
         if (!s) break;
+        if (s->params.on_join) s->params.on_join(s->ud, s->id);
         ts_err err = {0};
         if (llm_seq_alloc_kv(s, &err)) {
             drop_active(e, s);
@@ -291,7 +292,14 @@ int llm_engine_add(llm_engine *e, const int32_t *prompt, size_t n, const llm_gen
     }
     s->id = e->next_id++;
     llm_rng_seed(&s->rng, p->seeded ? p->seed : (uint64_t)(ts_now() * 1e9) ^ (s->id * 0x9e3779b97f4a7c15ULL));
-    e->wait[(e->w_head + e->w_n) % e->opt.max_waiting] = s;
+    /* behind every waiting sequence of the same or a lower priority value, ahead of the
+     * rest (whose places shift back by one) */
+    size_t at = e->w_n;
+    while (at > 0 && e->wait[(e->w_head + at - 1) % e->opt.max_waiting]->params.priority > p->priority) {
+        e->wait[(e->w_head + at) % e->opt.max_waiting] = e->wait[(e->w_head + at - 1) % e->opt.max_waiting];
+        at--;
+    }
+    e->wait[(e->w_head + at) % e->opt.max_waiting] = s;
     e->w_n++;
     e->st.waiting = e->w_n;
     *id = s->id;

@@ -60,6 +60,13 @@ typedef struct {
     bool seeded;              /* false: a seed from the clock (not reproducible) */
     uint64_t seed;
     bool ignore_eos;          /* keep going past the end-of-sequence ids */
+    /* Who joins first: a waiting sequence of a lower priority value goes before every one
+     * of a higher value, in arrival order within one value (the router's urgent 0, normal
+     * 1, batch 2). */
+    int priority;
+    /* Optional: called on the generation thread when the sequence leaves the wait queue for
+     * a slot (its queue time ends there). */
+    void (*on_join)(void *ud, uint64_t seq_id);
 } llm_gen_params;
 
 typedef struct {

@@ -22,6 +22,7 @@
 #include "tls.h"
 #include "httppath.h"
 #include "server_internal.h"
+#include "server_llm.h"
 #include "webassets.h"
 
 /* ---- replies ------------------------------------------------------------------------ */
@@ -292,7 +293,8 @@ static void on_request(h1req *req, void *arg)
         h1req_add_header(req, "WWW-Authenticate", "Bearer");
         srv->unauthorized++;
         LOG_DEBUG_(LOGF({rid ? "request_id" : NULL, rid}), "refused with 401: %s", why);
-        h1req_reply_error(req, TS_UNAUTHORIZED, why);
+        if (n_ >= 1 && strcmp(segs[0], "v1") == 0) server_llm_error(req, TS_UNAUTHORIZED, NULL, "invalid_api_key", why);
+        else h1req_reply_error(req, TS_UNAUTHORIZED, why);
         return;
     }
     if (n_ < 0) {
@@ -309,6 +311,10 @@ static void on_request(h1req *req, void *arg)
         status_metrics(&v, &b);
         h1req_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
         buf_free(&b);
+        return;
+    }
+    if (n >= 1 && strcmp(segs[0], "v1") == 0) { /* the OpenAI-compatible API of the LLMs */
+        server_handle_v1(srv, req, segs, n);
         return;
     }
     if (n == 0 || strcmp(segs[0], "v2") != 0) {
@@ -464,13 +470,14 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     }
     srv->done = doneq_create(srv->base, server_on_job_done, srv);
     srv->decoded = doneq_create(srv->base, server_on_job_decoded, srv);
+    (void)server_llm_init(srv); /* checked just below */
     srv->decoder = workpool_create(SERVER_DECODE_THREADS, SERVER_DECODE_QUEUE, server_decode_work, srv);
     srv->sigterm = evsignal_new(srv->base, SIGTERM, on_signal, srv);
     srv->sigint = evsignal_new(srv->base, SIGINT, on_signal, srv);
     srv->sighup = evsignal_new(srv->base, SIGHUP, on_sighup, srv);
     srv->drain_timer = evtimer_new(srv->base, on_drain_timeout, srv);
     srv->loaded_ev = event_new(srv->base, -1, 0, on_loaded, srv);
-    if (!srv->done || !srv->decoded || !srv->bodies || !srv->decoder || !srv->sigterm ||
+    if (!srv->done || !srv->decoded || !srv->llm_done || !srv->bodies || !srv->decoder || !srv->sigterm ||
         !srv->sigint || !srv->sighup || !srv->drain_timer || !srv->loaded_ev) {
         snprintf(err, errlen, "could not set up loop events");
         server_destroy(srv);
@@ -529,6 +536,7 @@ void server_destroy(server *srv)
     workpool_destroy(srv->decoder);
     if (srv->decoded) doneq_flush(srv->decoded); /* jobs decoded after the loop ended */
     if (srv->done) doneq_flush(srv->done); /* jobs the runners finished after the loop ended */
+    server_llm_shutdown(srv); /* the engines' last cancellations, after the repository */
     doneq_destroy(srv->done);
     doneq_destroy(srv->decoded);
     budget_destroy(srv->bodies);             /* every job, and the bytes it held, is gone */

@@ -358,6 +358,11 @@ static ts_model *admit(server *srv, h1req *req, const char *name, const char *ve
         h1req_reply_error(req, err.http, err.msg);
         return NULL;
     }
+    if (model_llm(m)) {
+        h1req_reply_error(req, TS_BAD_REQUEST, "this model is an LLM: it is served by /v1/completions and "
+                          "/v1/chat/completions, not KServe v2 infer");
+        return NULL;
+    }
     if (model_state(m) != MODEL_READY) {
         char msg[1800];
         if (model_state(m) == MODEL_LOADING)

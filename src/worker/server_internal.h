@@ -31,6 +31,7 @@ struct server {
     struct event *sighup;       /* reloads the TLS files (--tls-cert-file) */
     doneq *done;                /* jobs back from the runners */
     doneq *decoded;             /* jobs back from the decode pool */
+    doneq *llm_done;            /* LLM requests with tokens from a generation thread (server_llm.c) */
     workpool *decoder;
     budget *bodies;             /* request bytes held: --max-inflight-body-bytes; a body is
                                  * held from its admission (before it is read) to its job's end */

@@ -99,6 +99,11 @@ static const setting_def k_settings[] = {
      "run warm-up inferences before reporting ready"},
     {"TIERSERVE_DRAIN_TIMEOUT_S", "drain-timeout-s", ST_INT, OFF(drain_timeout_s), 0, "30", 0,
      3600, "on SIGTERM, how long in-flight work may take before exit"},
+    {"TIERSERVE_LLM_MAX_SEQUENCES", "llm-max-sequences", ST_INT, OFF(llm_max_sequences), 0, "16", 1,
+     256, "per LLM: sequences generating at once, batched into one step; each holds a KV cache "
+     "for its prompt plus max_tokens"},
+    {"TIERSERVE_LLM_QUEUE_SIZE", "llm-queue-size", ST_INT, OFF(llm_queue_size), 0, "128", 0, 65536,
+     "per LLM: sequences waiting for a slot (503 + Retry-After when full)"},
     {"TIERSERVE_FAULT_INJECT_GPU_RUN", "fault-inject-gpu-run", ST_INT, OFF(fault_inject_gpu_run),
      0, "0", 0, INT64_C(1000000000),
      "testing only: make the Nth Run() report a CUDA error (0: off)"},

@@ -47,6 +47,8 @@ typedef struct {
     char tls_cert_file[SETTINGS_STR_MAX]; /* both set: the port speaks TLS only */
     char tls_key_file[SETTINGS_STR_MAX];
     char tls_client_ca_file[SETTINGS_STR_MAX]; /* set: clients must present a certificate */
+    int64_t llm_max_sequences; /* an LLM's sequences generating at once (KV caches held) */
+    int64_t llm_queue_size;    /* an LLM's sequences waiting for a slot (503 past it) */
 } ts_settings;
 
 /* Fills defaults, then the environment, then argv (from index `first`). On a bad value,

@@ -6,6 +6,7 @@
 
 #include "health.h"
 #include "nvml.h"
+#include "server_llm.h"
 
 static void put_str(buf *b, const char *s) { buf_put_json_str(b, s, strlen(s)); }
 
@@ -154,6 +155,7 @@ void status_json(const status_view *v, buf *b)
         }
         if (ni) buf_putc(b, ']');
         put_instances(b, m, ip, ni);
+        server_llm_status(m, b);
         buf_puts(b, ",\"reason\":");
         if (model_state(m) == MODEL_FAILED) put_str(b, model_failure(m));
         else buf_puts(b, "null");
@@ -314,6 +316,7 @@ void status_metrics(const status_view *v, buf *b)
                         hists[h].name, lbl);
         }
     }
+    server_llm_metrics(v->repo, b);
 
     double busy, iowait;
     cpu_ratios(&busy, &iowait);

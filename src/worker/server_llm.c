@@ -1,0 +1,1195 @@
+/* server_llm.c: the /v1 handlers (see server_llm.h for a request's life). */
+#include "server_llm.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "chat.h"
+#include "clock.h"
+#include "health.h"
+#include "hist.h"
+#include "llm_engine.h"
+#include "llm_model.h"
+#include "log.h"
+#include "server_internal.h"
+#include "tokenizer.h"
+
+#define LLM_MAX_STOPS 4          /* OpenAI's limit */
+#define LLM_MAX_STOP_BYTES 256
+#define LLM_MAX_MESSAGES 4096
+#define LLM_MAX_BODY ((size_t)8 << 20)     /* a /v1 body is parsed on the loop: bounded */
+#define LLM_PROMPT_LIMIT TOK_MAX_TEXT_BYTES /* a rendered prompt */
+#define LLM_OUT_LIMIT ((size_t)64 << 20)    /* a reply's text, or SSE bytes waiting for a slow reader */
+#define LLM_STREAM_HIGH ((size_t)64 << 10)  /* queued SSE bytes past which we hold them ourselves */
+#define LLM_STREAM_LOW ((size_t)16 << 10)
+#define LLM_PREFILL_CHUNK 512
+#define LLM_MAX_SPECIALS 4096
+
+/* One LLM of the repository. */
+typedef struct {
+    char name[TS_NAME_MAX];
+    llm_model *model;
+    llm_engine *engine;
+    tokenizer *tok;
+    chat_tmpl *chat;          /* NULL: no chat template (completions only) */
+    char **specials;          /* the special tokens' texts, refused in message content */
+    size_t n_specials;
+    int64_t context;
+    hist ttft, itl, e2e, queue;
+    _Atomic uint64_t prompt_tokens, gen_tokens;
+} llm_served;
+
+typedef struct lreq {
+    void *link;               /* doneq's; must be first */
+    server *srv;
+    ts_model *m;
+    llm_served *L;
+    h1req *http;              /* NULL once the request is over (replied and written, or gone) */
+    bool chat, stream, include_usage;
+    bool added;               /* the engine holds a sequence for it */
+    bool engine_done;         /* its final callback has been handled on the loop */
+    bool finished;            /* the reply is decided (sent, or the client is gone) */
+    bool end_pending;         /* the stream ends once outq is written */
+    bool counted;
+    int busy;                 /* a loop handler is using it: an end callback it triggers must not free it */
+    uint64_t seq;
+    char id[48];
+    long long created;
+    /* shared with the generation thread, under mu */
+    pthread_mutex_t mu;
+    int32_t *pend, *work;     /* tokens not yet taken by the loop; the loop's copy */
+    size_t n_pend, cap;
+    llm_finish fin;
+    ts_err fin_err;
+    bool queued;              /* in the doneq now */
+    /* the generation thread's own (one sequence's callbacks never overlap) */
+    double t_last;
+    bool got_first;
+    /* the loop's own */
+    tok_stream *ts;
+    buf text;                 /* non-stream: the answer so far */
+    buf pending;              /* decoded, not yet emitted (may hold a stop string's start) */
+    buf outq;                 /* SSE bytes held while the reader is slow */
+    char stops[LLM_MAX_STOPS][LLM_MAX_STOP_BYTES + 1];
+    size_t stop_len[LLM_MAX_STOPS], n_stops, max_stop;
+    size_t n_prompt, n_gen;
+    double t_arrive;
+    struct event *timer;
+} lreq;
+
+/* ---- errors ---------------------------------------------------------------------- */
+
+void server_llm_error(h1req *req, int status, const char *param, const char *code, const char *msg)
+{
+    const char *type = status == 401 ? "authentication_error"
+                       : status == 504 ? "timeout"
+                       : status >= 500 ? "server_error" : "invalid_request_error";
+    buf b;
+    buf_init(&b, 64 << 10);
+    buf_puts(&b, "{\"error\":{\"message\":");
+    buf_put_json_str(&b, msg, strlen(msg));
+    buf_puts(&b, ",\"type\":");
+    buf_put_json_str(&b, type, strlen(type));
+    buf_puts(&b, ",\"param\":");
+    if (param) buf_put_json_str(&b, param, strlen(param));
+    else buf_puts(&b, "null");
+    buf_puts(&b, ",\"code\":");
+    if (code) buf_put_json_str(&b, code, strlen(code));
+    else buf_puts(&b, "null");
+    buf_puts(&b, "}}");
+    if (status == 503 && !h1req_has_reply_header(req, "Retry-After")) h1req_add_header(req, "Retry-After", "1");
+    h1req_reply(req, status, "application/json", &b);
+    buf_free(&b);
+}
+
+typedef struct {
+    int status;
+    char param[96];
+    const char *code;
+    char msg[600];
+} verr;
+
+static int fail(verr *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail(verr *e, int status, const char *param, const char *fmt, ...)
+{
+    e->status = status;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- loading (loader thread) ------------------------------------------------------ */
+
+static void llm_served_free(void *p)
+{
+    llm_served *L = p;
+    if (!L) return;
+    llm_engine_free(L->engine); /* delivers the last cancellations: before the model */
+    llm_model_free(L->model);
+    tok_free(L->tok);
+    chat_tmpl_free(L->chat);
+    for (size_t i = 0; i < L->n_specials; i++) free(L->specials[i]);
+    free(L->specials);
+    free(L);
+}
+
+/* Does the folder carry a chat template (tokenizer_config.json's chat_template, or
+ * chat_template.jinja)? Then it must load; without one the model serves completions only. */
+static bool has_chat_template(const char *dir)
+{
+    char path[1500];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    if (stat(path, &st) == 0) return true;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (stat(path, &st) != 0 || (size_t)st.st_size > CHAT_MAX_CONFIG_BYTES) return stat(path, &st) == 0;
+    json_t *j = json_load_file(path, JSON_DECODE_INT_AS_REAL, NULL); /* model_max_length: 1e30 */
+    bool has = j && json_is_object(j) && json_object_get(j, "chat_template") &&
+               !json_is_null(json_object_get(j, "chat_template"));
+    json_decref(j);
+    return has || !j; /* an unreadable config: let chat_load say why */
+}
+
+static int collect_specials(llm_served *L)
+{
+    size_t nv = tok_vocab_size(L->tok);
+    for (size_t id = 0; id < nv; id++) {
+        if (!tok_is_special(L->tok, (int32_t)id)) continue;
+        size_t len = 0;
+        const char *t = tok_id_token(L->tok, (int32_t)id, &len);
+        if (!t || len == 0 || L->n_specials >= LLM_MAX_SPECIALS) continue;
+        if (L->n_specials % 64 == 0) {
+            char **p = realloc(L->specials, (L->n_specials + 64) * sizeof *p);
+            if (!p) return -1;
+            L->specials = p;
+        }
+        char *s = malloc(len + 1);
+        if (!s) return -1;
+        memcpy(s, t, len);
+        s[len] = '\0';
+        L->specials[L->n_specials++] = s;
+    }
+    return 0;
+}
+
+static int llm_open(void *ctx, const char *dir, const char *name, const ep_config *cfg, const ep_result *ep,
+                    void **out, char *err, size_t errlen)
+{
+    server *srv = ctx;
+    *out = NULL;
+    llm_served *L = calloc(1, sizeof *L);
+    if (!L) return ts_fail(err, errlen, "out of memory");
+    snprintf(L->name, sizeof L->name, "%s", name);
+    hist_init(&L->ttft, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
+    hist_init(&L->itl, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
+    hist_init(&L->e2e, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
+    hist_init(&L->queue, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
+    ts_err e = {0};
+    llm_model_opts mo = {.ep_cfg = cfg, .ep = ep, .intra_op_threads = (int)srv->set->intra_op_threads};
+    if (llm_model_open(dir, &mo, &L->model, &e)) {
+        snprintf(err, errlen, "%s", e.msg);
+        llm_served_free(L);
+        /* the one refusal that means "not a decoder": the folder is a KServe model */
+        return strstr(e.msg, "is not an Optimum text-generation-with-past decoder") ? 0 : -1;
+    }
+    L->context = llm_model_max_context(L->model);
+    L->tok = tok_load(dir, &e);
+    if (!L->tok) goto fail;
+    if (has_chat_template(dir) && !(L->chat = chat_load(dir, &e))) goto fail;
+    if (collect_specials(L)) {
+        ts_err_set(&e, TS_INTERNAL_ERROR, "out of memory");
+        goto fail;
+    }
+    llm_engine_opts eo = {.max_active = (size_t)srv->set->llm_max_sequences,
+                          .max_waiting = (size_t)srv->set->llm_queue_size,
+                          .prefill_chunk = LLM_PREFILL_CHUNK};
+    if (llm_engine_new(L->model, &eo, &L->engine, &e)) goto fail;
+    LOG_INFO_(LOGF({"model", name}), "LLM: context %lld, chat template %s, %zu sequences, %zu waiting",
+              (long long)L->context, L->chat ? chat_variant(L->chat) : "none", eo.max_active, eo.max_waiting);
+    *out = L;
+    return 1;
+fail:
+    snprintf(err, errlen, "%s", e.msg);
+    llm_served_free(L);
+    return -1;
+}
+
+void server_llm_hooks(server *srv, repo_options *ro)
+{
+    ro->llm_open = llm_open;
+    ro->llm_free = llm_served_free;
+    ro->llm_ctx = srv;
+}
+
+/* ---- a request's end ------------------------------------------------------------- */
+
+static void record(lreq *r, req_outcome o)
+{
+    if (r->counted) return;
+    r->counted = true;
+    atomic_fetch_add(&model_stats_of(r->m)->outcomes[o], 1);
+    hist_observe(&model_stats_of(r->m)->request, ts_now() - r->t_arrive);
+}
+
+static void free_req(lreq *r)
+{
+    if (r->timer) event_free(r->timer);
+    tok_stream_free(r->ts);
+    buf_free(&r->text);
+    buf_free(&r->pending);
+    buf_free(&r->outq);
+    free(r->pend);
+    free(r->work);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+/* Freed once the HTTP side and the sequence are both over. */
+static void maybe_free(lreq *r)
+{
+    if (r->busy || r->http || (r->added && !r->engine_done)) return;
+    server *srv = r->srv;
+    srv->in_flight--;
+    free_req(r);
+    server_maybe_finish_drain(srv);
+}
+
+/* The reply is decided: the sequence is no longer needed. */
+static void settle(lreq *r, req_outcome o)
+{
+    r->finished = true;
+    if (r->timer) evtimer_del(r->timer);
+    if (r->added && !r->engine_done) llm_engine_cancel(r->L->engine, r->seq);
+    hist_observe(&r->L->e2e, ts_now() - r->t_arrive);
+    record(r, o);
+}
+
+static void on_http_end(h1req *req, bool completed, void *arg)
+{
+    lreq *r = arg;
+    server_request_end(req, completed, r->srv); /* the body's bytes, a drain */
+    r->http = NULL;
+    if (!r->finished) {
+        /* the client left before its answer: free the slot and the cache now */
+        LOG_DEBUG_(LOGF({"model", r->L->name}), "client went away; sequence %llu cancelled",
+                   (unsigned long long)r->seq);
+        settle(r, OUT_CANCELLED);
+    }
+    maybe_free(r);
+}
+
+/* ---- output ---------------------------------------------------------------------- */
+
+static void on_drained(h1req *req, void *arg)
+{
+    lreq *r = arg;
+    (void)req;
+    if (!r->http) return;
+    r->busy++;
+    if (r->outq.len) h1req_stream_write(r->http, r->outq.data, r->outq.len);
+    r->outq.len = 0;
+    if (r->end_pending && r->http) h1req_stream_end(r->http);
+    r->busy--;
+    maybe_free(r);
+}
+
+/* One SSE event. A slow reader's bytes wait in outq (bounded) until the layer drains, so the
+ * generation never waits for a reader and the layer's queue never grows past the mark. */
+static void sse_event(lreq *r, const buf *json)
+{
+    if (!r->http) return;
+    buf ev;
+    buf_init(&ev, LLM_OUT_LIMIT);
+    buf_puts(&ev, "data: ");
+    buf_put(&ev, json->data, json->len);
+    buf_puts(&ev, "\n\n");
+    if (r->outq.len || h1req_stream_queued(r->http) > LLM_STREAM_HIGH) {
+        bool first = r->outq.len == 0;
+        buf_put(&r->outq, ev.data, ev.len);
+        if (buf_failed(&r->outq)) { /* the reader took nothing for 64 MiB: cut it */
+            buf_free(&ev);
+            h1req_abort(r->http);
+            return;
+        }
+        if (first) h1req_on_drained(r->http, LLM_STREAM_LOW, on_drained, r);
+    } else {
+        h1req_stream_write(r->http, ev.data, ev.len);
+    }
+    buf_free(&ev);
+}
+
+static void put_head(lreq *r, buf *b, bool chunk)
+{
+    buf_puts(b, "{\"id\":");
+    buf_put_json_str(b, r->id, strlen(r->id));
+    buf_printf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
+               r->chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion", r->created);
+    buf_put_json_str(b, r->L->name, strlen(r->L->name));
+    buf_puts(b, ",\"system_fingerprint\":null");
+}
+
+static void put_usage(lreq *r, buf *b)
+{
+    buf_printf(b, "{\"prompt_tokens\":%zu,\"completion_tokens\":%zu,\"total_tokens\":%zu}", r->n_prompt,
+               r->n_gen, r->n_prompt + r->n_gen);
+}
+
+/* A chunk with text (and, last, a finish reason). */
+static void sse_chunk(lreq *r, const char *text, size_t len, bool role, const char *finish)
+{
+    buf b;
+    buf_init(&b, LLM_OUT_LIMIT);
+    put_head(r, &b, true);
+    buf_puts(&b, ",\"choices\":[{\"index\":0,");
+    if (r->chat) {
+        buf_puts(&b, "\"delta\":{");
+        if (role) buf_puts(&b, "\"role\":\"assistant\",\"content\":\"\"");
+        else if (!finish) {
+            buf_puts(&b, "\"content\":");
+            buf_put_json_str(&b, text, len);
+        }
+        buf_puts(&b, "},");
+    } else {
+        buf_puts(&b, "\"text\":");
+        buf_put_json_str(&b, text, len);
+        buf_putc(&b, ',');
+    }
+    buf_puts(&b, "\"logprobs\":null,\"finish_reason\":");
+    if (finish) buf_printf(&b, "\"%s\"", finish);
+    else buf_puts(&b, "null");
+    buf_puts(&b, "}]");
+    if (r->include_usage) buf_puts(&b, ",\"usage\":null");
+    buf_putc(&b, '}');
+    sse_event(r, &b);
+    buf_free(&b);
+}
+
+static void emit(lreq *r, const char *text, size_t len)
+{
+    if (!len) return;
+    if (r->stream) sse_chunk(r, text, len, false, NULL);
+    else buf_put(&r->text, text, len);
+}
+
+static void stream_end(lreq *r)
+{
+    if (!r->http) return;
+    if (r->outq.len) r->end_pending = true;
+    else h1req_stream_end(r->http);
+}
+
+/* The answer, whole (non-stream) or its last chunks. */
+static void finish_reply(lreq *r, const char *reason)
+{
+    settle(r, OUT_SUCCESS); /* first: writing the end may end the request at once */
+    if (r->stream) {
+        sse_chunk(r, "", 0, false, reason);
+        if (r->include_usage) {
+            buf b;
+            buf_init(&b, 4096);
+            put_head(r, &b, true);
+            buf_puts(&b, ",\"choices\":[],\"usage\":");
+            put_usage(r, &b);
+            buf_putc(&b, '}');
+            sse_event(r, &b);
+            buf_free(&b);
+        }
+        if (r->http) {
+            if (r->outq.len) buf_puts(&r->outq, "data: [DONE]\n\n");
+            else h1req_stream_write(r->http, "data: [DONE]\n\n", 14);
+        }
+        stream_end(r);
+    } else if (r->http) {
+        buf b;
+        buf_init(&b, LLM_OUT_LIMIT);
+        put_head(r, &b, false);
+        buf_puts(&b, ",\"choices\":[{\"index\":0,");
+        if (r->chat) {
+            buf_puts(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
+            buf_put_json_str(&b, r->text.data ? (const char *)r->text.data : "", r->text.len);
+            buf_puts(&b, "},");
+        } else {
+            buf_puts(&b, "\"text\":");
+            buf_put_json_str(&b, r->text.data ? (const char *)r->text.data : "", r->text.len);
+            buf_putc(&b, ',');
+        }
+        buf_printf(&b, "\"logprobs\":null,\"finish_reason\":\"%s\"}],\"usage\":", reason);
+        put_usage(r, &b);
+        buf_putc(&b, '}');
+        h1req_reply(r->http, 200, "application/json", &b);
+        buf_free(&b);
+    }
+}
+
+/* A failure after admission: an error object, or inside a stream an error event (what the
+ * openai SDK raises as an APIError) and the stream's end. */
+static void fail_reply(lreq *r, int status, const char *code, const char *msg, req_outcome o)
+{
+    settle(r, o);
+    if (r->http) {
+        if (r->stream) {
+            buf b;
+            buf_init(&b, 4096);
+            buf_printf(&b, "{\"error\":{\"message\":");
+            buf_put_json_str(&b, msg, strlen(msg));
+            buf_printf(&b, ",\"type\":\"%s\",\"param\":null,\"code\":", status == 504 ? "timeout" : "server_error");
+            if (code) buf_printf(&b, "\"%s\"", code);
+            else buf_puts(&b, "null");
+            buf_puts(&b, "}}");
+            sse_event(r, &b);
+            buf_free(&b);
+            stream_end(r);
+        } else {
+            server_llm_error(r->http, status, NULL, code, msg);
+        }
+    }
+}
+
+/* Finds the first stop string in pending; emits what is safe; true if a stop matched. */
+static bool scan_stops(lreq *r, bool final)
+{
+    const char *p = r->pending.data ? (const char *)r->pending.data : "";
+    size_t n = r->pending.len, at = SIZE_MAX;
+    for (size_t i = 0; i < r->n_stops; i++) {
+        const char *hit = r->stop_len[i] <= n ? memmem(p, n, r->stops[i], r->stop_len[i]) : NULL;
+        if (hit && (size_t)(hit - p) < at) at = (size_t)(hit - p);
+    }
+    if (at != SIZE_MAX) {
+        emit(r, p, at); /* the stop string itself is never sent */
+        r->pending.len = 0;
+        return true;
+    }
+    /* hold back the longest tail that may still grow into a stop string */
+    size_t hold = 0;
+    if (!final && r->n_stops)
+        for (size_t k = n < r->max_stop - 1 ? n : r->max_stop - 1; k > 0 && !hold; k--)
+            for (size_t i = 0; i < r->n_stops && !hold; i++)
+                if (k < r->stop_len[i] && memcmp(p + n - k, r->stops[i], k) == 0) hold = k;
+    emit(r, p, n - hold);
+    memmove(r->pending.data, p + n - hold, hold);
+    r->pending.len = hold;
+    return false;
+}
+
+static void take_token(lreq *r, int32_t tok, bool last)
+{
+    r->n_gen++;
+    ts_err e = {0};
+    if (tok_stream_feed(r->ts, tok, &r->pending, &e) || (last && tok_stream_finish(r->ts, &r->pending, &e))) {
+        fail_reply(r, 500, NULL, e.msg, OUT_ERROR);
+        return;
+    }
+    if (buf_failed(&r->pending)) {
+        fail_reply(r, 500, NULL, "decoded text over its bound", OUT_ERROR);
+        return;
+    }
+    if (scan_stops(r, last)) finish_reply(r, "stop");
+}
+
+/* ---- from the generation thread to the loop ---------------------------------------- */
+
+static void on_token(void *ud, uint64_t seq, int32_t tok, llm_finish fin, const ts_err *err)
+{
+    (void)seq;
+    lreq *r = ud;
+    double now = ts_now();
+    if (tok >= 0) {
+        if (!r->got_first) hist_observe(&r->L->ttft, now - r->t_arrive);
+        else hist_observe(&r->L->itl, now - r->t_last);
+        r->got_first = true;
+        r->t_last = now;
+        atomic_fetch_add(&r->L->gen_tokens, 1);
+    }
+    pthread_mutex_lock(&r->mu);
+    if (tok >= 0 && r->n_pend < r->cap) r->pend[r->n_pend++] = tok;
+    if (fin != LLM_FIN_NONE) {
+        r->fin = fin;
+        if (err) r->fin_err = *err;
+    }
+    bool push = !r->queued;
+    r->queued = true;
+    pthread_mutex_unlock(&r->mu);
+    if (push) doneq_push(r->srv->llm_done, r); /* after this the loop owns r */
+}
+
+static void on_join(void *ud, uint64_t seq)
+{
+    (void)seq;
+    lreq *r = ud;
+    hist_observe(&r->L->queue, ts_now() - r->t_arrive);
+}
+
+static void on_tokens(void *item, void *ctx)
+{
+    lreq *r = item;
+    server *srv = ctx;
+    pthread_mutex_lock(&r->mu);
+    int32_t *t = r->pend;
+    size_t n = r->n_pend;
+    r->pend = r->work;
+    r->work = t;
+    r->n_pend = 0;
+    llm_finish fin = r->fin;
+    ts_err ferr = r->fin_err;
+    r->queued = false;
+    pthread_mutex_unlock(&r->mu);
+    if (!srv->http) r->http = NULL; /* shutting down: every connection is gone */
+    r->busy++;
+    for (size_t i = 0; i < n && !r->finished && r->http; i++)
+        take_token(r, t[i], fin != LLM_FIN_NONE && i + 1 == n);
+    if (fin != LLM_FIN_NONE) {
+        r->engine_done = true;
+        if (!r->finished && r->http) {
+            if (fin == LLM_FIN_EOS) finish_reply(r, "stop");
+            else if (fin == LLM_FIN_LENGTH) finish_reply(r, "length");
+            else if (fin == LLM_FIN_ERROR) fail_reply(r, 500, NULL, ferr.msg, OUT_ERROR);
+            else fail_reply(r, 503, NULL, "the sequence was cancelled: the server is shutting down", OUT_REJECTED);
+        }
+    }
+    r->busy--;
+    maybe_free(r);
+}
+
+int server_llm_init(server *srv)
+{
+    srv->llm_done = doneq_create(srv->base, on_tokens, srv);
+    return srv->llm_done ? 0 : -1;
+}
+
+void server_llm_shutdown(server *srv)
+{
+    if (!srv->llm_done) return;
+    doneq_flush(srv->llm_done);
+    doneq_destroy(srv->llm_done);
+    srv->llm_done = NULL;
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    lreq *r = arg;
+    if (r->finished) return;
+    char msg[160];
+    snprintf(msg, sizeof msg, "request timed out after %.0f ms (%s)", (ts_now() - r->t_arrive) * 1e3,
+             r->n_gen ? "while generating" : "before its first token");
+    r->busy++;
+    fail_reply(r, 504, "timeout", msg, OUT_TIMEOUT);
+    r->busy--;
+    maybe_free(r);
+}
+
+/* ---- parsing and validation -------------------------------------------------------- */
+
+typedef struct {
+    const char *model;
+    bool stream, include_usage;
+    int64_t max_tokens;          /* 0: what the context leaves */
+    llm_gen_params gp;
+    json_t *stops;               /* borrowed */
+    json_t *messages, *prompt;   /* borrowed */
+} v1_args;
+
+static bool is_int(json_t *v) { return json_is_integer(v); }
+
+static int check_num(json_t *v, const char *param, double lo, double hi, double *out, verr *e)
+{
+    if (!json_is_number(v)) return fail(e, 400, param, "'%s' must be a number", param);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi)) return fail(e, 400, param, "'%s' is %g; it must be in [%g, %g]", param, d, lo, hi);
+    *out = d;
+    return 0;
+}
+
+static int parse_common(json_t *body, bool chat, const llm_served *L, v1_args *a, verr *e)
+{
+    static const char *const k_chat[] = {"model", "messages", "stream", "stream_options", "max_tokens",
+                                          "max_completion_tokens", "temperature", "top_p", "top_k", "seed",
+                                          "stop", "n", "user", "presence_penalty", "frequency_penalty",
+                                          "logprobs", "top_logprobs", "logit_bias", NULL};
+    static const char *const k_cmpl[] = {"model", "prompt", "stream", "stream_options", "max_tokens",
+                                          "temperature", "top_p", "top_k", "seed", "stop", "n", "user",
+                                          "presence_penalty", "frequency_penalty", "logprobs", "logit_bias",
+                                          "echo", "suffix", "best_of", NULL};
+    const char *const *known = chat ? k_chat : k_cmpl;
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v) {
+        bool ok = false;
+        for (size_t i = 0; known[i] && !ok; i++) ok = strcmp(key, known[i]) == 0;
+        if (!ok) return fail(e, 400, key, "Unrecognized request argument supplied: %.64s", key);
+    }
+    const gen_config *g = llm_model_gen(L->model);
+    a->gp.sample.temperature = g->do_sample ? g->temperature : 0;
+    a->gp.sample.top_p = g->do_sample ? g->top_p : 1;
+    a->gp.sample.top_k = g->do_sample ? g->top_k : 0;
+    a->max_tokens = g->max_new_tokens;
+#define GET(k) ((v = json_object_get(body, k)) && !json_is_null(v))
+    if (GET("stream")) {
+        if (!json_is_boolean(v)) return fail(e, 400, "stream", "'stream' must be a boolean");
+        a->stream = json_is_true(v);
+    }
+    if (GET("stream_options")) {
+        if (!a->stream) return fail(e, 400, "stream_options", "'stream_options' is only allowed when 'stream' is true");
+        if (!json_is_object(v)) return fail(e, 400, "stream_options", "'stream_options' must be an object");
+        json_t *o;
+        json_object_foreach(v, key, o) {
+            if (strcmp(key, "include_usage") != 0)
+                return fail(e, 400, "stream_options", "Unrecognized stream option: %.64s", key);
+            if (!json_is_boolean(o)) return fail(e, 400, "stream_options.include_usage", "'include_usage' must be a boolean");
+            a->include_usage = json_is_true(o);
+        }
+    }
+    return 0;
+#undef GET
+}
+
+static int parse_rest(json_t *body, bool chat, v1_args *a, verr *e)
+{
+    json_t *v;
+#define GET(k) ((v = json_object_get(body, k)) && !json_is_null(v))
+    const char *mt = chat && GET("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (GET(mt)) {
+        if (!is_int(v) || json_integer_value(v) < 1)
+            return fail(e, 400, mt, "'%s' must be an integer of at least 1", mt);
+        a->max_tokens = json_integer_value(v);
+    }
+    double d;
+    if (GET("temperature")) {
+        if (check_num(v, "temperature", 0, 2, &d, e)) return -1;
+        a->gp.sample.temperature = d;
+    }
+    if (GET("top_p")) {
+        if (check_num(v, "top_p", 0, 1, &d, e)) return -1;
+        a->gp.sample.top_p = d > 0 ? d : 1;
+        if (d == 0) a->gp.sample.top_k = 1; /* the mass of one token: the most likely one */
+    }
+    if (GET("top_k")) {
+        if (!is_int(v) || json_integer_value(v) < -1)
+            return fail(e, 400, "top_k", "'top_k' must be an integer: -1 or 0 (off) or more");
+        if (!(a->gp.sample.top_k == 1 && json_integer_value(v) <= 0))
+            a->gp.sample.top_k = json_integer_value(v) > 0 ? json_integer_value(v) : 0;
+    }
+    if (GET("seed")) {
+        if (!is_int(v)) return fail(e, 400, "seed", "'seed' must be an integer");
+        a->gp.seeded = true;
+        a->gp.seed = (uint64_t)json_integer_value(v);
+    }
+    if (GET("n") && (!is_int(v) || json_integer_value(v) != 1))
+        return fail(e, 400, "n", "'n' must be 1: this server generates one choice per request");
+    if (GET("best_of") && (!is_int(v) || json_integer_value(v) != 1))
+        return fail(e, 400, "best_of", "'best_of' must be 1: this server generates one choice per request");
+    if (GET("user") && !json_is_string(v)) return fail(e, 400, "user", "'user' must be a string");
+    static const char *const penalties[] = {"presence_penalty", "frequency_penalty"};
+    for (size_t i = 0; i < 2; i++)
+        if (GET(penalties[i]) && (!json_is_number(v) || json_number_value(v) != 0))
+            return fail(e, 400, penalties[i], "'%s' is not supported (only 0)", penalties[i]);
+    if (GET("logprobs") && !json_is_false(v))
+        return fail(e, 400, "logprobs", "'logprobs' is not supported");
+    if (GET("top_logprobs")) return fail(e, 400, "top_logprobs", "'top_logprobs' is not supported");
+    if (GET("logit_bias") && !(json_is_object(v) && json_object_size(v) == 0))
+        return fail(e, 400, "logit_bias", "'logit_bias' is not supported");
+    if (GET("echo") && !json_is_false(v)) return fail(e, 400, "echo", "'echo' is not supported");
+    if (GET("suffix") && !(json_is_string(v) && json_string_length(v) == 0))
+        return fail(e, 400, "suffix", "'suffix' is not supported");
+    if (GET("stop")) {
+        if (json_is_string(v)) {
+            a->stops = v;
+        } else if (json_is_array(v) && json_array_size(v) <= LLM_MAX_STOPS) {
+            a->stops = v;
+            size_t i;
+            json_t *s;
+            json_array_foreach(v, i, s)
+                if (!json_is_string(s)) return fail(e, 400, "stop", "'stop' must be a string or a list of strings");
+        } else {
+            return fail(e, 400, "stop", "'stop' must be a string or a list of at most %d strings", LLM_MAX_STOPS);
+        }
+    }
+    return 0;
+#undef GET
+}
+
+/* Refuses message content that holds a special token's text: the tokenizer would read it
+ * as that control token (a user ending the turn or opening a system one). */
+static int check_specials(const llm_served *L, const char *s, size_t len, const char *param, verr *e)
+{
+    for (size_t i = 0; i < L->n_specials; i++)
+        if (memmem(s, len, L->specials[i], strlen(L->specials[i])))
+            return fail(e, 400, param, "message content contains the special token '%.64s', which this "
+                        "server refuses (the tokenizer would read it as a control token)", L->specials[i]);
+    return 0;
+}
+
+/* One message's text: a string, or a list of {"type":"text","text":...} parts joined. The
+ * parts' joined text lives in store (freed by the caller). */
+static int message_text(json_t *c, size_t i, buf *store, const char **s, size_t *len, verr *e)
+{
+    char param[64];
+    snprintf(param, sizeof param, "messages[%zu].content", i);
+    if (json_is_string(c)) {
+        *s = json_string_value(c);
+        *len = json_string_length(c);
+        return 0;
+    }
+    if (json_is_null(c) || !c) {
+        *s = "";
+        *len = 0;
+        return 0;
+    }
+    if (!json_is_array(c)) return fail(e, 400, param, "'%s' must be a string or a list of text parts", param);
+    size_t start = store->len, k;
+    json_t *p;
+    json_array_foreach(c, k, p) {
+        json_t *type = json_object_get(p, "type"), *text = json_object_get(p, "text");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0 || !json_is_string(text))
+            return fail(e, 400, param, "'%s' parts must be {\"type\": \"text\", \"text\": ...} (no images or audio)", param);
+        buf_put(store, json_string_value(text), json_string_length(text));
+    }
+    if (buf_failed(store)) return fail(e, 413, param, "message content is too long");
+    /* a buf may move as it grows: the caller reads store only after every message */
+    *s = (const char *)(uintptr_t)start;
+    *len = store->len - start;
+    return 1;
+}
+
+static int render_chat(const llm_served *L, json_t *msgs, buf *prompt, verr *e)
+{
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return fail(e, 400, "messages", "'messages' must be a non-empty list");
+    size_t n = json_array_size(msgs);
+    if (n > LLM_MAX_MESSAGES) return fail(e, 400, "messages", "at most %d messages", LLM_MAX_MESSAGES);
+    if (!L->chat)
+        return fail(e, 400, "messages", "model '%s' has no chat template (tokenizer_config.json has no "
+                    "chat_template): use /v1/completions", L->name);
+    chat_msg *cm = calloc(n, sizeof *cm);
+    bool *in_store = calloc(n, sizeof *in_store);
+    buf store;
+    buf_init(&store, LLM_PROMPT_LIMIT);
+    int rc = -1;
+    if (!cm || !in_store) {
+        fail(e, 500, NULL, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(msgs, i), *v;
+        char param[64];
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        if (!json_is_object(m)) {
+            fail(e, 400, param, "'%s' must be an object", param);
+            goto out;
+        }
+        const char *key;
+        json_object_foreach(m, key, v) {
+            if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name")) {
+                snprintf(param, sizeof param, "messages[%zu].%.32s", i, key);
+                fail(e, 400, param, "'%s' is not supported", param);
+                goto out;
+            }
+        }
+        json_t *role = json_object_get(m, "role");
+        const char *rs = json_is_string(role) ? json_string_value(role) : "";
+        if (strcmp(rs, "developer") == 0) rs = "system";
+        int r = chat_role_parse(rs, strlen(rs));
+        if (r < 0) {
+            snprintf(param, sizeof param, "messages[%zu].role", i);
+            fail(e, 400, param, "'%s' must be system, developer, user, assistant or tool", param);
+            goto out;
+        }
+        cm[i].role = (chat_role)r;
+        int k = message_text(json_object_get(m, "content"), i, &store, &cm[i].content, &cm[i].len, e);
+        if (k < 0) goto out;
+        in_store[i] = k == 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (in_store[i]) cm[i].content = (const char *)store.data + (size_t)(uintptr_t)cm[i].content;
+        char param[64];
+        snprintf(param, sizeof param, "messages[%zu].content", i);
+        if (check_specials(L, cm[i].content ? cm[i].content : "", cm[i].len, param, e)) goto out;
+    }
+    ts_err err = {0};
+    if (chat_render(L->chat, cm, n, true, prompt, &err)) {
+        fail(e, err.http, "messages", "%s", err.msg);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(cm);
+    free(in_store);
+    buf_free(&store);
+    return rc;
+}
+
+static int prompt_text(json_t *p, buf *prompt, verr *e)
+{
+    if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
+    if (!json_is_string(p))
+        return fail(e, 400, "prompt", "'prompt' must be a string (or a list of one string)");
+    buf_put(prompt, json_string_value(p), json_string_length(p));
+    if (buf_failed(prompt)) return fail(e, 413, "prompt", "'prompt' is too long");
+    return 0;
+}
+
+/* ---- handlers ---------------------------------------------------------------------- */
+
+static llm_served *find_llm(server *srv, const char *name, ts_model **mo)
+{
+    ts_err err = {0};
+    ts_model *m = srv->repo ? model_repo_find(srv->repo, name, NULL, &err) : NULL;
+    if (!m || model_state(m) != MODEL_READY || !model_llm(m)) return NULL;
+    *mo = m;
+    return model_llm(m);
+}
+
+static void put_model(buf *b, const char *name, double created)
+{
+    buf_puts(b, "{\"id\":");
+    buf_put_json_str(b, name, strlen(name));
+    buf_printf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"tierserve\"}", (long long)created);
+}
+
+static void handle_models(server *srv, h1req *req, const char *one)
+{
+    buf b;
+    buf_init(&b, REPLY_LIMIT);
+    long long created = (long long)time(NULL) - (long long)(ts_now() - srv->t_created);
+    if (one) {
+        ts_model *m;
+        if (!find_llm(srv, one, &m)) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "The model '%.256s' does not exist", one);
+            server_llm_error(req, 404, "model", "model_not_found", msg);
+            buf_free(&b);
+            return;
+        }
+        put_model(&b, one, (double)created);
+    } else {
+        buf_puts(&b, "{\"object\":\"list\",\"data\":[");
+        bool first = true;
+        for (size_t i = 0; srv->repo && i < model_repo_count(srv->repo); i++) {
+            ts_model *m = model_repo_at(srv->repo, i);
+            if (model_state(m) != MODEL_READY || !model_llm(m)) continue;
+            /* one entry per name: the versions are one model to an OpenAI client */
+            ts_model *next = model_repo_at(srv->repo, i + 1);
+            if (next && strcmp(model_name(next), model_name(m)) == 0 && model_llm(next)) continue;
+            if (!first) buf_putc(&b, ',');
+            first = false;
+            put_model(&b, model_name(m), (double)created);
+        }
+        buf_puts(&b, "]}");
+    }
+    h1req_reply(req, 200, "application/json", &b);
+    buf_free(&b);
+}
+
+/* X-Priority (the router's header): urgent 0, normal 1, batch 2. */
+static int parse_priority(h1req *req, int *out, verr *e)
+{
+    const char *p = h1req_header(req, "X-Priority");
+    *out = 1;
+    if (!p) return 0;
+    if (strcmp(p, "urgent") == 0) *out = 0;
+    else if (strcmp(p, "batch") == 0) *out = 2;
+    else if (strcmp(p, "normal") != 0) return fail(e, 400, NULL, "X-Priority must be urgent, normal or batch");
+    return 0;
+}
+
+/* The deadline: TIERSERVE_REQUEST_TIMEOUT_MS, lowered (never raised) by X-Request-Timeout-Ms,
+ * as a KServe request's parameters.timeout lowers it. */
+static int parse_timeout(server *srv, h1req *req, double *ms, verr *e)
+{
+    *ms = (double)srv->set->request_timeout_ms;
+    const char *h = h1req_header(req, "X-Request-Timeout-Ms");
+    if (!h) return 0;
+    char *end = NULL;
+    long long v = strtoll(h, &end, 10);
+    if (end == h || *end || v <= 0) return fail(e, 400, NULL, "X-Request-Timeout-Ms must be a positive integer");
+    if ((double)v < *ms) *ms = (double)v;
+    return 0;
+}
+
+static void handle_generate(server *srv, h1req *req, bool chat)
+{
+    verr e = {0};
+    json_t *body = NULL;
+    lreq *r = NULL;
+    ts_model *m = NULL;
+    buf prompt;
+    buf_init(&prompt, LLM_PROMPT_LIMIT);
+    tok_ids ids;
+    tok_ids_init(&ids, 0);
+    if (srv->draining) {
+        fail(&e, 503, NULL, "server is shutting down");
+        goto refuse;
+    }
+    if (!health_live()) {
+        fail(&e, 503, NULL, "worker is not live after a GPU fault");
+        goto refuse;
+    }
+    size_t blen = 0;
+    const uint8_t *raw = h1req_body(req, &blen);
+    if (blen > LLM_MAX_BODY) {
+        fail(&e, 413, NULL, "request body of %zu bytes is over the /v1 limit of %zu", blen, LLM_MAX_BODY);
+        goto refuse;
+    }
+    json_error_t jerr;
+    budget_json_begin(srv->bodies);
+    body = json_loadb((const char *)raw, blen, JSON_REJECT_DUPLICATES, &jerr);
+    bool spent = budget_json_end();
+    if (spent) {
+        fail(&e, 503, NULL, "request bodies in flight would pass the in-flight body budget; retry later");
+        goto refuse;
+    }
+    if (!body || !json_is_object(body)) {
+        fail(&e, 400, NULL, "We could not parse the JSON body of your request: %s", body ? "not an object" : jerr.text);
+        goto refuse;
+    }
+    json_t *mv = json_object_get(body, "model");
+    if (!json_is_string(mv)) {
+        fail(&e, 400, "model", "'model' is required (a string)");
+        goto refuse;
+    }
+    llm_served *L = find_llm(srv, json_string_value(mv), &m);
+    if (!L) {
+        fail(&e, 404, "model", "The model '%.256s' does not exist", json_string_value(mv));
+        e.code = "model_not_found";
+        goto refuse;
+    }
+    v1_args a = {0};
+    if (parse_common(body, chat, L, &a, &e) || parse_rest(body, chat, &a, &e)) goto refuse;
+    double timeout_ms;
+    if (parse_priority(req, &a.gp.priority, &e) || parse_timeout(srv, req, &timeout_ms, &e)) goto refuse;
+    if (chat ? render_chat(L, json_object_get(body, "messages"), &prompt, &e)
+             : prompt_text(json_object_get(body, "prompt"), &prompt, &e))
+        goto refuse;
+    /* chat templates write their own BOS; a completion prompt gets the tokenizer's */
+    ids.limit = (size_t)L->context;
+    ts_err te = {0};
+    if (tok_encode(L->tok, prompt.data ? (const char *)prompt.data : "", prompt.len, !chat, &ids, &te)) {
+        if (te.http == 413)
+            fail(&e, 413, chat ? "messages" : "prompt", "the prompt is longer than the model's context of %lld tokens",
+                 (long long)L->context);
+        else fail(&e, te.http, chat ? "messages" : "prompt", "%s", te.msg);
+        goto refuse;
+    }
+    if ((int64_t)ids.n >= L->context) {
+        fail(&e, 413, chat ? "messages" : "prompt", "the prompt is %zu tokens; the model's context is %lld tokens, "
+             "leaving no room for an answer", ids.n, (long long)L->context);
+        e.code = "context_length_exceeded";
+        goto refuse;
+    }
+    int64_t room = L->context - (int64_t)ids.n;
+    if (a.max_tokens <= 0 || a.max_tokens > room) a.max_tokens = room;
+    a.gp.max_new_tokens = a.max_tokens;
+    a.gp.on_join = on_join;
+
+    r = calloc(1, sizeof *r);
+    if (!r) {
+        fail(&e, 503, NULL, "out of memory");
+        goto refuse;
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    r->srv = srv;
+    r->m = m;
+    r->L = L;
+    r->chat = chat;
+    r->stream = a.stream;
+    r->include_usage = a.include_usage;
+    r->t_arrive = ts_now();
+    r->created = (long long)time(NULL);
+    r->n_prompt = ids.n;
+    r->cap = (size_t)a.max_tokens + 1;
+    r->pend = malloc(r->cap * sizeof *r->pend);
+    r->work = malloc(r->cap * sizeof *r->work);
+    r->ts = tok_stream_new(L->tok, true);
+    r->timer = evtimer_new(srv->base, on_deadline, r);
+    buf_init(&r->text, LLM_OUT_LIMIT);
+    buf_init(&r->pending, LLM_OUT_LIMIT);
+    buf_init(&r->outq, LLM_OUT_LIMIT);
+    if (!r->pend || !r->work || !r->ts || !r->timer) {
+        fail(&e, 503, NULL, "out of memory");
+        goto refuse;
+    }
+    if (a.stops) {
+        json_t *one[1] = {a.stops};
+        size_t ns = json_is_string(a.stops) ? 1 : json_array_size(a.stops);
+        for (size_t i = 0; i < ns; i++) {
+            json_t *s = json_is_string(a.stops) ? one[0] : json_array_get(a.stops, i);
+            size_t len = json_string_length(s);
+            if (len == 0 || len > LLM_MAX_STOP_BYTES) {
+                fail(&e, 400, "stop", "each stop string must be 1 to %d bytes", LLM_MAX_STOP_BYTES);
+                goto refuse;
+            }
+            memcpy(r->stops[r->n_stops], json_string_value(s), len);
+            r->stop_len[r->n_stops++] = len;
+            if (len > r->max_stop) r->max_stop = len;
+        }
+    }
+    static _Atomic uint64_t next_id;
+    uint64_t rid = atomic_fetch_add(&next_id, 1) + 1;
+    snprintf(r->id, sizeof r->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)r->created,
+             (unsigned long long)rid);
+    if (llm_engine_add(L->engine, ids.v, ids.n, &a.gp, on_token, r, &r->seq, &te)) {
+        fail(&e, te.http, NULL, "%s", te.msg);
+        if (te.http == 503) {
+            snprintf(e.msg, sizeof e.msg, "model '%.64s': %.480s; retry later", L->name, te.msg);
+            e.code = "queue_full";
+        }
+        goto refuse;
+    }
+    r->added = true;
+    atomic_fetch_add(&L->prompt_tokens, ids.n);
+    srv->in_flight++;
+    r->http = req;
+    h1req_on_end(req, on_http_end, r);
+    double in = timeout_ms / 1e3;
+    struct timeval tv = {(time_t)in, (suseconds_t)((in - (double)(time_t)in) * 1e6)};
+    evtimer_add(r->timer, &tv);
+    if (r->stream) {
+        h1req_add_header(req, "Content-Type", "text/event-stream");
+        h1req_add_header(req, "Cache-Control", "no-cache");
+        h1req_stream_start(req, 200, -1);
+        if (chat) sse_chunk(r, "", 0, true, NULL);
+    }
+    goto out;
+refuse:
+    if (r) {
+        free_req(r);
+        r = NULL;
+    }
+    if (m)
+            atomic_fetch_add(&model_stats_of(m)->outcomes[e.status == 503 ? OUT_REJECTED : e.status >= 500 ? OUT_ERROR
+                                                                                             : OUT_CLIENT_ERROR], 1);
+    server_llm_error(req, e.status, e.param[0] ? e.param : NULL, e.code, e.msg);
+out:
+    json_decref(body);
+    buf_free(&prompt);
+    tok_ids_free(&ids);
+}
+
+void server_handle_v1(server *srv, h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n)
+{
+    h1_method me = h1req_method(req);
+    if (n >= 2 && strcmp(segs[1], "models") == 0 && n <= 3) {
+        if (me != H1_GET && me != H1_HEAD) {
+            h1req_add_header(req, "Allow", "GET");
+            server_llm_error(req, 405, NULL, NULL, "method not allowed for this endpoint (GET)");
+            return;
+        }
+        handle_models(srv, req, n == 3 ? segs[2] : NULL);
+        return;
+    }
+    bool chat = n == 3 && strcmp(segs[1], "chat") == 0 && strcmp(segs[2], "completions") == 0;
+    bool cmpl = n == 2 && strcmp(segs[1], "completions") == 0;
+    if (!chat && !cmpl) {
+        server_llm_error(req, 404, NULL, "unknown_url", "unknown endpoint (this server has /v1/models, "
+                         "/v1/completions and /v1/chat/completions)");
+        return;
+    }
+    if (me != H1_POST) {
+        h1req_add_header(req, "Allow", "POST");
+        server_llm_error(req, 405, NULL, NULL, "method not allowed for this endpoint (POST)");
+        return;
+    }
+    handle_generate(srv, req, chat);
+}
+
+/* ---- status and metrics ------------------------------------------------------------ */
+
+void server_llm_status(const ts_model *m, buf *b)
+{
+    llm_served *L = model_llm(m);
+    if (!L) return;
+    llm_engine_stats st;
+    llm_engine_stats_get(L->engine, &st);
+    const llm_sig *s = llm_model_sig(L->model);
+    buf_printf(b, ",\"llm\":{\"context\":%lld,\"layers\":%zu,\"kv_heads\":%zu,\"head_dim\":%zu,\"vocab\":%zu,"
+               "\"kv_dtype\":\"%s\",\"kv_bytes_per_token\":%zu,\"chat_template\":",
+               (long long)L->context, s->layers, s->kv_heads, s->head_dim, s->vocab, s->kv_fp16 ? "FP16" : "FP32",
+               llm_model_kv_bytes_per_token(L->model));
+    if (L->chat) buf_printf(b, "\"%s\"", chat_variant(L->chat));
+    else buf_puts(b, "null");
+    buf_printf(b, ",\"running\":%zu,\"waiting\":%zu,\"kv_cache_bytes\":%zu,\"steps\":%llu,\"max_batch\":%zu}",
+               st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch);
+}
+
+static void help(buf *b, const char *name, const char *type, const char *text)
+{
+    buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
+}
+
+void server_llm_metrics(const model_repo *r, buf *b)
+{
+    size_t n = r ? model_repo_count(r) : 0, nl = 0;
+    for (size_t i = 0; i < n; i++) nl += model_llm(model_repo_at(r, i)) != NULL;
+    if (nl == 0) return;
+    static const struct {
+        const char *name, *text;
+        size_t off;
+    } hists[] = {
+        {"tierserve_time_to_first_token_seconds", "LLM: arrival to the first generated token", offsetof(llm_served, ttft)},
+        {"tierserve_inter_token_latency_seconds", "LLM: between two tokens of one sequence", offsetof(llm_served, itl)},
+        {"tierserve_e2e_request_latency_seconds", "LLM: arrival to the answer's end", offsetof(llm_served, e2e)},
+        {"tierserve_request_queue_time_seconds", "LLM: arrival to a generation slot", offsetof(llm_served, queue)},
+    };
+    for (size_t h = 0; h < sizeof hists / sizeof *hists; h++) {
+        help(b, hists[h].name, "histogram", hists[h].text);
+        for (size_t i = 0; i < n; i++) {
+            llm_served *L = model_llm(model_repo_at(r, i));
+            if (!L) continue;
+            buf lbl;
+            buf_init(&lbl, 1024);
+            buf_puts(&lbl, "model=");
+            buf_put_label(&lbl, L->name);
+            buf_putc(&lbl, '\0');
+            hist_render((const hist *)((const char *)L + hists[h].off), b, hists[h].name,
+                        buf_failed(&lbl) ? "model=\"?\"" : (const char *)lbl.data);
+            buf_free(&lbl);
+        }
+    }
+    static const char *const counters[][2] = {
+        {"tierserve_prompt_tokens_total", "LLM: prompt tokens of admitted requests"},
+        {"tierserve_generation_tokens_total", "LLM: tokens generated"},
+    };
+    for (size_t c = 0; c < 2; c++) {
+        help(b, counters[c][0], "counter", counters[c][1]);
+        for (size_t i = 0; i < n; i++) {
+            llm_served *L = model_llm(model_repo_at(r, i));
+            if (!L) continue;
+            buf_printf(b, "%s{model=", counters[c][0]);
+            buf_put_label(b, L->name);
+            buf_printf(b, "} %llu\n", (unsigned long long)atomic_load(c ? &L->gen_tokens : &L->prompt_tokens));
+        }
+    }
+    help(b, "tierserve_sequences", "gauge", "LLM: sequences generating (running) or waiting for a slot");
+    for (size_t i = 0; i < n; i++) {
+        llm_served *L = model_llm(model_repo_at(r, i));
+        if (!L) continue;
+        llm_engine_stats st;
+        llm_engine_stats_get(L->engine, &st);
+        for (int k = 0; k < 2; k++) {
+            buf_puts(b, "tierserve_sequences{model=");
+            buf_put_label(b, L->name);
+            buf_printf(b, ",state=\"%s\"} %zu\n", k ? "waiting" : "running", k ? st.waiting : st.active);
+        }
+    }
+    help(b, "tierserve_kv_cache_bytes", "gauge", "LLM: KV cache held by the running sequences");
+    for (size_t i = 0; i < n; i++) {
+        llm_served *L = model_llm(model_repo_at(r, i));
+        if (!L) continue;
+        llm_engine_stats st;
+        llm_engine_stats_get(L->engine, &st);
+        buf_puts(b, "tierserve_kv_cache_bytes{model=");
+        buf_put_label(b, L->name);
+        buf_printf(b, "} %zu\n", st.kv_bytes);
+    }
+}
