@@ -18,13 +18,13 @@ bool rt_v1_path(const h1req *req)
     return p && strncmp(p, "/v1", 3) == 0 && (p[3] == '\0' || p[3] == '/');
 }
 
-/* OpenAI's error types by status (its API and SDKs read the status; the type is for people). */
+/* OpenAI's error types by status (its API and SDKs read the status; the type is for people).
+ * OpenAI answers an unknown model or URL with 404 invalid_request_error, as the worker does. */
 static const char *error_type(int status)
 {
     switch (status) {
     case 401: return "authentication_error";
     case 403: return "permission_error";
-    case 404: return "not_found_error";
     case 429: return "rate_limit_error";
     default: return status >= 500 ? "server_error" : "invalid_request_error";
     }

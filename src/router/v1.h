@@ -46,7 +46,7 @@ typedef struct {
 } rt_v1;
 
 /* An error the router answers on a /v1 path, in OpenAI's shape; type from the status
- * (400 invalid_request_error, 401 authentication_error, 404 not_found_error, 429
+ * (400 invalid_request_error, 401 authentication_error, 404 invalid_request_error, 429
  * rate_limit_error, 5xx server_error, ...). param and code may be NULL (JSON null). 429 and
  * 503 carry Retry-After: 1 unless the caller set one. */
 void rt_v1_reply_error(h1req *req, int status, const char *msg, const char *param, const char *code);
