@@ -57,7 +57,7 @@ class FakeHTTP:
                 buf += data
                 while b"\r\n\r\n" in buf:
                     head, rest = buf.split(b"\r\n\r\n", 1)
-                    m = re.search(rb"(?i)content-length: *(\d+)", head)
+                    m = re.search(rb"(?im)^content-length: *(\d+)", head)
                     n = int(m.group(1)) if m else 0
                     if len(rest) < n:
                         break

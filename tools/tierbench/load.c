@@ -2,13 +2,11 @@
 #include "opts.h"
 
 #include <errno.h>
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
+#include <arpa/inet.h>
 #include <event2/event.h>
 #include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -19,6 +17,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "h1cli.h"
 #include "loadbody.h"
 #include "loadreport.h"
 #include "trace.h"
@@ -27,6 +26,8 @@
 #define LOAD_MAX_CONNS 10000
 #define LOAD_HEAD_MAX 65536  /* a reply head larger than this is an io error */
 #define LOAD_MAX_KEYS 64
+#define LOAD_MAX_HEADERS 128 /* more reply header fields: an io error */
+#define LOAD_VALUE_MAX 1024  /* a header value handed to on_header is cut here */
 
 typedef struct {
     trace_gen gen;
@@ -44,24 +45,18 @@ typedef struct {
     const load_hooks *hooks; /* the caller's, or NULL */
 } opts;
 
-/* The reply parser's states. */
-enum { P_STATUS, P_HEADERS, P_BODY, P_CHUNK_SIZE, P_CHUNK_DATA, P_CHUNK_CRLF, P_TRAILERS, P_TO_EOF };
-
 struct run;
 
+/* One request in flight (at most one a connection, so at most --connections of them). */
 typedef struct {
     struct run *run;
-    struct bufferevent *bev; /* NULL: the slot is free */
-    struct event *timer;     /* the request's --timeout */
-    bool connected, busy, refused;
+    h1cli_req *q;        /* NULL: the slot is free */
+    struct event *timer; /* the request's --timeout, from its send */
     size_t req;
-    int st;
-    uint16_t status;
-    uint64_t remaining;
-    bool chunked, has_len, close_after;
     uint8_t pool;
-    size_t head_bytes;
-} lconn;
+    uint8_t *body;       /* the request's body, whole: h1cli writes it from here */
+    size_t body_cap;
+} lslot;
 
 typedef struct run {
     const opts *o;
@@ -70,11 +65,11 @@ typedef struct run {
     load_rec *rec;
     struct event_base *base;
     struct event *tick, *progress, *sigint;
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
-    lconn *conns;
-    size_t *idle, n_idle; /* LIFO: the warmest connection first */
-    size_t n_open, max_open, connects;
+    struct event *kick; /* pump again from the loop, once a request's connection is back */
+    char addr[INET6_ADDRSTRLEN];
+    h1cli_pool *pool;
+    lslot *slots;
+    size_t max_open, connects;
     size_t next, n_done;
     double t0, last_done;
     bool stopping;
@@ -238,41 +233,26 @@ static int parse(opts *o, int argc, char **argv, char *err, size_t errlen)
     return 0;
 }
 
-/* ---- connections ------------------------------------------------------------------- */
+/* ---- requests ---------------------------------------------------------------------- */
 
 static void pump(run *r);
 
-static void conn_close(lconn *c)
+/* The request in s ended: record it and free the slot. h1cli keeps or closes its
+ * connection (kept only when nothing on it can be doubted). */
+static void finish(lslot *s, load_err e, int status)
 {
-    run *r = c->run;
-    if (!c->bev) return;
-    for (size_t i = 0; i < r->n_idle; i++)
-        if (&r->conns[r->idle[i]] == c) {
-            r->idle[i] = r->idle[--r->n_idle];
-            break;
-        }
-    bufferevent_free(c->bev);
-    c->bev = NULL;
-    event_del(c->timer);
-    c->busy = c->connected = false;
-    r->n_open--;
-}
-
-/* The request on c ended: record it, and free or close the connection. */
-static void finish(lconn *c, load_err e)
-{
-    run *r = c->run;
-    load_rec *q = &r->rec[c->req];
+    run *r = s->run;
+    load_rec *q = &r->rec[s->req];
     q->done = rel_now(r);
     q->err = (uint8_t)e;
-    q->status = e == LE_NONE ? c->status : 0;
-    q->pool = c->pool;
+    q->status = e == LE_NONE ? (uint16_t)status : 0;
+    q->pool = s->pool;
     if (q->done > r->last_done) r->last_done = q->done;
     r->n_done++;
-    c->busy = false;
-    event_del(c->timer);
-    if (e != LE_NONE || c->close_after) conn_close(c);
-    else r->idle[r->n_idle++] = (size_t)(c - r->conns);
+    s->q = NULL;
+    event_del(s->timer);
+    /* the connection returns to the pool after on_end: the next request is sent from the loop */
+    event_active(r->kick, EV_TIMEOUT, 0);
 }
 
 /* The pool a reply names, interned (bytes outside [A-Za-z0-9_.:-] become '_'). */
@@ -296,227 +276,121 @@ static uint8_t pool_index(run *r, const char *v)
     return (uint8_t)res->n_pools++;
 }
 
-/* One header line of a reply. */
-static int header(lconn *c, char *line)
+/* The reply's head (parsed by h1cli): its pool, and every header to the caller's hook. */
+static int on_head(h1cli_req *hq, void *arg)
 {
-    char *colon = strchr(line, ':');
-    if (!colon) return -1;
-    *colon = '\0';
-    char *v = colon + 1;
-    while (*v == ' ' || *v == '\t') v++;
-    size_t vl = strlen(v);
-    while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t')) v[--vl] = '\0';
-    if (!strcasecmp(line, "Content-Length")) {
-        char *end;
-        errno = 0;
-        unsigned long long n = strtoull(v, &end, 10);
-        if (end == v || *end || errno || *v == '-' || (c->has_len && c->remaining != n)) return -1;
-        c->has_len = true;
-        c->remaining = n;
-    } else if (!strcasecmp(line, "Transfer-Encoding")) {
-        if (strcasecmp(v, "chunked") != 0) return -1;
-        c->chunked = true;
-    } else if (!strcasecmp(line, "Connection")) {
-        if (strcasestr(v, "close")) c->close_after = true;
-    } else if (!strcasecmp(line, "X-Tierrouter-Pool")) {
-        c->pool = pool_index(c->run, v);
+    lslot *s = arg;
+    const load_hooks *h = s->run->o->hooks;
+    for (size_t i = 0; i < h1cli_resp_nheaders(hq); i++) {
+        const char *name, *value;
+        h1cli_resp_header_at(hq, i, &name, &value);
+        char v[LOAD_VALUE_MAX];
+        size_t vl = strlen(value);
+        if (vl >= sizeof v) vl = sizeof v - 1;
+        memcpy(v, value, vl);
+        while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t')) vl--;
+        v[vl] = '\0';
+        if (!strcasecmp(name, "X-Tierrouter-Pool")) s->pool = pool_index(s->run, v);
+        if (h && h->on_header) h->on_header(h->ctx, s->req, name, v);
     }
-    const load_hooks *h = c->run->o->hooks;
-    if (h && h->on_header) h->on_header(h->ctx, c->req, line, v);
     return 0;
 }
 
-/* Feeds what arrived into the parser. 1: a reply ended, 0: more to come, -1: not HTTP. */
-static int parse_reply(lconn *c, struct evbuffer *in)
+static void on_end(h1cli_req *hq, h1cli_outcome o, void *arg)
 {
-    for (;;) {
-        if (c->st == P_BODY || c->st == P_CHUNK_DATA || c->st == P_TO_EOF) {
-            size_t have = evbuffer_get_length(in);
-            size_t take = c->st == P_TO_EOF ? have : (size_t)(have < c->remaining ? have : c->remaining);
-            evbuffer_drain(in, take);
-            if (c->st == P_TO_EOF) return 0;
-            c->remaining -= take;
-            if (c->remaining) return 0;
-            if (c->st == P_BODY) return 1;
-            c->st = P_CHUNK_CRLF;
-            continue;
-        }
-        size_t len;
-        char *line = evbuffer_readln(in, &len, EVBUFFER_EOL_CRLF);
-        if (!line) {
-            if (evbuffer_get_length(in) + c->head_bytes > LOAD_HEAD_MAX) return -1;
-            return 0;
-        }
-        c->head_bytes += len + 2;
-        int rc = 0;
-        if (c->head_bytes > LOAD_HEAD_MAX) rc = -1;
-        else if (c->st == P_STATUS) {
-            /* "HTTP/1.x NNN reason" */
-            if (len < 12 || strncmp(line, "HTTP/1.", 7) != 0 || line[8] != ' ' || (line[12] != ' ' && line[12] != '\0'))
-                rc = -1;
-            else {
-                int s = atoi(line + 9);
-                if (s < 100 || s > 599) rc = -1;
-                c->status = (uint16_t)s;
-                if (line[7] == '0') c->close_after = true;
-                c->st = P_HEADERS;
-            }
-        } else if (c->st == P_HEADERS) {
-            if (len == 0) {
-                if (c->status < 200) { /* 1xx: the real reply follows */
-                    c->st = P_STATUS;
-                } else if (c->status == 204 || c->status == 304) {
-                    free(line);
-                    return 1;
-                } else if (c->chunked) {
-                    c->st = P_CHUNK_SIZE;
-                } else if (c->has_len) {
-                    c->st = P_BODY;
-                    if (c->remaining == 0) {
-                        free(line);
-                        return 1;
-                    }
-                } else {
-                    c->st = P_TO_EOF;
-                    c->close_after = true;
-                }
-            } else {
-                rc = header(c, line);
-            }
-        } else if (c->st == P_CHUNK_SIZE) {
-            char *end;
-            errno = 0;
-            unsigned long long n = strtoull(line, &end, 16);
-            if (end == line || errno || (*end && *end != ';')) rc = -1;
-            else if (n == 0) c->st = P_TRAILERS;
-            else {
-                c->remaining = n;
-                c->st = P_CHUNK_DATA;
-            }
-        } else if (c->st == P_CHUNK_CRLF) {
-            if (len != 0) rc = -1;
-            c->st = P_CHUNK_SIZE;
-        } else if (c->st == P_TRAILERS) {
-            if (len == 0) {
-                free(line);
-                return 1;
-            }
-        }
-        free(line);
-        if (rc < 0) return -1;
-    }
-}
-
-static void on_read(struct bufferevent *bev, void *arg)
-{
-    lconn *c = arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    if (!c->busy) { /* bytes nobody asked for: the connection is not to be trusted */
-        conn_close(c);
-        pump(c->run);
-        return;
-    }
-    int rc = parse_reply(c, in);
-    if (rc == 0) return;
-    finish(c, rc > 0 ? LE_NONE : LE_IO);
-    if (rc > 0 && c->bev && evbuffer_get_length(in)) conn_close(c); /* pipelined garbage */
-    pump(c->run);
-}
-
-static void on_event(struct bufferevent *bev, short what, void *arg)
-{
-    (void)bev;
-    lconn *c = arg;
-    if (what & BEV_EVENT_CONNECTED) {
-        c->connected = true;
-        return;
-    }
-    if (c->busy) {
-        if ((what & BEV_EVENT_EOF) && c->st == P_TO_EOF) finish(c, LE_NONE);
-        else finish(c, c->connected ? LE_IO : LE_CONNECT);
-    }
-    conn_close(c);
-    pump(c->run);
+    lslot *s = arg;
+    load_err e = o == H1CLI_COMPLETE ? LE_NONE : o == H1CLI_ECONNECT ? LE_CONNECT : o == H1CLI_ETIMEOUT ? LE_TIMEOUT
+                                                                                                         : LE_IO;
+    finish(s, e, e == LE_NONE ? h1cli_resp_status(hq) : 0);
 }
 
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
-    lconn *c = arg;
-    if (c->busy) finish(c, c->connected ? LE_TIMEOUT : LE_CONNECT);
-    conn_close(c);
-    pump(c->run);
+    lslot *s = arg;
+    if (!s->q) return;
+    h1cli_cancel(s->q); /* closes its connection: its reply could not be told from the next one's */
+    finish(s, LE_TIMEOUT, 0);
 }
 
-/* An idle connection, a new one below the cap, or NULL (the request waits). */
-static lconn *get_conn(run *r)
+/* A free slot when a request may go now: an idle connection, or room below the cap for a
+ * new one. NULL: the request waits. */
+static lslot *get_slot(run *r)
 {
-    if (r->n_idle) return &r->conns[r->idle[--r->n_idle]];
-    if (r->n_open == r->o->conns) return NULL;
-    lconn *c = NULL;
-    for (size_t i = 0; i < r->o->conns && !c; i++)
-        if (!r->conns[i].bev) c = &r->conns[i];
-    c->bev = bufferevent_socket_new(r->base, -1, BEV_OPT_CLOSE_ON_FREE);
-    if (!c->bev) return NULL;
-    r->n_open++;
-    r->connects++;
-    if (r->n_open > r->max_open) r->max_open = r->n_open;
-    c->connected = c->refused = false;
-    bufferevent_setcb(c->bev, on_read, NULL, on_event, c);
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
-    if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&r->addr, (int)r->addrlen) != 0) {
-        /* refused at once: the request fails as a connect error, in send_req */
-        c->refused = true;
-        return c;
-    }
-    evutil_socket_t fd = bufferevent_getfd(c->bev);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return c;
+    if (h1cli_pool_idle(r->pool) == 0 && h1cli_pool_open(r->pool) >= r->o->conns) return NULL;
+    for (size_t i = 0; i < r->o->conns; i++)
+        if (!r->slots[i].q) return &r->slots[i];
+    return NULL;
 }
 
-static void send_req(run *r, lconn *c, size_t i)
+static void send_req(run *r, lslot *s, size_t i)
 {
     const trace_arrival *a = &r->t->a[i];
     const opts *o = r->o;
-    c->busy = true;
-    c->req = i;
-    c->st = P_STATUS;
-    c->status = 0;
-    c->remaining = 0;
-    c->chunked = c->has_len = c->close_after = false;
-    c->pool = 0;
-    c->head_bytes = 0;
+    s->req = i;
+    s->pool = 0;
     r->rec[i].sent = rel_now(r);
-    if (c->refused) { /* its connect failed at once */
-        finish(c, LE_CONNECT);
-        return;
-    }
     static lb_body b; /* 4 KiB of text: not on the stack; one loop thread */
     lb_body_make(&r->models[a->model], a->size, o->binary, &b);
-    struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (b.total > s->body_cap) {
+        uint8_t *nb = realloc(s->body, b.total);
+        if (!nb) {
+            r->rec[i].done = rel_now(r);
+            r->rec[i].err = LE_IO;
+            r->n_done++;
+            return;
+        }
+        s->body = nb;
+        s->body_cap = b.total;
+    }
+    size_t off = 0;
+    for (size_t p = 0; p < b.n_part; p++) {
+        memcpy(s->body + off, b.part[p].p, b.part[p].n);
+        off += b.part[p].n;
+    }
     const char *tenant = r->t->tenants[a->tenant];
     const char *key = NULL;
     for (size_t k = 0; k < o->n_keys; k++)
         if (!strcmp(o->key_tenant[k], tenant)) key = o->key[k];
-    evbuffer_add_printf(out,
-                        "POST /v2/models/%s/infer HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                        "X-Request-Id: tb-%zu\r\nX-Priority: %s\r\nX-Data-Class: %s\r\n%s: %s\r\n",
-                        r->t->models[a->model], o->host, o->port, o->binary ? "application/octet-stream" : "application/json",
-                        b.total, i, trace_prio_name((priority_class)a->prio), a->sensitive ? "sensitive" : "public",
-                        key ? "X-Api-Key" : "X-Tenant", key ? key : tenant);
-    if (o->binary) evbuffer_add_printf(out, "Inference-Header-Content-Length: %ld\r\n", b.header_len);
-    if (o->deadline_ms[a->prio] > 0) evbuffer_add_printf(out, "X-Deadline-Ms: %ld\r\n", o->deadline_ms[a->prio]);
-    evbuffer_add(out, "\r\n", 2);
-    for (size_t p = 0; p < b.n_part; p++) {
-        const char *s = b.part[p].p;
-        /* the text lives in b, reused by the next request: copied; the data is the model's */
-        if (s >= b.head && s < b.head + sizeof b.head) evbuffer_add(out, s, b.part[p].n);
-        else evbuffer_add_reference(out, s, b.part[p].n, NULL, NULL);
+    char id[32], ihcl[24], dl[24], path[TRACE_NAME_LEN + 32];
+    snprintf(id, sizeof id, "tb-%zu", i);
+    snprintf(path, sizeof path, "/v2/models/%s/infer", r->t->models[a->model]);
+    h1cli_header hd[8] = {
+        {"Content-Type", o->binary ? "application/octet-stream" : "application/json"},
+        {"X-Request-Id", id},
+        {"X-Priority", trace_prio_name((priority_class)a->prio)},
+        {"X-Data-Class", a->sensitive ? "sensitive" : "public"},
+        {key ? "X-Api-Key" : "X-Tenant", key ? key : tenant},
+    };
+    size_t nh = 5;
+    if (o->binary) {
+        snprintf(ihcl, sizeof ihcl, "%ld", b.header_len);
+        hd[nh++] = (h1cli_header){"Inference-Header-Content-Length", ihcl};
     }
+    if (o->deadline_ms[a->prio] > 0) {
+        snprintf(dl, sizeof dl, "%ld", o->deadline_ms[a->prio]);
+        hd[nh++] = (h1cli_header){"X-Deadline-Ms", dl};
+    }
+    /* h1cli's own timeout is per wait; --timeout is the whole request's, timed here */
+    h1cli_request rq = {.method = "POST", .target = path, .headers = hd, .nheaders = nh, .body = s->body,
+                        .body_len = off, .timeout_s = o->timeout_s};
+    static const h1cli_callbacks cb = {.on_head = on_head, .on_end = on_end};
+    char err[200];
+    if (h1cli_send(r->pool, &rq, &cb, s, &s->q, err, sizeof err) != 0) {
+        /* nothing was sent (no socket, or a name the layer refuses): never retried */
+        s->q = NULL;
+        r->rec[i].done = rel_now(r);
+        r->rec[i].err = LE_CONNECT;
+        r->n_done++;
+        if (r->rec[i].done > r->last_done) r->last_done = r->rec[i].done;
+        return;
+    }
+    if (!h1cli_reused(s->q)) r->connects++;
+    size_t open = h1cli_pool_open(r->pool);
+    if (open > r->max_open) r->max_open = open;
     struct timeval tv = {.tv_sec = (time_t)o->timeout_s,
                          .tv_usec = (suseconds_t)((o->timeout_s - floor(o->timeout_s)) * 1e6)};
-    event_add(c->timer, &tv);
+    event_add(s->timer, &tv);
 }
 
 static void stop_at_end(run *r)
@@ -530,9 +404,9 @@ static void pump(run *r)
     if (r->stopping) return;
     double now = rel_now(r);
     while (r->next < r->t->n && r->rec[r->next].sched <= now) {
-        lconn *c = get_conn(r);
-        if (!c) return; /* a reply frees a connection and calls pump again */
-        send_req(r, c, r->next++);
+        lslot *s = get_slot(r);
+        if (!s) return; /* a reply frees a connection and calls pump again */
+        send_req(r, s, r->next++);
         now = rel_now(r);
     }
     if (r->next < r->t->n) {
@@ -561,7 +435,7 @@ static void on_progress(evutil_socket_t fd, short what, void *arg)
     }
     double lag = r->next < r->t->n ? rel_now(r) - r->rec[r->next].sched : 0;
     fprintf(stderr, "\r  %6.1f s  sent %zu/%zu  done %zu  ok %zu  errors %zu  in flight %zu  open %zu  behind %.1f ms   ",
-            rel_now(r), r->next, r->t->n, r->n_done, ok, failed, r->next - r->n_done, r->n_open, lag > 0 ? lag * 1e3 : 0);
+            rel_now(r), r->next, r->t->n, r->n_done, ok, failed, r->next - r->n_done, h1cli_pool_open(r->pool), lag > 0 ? lag * 1e3 : 0);
 }
 
 static void on_sigint(evutil_socket_t fd, short what, void *arg)
@@ -574,6 +448,7 @@ static void on_sigint(evutil_socket_t fd, short what, void *arg)
 
 /* ---- the run ----------------------------------------------------------------------- */
 
+/* h1cli takes an IP literal: the name is resolved here, once, before the run. */
 static int resolve(run *r, const opts *o, char *err, size_t errlen)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
@@ -582,9 +457,12 @@ static int resolve(run *r, const opts *o, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", o->host, gai_strerror(g));
         return -1;
     }
-    memcpy(&r->addr, ai->ai_addr, ai->ai_addrlen);
-    r->addrlen = ai->ai_addrlen;
+    g = getnameinfo(ai->ai_addr, ai->ai_addrlen, r->addr, sizeof r->addr, NULL, 0, NI_NUMERICHOST);
     freeaddrinfo(ai);
+    if (g != 0) {
+        snprintf(err, errlen, "%s: %s", o->host, gai_strerror(g));
+        return -1;
+    }
     return 0;
 }
 
@@ -624,16 +502,20 @@ static int loop(run *r, char *err, size_t errlen)
         goto out;
     }
     for (size_t i = 0; i < r->o->conns; i++) {
-        r->conns[i].run = r;
-        r->conns[i].timer = evtimer_new(r->base, on_timeout, &r->conns[i]);
-        if (!r->conns[i].timer) {
+        r->slots[i].run = r;
+        r->slots[i].timer = evtimer_new(r->base, on_timeout, &r->slots[i]);
+        if (!r->slots[i].timer) {
             snprintf(err, errlen, "out of memory");
             goto out;
         }
     }
+    h1cli_limits lim = {.idle_cap = r->o->conns, .max_header_bytes = LOAD_HEAD_MAX, .max_headers = LOAD_MAX_HEADERS};
+    unsigned port = (unsigned)strtoul(r->o->port, NULL, 10);
+    r->pool = h1cli_pool_create(r->base, r->addr, port, &lim);
     r->tick = evtimer_new(r->base, on_tick, r);
+    r->kick = evtimer_new(r->base, on_tick, r);
     r->sigint = evsignal_new(r->base, SIGINT, on_sigint, r);
-    if (!r->tick || !r->sigint) {
+    if (!r->pool || !r->tick || !r->kick || !r->sigint) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
@@ -662,11 +544,13 @@ static int loop(run *r, char *err, size_t errlen)
         }
     rc = 0;
 out:
+    if (r->pool) h1cli_pool_free(r->pool); /* requests still in flight: dropped, no callback */
     for (size_t i = 0; i < r->o->conns; i++) {
-        if (r->conns[i].bev) bufferevent_free(r->conns[i].bev);
-        if (r->conns[i].timer) event_free(r->conns[i].timer);
+        if (r->slots[i].timer) event_free(r->slots[i].timer);
+        free(r->slots[i].body);
     }
     if (r->tick) event_free(r->tick);
+    if (r->kick) event_free(r->kick);
     if (r->sigint) event_free(r->sigint);
     if (r->progress) event_free(r->progress);
     if (r->base) event_base_free(r->base);
@@ -729,10 +613,9 @@ int load_run(int argc, char **argv, const load_hooks *hooks)
     r.t = &t;
     r.models = calloc(t.n_models, sizeof *r.models);
     r.rec = calloc(t.n, sizeof *r.rec);
-    r.conns = calloc(o.conns, sizeof *r.conns);
-    r.idle = calloc(o.conns, sizeof *r.idle);
+    r.slots = calloc(o.conns, sizeof *r.slots);
     rc = 1;
-    if (!r.models || !r.rec || !r.conns || !r.idle) {
+    if (!r.models || !r.rec || !r.slots) {
         fprintf(stderr, "tierbench: out of memory for %zu requests\n", t.n);
         goto out;
     }
@@ -764,8 +647,7 @@ out:
     for (size_t m = 0; r.models && m < t.n_models; m++) lb_free(&r.models[m]);
     free(r.models);
     free(r.rec);
-    free(r.conns);
-    free(r.idle);
+    free(r.slots);
     trace_free(&t);
     return rc;
 }

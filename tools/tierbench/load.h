@@ -2,7 +2,7 @@
  *
  * Arrivals come from a trace file or the generator (the sim's format and options); each is
  * sent at its time whatever happened to the ones before (open loop). One event loop
- * (libevent bufferevents) holds a pool of keep-alive connections: a due request takes an
+ * (src/net/h1cli on libevent; replies parsed by http-parser) holds a pool of keep-alive connections: a due request takes an
  * idle connection, or opens a new one up to --connections, or waits for one; either way its
  * latency runs from its scheduled time, so the loader's own lag is never hidden. No request
  * is ever retried. See docs/operate/tuning.md, "Load against a live stack".

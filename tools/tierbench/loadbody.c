@@ -2,6 +2,7 @@
 #include "err.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <jansson.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -9,10 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "h1cli.h"
 #include "route.h"
 
 #define LB_META_MAX (1u << 20) /* a metadata reply larger than this is refused */
@@ -154,47 +158,79 @@ bad:
     return ts_fail(err, errlen, "--url: '%.80s' is not http://HOST:PORT", v);
 }
 
-/* Walks chunked transfer coding over [p, p + *len): 1 when it is complete (and, with
- * decode, undone in place, *len the data's size), 0 when more must come, -1 if malformed.
- * Trailers are not expected from a KServe server and count as malformed. */
-static int dechunk(char *p, size_t *len, bool decode)
+/* What lb_http collects of one exchange: the head re-written as lines, then the body. */
+typedef struct {
+    struct event_base *base;
+    char *buf;
+    size_t len, cap, max; /* max: reply_max; the bytes must stay below it */
+    size_t body_off;
+    bool over;
+    int status;
+    h1cli_outcome outcome;
+    bool ended;
+} lb_xfer;
+
+static int xfer_put(lb_xfer *x, const void *p, size_t n)
 {
-    size_t in = 0, out = 0, n = *len;
-    for (;;) {
-        const char *eol = in < n ? memchr(p + in, '\n', n - in) : NULL;
-        if (!eol) return 0;
-        char *end;
-        errno = 0;
-        unsigned long long sz = strtoull(p + in, &end, 16);
-        if (end == p + in || errno || (end < eol - 1 && *end != ';')) return -1;
-        in = (size_t)(eol - p) + 1;
-        if (sz == 0) {
-            if (n - in < 2) return 0;
-            if (p[in] != '\r' || p[in + 1] != '\n') return -1;
-            break;
+    if (x->len + n + 1 >= x->max) {
+        x->over = true;
+        return -1;
+    }
+    if (x->len + n + 1 > x->cap) {
+        size_t cap = x->cap ? x->cap : 4096;
+        while (cap < x->len + n + 1) cap *= 2;
+        if (cap > x->max) cap = x->max;
+        char *nb = realloc(x->buf, cap);
+        if (!nb) {
+            x->over = true;
+            return -1;
         }
-        if (sz > n - in || n - in - sz < 2) return 0;
-        if (p[in + sz] != '\r' || p[in + sz + 1] != '\n') return -1;
-        if (decode) memmove(p + out, p + in, sz);
-        out += sz;
-        in += sz + 2;
+        x->buf = nb;
+        x->cap = cap;
     }
-    if (decode) {
-        p[out] = '\0';
-        *len = out;
-    }
-    return 1;
+    memcpy(x->buf + x->len, p, n);
+    x->len += n;
+    x->buf[x->len] = '\0';
+    return 0;
 }
 
-/* Whether the head [resp, end) says Transfer-Encoding: chunked (on that header's own line). */
-static bool head_chunked(const char *resp, const char *end)
+/* The head as "HTTP/1.1 NNN\r\n" and "Name: value\r\n" lines, NUL-ended (lb_reply_header
+ * reads it), then the body after the NUL. */
+static int xfer_head(h1cli_req *q, void *arg)
 {
-    const char *te = strcasestr(resp, "\r\nTransfer-Encoding:");
-    if (!te || te >= end) return false;
-    const char *eol = strstr(te + 2, "\r\n");
-    for (const char *p = te + 20; eol && p + 7 <= eol; p++)
-        if (!strncasecmp(p, "chunked", 7)) return true;
-    return false;
+    lb_xfer *x = arg;
+    char line[64];
+    x->status = h1cli_resp_status(q);
+    int n = snprintf(line, sizeof line, "HTTP/1.1 %d\r\n", x->status);
+    if (xfer_put(x, line, (size_t)n) != 0) return -1;
+    for (size_t i = 0; i < h1cli_resp_nheaders(q); i++) {
+        const char *name, *value;
+        h1cli_resp_header_at(q, i, &name, &value);
+        if (xfer_put(x, name, strlen(name)) || xfer_put(x, ": ", 2) || xfer_put(x, value, strlen(value)) ||
+            xfer_put(x, "\r\n", 2))
+            return -1;
+    }
+    if (xfer_put(x, "", 1) != 0) return -1; /* the NUL that ends the head */
+    x->body_off = x->len;
+    return 0;
+}
+
+static void xfer_body(h1cli_req *q, const uint8_t *data, size_t len, void *arg)
+{
+    lb_xfer *x = arg;
+    if (xfer_put(x, data, len) == 0) return;
+    h1cli_cancel(q); /* over reply_max: nothing more is read */
+    x->ended = true;
+    event_base_loopbreak(x->base);
+}
+
+static void xfer_end(h1cli_req *q, h1cli_outcome o, void *arg)
+{
+    (void)q;
+    lb_xfer *x = arg;
+    x->outcome = o;
+    x->ended = true;
+    event_base_loopbreak(x->base);
 }
 
 int lb_http(const char *host, const char *port, const char *method, const char *path, const char *headers,
@@ -205,84 +241,70 @@ int lb_http(const char *host, const char *port, const char *method, const char *
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
     int g = getaddrinfo(host, port, &hints, &ai);
     if (g != 0) return ts_fail(err, errlen, "%s: %s", host, gai_strerror(g));
-    int fd = socket(ai->ai_family, SOCK_STREAM, 0);
-    char *resp = NULL;
+    char addr[INET6_ADDRSTRLEN];
+    g = getnameinfo(ai->ai_addr, ai->ai_addrlen, addr, sizeof addr, NULL, 0, NI_NUMERICHOST);
+    freeaddrinfo(ai);
+    if (g != 0) return ts_fail(err, errlen, "%s: %s", host, gai_strerror(g));
+    lb_xfer x = {.max = reply_max, .outcome = H1CLI_ECLOSED};
+    h1cli_pool *pool = NULL;
     int rc = -1;
-    struct timeval tv = {.tv_sec = (time_t)timeout_s, .tv_usec = (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
-    if (fd < 0) {
-        ts_fail(err, errlen, "socket: %s", strerror(errno));
+    /* the caller's header lines ("Name: value\r\n" each), split for h1cli */
+    char hbuf[4096];
+    h1cli_header hd[32];
+    size_t nh = 0;
+    if (headers && strlen(headers) >= sizeof hbuf) return ts_fail(err, errlen, "the request head is over %zu bytes", sizeof hbuf);
+    snprintf(hbuf, sizeof hbuf, "%s", headers ? headers : "");
+    for (char *l = hbuf; *l;) {
+        char *eol = strstr(l, "\r\n"), *colon = strchr(l, ':');
+        if (!eol || !colon || colon > eol || nh == sizeof hd / sizeof hd[0])
+            return ts_fail(err, errlen, "a request header line is not 'Name: value' CRLF");
+        *eol = '\0';
+        *colon = '\0';
+        char *v = colon + 1;
+        while (*v == ' ') v++;
+        hd[nh++] = (h1cli_header){l, v};
+        l = eol + 2;
+    }
+    x.base = event_base_new();
+    h1cli_limits lim = {.idle_cap = 0, .max_header_bytes = 64 * 1024, .max_headers = 200};
+    pool = x.base ? h1cli_pool_create(x.base, addr, (unsigned)strtoul(port, NULL, 10), &lim) : NULL;
+    if (!pool) {
+        ts_fail(err, errlen, "out of memory");
         goto out;
     }
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        ts_fail(err, errlen, "connect to %s:%s: %s", host, port, strerror(errno));
-        goto out;
-    }
-    char req[4096];
-    int n = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n%s", method, path, host,
-                     headers ? headers : "");
-    if (n < 0 || (size_t)n >= sizeof req - 64) {
-        ts_fail(err, errlen, "the request head is over %zu bytes", sizeof req - 64);
-        goto out;
-    }
-    if (body) n += snprintf(req + n, sizeof req - (size_t)n, "Content-Length: %zu\r\n", body_len);
-    n += snprintf(req + n, sizeof req - (size_t)n, "\r\n");
-    if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
-        ts_fail(err, errlen, "send: %s", strerror(errno));
-        goto out;
-    }
-    for (size_t sent = 0; body && sent < body_len;) {
-        ssize_t s = send(fd, (const char *)body + sent, body_len - sent, MSG_NOSIGNAL);
-        if (s <= 0) {
-            ts_fail(err, errlen, "send: %s", s < 0 ? strerror(errno) : "closed");
-            goto out;
-        }
-        sent += (size_t)s;
-    }
-    resp = malloc(reply_max + 1);
-    size_t have = 0;
-    ssize_t r = 0;
-    while (resp && have < reply_max && (r = recv(fd, resp + have, reply_max - have, 0)) > 0) {
-        have += (size_t)r;
-        /* done at Content-Length: a server that keeps the connection open is not waited on */
-        resp[have] = '\0';
-        const char *end = strstr(resp, "\r\n\r\n"), *cl = strcasestr(resp, "\r\nContent-Length:");
-        if (end && cl && cl < end && have >= (size_t)(end + 4 - resp) + strtoull(cl + 17, NULL, 10)) break;
-        /* and at a chunked body's last chunk, for the same reason */
-        size_t blen = end ? have - (size_t)(end + 4 - resp) : 0;
-        if (end && head_chunked(resp, end) && dechunk(resp + (end + 4 - resp), &blen, false) != 0) break;
-    }
-    if (!resp || have == reply_max) {
+    h1cli_request rq = {.method = method, .target = path, .headers = hd, .nheaders = nh, .body = body,
+                        .body_len = body ? body_len : 0, .timeout_s = timeout_s};
+    static const h1cli_callbacks cb = {.on_head = xfer_head, .on_body = xfer_body, .on_end = xfer_end};
+    h1cli_req *q;
+    if (h1cli_send(pool, &rq, &cb, &x, &q, err, errlen) != 0) goto out;
+    while (!x.ended)
+        if (event_base_loop(x.base, EVLOOP_ONCE) < 0) break;
+    if (x.over) {
         ts_fail(err, errlen, "the reply is over %zu bytes", reply_max);
         goto out;
     }
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    if (x.outcome == H1CLI_ECONNECT) {
+        ts_fail(err, errlen, "connect to %s:%s: %s", host, port, h1cli_outcome_name(x.outcome));
+        goto out;
+    }
+    if (x.outcome == H1CLI_ETIMEOUT) {
         ts_fail(err, errlen, "no complete reply within %g s", timeout_s);
         goto out;
     }
-    resp[have] = '\0';
-    char *b = strstr(resp, "\r\n\r\n");
-    if (have < 12 || strncmp(resp, "HTTP/1.", 7) != 0 || !b) {
-        ts_fail(err, errlen, "no HTTP reply (%s)", have ? "garbage" : strerror(errno));
+    if (x.outcome != H1CLI_COMPLETE) {
+        ts_fail(err, errlen, "no HTTP reply (%s)", h1cli_outcome_name(x.outcome));
         goto out;
     }
-    b += 4;
-    out->status = atoi(resp + 9);
-    out->len = have - (size_t)(b - resp);
-    b[-2] = '\0'; /* the head ends at its last CRLF, for lb_reply_header */
-    if (head_chunked(resp, b - 2) && dechunk(b, &out->len, true) != 1) {
-        ts_fail(err, errlen, "a malformed chunked reply");
-        goto out;
-    }
-    out->raw = resp;
-    out->body = b;
-    resp = NULL;
+    out->status = x.status;
+    out->raw = x.buf;
+    out->body = x.buf + x.body_off;
+    out->len = x.len - x.body_off;
+    x.buf = NULL;
     rc = 0;
 out:
-    free(resp);
-    if (fd >= 0) close(fd);
-    freeaddrinfo(ai);
+    if (pool) h1cli_pool_free(pool);
+    if (x.base) event_base_free(x.base);
+    free(x.buf);
     return rc;
 }
 

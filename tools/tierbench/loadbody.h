@@ -46,10 +46,12 @@ int lb_from_metadata(lb_model *m, const char *json, size_t len, char *err, size_
 /* Splits "http://HOST[:PORT][/]" (HOST may be [v6]) into host and port (default 80).
  * 0, or -1 with a message naming the URL. */
 int lb_parse_url(const char *url, char *host, size_t host_cap, char *port, size_t port_cap, char *err, size_t errlen);
-/* One blocking HTTP/1.1 exchange over a fresh connection (Connection: close): method and
- * path, extra header lines `headers` (each ending CRLF, or NULL), and a body when body is not
- * NULL (its Content-Length is added). The reply, at most reply_max bytes with its head, is
- * read within timeout_s per socket wait; a chunked body is decoded. On 0, out->raw owns the
+/* One blocking HTTP/1.1 exchange over a fresh connection, closed after it: src/net/h1cli
+ * run on a private event loop until the reply ends (the reply parsed by http-parser, never
+ * by hand). Method and path, extra header lines `headers` ("Name: value" each ending CRLF,
+ * or NULL), and a body when body is not NULL (its Content-Length is added). The reply, at
+ * most reply_max bytes with its head, is read within timeout_s per wait; a chunked body is
+ * decoded. On 0, out->raw owns the
  * bytes (free with lb_reply_free) and out->body points at the NUL-terminated body; -1 with
  * a message (no reply, garbage, over the limit). Any status is a reply. */
 typedef struct {
