@@ -250,7 +250,7 @@ int lb_http(const char *host, const char *port, const char *method, const char *
     int rc = -1;
     /* the caller's header lines ("Name: value\r\n" each), split for h1cli */
     char hbuf[4096];
-    h1cli_header hd[32];
+    h1cli_header hd[128]; /* lines of at least 4 bytes in under 4 KiB: room for any real head */
     size_t nh = 0;
     if (headers && strlen(headers) >= sizeof hbuf) return ts_fail(err, errlen, "the request head is over %zu bytes", sizeof hbuf);
     snprintf(hbuf, sizeof hbuf, "%s", headers ? headers : "");
