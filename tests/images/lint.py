@@ -102,6 +102,14 @@ def ignored(relpath, pats):
     return result
 
 
+def build_dev_packages():
+    """The library -dev packages scripts/setup.sh installs for the build (the fuzzers'
+    clang runtime aside)."""
+    text = open(os.path.join(ROOT, "scripts", "setup.sh")).read()
+    m = re.search(r"DEB_PACKAGES=\((.*?)\)", text, re.S)
+    return [p for p in m.group(1).split() if p.endswith("-dev") and p != "libclang-rt-14-dev"]
+
+
 def check_dockerfile(rel, want):
     path = os.path.join(ROOT, rel)
     if not os.path.exists(path):
@@ -111,6 +119,14 @@ def check_dockerfile(rel, want):
     args, st = stages(instrs)
     by_name = {s["name"]: s for s in st}
     pats = dockerignore_patterns()
+
+    if want.get("multistage"):
+        # the builder compiles the same CMake project: every library the build finds must be
+        # installed there (a dependency added to setup.sh but not here broke the image build)
+        apt = " ".join(rest for s_ in st for _, kw, rest in s_["instrs"] if kw == "RUN" and "apt-get install" in rest)
+        for pkg in build_dev_packages():
+            if not re.search(r"(^|\s)" + re.escape(pkg) + r"(\s|$|\\)", apt):
+                problem(rel, f"the builder does not install {pkg}, which scripts/setup.sh installs for the build")
 
     for s in st:
         base = s["base"]
