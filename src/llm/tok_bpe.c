@@ -77,24 +77,7 @@ static int push_id(const tokenizer *t, tok_ids *out, int32_t id, bool *unk_run, 
     if (unk && t->fuse_unk && *unk_run)
         return 0;
     *unk_run = unk;
-    if (out->n == out->limit) {
-        ts_err_set(err, TS_PAYLOAD_TOO_LARGE, "text has more than %zu tokens", out->limit);
-        return -1;
-    }
-    if (out->n == out->cap) {
-        size_t cap = out->cap ? out->cap * 2 : 256;
-        if (cap > out->limit)
-            cap = out->limit;
-        int32_t *v = realloc(out->v, cap * sizeof *v);
-        if (!v) {
-            ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
-            return -1;
-        }
-        out->v = v;
-        out->cap = cap;
-    }
-    out->v[out->n++] = id;
-    return 0;
+    return tok_ids_push(out, id, err);
 }
 
 /* One final symbol (s[0..n)) to ids: itself when in the vocabulary, else its bytes

@@ -122,7 +122,7 @@ static void strip_around(const tokenizer *t, const char *s, sections *sec)
     }
 }
 
-static int push(tok_ids *out, int32_t id, ts_err *err)
+int tok_ids_push(tok_ids *out, int32_t id, ts_err *err)
 {
     if (out->n == out->limit) {
         ts_err_set(err, TS_PAYLOAD_TOO_LARGE, "text has more than %zu tokens", out->limit);
@@ -156,7 +156,7 @@ static int encode_normalized(const tokenizer *t, const char *s, size_t n, sectio
         if (c->len == 0)
             continue;
         if (c->added >= 0) {
-            if (push(out, t->added[c->added].id, err) < 0)
+            if (tok_ids_push(out, t->added[c->added].id, err) < 0)
                 return -1;
             continue;
         }
@@ -196,7 +196,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
     }
     if (add_special)
         for (size_t i = 0; i < t->npp_pre; i++)
-            if (push(out, t->pp_pre[i], err) < 0)
+            if (tok_ids_push(out, t->pp_pre[i], err) < 0)
                 goto out;
     if (split_added(&t->trie_raw, text, len, &sec) < 0) {
         ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
@@ -208,7 +208,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
         if (c->len == 0)
             continue;
         if (c->added >= 0) {
-            if (push(out, t->added[c->added].id, err) < 0)
+            if (tok_ids_push(out, t->added[c->added].id, err) < 0)
                 goto out;
             continue;
         }
@@ -221,7 +221,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
     }
     if (add_special)
         for (size_t i = 0; i < t->npp_post; i++)
-            if (push(out, t->pp_post[i], err) < 0)
+            if (tok_ids_push(out, t->pp_post[i], err) < 0)
                 goto out;
     rc = 0;
 out:

@@ -207,4 +207,7 @@ size_t tok_utf8_lossy(buf *out, const unsigned char *s, size_t n, bool stream);
 /* JavaScript's String.prototype.trim whitespace (WhiteSpace + LineTerminator). */
 bool tok_js_space(uint32_t cp);
 
+/* Appends id to out, growing it up to its limit (413 past it, naming the limit). */
+int tok_ids_push(tok_ids *out, int32_t id, ts_err *err);
+
 #endif
