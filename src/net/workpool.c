@@ -7,7 +7,10 @@
 struct workpool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    void **ring; /* queue_max slots */
+    struct slot {
+        workpool_fn fn; /* the pool's own, or the one workpool_submit_fn gave */
+        void *item;
+    } *ring; /* queue_max slots */
     size_t cap, head, count;
     bool stopping;
     workpool_fn fn;
@@ -23,11 +26,11 @@ static void *pool_main(void *arg)
     for (;;) {
         while (p->count == 0 && !p->stopping) pthread_cond_wait(&p->cv, &p->mu);
         if (p->count == 0) break; /* stopping, and nothing left to run */
-        void *item = p->ring[p->head];
+        struct slot sl = p->ring[p->head];
         p->head = (p->head + 1) % p->cap;
         p->count--;
         pthread_mutex_unlock(&p->mu);
-        p->fn(item, p->ctx);
+        sl.fn(sl.item, p->ctx);
         pthread_mutex_lock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);
@@ -62,12 +65,14 @@ workpool *workpool_create(size_t threads, size_t queue_max, workpool_fn fn, void
     return p;
 }
 
-int workpool_submit(workpool *p, void *item)
+int workpool_submit(workpool *p, void *item) { return workpool_submit_fn(p, p->fn, item); }
+
+int workpool_submit_fn(workpool *p, workpool_fn fn, void *item)
 {
     pthread_mutex_lock(&p->mu);
     int rc = -1;
     if (!p->stopping && p->count < p->cap) {
-        p->ring[(p->head + p->count) % p->cap] = item;
+        p->ring[(p->head + p->count) % p->cap] = (struct slot){fn, item};
         p->count++;
         pthread_cond_signal(&p->cv);
         rc = 0;

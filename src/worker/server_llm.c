@@ -24,7 +24,7 @@
 #define LLM_MAX_STOPS 4          /* OpenAI's limit */
 #define LLM_MAX_STOP_BYTES 256
 #define LLM_MAX_MESSAGES 4096
-#define LLM_MAX_BODY ((size_t)8 << 20)     /* a /v1 body is parsed on the loop: bounded */
+#define LLM_MAX_BODY ((size_t)8 << 20)     /* what one decode thread parses and tokenizes */
 #define LLM_PROMPT_LIMIT TOK_MAX_TEXT_BYTES /* a rendered prompt */
 #define LLM_OUT_LIMIT ((size_t)64 << 20)    /* a reply's text, or SSE bytes waiting for a slow reader */
 #define LLM_STREAM_HIGH ((size_t)64 << 10)  /* queued SSE bytes past which we hold them ourselves */
@@ -45,6 +45,13 @@ typedef struct {
     hist ttft, itl, e2e, queue;
     _Atomic uint64_t prompt_tokens, gen_tokens;
 } llm_served;
+
+typedef struct {
+    int status;
+    char param[96];
+    const char *code;
+    char msg[600];
+} verr;
 
 typedef struct lreq {
     void *link;               /* doneq's; must be first */
@@ -82,6 +89,23 @@ typedef struct lreq {
     size_t n_prompt, n_gen;
     double t_arrive;
     struct event *timer;
+    /* Preparing: the body parsed, validated, rendered and tokenized on a decode thread (a
+     * big prompt takes a while; the loop serves others meanwhile). From the submit to the
+     * llm_done handoff the decode thread alone touches what follows, and m, L, the stops,
+     * stream/include_usage, n_prompt, cap, pend, work and ts; the loop only sets gone. */
+    bool preparing;            /* the loop's view */
+    _Atomic bool gone;         /* the client left: the decode thread skips the work */
+    model_repo *repo;
+    uint8_t *body;             /* taken from the request; freed once parsed */
+    size_t body_len, held;     /* held: its bytes in srv->bodies (the admission's hold) */
+    int priority;
+    double timeout_ms;
+    bool hdr_bad;              /* a bad X-Priority / X-Request-Timeout-Ms, reported in turn */
+    verr hdr_err;
+    bool failed;               /* the preparation refused it: err */
+    verr err;
+    llm_gen_params gp;
+    tok_ids ids;
 } lreq;
 
 /* ---- errors ---------------------------------------------------------------------- */
@@ -108,13 +132,6 @@ void server_llm_error(h1req *req, int status, const char *param, const char *cod
     h1req_reply(req, status, "application/json", &b);
     buf_free(&b);
 }
-
-typedef struct {
-    int status;
-    char param[96];
-    const char *code;
-    char msg[600];
-} verr;
 
 static int fail(verr *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int fail(verr *e, int status, const char *param, const char *fmt, ...)
@@ -235,7 +252,7 @@ void server_llm_hooks(server *srv, repo_options *ro)
 
 static void record(lreq *r, req_outcome o)
 {
-    if (r->counted) return;
+    if (r->counted || !r->m) return;
     r->counted = true;
     atomic_fetch_add(&model_stats_of(r->m)->outcomes[o], 1);
     hist_observe(&model_stats_of(r->m)->request, ts_now() - r->t_arrive);
@@ -244,6 +261,9 @@ static void record(lreq *r, req_outcome o)
 static void free_req(lreq *r)
 {
     if (r->timer) event_free(r->timer);
+    free(r->body);
+    budget_give(r->srv->bodies, r->held);
+    tok_ids_free(&r->ids);
     tok_stream_free(r->ts);
     buf_free(&r->text);
     buf_free(&r->pending);
@@ -257,7 +277,7 @@ static void free_req(lreq *r)
 /* Freed once the HTTP side and the sequence are both over. */
 static void maybe_free(lreq *r)
 {
-    if (r->busy || r->http || (r->added && !r->engine_done)) return;
+    if (r->busy || r->preparing || r->http || (r->added && !r->engine_done)) return;
     server *srv = r->srv;
     srv->in_flight--;
     free_req(r);
@@ -279,6 +299,11 @@ static void on_http_end(h1req *req, bool completed, void *arg)
     lreq *r = arg;
     server_request_end(req, completed, r->srv); /* the body's bytes, a drain */
     r->http = NULL;
+    if (r->preparing) { /* m and L are the decode thread's: on_prepared counts it */
+        r->finished = true;
+        atomic_store(&r->gone, true);
+        return;
+    }
     if (!r->finished) {
         /* the client left before its answer: free the slot and the cache now */
         LOG_DEBUG_(LOGF({"model", r->L->name}), "client went away; sequence %llu cancelled",
@@ -529,10 +554,16 @@ static void on_join(void *ud, uint64_t seq)
     hist_observe(&r->L->queue, ts_now() - r->t_arrive);
 }
 
+static void on_prepared(lreq *r);
+
 static void on_tokens(void *item, void *ctx)
 {
     lreq *r = item;
     server *srv = ctx;
+    if (r->preparing) { /* back from a decode thread, not from the engine */
+        on_prepared(r);
+        return;
+    }
     pthread_mutex_lock(&r->mu);
     int32_t *t = r->pend;
     size_t n = r->n_pend;
@@ -841,10 +872,11 @@ static int prompt_text(json_t *p, buf *prompt, verr *e)
 
 /* ---- handlers ---------------------------------------------------------------------- */
 
-static llm_served *find_llm(server *srv, const char *name, ts_model **mo)
+/* Any thread: the repository's list and a READY model's handle no longer change. */
+static llm_served *find_llm(const model_repo *repo, const char *name, ts_model **mo)
 {
     ts_err err = {0};
-    ts_model *m = srv->repo ? model_repo_find(srv->repo, name, NULL, &err) : NULL;
+    ts_model *m = repo ? model_repo_find(repo, name, NULL, &err) : NULL;
     if (!m || model_state(m) != MODEL_READY || !model_llm(m)) return NULL;
     *mo = m;
     return model_llm(m);
@@ -864,7 +896,7 @@ static void handle_models(server *srv, h1req *req, const char *one)
     long long created = (long long)time(NULL) - (long long)(ts_now() - srv->t_created);
     if (one) {
         ts_model *m;
-        if (!find_llm(srv, one, &m)) {
+        if (!find_llm(srv->repo, one, &m)) {
             char msg[400];
             snprintf(msg, sizeof msg, "The model '%.256s' does not exist", one);
             server_llm_error(req, 404, "model", "model_not_found", msg);
@@ -917,16 +949,188 @@ static int parse_timeout(server *srv, h1req *req, double *ms, verr *e)
     return 0;
 }
 
+/* Decode thread: everything a request needs before its sequence can join, from the body's
+ * bytes to the prompt's ids. The refusals, their order and their messages are those the loop
+ * answered when it did this work itself. Returns 0, or -1 with r->err set. */
+static int prepare(lreq *r)
+{
+    verr *e = &r->err;
+    server *srv = r->srv;
+    json_t *body = NULL;
+    buf prompt;
+    buf_init(&prompt, LLM_PROMPT_LIMIT);
+    int rc = -1;
+    json_error_t jerr;
+    budget_json_begin(srv->bodies);
+    body = json_loadb((const char *)r->body, r->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    bool spent = budget_json_end();
+    /* the text is not needed past the tree: give its bytes back now */
+    free(r->body);
+    r->body = NULL;
+    budget_give(srv->bodies, r->held);
+    r->held = 0;
+    if (spent) {
+        fail(e, 503, NULL, "request bodies in flight would pass the in-flight body budget; retry later");
+        goto out;
+    }
+    if (!body || !json_is_object(body)) {
+        fail(e, 400, NULL, "We could not parse the JSON body of your request: %s", body ? "not an object" : jerr.text);
+        goto out;
+    }
+    json_t *mv = json_object_get(body, "model");
+    if (!json_is_string(mv)) {
+        fail(e, 400, "model", "'model' is required (a string)");
+        goto out;
+    }
+    llm_served *L = find_llm(r->repo, json_string_value(mv), &r->m);
+    if (!L) {
+        r->m = NULL; /* found, but not a ready LLM: counted nowhere, as before */
+        fail(e, 404, "model", "The model '%.256s' does not exist", json_string_value(mv));
+        e->code = "model_not_found";
+        goto out;
+    }
+    r->L = L;
+    bool chat = r->chat;
+    v1_args a = {0};
+    if (parse_common(body, chat, L, &a, e) || parse_rest(body, chat, &a, e)) goto out;
+    if (r->hdr_bad) { /* the headers were read on the loop; their refusal comes here, as before */
+        *e = r->hdr_err;
+        goto out;
+    }
+    a.gp.priority = r->priority;
+    if (chat ? render_chat(L, json_object_get(body, "messages"), &prompt, e)
+             : prompt_text(json_object_get(body, "prompt"), &prompt, e))
+        goto out;
+    /* chat templates write their own BOS; a completion prompt gets the tokenizer's */
+    r->ids.limit = (size_t)L->context;
+    ts_err te = {0};
+    if (tok_encode(L->tok, prompt.data ? (const char *)prompt.data : "", prompt.len, !chat, &r->ids, &te)) {
+        if (te.http == 413)
+            fail(e, 413, chat ? "messages" : "prompt", "the prompt is longer than the model's context of %lld tokens",
+                 (long long)L->context);
+        else fail(e, te.http, chat ? "messages" : "prompt", "%s", te.msg);
+        goto out;
+    }
+    if ((int64_t)r->ids.n >= L->context) {
+        fail(e, 413, chat ? "messages" : "prompt", "the prompt is %zu tokens; the model's context is %lld tokens, "
+             "leaving no room for an answer", r->ids.n, (long long)L->context);
+        e->code = "context_length_exceeded";
+        goto out;
+    }
+    int64_t room = L->context - (int64_t)r->ids.n;
+    if (a.max_tokens <= 0 || a.max_tokens > room) a.max_tokens = room;
+    a.gp.max_new_tokens = a.max_tokens;
+    a.gp.on_join = on_join;
+    r->gp = a.gp;
+    r->stream = a.stream;
+    r->include_usage = a.include_usage;
+    r->n_prompt = r->ids.n;
+    r->cap = (size_t)a.max_tokens + 1;
+    r->pend = malloc(r->cap * sizeof *r->pend);
+    r->work = malloc(r->cap * sizeof *r->work);
+    r->ts = tok_stream_new(L->tok, true);
+    if (!r->pend || !r->work || !r->ts) {
+        fail(e, 503, NULL, "out of memory");
+        goto out;
+    }
+    if (a.stops) {
+        json_t *one[1] = {a.stops};
+        size_t ns = json_is_string(a.stops) ? 1 : json_array_size(a.stops);
+        for (size_t i = 0; i < ns; i++) {
+            json_t *st = json_is_string(a.stops) ? one[0] : json_array_get(a.stops, i);
+            size_t len = json_string_length(st);
+            if (len == 0 || len > LLM_MAX_STOP_BYTES) {
+                fail(e, 400, "stop", "each stop string must be 1 to %d bytes", LLM_MAX_STOP_BYTES);
+                goto out;
+            }
+            memcpy(r->stops[r->n_stops], json_string_value(st), len);
+            r->stop_len[r->n_stops++] = len;
+            if (len > r->max_stop) r->max_stop = len;
+        }
+    }
+    rc = 0;
+out:
+    json_decref(body);
+    buf_free(&prompt);
+    return rc;
+}
+
+static void prepare_work(void *item, void *ctx)
+{
+    lreq *r = item;
+    server *srv = ctx;
+    if (!atomic_load(&r->gone) && prepare(r)) r->failed = true;
+    doneq_push(srv->llm_done, r); /* after this the loop owns r again */
+}
+
+/* The counter a refusal adds to, as every refusal before a sequence exists. */
+static void count_refusal(ts_model *m, int status)
+{
+    if (m)
+        atomic_fetch_add(&model_stats_of(m)->outcomes[status == 503 ? OUT_REJECTED : status >= 500 ? OUT_ERROR
+                                                                                       : OUT_CLIENT_ERROR], 1);
+}
+
+/* Loop: the preparation is over; the sequence joins its engine, or the client hears why not. */
+static void on_prepared(lreq *r)
+{
+    server *srv = r->srv;
+    verr *e = &r->err;
+    r->preparing = false;
+    if (!srv->http) r->http = NULL; /* shutting down: the repository may be gone, count nothing */
+    r->busy++;
+    if (!r->http) {
+        /* the client left first; a body it left unparsed names no model and counts nowhere */
+        if (srv->http && r->m) {
+            if (r->failed) count_refusal(r->m, e->status);
+            else record(r, OUT_CANCELLED);
+        }
+        if (srv->http) LOG_DEBUG_(NULL, "client went away while its /v1 request was prepared; dropped");
+        goto out;
+    }
+    if (!r->failed && !health_live()) /* a fault latched meanwhile */
+        fail(e, 503, NULL, "worker is not live after a GPU fault");
+    else if (!r->failed && !(r->timer = evtimer_new(srv->base, on_deadline, r)))
+        fail(e, 503, NULL, "out of memory");
+    else if (!r->failed) {
+        ts_err te = {0};
+        if (llm_engine_add(r->L->engine, r->ids.v, r->ids.n, &r->gp, on_token, r, &r->seq, &te) == 0) {
+            r->added = true;
+            atomic_fetch_add(&r->L->prompt_tokens, r->ids.n);
+            /* the deadline counts from arrival: the preparation took part of it */
+            double in = r->timeout_ms / 1e3 - (ts_now() - r->t_arrive);
+            if (in < 0) in = 0;
+            struct timeval tv = {(time_t)in, (suseconds_t)((in - (double)(time_t)in) * 1e6)};
+            evtimer_add(r->timer, &tv);
+            if (r->stream) {
+                h1req_add_header(r->http, "Content-Type", "text/event-stream");
+                h1req_add_header(r->http, "Cache-Control", "no-cache");
+                h1req_stream_start(r->http, 200, -1);
+                if (r->chat) sse_chunk(r, "", 0, true, NULL);
+            }
+            goto out;
+        }
+        fail(e, te.http, NULL, "%s", te.msg);
+        if (te.http == 503) {
+            snprintf(e->msg, sizeof e->msg, "model '%.64s': %.480s; retry later", r->L->name, te.msg);
+            e->code = "queue_full";
+        }
+    }
+    /* refused: the reply ends the request (at once, or once written), which frees r */
+    r->finished = true;
+    count_refusal(r->m, e->status);
+    server_llm_error(r->http, e->status, e->param[0] ? e->param : NULL, e->code, e->msg);
+out:
+    r->busy--;
+    maybe_free(r);
+}
+
+/* Loop: what can be refused at once is; the rest (parsing, validation, the chat template,
+ * the tokenizer: a few MB of prompt take a while) goes to the decode threads. */
 static void handle_generate(server *srv, h1req *req, bool chat)
 {
     verr e = {0};
-    json_t *body = NULL;
     lreq *r = NULL;
-    ts_model *m = NULL;
-    buf prompt;
-    buf_init(&prompt, LLM_PROMPT_LIMIT);
-    tok_ids ids;
-    tok_ids_init(&ids, 0);
     if (srv->draining) {
         fail(&e, 503, NULL, "server is shutting down");
         goto refuse;
@@ -936,62 +1140,11 @@ static void handle_generate(server *srv, h1req *req, bool chat)
         goto refuse;
     }
     size_t blen = 0;
-    const uint8_t *raw = h1req_body(req, &blen);
+    (void)h1req_body(req, &blen);
     if (blen > LLM_MAX_BODY) {
         fail(&e, 413, NULL, "request body of %zu bytes is over the /v1 limit of %zu", blen, LLM_MAX_BODY);
         goto refuse;
     }
-    json_error_t jerr;
-    budget_json_begin(srv->bodies);
-    body = json_loadb((const char *)raw, blen, JSON_REJECT_DUPLICATES, &jerr);
-    bool spent = budget_json_end();
-    if (spent) {
-        fail(&e, 503, NULL, "request bodies in flight would pass the in-flight body budget; retry later");
-        goto refuse;
-    }
-    if (!body || !json_is_object(body)) {
-        fail(&e, 400, NULL, "We could not parse the JSON body of your request: %s", body ? "not an object" : jerr.text);
-        goto refuse;
-    }
-    json_t *mv = json_object_get(body, "model");
-    if (!json_is_string(mv)) {
-        fail(&e, 400, "model", "'model' is required (a string)");
-        goto refuse;
-    }
-    llm_served *L = find_llm(srv, json_string_value(mv), &m);
-    if (!L) {
-        fail(&e, 404, "model", "The model '%.256s' does not exist", json_string_value(mv));
-        e.code = "model_not_found";
-        goto refuse;
-    }
-    v1_args a = {0};
-    if (parse_common(body, chat, L, &a, &e) || parse_rest(body, chat, &a, &e)) goto refuse;
-    double timeout_ms;
-    if (parse_priority(req, &a.gp.priority, &e) || parse_timeout(srv, req, &timeout_ms, &e)) goto refuse;
-    if (chat ? render_chat(L, json_object_get(body, "messages"), &prompt, &e)
-             : prompt_text(json_object_get(body, "prompt"), &prompt, &e))
-        goto refuse;
-    /* chat templates write their own BOS; a completion prompt gets the tokenizer's */
-    ids.limit = (size_t)L->context;
-    ts_err te = {0};
-    if (tok_encode(L->tok, prompt.data ? (const char *)prompt.data : "", prompt.len, !chat, &ids, &te)) {
-        if (te.http == 413)
-            fail(&e, 413, chat ? "messages" : "prompt", "the prompt is longer than the model's context of %lld tokens",
-                 (long long)L->context);
-        else fail(&e, te.http, chat ? "messages" : "prompt", "%s", te.msg);
-        goto refuse;
-    }
-    if ((int64_t)ids.n >= L->context) {
-        fail(&e, 413, chat ? "messages" : "prompt", "the prompt is %zu tokens; the model's context is %lld tokens, "
-             "leaving no room for an answer", ids.n, (long long)L->context);
-        e.code = "context_length_exceeded";
-        goto refuse;
-    }
-    int64_t room = L->context - (int64_t)ids.n;
-    if (a.max_tokens <= 0 || a.max_tokens > room) a.max_tokens = room;
-    a.gp.max_new_tokens = a.max_tokens;
-    a.gp.on_join = on_join;
-
     r = calloc(1, sizeof *r);
     if (!r) {
         fail(&e, 503, NULL, "out of memory");
@@ -999,81 +1152,38 @@ static void handle_generate(server *srv, h1req *req, bool chat)
     }
     pthread_mutex_init(&r->mu, NULL);
     r->srv = srv;
-    r->m = m;
-    r->L = L;
+    r->repo = srv->repo;
     r->chat = chat;
-    r->stream = a.stream;
-    r->include_usage = a.include_usage;
     r->t_arrive = ts_now();
     r->created = (long long)time(NULL);
-    r->n_prompt = ids.n;
-    r->cap = (size_t)a.max_tokens + 1;
-    r->pend = malloc(r->cap * sizeof *r->pend);
-    r->work = malloc(r->cap * sizeof *r->work);
-    r->ts = tok_stream_new(L->tok, true);
-    r->timer = evtimer_new(srv->base, on_deadline, r);
+    tok_ids_init(&r->ids, 0);
     buf_init(&r->text, LLM_OUT_LIMIT);
     buf_init(&r->pending, LLM_OUT_LIMIT);
     buf_init(&r->outq, LLM_OUT_LIMIT);
-    if (!r->pend || !r->work || !r->ts || !r->timer) {
-        fail(&e, 503, NULL, "out of memory");
-        goto refuse;
-    }
-    if (a.stops) {
-        json_t *one[1] = {a.stops};
-        size_t ns = json_is_string(a.stops) ? 1 : json_array_size(a.stops);
-        for (size_t i = 0; i < ns; i++) {
-            json_t *s = json_is_string(a.stops) ? one[0] : json_array_get(a.stops, i);
-            size_t len = json_string_length(s);
-            if (len == 0 || len > LLM_MAX_STOP_BYTES) {
-                fail(&e, 400, "stop", "each stop string must be 1 to %d bytes", LLM_MAX_STOP_BYTES);
-                goto refuse;
-            }
-            memcpy(r->stops[r->n_stops], json_string_value(s), len);
-            r->stop_len[r->n_stops++] = len;
-            if (len > r->max_stop) r->max_stop = len;
-        }
-    }
     static _Atomic uint64_t next_id;
     uint64_t rid = atomic_fetch_add(&next_id, 1) + 1;
     snprintf(r->id, sizeof r->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)r->created,
              (unsigned long long)rid);
-    if (llm_engine_add(L->engine, ids.v, ids.n, &a.gp, on_token, r, &r->seq, &te)) {
-        fail(&e, te.http, NULL, "%s", te.msg);
-        if (te.http == 503) {
-            snprintf(e.msg, sizeof e.msg, "model '%.64s': %.480s; retry later", L->name, te.msg);
-            e.code = "queue_full";
-        }
+    r->hdr_bad = parse_priority(req, &r->priority, &r->hdr_err) ||
+                 parse_timeout(srv, req, &r->timeout_ms, &r->hdr_err);
+    /* the body, and the bytes its admission holds, are the request's until parsed */
+    r->body = h1req_take_body(req, &r->body_len);
+    r->held = (size_t)(uintptr_t)h1req_user(req);
+    h1req_set_user(req, NULL);
+    if (workpool_submit_fn(srv->decoder, prepare_work, r) != 0) {
+        fail(&e, 503, NULL, "the decode queue is full (%d request bodies wait to be parsed); retry later",
+             SERVER_DECODE_QUEUE);
+        e.code = "queue_full";
         goto refuse;
     }
-    r->added = true;
-    atomic_fetch_add(&L->prompt_tokens, ids.n);
+    r->preparing = true;
     srv->in_flight++;
     r->http = req;
     h1req_on_end(req, on_http_end, r);
-    double in = timeout_ms / 1e3;
-    struct timeval tv = {(time_t)in, (suseconds_t)((in - (double)(time_t)in) * 1e6)};
-    evtimer_add(r->timer, &tv);
-    if (r->stream) {
-        h1req_add_header(req, "Content-Type", "text/event-stream");
-        h1req_add_header(req, "Cache-Control", "no-cache");
-        h1req_stream_start(req, 200, -1);
-        if (chat) sse_chunk(r, "", 0, true, NULL);
-    }
-    goto out;
+    return;
 refuse:
-    if (r) {
-        free_req(r);
-        r = NULL;
-    }
-    if (m)
-            atomic_fetch_add(&model_stats_of(m)->outcomes[e.status == 503 ? OUT_REJECTED : e.status >= 500 ? OUT_ERROR
-                                                                                             : OUT_CLIENT_ERROR], 1);
+    if (r) free_req(r);
     server_llm_error(req, e.status, e.param[0] ? e.param : NULL, e.code, e.msg);
-out:
-    json_decref(body);
-    buf_free(&prompt);
-    tok_ids_free(&ids);
 }
 
 void server_handle_v1(server *srv, h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n)

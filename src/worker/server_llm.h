@@ -6,7 +6,8 @@
  * Both answer whole or as server-sent events (stream: true). docs/llm.md, "The /v1 API",
  * lists the fields supported and refused and the errors.
  *
- * A request's life: parsed, validated, rendered and tokenized on the loop; a sequence in
+ * A request's life: parsed, validated, rendered and tokenized on a decode thread (the
+ * server's decode pool; the loop answers others meanwhile), back through llm_done; a sequence in
  * the model's llm_engine; its tokens arrive on the generation thread, which only appends
  * them to the request under its lock and wakes the loop through a doneq; the loop decodes,
  * matches stop strings, writes the reply or the SSE chunks. A client that leaves cancels
