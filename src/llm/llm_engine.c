@@ -129,6 +129,15 @@ static void reshuffle(llm_engine *e)
     }
 }
 
+/* llm_step_run behind the error hook. */
+static int run_step(llm_engine *e, llm_seq **seqs, size_t n, size_t n_new, ts_err *err)
+{
+    const llm_engine_hooks *h = &e->opt.hooks;
+    int rc = h->before_run && h->before_run(h->ctx, err) ? -1 : llm_step_run(e->m, seqs, n, n_new, e->logits, err);
+    if (rc && h->on_run_error) h->on_run_error(h->ctx, err);
+    return rc;
+}
+
 /* One chunk of each joining sequence's prompt, each its own Run() (prompts differ in
  * length; padding the new tokens too is not worth it). */
 static void prefill(llm_engine *e)
@@ -141,7 +150,7 @@ static void prefill(llm_engine *e)
         size_t left = s->n_prompt - s->n_cached;
         size_t c = left < e->opt.prefill_chunk ? left : e->opt.prefill_chunk;
         ts_err err = {0};
-        if (llm_step_run(e->m, &s, 1, c, e->logits, &err)) {
+        if (run_step(e, &s, 1, c, &err)) {
             drop_active(e, s);
             finish(s, -1, LLM_FIN_ERROR, &err);
             continue;
@@ -164,7 +173,7 @@ static void decode(llm_engine *e)
             e->batch[n++] = e->active[i];
     if (n == 0) return;
     ts_err err = {0};
-    int rc = llm_step_run(e->m, e->batch, n, 1, e->logits, &err);
+    int rc = run_step(e, e->batch, n, 1, &err);
     pthread_mutex_lock(&e->mu);
     e->st.steps++;
     if (n > e->st.max_batch) e->st.max_batch = n;

@@ -69,10 +69,22 @@ typedef struct {
     void (*on_join)(void *ud, uint64_t seq_id);
 } llm_gen_params;
 
+/* The error hook, on the generation thread, around every Run() (a prefill chunk or a decode
+ * step). before_run (optional): a non-zero return fails that Run() with *err instead of
+ * running it (the worker's test-only fault injection). on_run_error (optional): a Run()
+ * failed with err; called before its sequences end with LLM_FIN_ERROR, so what it latches
+ * (the worker's GPU-fault check) holds by the time their clients hear of it. */
+typedef struct {
+    int (*before_run)(void *ctx, ts_err *err);
+    void (*on_run_error)(void *ctx, const ts_err *err);
+    void *ctx;
+} llm_engine_hooks;
+
 typedef struct {
     size_t max_active;    /* sequences stepped together (1..LLM_MAX_ACTIVE) */
     size_t max_waiting;   /* queued before 503 (0..LLM_MAX_WAITING) */
     size_t prefill_chunk; /* prompt tokens per Run() (1..LLM_MAX_PREFILL_CHUNK) */
+    llm_engine_hooks hooks;
 } llm_engine_opts;
 
 typedef struct {

@@ -35,6 +35,7 @@
 /* One LLM of the repository. */
 typedef struct {
     char name[TS_NAME_MAX];
+    server *srv;
     llm_model *model;
     llm_engine *engine;
     tokenizer *tok;
@@ -199,6 +200,25 @@ static int collect_specials(llm_served *L)
     return 0;
 }
 
+/* The engine's error hook (generation thread). The fault injection counts LLM Run()s with
+ * the KServe ones: the Nth of either kind fails. */
+static int llm_before_run(void *ctx, ts_err *err)
+{
+    const llm_served *L = ctx;
+    int64_t nth = L->srv->set->fault_inject_gpu_run;
+    if (nth <= 0 || atomic_fetch_add(&L->srv->runs, 1) + 1 != (uint64_t)nth) return 0;
+    ts_err_set(err, TS_INTERNAL_ERROR, "LLM step failed: CUDA failure 700: an illegal memory access was "
+               "encountered (injected by TIERSERVE_FAULT_INJECT_GPU_RUN=%lld)", (long long)nth);
+    return -1;
+}
+
+/* A step's device error latches the worker's GPU fault, as a KServe Run()'s does. */
+static void llm_on_run_error(void *ctx, const ts_err *err)
+{
+    const llm_served *L = ctx;
+    health_check_gpu_error(err->msg, L->name);
+}
+
 static int llm_open(void *ctx, const char *dir, const char *name, const ep_config *cfg, const ep_result *ep,
                     void **out, char *err, size_t errlen)
 {
@@ -207,6 +227,7 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     llm_served *L = calloc(1, sizeof *L);
     if (!L) return ts_fail(err, errlen, "out of memory");
     snprintf(L->name, sizeof L->name, "%s", name);
+    L->srv = srv;
     hist_init(&L->ttft, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
     hist_init(&L->itl, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
     hist_init(&L->e2e, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
@@ -229,7 +250,8 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     }
     llm_engine_opts eo = {.max_active = (size_t)srv->set->llm_max_sequences,
                           .max_waiting = (size_t)srv->set->llm_queue_size,
-                          .prefill_chunk = LLM_PREFILL_CHUNK};
+                          .prefill_chunk = LLM_PREFILL_CHUNK,
+                          .hooks = {.before_run = llm_before_run, .on_run_error = llm_on_run_error, .ctx = L}};
     if (llm_engine_new(L->model, &eo, &L->engine, &e)) goto fail;
     LOG_INFO_(LOGF({"model", name}), "LLM: context %lld, chat template %s, %zu sequences, %zu waiting",
               (long long)L->context, L->chat ? chat_variant(L->chat) : "none", eo.max_active, eo.max_waiting);

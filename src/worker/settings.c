@@ -106,7 +106,7 @@ static const setting_def k_settings[] = {
      "per LLM: sequences waiting for a slot (503 + Retry-After when full)"},
     {"TIERSERVE_FAULT_INJECT_GPU_RUN", "fault-inject-gpu-run", ST_INT, OFF(fault_inject_gpu_run),
      0, "0", 0, INT64_C(1000000000),
-     "testing only: make the Nth Run() report a CUDA error (0: off)"},
+     "testing only: make the Nth Run() (a KServe batch or an LLM step) report a CUDA error (0: off)"},
 };
 
 #define N_SETTINGS (sizeof k_settings / sizeof k_settings[0])
