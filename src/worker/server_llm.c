@@ -1259,6 +1259,15 @@ static void help(buf *b, const char *name, const char *type, const char *text)
     buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
 }
 
+/* model="...",version="..." (the KServe series' labels: an LLM may have several versions). */
+static void put_labels(buf *b, const ts_model *m)
+{
+    buf_puts(b, "model=");
+    buf_put_label(b, model_name(m));
+    buf_puts(b, ",version=");
+    buf_put_label(b, model_version(m));
+}
+
 void server_llm_metrics(const model_repo *r, buf *b)
 {
     size_t n = r ? model_repo_count(r) : 0, nl = 0;
@@ -1276,12 +1285,12 @@ void server_llm_metrics(const model_repo *r, buf *b)
     for (size_t h = 0; h < sizeof hists / sizeof *hists; h++) {
         help(b, hists[h].name, "histogram", hists[h].text);
         for (size_t i = 0; i < n; i++) {
-            llm_served *L = model_llm(model_repo_at(r, i));
+            const ts_model *m = model_repo_at(r, i);
+            llm_served *L = model_llm(m);
             if (!L) continue;
             buf lbl;
             buf_init(&lbl, 1024);
-            buf_puts(&lbl, "model=");
-            buf_put_label(&lbl, L->name);
+            put_labels(&lbl, m);
             buf_putc(&lbl, '\0');
             hist_render((const hist *)((const char *)L + hists[h].off), b, hists[h].name,
                         buf_failed(&lbl) ? "model=\"?\"" : (const char *)lbl.data);
@@ -1295,33 +1304,36 @@ void server_llm_metrics(const model_repo *r, buf *b)
     for (size_t c = 0; c < 2; c++) {
         help(b, counters[c][0], "counter", counters[c][1]);
         for (size_t i = 0; i < n; i++) {
-            llm_served *L = model_llm(model_repo_at(r, i));
+            const ts_model *m = model_repo_at(r, i);
+            llm_served *L = model_llm(m);
             if (!L) continue;
-            buf_printf(b, "%s{model=", counters[c][0]);
-            buf_put_label(b, L->name);
+            buf_printf(b, "%s{", counters[c][0]);
+            put_labels(b, m);
             buf_printf(b, "} %llu\n", (unsigned long long)atomic_load(c ? &L->gen_tokens : &L->prompt_tokens));
         }
     }
     help(b, "tierserve_sequences", "gauge", "LLM: sequences generating (running) or waiting for a slot");
     for (size_t i = 0; i < n; i++) {
-        llm_served *L = model_llm(model_repo_at(r, i));
+        const ts_model *m = model_repo_at(r, i);
+        llm_served *L = model_llm(m);
         if (!L) continue;
         llm_engine_stats st;
         llm_engine_stats_get(L->engine, &st);
         for (int k = 0; k < 2; k++) {
-            buf_puts(b, "tierserve_sequences{model=");
-            buf_put_label(b, L->name);
+            buf_puts(b, "tierserve_sequences{");
+            put_labels(b, m);
             buf_printf(b, ",state=\"%s\"} %zu\n", k ? "waiting" : "running", k ? st.waiting : st.active);
         }
     }
     help(b, "tierserve_kv_cache_bytes", "gauge", "LLM: KV cache held by the running sequences");
     for (size_t i = 0; i < n; i++) {
-        llm_served *L = model_llm(model_repo_at(r, i));
+        const ts_model *m = model_repo_at(r, i);
+        llm_served *L = model_llm(m);
         if (!L) continue;
         llm_engine_stats st;
         llm_engine_stats_get(L->engine, &st);
-        buf_puts(b, "tierserve_kv_cache_bytes{model=");
-        buf_put_label(b, L->name);
+        buf_puts(b, "tierserve_kv_cache_bytes{");
+        put_labels(b, m);
         buf_printf(b, "} %zu\n", st.kv_bytes);
     }
 }

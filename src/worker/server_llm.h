@@ -44,7 +44,7 @@ void server_llm_error(h1req *req, int status, const char *param, const char *cod
 
 /* /v2/status: ,"llm":{...} for an LLM (nothing for another model). */
 void server_llm_status(const ts_model *m, buf *b);
-/* /metrics: the LLM families, one series per LLM. */
+/* /metrics: the LLM families, one series per LLM version ({model,version}, as the KServe ones). */
 void server_llm_metrics(const model_repo *r, buf *b);
 
 #endif
