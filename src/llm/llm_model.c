@@ -114,9 +114,10 @@ static int make_names(llm_model *m, char *err, size_t errlen)
     return 0;
 }
 
-int llm_model_open(const char *dir, const llm_model_opts *opt, llm_model **out, ts_err *err)
+llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, llm_model **out, ts_err *err)
 {
     *out = NULL;
+    llm_open_result res = LLM_OPEN_BROKEN;
     char path[1200], msg[1024] = "";
     llm_io *ins = NULL, *outs = NULL;
     char **in_names = NULL, **out_names = NULL;
@@ -125,7 +126,7 @@ int llm_model_open(const char *dir, const llm_model_opts *opt, llm_model **out, 
     llm_model *m = calloc(1, sizeof *m);
     if (!m) {
         ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
-        return -1;
+        return LLM_OPEN_BROKEN;
     }
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     if (gen_config_load(path, &m->gen, err)) goto fail;
@@ -141,10 +142,19 @@ int llm_model_open(const char *dir, const llm_model_opts *opt, llm_model **out, 
     }
     m->gpu = opt->ep->decision.active != PROV_CPU;
     if (read_io(m->session, true, &ins, &in_names, &nin, msg, sizeof msg) ||
-        read_io(m->session, false, &outs, &out_names, &nout, msg, sizeof msg) ||
-        llm_sig_detect(ins, nin, outs, nout, &m->sig, msg, sizeof msg)) {
-        ts_err_set(err, TS_INTERNAL_ERROR, "%s is not an Optimum text-generation-with-past decoder: %s",
-                   path, msg);
+        read_io(m->session, false, &outs, &out_names, &nout, msg, sizeof msg)) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);
+        goto fail;
+    }
+    if (llm_sig_detect(ins, nin, outs, nout, &m->sig, msg, sizeof msg)) {
+        if (!llm_sig_claims_decoder(ins, nin, outs, nout)) {
+            res = LLM_OPEN_NOT_DECODER;
+            ts_err_set(err, TS_INTERNAL_ERROR, "%s is not an Optimum text-generation-with-past decoder: %s",
+                       path, msg);
+        } else {
+            ts_err_set(err, TS_INTERNAL_ERROR, "%s has past_key_values/present tensors but is not a usable "
+                       "Optimum text-generation-with-past decoder: %s", path, msg);
+        }
         goto fail;
     }
     if (make_names(m, msg, sizeof msg)) {
@@ -164,13 +174,18 @@ int llm_model_open(const char *dir, const llm_model_opts *opt, llm_model **out, 
               m->sig.kv_heads, m->sig.head_dim, m->sig.kv_fp16 ? "FP16" : "FP32", m->sig.vocab,
               (long long)m->max_context, m->sig.position_ids ? "" : ", no position_ids");
     *out = m;
-    return 0;
+    return LLM_OPEN_OK;
 fail:
     free_io(ins, in_names, nin);
     free_io(outs, out_names, nout);
     if (so) g_ort->ReleaseSessionOptions(so);
     llm_model_free(m);
-    return -1;
+    return res;
+}
+
+int llm_model_open(const char *dir, const llm_model_opts *opt, llm_model **out, ts_err *err)
+{
+    return llm_model_try_open(dir, opt, out, err) == LLM_OPEN_OK ? 0 : -1;
 }
 
 void llm_model_free(llm_model *m)

@@ -54,6 +54,10 @@ typedef struct {
  * a message naming the input or output that does not match. */
 int llm_sig_detect(const llm_io *in, size_t nin, const llm_io *out, size_t nout, llm_sig *sig,
                    char *err, size_t errlen);
+/* Does the session present itself as a with-past decoder, whether or not the rest of its
+ * signature holds: an input past_key_values.* or an output present.*? A classifier that
+ * ships a tokenizer.json (input_ids, attention_mask, logits) has neither. */
+bool llm_sig_claims_decoder(const llm_io *in, size_t nin, const llm_io *out, size_t nout);
 
 /* ---- the model ---- */
 typedef struct llm_model llm_model;
@@ -66,8 +70,20 @@ typedef struct {
                                 otherwise at most this (and at most the model's) */
 } llm_model_opts;
 
-/* dir: the model folder (model.onnx, generation_config.json, config.json). Returns 0, or
- * -1 with err set (500: the file, the session, or the signature, named). */
+/* What opening a folder as an LLM found: the caller decides "LLM or not" on this, never on
+ * the message's text. */
+typedef enum {
+    LLM_OPEN_OK = 0,       /* a decoder, open: *out is set */
+    LLM_OPEN_NOT_DECODER,  /* the session is not a with-past decoder (llm_sig_claims_decoder is
+                              false): some other model; err says what was found */
+    LLM_OPEN_BROKEN,       /* meant as an LLM but unusable: a file, the session, or a decoder
+                              signature that does not hold; err names the problem */
+} llm_open_result;
+
+/* dir: the model folder (model.onnx, generation_config.json, config.json). err is set (500)
+ * unless LLM_OPEN_OK. */
+llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, llm_model **out, ts_err *err);
+/* The same, for callers that want an LLM or nothing: 0, or -1 with err set. */
 int llm_model_open(const char *dir, const llm_model_opts *opt, llm_model **out, ts_err *err);
 void llm_model_free(llm_model *m);
 

@@ -69,6 +69,15 @@ static int check_kv(const llm_io *io, llm_sig *sig, bool *seen_kv, llm_elem *kv_
     return 0;
 }
 
+bool llm_sig_claims_decoder(const llm_io *in, size_t nin, const llm_io *out, size_t nout)
+{
+    for (size_t i = 0; i < nin; i++)
+        if (strncmp(in[i].name, "past_key_values.", 16) == 0) return true;
+    for (size_t i = 0; i < nout; i++)
+        if (strncmp(out[i].name, "present.", 8) == 0) return true;
+    return false;
+}
+
 int llm_sig_detect(const llm_io *in, size_t nin, const llm_io *out, size_t nout, llm_sig *sig,
                    char *err, size_t errlen)
 {

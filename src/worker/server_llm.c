@@ -234,11 +234,12 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     hist_init(&L->queue, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
     ts_err e = {0};
     llm_model_opts mo = {.ep_cfg = cfg, .ep = ep, .intra_op_threads = (int)srv->set->intra_op_threads};
-    if (llm_model_open(dir, &mo, &L->model, &e)) {
+    llm_open_result res = llm_model_try_open(dir, &mo, &L->model, &e);
+    if (res != LLM_OPEN_OK) {
         snprintf(err, errlen, "%s", e.msg);
         llm_served_free(L);
-        /* the one refusal that means "not a decoder": the folder is a KServe model */
-        return strstr(e.msg, "is not an Optimum text-generation-with-past decoder") ? 0 : -1;
+        /* not a decoder at all: the folder is a KServe model (a classifier with a tokenizer) */
+        return res == LLM_OPEN_NOT_DECODER ? 0 : -1;
     }
     L->context = llm_model_max_context(L->model);
     L->tok = tok_load(dir, &e);
