@@ -469,6 +469,35 @@ void h1req_reply_error(h1req *r, int code, const char *msg)
     buf_free(&b);
 }
 
+void h1srv_set_error_body(h1srv *s, h1_error_body_cb *cb, void *arg)
+{
+    s->error_body = cb;
+    s->error_body_arg = arg;
+}
+
+/* The layer's own error: the program's shape for this path when it has one. */
+static void reply_layer_error(h1req *r, int code, const char *msg)
+{
+    h1srv *s = r->c->s;
+    if (s->error_body) {
+        /* the target is the first NUL-ended piece of hdr once the request line is read */
+        const char *t = r->hdr.data ? (const char *)r->hdr.data : "";
+        const char *nul = r->hdr.len ? memchr(t, '\0', r->hdr.len) : NULL;
+        size_t off = nul && r->path_off < (size_t)(nul - t) ? r->path_off : 0;
+        buf b;
+        buf_init(&b, 1 << 16);
+        if (s->error_body(t + off, nul ? (size_t)(nul - t) - off : 0, code, msg, &b, s->error_body_arg)) {
+            if ((code == 503 || code == 429) && !h1req_has_reply_header(r, "Retry-After"))
+                h1req_add_header(r, "Retry-After", "1");
+            h1req_reply(r, code, "application/json", &b);
+            buf_free(&b);
+            return;
+        }
+        buf_free(&b);
+    }
+    h1req_reply_error(r, code, msg);
+}
+
 void h1conn_fail(h1conn *c, int code, const char *msg)
 {
     if (!c->req) c->req = h1req_new(c);
@@ -486,7 +515,7 @@ void h1conn_fail(h1conn *c, int code, const char *msg)
     c->waiting_since = 0;
     r->close_after = true;
     r->rh.len = 0; /* nothing a handler may have added */
-    h1req_reply_error(r, code, msg);
+    reply_layer_error(r, code, msg);
 }
 
 /* ---- streamed replies ------------------------------------------------------------------ */

@@ -79,7 +79,15 @@ typedef int h1_body_admit_cb(h1req *req, size_t content_length, char *msg, size_
  * still notices a hang-up) and given back with cb(n, false, arg) once parsed or dropped. */
 typedef bool h1_hold_cb(size_t n, bool take, void *arg);
 
+/* Optional, the shape of the errors this layer answers itself (400 framing, 413, 431, ...):
+ * given the request's path (path_len bytes, not NUL-terminated; 0 when the request line was
+ * not read whole), write the JSON body for code and msg into b and return true, or return
+ * false for the default {"error": msg}. A program whose API has its own error object (the
+ * worker's /v1) keeps it on every reply of that API. */
+typedef bool h1_error_body_cb(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg);
+
 h1srv *h1srv_create(struct event_base *base, const h1srv_limits *lim, h1_request_cb *cb, void *arg);
+void h1srv_set_error_body(h1srv *s, h1_error_body_cb *cb, void *arg);
 void h1srv_set_body_admit(h1srv *s, h1_body_admit_cb *cb, void *arg);
 void h1srv_set_readahead_hold(h1srv *s, h1_hold_cb *cb, void *arg);
 /* TLS on this server's connections from now on (tls.h): the server takes a reference and

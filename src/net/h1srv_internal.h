@@ -67,6 +67,8 @@ struct h1srv {
     void *admit_arg;
     h1_hold_cb *hold;
     void *hold_arg;
+    h1_error_body_cb *error_body; /* NULL: {"error": msg} */
+    void *error_body_arg;
     tls_ctx *tls;           /* NULL: plain HTTP; else what new connections handshake with */
     size_t tls_failed;      /* handshakes that failed */
     int lfd;

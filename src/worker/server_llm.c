@@ -47,6 +47,18 @@ typedef struct {
     _Atomic uint64_t prompt_tokens, gen_tokens;
 } llm_served;
 
+bool server_llm_error_body(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg)
+{
+    (void)arg;
+    if (path_len < 3 || memcmp(path, "/v1", 3) != 0 || (path_len > 3 && path[3] != '/')) return false;
+    const char *type = code == 401 ? "authentication_error" : code == 504 ? "timeout"
+                       : code >= 500 ? "server_error" : "invalid_request_error";
+    buf_puts(b, "{\"error\":{\"message\":");
+    buf_put_json_str(b, msg, strlen(msg));
+    buf_printf(b, ",\"type\":\"%s\",\"param\":null,\"code\":null}}", type);
+    return !buf_failed(b);
+}
+
 typedef struct {
     int status;
     char param[96];

@@ -42,6 +42,10 @@ void server_handle_v1(server *srv, h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTP
  * Retry-After. param and code may be NULL (JSON null). */
 void server_llm_error(h1req *req, int status, const char *param, const char *code, const char *msg);
 
+/* h1_error_body_cb: the HTTP layer's own errors (413, 400 framing, 431) on /v1 paths in
+ * the OpenAI shape above; false (the layer's {"error": msg}) elsewhere. */
+bool server_llm_error_body(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg);
+
 /* /v2/status: ,"llm":{...} for an LLM (nothing for another model). */
 void server_llm_status(const ts_model *m, buf *b);
 /* /metrics: the LLM families, one series per LLM version ({model,version}, as the KServe ones). */
