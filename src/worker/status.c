@@ -269,6 +269,8 @@ void status_metrics(const status_view *v, buf *b)
         for (size_t k = 0; k < np; k++) {
             buf_puts(b, "tierserve_node_placement{model=");
             buf_put_label(b, model_name(m));
+            buf_puts(b, ",version=");
+            buf_put_label(b, model_version(m));
             buf_printf(b, ",provider=\"%s\"} %zu\n", p[k].provider, p[k].nodes);
         }
     }

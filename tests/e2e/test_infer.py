@@ -17,6 +17,7 @@ import gen_demo
 import gen_test_models
 import tritonlike
 from exactjson import decode_data, exact_json, nearest_float  # noqa: F401  (others import them from here)
+from promtext import parse_strict
 
 MODELS = gen_test_models.MODELS
 ALL_DTYPES = list(gen_test_models.IDENTITY_DTYPES)
@@ -393,6 +394,7 @@ SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
 def scrape(server):
     status, headers, body = request(server, "GET", "/metrics")
     assert status == 200 and headers["content-type"].startswith("text/plain")
+    parse_strict(body.decode())  # every series once (two_versions has two versions)
     samples_, types = [], {}
     for line in body.decode().splitlines():
         if line.startswith("# TYPE "):
