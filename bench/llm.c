@@ -1,7 +1,10 @@
 /* bench_llm: the generation engine in-process on one model: time to first token, inter-token
  * latency (p50/p95) and aggregate tokens/s with 1, 4 and 16 sequences in flight (closed loop:
  * a finished sequence is replaced at once), against one sequence at a time (an engine with
- * one slot, fed the same requests back to back).
+ * one slot, fed the same requests back to back). Each concurrency runs on both KV cache paths
+ * in the same process, one after the other: TIERSERVE_LLM_KV=host (every sequence's cache
+ * gathered into the batch and scattered back every step) and bound (the batch's presents
+ * fed back as pasts while the batch is unchanged).
  *
  *   bench_llm MODELDIR [REQUESTS [NEW_TOKENS [PROMPT_TOKENS]]]   (defaults 48 64 32)
  *
@@ -147,10 +150,16 @@ int main(int argc, char **argv)
     ep_result epr;
     ep_resolve(&epc, &epr);
     if (epr.decision.refuse) return 78;
-    llm_model_opts mo = {.ep_cfg = &epc, .ep = &epr};
-    llm_model *m = NULL;
+    /* the same file opened twice: one session per path, so neither warms the other's */
+    llm_model_opts mo = {.ep_cfg = &epc, .ep = &epr, .kv = LLM_KV_HOST};
+    llm_model *m = NULL, *mb = NULL;
     ts_err err = {0};
     if (llm_model_open(argv[1], &mo, &m, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    mo.kv = LLM_KV_BOUND;
+    if (llm_model_open(argv[1], &mo, &mb, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
@@ -163,12 +172,16 @@ int main(int argc, char **argv)
     }
     printf("bench_llm: %zu requests x %lld new tokens, prompt %zu tokens, tier %s\n", nreq,
            (long long)new_tokens, plen, tier_name(epr.decision.tier));
-    run(m, "one at a time (1 slot)", 1, 16, nreq, new_tokens, prompt, plen);
-    run(m, "continuous batching", 16, 1, nreq, new_tokens, prompt, plen);
-    run(m, "continuous batching", 16, 4, nreq, new_tokens, prompt, plen);
-    run(m, "continuous batching", 16, 16, nreq, new_tokens, prompt, plen);
+    printf("host:  %s\nbound: %s\n", llm_model_kv_note(m), llm_model_kv_note(mb));
+    run(mb, "one at a time (1 slot) bound", 1, 16, nreq, new_tokens, prompt, plen);
+    static const size_t conc[] = {1, 4, 16};
+    for (size_t i = 0; i < sizeof conc / sizeof *conc; i++) {
+        run(m, "batching, KV host", 16, conc[i], nreq, new_tokens, prompt, plen);
+        run(mb, "batching, KV bound", 16, conc[i], nreq, new_tokens, prompt, plen);
+    }
     free(prompt);
     llm_model_free(m);
+    llm_model_free(mb);
     ortenv_shutdown();
     return 0;
 }

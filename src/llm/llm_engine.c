@@ -27,6 +27,8 @@ struct llm_engine {
     llm_sampler *sampler;
     float *logits;            /* max_active x vocab */
     llm_seq **batch;
+    llm_kv_ctx *kv;           /* the bound path's batch and IoBinding (NULL: host path) */
+    struct ended { llm_seq *s; int32_t tok; llm_finish fin; } *ended; /* max_active: decode's */
 };
 
 const char *llm_finish_name(llm_finish f)
@@ -60,8 +62,9 @@ static void finish(llm_seq *s, int32_t tok, llm_finish fin, const ts_err *err)
 }
 
 /* Appends the token sampled from row and reports it; returns true if the sequence ended
- * (and was freed). */
-static bool take_token(llm_engine *e, llm_seq *s, const float *row)
+ * (and was freed). With `later`, an ending sequence is only marked SEQ_DONE: leaving its
+ * slot, the final callback and the freeing are the caller's (*later filled in). */
+static bool take_token(llm_engine *e, llm_seq *s, const float *row, struct ended *later)
 {
     int32_t tok = llm_sample(e->sampler, row, &s->params.sample, &s->rng);
     s->tokens[s->n_tokens++] = tok;
@@ -73,10 +76,18 @@ static bool take_token(llm_engine *e, llm_seq *s, const float *row)
         s->cb(s->ud, s->id, tok, LLM_FIN_NONE, NULL);
         return false;
     }
+    if (later) { /* it still holds its slot: the caller settles the batch first */
+        s->state = SEQ_DONE;
+        *later = (struct ended){s, tok, fin};
+        return true;
+    }
     drop_active(e, s);
     finish(s, tok, fin, NULL);
     return true;
 }
+
+static size_t decode_set(llm_engine *e);
+static int settle(llm_engine *e, size_t n);
 
 /* Between steps: cancelled sequences leave, waiting ones join while slots are free. */
 static void reshuffle(llm_engine *e)
@@ -97,7 +108,11 @@ static void reshuffle(llm_engine *e)
         }
         pthread_mutex_unlock(&e->mu);
         if (!gone) break;
-        if (gone->state != SEQ_WAITING) drop_active(e, gone);
+        if (gone->state != SEQ_WAITING) {
+            /* its rows leave the kept batch before it leaves its slot (see decode) */
+            (void)settle(e, decode_set(e));
+            drop_active(e, gone);
+        }
         finish(gone, -1, LLM_FIN_CANCELLED, NULL);
     }
     for (;;) {
@@ -118,7 +133,7 @@ static void reshuffle(llm_engine *e)
         if (!s) break;
         if (s->params.on_join) s->params.on_join(s->ud, s->id);
         ts_err err = {0};
-        if (llm_seq_alloc_kv(s, &err)) {
+        if (llm_seq_alloc_kv(e->m, s, &err)) {
             drop_active(e, s);
             finish(s, -1, LLM_FIN_ERROR, &err);
             continue;
@@ -130,10 +145,15 @@ static void reshuffle(llm_engine *e)
 }
 
 /* llm_step_run behind the error hook. */
-static int run_step(llm_engine *e, llm_seq **seqs, size_t n, size_t n_new, ts_err *err)
+/* decode: the bound path keeps this batch's presents for the next step (a prefill chunk
+ * writes its slots back at once). */
+static int run_step(llm_engine *e, bool decode, llm_seq **seqs, size_t n, size_t n_new, ts_err *err)
 {
     const llm_engine_hooks *h = &e->opt.hooks;
-    int rc = h->before_run && h->before_run(h->ctx, err) ? -1 : llm_step_run(e->m, seqs, n, n_new, e->logits, err);
+    int rc = -1;
+    if (!(h->before_run && h->before_run(h->ctx, err)))
+        rc = e->kv ? llm_kv_step(e->m, e->kv, decode, seqs, n, n_new, e->logits, err)
+                   : llm_step_run(e->m, seqs, n, n_new, e->logits, err);
     if (rc && h->on_run_error) h->on_run_error(h->ctx, err);
     return rc;
 }
@@ -150,7 +170,7 @@ static void prefill(llm_engine *e)
         size_t left = s->n_prompt - s->n_cached;
         size_t c = left < e->opt.prefill_chunk ? left : e->opt.prefill_chunk;
         ts_err err = {0};
-        if (run_step(e, &s, 1, c, &err)) {
+        if (run_step(e, false, &s, 1, c, &err)) {
             drop_active(e, s);
             finish(s, -1, LLM_FIN_ERROR, &err);
             continue;
@@ -160,33 +180,80 @@ static void prefill(llm_engine *e)
         pthread_mutex_unlock(&e->mu);
         if (s->n_cached < s->n_prompt) continue;
         s->state = SEQ_DECODE;
-        take_token(e, s, e->logits);
+        take_token(e, s, e->logits, NULL);
     }
 }
 
-/* One Run() for every decoding sequence. */
-static void decode(llm_engine *e)
+/* The decoding sequences, in slot order, into e->batch; returns how many. */
+static size_t decode_set(llm_engine *e)
 {
     size_t n = 0;
     for (size_t i = 0; i < e->n_active; i++)
         if (e->active[i]->state == SEQ_DECODE && !atomic_load(&e->active[i]->cancelled))
             e->batch[n++] = e->active[i];
-    if (n == 0) return;
+    return n;
+}
+
+/* The KV gauge: the caches (drop_active and reshuffle keep that part) plus the tensors of
+ * the bound path's decode batch. */
+static void kv_gauge(llm_engine *e)
+{
+    size_t b = llm_kv_batch_bytes(e->kv);
+    pthread_mutex_lock(&e->mu);
+    e->st.kv_bytes = e->st.kv_bytes - e->st.kv_batch_bytes + b;
+    e->st.kv_batch_bytes = b;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Bound path: unless the decode batch holds exactly e->batch[0..n), write it back and
+ * release it (see llm_kv_settle). A failed write-back leaves those n sequences' caches
+ * incomplete: they end with the error. Returns 0 or -1. */
+static int settle(llm_engine *e, size_t n)
+{
+    if (!e->kv) return 0;
     ts_err err = {0};
-    int rc = run_step(e, e->batch, n, 1, &err);
+    int rc = llm_kv_settle(e->m, e->kv, e->active, e->n_active, e->batch, n, &err);
+    kv_gauge(e);
+    if (!rc) return 0;
+    /* a failed device copy is as much a GPU fault as a failed Run() */
+    if (e->opt.hooks.on_run_error) e->opt.hooks.on_run_error(e->opt.hooks.ctx, &err);
+    LOG_ERROR_(LOGF({"component", "llm"}), "%s", err.msg);
+    for (size_t i = 0; i < n; i++) {
+        drop_active(e, e->batch[i]);
+        finish(e->batch[i], -1, LLM_FIN_ERROR, &err);
+    }
+    return -1;
+}
+
+/* One Run() for every decoding sequence. */
+static void decode(llm_engine *e)
+{
+    size_t n = decode_set(e);
+    if (settle(e, n) || n == 0) return;
+    ts_err err = {0};
+    int rc = run_step(e, true, e->batch, n, 1, &err);
+    kv_gauge(e);
     pthread_mutex_lock(&e->mu);
     e->st.steps++;
     if (n > e->st.max_batch) e->st.max_batch = n;
     pthread_mutex_unlock(&e->mu);
+    size_t n_ended = 0;
     for (size_t i = 0; i < n; i++) {
         if (rc) {
             drop_active(e, e->batch[i]);
             finish(e->batch[i], -1, LLM_FIN_ERROR, &err);
-        } else {
-            take_token(e, e->batch[i], e->logits + i * e->m->sig.vocab);
+        } else if (take_token(e, e->batch[i], e->logits + i * e->m->sig.vocab, &e->ended[n_ended])) {
+            n_ended++;
         }
     }
     if (rc) LOG_ERROR_(LOGF({"component", "llm"}), "%s", err.msg);
+    /* a finished sequence's rows leave the batch before it leaves its slot: once the
+     * running gauge has dropped, the KV gauge counts none of its memory */
+    if (n_ended) (void)settle(e, decode_set(e));
+    for (size_t i = 0; i < n_ended; i++) {
+        drop_active(e, e->ended[i].s);
+        finish(e->ended[i].s, e->ended[i].tok, e->ended[i].fin, NULL);
+    }
 }
 
 static void *gen_thread(void *arg)
@@ -224,9 +291,14 @@ int llm_engine_new(llm_model *m, const llm_engine_opts *opt, llm_engine **out, t
     e->wait = calloc(opt->max_waiting ? opt->max_waiting : 1, sizeof *e->wait);
     e->active = calloc(opt->max_active, sizeof *e->active);
     e->batch = calloc(opt->max_active, sizeof *e->batch);
+    e->ended = calloc(opt->max_active, sizeof *e->ended);
     e->logits = malloc(opt->max_active * m->sig.vocab * sizeof *e->logits);
     e->sampler = llm_sampler_new(m->sig.vocab);
-    if (!e->wait || !e->active || !e->batch || !e->logits || !e->sampler) goto oom;
+    if (!e->wait || !e->active || !e->batch || !e->ended || !e->logits || !e->sampler) goto oom;
+    if (llm_model_kv_bound(m) && llm_kv_ctx_new(m, &e->kv, err)) {
+        llm_engine_free(e);
+        return -1;
+    }
     if (pthread_create(&e->thread, NULL, gen_thread, e) != 0) {
         ts_err_set(err, TS_INTERNAL_ERROR, "LLM engine: cannot start the generation thread");
         llm_engine_free(e);
@@ -254,11 +326,13 @@ void llm_engine_free(llm_engine *e)
     for (size_t i = 0; e->active && i < e->n_active; i++) finish(e->active[i], -1, LLM_FIN_CANCELLED, NULL);
     for (size_t i = 0; e->wait && i < e->w_n; i++)
         finish(e->wait[(e->w_head + i) % e->opt.max_waiting], -1, LLM_FIN_CANCELLED, NULL);
+    llm_kv_ctx_free(e->kv);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e->wait);
     free(e->active);
     free(e->batch);
+    free(e->ended);
     free(e->logits);
     llm_sampler_free(e->sampler);
     free(e);

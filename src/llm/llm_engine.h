@@ -89,7 +89,8 @@ typedef struct {
 
 typedef struct {
     size_t active, waiting;
-    size_t kv_bytes;      /* KV cache held by the active sequences */
+    size_t kv_bytes;      /* KV cache held: the active sequences' caches plus kv_batch_bytes */
+    size_t kv_batch_bytes; /* of which the bound path's kept batch tensors (0 on the host path) */
     uint64_t steps;       /* batched decode Run()s so far */
     uint64_t prefill_runs;
     size_t max_batch;     /* the most sequences one decode Run() carried */

@@ -21,6 +21,14 @@ struct llm_model {
     const char **in_names;    /* input_ids, attention_mask, [position_ids], past.{l}.key/value */
     const char **out_names;   /* logits, present.{l}.key/value */
     char *names;              /* storage for the past/present names */
+    /* the KV cache's home (llm_kv.c); set once by llm_model_open */
+    bool kv_bound;            /* the bound path runs (else llm_step_run's host path) */
+    bool kv_cuda;             /* kv_alloc hands out CUDA memory: copies go through cudart */
+    int device;               /* the CUDA device of the session */
+    const OrtMemoryInfo *kv_mi; /* presents are bound here: kv_mi_own ("Cuda") or the CPU one */
+    OrtMemoryInfo *kv_mi_own;
+    OrtAllocator *kv_alloc;   /* CreateAllocator(session, kv_mi): caches and batch tensors */
+    char kv_note[512];
 };
 
 typedef enum { SEQ_WAITING = 0, SEQ_PREFILL, SEQ_DECODE, SEQ_DONE } seq_state;
@@ -33,8 +41,12 @@ typedef struct llm_seq {
     uint64_t id;
     int32_t *tokens;
     size_t n_tokens, n_prompt, cap;
-    size_t n_cached;          /* tokens whose keys and values are in kv */
-    uint8_t *kv;              /* NULL while waiting */
+    size_t n_cached;          /* tokens whose keys and values are computed */
+    size_t n_synced;          /* of those, the ones already in kv (the bound path keeps the
+                                 rest in its batch tensors until the batch changes) */
+    uint8_t *kv;              /* NULL while waiting; device memory when kv_alloc is CUDA's */
+    OrtValue *kv_val;         /* the bound path's cache: a byte tensor from the model's
+                                 kv_alloc, kv its data (NULL: kv is malloc'd) */
     size_t kv_bytes;          /* its size once allocated */
     llm_gen_params params;
     llm_rng rng;
@@ -48,8 +60,9 @@ typedef struct llm_seq {
 /* NULL with err set (400: empty prompt or one that leaves no room in the context). */
 llm_seq *llm_seq_new(const llm_model *m, const int32_t *prompt, size_t n, const llm_gen_params *p,
                      ts_err *err);
-/* The KV cache, allocated when the sequence becomes active (waiting ones hold none). */
-int llm_seq_alloc_kv(llm_seq *s, ts_err *err);
+/* The KV cache, allocated when the sequence becomes active (waiting ones hold none), from
+ * the model's kv_alloc on the bound path, else malloc. */
+int llm_seq_alloc_kv(const llm_model *m, llm_seq *s, ts_err *err);
 void llm_seq_free(llm_seq *s);
 /* Where a token's key (value: 1) vector of one layer and head sits in s->kv. */
 uint8_t *llm_seq_kv_at(const llm_model *m, const llm_seq *s, size_t layer, int value, size_t head,
@@ -62,5 +75,43 @@ uint8_t *llm_seq_kv_at(const llm_model *m, const llm_seq *s, size_t layer, int v
  * Returns 0, or -1 with err set (500, ORT's message). */
 int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_new, float *logits,
                  ts_err *err);
+
+/* ---- the bound path (llm_kv.c) ----
+ * A context per generation thread: its OrtIoBinding and two batches of [n, kv_heads, T,
+ * head_dim] tensors per past (from kv_alloc): the decode batch, kept across steps while the
+ * same sequences decode in the same order (each step's present.* become the next step's
+ * pasts: no copy of the cache at all), and a prefill batch that lives for one Run().
+ * Sequence i of a batch holds its n_cached tokens at slots [T - n_cached, T) (left padding,
+ * zeroed and masked). Copies between caches and batches go through the copy backend:
+ * memcpy on the CPU tier, cudart (cudaMemcpy2DAsync + cudaDeviceSynchronize) on GPU tiers. */
+typedef struct llm_kv_ctx llm_kv_ctx;
+
+static inline bool llm_model_kv_bound(const llm_model *m) { return m->kv_bound; }
+
+int llm_kv_ctx_new(const llm_model *m, llm_kv_ctx **out, ts_err *err);
+void llm_kv_ctx_free(llm_kv_ctx *c);
+/* Bytes the kept decode batch's tensors hold. */
+size_t llm_kv_batch_bytes(const llm_kv_ctx *c);
+/* Before a decode step, and after one: unless the decode batch holds exactly next[0..n) in
+ * that order, it is dissolved: the rows of the sequences in live[0..nlive) are written back
+ * into their caches (only the tokens computed since the batch was built) and the tensors
+ * are released. Rows of sequences not in live (finished, cancelled: their caches are gone)
+ * are dropped with the tensors. Returns 0, or -1 with err (500, the copy's error). */
+int llm_kv_settle(const llm_model *m, llm_kv_ctx *c, llm_seq *const *live, size_t nlive,
+                  llm_seq *const *next, size_t n, ts_err *err);
+/* llm_step_run's contract on the bound path. keep: the decode batch (built from the
+ * caches when empty, kept after the Run); else a prefill batch of its own, whose new slots
+ * are written back into the caches and which is released before returning. */
+int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *seqs, size_t n,
+                size_t s_new, float *logits, ts_err *err);
+
+/* Shared by both paths (llm_step.c). ids, pos: n x s_new; mask: n x (past + s_new) with
+ * pad[i] = past - n_cached[i] zeros first. */
+void llm_step_inputs(llm_seq *const *seqs, size_t n, size_t s_new, size_t past, int64_t *ids,
+                     int64_t *pos, int64_t *mask);
+/* Checks logits and the presents that came back ([n, s_new, vocab], [n, kv_heads, total,
+ * head_dim]) and copies each sequence's last logits row (as FP32) into logits. */
+int llm_step_outputs(const llm_model *m, OrtValue *const *out, size_t n, size_t s_new, size_t total,
+                     float *logits, char *msg, size_t msglen);
 
 #endif

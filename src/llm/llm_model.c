@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 
+#include "cudart.h"
 #include "llm_int.h"
 #include "log.h"
 
@@ -114,6 +115,64 @@ static int make_names(llm_model *m, char *err, size_t errlen)
     return 0;
 }
 
+int llm_kv_mode_parse(const char *s, llm_kv_mode *out)
+{
+    static const char *const k[] = {"auto", "host", "bound"};
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++)
+        if (strcmp(s, k[i]) == 0) {
+            *out = (llm_kv_mode)i;
+            return 0;
+        }
+    return -1;
+}
+
+/* Where the KV cache lives (the bound path needs an IoBinding, an allocator for kv_mi from
+ * the session, and on a GPU tier the CUDA runtime for the copies). Returns 0, or -1 with
+ * msg when TIERSERVE_LLM_KV=bound cannot be honoured; auto falls back to the host path,
+ * loudly (kv_note, a warning). */
+static int kv_setup(llm_model *m, const llm_model_opts *opt, char *msg, size_t msglen)
+{
+    const char *mode = opt->kv == LLM_KV_BOUND ? "bound" : opt->kv == LLM_KV_HOST ? "host" : "auto";
+    const char *tier = tier_name(opt->ep->decision.tier);
+    char why[400] = "";
+    m->device = opt->ep_cfg ? opt->ep_cfg->device_id : 0;
+    if (opt->kv == LLM_KV_HOST) {
+        snprintf(m->kv_note, sizeof m->kv_note, "host: per-sequence caches in host memory, gathered "
+                 "and scattered every step (TIERSERVE_LLM_KV=host on the %s tier)", tier);
+        return 0;
+    }
+    if (m->gpu && cudart_load(why, sizeof why)) {
+        snprintf(why + strlen(why), sizeof why - strlen(why), " (the CUDA runtime copies the cache rows)");
+    } else if (m->gpu && ort_check(g_ort->CreateMemoryInfo("Cuda", OrtDeviceAllocator, m->device,
+                                                           OrtMemTypeDefault, &m->kv_mi_own), why, sizeof why)) {
+        m->kv_mi_own = NULL;
+    } else {
+        m->kv_mi = m->gpu ? m->kv_mi_own : ortenv_cpu_meminfo();
+        if (!ort_check(g_ort->CreateAllocator(m->session, m->kv_mi, &m->kv_alloc), why, sizeof why)) {
+            m->kv_bound = true;
+            m->kv_cuda = m->gpu;
+            if (m->gpu)
+                snprintf(m->kv_note, sizeof m->kv_note, "device: caches and the batch in CUDA memory on "
+                         "device %d, presents fed back as pasts through IoBinding, logits to host, row "
+                         "copies through %s (TIERSERVE_LLM_KV=%s on the %s tier)", m->device,
+                         cudart_name(), mode, tier);
+            else
+                snprintf(m->kv_note, sizeof m->kv_note, "host-bound: caches and the batch in ORT CPU "
+                         "memory, presents fed back as pasts through IoBinding (TIERSERVE_LLM_KV=%s on "
+                         "the %s tier)", mode, tier);
+            return 0;
+        }
+        m->kv_alloc = NULL;
+    }
+    if (opt->kv == LLM_KV_BOUND)
+        return ts_fail(msg, msglen, "TIERSERVE_LLM_KV=bound: the KV cache cannot stay on the %s tier's "
+                       "device: %s", tier, why);
+    snprintf(m->kv_note, sizeof m->kv_note, "host (fallback): %.250s; the cache goes through host memory "
+             "every step (TIERSERVE_LLM_KV=auto on the %s tier)", why, tier);
+    LOG_WARN_(LOGF({"component", "llm"}), "LLM KV cache %s", m->kv_note);
+    return 0;
+}
+
 llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, llm_model **out, ts_err *err)
 {
     *out = NULL;
@@ -162,6 +221,10 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
         goto fail;
     }
     m->elem = m->sig.kv_fp16 ? 2 : 4;
+    if (kv_setup(m, opt, msg, sizeof msg)) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);
+        goto fail;
+    }
     int64_t ctx = model_positions(dir);
     if (opt->max_context > 0 && (ctx == 0 || opt->max_context < ctx)) ctx = opt->max_context;
     if (ctx == 0) ctx = LLM_DEFAULT_CONTEXT;
@@ -170,9 +233,9 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
     free_io(outs, out_names, nout);
     g_ort->ReleaseSessionOptions(so);
     LOG_INFO_(LOGF({"model_dir", dir}),
-              "LLM: %zu layers, %zu KV heads x %zu, %s KV cache, vocab %zu, context %lld%s", m->sig.layers,
-              m->sig.kv_heads, m->sig.head_dim, m->sig.kv_fp16 ? "FP16" : "FP32", m->sig.vocab,
-              (long long)m->max_context, m->sig.position_ids ? "" : ", no position_ids");
+              "LLM: %zu layers, %zu KV heads x %zu, %s KV cache, vocab %zu, context %lld%s; KV cache %s",
+              m->sig.layers, m->sig.kv_heads, m->sig.head_dim, m->sig.kv_fp16 ? "FP16" : "FP32", m->sig.vocab,
+              (long long)m->max_context, m->sig.position_ids ? "" : ", no position_ids", m->kv_note);
     *out = m;
     return LLM_OPEN_OK;
 fail:
@@ -191,6 +254,9 @@ int llm_model_open(const char *dir, const llm_model_opts *opt, llm_model **out, 
 void llm_model_free(llm_model *m)
 {
     if (!m) return;
+    /* the allocator is the session's: release it first */
+    if (m->kv_alloc) g_ort->ReleaseAllocator(m->kv_alloc);
+    if (m->kv_mi_own) g_ort->ReleaseMemoryInfo(m->kv_mi_own);
     if (m->session) g_ort->ReleaseSession(m->session);
     free(m->in_names);
     free(m->out_names);
@@ -206,3 +272,8 @@ size_t llm_model_kv_bytes_per_token(const llm_model *m)
     return 2 * m->sig.layers * m->sig.kv_heads * m->sig.head_dim * m->elem;
 }
 bool llm_model_on_gpu(const llm_model *m) { return m->gpu; }
+const char *llm_model_kv_where(const llm_model *m)
+{
+    return !m->kv_bound ? "host" : m->kv_cuda ? "device" : "host-bound";
+}
+const char *llm_model_kv_note(const llm_model *m) { return m->kv_note; }

@@ -62,12 +62,23 @@ bool llm_sig_claims_decoder(const llm_io *in, size_t nin, const llm_io *out, siz
 /* ---- the model ---- */
 typedef struct llm_model llm_model;
 
+/* Where the KV cache lives between steps (TIERSERVE_LLM_KV, docs/llm.md "The KV cache"):
+ * HOST: every sequence's cache in host memory, gathered into padded batch tensors and the
+ * new slots scattered back at every step (the old path, kept for comparison);
+ * BOUND: through an OrtIoBinding, the batch's present.* fed back as the next step's pasts
+ * while the batch is unchanged, in device memory on the GPU tiers; AUTO: BOUND. */
+typedef enum { LLM_KV_AUTO = 0, LLM_KV_HOST, LLM_KV_BOUND } llm_kv_mode;
+/* "auto", "host", "bound"; -1 for anything else. */
+int llm_kv_mode_parse(const char *s, llm_kv_mode *out);
+
 typedef struct {
     const ep_config *ep_cfg; /* the worker's settings (EXECUTION_MODE, STRICT_EP, device) */
     const ep_result *ep;     /* ep_resolve's decision: the providers every session gets */
     int intra_op_threads;    /* 0: ORT's default */
     int64_t max_context;     /* 0: config.json's max_position_embeddings, else the default;
                                 otherwise at most this (and at most the model's) */
+    llm_kv_mode kv;          /* BOUND that cannot be set up fails the load; AUTO falls back
+                                to HOST and says why in the log and llm_model_kv_note */
 } llm_model_opts;
 
 /* What opening a folder as an LLM found: the caller decides "LLM or not" on this, never on
@@ -94,5 +105,9 @@ int64_t llm_model_max_context(const llm_model *m);
 size_t llm_model_kv_bytes_per_token(const llm_model *m);
 /* Does the model run on a GPU tier (where the KV cache would stay on the device)? */
 bool llm_model_on_gpu(const llm_model *m);
+/* "device" (bound, in CUDA memory), "host-bound" (bound, CPU tier) or "host" (the host path). */
+const char *llm_model_kv_where(const llm_model *m);
+/* One line: where the cache lives, why, and on a fallback what failed (never empty). */
+const char *llm_model_kv_note(const llm_model *m);
 
 #endif

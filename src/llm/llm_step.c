@@ -5,7 +5,8 @@
  * every sequence then sit at the same slots, so the model's causal rule over slots holds),
  * and masks the padding with attention_mask 0. Position ids are each sequence's own, so the
  * padding changes nothing in what a sequence computes. Only the new slots of the presents
- * are copied back. This is the CPU path; see docs/llm.md for what the GPU tiers do. */
+ * are copied back. This is the host path (TIERSERVE_LLM_KV=host); llm_kv.c is the bound
+ * path, which keeps the batch's cache in ORT values across steps (docs/llm.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,59 @@ static OrtStatus *tensor(void *data, size_t bytes, const int64_t *shape, size_t 
     return g_ort->CreateTensorWithDataAsOrtValue(ortenv_cpu_meminfo(), data, bytes, shape, nd, t, out);
 }
 
+void llm_step_inputs(llm_seq *const *seqs, size_t n, size_t s_new, size_t past, int64_t *ids,
+                     int64_t *pos, int64_t *mask)
+{
+    size_t total = past + s_new;
+    for (size_t i = 0; i < n; i++) {
+        const llm_seq *s = seqs[i];
+        size_t pad = past - s->n_cached;
+        for (size_t j = 0; j < s_new; j++) {
+            ids[i * s_new + j] = s->tokens[s->n_cached + j];
+            pos[i * s_new + j] = (int64_t)(s->n_cached + j);
+        }
+        for (size_t j = 0; j < total; j++) mask[i * total + j] = j >= pad;
+    }
+}
+
+int llm_step_outputs(const llm_model *m, OrtValue *const *out, size_t n, size_t s_new, size_t total,
+                     float *logits, char *msg, size_t msglen)
+{
+    const llm_sig *sig = &m->sig;
+    /* check what came back before reading it: a model that lied about its shapes must not
+     * make us read out of bounds */
+    for (size_t o = 0; o < m->n_out; o++) {
+        OrtTensorTypeAndShapeInfo *info = NULL;
+        int64_t dims[4] = {0};
+        size_t nd = 0;
+        if (ort_check(g_ort->GetTensorTypeAndShape(out[o], &info), msg, msglen)) return -1;
+        (void)ort_check(g_ort->GetDimensionsCount(info, &nd), NULL, 0);
+        if (nd == (o ? 4u : 3u)) (void)ort_check(g_ort->GetDimensions(info, dims, nd), NULL, 0);
+        g_ort->ReleaseTensorTypeAndShapeInfo(info);
+        bool ok = o ? nd == 4 && dims[0] == (int64_t)n && dims[1] == (int64_t)sig->kv_heads &&
+                          dims[2] == (int64_t)total && dims[3] == (int64_t)sig->head_dim
+                    : nd == 3 && dims[0] == (int64_t)n && dims[1] == (int64_t)s_new &&
+                          dims[2] == (int64_t)sig->vocab;
+        if (!ok) {
+            snprintf(msg, msglen, "output '%s' has an unexpected shape", m->out_names[o]);
+            return -1;
+        }
+    }
+    void *lp = NULL;
+    if (ort_check(g_ort->GetTensorMutableData(out[0], &lp), msg, msglen)) return -1;
+    for (size_t i = 0; i < n; i++) {
+        size_t off = (i * s_new + s_new - 1) * sig->vocab;
+        float *dst = logits + i * sig->vocab;
+        if (sig->logits_fp16) {
+            const uint16_t *src = (const uint16_t *)lp + off;
+            for (size_t v = 0; v < sig->vocab; v++) dst[v] = half_to_float(src[v]);
+        } else {
+            memcpy(dst, (const float *)lp + off, sig->vocab * sizeof *dst);
+        }
+    }
+    return 0;
+}
+
 int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_new, float *logits,
                  ts_err *err)
 {
@@ -65,14 +119,10 @@ int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_ne
     }
     int64_t *ids = (int64_t *)block, *pos = ids + n_ids, *mask = pos + n_ids;
     uint8_t *pasts = (uint8_t *)(mask + n_mask);
+    llm_step_inputs(seqs, n, s_new, past, ids, pos, mask);
     for (size_t i = 0; i < n; i++) {
         const llm_seq *s = seqs[i];
         size_t pad = past - s->n_cached;
-        for (size_t j = 0; j < s_new; j++) {
-            ids[i * s_new + j] = s->tokens[s->n_cached + j];
-            pos[i * s_new + j] = (int64_t)(s->n_cached + j);
-        }
-        for (size_t j = 0; j < total; j++) mask[i * total + j] = j >= pad;
         for (size_t l = 0; l < sig->layers; l++)
             for (int v = 0; v < 2; v++)
                 for (size_t h = 0; h < H; h++) {
@@ -99,37 +149,7 @@ int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_ne
                    n, s_new, past, msg);
         goto out;
     }
-    /* check what came back before reading it: a model that lied about its shapes must not
-     * make us read out of bounds */
-    for (size_t o = 0; o < m->n_out; o++) {
-        OrtTensorTypeAndShapeInfo *info = NULL;
-        int64_t dims[4] = {0};
-        size_t nd = 0;
-        if (ort_check(g_ort->GetTensorTypeAndShape(out[o], &info), msg, sizeof msg)) goto bad;
-        (void)ort_check(g_ort->GetDimensionsCount(info, &nd), NULL, 0);
-        if (nd == (o ? 4u : 3u)) (void)ort_check(g_ort->GetDimensions(info, dims, nd), NULL, 0);
-        g_ort->ReleaseTensorTypeAndShapeInfo(info);
-        bool ok = o ? nd == 4 && dims[0] == (int64_t)n && dims[1] == (int64_t)H &&
-                          dims[2] == (int64_t)total && dims[3] == (int64_t)D
-                    : nd == 3 && dims[0] == (int64_t)n && dims[1] == (int64_t)s_new &&
-                          dims[2] == (int64_t)sig->vocab;
-        if (!ok) {
-            snprintf(msg, sizeof msg, "output '%s' has an unexpected shape", m->out_names[o]);
-            goto bad;
-        }
-    }
-    void *lp = NULL;
-    if (ort_check(g_ort->GetTensorMutableData(out[0], &lp), msg, sizeof msg)) goto bad;
-    for (size_t i = 0; i < n; i++) {
-        size_t off = (i * s_new + s_new - 1) * sig->vocab;
-        float *dst = logits + i * sig->vocab;
-        if (sig->logits_fp16) {
-            const uint16_t *src = (const uint16_t *)lp + off;
-            for (size_t v = 0; v < sig->vocab; v++) dst[v] = half_to_float(src[v]);
-        } else {
-            memcpy(dst, (const float *)lp + off, sig->vocab * sizeof *dst);
-        }
-    }
+    if (llm_step_outputs(m, out, n, s_new, total, logits, msg, sizeof msg)) goto bad;
     for (size_t l = 0; l < sig->layers; l++)
         for (int v = 0; v < 2; v++) {
             void *pp = NULL;
@@ -140,7 +160,7 @@ int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_ne
                     memcpy(llm_seq_kv_at(m, seqs[i], l, v, h, seqs[i]->n_cached),
                            (uint8_t *)pp + ((i * H + h) * total + past) * row, s_new * row);
         }
-    for (size_t i = 0; i < n; i++) seqs[i]->n_cached += s_new;
+    for (size_t i = 0; i < n; i++) seqs[i]->n_synced = seqs[i]->n_cached += s_new;
     rc = 0;
     goto out;
 bad:

@@ -246,6 +246,7 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     hist_init(&L->queue, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
     ts_err e = {0};
     llm_model_opts mo = {.ep_cfg = cfg, .ep = ep, .intra_op_threads = (int)srv->set->intra_op_threads};
+    (void)llm_kv_mode_parse(srv->set->llm_kv, &mo.kv); /* settings_load checked it */
     llm_open_result res = llm_model_try_open(dir, &mo, &L->model, &e);
     if (res != LLM_OPEN_OK) {
         snprintf(err, errlen, "%s", e.msg);
@@ -1263,8 +1264,12 @@ void server_llm_status(const ts_model *m, buf *b)
                llm_model_kv_bytes_per_token(L->model));
     if (L->chat) buf_printf(b, "\"%s\"", chat_variant(L->chat));
     else buf_puts(b, "null");
-    buf_printf(b, ",\"running\":%zu,\"waiting\":%zu,\"kv_cache_bytes\":%zu,\"steps\":%llu,\"max_batch\":%zu}",
+    buf_printf(b, ",\"running\":%zu,\"waiting\":%zu,\"kv_cache_bytes\":%zu,\"steps\":%llu,\"max_batch\":%zu",
                st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch);
+    /* where the cache lives and why (the GPU check greps "device"); the note is our own text */
+    buf_printf(b, ",\"kv_cache\":\"%s\",\"kv_cache_note\":", llm_model_kv_where(L->model));
+    buf_put_json_str(b, llm_model_kv_note(L->model), strlen(llm_model_kv_note(L->model)));
+    buf_puts(b, "}");
 }
 
 static void help(buf *b, const char *name, const char *type, const char *text)

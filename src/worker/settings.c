@@ -104,6 +104,11 @@ static const setting_def k_settings[] = {
      "for its prompt plus max_tokens"},
     {"TIERSERVE_LLM_QUEUE_SIZE", "llm-queue-size", ST_INT, OFF(llm_queue_size), 0, "128", 0, 65536,
      "per LLM: sequences waiting for a slot (503 + Retry-After when full)"},
+    {"TIERSERVE_LLM_KV", "llm-kv", ST_STR, OFF(llm_kv), SZ(llm_kv), "auto", 0, 0,
+     "auto|host|bound: where an LLM's KV cache lives between steps. bound: the batch's "
+     "present.* fed back as the next step's pasts through IoBinding, in device memory on the GPU "
+     "tiers (a model fails to load if that cannot be set up); host: per-sequence host caches "
+     "gathered and scattered every step; auto: bound, else host with the reason logged"},
     {"TIERSERVE_FAULT_INJECT_GPU_RUN", "fault-inject-gpu-run", ST_INT, OFF(fault_inject_gpu_run),
      0, "0", 0, INT64_C(1000000000),
      "testing only: make the Nth Run() (a KServe batch or an LLM step) report a CUDA error (0: off)"},
@@ -237,6 +242,10 @@ int settings_load(ts_settings *s, int argc, char **argv, int first, char *err, s
     if (s->tls_client_ca_file[0] && !s->tls_cert_file[0]) {
         snprintf(err, errlen, "TIERSERVE_TLS_CLIENT_CA_FILE is set without TIERSERVE_TLS_CERT_FILE: client "
                  "certificates are asked for only on a TLS port");
+        return -1;
+    }
+    if (strcmp(s->llm_kv, "auto") != 0 && strcmp(s->llm_kv, "host") != 0 && strcmp(s->llm_kv, "bound") != 0) {
+        snprintf(err, errlen, "TIERSERVE_LLM_KV: \"%s\" is not one of auto|host|bound", s->llm_kv);
         return -1;
     }
     if (s->max_inflight_body_bytes < s->max_body_bytes) {

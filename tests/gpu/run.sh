@@ -14,6 +14,13 @@
 # and the outputs must match.
 # Prints a short report; exit 0 only if the GPU tier was reached and every check passed.
 #
+# LLM section (needs tests/llm/node_modules for the tokenizer the tiny decoder carries, and
+# build/bin/llm_gen_check): tests/llm/gen_check.py with EXECUTION_MODE=cuda STRICT_EP=1 (the
+# engine's greedy tokens on CUDA equal numpy's, on both KV paths, batched and one at a time);
+# then the worker with EXECUTION_MODE=cuda and with cpu on the tiny decoder: /v2/status must
+# say kv_cache "device" on CUDA, the load log "KV cache device", and a few greedy /v1
+# completions (concurrent, different lengths) must give the same text on both.
+#
 #   tests/gpu/run.sh [path/to/tierserve]
 #   LD_LIBRARY_PATH may need the CUDA/cuDNN library folders, and (when the binary was built
 #   elsewhere) the folder holding libevent/jansson/yaml/hwloc shared objects.
@@ -25,7 +32,7 @@ OUT=${OUT:-$(mktemp -d)}
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 "$BIN" hwmap > "$OUT/hwmap.json" && echo "hwmap: $(cat "$OUT/hwmap.json")"
 EXECUTION_MODE=auto "$BIN" doctor; echo "doctor exit $? (0: a GPU tier works)"
-exec "$PY" - "$BIN" "$OUT" <<'PY'
+"$PY" - "$BIN" "$OUT" <<'PY'
 import concurrent.futures as cf, json, os, shutil, subprocess, sys, time, urllib.request
 sys.path.insert(0, "tests/e2e"); sys.path.insert(0, "tests/models"); sys.path.insert(0, "models")
 import numpy as np
@@ -196,3 +203,78 @@ print(f"{len(jobs)} concurrent requests over {len(plans)} models (batched, outpu
 print("GPU CHECK:", "PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)
 PY
+rc_infer=$?
+
+echo "== LLM =="
+GEN_CHECK_BIN=$(dirname "$BIN")/llm_gen_check
+EXECUTION_MODE=cuda STRICT_EP=1 "$PY" tests/llm/gen_check.py "$GEN_CHECK_BIN" "$OUT/llm-gen" 2>&1 | tail -n 12
+rc_gen=${PIPESTATUS[0]}
+echo "gen_check.py on CUDA (numpy reference, host and bound KV paths): exit $rc_gen"
+"$PY" - "$BIN" "$OUT" <<'PY'
+import concurrent.futures as cf, json, os, shutil, subprocess, sys, time, urllib.request
+binary, out = sys.argv[1], sys.argv[2]
+ok = True
+def fail(msg):
+    global ok
+    print("FAIL:", msg); ok = False
+repo = f"{out}/llmrepo"
+shutil.rmtree(repo, ignore_errors=True)
+os.makedirs(f"{repo}/tiny/1")
+r = subprocess.run([sys.executable, "tests/models/gen_llm_model.py", f"{repo}/tiny/1"], capture_output=True, text=True)
+if r.returncode:
+    raise SystemExit("gen_llm_model.py: " + r.stderr[-2000:])
+prompts = [("Hello world", 16), ("Once upon a time, in a land far away, there lived a", 24), ("1 2 3", 7),
+           ("The quick brown fox jumps over the lazy dog", 12)]
+def start(mode, port):
+    log = open(f"{out}/llm-{mode}.log", "wb")
+    env = dict(os.environ, EXECUTION_MODE=mode, TIERSERVE_HTTP_ADDRESS="127.0.0.1", TIERSERVE_HTTP_PORT=str(port),
+               TIERSERVE_MODEL_REPOSITORY=repo)
+    env.pop("TIERSERVE_LLM_KV", None)  # auto: what a GPU box gets by default
+    p = subprocess.Popen([binary], stdout=log, stderr=subprocess.STDOUT, env=env)
+    t0 = time.time()
+    while time.time() - t0 < 300 and p.poll() is None:
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status == 200:
+                return p
+        except Exception:
+            time.sleep(0.2)
+    print(open(f"{out}/llm-{mode}.log").read()[-3000:])
+    raise SystemExit(f"LLM {mode} worker did not become ready")
+def complete(port, prompt, n):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", method="POST",
+                                 data=json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": n,
+                                                  "temperature": 0}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=120).read())["choices"][0]["text"]
+texts = {}
+for mode, port in (("cuda", 18441), ("cpu", 18442)):
+    p = start(mode, port)
+    try:
+        alone = [complete(port, q, n) for q, n in prompts]
+        with cf.ThreadPoolExecutor(len(prompts)) as ex:  # they join and leave one batch
+            together = list(ex.map(lambda a: complete(port, *a), prompts))
+        st = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/status").read())
+    finally:
+        p.terminate(); p.wait(timeout=60)
+    llm = [m for m in st["models"] if m["name"] == "tiny"][0]["llm"]
+    logs = [json.loads(l).get("msg", "") for l in open(f"{out}/llm-{mode}.log") if l.startswith("{")]
+    print(f"[{mode}] tier={st['tier']} kv_cache={llm.get('kv_cache')} note={llm.get('kv_cache_note')}")
+    if alone != together:
+        fail(f"{mode}: batched completions differ from one at a time")
+    texts[mode] = alone
+    if mode == "cuda":
+        if st["tier"] != "cuda":
+            fail(f"EXECUTION_MODE=cuda ended on tier {st['tier']}")
+        if llm.get("kv_cache") != "device":
+            fail(f"the KV cache is not on the device: {llm.get('kv_cache')} ({llm.get('kv_cache_note')})")
+        if not any("KV cache device" in m for m in logs):
+            fail("no load log line says 'KV cache device'")
+if texts["cuda"] != texts["cpu"]:
+    fail(f"CUDA and CPU greedy texts differ: {texts['cuda']} vs {texts['cpu']}")
+print("LLM CHECK:", "PASS" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+PY
+rc_llm=$?
+echo "GPU CHECK (inference $rc_infer, LLM gen_check $rc_gen, LLM worker $rc_llm):" \
+    "$([ $rc_infer -eq 0 ] && [ $rc_gen -eq 0 ] && [ $rc_llm -eq 0 ] && echo PASS || echo FAIL)"
+[ $rc_infer -eq 0 ] && [ $rc_gen -eq 0 ] && [ $rc_llm -eq 0 ]

@@ -6,7 +6,8 @@ Usage:  /usr/bin/python3 tests/llm/gen_check.py LLM_GEN_CHECK OUTDIR
 Generates the test decoder (FP32 and FP16) under OUTDIR with tests/models/gen_llm_model.py,
 runs LLM_GEN_CHECK (tests/llm/llm_gen_check.c: the real engine, one sequence at a time and
 batched, plus its own checks of sampling, cancellation and bounds), and requires the greedy
-tokens of every prompt to equal tests/models/llm_reference.py's exactly, both ways.
+tokens of every prompt to equal tests/models/llm_reference.py's exactly, both ways, with
+each KV cache path (TIERSERVE_LLM_KV=host: gathered every step; bound: kept in ORT values).
 """
 import json
 import os
@@ -25,8 +26,14 @@ PROMPTS = [
 ]
 
 
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
+KV_MODES = ("host", "bound")
+
+
+def run(cmd, kv=None, **kw):
+    env = dict(os.environ)
+    if kv:
+        env["TIERSERVE_LLM_KV"] = kv
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, **kw)
 
 
 def main(argv):
@@ -35,10 +42,13 @@ def main(argv):
     for d, extra in ((m32, []), (m16, ["--fp16"])):
         r = run([sys.executable, os.path.join(MODELS, "gen_llm_model.py"), d] + extra)
         assert r.returncode == 0, r.stderr
-    r = run([tool, m32, str(N)] + PROMPTS)
-    sys.stderr.write(r.stderr)
-    assert r.returncode == 0, f"llm_gen_check exited {r.returncode}"
-    got = json.loads(r.stdout)
+    runs = {}
+    for kv in KV_MODES:
+        r = run([tool, m32, str(N)] + PROMPTS, kv)
+        sys.stderr.write(r.stderr)
+        assert r.returncode == 0, f"llm_gen_check (TIERSERVE_LLM_KV={kv}) exited {r.returncode}"
+        runs[kv] = json.loads(r.stdout)
+    got = runs[KV_MODES[0]]
     with open(os.path.join(out, "prompts.json"), "w") as f:
         json.dump(got["prompts"], f)
     ref = run([sys.executable, os.path.join(MODELS, "llm_reference.py"), m32,
@@ -47,25 +57,27 @@ def main(argv):
     want = json.loads(ref.stdout)
     print(f"reference: smallest gap between the best two logits {want['min_margin']:.4f}")
     bad = 0
-    for i, text in enumerate(PROMPTS):
-        for how in ("single", "batched"):
-            if got[how][i] != want["tokens"][i]:
-                bad += 1
-                print(f"MISMATCH {how} prompt {i} {text!r} ids {got['prompts'][i]}:\n"
-                      f"  C:     {got[how][i]}\n  numpy: {want['tokens'][i]}")
+    for kv, got in runs.items():
+        for i, text in enumerate(PROMPTS):
+            for how in ("single", "batched"):
+                if got[how][i] != want["tokens"][i]:
+                    bad += 1
+                    print(f"MISMATCH kv={kv} {how} prompt {i} {text!r} ids {got['prompts'][i]}:\n"
+                          f"  C:     {got[how][i]}\n  numpy: {want['tokens'][i]}")
     if len(set(t for seq in want["tokens"] for t in seq)) < N:
         print("the reference output is too repetitive to mean anything")
         bad += 1
-    r = run([tool, "--fp16", m16, "8"] + PROMPTS[:3])
-    sys.stderr.write(r.stderr)
-    if r.returncode != 0:
-        print(f"FP16: llm_gen_check exited {r.returncode}")
-        bad += 1
-    else:
-        f16 = json.loads(r.stdout)
-        print(f"FP16 greedy: {f16['single']}")
-        if any(len(s) != 8 for s in f16["single"]):
+    for kv in KV_MODES:
+        r = run([tool, "--fp16", m16, "8"] + PROMPTS[:3], kv)
+        sys.stderr.write(r.stderr)
+        if r.returncode != 0:
+            print(f"FP16 (TIERSERVE_LLM_KV={kv}): llm_gen_check exited {r.returncode}")
             bad += 1
+        else:
+            f16 = json.loads(r.stdout)
+            print(f"FP16 greedy (TIERSERVE_LLM_KV={kv}): {f16['single']}")
+            if any(len(s) != 8 for s in f16["single"]):
+                bad += 1
     print("OK" if bad == 0 else f"{bad} failure(s)")
     return 1 if bad else 0
 

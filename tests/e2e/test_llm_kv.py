@@ -1,0 +1,151 @@
+"""The LLM KV cache's two paths (TIERSERVE_LLM_KV=host|bound, docs/llm.md "The KV cache") on
+the tiny generated decoder, over real sockets, no retries: greedy streams that join and
+leave mid-batch (and one cut off mid-stream) give the same text as one at a time, on both
+paths; the bound path frees a leaving sequence's memory at once; the status and the load
+log say where the cache lives; a bad value is refused at start.
+"""
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import BIN, start_worker
+from test_llm_api import MODELS, N, PROMPT, node_decode, PROMPT_IDS
+
+PROMPTS = ["Hello world", "Once upon a time, in a land far away, there lived a", "1 2 3",
+           "The quick brown fox jumps over the lazy dog"]
+LENS = [24, 5, 12, 9]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("kvrepo")
+    d = repo / "tiny" / "1"
+    d.mkdir(parents=True)
+    r = subprocess.run([sys.executable, str(MODELS / "gen_llm_model.py"), str(d)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return repo
+
+
+@pytest.fixture(scope="module", params=["host", "bound"])
+def worker(request, repo, tmp_path_factory):
+    w = start_worker(repo, tmp_path_factory.mktemp("kv"),
+                     env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_KV": request.param,
+                          "TIERSERVE_LLM_MAX_SEQUENCES": "8"})
+    w.kv = request.param
+    yield w
+    assert w.stop() == 0, w.log_text()[-4000:]
+
+
+def body(prompt, n, stream=False):
+    return json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": n, "temperature": 0,
+                       "stream": stream}).encode()
+
+
+def complete(w, prompt, n):
+    c = http.client.HTTPConnection(w.host, w.port, timeout=60)
+    c.request("POST", "/v1/completions", body=body(prompt, n), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    assert r.status == 200, data
+    return json.loads(data)["choices"][0]["text"]
+
+
+class Stream:
+    """A streamed completion read event by event (http.client undoes the chunking)."""
+
+    def __init__(self, w, prompt, n):
+        self.c = http.client.HTTPConnection(w.host, w.port, timeout=60)
+        self.c.request("POST", "/v1/completions", body=body(prompt, n, True),
+                       headers={"Content-Type": "application/json"})
+        self.r = self.c.getresponse()
+        assert self.r.status == 200
+        self.text, self.events, self.done = "", 0, False
+
+    def read(self, events=None):
+        """Reads `events` more text events (None: to the end)."""
+        want = None if events is None else self.events + events
+        while not self.done and (want is None or self.events < want):
+            line = self.r.readline()
+            assert line, "the stream ended without [DONE]"
+            line = line.decode().rstrip("\n")
+            if not line:
+                continue
+            assert line.startswith("data: "), line
+            if line == "data: [DONE]":
+                self.done = True
+                break
+            ev = json.loads(line[len("data: "):])
+            assert "error" not in ev, ev
+            self.text += ev["choices"][0]["text"]
+            self.events += 1
+        return self
+
+    def cut(self):
+        self.c.sock.shutdown(socket.SHUT_RDWR)
+        self.c.close()
+
+
+def status_llm(w):
+    c = http.client.HTTPConnection(w.host, w.port, timeout=10)
+    c.request("GET", "/v2/status")
+    r = c.getresponse()
+    data = json.loads(r.read())
+    c.close()
+    return [m for m in data["models"] if m["name"] == "tiny"][0]["llm"]
+
+
+def wait_idle(w, timeout=20):
+    deadline = time.time() + timeout
+    s = status_llm(w)
+    while time.time() < deadline and s["running"]:
+        time.sleep(0.05)
+        s = status_llm(w)
+    return s
+
+
+def test_where_the_cache_lives(worker):
+    s = status_llm(worker)
+    want = "host" if worker.kv == "host" else "host-bound"  # the CPU tier: no device
+    assert s["kv_cache"] == want and f"TIERSERVE_LLM_KV={worker.kv}" in s["kv_cache_note"]
+    assert any("KV cache " + want in l.get("msg", "") for l in worker.log_lines())
+
+
+def test_greedy_equals_numpy(worker, repo, tmp_path):
+    pj = tmp_path / "p.json"
+    pj.write_text(json.dumps([PROMPT_IDS]))
+    r = subprocess.run([sys.executable, str(MODELS / "llm_reference.py"), str(repo / "tiny" / "1"), str(pj),
+                        str(N)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert complete(worker, PROMPT, N) == node_decode(json.loads(r.stdout)["tokens"][0])
+
+
+def test_join_and_leave_mid_batch(worker):
+    """Four streams join one after another while the earlier ones decode (different prompt
+    lengths and max_tokens: the short ones leave while the others run), a fifth is cut off
+    mid-stream; each text equals the same request run alone."""
+    alone = [complete(worker, p, n) for p, n in zip(PROMPTS, LENS)]
+    cut = Stream(worker, PROMPTS[1], 400).read(3)
+    streams = []
+    for i, (p, n) in enumerate(zip(PROMPTS, LENS)):
+        streams.append(Stream(worker, p, n).read(1 + i % 2))
+        if i == 1:
+            cut.cut()  # a disconnect cancels it between two steps of the others
+    for s, want in zip(streams, alone):
+        assert s.read().text == want
+    s = wait_idle(worker)
+    assert s["running"] == 0 and s["kv_cache_bytes"] == 0, s
+    assert s["max_batch"] >= 3, s
+
+
+def test_bad_setting_refused(repo, tmp_path):
+    r = subprocess.run([BIN, f"--model-repository={repo}", "--llm-kv=device"], capture_output=True, text=True,
+                       timeout=30)
+    msg = [json.loads(l)["msg"] for l in r.stderr.splitlines() if l.startswith("{")]
+    assert r.returncode == 64 and 'TIERSERVE_LLM_KV: "device" is not one of auto|host|bound' in " ".join(msg)
