@@ -27,6 +27,8 @@
  * touched the pages of one idle connection's buffer after another (docs/router.md
  * "Memory"). Only what a pause leaves unparsed is copied into the connection (conn.own). */
 static _Thread_local uint8_t t_rbuf[H1CLI_READ_BYTES];
+/* A response head's buffer above this is not kept while the connection idles. */
+#define H1CLI_IDLE_HEAD 4096
 /* The request head we write: the router's headers are few and short. */
 #define H1CLI_MAX_REQUEST_HEAD (64 * 1024)
 
@@ -189,6 +191,15 @@ static void finish(conn *c, h1cli_outcome o)
     free(c->own); /* an idle connection holds no read buffer */
     c->own = NULL;
     c->rbuf = NULL;
+    /* ... nor the room an unusually large response head needed (up to max_header_bytes):
+     * a worker's heads fit in the first allocation, which is kept */
+    if (c->hcap > H1CLI_IDLE_HEAD) {
+        free(c->hbuf);
+        free(c->hoff);
+        c->hbuf = NULL;
+        c->hoff = NULL;
+        c->hcap = c->hlen = c->hoff_cap = c->nh = 0;
+    }
     /* its read event stays on: a byte or a close while idle marks it stale at once */
     event_add(c->rev, NULL);
     list_remove(c);
