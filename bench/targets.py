@@ -228,7 +228,8 @@ def rss_row(bindir, w, tmp, bodies, quick, loadgen):
     what = f"{total:.0f} s (--quick; the goal is 5 min)" if quick else "5 min"
     return ("memory", "RSS of the router flat (+/- 5 %) over a 5-minute mixed run",
             f"{what}, {len(cycle_end)} cycles of binary/JSON/404/health loads at c=1..16: RSS after each "
-            f"cycle {', '.join(f'{kb / 1024:.1f}' for kb in cycle_end)} MB, max deviation from the first "
+            f"cycle {', '.join(f'{kb / 1024:.1f}' for kb in cycle_end)} MB (first {base} KB, last {cycle_end[-1]} KB, "
+            f"{(cycle_end[-1] - base) / base * 100:+.1f} %), max deviation from the first "
             f"{dev:.1f} % (all samples {min(kb for _, kb in samples) / 1024:.1f}-"
             f"{max(kb for _, kb in samples) / 1024:.1f} MB); errors {errors}", dev <= 5.0)
 

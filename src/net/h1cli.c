@@ -21,6 +21,14 @@
 
 /* One read's worth: large pieces, so that a big reply costs few system calls. */
 #define H1CLI_READ_BYTES (64 * 1024)
+/* Every read lands here and is parsed at once, so one buffer per loop thread serves all of
+ * its connections. A buffer per connection (64 KiB each, kept while it idles) cost the
+ * router up to max_in_flight x 64 KiB per backend, and its RSS crept as large replies
+ * touched the pages of one idle connection's buffer after another (docs/router.md
+ * "Memory"). Only what a pause leaves unparsed is copied into the connection (conn.own). */
+static _Thread_local uint8_t t_rbuf[H1CLI_READ_BYTES];
+/* A response head's buffer above this is not kept while the connection idles. */
+#define H1CLI_IDLE_HEAD 4096
 /* The request head we write: the router's headers are few and short. */
 #define H1CLI_MAX_REQUEST_HEAD (64 * 1024)
 
@@ -53,8 +61,9 @@ struct conn {
     h1cli_req *req;     /* the request it carries, NULL while idle */
     int depth;          /* > 0 while a user callback of its request runs */
     http_parser parser;
-    uint8_t *rbuf;
-    size_t rpos, rlen;  /* bytes read and not yet parsed: rbuf[rpos, rlen) */
+    const uint8_t *rbuf; /* t_rbuf while a read is parsed, or own */
+    size_t rpos, rlen;   /* bytes read and not yet parsed: rbuf[rpos, rlen) */
+    uint8_t *own;        /* what a pause left unparsed, copied out of t_rbuf; else NULL */
     /* the response head: "name\0value\0" pairs at hoff[i] in hbuf, bounded by the limits */
     char *hbuf;
     size_t hlen, hcap, head_bytes;
@@ -152,7 +161,7 @@ static void conn_close(conn *c)
     }
     if (c->fd >= 0) close(c->fd);
     if (c->req) req_free(c->req);
-    free(c->rbuf);
+    free(c->own);
     free(c->hbuf);
     free(c->hoff);
     free(c);
@@ -178,6 +187,18 @@ static void finish(conn *c, h1cli_outcome o)
     if (!keep || c->pool->n_idle >= c->pool->lim.idle_cap) {
         conn_close(c);
         return;
+    }
+    free(c->own); /* an idle connection holds no read buffer */
+    c->own = NULL;
+    c->rbuf = NULL;
+    /* ... nor the room an unusually large response head needed (up to max_header_bytes):
+     * a worker's heads fit in the first allocation, which is kept */
+    if (c->hcap > H1CLI_IDLE_HEAD) {
+        free(c->hbuf);
+        free(c->hoff);
+        c->hbuf = NULL;
+        c->hoff = NULL;
+        c->hcap = c->hlen = c->hoff_cap = c->nh = 0;
     }
     /* its read event stays on: a byte or a close while idle marks it stale at once */
     event_add(c->rev, NULL);
@@ -334,13 +355,41 @@ static const http_parser_settings k_settings = {
     .on_message_complete = p_complete,
 };
 
+/* Paused with bytes of the shared read buffer unparsed: they move into the connection's
+ * own buffer, since the next read (of any connection) overwrites t_rbuf. Returns 0, or -1
+ * when out of memory. */
+static int keep_unparsed(conn *c)
+{
+    if (c->rbuf != t_rbuf || c->rpos == c->rlen) return 0;
+    size_t n = c->rlen - c->rpos;
+    uint8_t *own = malloc(n);
+    if (!own) return -1;
+    memcpy(own, c->rbuf + c->rpos, n);
+    free(c->own);
+    c->own = own;
+    c->rbuf = own;
+    c->rpos = 0;
+    c->rlen = n;
+    return 0;
+}
+
+/* Stops parsing for a pause (false, as conn_parse returns), keeping what is left. */
+static bool parse_paused(conn *c)
+{
+    if (keep_unparsed(c) != 0) {
+        snprintf(c->detail, sizeof c->detail, "out of memory holding a paused response");
+        finish(c, H1CLI_ECLOSED);
+    }
+    return false;
+}
+
 /* Parses what was read and not yet parsed. Returns true while c and its request go on
  * (false: they ended, or wait for h1cli_resume; the caller touches nothing more). */
 static bool conn_parse(conn *c)
 {
     h1cli_req *q = c->req;
     while (c->rpos < c->rlen) {
-        if (q->paused) return false;
+        if (q->paused) return parse_paused(c);
         size_t n = http_parser_execute(&c->parser, &k_settings, (const char *)c->rbuf + c->rpos, c->rlen - c->rpos);
         c->rpos += n;
         enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
@@ -357,7 +406,7 @@ static bool conn_parse(conn *c)
             return false;
         }
         if (e == HPE_PAUSED) { /* by h1cli_pause inside a callback */
-            if (q->paused) return false;
+            if (q->paused) return parse_paused(c);
             http_parser_pause(&c->parser, 0);
             continue;
         }
@@ -498,9 +547,12 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     }
     if (q->paused || c->connecting) return;
     if (!conn_parse(c)) return; /* what an earlier read left (a resume lands here) */
+    free(c->own);
+    c->own = NULL;
+    c->rbuf = t_rbuf;
     c->rpos = c->rlen = 0;
     tls_step want;
-    ssize_t n = c->ssl ? tls_read(c->ssl, c->rbuf, H1CLI_READ_BYTES, &want) : recv(c->fd, c->rbuf, H1CLI_READ_BYTES, 0);
+    ssize_t n = c->ssl ? tls_read(c->ssl, t_rbuf, H1CLI_READ_BYTES, &want) : recv(c->fd, t_rbuf, H1CLI_READ_BYTES, 0);
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
         finish(c, H1CLI_ECLOSED);
@@ -545,7 +597,6 @@ static conn *conn_new(h1cli_pool *p, char *err, size_t errlen)
     }
     c->pool = p;
     c->fd = socket(p->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    c->rbuf = malloc(H1CLI_READ_BYTES);
     if (c->fd >= 0) {
         c->rev = event_new(p->base, c->fd, EV_READ | EV_PERSIST, on_read, c);
         c->wev = event_new(p->base, c->fd, EV_WRITE | EV_PERSIST, on_write, c);
@@ -553,7 +604,7 @@ static conn *conn_new(h1cli_pool *p, char *err, size_t errlen)
     }
     p->n_open++;
     list_push(c, false);
-    if (c->fd < 0 || !c->rbuf || !c->rev || !c->wev || !c->timer) {
+    if (c->fd < 0 || !c->rev || !c->wev || !c->timer) {
         snprintf(err, errlen, "no connection to %s: %s", p->hostport, c->fd < 0 ? strerror(errno) : "out of memory");
         conn_close(c);
         return NULL;
@@ -584,13 +635,12 @@ int h1cli_pool_adopt(h1cli_pool *p, int fd)
     }
     c->pool = p;
     c->fd = fd;
-    c->rbuf = malloc(H1CLI_READ_BYTES);
     c->rev = event_new(p->base, fd, EV_READ | EV_PERSIST, on_read, c);
     c->wev = event_new(p->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
     c->timer = evtimer_new(p->base, on_timer, c);
     p->n_open++;
     list_push(c, false);
-    if (!c->rbuf || !c->rev || !c->wev || !c->timer) {
+    if (!c->rev || !c->wev || !c->timer) {
         conn_close(c);
         return -1;
     }
