@@ -47,12 +47,46 @@ def start_floor(bindir):
     return p, int(line.rsplit(":", 1)[1])
 
 
+def json_row(a, tmp):
+    """The identity row: bench.py's request bodies (the loader only sends prebuilt bytes and
+    reads the reply by Content-Length: no JSON work of its own in the timed loop)."""
+    d = tmp / "repo" / "identity224" / "1"
+    d.mkdir(parents=True)
+    bench.onnx.save(bench.identity_model(), str(d / "model.onnx"))
+    (bpath, hl), jpath = bench.request_bodies("x", [1, 3, 224, 224], tmp)
+    servers = [("new", bench.Worker(tmp / "repo", tmp))]
+    if a.old:
+        new_bin, bench.BIN = bench.BIN, pathlib.Path(a.old).resolve()
+        (tmp / "old").mkdir()
+        servers.append(("old", bench.Worker(tmp / "repo", tmp / "old")))
+        bench.BIN = new_bin
+    path = "/v2/models/identity224/infer"
+    print(f"JSON body {jpath.stat().st_size} bytes; load average before: {os.getloadavg()[0]:.2f}")
+    got = {name: {"json": [], "binary": []} for name, _ in servers}
+    for i in range(a.rounds):
+        for name, s in servers:
+            j = bench.loadgen(s.port, path, jpath, -1, 1, a.seconds)
+            b = bench.loadgen(s.port, path, bpath, hl, 1, a.seconds)
+            got[name]["json"].append(j["p50_us"])
+            got[name]["binary"].append(b["p50_us"])
+            print(f"round {i + 1} {name}: JSON p50 {j['p50_us']:.0f} us ({j['requests']} requests), binary p50 "
+                  f"{b['p50_us']:.0f} us: x{j['p50_us'] / b['p50_us']:.2f}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    for name, _ in servers:
+        j, b = statistics.median(got[name]["json"]), statistics.median(got[name]["binary"])
+        print(f"median {name}: JSON p50 {j:.0f} us vs binary {b:.0f} us = x{j / b:.2f}")
+    for _, s in servers:
+        s.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--old", help="a build's bin folder whose tierserve also serves the row")
+    ap.add_argument("--json", action="store_true",
+                    help="the other row instead: the 1x3x224x224 FP32 identity, JSON vs binary p50 at c=1")
     a = ap.parse_args()
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="tierserve-wrow-"))
     try:
@@ -60,6 +94,9 @@ def main():
         d.mkdir(parents=True)
         bench.onnx.save(bench.mlp_model(width=512), str(d / "model.onnx"))
         (bpath, hl), _ = bench.request_bodies("x", [1, 512], tmp)
+        if a.json:
+            json_row(a, tmp)
+            return
         w = bench.Worker(tmp / "repo", tmp)
         servers = [("new", w)]
         if a.old:
