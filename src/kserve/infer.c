@@ -253,6 +253,7 @@ typedef struct {
     const jfast_span *spans;
     int n;
     bool failed; /* a data array the fast path could not take: redo it all with jansson */
+    const kpar *par; /* threads a big array's numbers may be split across */
 } fast_ctx;
 
 static const jfast_span *fast_span_for(const fast_ctx *fc, size_t idx)
@@ -271,7 +272,7 @@ static int parse_fast_data(fast_ctx *fc, const jfast_span *sp, size_t json_len, 
     size_t n = t->count * dtype_size(t->dt);
     t->owned = malloc(n ? n : 1);
     if (!t->owned ||
-        jfast_parse_array(fc->text + sp->start, fc->text + sp->end, t->dt, t->owned, t->count)) {
+        jfast_parse_array_par(fc->text + sp->start, fc->text + sp->end, t->dt, t->owned, t->count, fc->par)) {
         fc->failed = true;
         return -1;
     }
@@ -415,6 +416,12 @@ int64_t infer_header_len(const char *v, ts_err *err)
 int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit,
                 infer_request *r, ts_err *err)
 {
+    return infer_parse_par(body, len, header_len, json_limit, NULL, r, err);
+}
+
+int infer_parse_par(uint8_t *body, size_t len, int64_t header_len, size_t json_limit, const kpar *par,
+                    infer_request *r, ts_err *err)
+{
     memset(r, 0, sizeof *r);
     r->body = body;
     r->body_len = len;
@@ -453,7 +460,7 @@ int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit
             }
             memcpy(skel + sl, body + from, jlen - from);
             sl += jlen - from;
-            fast_ctx fc = {(const char *)body, spans, ns, false};
+            fast_ctx fc = {(const char *)body, spans, ns, false, par};
             int rc = parse_json_part(r, skel, sl, jlen, &fc, err);
             free(skel);
             if (!fc.failed) return rc;

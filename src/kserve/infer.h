@@ -20,6 +20,7 @@
 #include "buf.h"
 #include "dtype.h"
 #include "err.h"
+#include "kpar.h"
 
 #define TS_MAX_DIMS 16
 #define TS_NAME_MAX 256
@@ -81,6 +82,9 @@ typedef struct {
 int64_t infer_header_len(const char *v, ts_err *err);
 int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit,
                 infer_request *out, ts_err *err);
+/* The same, a big flat "data" array's numbers split across par's threads (jfast.h). */
+int infer_parse_par(uint8_t *body, size_t len, int64_t header_len, size_t json_limit, const kpar *par,
+                    infer_request *r, ts_err *err);
 void infer_request_free(infer_request *r);
 
 /* Checks names, datatypes and shapes against the model; resolves requested outputs; puts
@@ -96,6 +100,17 @@ uint64_t infer_batch_key(const infer_request *r);
  * Inference-Header-Content-Length) and *binary whether binary parts follow. */
 int infer_encode(const infer_request *r, const infer_result *res, const char *model,
                  const char *version, buf *out, size_t *json_len, bool *binary, ts_err *err);
+/* The same, a big output's "data" (INFER_SPLIT_MIN elements or more, not BYTES) formatted
+ * by par's threads in ranges, each into its own buffer: the reply is out, then the *n_more
+ * buffers of *more in order (NULL/0 when out holds it all; free with infer_pieces_free).
+ * *json_len and the response limit (out's) count all the pieces. */
+#define INFER_SPLIT_MIN 65536
+#define INFER_SPLIT_RANGES 8
+#define INFER_PIECES_MAX 32
+int infer_encode_par(const infer_request *r, const infer_result *res, const char *model,
+                     const char *version, const kpar *par, buf *out, buf **more, size_t *n_more,
+                     size_t *json_len, bool *binary, ts_err *err);
+void infer_pieces_free(buf *more, size_t n);
 
 /* (Re)allocates t's data as zeros for t's dtype and shape (count follows the shape). */
 int infer_tensor_zero_fill(ts_tensor *t, ts_err *err);

@@ -7,14 +7,16 @@
 #include "infer.h"
 #include "jfast.h"
 
-/* Numbers go through jfast's formatters into a stack chunk, appended in bulk. */
-static void put_json_data(buf *b, const ts_tensor *t)
+/* Elements [from, to) of t's "data" array, with the '[' before element 0 and the ']' after
+ * the last: numbers go through jfast's formatters into a stack chunk, appended in bulk.
+ * BYTES only whole (its elements are found by walking from the start). */
+static void put_json_range(buf *b, const ts_tensor *t, size_t from, size_t to)
 {
     const uint8_t *p = t->data;
     char chunk[4096];
     size_t n = 0, off = 0;
-    buf_putc(b, '[');
-    for (size_t i = 0; i < t->count; i++) {
+    if (from == 0) buf_putc(b, '[');
+    for (size_t i = from; i < to; i++) {
         if (n > sizeof chunk - 40) {
             buf_put(b, chunk, n);
             n = 0;
@@ -53,13 +55,49 @@ static void put_json_data(buf *b, const ts_tensor *t)
         }
     }
     buf_put(b, chunk, n);
-    buf_putc(b, ']');
+    if (to == t->count) buf_putc(b, ']');
+}
+
+/* A big output's numbers, formatted by several threads into pieces of the reply: each
+ * range goes into its own buffer, and the pieces are written out in order (writev) with no
+ * copy joining them. */
+typedef struct {
+    const ts_tensor *t;
+    buf *piece; /* range k's buffer */
+    size_t nr;
+} fmt_split;
+
+static void fmt_range(void *arg, size_t k)
+{
+    fmt_split *fs = arg;
+    size_t c = fs->t->count;
+    put_json_range(&fs->piece[k], fs->t, c * k / fs->nr, c * (k + 1) / fs->nr);
 }
 
 int infer_encode(const infer_request *r, const infer_result *res, const char *model,
                  const char *version, buf *out, size_t *json_len, bool *binary, ts_err *err)
 {
+    return infer_encode_par(r, res, model, version, NULL, out, NULL, NULL, json_len, binary, err);
+}
+
+void infer_pieces_free(buf *more, size_t n)
+{
+    for (size_t i = 0; more && i < n; i++) buf_free(&more[i]);
+    free(more);
+}
+
+int infer_encode_par(const infer_request *r, const infer_result *res, const char *model,
+                     const char *version, const kpar *par, buf *out, buf **more, size_t *n_more,
+                     size_t *json_len, bool *binary, ts_err *err)
+{
     *binary = false;
+    buf *extra = NULL, *cur = out; /* the pieces after out, and the one being written */
+    size_t nx = 0;
+    if (more) {
+        *more = NULL;
+        *n_more = 0;
+    }
+    bool split = more && par && par->ways > 1;
     buf_puts(out, "{\"model_name\":");
     buf_put_json_str(out, model, strlen(model));
     buf_puts(out, ",\"model_version\":");
@@ -71,28 +109,59 @@ int infer_encode(const infer_request *r, const infer_result *res, const char *mo
     buf_puts(out, ",\"outputs\":[");
     for (size_t i = 0; i < res->n; i++) {
         const ts_tensor *t = &res->tensors[i];
-        if (i) buf_putc(out, ',');
-        buf_puts(out, "{\"name\":");
-        buf_put_json_str(out, t->name, strlen(t->name));
-        buf_printf(out, ",\"datatype\":\"%s\",\"shape\":[", dtype_name(t->dt));
-        for (size_t d = 0; d < t->ndim; d++) buf_printf(out, "%s%lld", d ? "," : "", (long long)t->shape[d]);
-        buf_putc(out, ']');
+        if (i) buf_putc(cur, ',');
+        buf_puts(cur, "{\"name\":");
+        buf_put_json_str(cur, t->name, strlen(t->name));
+        buf_printf(cur, ",\"datatype\":\"%s\",\"shape\":[", dtype_name(t->dt));
+        for (size_t d = 0; d < t->ndim; d++) buf_printf(cur, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+        buf_putc(cur, ']');
         if (res->binary[i]) {
-            buf_printf(out, ",\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
+            buf_printf(cur, ",\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
             *binary = true;
-        } else {
-            buf_puts(out, ",\"data\":");
-            put_json_data(out, t);
-            buf_putc(out, '}');
+            continue;
         }
+        buf_puts(cur, ",\"data\":");
+        size_t nr = par ? par->ways * 2 : 0; /* ranges, and one piece for what follows */
+        if (nr > INFER_SPLIT_RANGES) nr = INFER_SPLIT_RANGES;
+        if (!split || t->dt == DT_BYTES || t->count < INFER_SPLIT_MIN || nx + nr + 1 > INFER_PIECES_MAX) {
+            put_json_range(cur, t, 0, t->count);
+            buf_putc(cur, '}');
+            continue;
+        }
+        if (!extra) extra = calloc(INFER_PIECES_MAX, sizeof *extra);
+        if (!extra) {
+            ts_err_set(err, TS_INTERNAL_ERROR, "out of memory for the reply");
+            return -1;
+        }
+        for (size_t k = 0; k <= nr; k++) buf_init(&extra[nx + k], out->limit);
+        fmt_split fs = {t, &extra[nx], nr};
+        kpar_run(par, fmt_range, &fs, nr);
+        nx += nr + 1;
+        cur = &extra[nx - 1];
+        buf_putc(cur, '}');
     }
-    buf_puts(out, "]}");
-    *json_len = out->len;
+    buf_puts(cur, "]}");
+    size_t total = out->len;
+    bool failed = buf_failed(out);
+    for (size_t k = 0; k < nx; k++) {
+        total += extra[k].len;
+        failed |= buf_failed(&extra[k]);
+    }
+    *json_len = total;
     for (size_t i = 0; i < res->n; i++)
-        if (res->binary[i]) buf_put(out, res->tensors[i].data, res->tensors[i].nbytes);
-    if (buf_failed(out)) {
+        if (res->binary[i]) {
+            buf_put(cur, res->tensors[i].data, res->tensors[i].nbytes);
+            total += res->tensors[i].nbytes;
+        }
+    failed |= buf_failed(cur);
+    if (failed || total > out->limit) {
+        infer_pieces_free(extra, nx);
         ts_err_set(err, TS_INTERNAL_ERROR, "reply exceeds the %zu-byte response limit", out->limit);
         return -1;
+    }
+    if (more) {
+        *more = extra;
+        *n_more = nx;
     }
     return 0;
 }

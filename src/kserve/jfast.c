@@ -573,6 +573,120 @@ int jfast_parse_array(const char *p, const char *end, ts_dtype dt, uint8_t *out,
     return depth == 0 && i == count ? 0 : -1;
 }
 
+/* ---- one flat array, split across threads ---------------------------------------------- */
+
+/* Commas in [p, end), and whether a bracket or a quote is among them (then the array is not
+ * flat and the split does not apply). */
+static size_t count_commas(const char *p, const char *end, bool *nested)
+{
+    size_t n = 0;
+    bool odd = false;
+#if defined(__SSE2__)
+    const __m128i c = _mm_set1_epi8(','), a = _mm_set1_epi8('['), b = _mm_set1_epi8(']'),
+                  q = _mm_set1_epi8('"');
+    while (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+        n += (size_t)__builtin_popcount((unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, c)));
+        odd |= _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, a), _mm_cmpeq_epi8(x, b)),
+                                              _mm_cmpeq_epi8(x, q))) != 0;
+        p += 16;
+    }
+#endif
+    for (; p < end; p++) {
+        n += *p == ',';
+        odd |= *p == '[' || *p == ']' || *p == '"';
+    }
+    *nested = odd;
+    return n;
+}
+
+#define SPLIT_MAX 32
+
+typedef struct {
+    ts_dtype dt;
+    uint8_t *out;
+    size_t nr;
+    const char *from[SPLIT_MAX], *to[SPLIT_MAX]; /* range k: [from, to), commas excluded */
+    size_t first[SPLIT_MAX], nel[SPLIT_MAX];      /* its first element's index, its count */
+    bool bad[SPLIT_MAX];
+} split;
+
+static void split_count(void *arg, size_t k)
+{
+    split *sp = arg;
+    bool nested;
+    sp->nel[k] = count_commas(sp->from[k], sp->to[k], &nested) + 1;
+    sp->bad[k] = nested;
+}
+
+static bool is_ws(char x) { return x == ' ' || x == '\n' || x == '\r' || x == '\t'; }
+
+/* Range k: "v, v, ..., v" with exactly nel[k] values, into out from first[k] on. */
+static void split_parse(void *arg, size_t k)
+{
+    split *sp = arg;
+    const char *p = sp->from[k], *end = sp->to[k];
+    size_t i = sp->first[k], last = i + sp->nel[k];
+    for (;;) {
+        while (p < end && is_ws(*p)) p++;
+        if (p >= end || i >= last) goto bad;
+        if (sp->dt == DT_BOOL) {
+            if (end - p >= 4 && memcmp(p, "true", 4) == 0) sp->out[i++] = 1, p += 4;
+            else if (end - p >= 5 && memcmp(p, "false", 5) == 0) sp->out[i++] = 0, p += 5;
+            else goto bad;
+        } else {
+            jnum n;
+            const char *start = p;
+            p = scan_number(p, end, &n);
+            if (!p || !store(sp->dt, sp->out, i, &n, start, p)) goto bad;
+            i++;
+        }
+        while (p < end && is_ws(*p)) p++;
+        if (p == end) break;
+        if (*p++ != ',') goto bad;
+    }
+    if (i == last) return;
+bad:
+    sp->bad[k] = true;
+}
+
+int jfast_parse_array_par(const char *p, const char *end, ts_dtype dt, uint8_t *out, size_t count,
+                          const kpar *par)
+{
+    size_t ways = par ? par->ways : 1;
+    size_t len = (size_t)(end - p);
+    if (ways <= 1 || count < JFAST_SPLIT_MIN || len < 3 || *p != '[' || end[-1] != ']' ||
+        dt == DT_BYTES || dt == DT_INVALID)
+        return jfast_parse_array(p, end, dt, out, count);
+    /* a few ranges per thread, so that one thread held up elsewhere costs little */
+    size_t want = ways * 4 < SPLIT_MAX ? ways * 4 : SPLIT_MAX;
+    split sp = {.dt = dt, .out = out};
+    const char *lo = p + 1, *hi = end - 1, *at = lo;
+    for (size_t k = 1; k < want && at < hi; k++) { /* cut at the first comma past each mark */
+        const char *mark = lo + (size_t)(hi - lo) * k / want;
+        if (mark < at) mark = at;
+        const char *comma = memchr(mark, ',', (size_t)(hi - mark));
+        if (!comma) break;
+        sp.from[sp.nr] = at;
+        sp.to[sp.nr++] = comma;
+        at = comma + 1;
+    }
+    sp.from[sp.nr] = at;
+    sp.to[sp.nr++] = hi;
+    kpar_run(par, split_count, &sp, sp.nr);
+    size_t total = 0;
+    for (size_t k = 0; k < sp.nr; k++) {
+        if (sp.bad[k]) return jfast_parse_array(p, end, dt, out, count); /* nested: one thread */
+        sp.first[k] = total;
+        total += sp.nel[k];
+    }
+    if (total != count) return -1;
+    kpar_run(par, split_parse, &sp, sp.nr);
+    for (size_t k = 0; k < sp.nr; k++)
+        if (sp.bad[k]) return -1;
+    return 0;
+}
+
 /* ---- formatting ---------------------------------------------------------------------- */
 
 size_t jfast_fmt_u64(char *out, uint64_t v)

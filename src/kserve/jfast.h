@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "dtype.h"
+#include "kpar.h"
 
 #define JFAST_MAX_SPANS 64
 
@@ -33,6 +34,14 @@ int jfast_find_data(const char *json, size_t len, jfast_span *spans, size_t max)
 /* Parses a (possibly nested) array of numbers / booleans into count elements of dt at out.
  * Returns 0, or -1 (wrong element count, wrong type, out of range, not a number, ...). */
 int jfast_parse_array(const char *p, const char *end, ts_dtype dt, uint8_t *out, size_t count);
+
+/* The same, with a flat array of at least JFAST_SPLIT_MIN elements cut at commas into a few
+ * ranges per thread of par: each range's commas are counted (where its elements start in
+ * out), then each range parsed into its own slice of out. Nested arrays, and any range
+ * that turns out wrong, are left to the one-thread parse (or -1, as it would say). */
+#define JFAST_SPLIT_MIN 65536
+int jfast_parse_array_par(const char *p, const char *end, ts_dtype dt, uint8_t *out, size_t count,
+                          const kpar *par);
 
 /* Formatters: write into out (at least 32 bytes), return the length. Floats follow the
  * server's JSON rule: always a '.' or an exponent, NaN/Infinity/-Infinity as tokens. */

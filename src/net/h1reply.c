@@ -445,6 +445,54 @@ void h1req_reply_ref(h1req *r, int code, const char *ctype, const void *data, si
     send_reply(r, head, body);
 }
 
+void h1req_reply_refv(h1req *r, int code, const char *ctype, const h1piece *pieces, size_t n,
+                      void (*release)(const void *data, size_t len, void *arg), void *arg)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += pieces[i].len;
+    h1out *head = build_head(r, code, ctype, (int64_t)total);
+    h1out *first = NULL, **tail = &first;
+    bool send = head && total && !r->head && body_allowed(code);
+    size_t made = 0; /* pieces with their h1out: released when written */
+    for (; send && made < n; made++) {
+        h1out *o = malloc(sizeof *o);
+        if (!o) break;
+        memset(o, 0, sizeof *o);
+        o->data = pieces[made].data;
+        o->len = pieces[made].len;
+        o->release = release;
+        o->rarg = arg;
+        *tail = o;
+        tail = &o->next;
+    }
+    if (send && made < n) { /* out of memory part way: a partial body would lie, so none */
+        for (h1out *o = first, *nx; o; o = nx) {
+            nx = o->next;
+            free(o);
+        }
+        first = NULL;
+        made = 0;
+        out_release(head);
+        head = NULL;
+    }
+    for (size_t i = made; release && i < n; i++) release(pieces[i].data, pieces[i].len, arg);
+    if (!first) {
+        send_reply(r, head, NULL);
+        return;
+    }
+    h1out *rest = first->next; /* send_reply queues the first; the rest follow in order */
+    first->next = NULL;
+    r->state = REQ_REPLIED;
+    h1out_push(r->c, head);
+    h1out_push(r->c, first);
+    for (h1out *o = rest, *nx; o; o = nx) {
+        nx = o->next;
+        h1out_push(r->c, o);
+    }
+    r->c->reply_since = ts_now();
+    h1conn_flush(r->c);
+}
+
 void h1req_reply(h1req *r, int code, const char *ctype, buf *b)
 {
     if (!b || !b->len) {

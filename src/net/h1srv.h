@@ -154,6 +154,14 @@ void h1req_reply(h1req *r, int code, const char *ctype, buf *b);
  * they are written or dropped with the connection). */
 void h1req_reply_ref(h1req *r, int code, const char *ctype, const void *data, size_t len,
                      void (*release)(const void *data, size_t len, void *arg), void *arg);
+/* The same with the body in n pieces, written in order (one writev) with no copy joining
+ * them; release runs once for each piece. */
+typedef struct {
+    const void *data;
+    size_t len;
+} h1piece;
+void h1req_reply_refv(h1req *r, int code, const char *ctype, const h1piece *pieces, size_t n,
+                      void (*release)(const void *data, size_t len, void *arg), void *arg);
 /* {"error": msg}; 429 and 503 carry Retry-After: 1 unless the caller set one. */
 void h1req_reply_error(h1req *r, int code, const char *msg);
 

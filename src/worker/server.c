@@ -35,6 +35,28 @@ static void on_reply_bytes_freed(const void *data, size_t len, void *arg)
     srv->reply_pending -= len;
 }
 
+void server_reply_pieces(server *srv, h1req *req, int code, const char *ctype, buf *b, buf *more, size_t n_more)
+{
+    if (!n_more) {
+        server_reply_counted(srv, req, code, ctype, b);
+        return;
+    }
+    h1piece pieces[1 + INFER_PIECES_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i <= n_more && n < sizeof pieces / sizeof *pieces; i++) {
+        buf *x = i ? &more[i - 1] : b;
+        if (x->len) {
+            pieces[n++] = (h1piece){x->data, x->len};
+            srv->reply_pending += x->len;
+        } else {
+            buf_free(x); /* an empty piece (a range with no bytes) is not sent */
+        }
+        x->data = NULL;
+        x->len = x->cap = 0;
+    }
+    h1req_reply_refv(req, code, ctype, pieces, n, on_reply_bytes_freed, srv);
+}
+
 void server_reply_counted(server *srv, h1req *req, int code, const char *ctype, buf *b)
 {
     if (!b || !b->len) {
@@ -473,12 +495,14 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     srv->decoded = doneq_create(srv->base, server_on_job_decoded, srv);
     (void)server_llm_init(srv); /* checked just below */
     srv->decoder = workpool_create(SERVER_DECODE_THREADS, SERVER_DECODE_QUEUE, server_decode_work, srv);
+    srv->split_ok = par_pool_init(&srv->split_pool, srv->decoder, SERVER_DECODE_THREADS) == 0;
+    srv->split = par_on_pool(&srv->split_pool);
     srv->sigterm = evsignal_new(srv->base, SIGTERM, on_signal, srv);
     srv->sigint = evsignal_new(srv->base, SIGINT, on_signal, srv);
     srv->sighup = evsignal_new(srv->base, SIGHUP, on_sighup, srv);
     srv->drain_timer = evtimer_new(srv->base, on_drain_timeout, srv);
     srv->loaded_ev = event_new(srv->base, -1, 0, on_loaded, srv);
-    if (!srv->done || !srv->decoded || !srv->llm_done || !srv->bodies || !srv->decoder || !srv->sigterm ||
+    if (!srv->split_ok || !srv->done || !srv->decoded || !srv->llm_done || !srv->bodies || !srv->decoder || !srv->sigterm ||
         !srv->sigint || !srv->sighup || !srv->drain_timer || !srv->loaded_ev) {
         snprintf(err, errlen, "could not set up loop events");
         server_destroy(srv);
@@ -518,6 +542,7 @@ int server_run(server *srv)
     h1srv_free(http);
     /* bodies still being decoded touch their models: finish them before the caller
      * destroys the repository (their jobs wait in srv->decoded for server_destroy) */
+    par_pool_close(&srv->split_pool); /* runners may still split a reply: on their own now */
     workpool_destroy(srv->decoder);
     srv->decoder = NULL;
     return srv->exit_code;
@@ -534,6 +559,7 @@ void server_destroy(server *srv)
     if (srv->sighup) event_free(srv->sighup);
     if (srv->drain_timer) event_free(srv->drain_timer);
     if (srv->loaded_ev) event_free(srv->loaded_ev);
+    if (srv->split_ok) par_pool_close(&srv->split_pool);
     workpool_destroy(srv->decoder);
     if (srv->decoded) doneq_flush(srv->decoded); /* jobs decoded after the loop ended */
     if (srv->done) doneq_flush(srv->done); /* jobs the runners finished after the loop ended */
@@ -541,6 +567,7 @@ void server_destroy(server *srv)
     doneq_destroy(srv->done);
     doneq_destroy(srv->decoded);
     budget_destroy(srv->bodies);             /* every job, and the bytes it held, is gone */
+    if (srv->split_ok) par_pool_destroy(&srv->split_pool); /* the runners are joined */
     if (srv->base) event_base_free(srv->base);
     free(srv->hw_json);
     free(srv);

@@ -27,7 +27,7 @@
 #include "zcodec.h"
 
 typedef struct job {
-    void *link; /* doneq's; must be first */
+    par_item head; /* doneq's link, and not a split helper; must be first */
     sched_item item;
     server *srv;
     ts_model *model;
@@ -44,6 +44,8 @@ typedef struct job {
     int status;        /* reply status set by the runner */
     ts_err err;
     buf reply;
+    buf *reply_more;   /* the reply's further pieces (a big output formatted in ranges) */
+    size_t reply_n_more;
     size_t json_len;
     bool binary;
     zc_kind reply_enc; /* what the client's Accept-Encoding asked for */
@@ -78,6 +80,15 @@ static void record(job *j, req_outcome o)
  * or the connection gone first) settles a drain through the server's own callback. */
 static void reply_job(job *j, int code, const char *ctype, buf *b, const char *error)
 {
+    if (b == &j->reply && j->reply_n_more) { /* in pieces: they leave the job with the reply */
+        h1req *req = j->http;
+        if (!req) return;
+        j->http = NULL;
+        h1req_set_user(req, NULL);
+        h1req_on_end(req, server_request_end, j->srv);
+        server_reply_pieces(j->srv, req, code, ctype, b, j->reply_more, j->reply_n_more);
+        return;
+    }
     h1req *req = j->http;
     if (!req) return;
     j->http = NULL;
@@ -96,6 +107,7 @@ static void free_job(job *j)
     if (j->timer) event_free(j->timer);
     if (j->ro) g_ort->ReleaseRunOptions(j->ro);
     buf_free(&j->reply);
+    infer_pieces_free(j->reply_more, j->reply_n_more);
     free(j);
 }
 
@@ -190,8 +202,12 @@ static void finish_job(job *j, infer_result *res, int rc, const ts_err *shared_e
     const char *mname = model_name(j->model);
     if (rc == 0) {
         buf_init(&j->reply, REPLY_LIMIT);
-        rc = infer_encode(&j->req, res, mname, model_version(j->model), &j->reply, &j->json_len,
-                          &j->binary, &j->err);
+        /* a big JSON output is formatted in ranges by the decode pool too, unless the reply
+         * is to be compressed (that wants it in one piece) */
+        bool pieces = j->reply_enc == ZC_NONE;
+        rc = infer_encode_par(&j->req, res, mname, model_version(j->model), pieces ? &j->srv->split : NULL,
+                              &j->reply, pieces ? &j->reply_more : NULL, &j->reply_n_more, &j->json_len,
+                              &j->binary, &j->err);
         /* the JSON header length stays the uncompressed one: clients inflate first */
         if (rc == 0 && j->reply_enc != ZC_NONE && zcodec_compress(&j->reply, j->reply_enc) != 0)
             j->reply_enc = ZC_NONE;
@@ -216,6 +232,21 @@ static void run_jobs(server *srv, sched_item **items, size_t n, size_t runner, j
 void server_run_batch(sched_item **items, size_t n, size_t runner, void *ctx)
 {
     run_jobs(ctx, items, n, runner, done_via_queue);
+}
+
+/* One step of the streaming median of Run() times (0: none yet). Each run moves it 1/16
+ * towards itself, up or down, so it settles on the median: a mean would follow the outliers,
+ * and on a shared machine a preempted run costs 10-100x the typical one (measured: a 512-wide
+ * MLP with a median of 67 us averaged 220 us, so it never ran inline). Timing noise only adds
+ * time, so a run under half the estimate halves it: the slow first run of a session is
+ * forgotten within a few runs. A model that truly slows down doubles past the bound in 12. */
+static uint64_t run_time_step(uint64_t est, uint64_t ns)
+{
+    if (ns == 0) ns = 1;
+    if (est == 0) return ns;
+    if (ns > est) return ns < est + est / 16 ? ns : est + est / 16;
+    if (ns < est / 2) return est / 2;
+    return ns > est - est / 16 ? ns : est - est / 16;
 }
 
 static void run_jobs(server *srv, sched_item **items, size_t n, size_t runner, job_done_fn done)
@@ -272,10 +303,10 @@ static void run_jobs(server *srv, sched_item **items, size_t n, size_t runner, j
     double t1 = ts_now();
     model_stats *st = model_stats_of(model);
     hist_observe(&st->batch, (double)m);
-    /* smoothed Run() time: what decides whether a lone request may run on the loop thread
-     * (relaxed: a lost update between runners only delays the average) */
+    /* the typical Run() time: what decides whether a lone request may run on the loop thread
+     * (relaxed: a lost update between runners only delays the estimate) */
     uint64_t ns = (uint64_t)((t1 - t0) * 1e9), old = atomic_load_explicit(&st->run_ewma_ns, memory_order_relaxed);
-    atomic_store_explicit(&st->run_ewma_ns, old ? (old * 7 + ns) / 8 : ns, memory_order_relaxed);
+    atomic_store_explicit(&st->run_ewma_ns, run_time_step(old, ns), memory_order_relaxed);
     for (size_t i = 0; i < m; i++) {
         job *j = run[i];
         j->t_end = t1;
@@ -417,8 +448,8 @@ static int plan_job(server *srv, job *j, ts_err *err)
  * before it each found nothing else in flight (one busy moment resets the streak, so under
  * concurrent load every request takes the runners and the loop stays free for I/O). And only
  * when it would not batch, the model runs without IO binding (bindings belong to runner
- * threads), and its recent Run() took at most inline_max_us: the loop is blocked for about
- * that long at most, which is also why such a run needs no deadline timer. */
+ * threads), and its typical recent Run() (run_time_step) took at most inline_max_us: the loop
+ * is blocked for about that long, which is also why such a run needs no deadline timer. */
 #define INLINE_IDLE_STREAK 8
 
 static bool run_inline_ok(server *srv, const job *j)
@@ -497,7 +528,7 @@ static int decode_job(server *srv, job *j)
         return -1;
     }
     budget_json_begin(b);
-    int rc = infer_parse(body, len, j->hlen, (size_t)srv->set->max_body_bytes, &j->req, err);
+    int rc = infer_parse_par(body, len, j->hlen, (size_t)srv->set->max_body_bytes, &srv->split, &j->req, err);
     bool refused = budget_json_end();
     budget_give(b, scratch);
     if (refused) { /* whatever the parse said, it failed for want of budget */
@@ -518,6 +549,10 @@ static int decode_job(server *srv, job *j)
 
 void server_decode_work(void *item, void *ctx)
 {
+    if (((par_item *)item)->par_helper) { /* a hand for a split in progress */
+        par_help(item);
+        return;
+    }
     job *j = item;
     server *srv = ctx;
     if (!atomic_load(&j->cancelled) && decode_job(srv, j) != 0 && !j->err.http)

@@ -12,6 +12,7 @@
 #include "doneq.h"
 #include "h1srv.h"
 #include "httpserver.h"
+#include "par.h"
 #include "server.h"
 #include "workpool.h"
 
@@ -33,6 +34,9 @@ struct server {
     doneq *decoded;             /* jobs back from the decode pool */
     doneq *llm_done;            /* LLM requests with tokens from a generation thread (server_llm.c) */
     workpool *decoder;
+    par_pool split_pool;        /* the decode pool, for splitting one big tensor's numbers */
+    kpar split;                 /* on split_pool: what the JSON codecs split across */
+    bool split_ok;              /* split_pool initialized */
     budget *bodies;             /* request bytes held: --max-inflight-body-bytes; a body is
                                  * held from its admission (before it is read) to its job's end */
     model_repo *repo;
@@ -55,6 +59,8 @@ struct server {
 /* h1req_reply for replies that may be big: their bytes count in srv->reply_pending until
  * the layer has written (or dropped) them. */
 void server_reply_counted(server *srv, h1req *req, int code, const char *ctype, buf *b);
+/* The same for a reply in pieces: b, then more[0..n_more) (taken over, each left empty). */
+void server_reply_pieces(server *srv, h1req *req, int code, const char *ctype, buf *b, buf *more, size_t n_more);
 /* The client's X-Request-Id if it is one we echo (1..128 visible ASCII bytes), else NULL. */
 const char *server_request_id(h1req *req);
 /* Exits the loop once draining, no job alive and every reply written. */

@@ -95,3 +95,31 @@ def test_inline_can_be_switched_off(repo, tmp_path):
         assert inline_runs(w) == 0
     finally:
         w.stop()
+
+
+def test_one_long_run_does_not_push_a_fast_model_off_the_loop(repo, tmp_path):
+    # The inline bound compares the model's typical Run(), not its mean: on a shared machine
+    # a preempted run costs 10-100x the usual one, and a mean kept a 60 us model off the loop
+    # for dozens of requests after each such outlier. One request of 2048 rows stands in for
+    # the outlier here (about 1 s of Run() against some 3 ms for one row).
+    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INLINE_MAX_US": "20000"})
+    try:
+        def slow(rows):
+            code, _, text = w.http("POST", "/v2/models/slow/infer", json.dumps(
+                {"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 512],
+                             "data": [0.5] * (rows * 512)}]}).encode(), timeout=120)
+            assert code == 200, text
+        for _ in range(12):
+            slow(1)  # seeds the estimate and the idle streak
+        n0 = inline_runs(w)
+        slow(1)
+        assert inline_runs(w) == n0 + 1  # one row of `slow` is well inside 20 ms: inline
+        slow(2048)
+        n1 = inline_runs(w)
+        for _ in range(12):
+            slow(1)
+        ran_inline = inline_runs(w) - n1
+        print(f"one-row requests run inline after the long one: {ran_inline} of 12")
+        assert ran_inline >= 10, ran_inline
+    finally:
+        w.stop()

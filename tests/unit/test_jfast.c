@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "infer.h"
 #include "jfast.h"
 
 static uint32_t rng = 12345;
@@ -303,6 +304,173 @@ static void test_parse_other_types(void **state)
     }
 }
 
+/* ---- one big array split across threads ------------------------------------------------- */
+
+/* A kpar that runs the ranges last first (a range that leaned on the one before it would
+ * read what is not there yet) and counts what it was asked. */
+static size_t g_runs, g_ranges;
+static void run_backwards(void *ctx, kpar_task task, void *arg, size_t n)
+{
+    (void)ctx;
+    g_runs++;
+    g_ranges += n;
+    for (size_t i = n; i-- > 0;) task(arg, i);
+}
+static const kpar k_backwards = {run_backwards, NULL, 3};
+
+/* count numbers as JSON: random FP32 values as %.17g (17-20 bytes each, like Python's
+ * json.dumps of float32 values) and short integers, with assorted spaces. */
+static char *big_array(size_t count, size_t *len)
+{
+    char *t = malloc(count * 32 + 8);
+    size_t n = 0;
+    t[n++] = '[';
+    for (size_t i = 0; i < count; i++) {
+        if (i) n += (size_t)sprintf(t + n, next() % 5 ? "," : " ,\n ");
+        uint32_t bits = next() & 0xbf7fffffu; /* finite */
+        float f;
+        memcpy(&f, &bits, 4);
+        n += (size_t)(i % 7 == 3 ? sprintf(t + n, "%d", (int)(next() % 2001) - 1000) : sprintf(t + n, "%.17g", (double)f));
+    }
+    t[n++] = ']';
+    *len = n;
+    return t;
+}
+
+/* The split parse gives the one-thread parse's bytes, every one, for counts that do and do
+ * not divide evenly; and refuses what it refuses. */
+static void test_split_parse_matches_one_thread(void **state)
+{
+    (void)state;
+    size_t counts[] = {JFAST_SPLIT_MIN, JFAST_SPLIT_MIN + 1, 150528, 200003};
+    for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+        size_t count = counts[c], len;
+        char *t = big_array(count, &len);
+        float *want = malloc(count * 4), *got = malloc(count * 4);
+        assert_int_equal(jfast_parse_array(t, t + len, DT_FP32, (uint8_t *)want, count), 0);
+        memset(got, 0xff, count * 4);
+        g_runs = g_ranges = 0;
+        assert_int_equal(jfast_parse_array_par(t, t + len, DT_FP32, (uint8_t *)got, count, &k_backwards), 0);
+        assert_true(g_runs == 2 && g_ranges == 24); /* it did split: counted, then parsed */
+        for (size_t i = 0; i < count; i++)
+            if (memcmp(&got[i], &want[i], 4) != 0) fail_msg("count %zu: element %zu differs", count, i);
+        /* one element short or over, as the one-thread parse says */
+        assert_int_equal(jfast_parse_array_par(t, t + len, DT_FP32, (uint8_t *)got, count + 1, &k_backwards), -1);
+        assert_int_equal(jfast_parse_array_par(t, t + len, DT_FP32, (uint8_t *)got, count - 1, &k_backwards), -1);
+        free(t);
+        free(want);
+        free(got);
+    }
+}
+
+/* A bad token anywhere (here in the second half, and right at a cut) fails the whole parse,
+ * so the caller's slow path words the error; empty elements too. Nested arrays are parsed
+ * on one thread, with the same answer. */
+static void test_split_parse_refuses(void **state)
+{
+    (void)state;
+    size_t count = 100000, len;
+    char *t = big_array(count, &len);
+    uint8_t *out = malloc(count * 4);
+    const char *bad[] = {"1.5x", "--1", "", "1 2", "true"};
+    /* ways 3: 12 ranges, cut at the first comma past each twelfth; the element just before
+     * and just after the ninth cut, one in between, and the last */
+    char *cut = strchr(t + 1 + (len - 2) * 9 / 12, ','), *before = cut - 1;
+    while (*before != ',') before--;
+    size_t where_at[] = {(size_t)(before - t), (size_t)(cut - t), (size_t)(strchr(t + len * 5 / 6, ',') - t),
+                         (size_t)(strrchr(t, ',') - t)};
+    for (size_t b = 0; b < sizeof bad / sizeof *bad; b++) {
+        for (size_t w = 0; w < sizeof where_at / sizeof *where_at; w++) {
+            char *c = t + where_at[w]; /* replace the element after this comma */
+            char *e = c + 1;
+            while (*e != ',' && *e != ']') e++;
+            size_t tail = (size_t)(t + len - e);
+            char *u = malloc(len + 16);
+            size_t k = (size_t)(c + 1 - t);
+            memcpy(u, t, k);
+            k += (size_t)sprintf(u + k, "%s", bad[b]);
+            memcpy(u + k, e, tail);
+            k += tail;
+            size_t n = count + (b == 3);
+            if (jfast_parse_array_par(u, u + k, DT_FP32, out, n, &k_backwards) != -1) fail_msg("\"%s\" after byte %zu taken", bad[b], where_at[w]);
+            free(u);
+        }
+    }
+    /* nested: [[...],[...]] */
+    char *nest = malloc(len + 8);
+    size_t half = (size_t)(strchr(t + len / 2, ',') - t);
+    size_t k = 0;
+    nest[k++] = '[';
+    memcpy(nest + k, t, half);
+    k += half;
+    memcpy(nest + k, "],[", 3);
+    k += 3;
+    memcpy(nest + k, t + half + 1, len - half - 1);
+    k += len - half - 1;
+    nest[k++] = ']';
+    float *want = malloc(count * 4), *got = malloc(count * 4);
+    assert_int_equal(jfast_parse_array(t, t + len, DT_FP32, (uint8_t *)want, count), 0);
+    assert_int_equal(jfast_parse_array_par(nest, nest + k, DT_FP32, (uint8_t *)got, count, &k_backwards), 0);
+    assert_memory_equal(got, want, count * 4);
+    free(nest);
+    free(want);
+    free(got);
+    free(out);
+    free(t);
+}
+
+/* A big output formatted in ranges into pieces: the pieces in order are the one-buffer
+ * reply, byte for byte, JSON length included. */
+static void test_split_encode_matches_one_buffer(void **state)
+{
+    (void)state;
+    size_t counts[] = {INFER_SPLIT_MIN - 1, INFER_SPLIT_MIN, 150529};
+    for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+        size_t count = counts[c];
+        float *y = malloc(count * 4);
+        for (size_t i = 0; i < count; i++) {
+            uint32_t bits = next() & 0xbf7fffffu;
+            memcpy(&y[i], &bits, 4);
+        }
+        int32_t small[3] = {1, -2, 3};
+        ts_tensor t[3] = {{.name = "y", .dt = DT_FP32, .ndim = 2, .shape = {1, (int64_t)count}, .count = count,
+                           .data = (uint8_t *)y, .nbytes = count * 4},
+                          {.name = "s", .dt = DT_INT32, .ndim = 1, .shape = {3}, .count = 3, .data = (uint8_t *)small,
+                           .nbytes = 12},
+                          {.name = "z", .dt = DT_FP32, .ndim = 1, .shape = {(int64_t)count}, .count = count,
+                           .data = (uint8_t *)y, .nbytes = count * 4}};
+        bool bin[3] = {false, true, false};
+        infer_result res = {.n = 3, .binary = bin, .tensors = t};
+        infer_request req = {0};
+        buf one, first;
+        buf_init(&one, SIZE_MAX);
+        buf_init(&first, SIZE_MAX);
+        size_t jl1, jl2, n_more = 0;
+        bool b1, b2;
+        buf *more = NULL;
+        ts_err err = {0};
+        assert_int_equal(infer_encode(&req, &res, "m", "1", &one, &jl1, &b1, &err), 0);
+        g_runs = g_ranges = 0;
+        assert_int_equal(infer_encode_par(&req, &res, "m", "1", &k_backwards, &first, &more, &n_more, &jl2, &b2, &err), 0);
+        bool split = count >= INFER_SPLIT_MIN;
+        assert_int_equal(n_more, split ? 2 * (2 * 3 + 1) : 0); /* 2 ranges a way, 1 piece after */
+        assert_int_equal(g_runs, split ? 2 : 0);
+        assert_int_equal(jl1, jl2);
+        assert_true(b1 && b2);
+        buf all;
+        buf_init(&all, SIZE_MAX);
+        buf_put(&all, first.data, first.len);
+        for (size_t i = 0; i < n_more; i++) buf_put(&all, more[i].data, more[i].len);
+        assert_int_equal(all.len, one.len);
+        assert_memory_equal(all.data, one.data, one.len);
+        infer_pieces_free(more, n_more);
+        buf_free(&all);
+        buf_free(&one);
+        buf_free(&first);
+        free(y);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -312,6 +480,9 @@ int main(void)
         cmocka_unit_test(test_parse_array),
         cmocka_unit_test(test_parse_f32_tricky),
         cmocka_unit_test(test_parse_other_types),
+        cmocka_unit_test(test_split_parse_matches_one_thread),
+        cmocka_unit_test(test_split_parse_refuses),
+        cmocka_unit_test(test_split_encode_matches_one_buffer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
