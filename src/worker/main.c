@@ -15,6 +15,7 @@
 #include "server.h"
 #include "server_llm.h"
 #include "settings.h"
+#include "tls.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 64, EXIT_STRICT = 78 };
 
@@ -114,6 +115,17 @@ int main(int argc, char **argv)
         log_emit(LOG_ERROR, NULL,
                  "bad settings: no model repository (set TIERSERVE_MODEL_REPOSITORY or --model-repository)");
         return EXIT_USAGE;
+    }
+
+    /* Unreadable or mismatched TLS files are a bad setting like any other: refused before
+     * anything loads (the server loads them again for real when it opens its port). */
+    if (set.tls_cert_file[0]) {
+        tls_ctx *probe = tls_server_new(set.tls_cert_file, set.tls_key_file, set.tls_client_ca_file, err, sizeof err);
+        if (!probe) {
+            log_emit(LOG_ERROR, NULL, "bad settings: %s", err);
+            return EXIT_USAGE;
+        }
+        tls_ctx_unref(probe);
     }
 
     if (ortenv_init(ort_lvl, err, sizeof err) != 0) {

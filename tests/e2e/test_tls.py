@@ -389,6 +389,14 @@ def test_bad_tls_settings_are_refused_naming_the_file(pki, tmp_path):
     assert p.returncode == 64 and "tls.key_file" in p.stderr.decode(), p.stderr.decode()
 
 
+def test_worker_bad_tls_files_are_a_settings_error_naming_the_file(pki, tmp_path):
+    """Like every other bad setting: exit 64 (EX_USAGE), before any port opens."""
+    env = {**os.environ, **sanitizer_env(), "TIERSERVE_MODEL_REPOSITORY": str(DEMO), "TIERSERVE_HTTP_PORT": "0",
+           "TIERSERVE_TLS_CERT_FILE": str(pki / "nope.pem"), "TIERSERVE_TLS_KEY_FILE": str(pki / "server.key")}
+    p = subprocess.run([BIN], capture_output=True, timeout=30, env=env)
+    assert p.returncode == 64 and str(pki / "nope.pem") in p.stderr.decode(), p.stderr.decode()[-2000:]
+
+
 def test_sensitive_pool_without_tls_behind_a_tls_listener_is_warned(pki, tmp_path):
     r = Router(router_config(pki, [1]), tmp_path)
     try:
