@@ -1,5 +1,5 @@
 """Builds a model repository holding the tiny generated decoder (tests/models/gen_llm_model.py)
-with Llama-2-chat's template in its tokenizer_config.json, as test_llm_api.py does; shared by
+with Llama-2-chat's template in its tokenizer_config.json; shared by
 the test_llm_*.py suites that need only the model, not the numpy reference."""
 import json
 import pathlib

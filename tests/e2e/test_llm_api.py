@@ -7,8 +7,6 @@ llama2-chat.jinja) written into its tokenizer_config.json (the package ships non
 """
 import http.client
 import json
-import os
-import pathlib
 import re
 import shutil
 import socket
@@ -19,10 +17,7 @@ import time
 import pytest
 
 from conftest import start_worker
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-LLM_DIR = ROOT / "tests" / "llm"
-MODELS = ROOT / "tests" / "models"
+from llm_fixture import LLM_DIR, MODELS, ROOT, write_tiny_llm
 PROMPT = "Hello world"
 PROMPT_IDS = [1, 22557, 1526]  # <s> ▁Hello ▁world: tokenizers.js encode("Hello world")
 N = 16
@@ -49,14 +44,7 @@ console.log(JSON.stringify({whole: ids.length ? tok.decode(ids, {skip_special_to
 @pytest.fixture(scope="module")
 def llm_repo(tmp_path_factory):
     repo = tmp_path_factory.mktemp("llmrepo")
-    d = repo / "tiny" / "1"
-    d.mkdir(parents=True)
-    r = subprocess.run([sys.executable, str(MODELS / "gen_llm_model.py"), str(d)], capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    cfg = json.loads((d / "tokenizer_config.json").read_text())
-    cfg["chat_template"] = (LLM_DIR / "chat_templates" / "llama2-chat.jinja").read_text()
-    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    d = write_tiny_llm(repo / "tiny" / "1")
     shutil.copytree(ROOT / "models" / "demo", repo / "demo")
     # the numpy reference's greedy tokens for PROMPT
     pj = repo.parent / "prompts.json"

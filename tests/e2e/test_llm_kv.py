@@ -14,6 +14,7 @@ import time
 import pytest
 
 from conftest import BIN, start_worker
+from llm_fixture import write_tiny_llm
 from test_llm_api import MODELS, N, PROMPT, node_decode, PROMPT_IDS
 
 PROMPTS = ["Hello world", "Once upon a time, in a land far away, there lived a", "1 2 3",
@@ -24,11 +25,7 @@ LENS = [24, 5, 12, 9]
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     repo = tmp_path_factory.mktemp("kvrepo")
-    d = repo / "tiny" / "1"
-    d.mkdir(parents=True)
-    r = subprocess.run([sys.executable, str(MODELS / "gen_llm_model.py"), str(d)], capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    write_tiny_llm(repo / "tiny" / "1")
     return repo
 
 
