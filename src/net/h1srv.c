@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -811,6 +813,42 @@ size_t h1srv_close_idle(h1srv *s)
 size_t h1srv_open(const h1srv *s) { return s->open; }
 size_t h1srv_cut(const h1srv *s) { return s->cut; }
 size_t h1srv_refused(const h1srv *s) { return s->refused; }
+
+/* Descriptors open now (listeners, logs, loop internals, models): -1 when unknown. */
+static long fds_open(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    long n = -1; /* the directory's own descriptor */
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+void h1srv_check_fd_limit(const h1srv *s, size_t reserve)
+{
+    if (!s->lim.max_conns) return;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    long now = fds_open();
+    size_t keep = reserve + (size_t)(now > 0 ? now : 0);
+    rlim_t need = (rlim_t)(s->lim.max_conns + keep);
+    /* the soft limit is often far below the hard one (systemd: 1024 of 524288): take what
+     * the cap needs, as nginx and Go do, so the default cap works without an ulimit */
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        struct rlimit up = {.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max,
+                            .rlim_max = rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl.rlim_cur = up.rlim_cur;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need) return;
+    const char *name = s->lim.max_conns_setting ? s->lim.max_conns_setting : "max_conns";
+    size_t room = rl.rlim_cur > keep ? (size_t)rl.rlim_cur - keep : 0;
+    LOG_WARN_(NULL, "%s=%zu cannot be reached: the open-file limit (RLIMIT_NOFILE) is %llu, and %zu of it "
+              "are kept for the listener, backends, models and logs, so about %zu client connections fit; "
+              "raise the limit (ulimit -n, LimitNOFILE=, the container's nofile) or lower %s",
+              name, s->lim.max_conns, (unsigned long long)rl.rlim_cur, keep, room, name);
+}
 
 size_t h1srv_unflushed(const h1srv *s)
 {
