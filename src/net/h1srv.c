@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,6 +27,13 @@
 
 #define LINGER_MAX_S 2.0              /* a closing connection drains its input this long */
 #define LINGER_MAX_BYTES (4u << 20)   /* and at most this much */
+
+/* Every read that starts with nothing buffered lands here and is parsed at once, so a
+ * connection between requests holds no read buffer: only bytes left unparsed (a pipelined
+ * request behind one being handled, read-ahead) move into a buffer of the connection's own
+ * (c->own). One per loop thread; bytes in it never outlive the conn_process that parses them,
+ * since the next read (of any connection) overwrites it. */
+static _Thread_local uint8_t t_rbuf[H1_RBUF];
 
 static void conn_process(h1conn *c);
 static void conn_release(h1conn *c);
@@ -98,7 +107,7 @@ static void conn_release(h1conn *c)
     if (c->held && s->hold) s->hold(c->held, false, s->hold_arg);
     SSL_free(c->ssl);
     if (c->fd >= 0) close(c->fd);
-    free(c->rbuf);
+    free(c->own);
     free(c);
 }
 
@@ -170,12 +179,47 @@ static size_t rbuf_bound(const h1conn *c)
     return b < H1_RBUF ? H1_RBUF : b;
 }
 
-/* Room for at most want more bytes at rbuf + rend; returns how many fit (0: none may). */
-static size_t rbuf_room(h1conn *c, size_t want)
+/* The part of an own buffer of cap bytes that is drawn through the hold hook: up to H1_RBUF
+ * is the connection's own, as it always was. */
+static size_t held_part(size_t cap) { return cap > H1_RBUF ? cap - H1_RBUF : 0; }
+
+/* Resizes the connection's own buffer to ncap bytes (0: frees it), drawing what passes
+ * H1_RBUF through the hold hook and giving back what no longer does. Returns false (the
+ * buffer as it was) when the hook or the allocator refuses. */
+static bool own_resize(h1conn *c, size_t ncap)
 {
     h1srv *s = c->s;
+    size_t was = held_part(c->rcap), will = held_part(ncap);
+    if (will > was && s->hold && !s->hold(will - was, true, s->hold_arg)) return false;
+    uint8_t *nb = NULL;
+    if (ncap) {
+        nb = realloc(c->own, ncap);
+        if (!nb) {
+            if (will > was && s->hold) s->hold(will - was, false, s->hold_arg);
+            return false;
+        }
+    } else {
+        free(c->own);
+    }
+    if (will > was && s->hold) {
+        c->held += will - was;
+    } else if (was > will) {
+        size_t give = was - will < c->held ? was - will : c->held;
+        if (give && s->hold) s->hold(give, false, s->hold_arg);
+        c->held -= give;
+    }
+    if (c->rbuf == c->own) c->rbuf = nb;
+    c->own = nb;
+    c->rcap = ncap;
+    return true;
+}
+
+/* Room for at most want more bytes after the unparsed ones in the connection's own buffer;
+ * returns how many fit (0: none may). */
+static size_t rbuf_room(h1conn *c, size_t want)
+{
     if (c->rstart > 0) {
-        memmove(c->rbuf, c->rbuf + c->rstart, c->rend - c->rstart);
+        memmove(c->own, c->own + c->rstart, c->rend - c->rstart);
         c->rend -= c->rstart;
         c->rstart = 0;
     }
@@ -184,35 +228,41 @@ static size_t rbuf_room(h1conn *c, size_t want)
     if (want > bound - c->rend) want = bound - c->rend;
     if (c->rcap - c->rend >= want) return want;
     size_t ncap = c->rend + want;
-    if (ncap < c->rcap * 2 && c->rcap * 2 <= bound) ncap = c->rcap * 2;
-    size_t extra = ncap - c->rcap; /* past H1_RBUF: rcap never sits below it */
-    if (s->hold && !s->hold(extra, true, s->hold_arg)) return c->rcap - c->rend;
-    uint8_t *nb = realloc(c->rbuf, ncap);
-    if (!nb) {
-        if (s->hold) s->hold(extra, false, s->hold_arg);
-        return c->rcap - c->rend;
-    }
-    if (s->hold) c->held += extra;
-    c->rbuf = nb;
-    c->rcap = ncap;
-    return want;
+    if (c->rcap < H1_RBUF && ncap > H1_RBUF) ncap = H1_RBUF; /* the free part first */
+    else if (ncap < c->rcap * 2 && c->rcap * 2 <= bound) ncap = c->rcap * 2;
+    if (!own_resize(c, ncap)) return c->rcap - c->rend;
+    return c->rcap - c->rend < want ? c->rcap - c->rend : want;
 }
 
-/* Back to the connection's own buffer once the read-ahead is parsed. */
-static void rbuf_shrink(h1conn *c)
+/* After parsing: bytes left unparsed in t_rbuf move into an own buffer of their size; an
+ * own buffer parsed empty is freed, one grown past H1_RBUF for read-ahead shrinks back once
+ * parsed down. Returns -1 when out of memory for the bytes to keep. */
+static int rbuf_settle(h1conn *c)
 {
-    if (c->rcap <= H1_RBUF || c->rend - c->rstart > H1_RBUF) return;
-    memmove(c->rbuf, c->rbuf + c->rstart, c->rend - c->rstart);
-    c->rend -= c->rstart;
-    c->rstart = 0;
-    uint8_t *nb = realloc(c->rbuf, H1_RBUF);
-    if (!nb) return;
-    size_t extra = c->rcap - H1_RBUF;
-    c->rbuf = nb;
-    c->rcap = H1_RBUF;
-    size_t give = extra < c->held ? extra : c->held;
-    if (give && c->s->hold) c->s->hold(give, false, c->s->hold_arg);
-    c->held -= give;
+    if (c->lingering || c->failed) c->rstart = c->rend; /* never parsed: dropped */
+    size_t n = c->rend - c->rstart;
+    if (c->rbuf == t_rbuf) {
+        c->rbuf = c->own; /* NULL: the read that chose t_rbuf let go of an empty own one */
+        size_t from = c->rstart;
+        c->rstart = c->rend = 0;
+        if (n == 0) return 0;
+        if (!own_resize(c, n)) return -1; /* n <= H1_RBUF: the hook is not asked */
+        memcpy(c->own, t_rbuf + from, n);
+        c->rbuf = c->own;
+        c->rend = n;
+        return 0;
+    }
+    if (!c->own) return 0;
+    if (n == 0) {
+        own_resize(c, 0);
+        c->rstart = c->rend = 0;
+    } else if (c->rcap > H1_RBUF && n <= H1_RBUF) {
+        memmove(c->own, c->own + c->rstart, n);
+        c->rstart = 0;
+        c->rend = n;
+        own_resize(c, H1_RBUF); /* a failed shrink keeps the larger buffer */
+    }
+    return 0;
 }
 
 /* A body whose length is known and whose bytes are all that comes next is read straight
@@ -246,13 +296,19 @@ static void conn_read(h1conn *c)
         h1req *r = c->req;
         dst = r->body + r->body_len;
         want = r->body_want - r->body_len;
-    } else {
+    } else if (c->rstart < c->rend) { /* the new bytes join the unparsed ones */
         want = rbuf_room(c, H1_RBUF);
         if (want == 0) {
             stop_reading(c);
             return;
         }
         dst = c->rbuf + c->rend;
+    } else {
+        if (c->own) own_resize(c, 0);
+        c->rbuf = NULL;
+        c->rstart = c->rend = 0;
+        dst = t_rbuf;
+        want = H1_RBUF;
     }
     ssize_t n = io_read(c, dst, want);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
@@ -277,6 +333,7 @@ static void conn_read(h1conn *c)
             return;
         }
     } else {
+        if (dst == t_rbuf) c->rbuf = t_rbuf; /* conn_process settles it before it returns */
         c->rend += (size_t)n;
     }
     conn_process(c);
@@ -341,7 +398,7 @@ static void conn_process(h1conn *c)
             r->state = REQ_HANDLING;
             c->waiting_since = 0;
             c->after_reply = false;
-            rbuf_shrink(c);
+            if (c->rbuf != t_rbuf) rbuf_settle(c); /* bytes in t_rbuf are settled below */
             c->s->cb(r, c->s->arg);
             continue;
         }
@@ -370,10 +427,17 @@ static void conn_process(h1conn *c)
     c->processing = false;
     c->busy--;
     if (c->closed) {
+        if (c->rbuf == t_rbuf) c->rbuf = NULL;
         if (c->busy == 0) conn_release(c);
         return;
     }
-    if (!c->lingering && c->rstart == c->rend && c->rcap > H1_RBUF) rbuf_shrink(c);
+    if (rbuf_settle(c) != 0) {
+        LOG_WARN_(NULL, "closing a connection from %s: out of memory for %zu pipelined bytes", c->peer,
+                  c->rend - c->rstart);
+        c->rstart = c->rend = 0;
+        conn_close(c, false);
+        return;
+    }
     if (!c->lingering && !c->failed && !c->reading && rbuf_bound(c) > c->rend - c->rstart) start_reading(c);
 }
 
@@ -408,7 +472,7 @@ void h1conn_reply_done(h1conn *c)
     c->after_reply = true;
     c->got_bytes = c->rstart < c->rend;
     if (c->rstart < c->rend) event_active(c->later, EV_TIMEOUT, 0); /* pipelined: on a later turn */
-    else if (c->rcap > H1_RBUF) rbuf_shrink(c);
+    else if (!c->processing) rbuf_settle(c); /* an idle connection keeps no read buffer */
     start_reading(c);
 }
 
@@ -517,21 +581,18 @@ static h1conn *conn_new(h1srv *s, int fd)
     c->s = s;
     c->fd = fd;
     c->out_tail = &c->out_head;
-    c->rbuf = malloc(H1_RBUF);
-    c->rcap = H1_RBUF;
     c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_readable, c);
     c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, NULL, NULL);
     if (event_base_get_features(s->base) & EV_FEATURE_EARLY_CLOSE)
         c->cev = event_new(s->base, fd, EV_CLOSED | EV_PERSIST, on_closed, c);
     c->poll_ev = evtimer_new(s->base, on_peer_poll, c);
     c->later = event_new(s->base, -1, 0, on_later, c);
-    if (!c->rbuf || !c->rev || !c->wev || !c->poll_ev || !c->later) {
+    if (!c->rev || !c->wev || !c->poll_ev || !c->later) {
         if (c->rev) event_free(c->rev);
         if (c->wev) event_free(c->wev);
         if (c->cev) event_free(c->cev);
         if (c->poll_ev) event_free(c->poll_ev);
         if (c->later) event_free(c->later);
-        free(c->rbuf);
         free(c);
         return NULL;
     }
@@ -752,6 +813,42 @@ size_t h1srv_close_idle(h1srv *s)
 size_t h1srv_open(const h1srv *s) { return s->open; }
 size_t h1srv_cut(const h1srv *s) { return s->cut; }
 size_t h1srv_refused(const h1srv *s) { return s->refused; }
+
+/* Descriptors open now (listeners, logs, loop internals, models): -1 when unknown. */
+static long fds_open(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    long n = -1; /* the directory's own descriptor */
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+void h1srv_check_fd_limit(const h1srv *s, size_t reserve)
+{
+    if (!s->lim.max_conns) return;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    long now = fds_open();
+    size_t keep = reserve + (size_t)(now > 0 ? now : 0);
+    rlim_t need = (rlim_t)(s->lim.max_conns + keep);
+    /* the soft limit is often far below the hard one (systemd: 1024 of 524288): take what
+     * the cap needs, as nginx and Go do, so the default cap works without an ulimit */
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        struct rlimit up = {.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max,
+                            .rlim_max = rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl.rlim_cur = up.rlim_cur;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need) return;
+    const char *name = s->lim.max_conns_setting ? s->lim.max_conns_setting : "max_conns";
+    size_t room = rl.rlim_cur > keep ? (size_t)rl.rlim_cur - keep : 0;
+    LOG_WARN_(NULL, "%s=%zu cannot be reached: the open-file limit (RLIMIT_NOFILE) is %llu, and %zu of it "
+              "are kept for the listener, backends, models and logs, so about %zu client connections fit; "
+              "raise the limit (ulimit -n, LimitNOFILE=, the container's nofile) or lower %s",
+              name, s->lim.max_conns, (unsigned long long)rl.rlim_cur, keep, room, name);
+}
 
 size_t h1srv_unflushed(const h1srv *s)
 {

@@ -109,6 +109,11 @@ size_t h1srv_close_idle(h1srv *s);
 size_t h1srv_open(const h1srv *s);      /* connections open */
 size_t h1srv_cut(const h1srv *s);       /* connections cut for being too slow */
 size_t h1srv_refused(const h1srv *s);   /* connections refused: max_conns were open */
+/* At start: raises the soft RLIMIT_NOFILE toward max_conns + reserve + the descriptors open
+ * now (as far as the hard limit allows), and logs a warning naming both numbers when
+ * max_conns connections still cannot all be open. reserve: descriptors the program needs
+ * besides (backend connections, models, logs). */
+void h1srv_check_fd_limit(const h1srv *s, size_t reserve);
 size_t h1srv_unflushed(const h1srv *s); /* connections with reply bytes not yet in the kernel */
 /* Closes every connection (each live request's end callback runs with completed=false)
  * and frees the server. */

@@ -12,7 +12,7 @@
 #include "h1srv.h"
 #include "tls.h"
 
-#define H1_RBUF (64 * 1024)  /* a connection's own read buffer, and one read's size */
+#define H1_RBUF (64 * 1024)  /* one read's size; an own buffer up to it needs no hold */
 #define H1_IOV_MAX 64        /* segments handed to one writev */
 #define H1_PEER_POLL_MS 50   /* a paused reader looks for a hang-up this often */
 
@@ -86,9 +86,11 @@ struct h1conn {
     int fd;
     struct event *rev, *wev, *cev, *poll_ev, *later;
     http_parser p;
-    uint8_t *rbuf;
-    size_t rcap, rstart, rend;  /* unparsed bytes: rbuf[rstart, rend) */
-    size_t held;                /* read-ahead bytes drawn through the hold hook */
+    /* unparsed bytes: rbuf[rstart, rend); rbuf is the loop thread's read buffer while a read
+     * is parsed, else own (NULL: nothing buffered, the state of an idle connection) */
+    uint8_t *rbuf, *own;
+    size_t rcap, rstart, rend;  /* rcap: own's size */
+    size_t held;                /* own's bytes past H1_RBUF, drawn through the hold hook */
     h1req *req;                 /* being parsed, handled or answered; NULL between requests */
     h1out *out_head, **out_tail;
     size_t out_bytes;

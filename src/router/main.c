@@ -250,6 +250,20 @@ static int parse_args(int argc, char **argv, const char **path, bool *check)
     return 0;
 }
 
+/* Descriptors the router needs besides its clients': each backend's pooled connections
+ * (a name counts as one backend until it resolves), and a margin for probes, DNS and logs. */
+static size_t backend_fd_reserve(const router_config *cfg)
+{
+    size_t n = 64;
+    for (unsigned i = 0; i < cfg->pools_count; i++) {
+        const rc_pool *p = &cfg->pools[i];
+        size_t pool = (size_t)p->backends_count * p->max_in_flight;
+        if (p->pool_max_in_flight && p->pool_max_in_flight < pool) pool = p->pool_max_in_flight;
+        n += pool + p->backends_count; /* and a probe each */
+    }
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     /* Request bodies of megabytes (JSON tensors) pass through here. glibc raises its mmap
@@ -333,11 +347,13 @@ int main(int argc, char **argv)
         }
     }
     /* a request must arrive whole, and a reply be taken, within 10 s (slowloris, slow
-     * readers); an idle keep-alive connection is closed after as long */
+     * readers); an idle keep-alive connection is closed after as long; past max_connections
+     * a client gets the layer's canned 503 (on TLS: the close) before it costs anything */
     h1srv_limits lim;
-    httpserver_h1_limits(&lim, r.cfg->max_body_bytes, 10.0, 0, NULL);
+    httpserver_h1_limits(&lim, r.cfg->max_body_bytes, 10.0, r.cfg->max_connections, "max_connections");
     r.http = r.base ? h1srv_create(r.base, &lim, rt_on_request, &r) : NULL;
     if (r.http && r.tls_listen) h1srv_set_tls(r.http, r.tls_listen);
+    if (r.http) h1srv_check_fd_limit(r.http, backend_fd_reserve(r.cfg));
     if (!r.http || h1srv_bind(r.http, r.cfg->address, r.cfg->port, &r.port, err, sizeof err)) {
         log_emit(LOG_ERROR, NULL, "%s", r.http ? err : "could not set up the HTTP server");
         return 1;

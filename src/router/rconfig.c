@@ -86,6 +86,8 @@ static const rc_key k_keys[] = {
      .help = "one \"access\" log line per inference request at its end (`tierbench trace` reads them)"},
     {T_("max_body_bytes", max_body_bytes), UINT_("67108864", 1024, 4294967295.0),
      .help = "largest request body, also once inflated (413 above it)"},
+    {T_("max_connections", max_connections), UINT_("4096", 1, 1048576),
+     .help = "client connections held at once; the one past it gets a 503 naming this key and is closed"},
     {T_("priority_header", priority_header), STR_(RK_HEADER, "X-Priority", 1, 63),
      .help = "urgent | normal (absent) | batch"},
     {T_("data_class_header", data_class_header), STR_(RK_HEADER, "X-Data-Class", 1, 63),
@@ -317,6 +319,7 @@ static const cyaml_schema_field_t k_top_fields[] = {
     CYAML_FIELD_IGNORE("request_timeout_ms", CYAML_FLAG_OPTIONAL), /* retired: see k_retired */
     CYAML_FIELD_BOOL("access_log", CYAML_FLAG_OPTIONAL, router_config, access_log),
     CYAML_FIELD_UINT("max_body_bytes", CYAML_FLAG_OPTIONAL, router_config, max_body_bytes),
+    CYAML_FIELD_UINT("max_connections", CYAML_FLAG_OPTIONAL, router_config, max_connections),
     TOP_STR("priority_header", priority_header),
     TOP_STR("data_class_header", data_class_header),
     TOP_STR("request_id_header", request_id_header),

@@ -483,6 +483,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     h1srv_set_body_admit(srv->http, admit_body, srv);
     h1srv_set_readahead_hold(srv->http, hold_readahead, srv);
     h1srv_set_error_body(srv->http, server_llm_error_body, srv);
+    h1srv_check_fd_limit(srv->http, 64); /* models, logs, the loop's own: counted as open now, and a margin */
     if (s->tls_cert_file[0] && tls_apply(srv, err, errlen) != 0) {
         server_destroy(srv);
         return NULL;
