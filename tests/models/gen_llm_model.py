@@ -258,7 +258,10 @@ def main(argv):
         HEAD_DIM = HIDDEN // HEADS
         del args[i:i + 2]
     args = [a for a in args if a != "--fp16"]
-    if len(args) != 1:
+    if args in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    if len(args) != 1 or args[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 64
     write(args[0], fp16, tok)
