@@ -1,7 +1,14 @@
 /* The syscall floor for the spike: no HTTP library and no loop, one blocking thread per
  * connection doing read() until a whole request is in (head by "\r\n\r\n", body by
  * Content-Length) and one writev() of the same reply the servers send. It trusts its client
- * (bench_loadgen) and checks nothing: it shows what the kernel and loopback cost alone. */
+ * (bench_loadgen) and checks nothing: it shows what the kernel and loopback cost alone.
+ *
+ *   spike_floor PORT [spin]
+ *
+ * spin: poll the socket without blocking instead of sleeping in read(), so the server's core
+ * never idles between requests. On a VM an idle core's wake-up can cost tens of
+ * microseconds; the difference between the two floors is that cost. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +23,16 @@
 
 #define CAP (64 * 1024)
 
+static int g_spin;
+
+static ssize_t get(int fd, char *p, size_t n)
+{
+    for (;;) {
+        ssize_t r = recv(fd, p, n, g_spin ? MSG_DONTWAIT : 0);
+        if (r >= 0 || !g_spin || (errno != EAGAIN && errno != EWOULDBLOCK)) return r;
+    }
+}
+
 static void *serve(void *arg)
 {
     int fd = (int)(intptr_t)arg;
@@ -28,7 +45,7 @@ static void *serve(void *arg)
     char *buf = malloc(CAP);
     size_t len = 0;
     for (;;) {
-        ssize_t n = buf ? read(fd, buf + len, CAP - len) : -1;
+        ssize_t n = buf ? get(fd, buf + len, CAP - len) : -1;
         if (n <= 0) break;
         len += (size_t)n;
         for (;;) {
@@ -54,7 +71,8 @@ out:
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) return 64;
+    if (argc != 2 && !(argc == 3 && strcmp(argv[2], "spin") == 0)) return 64;
+    g_spin = argc == 3;
     int ls = spike_listen(argv[1], 0);
     if (ls < 0) return 1;
     for (;;) {
