@@ -127,7 +127,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* the bytes are all out and the response is not over: the backend leaves */
         close(sv[0]);
         sv[0] = -1;
-        for (int t = 0; t < 50 && in_flight; t++) {
+        /* a pausing callback takes one loop turn per body piece (at least a byte each) */
+        for (size_t t = 0; t < size + 64 && in_flight; t++) {
             if (action == 3 && h1cli_paused(cur)) h1cli_resume(cur);
             event_base_loop(base, EVLOOP_NONBLOCK);
         }
