@@ -209,6 +209,9 @@ static int on_headers_complete(http_parser *p)
         if (o) {
             h1out_push(c, o);
             h1conn_flush(c);
+            /* a failed write closed the connection and freed r: the body's bytes behind the
+             * head must not reach on_body */
+            if (c->closed) return -1;
         }
     }
     return 0;

@@ -491,6 +491,30 @@ static void test_expect_100_continue(void **state)
     fx_free(f);
 }
 
+/* The whole request (Expect: 100-continue and the body) arrives with the client's reset
+ * behind it: the 100's write fails inside the parse and the connection goes; the parse must
+ * stop there, not hand the body's bytes to a request already freed. */
+static void test_expect_100_client_reset(void **state)
+{
+    (void)state;
+    fx *f = fx_new(ECHO, 100, 10, 0);
+    client *c = cconnect(f);
+    const char raw[] = "POST /e HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\nbody";
+    assert_int_equal(send(c->fd, raw, sizeof raw - 1, MSG_NOSIGNAL), (ssize_t)(sizeof raw - 1));
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    assert_int_equal(setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    cclose(c); /* a reset: the server reads the bytes, then its write fails */
+    double end = ts_now() + 2;
+    while (h1srv_open(f->s) != 0 && ts_now() < end) {
+        pump(f);
+        struct timespec ts = {0, 500000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(h1srv_open(f->s), 0);
+    assert_int_equal(f->requests, 0);
+    fx_free(f);
+}
+
 static void test_head_gets_headers_only(void **state)
 {
     (void)state;
@@ -756,6 +780,7 @@ int main(void)
         cmocka_unit_test(test_400_framing),
         cmocka_unit_test(test_501_505),
         cmocka_unit_test(test_expect_100_continue),
+        cmocka_unit_test(test_expect_100_client_reset),
         cmocka_unit_test(test_head_gets_headers_only),
         cmocka_unit_test(test_header_injection_refused),
         cmocka_unit_test(test_max_conns_503),
