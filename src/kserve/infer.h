@@ -103,10 +103,14 @@ int infer_encode(const infer_request *r, const infer_result *res, const char *mo
 /* The same, a big output's "data" (INFER_SPLIT_MIN elements or more, not BYTES) formatted
  * by par's threads in ranges, each into its own buffer: the reply is out, then the *n_more
  * buffers of *more in order (NULL/0 when out holds it all; free with infer_pieces_free).
- * *json_len and the response limit (out's) count all the pieces. */
+ * *json_len and the response limit (out's) count all the pieces; an output that might not fit
+ * in what is left of it is formatted in one piece, which stops at the limit. */
 #define INFER_SPLIT_MIN 65536
 #define INFER_SPLIT_RANGES 8
 #define INFER_PIECES_MAX 32
+/* The most text one number takes with its comma (%.17g of a double is at most 24 bytes):
+ * an output is split only when count times this fits in what is left of the limit. */
+#define INFER_ELEM_TEXT_MAX 32
 int infer_encode_par(const infer_request *r, const infer_result *res, const char *model,
                      const char *version, const kpar *par, buf *out, buf **more, size_t *n_more,
                      size_t *json_len, bool *binary, ts_err *err);

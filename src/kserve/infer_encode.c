@@ -123,7 +123,12 @@ int infer_encode_par(const infer_request *r, const infer_result *res, const char
         buf_puts(cur, ",\"data\":");
         size_t nr = par ? par->ways * 2 : 0; /* ranges, and one piece for what follows */
         if (nr > INFER_SPLIT_RANGES) nr = INFER_SPLIT_RANGES;
-        if (!split || t->dt == DT_BYTES || t->count < INFER_SPLIT_MIN || nx + nr + 1 > INFER_PIECES_MAX) {
+        /* Split only what surely fits: the one buffer stops at the limit, but ranges formatted
+         * side by side would each grow until the end's check (several times the limit). */
+        size_t used = out->len;
+        for (size_t k = 0; k < nx; k++) used += extra[k].len;
+        bool fits = used < out->limit && t->count <= (out->limit - used) / INFER_ELEM_TEXT_MAX;
+        if (!split || !fits || t->dt == DT_BYTES || t->count < INFER_SPLIT_MIN || nx + nr + 1 > INFER_PIECES_MAX) {
             put_json_range(cur, t, 0, t->count);
             buf_putc(cur, '}');
             continue;
@@ -133,7 +138,7 @@ int infer_encode_par(const infer_request *r, const infer_result *res, const char
             ts_err_set(err, TS_INTERNAL_ERROR, "out of memory for the reply");
             return -1;
         }
-        for (size_t k = 0; k <= nr; k++) buf_init(&extra[nx + k], out->limit);
+        for (size_t k = 0; k <= nr; k++) buf_init(&extra[nx + k], out->limit - used);
         fmt_split fs = {t, &extra[nx], nr};
         kpar_run(par, fmt_range, &fs, nr);
         nx += nr + 1;

@@ -471,12 +471,47 @@ static void test_split_encode_matches_one_buffer(void **state)
     }
 }
 
+/* An output that might not fit the response limit is never split: ranges formatted side by
+ * side would each grow until the end's check, several times the limit in memory. */
+static void test_encode_split_never_risks_the_limit(void **state)
+{
+    (void)state;
+    size_t count = INFER_SPLIT_MIN * 2;
+    float *y = calloc(count, 4);
+    for (size_t i = 0; i < count; i++) y[i] = -1.17549435e-38f; /* 15 characters each */
+    ts_tensor t = {.name = "y", .dt = DT_FP32, .ndim = 1, .shape = {(int64_t)count}, .count = count,
+                   .data = (uint8_t *)y, .nbytes = count * 4};
+    bool bin = false;
+    infer_result res = {.n = 1, .binary = &bin, .tensors = &t};
+    infer_request req = {0};
+    size_t limits[] = {count * 8, count * INFER_ELEM_TEXT_MAX - 1, count * INFER_ELEM_TEXT_MAX + 4096};
+    for (size_t l = 0; l < sizeof limits / sizeof *limits; l++) {
+        buf out;
+        buf_init(&out, limits[l]);
+        buf *more = NULL;
+        size_t jl = 0, n_more = 0;
+        bool b = false;
+        ts_err err = {0};
+        g_runs = g_ranges = 0;
+        int rc = infer_encode_par(&req, &res, "m", "1", &k_backwards, &out, &more, &n_more, &jl, &b, &err);
+        bool may_split = l == 2;
+        assert_int_equal(g_runs, may_split ? 1 : 0);
+        assert_int_equal(rc, l == 0 ? -1 : 0); /* 8 bytes a number: over the limit */
+        if (rc) assert_non_null(strstr(err.msg, "response limit"));
+        assert_true(out.cap <= limits[l]);
+        infer_pieces_free(more, n_more);
+        buf_free(&out);
+    }
+    free(y);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f32_format_matches_printf),
         cmocka_unit_test(test_int_format),
         cmocka_unit_test(test_find_data),
+        cmocka_unit_test(test_encode_split_never_risks_the_limit),
         cmocka_unit_test(test_parse_array),
         cmocka_unit_test(test_parse_f32_tricky),
         cmocka_unit_test(test_parse_other_types),
