@@ -64,10 +64,14 @@ static void finish(llm_seq *s, int32_t tok, llm_finish fin, const ts_err *err)
 /* Appends the token sampled from row and reports it; returns true if the sequence ended
  * (and was freed). With `later`, an ending sequence is only marked SEQ_DONE: leaving its
  * slot, the final callback and the freeing are the caller's (*later filled in). */
-static bool take_token(llm_engine *e, llm_seq *s, const float *row, struct ended *later)
+static bool take_token(llm_engine *e, llm_seq *s, float *row, struct ended *later)
 {
+    /* row is this sequence's own row of e->logits: penalizing it touches no other one */
+    if (s->counts) llm_counts_penalize(s->counts, row, &s->params.sample);
     int32_t tok = llm_sample(e->sampler, row, &s->params.sample, &s->rng);
     s->tokens[s->n_tokens++] = tok;
+    /* never full: the map holds as many ids as the sequence may generate */
+    if (s->counts) (void)llm_counts_add(s->counts, tok);
     llm_finish fin = LLM_FIN_NONE;
     if (!s->params.ignore_eos && gen_config_is_eos(&e->m->gen, tok)) fin = LLM_FIN_EOS;
     else if ((int64_t)(s->n_tokens - s->n_prompt) >= s->params.max_new_tokens || s->n_tokens >= s->cap)
@@ -351,6 +355,14 @@ static int check_params(const llm_gen_params *p, ts_err *err)
     }
     if (s->top_k < 0) {
         ts_err_set(err, TS_BAD_REQUEST, "top_k must be 0 (off) or more");
+        return -1;
+    }
+    if (!(s->presence_penalty >= -2 && s->presence_penalty <= 2)) {
+        ts_err_set(err, TS_BAD_REQUEST, "presence_penalty must be in [-2, 2]");
+        return -1;
+    }
+    if (!(s->frequency_penalty >= -2 && s->frequency_penalty <= 2)) {
+        ts_err_set(err, TS_BAD_REQUEST, "frequency_penalty must be in [-2, 2]");
         return -1;
     }
     return 0;

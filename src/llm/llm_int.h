@@ -50,6 +50,7 @@ typedef struct llm_seq {
     size_t kv_bytes;          /* its size once allocated */
     llm_gen_params params;
     llm_rng rng;
+    llm_counts *counts;       /* the generated tokens' counts; NULL when both penalties are 0 */
     seq_state state;
     atomic_bool cancelled;
     llm_token_fn cb;

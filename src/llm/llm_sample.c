@@ -158,3 +158,72 @@ int32_t llm_sample(llm_sampler *s, const float *logits, const llm_sample_params 
     }
     return s->idx[m - 1];
 }
+
+bool llm_sample_penalized(const llm_sample_params *p)
+{
+    return p->presence_penalty != 0 || p->frequency_penalty != 0;
+}
+
+/* Open addressing with linear probing over a power-of-two table at most half full; the
+ * distinct ids sit densely in first-seen order, so penalizing walks only them. */
+struct llm_counts {
+    size_t max, n, mask;
+    int32_t *ids;     /* n distinct ids */
+    uint32_t *cnt;    /* their counts */
+    uint32_t *slot;   /* 1 + an index into ids; 0: empty */
+};
+
+llm_counts *llm_counts_new(size_t max)
+{
+    if (max == 0) max = 1;
+    if (max > UINT32_MAX / 4) return NULL;
+    size_t slots = 2;
+    while (slots < 2 * max) slots *= 2;
+    llm_counts *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->max = max;
+    c->mask = slots - 1;
+    c->ids = malloc(max * sizeof *c->ids);
+    c->cnt = malloc(max * sizeof *c->cnt);
+    c->slot = calloc(slots, sizeof *c->slot);
+    if (!c->ids || !c->cnt || !c->slot) {
+        llm_counts_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void llm_counts_free(llm_counts *c)
+{
+    if (!c) return;
+    free(c->ids);
+    free(c->cnt);
+    free(c->slot);
+    free(c);
+}
+
+int llm_counts_add(llm_counts *c, int32_t id)
+{
+    size_t h = (size_t)(((uint32_t)id * 0x9e3779b1u) ^ ((uint32_t)id >> 16)) & c->mask;
+    for (;; h = (h + 1) & c->mask) {
+        uint32_t at = c->slot[h];
+        if (at == 0) break;
+        if (c->ids[at - 1] == id) {
+            c->cnt[at - 1]++;
+            return 0;
+        }
+    }
+    if (c->n == c->max) return -1;
+    c->ids[c->n] = id;
+    c->cnt[c->n] = 1;
+    c->slot[h] = (uint32_t)++c->n;
+    return 0;
+}
+
+void llm_counts_penalize(const llm_counts *c, float *logits, const llm_sample_params *p)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        float *l = &logits[c->ids[i]];
+        *l = (float)((double)*l - ((double)c->cnt[i] * p->frequency_penalty + p->presence_penalty));
+    }
+}

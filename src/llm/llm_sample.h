@@ -6,11 +6,18 @@
  * sequence's own PRNG (xoshiro256** seeded through splitmix64): the same seed and logits
  * give the same tokens on every run and platform.
  *
+ * Before that (greedy included), the OpenAI / vLLM penalties may lower the logits of the
+ * tokens the sequence has generated so far (the prompt does not count): a token generated
+ * c > 0 times loses c * frequency_penalty + presence_penalty. The counts live in an
+ * llm_counts, a map bounded by the sequence's max new tokens (never one slot per
+ * vocabulary id: vocabularies reach 150k).
+ *
  * Ownership: an llm_sampler holds scratch space for one vocabulary and belongs to one
- * thread (the generation thread); an llm_rng belongs to one sequence. */
+ * thread (the generation thread); an llm_rng and an llm_counts belong to one sequence. */
 #ifndef TS_LLM_SAMPLE_H
 #define TS_LLM_SAMPLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,7 +25,12 @@ typedef struct {
     double temperature; /* 0: greedy */
     int64_t top_k;      /* 0: off */
     double top_p;       /* 1 (or more): off */
+    double presence_penalty;  /* [-2, 2]; both 0: no penalty, no llm_counts */
+    double frequency_penalty; /* [-2, 2] */
 } llm_sample_params;
+
+/* True when either penalty is non-zero (only then does a sequence keep an llm_counts). */
+bool llm_sample_penalized(const llm_sample_params *p);
 
 typedef struct {
     uint64_t s[4];
@@ -36,5 +48,17 @@ void llm_sampler_free(llm_sampler *s);
 
 /* logits: vocab values (the sampler's vocab). Returns the chosen id. NaN logits never win. */
 int32_t llm_sample(llm_sampler *s, const float *logits, const llm_sample_params *p, llm_rng *rng);
+
+typedef struct llm_counts llm_counts;
+
+/* A map for at most max distinct ids (a sequence's max new tokens). NULL when out of memory. */
+llm_counts *llm_counts_new(size_t max);
+void llm_counts_free(llm_counts *c);
+/* Counts one more occurrence of id. Returns 0, or -1 when id would be distinct id max + 1
+ * (the map is unchanged). */
+int llm_counts_add(llm_counts *c, int32_t id);
+/* Lowers logits[t] by c(t) * frequency_penalty + presence_penalty for every counted t
+ * (computed in double, rounded once to float: the same value whatever the order). */
+void llm_counts_penalize(const llm_counts *c, float *logits, const llm_sample_params *p);
 
 #endif

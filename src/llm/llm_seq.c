@@ -39,6 +39,8 @@ llm_seq *llm_seq_new(const llm_model *m, const int32_t *prompt, size_t n, const 
     memcpy(s->tokens, prompt, n * sizeof *prompt);
     s->n_tokens = s->n_prompt = n;
     s->params = *p;
+    /* only what may be generated is counted (not the prompt), so want - n ids at most */
+    if (llm_sample_penalized(&p->sample) && !(s->counts = llm_counts_new(want - n))) goto oom;
     atomic_init(&s->cancelled, false);
     return s;
 oom:
@@ -80,6 +82,7 @@ void llm_seq_free(llm_seq *s)
 {
     if (!s) return;
     free(s->tokens);
+    llm_counts_free(s->counts);
     if (s->kv_val) g_ort->ReleaseValue(s->kv_val);
     else free(s->kv);
     free(s);

@@ -757,10 +757,14 @@ static int parse_rest(json_t *body, bool chat, v1_args *a, verr *e)
     if (GET("best_of") && (!is_int(v) || json_integer_value(v) != 1))
         return fail(e, 400, "best_of", "'best_of' must be 1: this server generates one choice per request");
     if (GET("user") && !json_is_string(v)) return fail(e, 400, "user", "'user' must be a string");
-    static const char *const penalties[] = {"presence_penalty", "frequency_penalty"};
-    for (size_t i = 0; i < 2; i++)
-        if (GET(penalties[i]) && (!json_is_number(v) || json_number_value(v) != 0))
-            return fail(e, 400, penalties[i], "'%s' is not supported (only 0)", penalties[i]);
+    if (GET("presence_penalty")) {
+        if (check_num(v, "presence_penalty", -2, 2, &d, e)) return -1;
+        a->gp.sample.presence_penalty = d;
+    }
+    if (GET("frequency_penalty")) {
+        if (check_num(v, "frequency_penalty", -2, 2, &d, e)) return -1;
+        a->gp.sample.frequency_penalty = d;
+    }
     if (GET("logprobs") && !json_is_false(v))
         return fail(e, 400, "logprobs", "'logprobs' is not supported");
     if (GET("top_logprobs")) return fail(e, 400, "top_logprobs", "'top_logprobs' is not supported");

