@@ -86,6 +86,14 @@ def answer(c):
     return r.status, json.loads(data)
 
 
+def answer_raw(c):
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    assert r.status == 200, data
+    return data
+
+
 def post(w, b):
     return answer(send(w, b))
 
@@ -128,23 +136,44 @@ def test_chat_accepts_penalties(llm):
     assert a["usage"]["completion_tokens"] >= 1
 
 
-def test_concurrent_penalized_and_plain_each_equal_solo(llm):
-    long_n = 64  # long enough that the two surely share decode steps
-    solo_p = post(llm, body(max_tokens=long_n, frequency_penalty=1.5))
-    solo_q = post(llm, body(max_tokens=long_n))
-    assert solo_p[0] == 200 and solo_q[0] == 200
-    assert solo_p[1]["choices"][0]["text"] != solo_q[1]["choices"][0]["text"]
-    # both requests are on the wire before either answer is read
-    cp = send(llm, body(max_tokens=long_n, frequency_penalty=1.5))
-    cq = send(llm, body(max_tokens=long_n))
-    both_p, both_q = answer(cp), answer(cq)
-    assert both_p[0] == 200 and both_q[0] == 200
-    assert both_p[1]["choices"][0]["text"] == solo_p[1]["choices"][0]["text"]
-    assert both_q[1]["choices"][0]["text"] == solo_q[1]["choices"][0]["text"]
-    # and they did run in one batch at least once (this worker's only concurrent requests)
+def sse_text(data):
+    text = data.decode("utf-8")
+    events = [e[len("data: "):] for e in text.split("\n\n")[:-1]]
+    assert events[-1] == "[DONE]", text[-300:]
+    return "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
+
+
+@pytest.mark.parametrize("long_penalised", [False, True])
+def test_concurrent_penalized_and_plain_each_equal_solo(llm, long_penalised):
+    """A long streamed request is decoding (its first token read) when a short one arrives:
+    the short one then runs every step in a batch with the long one, in a later row. One of
+    the two is penalised, the other not; each must equal its solo output."""
+    long_b = body(max_tokens=400, stream=True)
+    short_b = body(max_tokens=48)
+    (long_b if long_penalised else short_b)["frequency_penalty"] = 1.5
+    solo_long = sse_text(answer_raw(send(llm, long_b)))
+    code, solo_short = post(llm, short_b)
+    assert code == 200, solo_short
+    cl = send(llm, long_b)
+    rl = cl.getresponse()
+    assert rl.status == 200
+    first = rl.readline()
+    assert first.startswith(b"data: "), first
+    code, both_short = post(llm, short_b)
+    rest = rl.read()
+    cl.close()
+    assert code == 200, both_short
+    assert both_short["choices"][0]["text"] == solo_short["choices"][0]["text"]
+    assert sse_text(first + rest) == solo_long
+    # the short one did share decode steps with the long one
     _, st = llm.get_json("/v2/status")
     tiny = [m for m in st["models"] if m["name"] == "tiny"][0]
     assert tiny["llm"]["max_batch"] >= 2, tiny["llm"]
+    # and the penalty matters at this length
+    plain = dict(short_b)
+    plain.pop("frequency_penalty", None)
+    pen = dict(plain, frequency_penalty=1.5)
+    assert post(llm, plain)[1]["choices"][0]["text"] != post(llm, pen)[1]["choices"][0]["text"]
 
 
 @pytest.mark.parametrize("param", ["presence_penalty", "frequency_penalty"])
