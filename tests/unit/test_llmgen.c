@@ -210,6 +210,59 @@ static void test_distribution(void **state)
     llm_sampler_free(s);
 }
 
+/* The penalties: c(t) * frequency + presence off each generated t, in double rounded once;
+ * ids never generated untouched; a map for max ids refuses id max + 1; ids far apart that
+ * share low bits (a 150k vocabulary) are told apart. */
+static void test_penalties(void **state)
+{
+    (void)state;
+    assert_false(llm_sample_penalized(&(llm_sample_params){.temperature = 1, .top_p = 1}));
+    assert_true(llm_sample_penalized(&(llm_sample_params){.presence_penalty = -0.5}));
+    assert_true(llm_sample_penalized(&(llm_sample_params){.frequency_penalty = 2}));
+    enum { V = 150000 };
+    float *l = calloc(V, sizeof *l);
+    assert_non_null(l);
+    for (size_t i = 0; i < V; i++) l[i] = 1.0f;
+    llm_counts *c = llm_counts_new(5);
+    assert_non_null(c);
+    int32_t gen[] = {7, 131079, 7, 7, 149999}; /* 131079 = 7 + 2^17 */
+    for (size_t i = 0; i < 5; i++) assert_int_equal(llm_counts_add(c, gen[i]), 0);
+    assert_int_equal(llm_counts_add(c, 7), 0);      /* an id it holds: counted */
+    assert_int_equal(llm_counts_add(c, 3), 0);      /* third distinct id of five */
+    llm_counts_free(c);
+
+    c = llm_counts_new(3);
+    for (size_t i = 0; i < 5; i++) assert_int_equal(llm_counts_add(c, gen[i]), 0);
+    assert_int_equal(llm_counts_add(c, 42), -1);    /* a fourth distinct id */
+    llm_sample_params p = {.temperature = 0, .top_p = 1, .presence_penalty = 0.25, .frequency_penalty = 1.5};
+    llm_counts_penalize(c, l, &p);
+    assert_true(l[7] == (float)(1.0 - (3 * 1.5 + 0.25)));
+    assert_true(l[131079] == (float)(1.0 - (1 * 1.5 + 0.25)));
+    assert_true(l[149999] == (float)(1.0 - (1 * 1.5 + 0.25)));
+    size_t touched = 0;
+    for (size_t i = 0; i < V; i++) touched += l[i] != 1.0f;
+    assert_int_equal(touched, 3);
+    assert_true(l[42] == 1.0f && l[3] == 1.0f);
+
+    /* greedy after the penalty: 7 led by 0.5 and loses it; negative penalties raise */
+    for (size_t i = 0; i < V; i++) l[i] = 0.0f;
+    l[7] = 0.5f;
+    l[8] = 0.4f;
+    llm_sampler *s = llm_sampler_new(V);
+    llm_rng r;
+    llm_rng_seed(&r, 1);
+    llm_sample_params g = {.temperature = 0, .top_p = 1, .frequency_penalty = 0.1};
+    llm_counts_penalize(c, l, &g); /* 7 counted 3 times: 0.5 - 0.3 */
+    assert_int_equal(llm_sample(s, l, &g, &r), 8);
+    g = (llm_sample_params){.temperature = 0, .top_p = 1, .presence_penalty = -2};
+    llm_counts_penalize(c, l, &g);
+    assert_int_equal(llm_sample(s, l, &g, &r), 7); /* 7 at 2.2; 131079, 149999 at 1.9 */
+    llm_sampler_free(s);
+    llm_counts_free(c);
+    llm_counts_free(NULL);
+    free(l);
+}
+
 /* xoshiro256** seeded through splitmix64: fixed values, so a seed means the same on every
  * platform and release. */
 static void test_rng_fixed(void **state)
@@ -285,7 +338,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sig_optimum),     cmocka_unit_test(test_sig_refusals),
         cmocka_unit_test(test_greedy_and_ties), cmocka_unit_test(test_distribution),
-        cmocka_unit_test(test_rng_fixed),       cmocka_unit_test(test_gen_config),
+        cmocka_unit_test(test_rng_fixed),       cmocka_unit_test(test_penalties),
+        cmocka_unit_test(test_gen_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
