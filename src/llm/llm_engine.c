@@ -70,7 +70,7 @@ static bool take_token(llm_engine *e, llm_seq *s, float *row, struct ended *late
     if (s->counts) llm_counts_penalize(s->counts, row, &s->params.sample);
     int32_t tok = llm_sample(e->sampler, row, &s->params.sample, &s->rng);
     s->tokens[s->n_tokens++] = tok;
-    /* never full: the map holds as many ids as the sequence may generate */
+    /* never full: the map holds as many distinct ids as the sequence may generate */
     if (s->counts) (void)llm_counts_add(s->counts, tok);
     llm_finish fin = LLM_FIN_NONE;
     if (!s->params.ignore_eos && gen_config_is_eos(&e->m->gen, tok)) fin = LLM_FIN_EOS;

@@ -39,8 +39,10 @@ llm_seq *llm_seq_new(const llm_model *m, const int32_t *prompt, size_t n, const 
     memcpy(s->tokens, prompt, n * sizeof *prompt);
     s->n_tokens = s->n_prompt = n;
     s->params = *p;
-    /* only what may be generated is counted (not the prompt), so want - n ids at most */
-    if (llm_sample_penalized(&p->sample) && !(s->counts = llm_counts_new(want - n))) goto oom;
+    /* only what may be generated is counted (not the prompt): want - n distinct ids at
+     * most, and never more than the vocabulary holds */
+    size_t distinct = want - n < m->sig.vocab ? want - n : m->sig.vocab;
+    if (llm_sample_penalized(&p->sample) && !(s->counts = llm_counts_new(distinct))) goto oom;
     atomic_init(&s->cancelled, false);
     return s;
 oom:
