@@ -20,6 +20,7 @@ import pytest
 
 from conftest import SANITIZED, start_worker
 from test_router import Router, pools_config
+from test_router_conns import read_reply as read_framed
 
 N = 200
 PAD = 56 << 10           # most of the 64 KiB a connection's read buffer was
@@ -42,23 +43,10 @@ def big_request(kind):
 
 
 def read_reply(s):
-    """One Content-Length framed reply; returns (status, head bytes)."""
-    data = b""
-    deadline = time.monotonic() + 10
-    while b"\r\n\r\n" not in data and time.monotonic() < deadline:
-        chunk = s.recv(65536)
-        assert chunk, f"connection closed before a reply: {data[:200]!r}"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    assert b"\r\n\r\n" in data, data[:200]
-    n = int(re.search(rb"(?im)^content-length: *(\d+)", head).group(1))
-    while len(body) < n and time.monotonic() < deadline:
-        chunk = s.recv(65536)
-        assert chunk, "connection closed inside a reply"
-        body += chunk
-    assert len(body) == n, (len(body), n)
-    assert not re.search(rb"(?im)^connection: *close", head), head  # it stays open
-    return int(head.split(b" ", 2)[1]), head
+    """One Content-Length framed reply on a connection that stays open: (status, head)."""
+    status, head, _ = read_framed(s)
+    assert not re.search(rb"(?im)^connection: *close", head), head
+    return status, head
 
 
 def idle_connections_growth(port, pid, kind):

