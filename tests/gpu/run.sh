@@ -22,6 +22,9 @@
 # completions (concurrent, different lengths) must give the same text on both.
 #
 #   tests/gpu/run.sh [path/to/tierserve]
+#   (tests/gpu/bundle.sh packs all of it, binaries and libraries included, for a machine
+#   without our build dependencies; rehearsed on a CPU-only machine, where it runs through
+#   and fails only the GPU tier's checks)
 #   LD_LIBRARY_PATH may need the CUDA/cuDNN library folders, and (when the binary was built
 #   elsewhere) the folder holding libevent/jansson/yaml/hwloc shared objects.
 set -uo pipefail
