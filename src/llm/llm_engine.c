@@ -25,6 +25,8 @@ struct llm_engine {
     llm_engine_stats st;      /* under mu */
     /* the generation thread's own */
     llm_sampler *sampler;
+    float *lp_row;            /* vocab: a logits row kept from the penalties for logprobs
+                                 (allocated on the first penalized logprobs sequence) */
     float *logits;            /* max_active x vocab */
     llm_seq **batch;
     llm_kv_ctx *kv;           /* the bound path's batch and IoBinding (NULL: host path) */
@@ -67,8 +69,22 @@ static void finish(llm_seq *s, int32_t tok, llm_finish fin, const ts_err *err)
 static bool take_token(llm_engine *e, llm_seq *s, float *row, struct ended *later)
 {
     /* row is this sequence's own row of e->logits: penalizing it touches no other one */
+    const float *raw = row; /* logprobs read the model's own row, before the penalties */
+    bool lp = s->params.logprobs && s->params.on_logprobs;
+    if (lp && s->counts) {
+        if (!e->lp_row) e->lp_row = malloc(e->m->sig.vocab * sizeof *e->lp_row);
+        if (e->lp_row) {
+            memcpy(e->lp_row, row, e->m->sig.vocab * sizeof *row);
+            raw = e->lp_row;
+        }
+    }
     if (s->counts) llm_counts_penalize(s->counts, row, &s->params.sample);
     int32_t tok = llm_sample(e->sampler, row, &s->params.sample, &s->rng);
+    if (lp) {
+        llm_logprobs out;
+        llm_logprobs_compute(raw, e->m->sig.vocab, tok, s->params.top_logprobs, &out);
+        s->params.on_logprobs(s->ud, s->id, &out);
+    }
     s->tokens[s->n_tokens++] = tok;
     /* never full: the map holds as many distinct ids as the sequence may generate */
     if (s->counts) (void)llm_counts_add(s->counts, tok);
@@ -338,6 +354,7 @@ void llm_engine_free(llm_engine *e)
     free(e->batch);
     free(e->ended);
     free(e->logits);
+    free(e->lp_row);
     llm_sampler_free(e->sampler);
     free(e);
 }
@@ -351,6 +368,10 @@ static int check_params(const llm_gen_params *p, ts_err *err)
     }
     if (!isfinite(s->top_p) || s->top_p <= 0 || s->top_p > 1) {
         ts_err_set(err, TS_BAD_REQUEST, "top_p must be in (0, 1]");
+        return -1;
+    }
+    if (p->logprobs && (p->top_logprobs < 0 || p->top_logprobs > LLM_MAX_TOP_LOGPROBS)) {
+        ts_err_set(err, TS_BAD_REQUEST, "top_logprobs must be in [0, %d]", LLM_MAX_TOP_LOGPROBS);
         return -1;
     }
     if (s->top_k < 0) {

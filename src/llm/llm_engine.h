@@ -67,6 +67,13 @@ typedef struct {
     /* Optional: called on the generation thread when the sequence leaves the wait queue for
      * a slot (its queue time ends there). */
     void (*on_join)(void *ud, uint64_t seq_id);
+    /* Optional log probabilities (computed only when logprobs is set: zero cost otherwise):
+     * on the generation thread, just before each token's callback, on_logprobs gets that
+     * token's llm_logprobs with top_logprobs (0..LLM_MAX_TOP_LOGPROBS) alternatives, from the
+     * raw logits row (before penalties and sampling). */
+    bool logprobs;
+    int top_logprobs;
+    void (*on_logprobs)(void *ud, uint64_t seq_id, const llm_logprobs *lp);
 } llm_gen_params;
 
 /* The error hook, on the generation thread, around every Run() (a prefill chunk or a decode

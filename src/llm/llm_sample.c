@@ -227,3 +227,42 @@ void llm_counts_penalize(const llm_counts *c, float *logits, const llm_sample_pa
         *l = (float)((double)*l - ((double)c->cnt[i] * p->frequency_penalty + p->presence_penalty));
     }
 }
+
+/* ---- log probabilities ---- */
+
+void llm_logprobs_compute(const float *row, size_t vocab, int32_t chosen, int n_top, llm_logprobs *out)
+{
+    if (n_top < 0) n_top = 0;
+    if (n_top > LLM_MAX_TOP_LOGPROBS) n_top = LLM_MAX_TOP_LOGPROBS;
+    if (n_top > 0 && (size_t)n_top > vocab) n_top = (int)vocab;
+    float mx = -INFINITY;
+    for (size_t i = 0; i < vocab; i++)
+        if (row[i] > mx) mx = row[i]; /* NaN compares false: skipped */
+    double sum = 0;
+    if (isfinite(mx))
+        for (size_t i = 0; i < vocab; i++)
+            if (row[i] == row[i]) sum += exp((double)row[i] - (double)mx);
+    /* log-sum-exp; every logprob is x - lse, rounded once to float */
+    double lse = isfinite(mx) ? (double)mx + log(sum) : INFINITY;
+    float vals[LLM_MAX_TOP_LOGPROBS];
+    int n = 0;
+    for (size_t i = 0; i < vocab && n_top > 0; i++) {
+        float x = row[i];
+        if (x != x) continue;
+        /* ids ascend: a strict > keeps the lower id ahead on a tie */
+        if (n == n_top && !(x > vals[n - 1])) continue;
+        int at = n < n_top ? n++ : n - 1;
+        while (at > 0 && x > vals[at - 1]) {
+            vals[at] = vals[at - 1];
+            out->top_id[at] = out->top_id[at - 1];
+            at--;
+        }
+        vals[at] = x;
+        out->top_id[at] = (int32_t)i;
+    }
+    out->n_top = n;
+    for (int k = 0; k < n; k++) out->top_lp[k] = (float)((double)vals[k] - lse);
+    out->id = chosen;
+    float c = chosen >= 0 && (size_t)chosen < vocab ? row[chosen] : NAN;
+    out->logprob = c == c ? (float)((double)c - lse) : -INFINITY;
+}

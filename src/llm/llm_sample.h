@@ -49,6 +49,25 @@ void llm_sampler_free(llm_sampler *s);
 /* logits: vocab values (the sampler's vocab). Returns the chosen id. NaN logits never win. */
 int32_t llm_sample(llm_sampler *s, const float *logits, const llm_sample_params *p, llm_rng *rng);
 
+/* OpenAI's log probabilities of one step: the log-softmax of the model's own logits row
+ * (before temperature, penalties, top-k/top-p: vLLM's default), computed max-subtracted
+ * with a double accumulator, for the chosen token and the n_top best ids (logprob
+ * descending, the lower id first on a tie; NaN logits count as -inf and never rank).
+ * Bounded work per step: one pass for the sum, one for a top-n insertion (n <= 20), no sort
+ * of the vocabulary. */
+#define LLM_MAX_TOP_LOGPROBS 20
+
+typedef struct {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_id[LLM_MAX_TOP_LOGPROBS];
+    float top_lp[LLM_MAX_TOP_LOGPROBS];
+} llm_logprobs;
+
+/* row: vocab logits; chosen: the sampled id; n_top: 0..LLM_MAX_TOP_LOGPROBS (clamped). */
+void llm_logprobs_compute(const float *row, size_t vocab, int32_t chosen, int n_top, llm_logprobs *out);
+
 typedef struct llm_counts llm_counts;
 
 /* A map for at most max distinct ids (a sequence's max new tokens). NULL when out of memory. */

@@ -104,6 +104,15 @@ const char *tok_id_token(const tokenizer *t, int32_t id, size_t *len)
     return t->arena.p + t->id_off[id];
 }
 
+const unsigned char *tok_id_bytes(const tokenizer *t, int32_t id, size_t *len)
+{
+    *len = 0;
+    if (id < 0 || (size_t)id >= t->nid || t->id_len[id] == UINT32_MAX)
+        return NULL;
+    *len = t->dec_len[id];
+    return (const unsigned char *)t->arena.p + t->dec_off[id];
+}
+
 int32_t tok_bos(const tokenizer *t)
 {
     return t->bos;

@@ -63,6 +63,9 @@ int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip_speci
 int32_t tok_token_id(const tokenizer *t, const char *token);
 /* The token's text, or NULL for an id outside the vocabulary; *len gets its length. */
 const char *tok_id_token(const tokenizer *t, int32_t id, size_t *len);
+/* The bytes the id decodes to on its own (before the Strip decoder and the clean-up; may be
+ * part of a UTF-8 character), or NULL for an id outside the vocabulary; *len gets their count. */
+const unsigned char *tok_id_bytes(const tokenizer *t, int32_t id, size_t *len);
 /* tokenizer_config.json's bos_token / eos_token, or -1 when it names none. */
 int32_t tok_bos(const tokenizer *t);
 int32_t tok_eos(const tokenizer *t);

@@ -2,6 +2,7 @@
 #include "server_llm.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -89,14 +90,21 @@ typedef struct lreq {
     llm_finish fin;
     ts_err fin_err;
     bool queued;              /* in the doneq now */
+    llm_logprobs *lp_pend, *lp_work; /* with logprobs: pend's and work's entries, same index */
     /* the generation thread's own (one sequence's callbacks never overlap) */
     double t_last;
     bool got_first;
+    llm_logprobs lp_cur;      /* the next token's, from on_logprobs */
     /* the loop's own */
     tok_stream *ts;
     buf text;                 /* non-stream: the answer so far */
     buf pending;              /* decoded, not yet emitted (may hold a stop string's start) */
     buf outq;                 /* SSE bytes held while the reader is slow */
+    /* logprobs: one entry per generated token, in order; [0, n_lp_out) went out with their
+     * text, the rest wait while their text is withheld (a stop string's possible start) */
+    struct lp_ent { llm_logprobs lp; size_t start, end; } *lp_ents;
+    size_t n_lp, n_lp_out, lp_chunk_from;
+    size_t emitted;           /* bytes of answer text emitted so far */
     char stops[LLM_MAX_STOPS][LLM_MAX_STOP_BYTES + 1];
     size_t stop_len[LLM_MAX_STOPS], n_stops, max_stop;
     size_t n_prompt, n_gen;
@@ -306,6 +314,9 @@ static void free_req(lreq *r)
     buf_free(&r->outq);
     free(r->pend);
     free(r->work);
+    free(r->lp_pend);
+    free(r->lp_work);
+    free(r->lp_ents);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -406,6 +417,77 @@ static void put_usage(lreq *r, buf *b)
 }
 
 /* A chunk with text (and, last, a finish reason). */
+/* A float for JSON: -inf (a logit of -inf) becomes OpenAI's -9999.0. */
+static void put_lp(buf *b, float v)
+{
+    if (isfinite(v)) buf_printf(b, "%.9g", (double)v);
+    else buf_puts(b, "-9999.0");
+}
+
+/* A token's text: its bytes as a JSON string (bytes that are not UTF-8 become U+FFFD). */
+static void put_tok_text(lreq *r, buf *b, int32_t id, bool with_bytes)
+{
+    size_t n = 0;
+    const unsigned char *p = tok_id_bytes(r->L->tok, id, &n);
+    buf_put_json_str(b, p ? (const char *)p : "", n);
+    if (!with_bytes) return;
+    buf_puts(b, ",\"bytes\":[");
+    for (size_t i = 0; i < n; i++) buf_printf(b, "%s%u", i ? "," : "", (unsigned)p[i]);
+    buf_putc(b, ']');
+}
+
+/* The logprobs object of entries [from, to): chat's {"content": [...], "refusal": null} or
+ * the legacy completions' four parallel lists. */
+static void put_logprobs(lreq *r, buf *b, size_t from, size_t to)
+{
+    if (r->chat) {
+        buf_puts(b, "{\"content\":[");
+        for (size_t i = from; i < to; i++) {
+            const llm_logprobs *lp = &r->lp_ents[i].lp;
+            buf_puts(b, i > from ? ",{\"token\":" : "{\"token\":");
+            put_tok_text(r, b, lp->id, true);
+            buf_puts(b, ",\"logprob\":");
+            put_lp(b, lp->logprob);
+            buf_puts(b, ",\"top_logprobs\":[");
+            for (int k = 0; k < lp->n_top; k++) {
+                buf_puts(b, k ? ",{\"token\":" : "{\"token\":");
+                put_tok_text(r, b, lp->top_id[k], true);
+                buf_puts(b, ",\"logprob\":");
+                put_lp(b, lp->top_lp[k]);
+                buf_puts(b, "}");
+            }
+            buf_puts(b, "]}");
+        }
+        buf_puts(b, "],\"refusal\":null}");
+        return;
+    }
+    buf_puts(b, "{\"tokens\":[");
+    for (size_t i = from; i < to; i++) {
+        if (i > from) buf_putc(b, ',');
+        put_tok_text(r, b, r->lp_ents[i].lp.id, false);
+    }
+    buf_puts(b, "],\"token_logprobs\":[");
+    for (size_t i = from; i < to; i++) {
+        if (i > from) buf_putc(b, ',');
+        put_lp(b, r->lp_ents[i].lp.logprob);
+    }
+    buf_puts(b, "],\"top_logprobs\":[");
+    for (size_t i = from; i < to; i++) {
+        const llm_logprobs *lp = &r->lp_ents[i].lp;
+        buf_puts(b, i > from ? ",{" : "{");
+        for (int k = 0; k < lp->n_top; k++) {
+            if (k) buf_putc(b, ',');
+            put_tok_text(r, b, lp->top_id[k], false);
+            buf_putc(b, ':');
+            put_lp(b, lp->top_lp[k]);
+        }
+        buf_putc(b, '}');
+    }
+    buf_puts(b, "],\"text_offset\":[");
+    for (size_t i = from; i < to; i++) buf_printf(b, "%s%zu", i > from ? "," : "", r->lp_ents[i].start);
+    buf_puts(b, "]}");
+}
+
 static void sse_chunk(lreq *r, const char *text, size_t len, bool role, const char *finish)
 {
     buf b;
@@ -425,7 +507,14 @@ static void sse_chunk(lreq *r, const char *text, size_t len, bool role, const ch
         buf_put_json_str(&b, text, len);
         buf_putc(&b, ',');
     }
-    buf_puts(&b, "\"logprobs\":null,\"finish_reason\":");
+    /* a chunk that carries tokens carries their entries (see emit) */
+    if (r->gp.logprobs && !role && !finish) {
+        buf_puts(&b, "\"logprobs\":");
+        put_logprobs(r, &b, r->lp_chunk_from, r->n_lp_out);
+        buf_puts(&b, ",\"finish_reason\":");
+    } else {
+        buf_puts(&b, "\"logprobs\":null,\"finish_reason\":");
+    }
     if (finish) buf_printf(&b, "\"%s\"", finish);
     else buf_puts(&b, "null");
     buf_puts(&b, "}]");
@@ -435,9 +524,20 @@ static void sse_chunk(lreq *r, const char *text, size_t len, bool role, const ch
     buf_free(&b);
 }
 
-static void emit(lreq *r, const char *text, size_t len)
+/* Emits len more bytes of answer text. With logprobs, the entries go out with the text: an
+ * entry leaves once its token's whole text has (end <= emitted; a token that decoded to no
+ * text yet leaves with the text before it); at a stop string (stop), the entries of the
+ * tokens with any text before the match leave and the rest are dropped with the stop text. */
+static void emit(lreq *r, const char *text, size_t len, bool stop)
 {
-    if (!len) return;
+    size_t from = r->n_lp_out;
+    r->emitted += len;
+    while (r->n_lp_out < r->n_lp &&
+           (r->lp_ents[r->n_lp_out].end <= r->emitted || (stop && r->lp_ents[r->n_lp_out].start < r->emitted)))
+        r->n_lp_out++;
+    if (stop) r->n_lp = r->n_lp_out;
+    if (!len && r->n_lp_out == from) return;
+    r->lp_chunk_from = from;
     if (r->stream) sse_chunk(r, text, len, false, NULL);
     else buf_put(&r->text, text, len);
 }
@@ -484,7 +584,13 @@ static void finish_reply(lreq *r, const char *reason)
             buf_put_json_str(&b, r->text.data ? (const char *)r->text.data : "", r->text.len);
             buf_putc(&b, ',');
         }
-        buf_printf(&b, "\"logprobs\":null,\"finish_reason\":\"%s\"}],\"usage\":", reason);
+        if (r->gp.logprobs) {
+            buf_puts(&b, "\"logprobs\":");
+            put_logprobs(r, &b, 0, r->n_lp_out);
+            buf_printf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", reason);
+        } else {
+            buf_printf(&b, "\"logprobs\":null,\"finish_reason\":\"%s\"}],\"usage\":", reason);
+        }
         put_usage(r, &b);
         buf_putc(&b, '}');
         h1req_reply(r->http, 200, "application/json", &b);
@@ -526,7 +632,7 @@ static bool scan_stops(lreq *r, bool final)
         if (hit && (size_t)(hit - p) < at) at = (size_t)(hit - p);
     }
     if (at != SIZE_MAX) {
-        emit(r, p, at); /* the stop string itself is never sent */
+        emit(r, p, at, true); /* the stop string itself is never sent */
         r->pending.len = 0;
         return true;
     }
@@ -536,20 +642,23 @@ static bool scan_stops(lreq *r, bool final)
         for (size_t k = n < r->max_stop - 1 ? n : r->max_stop - 1; k > 0 && !hold; k--)
             for (size_t i = 0; i < r->n_stops && !hold; i++)
                 if (k < r->stop_len[i] && memcmp(p + n - k, r->stops[i], k) == 0) hold = k;
-    emit(r, p, n - hold);
+    emit(r, p, n - hold, false);
     memmove(r->pending.data, p + n - hold, hold);
     r->pending.len = hold;
     return false;
 }
 
-static void take_token(lreq *r, int32_t tok, bool last)
+static void take_token(lreq *r, int32_t tok, const llm_logprobs *lp, bool last)
 {
     r->n_gen++;
     ts_err e = {0};
+    size_t start = r->emitted + r->pending.len;
     if (tok_stream_feed(r->ts, tok, &r->pending, &e) || (last && tok_stream_finish(r->ts, &r->pending, &e))) {
         fail_reply(r, 500, NULL, e.msg, OUT_ERROR);
         return;
     }
+    if (lp && r->n_lp < r->cap) /* the entry waits with its text in pending */
+        r->lp_ents[r->n_lp++] = (struct lp_ent){*lp, start, r->emitted + r->pending.len};
     if (buf_failed(&r->pending)) {
         fail_reply(r, 500, NULL, "decoded text over its bound", OUT_ERROR);
         return;
@@ -572,7 +681,10 @@ static void on_token(void *ud, uint64_t seq, int32_t tok, llm_finish fin, const 
         atomic_fetch_add(&r->L->gen_tokens, 1);
     }
     pthread_mutex_lock(&r->mu);
-    if (tok >= 0 && r->n_pend < r->cap) r->pend[r->n_pend++] = tok;
+    if (tok >= 0 && r->n_pend < r->cap) {
+        if (r->lp_pend) r->lp_pend[r->n_pend] = r->lp_cur;
+        r->pend[r->n_pend++] = tok;
+    }
     if (fin != LLM_FIN_NONE) {
         r->fin = fin;
         if (err) r->fin_err = *err;
@@ -581,6 +693,14 @@ static void on_token(void *ud, uint64_t seq, int32_t tok, llm_finish fin, const 
     r->queued = true;
     pthread_mutex_unlock(&r->mu);
     if (push) doneq_push(r->srv->llm_done, r); /* after this the loop owns r */
+}
+
+/* Generation thread: the next token's entry, stored until its on_token. */
+static void on_logprobs(void *ud, uint64_t seq, const llm_logprobs *lp)
+{
+    (void)seq;
+    lreq *r = ud;
+    r->lp_cur = *lp;
 }
 
 static void on_join(void *ud, uint64_t seq)
@@ -605,6 +725,9 @@ static void on_tokens(void *item, void *ctx)
     size_t n = r->n_pend;
     r->pend = r->work;
     r->work = t;
+    llm_logprobs *lps = r->lp_pend;
+    r->lp_pend = r->lp_work;
+    r->lp_work = lps;
     r->n_pend = 0;
     llm_finish fin = r->fin;
     ts_err ferr = r->fin_err;
@@ -613,7 +736,7 @@ static void on_tokens(void *item, void *ctx)
     if (!srv->http) r->http = NULL; /* shutting down: every connection is gone */
     r->busy++;
     for (size_t i = 0; i < n && !r->finished && r->http; i++)
-        take_token(r, t[i], fin != LLM_FIN_NONE && i + 1 == n);
+        take_token(r, t[i], lps ? &lps[i] : NULL, fin != LLM_FIN_NONE && i + 1 == n);
     if (fin != LLM_FIN_NONE) {
         r->engine_done = true;
         if (!r->finished && r->http) {
@@ -765,9 +888,25 @@ static int parse_rest(json_t *body, bool chat, v1_args *a, verr *e)
         if (check_num(v, "frequency_penalty", -2, 2, &d, e)) return -1;
         a->gp.sample.frequency_penalty = d;
     }
-    if (GET("logprobs") && !json_is_false(v))
-        return fail(e, 400, "logprobs", "'logprobs' is not supported");
-    if (GET("top_logprobs")) return fail(e, 400, "top_logprobs", "'top_logprobs' is not supported");
+    if (chat) {
+        if (GET("logprobs")) {
+            if (!json_is_boolean(v)) return fail(e, 400, "logprobs", "'logprobs' must be a boolean");
+            a->gp.logprobs = json_is_true(v);
+        }
+        if (GET("top_logprobs")) {
+            if (!a->gp.logprobs)
+                return fail(e, 400, "top_logprobs", "'top_logprobs' is only allowed when 'logprobs' is true");
+            if (!is_int(v) || json_integer_value(v) < 0 || json_integer_value(v) > LLM_MAX_TOP_LOGPROBS)
+                return fail(e, 400, "top_logprobs", "'top_logprobs' must be an integer in [0, %d]",
+                            LLM_MAX_TOP_LOGPROBS);
+            a->gp.top_logprobs = (int)json_integer_value(v);
+        }
+    } else if (GET("logprobs")) {
+        if (!is_int(v) || json_integer_value(v) < 0 || json_integer_value(v) > 5)
+            return fail(e, 400, "logprobs", "'logprobs' must be an integer in [0, 5]");
+        a->gp.logprobs = true;
+        a->gp.top_logprobs = (int)json_integer_value(v);
+    }
     if (GET("logit_bias") && !(json_is_object(v) && json_object_size(v) == 0))
         return fail(e, 400, "logit_bias", "'logit_bias' is not supported");
     if (GET("echo") && !json_is_false(v)) return fail(e, 400, "echo", "'echo' is not supported");
@@ -1069,7 +1208,15 @@ static int prepare(lreq *r)
     r->pend = malloc(r->cap * sizeof *r->pend);
     r->work = malloc(r->cap * sizeof *r->work);
     r->ts = tok_stream_new(L->tok, true);
-    if (!r->pend || !r->work || !r->ts) {
+    bool lp_oom = false;
+    if (a.gp.logprobs) { /* only asked for: a reply without logprobs holds none of this */
+        r->gp.on_logprobs = on_logprobs;
+        r->lp_pend = malloc(r->cap * sizeof *r->lp_pend);
+        r->lp_work = malloc(r->cap * sizeof *r->lp_work);
+        r->lp_ents = malloc(r->cap * sizeof *r->lp_ents);
+        lp_oom = !r->lp_pend || !r->lp_work || !r->lp_ents;
+    }
+    if (!r->pend || !r->work || !r->ts || lp_oom) {
         fail(e, 503, NULL, "out of memory");
         goto out;
     }
