@@ -237,7 +237,7 @@ def test_stop_string_across_token_boundary(llm, llm_repo):
     ("/v1/completions", {"stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ("/v1/completions", {"frobnicate": 1}, "frobnicate"),
     ("/v1/completions", {"stream_options": {"include_usage": True}}, "stream_options"),
-    ("/v1/completions", {"logprobs": 2}, "logprobs"),
+    ("/v1/completions", {"logprobs": 6}, "logprobs"),
     ("/v1/chat/completions", {"messages": []}, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
 ])

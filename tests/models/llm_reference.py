@@ -2,6 +2,12 @@
 """The tiny Llama-style decoder of gen_llm_model.py in numpy, with a KV cache: greedy decode.
 
 Usage:  /usr/bin/python3 tests/models/llm_reference.py MODELDIR PROMPTS.json N [PRESENCE FREQUENCY]
+        /usr/bin/python3 tests/models/llm_reference.py --logprobs K MODELDIR PROMPTS.json N
+
+With --logprobs K the object also holds "logprobs": per prompt, per greedy step, {"token":
+id, "logprob": the chosen id's log-softmax, "top": [[id, logprob], ...] the K best, logprob
+descending, the lower id first on a tie}: the log-softmax of the model's own logits row,
+computed in float64 from the float32 logits (max-subtracted), before any penalty.
 
 PROMPTS.json is a list of prompts, each a list of token ids. PRESENCE and FREQUENCY are the
 OpenAI penalties (default 0): before each greedy choice, every token t generated c(t) > 0
@@ -91,12 +97,14 @@ class Model:
             h = h + (act * (x @ w[p + "w_up"])) @ w[p + "w_down"]
         return rmsnorm(h, w["final_norm"]) @ w["lm_head"]
 
-    def greedy(self, prompt, n, eos=spec.EOS, presence=0.0, frequency=0.0):
+    def greedy(self, prompt, n, eos=spec.EOS, presence=0.0, frequency=0.0, rows=None):
         cache = [[np.zeros((spec.KV_HEADS, 0, spec.HEAD_DIM), np.float32) for _ in range(2)]
                  for _ in range(spec.LAYERS)]
         out, margin = [], np.inf
         logits = self.forward(prompt, cache)[-1]
         for _ in range(n):
+            if rows is not None:
+                rows.append(log_softmax(logits))
             logits = penalize(logits, out, presence, frequency)
             top2 = np.partition(logits, -2)[-2:]
             margin = min(margin, float(abs(top2[1] - top2[0])))
@@ -106,6 +114,19 @@ class Model:
                 break
             logits = self.forward([tok], cache)[-1]
         return out, margin
+
+
+def log_softmax(logits):
+    """The step's log-softmax in float64, max-subtracted (the worker's rule)."""
+    x = logits.astype(np.float64)
+    m = x.max()
+    return x - (m + np.log(np.exp(x - m).sum()))
+
+
+def top_k(row, k):
+    """The k best ids of row, value descending, the lower id first on a tie."""
+    order = np.lexsort((np.arange(len(row)), -row))
+    return [[int(i), float(row[i])] for i in order[:k]]
 
 
 def penalize(logits, generated, presence, frequency):
@@ -120,6 +141,10 @@ def penalize(logits, generated, presence, frequency):
 
 
 def main(argv):
+    k = None
+    if len(argv) > 2 and argv[1] == "--logprobs":
+        k = int(argv[2])
+        argv = argv[:1] + argv[3:]
     if len(argv) not in (4, 6):
         print(__doc__, file=sys.stderr)
         return 64
@@ -127,12 +152,19 @@ def main(argv):
     with open(argv[2]) as f:
         prompts = json.load(f)
     presence, frequency = (float(argv[4]), float(argv[5])) if len(argv) == 6 else (0.0, 0.0)
-    tokens, margin = [], np.inf
+    tokens, margin, lps = [], np.inf, []
     for p in prompts:
-        t, m = model.greedy(p, int(argv[3]), presence=presence, frequency=frequency)
+        rows = [] if k is not None else None
+        t, m = model.greedy(p, int(argv[3]), presence=presence, frequency=frequency, rows=rows)
         tokens.append(t)
         margin = min(margin, m)
-    print(json.dumps({"tokens": tokens, "min_margin": margin}))
+        if rows is not None:
+            lps.append([{"token": tok, "logprob": float(row[tok]), "top": top_k(row, k)}
+                        for tok, row in zip(t, rows)])
+    res = {"tokens": tokens, "min_margin": margin}
+    if k is not None:
+        res["logprobs"] = lps
+    print(json.dumps(res))
     return 0
 
 
