@@ -230,6 +230,14 @@ void llm_counts_penalize(const llm_counts *c, float *logits, const llm_sample_pa
 
 /* ---- log probabilities ---- */
 
+/* x's logprob given the row's max and log(sum(exp(x - max))); a row without a finite max
+ * (all -inf or NaN, or a +inf logit) has no distribution: -inf throughout. */
+static float logprob_of(float x, float mx, double ls)
+{
+    if (!isfinite(mx) || x != x) return -INFINITY;
+    return (float)(((double)x - (double)mx) - ls);
+}
+
 void llm_logprobs_compute(const float *row, size_t vocab, int32_t chosen, int n_top, llm_logprobs *out)
 {
     if (n_top < 0) n_top = 0;
@@ -242,8 +250,9 @@ void llm_logprobs_compute(const float *row, size_t vocab, int32_t chosen, int n_
     if (isfinite(mx))
         for (size_t i = 0; i < vocab; i++)
             if (row[i] == row[i]) sum += exp((double)row[i] - (double)mx);
-    /* log-sum-exp; every logprob is x - lse, rounded once to float */
-    double lse = isfinite(mx) ? (double)mx + log(sum) : INFINITY;
+    /* every logprob is (x - max) - log(sum), rounded once to float: subtracting the max
+     * first keeps the precision that max + log(sum) would lose for large logits */
+    double ls = isfinite(mx) ? log(sum) : INFINITY;
     float vals[LLM_MAX_TOP_LOGPROBS];
     int n = 0;
     for (size_t i = 0; i < vocab && n_top > 0; i++) {
@@ -261,8 +270,8 @@ void llm_logprobs_compute(const float *row, size_t vocab, int32_t chosen, int n_
         out->top_id[at] = (int32_t)i;
     }
     out->n_top = n;
-    for (int k = 0; k < n; k++) out->top_lp[k] = (float)((double)vals[k] - lse);
+    for (int k = 0; k < n; k++) out->top_lp[k] = logprob_of(vals[k], mx, ls);
     out->id = chosen;
     float c = chosen >= 0 && (size_t)chosen < vocab ? row[chosen] : NAN;
-    out->logprob = c == c ? (float)((double)c - lse) : -INFINITY;
+    out->logprob = logprob_of(c, mx, ls);
 }

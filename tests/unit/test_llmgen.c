@@ -265,6 +265,42 @@ static void test_penalties(void **state)
 
 /* xoshiro256** seeded through splitmix64: fixed values, so a seed means the same on every
  * platform and release. */
+/* logprobs: log-softmax of the raw row, stable for huge logits, top-n by value then id, NaN
+ * never ranked, n clamped to 20 and to the vocabulary. */
+static void test_logprobs(void **state)
+{
+    (void)state;
+    float row[6] = {1.0f, 3.0f, 3.0f, NAN, -INFINITY, 2.0f};
+    llm_logprobs lp;
+    llm_logprobs_compute(row, 6, 2, 4, &lp);
+    double lse = log(exp(1.0) + 2 * exp(3.0) + exp(2.0));
+    assert_int_equal(lp.id, 2);
+    assert_true(fabs(lp.logprob - (3.0 - lse)) < 1e-6);
+    assert_int_equal(lp.n_top, 4);
+    int want[4] = {1, 2, 5, 0}; /* the tie 1/2: the lower id first; NaN (3) never */
+    for (int k = 0; k < 4; k++) assert_int_equal(lp.top_id[k], want[k]);
+    assert_true(fabs(lp.top_lp[2] - (2.0 - lse)) < 1e-6);
+    /* huge logits: max-subtracted, no overflow */
+    float big[3] = {1e30f, 1e30f, 0.0f};
+    llm_logprobs_compute(big, 3, 0, 50, &lp);
+    assert_int_equal(lp.n_top, 3);
+    assert_true(fabs(lp.logprob - (float)-log(2.0)) < 1e-6);
+    assert_true(lp.top_lp[2] < -1e29f);
+    float none[2] = {-INFINITY, NAN};
+    llm_logprobs_compute(none, 2, 0, 2, &lp);
+    assert_true(isinf(lp.logprob) && lp.logprob < 0 && lp.n_top == 1);
+    /* n clamped to LLM_MAX_TOP_LOGPROBS */
+    float *wide = calloc(100, sizeof *wide);
+    assert_non_null(wide);
+    for (int i = 0; i < 100; i++) wide[i] = (float)(i % 7);
+    llm_logprobs_compute(wide, 100, 99, 99, &lp);
+    assert_int_equal(lp.n_top, LLM_MAX_TOP_LOGPROBS);
+    assert_int_equal(lp.top_id[0], 6);
+    assert_int_equal(lp.top_id[1], 13);
+    for (int k = 1; k < lp.n_top; k++) assert_true(lp.top_lp[k] <= lp.top_lp[k - 1]);
+    free(wide);
+}
+
 static void test_rng_fixed(void **state)
 {
     (void)state;
@@ -339,7 +375,7 @@ int main(void)
         cmocka_unit_test(test_sig_optimum),     cmocka_unit_test(test_sig_refusals),
         cmocka_unit_test(test_greedy_and_ties), cmocka_unit_test(test_distribution),
         cmocka_unit_test(test_rng_fixed),       cmocka_unit_test(test_penalties),
-        cmocka_unit_test(test_gen_config),
+        cmocka_unit_test(test_gen_config),      cmocka_unit_test(test_logprobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
