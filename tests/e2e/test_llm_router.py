@@ -13,7 +13,8 @@ What is held:
   list is the router's public name;
 - the router picks the pool and maps the name: public traffic is served by the GPU pool's
   FP16 model, sensitive traffic by the CPU pool's FP32 model, and the FP32 answer through the
-  router equals the worker's own answer byte for byte in its text.
+  router equals the worker's own answer byte for byte in its text; with penalties and
+  logprobs too, entry for entry.
 """
 import http.client
 import json
@@ -88,3 +89,22 @@ def test_pool_and_model_twin_by_data_class(fleet):
     code, _, direct = post(cpu.host, cpu.port, "/v1/chat/completions", chat_body(model="tiny"))
     assert code == 200, direct
     assert sens["choices"][0]["message"]["content"] == direct["choices"][0]["message"]["content"]
+
+
+def test_logprobs_and_penalties_pass_through_unchanged(fleet):
+    """The router forwards the body with only the model renamed: the CPU pool's answer with
+    logprobs and penalties is the worker's own, entry for entry."""
+    gpu, cpu, router = fleet
+    host, port = router.url.split(":")
+    extra = {"logprobs": True, "top_logprobs": 3, "frequency_penalty": 1.5, "presence_penalty": 0.5}
+    code, h, via = post(host, int(port), "/v1/chat/completions", {**chat_body(model="chat"), **extra},
+                        {"X-Data-Class": "sensitive"})
+    assert code == 200 and h["x-tierrouter-pool"] == "cpu", (h, via)
+    code, _, direct = post(cpu.host, cpu.port, "/v1/chat/completions", {**chat_body(model="tiny"), **extra})
+    assert code == 200, direct
+    got, want = via["choices"][0], direct["choices"][0]
+    assert got["message"]["content"] == want["message"]["content"]
+    assert got["logprobs"] == want["logprobs"] and len(got["logprobs"]["content"]) > 0
+    assert all(len(e["top_logprobs"]) == 3 for e in got["logprobs"]["content"])
+    code, _, bad = post(host, int(port), "/v1/chat/completions", {**chat_body(model="chat"), "top_logprobs": 3})
+    assert code == 400 and bad["error"]["param"] == "top_logprobs", bad
