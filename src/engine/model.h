@@ -42,7 +42,7 @@ const char *model_outcome_name(req_outcome o);
 typedef struct {
     _Atomic uint64_t outcomes[OUT_COUNT];
     hist request, queue, compute, batch;
-    _Atomic uint64_t run_ewma_ns; /* recent Run() time, smoothed (0: none yet) */
+    _Atomic uint64_t run_typical_ns; /* streaming median of recent Run() times (0: none yet) */
 } model_stats;
 
 #define MODEL_MAX_PLACEMENT 4

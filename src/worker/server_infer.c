@@ -305,8 +305,8 @@ static void run_jobs(server *srv, sched_item **items, size_t n, size_t runner, j
     hist_observe(&st->batch, (double)m);
     /* the typical Run() time: what decides whether a lone request may run on the loop thread
      * (relaxed: a lost update between runners only delays the estimate) */
-    uint64_t ns = (uint64_t)((t1 - t0) * 1e9), old = atomic_load_explicit(&st->run_ewma_ns, memory_order_relaxed);
-    atomic_store_explicit(&st->run_ewma_ns, run_time_step(old, ns), memory_order_relaxed);
+    uint64_t ns = (uint64_t)((t1 - t0) * 1e9), old = atomic_load_explicit(&st->run_typical_ns, memory_order_relaxed);
+    atomic_store_explicit(&st->run_typical_ns, run_time_step(old, ns), memory_order_relaxed);
     for (size_t i = 0; i < m; i++) {
         job *j = run[i];
         j->t_end = t1;
@@ -461,8 +461,8 @@ static bool run_inline_ok(server *srv, const job *j)
     srv->idle_streak = busy ? 0 : srv->idle_streak < INLINE_IDLE_STREAK ? srv->idle_streak + 1 : INLINE_IDLE_STREAK;
     if (srv->set->inline_max_us <= 0 || srv->idle_streak < INLINE_IDLE_STREAK || j->key != 0) return false;
     if (model_io_binding(j->model, NULL)) return false;
-    uint64_t ewma = atomic_load_explicit(&model_stats_of(j->model)->run_ewma_ns, memory_order_relaxed);
-    return ewma > 0 && ewma <= (uint64_t)srv->set->inline_max_us * 1000;
+    uint64_t typical = atomic_load_explicit(&model_stats_of(j->model)->run_typical_ns, memory_order_relaxed);
+    return typical > 0 && typical <= (uint64_t)srv->set->inline_max_us * 1000;
 }
 
 /* ---- the body: held, inflated, parsed --------------------------------------------- */
