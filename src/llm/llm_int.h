@@ -28,7 +28,8 @@ struct llm_model {
     const OrtMemoryInfo *kv_mi; /* presents are bound here: kv_mi_own ("Cuda") or the CPU one */
     OrtMemoryInfo *kv_mi_own;
     OrtAllocator *kv_alloc;   /* CreateAllocator(session, kv_mi): caches and batch tensors */
-    char kv_note[512];
+    bool fault_kv_writeback;  /* testing only: write_back copies nothing (llm_model_opts) */
+    char kv_note[768];
 };
 
 typedef enum { SEQ_WAITING = 0, SEQ_PREFILL, SEQ_DECODE, SEQ_DONE } seq_state;

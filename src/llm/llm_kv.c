@@ -85,6 +85,7 @@ static int write_back(const llm_model *m, const kv_batch *b, size_t r, const llm
                  s->n_cached, b->T);
         return -1;
     }
+    if (m->fault_kv_writeback) return 0; /* the test-only fault: rows left out of the cache */
     size_t slot = b->T - s->n_cached + from;
     for (size_t t = 0; t < 2 * m->sig.layers; t++) {
         void *src = NULL;

@@ -5,7 +5,9 @@
 
 #include <jansson.h>
 
+#include "clock.h"
 #include "cudart.h"
+#include "llm_check.h"
 #include "llm_int.h"
 #include "log.h"
 
@@ -173,6 +175,37 @@ static int kv_setup(llm_model *m, const llm_model_opts *opt, char *msg, size_t m
     return 0;
 }
 
+/* The bound path proves itself against the host path (llm_check.c). If it errs or disagrees,
+ * an explicit bound fails the load; auto serves from the host path and says why. Returns 0,
+ * or -1 with msg (the load fails). */
+static int kv_verify(llm_model *m, const llm_model_opts *opt, char *msg, size_t msglen)
+{
+    llm_kv_check_result r;
+    ts_err e = {0};
+    size_t len = strlen(m->kv_note);
+    double t0 = ts_now();
+    if (llm_kv_check(m, &r, &e)) return ts_fail(msg, msglen, "%s", e.msg);
+    if (!r.failed) {
+        snprintf(m->kv_note + len, sizeof m->kv_note - len, "; checked at load: %zu logits rows equal "
+                 "the host path's within %.2g of their scale (tolerance %.2g; %.0f ms)", r.rows, r.worst,
+                 r.tolerance, (ts_now() - t0) * 1e3);
+        return 0;
+    }
+    const char *tier = tier_name(opt->ep->decision.tier);
+    if (opt->kv == LLM_KV_BOUND)
+        return ts_fail(msg, msglen, "TIERSERVE_LLM_KV=bound: the KV cache path of the %s tier failed its "
+                       "check against the host path at load: %s", tier, r.why);
+    g_ort->ReleaseAllocator(m->kv_alloc);
+    m->kv_alloc = NULL;
+    m->kv_mi = NULL;
+    m->kv_bound = m->kv_cuda = false;
+    snprintf(m->kv_note, sizeof m->kv_note, "host (fallback): the %s path failed its check against the "
+             "host path at load: %.400s; the cache goes through host memory every step "
+             "(TIERSERVE_LLM_KV=auto on the %s tier)", m->gpu ? "device" : "host-bound", r.why, tier);
+    LOG_WARN_(LOGF({"component", "llm"}), "LLM KV cache %s", m->kv_note);
+    return 0;
+}
+
 llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, llm_model **out, ts_err *err)
 {
     *out = NULL;
@@ -221,14 +254,15 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
         goto fail;
     }
     m->elem = m->sig.kv_fp16 ? 2 : 4;
-    if (kv_setup(m, opt, msg, sizeof msg)) {
-        ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);
-        goto fail;
-    }
+    m->fault_kv_writeback = opt->fault_kv_writeback;
     int64_t ctx = model_positions(dir);
     if (opt->max_context > 0 && (ctx == 0 || opt->max_context < ctx)) ctx = opt->max_context;
     if (ctx == 0) ctx = LLM_DEFAULT_CONTEXT;
     m->max_context = ctx < LLM_MAX_CONTEXT ? ctx : LLM_MAX_CONTEXT;
+    if (kv_setup(m, opt, msg, sizeof msg) || (m->kv_bound && kv_verify(m, opt, msg, sizeof msg))) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);
+        goto fail;
+    }
     free_io(ins, in_names, nin);
     free_io(outs, out_names, nout);
     g_ort->ReleaseSessionOptions(so);

@@ -78,7 +78,11 @@ typedef struct {
     int64_t max_context;     /* 0: config.json's max_position_embeddings, else the default;
                                 otherwise at most this (and at most the model's) */
     llm_kv_mode kv;          /* BOUND that cannot be set up fails the load; AUTO falls back
-                                to HOST and says why in the log and llm_model_kv_note */
+                                to HOST and says why in the log and llm_model_kv_note; either
+                                way the bound path is checked against the host path at load
+                                (llm_check.h) and treated as failed if it disagrees */
+    bool fault_kv_writeback; /* testing only: the bound path's write-back copies nothing, so
+                                its caches miss rows (TIERSERVE_FAULT_INJECT_KV_WRITEBACK) */
 } llm_model_opts;
 
 /* What opening a folder as an LLM found: the caller decides "LLM or not" on this, never on

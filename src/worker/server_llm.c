@@ -253,7 +253,8 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     hist_init(&L->e2e, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
     hist_init(&L->queue, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
     ts_err e = {0};
-    llm_model_opts mo = {.ep_cfg = cfg, .ep = ep, .intra_op_threads = (int)srv->set->intra_op_threads};
+    llm_model_opts mo = {.ep_cfg = cfg, .ep = ep, .intra_op_threads = (int)srv->set->intra_op_threads,
+                         .fault_kv_writeback = srv->set->fault_inject_kv_writeback};
     (void)llm_kv_mode_parse(srv->set->llm_kv, &mo.kv); /* settings_load checked it */
     llm_open_result res = llm_model_try_open(dir, &mo, &L->model, &e);
     if (res != LLM_OPEN_OK) {

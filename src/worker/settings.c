@@ -112,6 +112,9 @@ static const setting_def k_settings[] = {
     {"TIERSERVE_FAULT_INJECT_GPU_RUN", "fault-inject-gpu-run", ST_INT, OFF(fault_inject_gpu_run),
      0, "0", 0, INT64_C(1000000000),
      "testing only: make the Nth Run() (a KServe batch or an LLM step) report a CUDA error (0: off)"},
+    {"TIERSERVE_FAULT_INJECT_KV_WRITEBACK", "fault-inject-kv-writeback", ST_BOOL, OFF(fault_inject_kv_writeback),
+     0, "0", 0, 0,
+     "testing only: break the bound KV path's write-back (its load-time check must catch it)"},
 };
 
 #define N_SETTINGS (sizeof k_settings / sizeof k_settings[0])

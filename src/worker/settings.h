@@ -40,6 +40,7 @@ typedef struct {
     bool warmup;
     int64_t drain_timeout_s;
     int64_t fault_inject_gpu_run;
+    bool fault_inject_kv_writeback;
     int64_t max_inflight_body_bytes;
     int64_t max_pending_reply_bytes;
     int64_t max_connections;

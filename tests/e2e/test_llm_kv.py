@@ -2,10 +2,14 @@
 the tiny generated decoder, over real sockets, no retries: greedy streams that join and
 leave mid-batch (and one cut off mid-stream) give the same text as one at a time, on both
 paths; the bound path frees a leaving sequence's memory at once; the status and the load
-log say where the cache lives; a bad value is refused at start.
+log say where the cache lives; a bad value is refused at start. The bound path checks itself
+against the host path at load (src/llm/llm_check.c): a broken write-back
+(TIERSERVE_FAULT_INJECT_KV_WRITEBACK) makes auto serve from the host path, loudly, and an
+explicit bound refuse to load.
 """
 import http.client
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -13,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import BIN, start_worker
+from conftest import BIN, sanitizer_env, start_worker
 from llm_fixture import write_tiny_llm
 from test_llm_api import MODELS, N, PROMPT, node_decode, PROMPT_IDS
 
@@ -112,15 +116,21 @@ def test_where_the_cache_lives(worker):
     want = "host" if worker.kv == "host" else "host-bound"  # the CPU tier: no device
     assert s["kv_cache"] == want and f"TIERSERVE_LLM_KV={worker.kv}" in s["kv_cache_note"]
     assert any("KV cache " + want in l.get("msg", "") for l in worker.log_lines())
+    checked = "checked at load: 8 logits rows equal the host path's" in s["kv_cache_note"]
+    assert checked == (worker.kv == "bound"), s["kv_cache_note"]
 
 
-def test_greedy_equals_numpy(worker, repo, tmp_path):
+def greedy_reference(repo, tmp_path):
     pj = tmp_path / "p.json"
     pj.write_text(json.dumps([PROMPT_IDS]))
     r = subprocess.run([sys.executable, str(MODELS / "llm_reference.py"), str(repo / "tiny" / "1"), str(pj),
                         str(N)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert complete(worker, PROMPT, N) == node_decode(json.loads(r.stdout)["tokens"][0])
+    return node_decode(json.loads(r.stdout)["tokens"][0])
+
+
+def test_greedy_equals_numpy(worker, repo, tmp_path):
+    assert complete(worker, PROMPT, N) == greedy_reference(repo, tmp_path)
 
 
 def test_join_and_leave_mid_batch(worker):
@@ -146,3 +156,34 @@ def test_bad_setting_refused(repo, tmp_path):
                        timeout=30)
     msg = [json.loads(l)["msg"] for l in r.stderr.splitlines() if l.startswith("{")]
     assert r.returncode == 64 and 'TIERSERVE_LLM_KV: "device" is not one of auto|host|bound' in " ".join(msg)
+
+
+CHECK_FAILED = "path failed its check against the host path at load"
+
+
+def test_broken_bound_path_falls_back_to_host(repo, tmp_path):
+    """auto with a write-back that copies nothing: the load-time check catches it, the model
+    serves from the host path (the right tokens), and the status and a warning say why."""
+    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_KV": "auto",
+                                          "TIERSERVE_FAULT_INJECT_KV_WRITEBACK": "1"})
+    try:
+        s = status_llm(w)
+        assert s["kv_cache"] == "host", s
+        assert s["kv_cache_note"].startswith("host (fallback): the host-bound " + CHECK_FAILED), s
+        assert "of their scale (tolerance 0.001)" in s["kv_cache_note"], s
+        assert any(l.get("level") == "warn" and CHECK_FAILED in l.get("msg", "") for l in w.log_lines())
+        assert complete(w, PROMPT, N) == greedy_reference(repo, tmp_path)
+    finally:
+        assert w.stop() == 0, w.log_text()[-4000:]
+
+
+def test_broken_bound_path_refused_when_bound(repo, tmp_path):
+    r = subprocess.run([BIN, f"--model-repository={repo}"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, **sanitizer_env(), "TIERSERVE_HTTP_ADDRESS": "127.0.0.1",
+                            "TIERSERVE_HTTP_PORT": "0", "EXECUTION_MODE": "cpu", "TIERSERVE_LLM_KV": "bound",
+                            "TIERSERVE_FAULT_INJECT_KV_WRITEBACK": "1"})
+    msg = " ".join(json.loads(l)["msg"] for l in r.stderr.splitlines() + r.stdout.splitlines()
+                   if l.startswith("{"))
+    assert r.returncode != 0, msg
+    assert "TIERSERVE_LLM_KV=bound: the KV cache path of the cpu tier failed its check against the host " \
+           "path at load" in msg, msg

@@ -16,9 +16,11 @@
 #
 # LLM section (needs tests/llm/node_modules for the tokenizer the tiny decoder carries, and
 # build/bin/llm_gen_check): tests/llm/gen_check.py with EXECUTION_MODE=cuda STRICT_EP=1 (the
-# engine's greedy tokens on CUDA equal numpy's, on both KV paths, batched and one at a time);
+# engine's greedy tokens on CUDA equal numpy's, on both KV paths, batched and one at a time;
+# the device path's load-time check passes and catches a broken write-back);
 # then the worker with EXECUTION_MODE=cuda and with cpu on the tiny decoder: /v2/status must
-# say kv_cache "device" on CUDA, the load log "KV cache device", and a few greedy /v1
+# say kv_cache "device" on CUDA (its load-time check passed), the load log "KV cache device",
+# and a few greedy /v1
 # completions (concurrent, different lengths) must give the same text on both.
 #
 #   tests/gpu/run.sh [path/to/tierserve]
@@ -272,6 +274,8 @@ for mode, port in (("cuda", 18441), ("cpu", 18442)):
             fail(f"the KV cache is not on the device: {llm.get('kv_cache')} ({llm.get('kv_cache_note')})")
         if not any("KV cache device" in m for m in logs):
             fail("no load log line says 'KV cache device'")
+        if "checked at load: 8 logits rows equal the host path's" not in llm.get("kv_cache_note", ""):
+            fail("the device KV path's load-time check is not reported as passed")
 if texts["cuda"] != texts["cpu"]:
     fail(f"CUDA and CPU greedy texts differ: {texts['cuda']} vs {texts['cpu']}")
 print("LLM CHECK:", "PASS" if ok else "FAIL")

@@ -352,6 +352,32 @@ static void check_refusals(llm_model *m)
     llm_engine_free(e);
 }
 
+/* The bound path checks itself against the host path at load (llm_check.c): it passes on a
+ * sound path, and a write-back that copies nothing (the test-only fault) is caught: an
+ * explicit bound fails the load, auto falls back to the host path and says why. */
+static void check_kv_check(const char *dir, const llm_model_opts *mo, const llm_model *ok)
+{
+    CHECK(strstr(llm_model_kv_note(ok), "checked at load: 8 logits rows equal the host path's") != NULL,
+          "kv check: the note does not report the check: %s", llm_model_kv_note(ok));
+    llm_model_opts bad = *mo;
+    bad.fault_kv_writeback = true;
+    llm_model *m = NULL;
+    ts_err te = {0};
+    CHECK(llm_model_open(dir, &bad, &m, &te) != 0 && strstr(te.msg, "failed its check against the host path"),
+          "kv check: bound with a broken write-back: %s", m ? llm_model_kv_note(m) : te.msg);
+    llm_model_free(m);
+    m = NULL;
+    bad.kv = LLM_KV_AUTO;
+    if (llm_model_open(dir, &bad, &m, &te)) {
+        CHECK(0, "kv check: auto with a broken write-back failed the load: %s", te.msg);
+        return;
+    }
+    CHECK(strcmp(llm_model_kv_where(m), "host") == 0 && strstr(llm_model_kv_note(m), "failed its check"),
+          "kv check: auto with a broken write-back: %s", llm_model_kv_note(m));
+    fprintf(stderr, "KV cache with a broken write-back: %s\n", llm_model_kv_note(m));
+    llm_model_free(m);
+}
+
 int main(int argc, char **argv)
 {
     bool fp16 = argc > 1 && strcmp(argv[1], "--fp16") == 0;
@@ -396,6 +422,7 @@ int main(int argc, char **argv)
         return 1;
     }
     fprintf(stderr, "KV cache: %s\n", llm_model_kv_note(m));
+    if (mo.kv == LLM_KV_BOUND) check_kv_check(dir, &mo, m);
     const llm_sig *sig = llm_model_sig(m);
     CHECK(sig->layers == 2 && sig->kv_heads == 2 && sig->head_dim == 16 && sig->vocab == 32000 &&
               sig->position_ids && sig->kv_fp16 == fp16 && sig->logits_fp16 == fp16,
