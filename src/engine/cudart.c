@@ -28,6 +28,13 @@ static void load(void)
     static const char *const names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
                                         "libcudart.so"};
     void *h = NULL;
+    /* first the runtime already in the process (the one ORT's CUDA provider pulled in when
+     * the session was created): a second copy of another major would have its own device
+     * context and pointers the first does not know */
+    for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++) {
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+        if (h) snprintf(g_name, sizeof g_name, "%s", names[i]);
+    }
     for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++) {
         h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
         if (h) snprintf(g_name, sizeof g_name, "%s", names[i]);

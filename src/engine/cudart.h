@@ -12,8 +12,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Loads the library once. Returns 0, or -1 with why it cannot be used ("libcudart.so.13 ...
- * cannot open shared object file", a missing entry point). */
+/* Loads the library once: the libcudart.so.* already in the process if there is one (ORT's
+ * CUDA provider's), else the first of .13, .12, .11.0, unversioned that opens. Returns 0, or
+ * -1 with why it cannot be used ("libcudart.so.13 ... cannot open shared object file", a
+ * missing entry point). */
 int cudart_load(char *why, size_t whylen);
 /* Which file was loaded ("" before a successful cudart_load). */
 const char *cudart_name(void);

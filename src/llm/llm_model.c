@@ -145,6 +145,11 @@ static int kv_setup(llm_model *m, const llm_model_opts *opt, char *msg, size_t m
     }
     if (m->gpu && cudart_load(why, sizeof why)) {
         snprintf(why + strlen(why), sizeof why - strlen(why), " (the CUDA runtime copies the cache rows)");
+    } else if (m->gpu && cudart_sync(m->device, why, sizeof why)) {
+        /* loaded but unusable here (a driver older than the runtime, another device's
+         * context): every step would fail, so never choose the path */
+        snprintf(why + strlen(why), sizeof why - strlen(why), " (%s, probed on device %d)", cudart_name(),
+                 m->device);
     } else if (m->gpu && ort_check(g_ort->CreateMemoryInfo("Cuda", OrtDeviceAllocator, m->device,
                                                            OrtMemTypeDefault, &m->kv_mi_own), why, sizeof why)) {
         m->kv_mi_own = NULL;
