@@ -139,8 +139,11 @@ int tok_bpe_piece(const tokenizer *t, const char *s, size_t n, tok_ids *out, boo
         i += l;
     }
     nd[nn - 1].next = -1;
-    for (size_t i = 0; i + 1 < nn; i++)
+    for (size_t i = 0; i + 1 < nn; i++) {
+        if ((i % TOK_STOP_EVERY) == 0 && tok_check_stop(out->stop, err) < 0)
+            goto out;
         try_pair(t, nd, (int32_t)i, h, &nh);
+    }
     for (size_t steps = 1; nh; steps++) {
         /* a multi-MB piece (SentencePiece-style text is one piece) takes seconds */
         if ((steps % TOK_STOP_EVERY) == 0 && tok_check_stop(out->stop, err) < 0)

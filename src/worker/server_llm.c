@@ -109,13 +109,18 @@ typedef struct lreq {
     size_t stop_len[LLM_MAX_STOPS], n_stops, max_stop;
     size_t n_prompt, n_gen;
     double t_arrive;
-    struct event *timer;
+    struct event *timer;      /* the deadline, armed at arrival */
+    bool timed_out;           /* the deadline's 504 went out while the request was prepared */
+    double t_end;             /* when it did: on_prepared counts it with that time */
     /* Preparing: the body parsed, validated, rendered and tokenized on a decode thread (a
      * big prompt takes a while; the loop serves others meanwhile). From the submit to the
      * llm_done handoff the decode thread alone touches what follows, and m, L, the stops,
-     * stream/include_usage, n_prompt, cap, pend, work and ts; the loop only sets gone. */
+     * stream/include_usage, n_prompt, cap, pend, work and ts; the loop only sets gone and stop. */
     bool preparing;            /* the loop's view */
     _Atomic bool gone;         /* the client left: the decode thread skips the work */
+    _Atomic bool stop;         /* the reply is decided (client gone, or deadline): the decode
+                                * thread stops once the model is known (to count the timeout),
+                                * the tokenizer within a few thousand steps */
     model_repo *repo;
     uint8_t *body;             /* taken from the request; freed once parsed */
     size_t body_len, held;     /* held: its bytes in srv->bodies (the admission's hold) */
@@ -124,6 +129,7 @@ typedef struct lreq {
     bool hdr_bad;              /* a bad X-Priority / X-Request-Timeout-Ms, reported in turn */
     verr hdr_err;
     bool failed;               /* the preparation refused it: err */
+    bool stopped;              /* ... or stopped early on stop: err says nothing to the client */
     verr err;
     llm_gen_params gp;
     tok_ids ids;
@@ -299,7 +305,7 @@ static void record(lreq *r, req_outcome o)
     if (r->counted || !r->m) return;
     r->counted = true;
     atomic_fetch_add(&model_stats_of(r->m)->outcomes[o], 1);
-    hist_observe(&model_stats_of(r->m)->request, ts_now() - r->t_arrive);
+    hist_observe(&model_stats_of(r->m)->request, (r->t_end > 0 ? r->t_end : ts_now()) - r->t_arrive);
 }
 
 static void free_req(lreq *r)
@@ -348,7 +354,9 @@ static void on_http_end(h1req *req, bool completed, void *arg)
     r->http = NULL;
     if (r->preparing) { /* m and L are the decode thread's: on_prepared counts it */
         r->finished = true;
-        atomic_store(&r->gone, true);
+        /* a timed-out request's model is still wanted (its timeout counts there) */
+        if (!r->timed_out) atomic_store(&r->gone, true);
+        atomic_store(&r->stop, true);
         return;
     }
     if (!r->finished) {
@@ -773,6 +781,16 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     char msg[160];
     snprintf(msg, sizeof msg, "request timed out after %.0f ms (%s)", (ts_now() - r->t_arrive) * 1e3,
              r->n_gen ? "while generating" : "before its first token");
+    if (r->preparing) {
+        /* still on a decode thread (or waiting for one): answer now, never after a long
+         * tokenization; no stream has started. The decode thread stops early and
+         * on_prepared counts the timeout once it knows the model (m, L are its own now). */
+        r->finished = r->timed_out = true;
+        r->t_end = ts_now();
+        atomic_store(&r->stop, true);
+        server_llm_error(r->http, 504, NULL, "timeout", msg);
+        return;
+    }
     r->busy++;
     fail_reply(r, 504, "timeout", msg, OUT_TIMEOUT);
     r->busy--;
@@ -1169,6 +1187,11 @@ static int prepare(lreq *r)
         goto out;
     }
     r->L = L;
+    if (atomic_load(&r->stop)) { /* the model is known (a timeout counts there), the rest is moot */
+        r->stopped = true;
+        fail(e, 504, NULL, "stopped: the reply was decided while the request was prepared");
+        goto out;
+    }
     bool chat = r->chat;
     v1_args a = {0};
     if (parse_common(body, chat, L, &a, e) || parse_rest(body, chat, &a, e)) goto out;
@@ -1180,11 +1203,16 @@ static int prepare(lreq *r)
     if (chat ? render_chat(L, json_object_get(body, "messages"), &prompt, e)
              : prompt_text(json_object_get(body, "prompt"), &prompt, e))
         goto out;
-    /* chat templates write their own BOS; a completion prompt gets the tokenizer's */
+    /* chat templates write their own BOS; a completion prompt gets the tokenizer's. A prompt
+     * of more ids than the context is refused whatever max_tokens says (max_tokens is cut to
+     * what the prompt leaves), so the context is the limit: the encoder stops once passed. */
     r->ids.limit = (size_t)L->context;
+    r->ids.stop = &r->stop;
     ts_err te = {0};
     if (tok_encode(L->tok, prompt.data ? (const char *)prompt.data : "", prompt.len, !chat, &r->ids, &te)) {
-        if (te.http == 413)
+        if ((r->stopped = atomic_load(&r->stop)))
+            fail(e, 504, NULL, "stopped: the reply was decided while the prompt was tokenized");
+        else if (te.http == 413)
             fail(e, 413, chat ? "messages" : "prompt", "the prompt is longer than the model's context of %lld tokens",
                  (long long)L->context);
         else fail(e, te.http, chat ? "messages" : "prompt", "%s", te.msg);
@@ -1266,10 +1294,20 @@ static void on_prepared(lreq *r)
     r->preparing = false;
     if (!srv->http) r->http = NULL; /* shutting down: the repository may be gone, count nothing */
     r->busy++;
+    if (r->timed_out) {
+        /* its 504 went out (or is being written) meanwhile; counted as a deadline after a
+         * sequence is, at the time it went out; a body not parsed in time names no model */
+        if (srv->http && r->m && r->L) {
+            hist_observe(&r->L->e2e, r->t_end - r->t_arrive);
+            record(r, OUT_TIMEOUT);
+        }
+        if (srv->http) LOG_DEBUG_(NULL, "/v1 request timed out while it was prepared; dropped");
+        goto out;
+    }
     if (!r->http) {
         /* the client left first; a body it left unparsed names no model and counts nowhere */
         if (srv->http && r->m) {
-            if (r->failed) count_refusal(r->m, e->status);
+            if (r->failed && !r->stopped) count_refusal(r->m, e->status);
             else record(r, OUT_CANCELLED);
         }
         if (srv->http) LOG_DEBUG_(NULL, "client went away while its /v1 request was prepared; dropped");
@@ -1277,18 +1315,12 @@ static void on_prepared(lreq *r)
     }
     if (!r->failed && !health_live()) /* a fault latched meanwhile */
         fail(e, 503, NULL, "worker is not live after a GPU fault");
-    else if (!r->failed && !(r->timer = evtimer_new(srv->base, on_deadline, r)))
-        fail(e, 503, NULL, "out of memory");
     else if (!r->failed) {
         ts_err te = {0};
         if (llm_engine_add(r->L->engine, r->ids.v, r->ids.n, &r->gp, on_token, r, &r->seq, &te) == 0) {
             r->added = true;
             atomic_fetch_add(&r->L->prompt_tokens, r->ids.n);
-            /* the deadline counts from arrival: the preparation took part of it */
-            double in = r->timeout_ms / 1e3 - (ts_now() - r->t_arrive);
-            if (in < 0) in = 0;
-            struct timeval tv = {(time_t)in, (suseconds_t)((in - (double)(time_t)in) * 1e6)};
-            evtimer_add(r->timer, &tv);
+            /* the deadline, armed at arrival, runs on */
             if (r->stream) {
                 h1req_add_header(r->http, "Content-Type", "text/event-stream");
                 h1req_add_header(r->http, "Cache-Control", "no-cache");
@@ -1305,6 +1337,7 @@ static void on_prepared(lreq *r)
     }
     /* refused: the reply ends the request (at once, or once written), which frees r */
     r->finished = true;
+    evtimer_del(r->timer);
     count_refusal(r->m, e->status);
     server_llm_error(r->http, e->status, e->param[0] ? e->param : NULL, e->code, e->msg);
 out:
@@ -1351,8 +1384,17 @@ static void handle_generate(server *srv, h1req *req, bool chat)
     uint64_t rid = atomic_fetch_add(&next_id, 1) + 1;
     snprintf(r->id, sizeof r->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)r->created,
              (unsigned long long)rid);
+    r->timeout_ms = (double)srv->set->request_timeout_ms; /* kept when X-Priority is refused first */
     r->hdr_bad = parse_priority(req, &r->priority, &r->hdr_err) ||
                  parse_timeout(srv, req, &r->timeout_ms, &r->hdr_err);
+    /* the deadline counts from arrival and is armed now: a preparation that outlasts it (a
+     * multi-MB prompt, a full decode queue) is answered 504 when it passes, not after */
+    if (!(r->timer = evtimer_new(srv->base, on_deadline, r))) {
+        fail(&e, 503, NULL, "out of memory");
+        goto refuse;
+    }
+    struct timeval tv = {(time_t)(r->timeout_ms / 1e3), (suseconds_t)(fmod(r->timeout_ms, 1e3) * 1e3)};
+    evtimer_add(r->timer, &tv);
     /* the body, and the bytes its admission holds, are the request's until parsed */
     r->body = h1req_take_body(req, &r->body_len);
     r->held = (size_t)(uintptr_t)h1req_user(req);

@@ -275,11 +275,14 @@ static void test_encode_limit(void **state)
 {
     (void)state;
     /* SPIECE without fuse_unk: every piece of text makes an id of its own */
-    static char unfused[sizeof SPIECE + 8];
-    const char *at = strstr(SPIECE, "\"fuse_unk\":true");
+    static const char on[] = "\"fuse_unk\":true", off[] = "\"fuse_unk\":false";
+    static char unfused[sizeof SPIECE + sizeof off];
+    const char *at = strstr(SPIECE, on);
     assert_non_null(at);
-    snprintf(unfused, sizeof unfused, "%.*s\"fuse_unk\":false%s", (int)(at - SPIECE), SPIECE,
-             at + strlen("\"fuse_unk\":true"));
+    size_t pre = (size_t)(at - SPIECE), post = strlen(at + strlen(on));
+    memcpy(unfused, SPIECE, pre);
+    memcpy(unfused + pre, off, strlen(off));
+    memcpy(unfused + pre + strlen(off), at + strlen(on), post + 1);
     tokenizer *t = load_text(unfused);
     size_t n = (size_t)1 << 20;
     char *big = malloc(n);
