@@ -129,7 +129,7 @@ typedef struct lreq {
     bool hdr_bad;              /* a bad X-Priority / X-Request-Timeout-Ms, reported in turn */
     verr hdr_err;
     bool failed;               /* the preparation refused it: err */
-    bool stopped;              /* ... or stopped early on stop: err says nothing to the client */
+    bool stopped;              /* ... or failed with stop set: err means nothing (the work was cut) */
     verr err;
     llm_gen_params gp;
     tok_ids ids;
@@ -949,10 +949,13 @@ static int parse_rest(json_t *body, bool chat, v1_args *a, verr *e)
 
 /* Refuses message content that holds a special token's text: the tokenizer would read it
  * as that control token (a user ending the turn or opening a system one). */
-static int check_specials(const llm_served *L, const char *s, size_t len, const char *param, verr *e)
+static int check_specials(const llm_served *L, const char *s, size_t len, const char *param,
+                          const _Atomic bool *stop, verr *e)
 {
     for (size_t i = 0; i < L->n_specials; i++)
-        if (memmem(s, len, L->specials[i], strlen(L->specials[i])))
+        if (atomic_load(stop)) /* a vocabulary may have hundreds of them, a message 8 MB */
+            return fail(e, 504, param, "stopped");
+        else if (memmem(s, len, L->specials[i], strlen(L->specials[i])))
             return fail(e, 400, param, "message content contains the special token '%.64s', which this "
                         "server refuses (the tokenizer would read it as a control token)", L->specials[i]);
     return 0;
@@ -990,7 +993,7 @@ static int message_text(json_t *c, size_t i, buf *store, const char **s, size_t 
     return 1;
 }
 
-static int render_chat(const llm_served *L, json_t *msgs, buf *prompt, verr *e)
+static int render_chat(const llm_served *L, json_t *msgs, const _Atomic bool *stop, buf *prompt, verr *e)
 {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return fail(e, 400, "messages", "'messages' must be a non-empty list");
@@ -1042,7 +1045,7 @@ static int render_chat(const llm_served *L, json_t *msgs, buf *prompt, verr *e)
         if (in_store[i]) cm[i].content = (const char *)store.data + (size_t)(uintptr_t)cm[i].content;
         char param[64];
         snprintf(param, sizeof param, "messages[%zu].content", i);
-        if (check_specials(L, cm[i].content ? cm[i].content : "", cm[i].len, param, e)) goto out;
+        if (check_specials(L, cm[i].content ? cm[i].content : "", cm[i].len, param, stop, e)) goto out;
     }
     ts_err err = {0};
     if (chat_render(L->chat, cm, n, true, prompt, &err)) {
@@ -1188,8 +1191,7 @@ static int prepare(lreq *r)
     }
     r->L = L;
     if (atomic_load(&r->stop)) { /* the model is known (a timeout counts there), the rest is moot */
-        r->stopped = true;
-        fail(e, 504, NULL, "stopped: the reply was decided while the request was prepared");
+        fail(e, 504, NULL, "stopped");
         goto out;
     }
     bool chat = r->chat;
@@ -1200,7 +1202,7 @@ static int prepare(lreq *r)
         goto out;
     }
     a.gp.priority = r->priority;
-    if (chat ? render_chat(L, json_object_get(body, "messages"), &prompt, e)
+    if (chat ? render_chat(L, json_object_get(body, "messages"), &r->stop, &prompt, e)
              : prompt_text(json_object_get(body, "prompt"), &prompt, e))
         goto out;
     /* chat templates write their own BOS; a completion prompt gets the tokenizer's. A prompt
@@ -1210,8 +1212,8 @@ static int prepare(lreq *r)
     r->ids.stop = &r->stop;
     ts_err te = {0};
     if (tok_encode(L->tok, prompt.data ? (const char *)prompt.data : "", prompt.len, !chat, &r->ids, &te)) {
-        if ((r->stopped = atomic_load(&r->stop)))
-            fail(e, 504, NULL, "stopped: the reply was decided while the prompt was tokenized");
+        if (atomic_load(&r->stop))
+            fail(e, 504, NULL, "stopped");
         else if (te.http == 413)
             fail(e, 413, chat ? "messages" : "prompt", "the prompt is longer than the model's context of %lld tokens",
                  (long long)L->context);
@@ -1265,6 +1267,9 @@ static int prepare(lreq *r)
     }
     rc = 0;
 out:
+    /* a refusal while the reply was already decided (504 sent, client gone) says nothing: the
+     * work may have been cut short by the stop */
+    r->stopped = rc != 0 && atomic_load(&r->stop);
     json_decref(body);
     buf_free(&prompt);
     return rc;
