@@ -128,6 +128,8 @@ int tok_bpe_piece(const tokenizer *t, const char *s, size_t n, tok_ids *out, boo
         }
     }
     for (size_t i = 0; i < n;) {
+        if ((nn % TOK_STOP_EVERY) == 0 && tok_check_stop(out->stop, err) < 0)
+            goto out;
         uint32_t cp;
         size_t l = tok_utf8_next((const unsigned char *)s + i, n - i, &cp);
         int64_t k = tok_strmap_find(&t->sym, &t->arena, s + i, l);
@@ -137,9 +139,15 @@ int tok_bpe_piece(const tokenizer *t, const char *s, size_t n, tok_ids *out, boo
         i += l;
     }
     nd[nn - 1].next = -1;
-    for (size_t i = 0; i + 1 < nn; i++)
+    for (size_t i = 0; i + 1 < nn; i++) {
+        if ((i % TOK_STOP_EVERY) == 0 && tok_check_stop(out->stop, err) < 0)
+            goto out;
         try_pair(t, nd, (int32_t)i, h, &nh);
-    while (nh) {
+    }
+    for (size_t steps = 1; nh; steps++) {
+        /* a multi-MB piece (SentencePiece-style text is one piece) takes seconds */
+        if ((steps % TOK_STOP_EVERY) == 0 && tok_check_stop(out->stop, err) < 0)
+            goto out;
         cand c = heap_pop(h, &nh);
         node *l = &nd[c.left];
         if (l->len == 0 || l->sym != c.lsym || l->next < 0 || nd[l->next].sym != c.rsym)

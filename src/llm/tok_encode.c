@@ -2,6 +2,7 @@
  * at added tokens (longest match first, leftmost), normalize each other section, cut it
  * again at added tokens whose text is normalized, pre-tokenize, run BPE on each piece;
  * then the post-processor's tokens around it all. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,12 +123,26 @@ static void strip_around(const tokenizer *t, const char *s, sections *sec)
     }
 }
 
+int tok_check_stop(const _Atomic bool *stop, ts_err *err)
+{
+    if (!stop || !atomic_load_explicit(stop, memory_order_relaxed))
+        return 0;
+    ts_err_set(err, TS_UNAVAILABLE, "the encode was stopped by its caller");
+    return -1;
+}
+
+static int over_limit(const tok_ids *out, ts_err *err)
+{
+    ts_err_set(err, TS_PAYLOAD_TOO_LARGE, "text has more than %zu tokens", out->limit);
+    return -1;
+}
+
 int tok_ids_push(tok_ids *out, int32_t id, ts_err *err)
 {
-    if (out->n == out->limit) {
-        ts_err_set(err, TS_PAYLOAD_TOO_LARGE, "text has more than %zu tokens", out->limit);
+    if (out->n == out->limit)
+        return over_limit(out, err);
+    if (tok_check_stop(out->stop, err) < 0)
         return -1;
-    }
     if (out->n == out->cap) {
         size_t cap = out->cap ? out->cap * 2 : 256;
         if (cap > out->limit)
@@ -151,6 +166,15 @@ static int encode_normalized(const tokenizer *t, const char *s, size_t n, sectio
     if (split_added(&t->trie_norm, s, n, sub) < 0)
         goto oom;
     strip_around(t, s, sub);
+    if (t->bound_bytes) {
+        /* the fewest ids these pieces can make: a multi-MB prompt over a context of a few
+         * thousand tokens is refused here, not after seconds of BPE */
+        size_t least = 0;
+        for (size_t j = 0; j < sub->n; j++)
+            least += sub->v[j].added >= 0 ? 1 : (sub->v[j].len + t->bound_bytes - 1) / t->bound_bytes;
+        if (least > out->limit - out->n)
+            return over_limit(out, err);
+    }
     for (size_t j = 0; j < sub->n; j++) {
         const section *c = &sub->v[j];
         if (c->len == 0)
@@ -184,6 +208,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
     int rc = -1;
     size_t scratch = TOK_MAX_TEXT_BYTES * 8; /* normalization and ByteLevel grow the text */
     tok_scratch_init(&sc, scratch);
+    sc.stop = out->stop;
     buf_init(&norm, scratch);
     if (len > TOK_MAX_TEXT_BYTES) {
         ts_err_set(err, TS_PAYLOAD_TOO_LARGE, "text is %zu bytes, over the tokenizer's limit of %zu",
@@ -212,6 +237,8 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
                 goto out;
             continue;
         }
+        if (tok_check_stop(out->stop, err) < 0)
+            goto out;
         if (tok_normalize(t, text + c->off, c->len, &norm, err) < 0)
             goto out;
         if (norm.len == 0)

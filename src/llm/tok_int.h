@@ -135,6 +135,12 @@ struct tokenizer {
     int32_t pp_pre[4], pp_post[4];
     size_t npp_pre, npp_post;
 
+    /* The limit's shortcut (tok_encode): when every byte of a normalized section ends up in
+     * some id and no id stands for more than bound_bytes of its bytes, a section of n bytes
+     * makes at least ceil(n / bound_bytes) ids, known before pre-tokenizing or BPE. 0 when
+     * the pipeline may drop text or fuse ids (tok_load's set_bound says which). */
+    size_t bound_bytes;
+
     enum tok_dec_kind dec;
     uint32_t strip_start, strip_stop; /* Strip decoder (of ' ') after Fuse */
     bool cleanup;                     /* clean_up_tokenization_spaces */
@@ -178,6 +184,7 @@ typedef struct {
     tok_pieces a, b, parts;
     buf tmp;
     tok_matcher m[TOK_MAX_STEPS];
+    const _Atomic bool *stop; /* the caller's tok_ids.stop */
 } tok_scratch;
 
 void tok_scratch_init(tok_scratch *sc, size_t limit);
@@ -209,5 +216,9 @@ bool tok_js_space(uint32_t cp);
 
 /* Appends id to out, growing it up to its limit (413 past it, naming the limit). */
 int tok_ids_push(tok_ids *out, int32_t id, ts_err *err);
+/* -1 with err set (503) once the caller set *stop (NULL: never); the loops call it every
+ * TOK_STOP_EVERY steps. */
+int tok_check_stop(const _Atomic bool *stop, ts_err *err);
+#define TOK_STOP_EVERY 4096u
 
 #endif

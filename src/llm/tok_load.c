@@ -731,6 +731,67 @@ static json_t *load_json(const char *path, bool optional, ts_err *err)
     return j;
 }
 
+/* tok_encode's shortcut (bound_bytes in tok_int.h). It holds when
+ * - no pre-tokenizer drops text: every Split keeps gaps and matches (Isolated; Removed and
+ *   invert drop some), and ByteLevel's own regex matches every character (each is a space, a
+ *   letter, a number or none of these), so its matches leave no gap;
+ * - every final BPE node makes at least one id: byte fallback knows all 256 bytes, or the
+ *   unknown token stands for a node outside the vocabulary and is not fused, or ByteLevel
+ *   wrote the text (each character one of its 256) and every one of them and every merge's
+ *   result is in the vocabulary;
+ * - fuse_unk cannot fold several nodes into one id: no node BPE can make (one character, a
+ *   merge's result, with ignore_merges any symbol) has the unknown token's id.
+ * A node is one character or a symbol, so an id stands for at most max(longest symbol, 4)
+ * bytes of what BPE reads; byte fallback only makes more ids, and ByteLevel's characters
+ * take at least a byte each, so that bounds the section's bytes per id too. */
+static void set_bound(tokenizer *t)
+{
+    bool has_bl = false, byte_fb = t->byte_fallback, bl_known = true, results_known = true, unk_made = false;
+    t->bound_bytes = 0;
+    for (size_t k = 0; k < t->npre; k++) {
+        if (t->pre[k].kind == TOK_PRE_SPLIT && t->pre[k].mode != TOK_SPLIT_ISOLATED)
+            return;
+        has_bl |= t->pre[k].kind == TOK_PRE_BYTELEVEL;
+    }
+    for (int b = 0; b < 256; b++)
+        byte_fb &= t->byte_id[b] >= 0;
+    for (uint32_t cp = 0; has_bl && cp < 256 + 68; cp++) {
+        if (tok_bytelevel_byte(cp) < 0)
+            continue;
+        char u[2] = {(char)cp, 0};
+        size_t n = 1;
+        if (cp >= 0x80) {
+            u[0] = (char)(0xC0 | (cp >> 6));
+            u[1] = (char)(0x80 | (cp & 0x3F));
+            n = 2;
+        }
+        int64_t k = tok_strmap_find(&t->sym, &t->arena, u, n);
+        bl_known &= k >= 0 && t->sym_vid[k] >= 0;
+    }
+    bool fused = t->fuse_unk && t->unk_id >= 0;
+    for (size_t i = 0; t->merges.key && i <= t->merges.mask; i++) {
+        if (t->merges.key[i] == UINT64_MAX)
+            continue;
+        uint32_t r = (uint32_t)t->merges.val[i];
+        results_known &= t->sym_vid[r] >= 0;
+        unk_made |= fused && t->sym_fid[r] == t->unk_id;
+    }
+    size_t longest = 4;
+    for (size_t k = 0; k < t->nsym; k++) {
+        const tok_sent *e = &t->sym.e[k];
+        if (e->len > longest)
+            longest = e->len;
+        if (fused && t->sym_fid[k] == t->unk_id) {
+            uint32_t cp;
+            unk_made |= t->ignore_merges ||
+                        tok_utf8_next((const unsigned char *)t->arena.p + e->off, e->len, &cp) == e->len;
+        }
+    }
+    bool each_node = byte_fb || (t->unk_id >= 0 && !t->fuse_unk) || (has_bl && bl_known && results_known);
+    if (each_node && !unk_made)
+        t->bound_bytes = longest;
+}
+
 tokenizer *tok_load(const char *path, ts_err *err)
 {
     char file[PATH_MAX], cfgpath[PATH_MAX];
@@ -793,6 +854,7 @@ tokenizer *tok_load(const char *path, ts_err *err)
         snprintf(name, sizeof name, "<0x%02X>", b);
         t->byte_id[b] = text_id(t, name, 6);
     }
+    set_bound(t);
     t->cleanup = !json_is_false(json_object_get(config, "clean_up_tokenization_spaces"));
     t->bos = config_token(t, config, "bos_token");
     t->eos = config_token(t, config, "eos_token");

@@ -448,10 +448,12 @@ void tok_scratch_free(tok_scratch *sc)
 /* Splits s by re (JavaScript's matchAll: after an empty match the search moves on by one
  * character) and adds the pieces mode keeps to dst. */
 static int split_piece(const pcre2_code *re, tok_matcher *m, enum tok_split_mode mode,
-                       const char *s, size_t n, tok_pieces *dst, ts_err *err)
+                       const char *s, size_t n, const _Atomic bool *stop, tok_pieces *dst, ts_err *err)
 {
     size_t pos = 0, prev = 0;
-    while (pos <= n) {
+    for (size_t steps = 1; pos <= n; steps++) {
+        if ((steps % TOK_STOP_EVERY) == 0 && tok_check_stop(stop, err) < 0)
+            return -1;
         int rc = pcre2_match(re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, m->md, m->mc);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
@@ -503,7 +505,7 @@ static int bytelevel_piece(const tok_pre *p, tok_matcher *m, tok_scratch *sc, co
     if (buf_failed(tmp))
         goto full;
     if (p->re) {
-        if (split_piece(p->re, m, TOK_SPLIT_MATCHES, (const char *)tmp->data, tmp->len, parts, err) < 0)
+        if (split_piece(p->re, m, TOK_SPLIT_MATCHES, (const char *)tmp->data, tmp->len, sc->stop, parts, err) < 0)
             return -1;
     } else if (tok_pieces_add(parts, tmp->data, tmp->len) < 0) {
         goto full;
@@ -541,9 +543,11 @@ int tok_pretokenize(const tokenizer *t, const char *s, size_t n, tok_scratch *sc
         }
         tok_pieces_reset(nxt);
         for (size_t i = 0; i < cur->n && rc == 0; i++) {
+            if (i % TOK_STOP_EVERY == TOK_STOP_EVERY - 1 && tok_check_stop(sc->stop, err) < 0)
+                return -1;
             const char *q = (const char *)cur->data.data + cur->off[i];
             if (p->kind == TOK_PRE_SPLIT)
-                rc = split_piece(p->re, &sc->m[k], p->mode, q, cur->len[i], nxt, err);
+                rc = split_piece(p->re, &sc->m[k], p->mode, q, cur->len[i], sc->stop, nxt, err);
             else
                 rc = bytelevel_piece(p, &sc->m[k], sc, q, cur->len[i], nxt, err);
         }

@@ -29,10 +29,15 @@
 
 typedef struct tokenizer tokenizer;
 
-/* A growable id array with a hard limit (ids beyond it fail the encode with 413). */
+/* A growable id array with a hard limit (ids beyond it fail the encode with 413). The limit
+ * also cuts the work short: an encode stops as soon as the text is certain to need more ids
+ * (for most tokenizers before the text's BPE runs, from its length alone; see tok_encode).
+ * stop (optional, NULL by default) lets another thread end an encode in progress: once
+ * *stop is true the encode gives up within a few thousand steps (-1, 503). */
 typedef struct {
     int32_t *v;
     size_t n, cap, limit;
+    const _Atomic bool *stop;
 } tok_ids;
 
 void tok_ids_init(tok_ids *ids, size_t limit);
@@ -48,7 +53,10 @@ void tok_free(tokenizer *t);
  * tokens (BOS for Llama-2 and Gemma). Special tokens written in the text ("<|eot_id|>")
  * are always recognized as such. Returns 0, or -1 with err set: 400 for invalid UTF-8 or a
  * pre-tokenizer regex that hit its match limit, 413 for a text over TOK_MAX_TEXT_BYTES or
- * more ids than out's limit. */
+ * more ids than out's limit ("text has more than <limit> tokens"; out then holds the ids
+ * made so far, which may be far fewer: a long section is refused before its BPE when even
+ * its fewest possible ids would pass the limit), 503 when out->stop was set. A text that
+ * fits the limit gets exactly the ids it gets without one. */
 int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
                tok_ids *out, ts_err *err);
 

@@ -109,13 +109,18 @@ typedef struct lreq {
     size_t stop_len[LLM_MAX_STOPS], n_stops, max_stop;
     size_t n_prompt, n_gen;
     double t_arrive;
-    struct event *timer;
+    struct event *timer;      /* the deadline, armed at arrival */
+    bool timed_out;           /* the deadline's 504 went out while the request was prepared */
+    double t_end;             /* when it did: on_prepared counts it with that time */
     /* Preparing: the body parsed, validated, rendered and tokenized on a decode thread (a
      * big prompt takes a while; the loop serves others meanwhile). From the submit to the
      * llm_done handoff the decode thread alone touches what follows, and m, L, the stops,
-     * stream/include_usage, n_prompt, cap, pend, work and ts; the loop only sets gone. */
+     * stream/include_usage, n_prompt, cap, pend, work and ts; the loop only sets gone and stop. */
     bool preparing;            /* the loop's view */
     _Atomic bool gone;         /* the client left: the decode thread skips the work */
+    _Atomic bool stop;         /* the reply is decided (client gone, or deadline): the decode
+                                * thread stops once the model is known (to count the timeout),
+                                * the tokenizer within a few thousand steps */
     model_repo *repo;
     uint8_t *body;             /* taken from the request; freed once parsed */
     size_t body_len, held;     /* held: its bytes in srv->bodies (the admission's hold) */
@@ -124,6 +129,7 @@ typedef struct lreq {
     bool hdr_bad;              /* a bad X-Priority / X-Request-Timeout-Ms, reported in turn */
     verr hdr_err;
     bool failed;               /* the preparation refused it: err */
+    bool stopped;              /* ... or failed with stop set: err means nothing (the work was cut) */
     verr err;
     llm_gen_params gp;
     tok_ids ids;
@@ -300,7 +306,7 @@ static void record(lreq *r, req_outcome o)
     if (r->counted || !r->m) return;
     r->counted = true;
     atomic_fetch_add(&model_stats_of(r->m)->outcomes[o], 1);
-    hist_observe(&model_stats_of(r->m)->request, ts_now() - r->t_arrive);
+    hist_observe(&model_stats_of(r->m)->request, (r->t_end > 0 ? r->t_end : ts_now()) - r->t_arrive);
 }
 
 static void free_req(lreq *r)
@@ -349,7 +355,9 @@ static void on_http_end(h1req *req, bool completed, void *arg)
     r->http = NULL;
     if (r->preparing) { /* m and L are the decode thread's: on_prepared counts it */
         r->finished = true;
-        atomic_store(&r->gone, true);
+        /* a timed-out request's model is still wanted (its timeout counts there) */
+        if (!r->timed_out) atomic_store(&r->gone, true);
+        atomic_store(&r->stop, true);
         return;
     }
     if (!r->finished) {
@@ -774,6 +782,16 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     char msg[160];
     snprintf(msg, sizeof msg, "request timed out after %.0f ms (%s)", (ts_now() - r->t_arrive) * 1e3,
              r->n_gen ? "while generating" : "before its first token");
+    if (r->preparing) {
+        /* still on a decode thread (or waiting for one): answer now, never after a long
+         * tokenization; no stream has started. The decode thread stops early and
+         * on_prepared counts the timeout once it knows the model (m, L are its own now). */
+        r->finished = r->timed_out = true;
+        r->t_end = ts_now();
+        atomic_store(&r->stop, true);
+        server_llm_error(r->http, 504, NULL, "timeout", msg);
+        return;
+    }
     r->busy++;
     fail_reply(r, 504, "timeout", msg, OUT_TIMEOUT);
     r->busy--;
@@ -932,10 +950,13 @@ static int parse_rest(json_t *body, bool chat, v1_args *a, verr *e)
 
 /* Refuses message content that holds a special token's text: the tokenizer would read it
  * as that control token (a user ending the turn or opening a system one). */
-static int check_specials(const llm_served *L, const char *s, size_t len, const char *param, verr *e)
+static int check_specials(const llm_served *L, const char *s, size_t len, const char *param,
+                          const _Atomic bool *stop, verr *e)
 {
     for (size_t i = 0; i < L->n_specials; i++)
-        if (memmem(s, len, L->specials[i], strlen(L->specials[i])))
+        if (atomic_load(stop)) /* a vocabulary may have hundreds of them, a message 8 MB */
+            return fail(e, 504, param, "stopped");
+        else if (memmem(s, len, L->specials[i], strlen(L->specials[i])))
             return fail(e, 400, param, "message content contains the special token '%.64s', which this "
                         "server refuses (the tokenizer would read it as a control token)", L->specials[i]);
     return 0;
@@ -973,7 +994,7 @@ static int message_text(json_t *c, size_t i, buf *store, const char **s, size_t 
     return 1;
 }
 
-static int render_chat(const llm_served *L, json_t *msgs, buf *prompt, verr *e)
+static int render_chat(const llm_served *L, json_t *msgs, const _Atomic bool *stop, buf *prompt, verr *e)
 {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return fail(e, 400, "messages", "'messages' must be a non-empty list");
@@ -1025,7 +1046,7 @@ static int render_chat(const llm_served *L, json_t *msgs, buf *prompt, verr *e)
         if (in_store[i]) cm[i].content = (const char *)store.data + (size_t)(uintptr_t)cm[i].content;
         char param[64];
         snprintf(param, sizeof param, "messages[%zu].content", i);
-        if (check_specials(L, cm[i].content ? cm[i].content : "", cm[i].len, param, e)) goto out;
+        if (check_specials(L, cm[i].content ? cm[i].content : "", cm[i].len, param, stop, e)) goto out;
     }
     ts_err err = {0};
     if (chat_render(L->chat, cm, n, true, prompt, &err)) {
@@ -1170,6 +1191,10 @@ static int prepare(lreq *r)
         goto out;
     }
     r->L = L;
+    if (atomic_load(&r->stop)) { /* the model is known (a timeout counts there), the rest is moot */
+        fail(e, 504, NULL, "stopped");
+        goto out;
+    }
     bool chat = r->chat;
     v1_args a = {0};
     if (parse_common(body, chat, L, &a, e) || parse_rest(body, chat, &a, e)) goto out;
@@ -1178,14 +1203,19 @@ static int prepare(lreq *r)
         goto out;
     }
     a.gp.priority = r->priority;
-    if (chat ? render_chat(L, json_object_get(body, "messages"), &prompt, e)
+    if (chat ? render_chat(L, json_object_get(body, "messages"), &r->stop, &prompt, e)
              : prompt_text(json_object_get(body, "prompt"), &prompt, e))
         goto out;
-    /* chat templates write their own BOS; a completion prompt gets the tokenizer's */
+    /* chat templates write their own BOS; a completion prompt gets the tokenizer's. A prompt
+     * of more ids than the context is refused whatever max_tokens says (max_tokens is cut to
+     * what the prompt leaves), so the context is the limit: the encoder stops once passed. */
     r->ids.limit = (size_t)L->context;
+    r->ids.stop = &r->stop;
     ts_err te = {0};
     if (tok_encode(L->tok, prompt.data ? (const char *)prompt.data : "", prompt.len, !chat, &r->ids, &te)) {
-        if (te.http == 413)
+        if (atomic_load(&r->stop))
+            fail(e, 504, NULL, "stopped");
+        else if (te.http == 413)
             fail(e, 413, chat ? "messages" : "prompt", "the prompt is longer than the model's context of %lld tokens",
                  (long long)L->context);
         else fail(e, te.http, chat ? "messages" : "prompt", "%s", te.msg);
@@ -1238,6 +1268,9 @@ static int prepare(lreq *r)
     }
     rc = 0;
 out:
+    /* a refusal while the reply was already decided (504 sent, client gone) says nothing: the
+     * work may have been cut short by the stop */
+    r->stopped = rc != 0 && atomic_load(&r->stop);
     json_decref(body);
     buf_free(&prompt);
     return rc;
@@ -1267,10 +1300,20 @@ static void on_prepared(lreq *r)
     r->preparing = false;
     if (!srv->http) r->http = NULL; /* shutting down: the repository may be gone, count nothing */
     r->busy++;
+    if (r->timed_out) {
+        /* its 504 went out (or is being written) meanwhile; counted as a deadline after a
+         * sequence is, at the time it went out; a body not parsed in time names no model */
+        if (srv->http && r->m && r->L) {
+            hist_observe(&r->L->e2e, r->t_end - r->t_arrive);
+            record(r, OUT_TIMEOUT);
+        }
+        if (srv->http) LOG_DEBUG_(NULL, "/v1 request timed out while it was prepared; dropped");
+        goto out;
+    }
     if (!r->http) {
         /* the client left first; a body it left unparsed names no model and counts nowhere */
         if (srv->http && r->m) {
-            if (r->failed) count_refusal(r->m, e->status);
+            if (r->failed && !r->stopped) count_refusal(r->m, e->status);
             else record(r, OUT_CANCELLED);
         }
         if (srv->http) LOG_DEBUG_(NULL, "client went away while its /v1 request was prepared; dropped");
@@ -1278,18 +1321,12 @@ static void on_prepared(lreq *r)
     }
     if (!r->failed && !health_live()) /* a fault latched meanwhile */
         fail(e, 503, NULL, "worker is not live after a GPU fault");
-    else if (!r->failed && !(r->timer = evtimer_new(srv->base, on_deadline, r)))
-        fail(e, 503, NULL, "out of memory");
     else if (!r->failed) {
         ts_err te = {0};
         if (llm_engine_add(r->L->engine, r->ids.v, r->ids.n, &r->gp, on_token, r, &r->seq, &te) == 0) {
             r->added = true;
             atomic_fetch_add(&r->L->prompt_tokens, r->ids.n);
-            /* the deadline counts from arrival: the preparation took part of it */
-            double in = r->timeout_ms / 1e3 - (ts_now() - r->t_arrive);
-            if (in < 0) in = 0;
-            struct timeval tv = {(time_t)in, (suseconds_t)((in - (double)(time_t)in) * 1e6)};
-            evtimer_add(r->timer, &tv);
+            /* the deadline, armed at arrival, runs on */
             if (r->stream) {
                 h1req_add_header(r->http, "Content-Type", "text/event-stream");
                 h1req_add_header(r->http, "Cache-Control", "no-cache");
@@ -1306,6 +1343,7 @@ static void on_prepared(lreq *r)
     }
     /* refused: the reply ends the request (at once, or once written), which frees r */
     r->finished = true;
+    evtimer_del(r->timer);
     count_refusal(r->m, e->status);
     server_llm_error(r->http, e->status, e->param[0] ? e->param : NULL, e->code, e->msg);
 out:
@@ -1352,8 +1390,17 @@ static void handle_generate(server *srv, h1req *req, bool chat)
     uint64_t rid = atomic_fetch_add(&next_id, 1) + 1;
     snprintf(r->id, sizeof r->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)r->created,
              (unsigned long long)rid);
+    r->timeout_ms = (double)srv->set->request_timeout_ms; /* kept when X-Priority is refused first */
     r->hdr_bad = parse_priority(req, &r->priority, &r->hdr_err) ||
                  parse_timeout(srv, req, &r->timeout_ms, &r->hdr_err);
+    /* the deadline counts from arrival and is armed now: a preparation that outlasts it (a
+     * multi-MB prompt, a full decode queue) is answered 504 when it passes, not after */
+    if (!(r->timer = evtimer_new(srv->base, on_deadline, r))) {
+        fail(&e, 503, NULL, "out of memory");
+        goto refuse;
+    }
+    struct timeval tv = {(time_t)(r->timeout_ms / 1e3), (suseconds_t)(fmod(r->timeout_ms, 1e3) * 1e3)};
+    evtimer_add(r->timer, &tv);
     /* the body, and the bytes its admission holds, are the request's until parsed */
     r->body = h1req_take_body(req, &r->body_len);
     r->held = (size_t)(uintptr_t)h1req_user(req);

@@ -11,8 +11,10 @@ LLM_DIR = ROOT / "tests" / "llm"
 MODELS = ROOT / "tests" / "models"
 
 
-def write_tiny_llm(d):
-    """Writes the tiny decoder into version folder d (created)."""
+def write_tiny_llm(d, context=None):
+    """Writes the tiny decoder into version folder d (created). context: another
+    max_position_embeddings than its 2048 (its rotary embedding is computed, not a table, so
+    any context works; the same weights answer the same)."""
     d = pathlib.Path(d)
     d.mkdir(parents=True)
     r = subprocess.run([sys.executable, str(MODELS / "gen_llm_model.py"), str(d)], capture_output=True,
@@ -21,4 +23,8 @@ def write_tiny_llm(d):
     cfg = json.loads((d / "tokenizer_config.json").read_text())
     cfg["chat_template"] = (LLM_DIR / "chat_templates" / "llama2-chat.jinja").read_text()
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    if context:
+        cfg = json.loads((d / "config.json").read_text())
+        cfg["max_position_embeddings"] = context
+        (d / "config.json").write_text(json.dumps(cfg))
     return d

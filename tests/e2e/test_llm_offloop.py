@@ -84,6 +84,10 @@ EXPECTED = {
 def worker(tmp_path_factory):
     repo = tmp_path_factory.mktemp("offloop")
     write_tiny_llm(repo / "tiny" / "1")
+    # the same model with a context of 131072: a 3 MB prompt (about 90k of Llama-2's longest
+    # tokens) is not certain to be over it until tokenized, so the tokenizer runs in full there
+    # (on "tiny" such a prompt is refused before it is tokenized)
+    write_tiny_llm(repo / "big" / "1", context=131072)
     w = start_worker(repo, tmp_path_factory.mktemp("offloop-w"), env={"EXECUTION_MODE": "cpu", "TIERSERVE_LOG_LEVEL": "debug"})
     yield w
     assert w.stop() == 0, w.log_text()[-4000:]
@@ -138,7 +142,7 @@ def raw_post(w, path, body):
 
 def big_prompt(mb):
     text = "hello world, how are you " * (mb * 1024 * 1024 // 25)
-    return json.dumps({"model": "tiny", "prompt": text, "max_tokens": 1}).encode()
+    return json.dumps({"model": "big", "prompt": text, "max_tokens": 1}).encode()
 
 
 def test_health_answers_while_a_big_prompt_is_tokenized(worker):
@@ -172,7 +176,7 @@ def test_health_answers_while_a_big_prompt_is_tokenized(worker):
     rtts = [b - a for a, b in spans if b > result["sent"] and a < result["done"]]
     reply = result["reply"]
     assert reply.startswith(b"HTTP/1.1 413 "), reply[:300]
-    assert b"the prompt is longer than the model's context of 2048 tokens" in reply
+    assert b"the prompt is longer than the model's context of 131072 tokens" in reply
     busy = result["done"] - result["sent"]
     assert rtts, "no probe went out while the big request was handled"
     # relative, not absolute: on a loaded machine both grow together

@@ -136,6 +136,67 @@ static bool stream_equal(const tokenizer *t, const json_t *ids, const json_t *wa
     return ok;
 }
 
+/* The ids limit never changes a text that fits: with its own count as the limit it gets the
+ * same ids (the early refusal, which judges a text by its length, must not fire), with one
+ * less it is a 413. */
+static bool limit_equal(const tokenizer *t, const char *text, size_t len, bool special, const tok_ids *want)
+{
+    tok_ids a, b;
+    ts_err err = {0};
+    tok_ids_init(&a, want->n);
+    tok_ids_init(&b, want->n ? want->n - 1 : 0);
+    bool ok = tok_encode(t, text, len, special, &a, &err) == 0 && a.n == want->n &&
+              (a.n == 0 || memcmp(a.v, want->v, a.n * sizeof *a.v) == 0);
+    if (!ok)
+        printf("    with a limit of its own %zu ids: %zu ids (%s)\n", want->n, a.n, err.msg);
+    if (want->n) {
+        err.http = 0;
+        bool refused = tok_encode(t, text, len, special, &b, &err) < 0 && err.http == 413;
+        if (!refused)
+            printf("    with a limit of %zu (one less than its ids): not a 413 (%d %s)\n", want->n - 1,
+                   err.http, err.msg);
+        ok &= refused;
+    }
+    tok_ids_free(&a);
+    tok_ids_free(&b);
+    return ok;
+}
+
+/* A text as close to the early refusal's bound as the vocabulary allows: the text of the
+ * longest token (as BPE reads it) repeated, so nearly every id stands for as many bytes as
+ * any can. */
+static bool limit_tight(const tokenizer *t)
+{
+    size_t best = 0, best_len = 0;
+    for (size_t id = 0; id < tok_vocab_size(t); id++) {
+        size_t n = 0, tl = 0;
+        const unsigned char *p = tok_id_bytes(t, (int32_t)id, &n);
+        buf one = {.data = (unsigned char *)(uintptr_t)p, .len = n};
+        if (p && tok_id_token(t, (int32_t)id, &tl) && tl > best_len && !tok_is_special(t, (int32_t)id) &&
+            whole_utf8(&one)) {
+            best = id;
+            best_len = tl;
+        }
+    }
+    size_t len = 0;
+    const unsigned char *p = tok_id_bytes(t, (int32_t)best, &len);
+    buf text;
+    tok_ids ids;
+    ts_err err;
+    buf_init(&text, 1 << 20);
+    tok_ids_init(&ids, 1 << 20);
+    for (int k = 0; k < 64; k++)
+        buf_put(&text, p, len);
+    bool ok = tok_encode(t, (const char *)text.data, text.len, true, &ids, &err) == 0;
+    if (!ok)
+        printf("    tight: encode: %s\n", err.msg);
+    ok = ok && limit_equal(t, (const char *)text.data, text.len, true, &ids);
+    printf("    tight: token %zu (%zu bytes, text of %zu) x 64: %zu ids\n", best, best_len, len, ids.n);
+    buf_free(&text);
+    tok_ids_free(&ids);
+    return ok;
+}
+
 static int bench(const json_t *golden, double secs)
 {
     const json_t *corpus = json_object_get(golden, "corpus");
@@ -213,14 +274,14 @@ int main(int argc, char **argv)
             continue;
         }
         const json_t *cases = json_object_get(fam, "cases");
-        size_t n = json_array_size(cases), pass[5] = {0};
+        size_t n = json_array_size(cases), pass[6] = {0};
         bool cleanup_on = false;
         for (size_t i = 0; i < n; i++) {
             const json_t *c = json_array_get(cases, i);
             const json_t *text = json_array_get(corpus, i);
             tok_ids ids, plain;
             buf dec, skip;
-            bool ok[5];
+            bool ok[6];
             tok_ids_init(&ids, 1 << 20);
             tok_ids_init(&plain, 1 << 20);
             buf_init(&dec, 1 << 22);
@@ -257,8 +318,10 @@ int main(int argc, char **argv)
                 buf_free(&pd);
             }
             ok[4] = stream_equal(t, want_ids, json_object_get(c, "decoded"), cleanup_on);
+            ok[5] = limit_equal(t, json_string_value(text), json_string_length(text), true, &ids) &&
+                    limit_equal(t, json_string_value(text), json_string_length(text), false, &plain);
             free(v);
-            for (int k = 0; k < 5; k++) {
+            for (int k = 0; k < 6; k++) {
                 pass[k] += ok[k];
                 if (!ok[k])
                     show("text", json_string_value(text), json_string_length(text));
@@ -291,13 +354,15 @@ int main(int argc, char **argv)
             buf_free(&dec);
             buf_free(&skip);
         }
-        bool all = dpass == nd && nd > 0;
-        for (int k = 0; k < 5; k++)
+        bool tight = limit_tight(t);
+        bool all = dpass == nd && nd > 0 && tight;
+        for (int k = 0; k < 6; k++)
             all &= pass[k] == n;
         printf("%s %s: encode %zu/%zu, encode without special %zu/%zu, decode %zu/%zu, "
-               "decode skip_special %zu/%zu, stream %zu/%zu, random id sequences %zu/%zu\n",
+               "decode skip_special %zu/%zu, stream %zu/%zu, random id sequences %zu/%zu, "
+               "ids limit %zu/%zu, tight limit %s\n",
                all ? "PASS" : "FAIL", name, pass[0], n, pass[1], n, pass[2], n, pass[3], n, pass[4], n,
-               dpass, nd);
+               dpass, nd, pass[5], n, tight ? "ok" : "FAIL");
         failed += !all;
         tok_free(t);
     }

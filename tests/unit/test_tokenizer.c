@@ -267,6 +267,79 @@ static void test_encode_errors(void **state)
     tok_free(t);
 }
 
+/* The ids limit: a text whose fewest possible ids pass it is refused before its BPE runs
+ * (ids keeps only the BOS made before), a text that fits gets exactly its ids, a tokenizer
+ * that may drop text or fold it into fewer ids gets no such shortcut, and a stop set by
+ * another thread ends an encode. */
+static void test_encode_limit(void **state)
+{
+    (void)state;
+    /* SPIECE without fuse_unk: every piece of text makes an id of its own */
+    static const char on[] = "\"fuse_unk\":true", off[] = "\"fuse_unk\":false";
+    static char unfused[sizeof SPIECE + sizeof off];
+    const char *at = strstr(SPIECE, on);
+    assert_non_null(at);
+    size_t pre = (size_t)(at - SPIECE), post = strlen(at + strlen(on));
+    memcpy(unfused, SPIECE, pre);
+    memcpy(unfused + pre, off, strlen(off));
+    memcpy(unfused + pre + strlen(off), at + strlen(on), post + 1);
+    tokenizer *t = load_text(unfused);
+    size_t n = (size_t)1 << 20;
+    char *big = malloc(n);
+    assert_non_null(big);
+    memset(big, 'a', n);
+    tok_ids ids, all;
+    ts_err err;
+    tok_ids_init(&ids, 4096);
+    assert_int_equal(tok_encode(t, big, n, true, &ids, &err), -1);
+    assert_int_equal(err.http, TS_PAYLOAD_TOO_LARGE);
+    assert_non_null(strstr(err.msg, "more than 4096 tokens"));
+    assert_int_equal(ids.n, 1);
+    tok_ids_free(&ids);
+    /* 64 a's: BOS, ▁ and 32 aa; with 34 as the limit the same ids, with 33 a 413 */
+    tok_ids_init(&all, 1 << 10);
+    assert_int_equal(tok_encode(t, big, 64, true, &all, &err), 0);
+    assert_int_equal(all.n, 34);
+    tok_ids_init(&ids, 34);
+    assert_int_equal(tok_encode(t, big, 64, true, &ids, &err), 0);
+    assert_int_equal(ids.n, 34);
+    assert_memory_equal(ids.v, all.v, all.n * sizeof *all.v);
+    tok_ids_free(&ids);
+    tok_ids_init(&ids, 33);
+    assert_int_equal(tok_encode(t, big, 64, true, &ids, &err), -1);
+    assert_int_equal(err.http, TS_PAYLOAD_TOO_LARGE);
+    tok_ids_free(&ids);
+    tok_ids_free(&all);
+    /* stopped by its caller: 503, whatever the limit */
+    _Atomic bool stop = true;
+    tok_ids_init(&ids, 1 << 20);
+    ids.stop = &stop;
+    assert_int_equal(tok_encode(t, big, n, true, &ids, &err), -1);
+    assert_int_equal(err.http, TS_UNAVAILABLE);
+    tok_ids_free(&ids);
+    tok_free(t);
+
+    /* with fuse_unk, and bytes with no token of their own, a run of unknown text is one id:
+     * the length says nothing, so the BPE runs and the refusal comes at the limit */
+    t = load_text(SPIECE);
+    tok_ids_init(&ids, 4096);
+    assert_int_equal(tok_encode(t, big, n, true, &ids, &err), -1);
+    assert_int_equal(err.http, TS_PAYLOAD_TOO_LARGE);
+    assert_int_equal(ids.n, 4096);
+    tok_ids_free(&ids);
+    tok_free(t);
+
+    /* 'c' is in no token here and nothing stands for unknown text: 64 KiB of it is no id */
+    t = load_text(BYTELEVEL);
+    memset(big, 'c', (size_t)64 << 10);
+    tok_ids_init(&ids, 4);
+    assert_int_equal(tok_encode(t, big, (size_t)64 << 10, false, &ids, &err), 0);
+    assert_int_equal(ids.n, 0);
+    tok_ids_free(&ids);
+    tok_free(t);
+    free(big);
+}
+
 /* A copy of BYTELEVEL with one part replaced. */
 static const char *variant(const char *from, const char *to)
 {
@@ -369,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_encode_bpe_details),
         cmocka_unit_test(test_nfc_normalizer),
         cmocka_unit_test(test_encode_errors),
+        cmocka_unit_test(test_encode_limit),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_folder_and_config),
     };
