@@ -273,16 +273,22 @@ static void decode(llm_engine *e)
     e->st.steps++;
     if (n > e->st.max_batch) e->st.max_batch = n;
     pthread_mutex_unlock(&e->mu);
-    size_t n_ended = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (rc) {
+    if (rc) {
+        LOG_ERROR_(LOGF({"component", "llm"}), "%s", err.msg);
+        /* the kept batch dies with its sequences: release it before they end (nothing to
+         * write back, their caches go too), or an idle engine would keep its (device) memory
+         * until the next request */
+        for (size_t i = 0; i < n; i++) e->batch[i]->state = SEQ_DONE;
+        (void)settle(e, 0);
+        for (size_t i = 0; i < n; i++) {
             drop_active(e, e->batch[i]);
             finish(e->batch[i], -1, LLM_FIN_ERROR, &err);
-        } else if (take_token(e, e->batch[i], e->logits + i * e->m->sig.vocab, &e->ended[n_ended])) {
-            n_ended++;
         }
+        return;
     }
-    if (rc) LOG_ERROR_(LOGF({"component", "llm"}), "%s", err.msg);
+    size_t n_ended = 0;
+    for (size_t i = 0; i < n; i++)
+        if (take_token(e, e->batch[i], e->logits + i * e->m->sig.vocab, &e->ended[n_ended])) n_ended++;
     /* a finished sequence's rows leave the batch before it leaves its slot: once the
      * running gauge has dropped, the KV gauge counts none of its memory */
     if (n_ended) (void)settle(e, decode_set(e));

@@ -5,8 +5,8 @@ Usage:  /usr/bin/python3 tests/llm/gen_check.py LLM_GEN_CHECK OUTDIR
 
 Generates the test decoder (FP32, FP16, and FP32 without position_ids) under OUTDIR with
 tests/models/gen_llm_model.py, runs LLM_GEN_CHECK (tests/llm/llm_gen_check.c: the real
-engine, one sequence at a time and batched, plus its own checks of sampling, cancellation
-and bounds), and requires the greedy tokens of every prompt to equal
+engine, one sequence at a time and batched, plus its own checks of sampling, cancellation,
+bounds and a failed step), and requires the greedy tokens of every prompt to equal
 tests/models/llm_reference.py's exactly, both ways, with each KV cache path
 (TIERSERVE_LLM_KV=host: gathered every step; bound: kept in ORT values). The model without
 position_ids derives its positions from the past's length: batched with left padding it

@@ -259,6 +259,60 @@ static void check_join_leave(llm_model *m, tok_ids *prompts, size_t np, const co
     llm_engine_free(e);
 }
 
+/* The engine's error hook fails the Nth Run() (counting prefill chunks and decode steps). */
+typedef struct {
+    int runs, fail_at, errors;
+} fault_hook;
+
+static int fail_nth_run(void *ctx, ts_err *err)
+{
+    fault_hook *h = ctx;
+    if (++h->runs != h->fail_at) return 0;
+    ts_err_set(err, TS_INTERNAL_ERROR, "injected: CUDA failure 700 (a test's before_run hook)");
+    return -1;
+}
+
+static void count_error(void *ctx, const ts_err *err)
+{
+    (void)err;
+    ((fault_hook *)ctx)->errors++;
+}
+
+/* A decode step that fails after the bound path has kept its batch (prefill, two good steps,
+ * the third fails): the sequence ends with the error and the batch's tensors are released
+ * with it, so the idle engine holds no KV memory at all; the next request runs normally
+ * and gets its one-at-a-time tokens. */
+static void check_failed_step(llm_model *m, const tok_ids *p, const collect *single)
+{
+    fault_hook fh = {.fail_at = 4};
+    llm_engine_opts o = {.max_active = 2, .max_waiting = 2, .prefill_chunk = 64,
+                         .hooks = {.before_run = fail_nth_run, .on_run_error = count_error, .ctx = &fh}};
+    llm_engine *e = NULL;
+    ts_err err = {0};
+    if (llm_engine_new(m, &o, &e, &err)) {
+        CHECK(0, "failed step: llm_engine_new: %s", err.msg);
+        return;
+    }
+    llm_gen_params gp = greedy(100);
+    gp.ignore_eos = true;
+    collect a, b;
+    collect_init(&a);
+    add(e, p, &gp, &a);
+    CHECK(wait_for(&a, 0) && a.fin == LLM_FIN_ERROR && strstr(a.err, "injected") && a.n == 3 && a.finals == 1,
+          "failed step: %zu tokens, %s (%s), %d finals", a.n, llm_finish_name(a.fin), a.err, a.finals);
+    llm_engine_stats st;
+    llm_engine_stats_get(e, &st);
+    CHECK(st.active == 0 && st.kv_bytes == 0 && st.kv_batch_bytes == 0 && fh.errors == 1,
+          "failed step: after it: %zu active, %zu KV bytes (%zu in the batch), %d error hook calls", st.active,
+          st.kv_bytes, st.kv_batch_bytes, fh.errors);
+    gp = greedy((int64_t)single->n);
+    collect_init(&b);
+    add(e, p, &gp, &b);
+    CHECK(wait_for(&b, 0) && b.fin != LLM_FIN_ERROR && same(&b, single), "failed step: the next request: %zu "
+          "tokens, %s (%s)", b.n, llm_finish_name(b.fin), b.err);
+    llm_engine_free(e);
+}
+
 /* Seeded sampling repeats itself; another seed gives other tokens; greedy ignores seeds. */
 static void check_sampling(llm_model *m, const tok_ids *p)
 {
@@ -462,7 +516,10 @@ int main(int argc, char **argv)
     }
     static collect single[MAX_PROMPTS], batched[MAX_PROMPTS];
     check_batching(m, prompts, np, n, single, batched);
-    if (!fp16) check_join_leave(m, prompts, np, single);
+    if (!fp16) {
+        check_join_leave(m, prompts, np, single);
+        check_failed_step(m, &prompts[0], &single[0]);
+    }
     if (!fp16 && !g_nopos) {
         check_sampling(m, &prompts[0]);
         check_cancel(m, &prompts[0]);
