@@ -30,8 +30,14 @@ struct llm_engine {
     float *logits;            /* max_active x vocab */
     llm_seq **batch;
     llm_kv_ctx *kv;           /* the bound path's batch and IoBinding (NULL: host path) */
+    bool one_per_run;         /* no position_ids: one sequence per decode Run() (see decode_set) */
+    uint64_t turn;            /* decode steps taken: whose turn it is when one_per_run */
     struct ended { llm_seq *s; int32_t tok; llm_finish fin; } *ended; /* max_active: decode's */
 };
+
+static const char k_no_position_ids[] =
+    "the model has no position_ids input (it derives positions from the past's length, which "
+    "left padding would shift): its sequences are never batched, one per decode Run(), taking turns";
 
 const char *llm_finish_name(llm_finish f)
 {
@@ -204,13 +210,22 @@ static void prefill(llm_engine *e)
     }
 }
 
-/* The decoding sequences, in slot order, into e->batch; returns how many. */
+/* The decoding sequences, in slot order, into e->batch; returns how many. A model without
+ * position_ids derives its positions from the past's length (past + arange, as Hugging Face
+ * does), not from the mask: left-padded in a batch, a sequence would be computed at positions
+ * shifted by its padding. Such a model gets one sequence per Run(), the decoding ones taking
+ * turns, so every stream advances (a token each per round) rather than one stream holding
+ * the model until it ends. */
 static size_t decode_set(llm_engine *e)
 {
     size_t n = 0;
     for (size_t i = 0; i < e->n_active; i++)
         if (e->active[i]->state == SEQ_DECODE && !atomic_load(&e->active[i]->cancelled))
             e->batch[n++] = e->active[i];
+    if (e->one_per_run && n > 1) {
+        e->batch[0] = e->batch[e->turn % n];
+        n = 1;
+    }
     return n;
 }
 
@@ -252,21 +267,28 @@ static void decode(llm_engine *e)
     if (settle(e, n) || n == 0) return;
     ts_err err = {0};
     int rc = run_step(e, true, e->batch, n, 1, &err);
+    e->turn++;
     kv_gauge(e);
     pthread_mutex_lock(&e->mu);
     e->st.steps++;
     if (n > e->st.max_batch) e->st.max_batch = n;
     pthread_mutex_unlock(&e->mu);
-    size_t n_ended = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (rc) {
+    if (rc) {
+        LOG_ERROR_(LOGF({"component", "llm"}), "%s", err.msg);
+        /* the kept batch dies with its sequences: release it before they end (nothing to
+         * write back, their caches go too), or an idle engine would keep its (device) memory
+         * until the next request */
+        for (size_t i = 0; i < n; i++) e->batch[i]->state = SEQ_DONE;
+        (void)settle(e, 0);
+        for (size_t i = 0; i < n; i++) {
             drop_active(e, e->batch[i]);
             finish(e->batch[i], -1, LLM_FIN_ERROR, &err);
-        } else if (take_token(e, e->batch[i], e->logits + i * e->m->sig.vocab, &e->ended[n_ended])) {
-            n_ended++;
         }
+        return;
     }
-    if (rc) LOG_ERROR_(LOGF({"component", "llm"}), "%s", err.msg);
+    size_t n_ended = 0;
+    for (size_t i = 0; i < n; i++)
+        if (take_token(e, e->batch[i], e->logits + i * e->m->sig.vocab, &e->ended[n_ended])) n_ended++;
     /* a finished sequence's rows leave the batch before it leaves its slot: once the
      * running gauge has dropped, the KV gauge counts none of its memory */
     if (n_ended) (void)settle(e, decode_set(e));
@@ -306,6 +328,9 @@ int llm_engine_new(llm_model *m, const llm_engine_opts *opt, llm_engine **out, t
     e->m = m;
     e->opt = *opt;
     e->next_id = 1;
+    e->one_per_run = !m->sig.position_ids;
+    e->st.batch_limit = e->one_per_run ? 1 : opt->max_active;
+    if (e->one_per_run) e->st.batch_note = k_no_position_ids;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->wait = calloc(opt->max_waiting ? opt->max_waiting : 1, sizeof *e->wait);
@@ -325,6 +350,7 @@ int llm_engine_new(llm_model *m, const llm_engine_opts *opt, llm_engine **out, t
         return -1;
     }
     e->started = true;
+    if (e->one_per_run) LOG_WARN_(LOGF({"component", "llm"}), "LLM: %s", k_no_position_ids);
     *out = e;
     return 0;
 oom:

@@ -9,7 +9,9 @@
  *      several loop turns and never stalls the others for long; after its last chunk it
  *      samples its first token;
  *   3. one Run() steps every decoding sequence by one token, their pasts padded to the
- *      longest and masked; each samples its next token; finished ones leave.
+ *      longest and masked; each samples its next token; finished ones leave. A model
+ *      without position_ids is never batched: each Run() steps one decoding sequence, the
+ *      sequences taking turns (left padding would shift the positions it derives itself).
  * A token goes to the sequence's callback as soon as it is sampled.
  *
  * Bounded: at most max_active sequences hold a KV cache (each sized for its prompt plus
@@ -101,6 +103,9 @@ typedef struct {
     uint64_t steps;       /* batched decode Run()s so far */
     uint64_t prefill_runs;
     size_t max_batch;     /* the most sequences one decode Run() carried */
+    size_t batch_limit;   /* the most it may carry: max_active, or 1 for a model without
+                             position_ids (never batched: decode_set in llm_engine.c) */
+    const char *batch_note; /* why batch_limit is below max_active (static text), or NULL */
 } llm_engine_stats;
 
 /* Starts the generation thread. Returns 0, or -1 with err set (500). */

@@ -138,6 +138,8 @@ static int build(const llm_model *m, kv_batch *b, llm_seq *const *seqs, size_t n
     if (settle_device(m, msg, len)) goto fail;
     return 0;
 fail:
+    /* copies into these tensors may still be queued on the device: let them land first */
+    (void)settle_device(m, NULL, 0);
     batch_release(b);
     return -1;
 }
@@ -187,6 +189,7 @@ int llm_kv_settle(const llm_model *m, llm_kv_ctx *c, llm_seq *const *live, size_
     if (!rc) rc = settle_device(m, msg, sizeof msg);
     for (size_t r = 0; !rc && r < b->n; r++)
         if (rows[r]) rows[r]->n_synced = rows[r]->n_cached;
+    if (rc) (void)settle_device(m, NULL, 0); /* a failed copy may leave earlier ones queued */
     batch_release(b);
     if (rc) ts_err_set(err, TS_INTERNAL_ERROR, "LLM KV cache: writing the batch back: %s", msg);
     return rc;
@@ -263,7 +266,10 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
         int wr = settle_device(m, msg, sizeof msg);
         for (size_t i = 0; !wr && i < n; i++) wr = write_back(m, b, i, seqs[i], msg, sizeof msg);
         if (!wr) wr = settle_device(m, msg, sizeof msg);
-        if (wr) goto bad;
+        if (wr) {
+            (void)settle_device(m, NULL, 0); /* earlier copies may still be queued: before the release */
+            goto bad;
+        }
         for (size_t i = 0; i < n; i++) seqs[i]->n_synced = seqs[i]->n_cached;
     }
     rc = 0;

@@ -1465,6 +1465,10 @@ void server_llm_status(const ts_model *m, buf *b)
     else buf_puts(b, "null");
     buf_printf(b, ",\"running\":%zu,\"waiting\":%zu,\"kv_cache_bytes\":%zu,\"steps\":%llu,\"max_batch\":%zu",
                st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch);
+    /* the engine's cap on a decode Run() and why it is below max_active (e.g. no position_ids) */
+    buf_printf(b, ",\"batch_limit\":%zu,\"batch_note\":", st.batch_limit);
+    if (st.batch_note) buf_put_json_str(b, st.batch_note, strlen(st.batch_note));
+    else buf_puts(b, "null");
     /* where the cache lives and why (the GPU check greps "device"); the note is our own text */
     buf_printf(b, ",\"kv_cache\":\"%s\",\"kv_cache_note\":", llm_model_kv_where(L->model));
     buf_put_json_str(b, llm_model_kv_note(L->model), strlen(llm_model_kv_note(L->model)));

@@ -7,6 +7,9 @@
  *       after checking that batched == single, seeded sampling, cancellation and the queue
  *       bounds (exit 1 with a message on stderr when a check fails)
  *   llm_gen_check --fp16 MODELDIR N PROMPT...   the FP16 variant loads and generates
+ *   llm_gen_check --no-position-ids MODELDIR N PROMPT...   the variant without position_ids
+ *       (gen_llm_model.py --no-position-ids): the same JSON; batched == single with the
+ *       engine stepping one sequence per Run() (never left-padded), joins and leaves
  *
  * TIERSERVE_LLM_KV (auto|host|bound) picks the KV cache's path as in the worker.
  * EXECUTION_MODE (default cpu) and STRICT_EP pick the tier the way the worker does: the GPU
@@ -45,6 +48,7 @@ typedef struct {
     size_t hold_at, index;
 } collect;
 
+static bool g_nopos; /* the model has no position_ids: the engine must never batch it */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static size_t g_added; /* sequences the batching check has added (under g_mu) */
@@ -193,7 +197,13 @@ static void check_batching(llm_model *m, tok_ids *prompts, size_t np, int64_t n,
     }
     llm_engine_stats st;
     llm_engine_stats_get(e, &st);
-    CHECK(st.max_batch >= 2, "the decode steps never carried more than %zu sequence(s)", st.max_batch);
+    if (g_nopos)
+        CHECK(st.max_batch == 1 && st.batch_limit == 1 && st.batch_note && strstr(st.batch_note, "position_ids"),
+              "no position_ids: %zu sequences in one decode step, limit %zu (%s)", st.max_batch, st.batch_limit,
+              st.batch_note ? st.batch_note : "no note");
+    else
+        CHECK(st.max_batch >= 2 && st.batch_limit == MAX_PROMPTS && !st.batch_note,
+              "the decode steps never carried more than %zu sequence(s) (limit %zu)", st.max_batch, st.batch_limit);
     CHECK(st.active == 0 && st.waiting == 0 && st.kv_bytes == 0,
           "after the end: %zu active, %zu waiting, %zu KV bytes", st.active, st.waiting, st.kv_bytes);
     fprintf(stderr, "batching: %llu decode steps, at most %zu sequences in one, %llu prefill runs\n",
@@ -244,7 +254,62 @@ static void check_join_leave(llm_model *m, tok_ids *prompts, size_t np, const co
     CHECK(st.active == 0 && st.kv_bytes == 0 && st.kv_batch_bytes == 0,
           "join/leave: after the end: %zu active, %zu KV bytes (%zu in the batch)", st.active, st.kv_bytes,
           st.kv_batch_bytes);
-    CHECK(st.max_batch >= 3, "join/leave: at most %zu sequences in a step", st.max_batch);
+    if (g_nopos) CHECK(st.max_batch == 1, "join/leave: %zu sequences in a step without position_ids", st.max_batch);
+    else CHECK(st.max_batch >= 3, "join/leave: at most %zu sequences in a step", st.max_batch);
+    llm_engine_free(e);
+}
+
+/* The engine's error hook fails the Nth Run() (counting prefill chunks and decode steps). */
+typedef struct {
+    int runs, fail_at, errors;
+} fault_hook;
+
+static int fail_nth_run(void *ctx, ts_err *err)
+{
+    fault_hook *h = ctx;
+    if (++h->runs != h->fail_at) return 0;
+    ts_err_set(err, TS_INTERNAL_ERROR, "injected: CUDA failure 700 (a test's before_run hook)");
+    return -1;
+}
+
+static void count_error(void *ctx, const ts_err *err)
+{
+    (void)err;
+    ((fault_hook *)ctx)->errors++;
+}
+
+/* A decode step that fails after the bound path has kept its batch (prefill, two good steps,
+ * the third fails): the sequence ends with the error and the batch's tensors are released
+ * with it, so the idle engine holds no KV memory at all; the next request runs normally
+ * and gets its one-at-a-time tokens. */
+static void check_failed_step(llm_model *m, const tok_ids *p, const collect *single)
+{
+    fault_hook fh = {.fail_at = 4};
+    llm_engine_opts o = {.max_active = 2, .max_waiting = 2, .prefill_chunk = 64,
+                         .hooks = {.before_run = fail_nth_run, .on_run_error = count_error, .ctx = &fh}};
+    llm_engine *e = NULL;
+    ts_err err = {0};
+    if (llm_engine_new(m, &o, &e, &err)) {
+        CHECK(0, "failed step: llm_engine_new: %s", err.msg);
+        return;
+    }
+    llm_gen_params gp = greedy(100);
+    gp.ignore_eos = true;
+    collect a, b;
+    collect_init(&a);
+    add(e, p, &gp, &a);
+    CHECK(wait_for(&a, 0) && a.fin == LLM_FIN_ERROR && strstr(a.err, "injected") && a.n == 3 && a.finals == 1,
+          "failed step: %zu tokens, %s (%s), %d finals", a.n, llm_finish_name(a.fin), a.err, a.finals);
+    llm_engine_stats st;
+    llm_engine_stats_get(e, &st);
+    CHECK(st.active == 0 && st.kv_bytes == 0 && st.kv_batch_bytes == 0 && fh.errors == 1,
+          "failed step: after it: %zu active, %zu KV bytes (%zu in the batch), %d error hook calls", st.active,
+          st.kv_bytes, st.kv_batch_bytes, fh.errors);
+    gp = greedy((int64_t)single->n);
+    collect_init(&b);
+    add(e, p, &gp, &b);
+    CHECK(wait_for(&b, 0) && b.fin != LLM_FIN_ERROR && same(&b, single), "failed step: the next request: %zu "
+          "tokens, %s (%s)", b.n, llm_finish_name(b.fin), b.err);
     llm_engine_free(e);
 }
 
@@ -382,8 +447,11 @@ int main(int argc, char **argv)
 {
     bool fp16 = argc > 1 && strcmp(argv[1], "--fp16") == 0;
     if (fp16) argc--, argv++;
+    g_nopos = argc > 1 && strcmp(argv[1], "--no-position-ids") == 0;
+    if (g_nopos) argc--, argv++;
     if (argc < 4 || argc - 3 > MAX_PROMPTS) {
-        fprintf(stderr, "usage: llm_gen_check [--fp16] MODELDIR N PROMPT... (at most %d)\n", MAX_PROMPTS);
+        fprintf(stderr, "usage: llm_gen_check [--fp16] [--no-position-ids] MODELDIR N PROMPT... (at most %d)\n",
+                MAX_PROMPTS);
         return 64;
     }
     const char *dir = argv[1];
@@ -425,7 +493,7 @@ int main(int argc, char **argv)
     if (mo.kv == LLM_KV_BOUND) check_kv_check(dir, &mo, m);
     const llm_sig *sig = llm_model_sig(m);
     CHECK(sig->layers == 2 && sig->kv_heads == 2 && sig->head_dim == 16 && sig->vocab == 32000 &&
-              sig->position_ids && sig->kv_fp16 == fp16 && sig->logits_fp16 == fp16,
+              sig->position_ids == !g_nopos && sig->kv_fp16 == fp16 && sig->logits_fp16 == fp16,
           "signature: %zu layers, %zu kv heads, head %zu, vocab %zu, fp16 %d", sig->layers,
           sig->kv_heads, sig->head_dim, sig->vocab, sig->kv_fp16);
     CHECK(llm_model_max_context(m) == 2048, "context %lld", (long long)llm_model_max_context(m));
@@ -450,6 +518,9 @@ int main(int argc, char **argv)
     check_batching(m, prompts, np, n, single, batched);
     if (!fp16) {
         check_join_leave(m, prompts, np, single);
+        check_failed_step(m, &prompts[0], &single[0]);
+    }
+    if (!fp16 && !g_nopos) {
         check_sampling(m, &prompts[0]);
         check_cancel(m, &prompts[0]);
         check_refusals(m);

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Write a tiny Llama-style decoder in Optimum's text-generation-with-past convention.
 
-Usage:  /usr/bin/python3 tests/models/gen_llm_model.py OUTDIR [--fp16] [--tokenizer DIR]
-                                                     [--size LAYERS,HIDDEN,HEADS,KV_HEADS,FFN,CONTEXT]
+Usage:  /usr/bin/python3 tests/models/gen_llm_model.py OUTDIR [--fp16] [--no-position-ids]
+                  [--tokenizer DIR] [--size LAYERS,HIDDEN,HEADS,KV_HEADS,FFN,CONTEXT]
 
 --size writes a bigger model of the same design for benchmarks (head_dim = HIDDEN / HEADS;
 e.g. 8,512,8,4,1024,2048); llm_reference.py knows only the default size.
@@ -23,6 +23,12 @@ I/O as Optimum exports it:
      present.{i}.key / .value       [batch_size, 2, total_sequence_length, 16]
 A query at new position s (0-based in this call) sees key slot j when the mask says 1 and
 j <= past_sequence_length + s (causal over slots, so left-padded pasts work).
+
+--no-position-ids writes the same model (same weights) without the position_ids input: the
+graph derives the rotary positions itself as past_sequence_length + arange(sequence_length),
+the same for every row, as Hugging Face does when no position_ids are given. Alone, a
+sequence computes exactly what it computes with position_ids; left-padded in a batch, its
+positions shift by its padding (the worker must never batch such a model).
 
 The weights are never committed: tests generate them. tests/models/llm_reference.py runs the
 same model in numpy from the initializers of the written file.
@@ -123,7 +129,7 @@ class G:
         return self.op("Mul", [self.op("Mul", [x, inv]), wname])
 
 
-def build(fp16=False):
+def build(fp16=False, position_ids=True):
     dt = TensorProto.FLOAT16 if fp16 else TensorProto.FLOAT
     g = G(dt)
     w = make_weights()
@@ -136,8 +142,10 @@ def build(fp16=False):
     inputs = [
         helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"]),
-        helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
     ]
+    if position_ids:
+        inputs.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64,
+                                                    ["batch_size", "sequence_length"]))
     outputs = [helper.make_tensor_value_info("logits", dt, ["batch_size", "sequence_length", VOCAB])]
     kv_shape_in = ["batch_size", KV_HEADS, "past_sequence_length", HEAD_DIM]
     kv_shape_out = ["batch_size", KV_HEADS, "total_sequence_length", HEAD_DIM]
@@ -146,8 +154,18 @@ def build(fp16=False):
             inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", dt, kv_shape_in))
             outputs.append(helper.make_tensor_value_info(f"present.{i}.{kind}", dt, kv_shape_out))
 
-    # Rotary tables from position_ids, computed in FP32: [B, 1, S, HEAD_DIM].
-    pos = g.op("Cast", ["position_ids"], to=TensorProto.FLOAT)
+    # Rotary tables from position_ids, computed in FP32: [B, 1, S, HEAD_DIM]. Without
+    # position_ids: past_len + arange(S) as [1, S] (Hugging Face's cache_position), which
+    # broadcasts over the batch: every row gets the same positions, padding or not.
+    if position_ids:
+        pos_ids = "position_ids"
+    else:
+        past_len = g.op("Gather", [g.op("Shape", ["past_key_values.0.key"]), g.const(np.array(2, np.int64))])
+        new_len = g.op("Gather", [g.op("Shape", ["input_ids"]), g.const(np.array(1, np.int64))])
+        pos_ids = g.op("Unsqueeze", [g.op("Range", [past_len, g.op("Add", [past_len, new_len]),
+                                                    g.const(np.array(1, np.int64))]),
+                                     g.const(np.array([0], np.int64))])
+    pos = g.op("Cast", [pos_ids], to=TensorProto.FLOAT)
     freqs = g.op("Mul", [g.op("Unsqueeze", [pos, g.const(np.array([-1], np.int64))]), "inv_freq"])
     emb = g.op("Concat", [freqs, freqs], axis=-1)
     cos = g.op("Unsqueeze", [g.op("Cos", [emb]), g.const(np.array([1], np.int64))])
@@ -223,9 +241,9 @@ def build(fp16=False):
     return model
 
 
-def write(outdir, fp16=False, tokenizer_dir=TOKENIZER_DIR):
+def write(outdir, fp16=False, tokenizer_dir=TOKENIZER_DIR, position_ids=True):
     os.makedirs(outdir, exist_ok=True)
-    onnx.save(build(fp16), os.path.join(outdir, "model.onnx"))
+    onnx.save(build(fp16, position_ids), os.path.join(outdir, "model.onnx"))
     for f in ("tokenizer.json", "tokenizer_config.json"):
         src = os.path.join(tokenizer_dir, f)
         if not os.path.exists(src):
@@ -247,6 +265,7 @@ def write(outdir, fp16=False, tokenizer_dir=TOKENIZER_DIR):
 def main(argv):
     args = list(argv[1:])
     fp16 = "--fp16" in args
+    position_ids = "--no-position-ids" not in args
     tok = TOKENIZER_DIR
     if "--tokenizer" in args:
         tok = args[args.index("--tokenizer") + 1]
@@ -257,14 +276,14 @@ def main(argv):
         LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, MAX_POSITIONS = (int(v) for v in args[i + 1].split(","))
         HEAD_DIM = HIDDEN // HEADS
         del args[i:i + 2]
-    args = [a for a in args if a != "--fp16"]
+    args = [a for a in args if a not in ("--fp16", "--no-position-ids")]
     if args in (["-h"], ["--help"]):
         print(__doc__)
         return 0
     if len(args) != 1 or args[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 64
-    write(args[0], fp16, tok)
+    write(args[0], fp16, tok, position_ids)
     return 0
 
 

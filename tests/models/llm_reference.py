@@ -13,13 +13,19 @@ PROMPTS.json is a list of prompts, each a list of token ids. PRESENCE and FREQUE
 OpenAI penalties (default 0): before each greedy choice, every token t generated c(t) > 0
 times so far (the prompt does not count) loses c(t) * FREQUENCY + PRESENCE from its logit,
 computed in float64 and rounded once to float32 (the worker's rule). Prints one JSON object:
-{"tokens": [[N ids or fewer: stops after EOS], ...], "min_margin": m}, where min_margin is
+{"tokens": [[N ids or fewer: stops after EOS], ...], "min_margin": m, "position_ids": bool
+(the graph's variant)}, where min_margin is
 the smallest gap between the best and the second-best logit over every greedy choice (a
 check that float rounding between two implementations cannot flip a choice).
 
 The weights come from MODELDIR/model.onnx's initializers (FP32 or FP16: computed in FP32
 either way), so this checks the graph, not the generator's random numbers. Nothing here is
 shared with the C side but the file.
+
+Both variants of gen_llm_model.py are handled: with position_ids (the worker passes each
+sequence's own positions) and --no-position-ids (the graph takes past length + arange).
+Each prompt runs alone here, where the two agree: positions past .. past + S - 1. That is
+what the worker must reproduce, batched or not.
 """
 import json
 import os
@@ -34,9 +40,14 @@ import gen_llm_model as spec  # noqa: E402  (sizes only)
 
 
 def load(model_dir):
+    """The weights, and whether the graph takes position_ids (else it derives them)."""
     m = onnx.load(os.path.join(model_dir, "model.onnx"))
-    return {t.name: numpy_helper.to_array(t).astype(np.float32) for t in m.graph.initializer
-            if t.name in _NAMES}
+    w = {t.name: numpy_helper.to_array(t).astype(np.float32) for t in m.graph.initializer
+         if t.name in _NAMES}
+    missing = _NAMES - set(w)
+    if missing:
+        raise SystemExit(f"{model_dir}/model.onnx is not gen_llm_model.py's model: no {sorted(missing)}")
+    return w, any(i.name == "position_ids" for i in m.graph.input)
 
 
 _NAMES = {"embed", "final_norm", "lm_head", "inv_freq"} | {
@@ -60,7 +71,7 @@ def rope(x, pos, inv_freq):  # x [h, S, D], pos [S]
 
 class Model:
     def __init__(self, model_dir):
-        self.w = load(model_dir)
+        self.w, self.position_ids = load(model_dir)
 
     def forward(self, ids, cache):
         """ids: the new token ids; cache: per layer [k, v], each [KV, past, D] (appended to).
@@ -68,6 +79,8 @@ class Model:
         w, D = self.w, spec.HEAD_DIM
         past = cache[0][0].shape[1]
         S = len(ids)
+        # one sequence, no padding: its own positions (given or derived from the past's
+        # length, the same numbers)
         pos = np.arange(past, past + S)
         h = w["embed"][np.asarray(ids)]
         rep = spec.HEADS // spec.KV_HEADS
@@ -161,7 +174,7 @@ def main(argv):
         if rows is not None:
             lps.append([{"token": tok, "logprob": float(row[tok]), "top": top_k(row, k)}
                         for tok, row in zip(t, rows)])
-    res = {"tokens": tokens, "min_margin": margin}
+    res = {"tokens": tokens, "min_margin": margin, "position_ids": model.position_ids}
     if k is not None:
         res["logprobs"] = lps
     print(json.dumps(res))
