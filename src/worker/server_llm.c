@@ -649,12 +649,15 @@ static bool scan_stops(lreq *r, bool final)
     return false;
 }
 
-static void take_token(lreq *r, int32_t tok, const llm_logprobs *lp, bool last)
+/* An end-of-sequence token (eos) counts as generated but adds no text: vLLM drops its text,
+ * and an eos id that generation_config.json gives to an ordinary token would show otherwise. */
+static void take_token(lreq *r, int32_t tok, const llm_logprobs *lp, bool last, bool eos)
 {
     r->n_gen++;
     ts_err e = {0};
     size_t start = r->emitted + r->pending.len;
-    if (tok_stream_feed(r->ts, tok, &r->pending, &e) || (last && tok_stream_finish(r->ts, &r->pending, &e))) {
+    if ((!eos && tok_stream_feed(r->ts, tok, &r->pending, &e)) ||
+        (last && tok_stream_finish(r->ts, &r->pending, &e))) {
         fail_reply(r, 500, NULL, e.msg, OUT_ERROR);
         return;
     }
@@ -737,7 +740,8 @@ static void on_tokens(void *item, void *ctx)
     if (!srv->http) r->http = NULL; /* shutting down: every connection is gone */
     r->busy++;
     for (size_t i = 0; i < n && !r->finished && r->http; i++)
-        take_token(r, t[i], lps ? &lps[i] : NULL, fin != LLM_FIN_NONE && i + 1 == n);
+        take_token(r, t[i], lps ? &lps[i] : NULL, fin != LLM_FIN_NONE && i + 1 == n,
+                   fin == LLM_FIN_EOS && i + 1 == n);
     if (fin != LLM_FIN_NONE) {
         r->engine_done = true;
         if (!r->finished && r->http) {
