@@ -864,17 +864,20 @@ static int parse_rest(json_t *body, bool chat, v1_args *a, verr *e)
         if (check_num(v, "temperature", 0, 2, &d, e)) return -1;
         a->gp.sample.temperature = d;
     }
+    bool top_p_zero = false;
     if (GET("top_p")) {
         if (check_num(v, "top_p", 0, 1, &d, e)) return -1;
         a->gp.sample.top_p = d > 0 ? d : 1;
-        if (d == 0) a->gp.sample.top_k = 1; /* the mass of one token: the most likely one */
+        top_p_zero = d == 0;
     }
     if (GET("top_k")) {
         if (!is_int(v) || json_integer_value(v) < -1)
             return fail(e, 400, "top_k", "'top_k' must be an integer: -1 or 0 (off) or more");
-        if (!(a->gp.sample.top_k == 1 && json_integer_value(v) <= 0))
-            a->gp.sample.top_k = json_integer_value(v) > 0 ? json_integer_value(v) : 0;
+        a->gp.sample.top_k = json_integer_value(v) > 0 ? json_integer_value(v) : 0;
     }
+    /* after top_k: the mass of one token is the most likely one, whatever top_k (the
+     * request's or generation_config.json's) says */
+    if (top_p_zero) a->gp.sample.top_k = 1;
     if (GET("seed")) {
         if (!is_int(v)) return fail(e, 400, "seed", "'seed' must be an integer");
         a->gp.seeded = true;
