@@ -657,12 +657,15 @@ static bool scan_stops(lreq *r, bool final)
     return false;
 }
 
-static void take_token(lreq *r, int32_t tok, const llm_logprobs *lp, bool last)
+/* An end-of-sequence token (eos) counts as generated but adds no text: vLLM drops its text,
+ * and an eos id that generation_config.json gives to an ordinary token would show otherwise. */
+static void take_token(lreq *r, int32_t tok, const llm_logprobs *lp, bool last, bool eos)
 {
     r->n_gen++;
     ts_err e = {0};
     size_t start = r->emitted + r->pending.len;
-    if (tok_stream_feed(r->ts, tok, &r->pending, &e) || (last && tok_stream_finish(r->ts, &r->pending, &e))) {
+    if ((!eos && tok_stream_feed(r->ts, tok, &r->pending, &e)) ||
+        (last && tok_stream_finish(r->ts, &r->pending, &e))) {
         fail_reply(r, 500, NULL, e.msg, OUT_ERROR);
         return;
     }
@@ -745,7 +748,8 @@ static void on_tokens(void *item, void *ctx)
     if (!srv->http) r->http = NULL; /* shutting down: every connection is gone */
     r->busy++;
     for (size_t i = 0; i < n && !r->finished && r->http; i++)
-        take_token(r, t[i], lps ? &lps[i] : NULL, fin != LLM_FIN_NONE && i + 1 == n);
+        take_token(r, t[i], lps ? &lps[i] : NULL, fin != LLM_FIN_NONE && i + 1 == n,
+                   fin == LLM_FIN_EOS && i + 1 == n);
     if (fin != LLM_FIN_NONE) {
         r->engine_done = true;
         if (!r->finished && r->http) {
@@ -878,17 +882,20 @@ static int parse_rest(json_t *body, bool chat, v1_args *a, verr *e)
         if (check_num(v, "temperature", 0, 2, &d, e)) return -1;
         a->gp.sample.temperature = d;
     }
+    bool top_p_zero = false;
     if (GET("top_p")) {
         if (check_num(v, "top_p", 0, 1, &d, e)) return -1;
         a->gp.sample.top_p = d > 0 ? d : 1;
-        if (d == 0) a->gp.sample.top_k = 1; /* the mass of one token: the most likely one */
+        top_p_zero = d == 0;
     }
     if (GET("top_k")) {
         if (!is_int(v) || json_integer_value(v) < -1)
             return fail(e, 400, "top_k", "'top_k' must be an integer: -1 or 0 (off) or more");
-        if (!(a->gp.sample.top_k == 1 && json_integer_value(v) <= 0))
-            a->gp.sample.top_k = json_integer_value(v) > 0 ? json_integer_value(v) : 0;
+        a->gp.sample.top_k = json_integer_value(v) > 0 ? json_integer_value(v) : 0;
     }
+    /* after top_k: the mass of one token is the most likely one, whatever top_k (the
+     * request's or generation_config.json's) says */
+    if (top_p_zero) a->gp.sample.top_k = 1;
     if (GET("seed")) {
         if (!is_int(v)) return fail(e, 400, "seed", "'seed' must be an integer");
         a->gp.seeded = true;

