@@ -364,6 +364,24 @@ def test_dashboard_and_provisioning_are_well_formed():
     titles = " ".join(p["title"].lower() for p in d["panels"])
     for what in ("tier", "degraded", "latency", "stage", "pressure", "cpu share", "queue", "gpu memory", "cost"):
         assert what in titles, f"no panel about {what}"
+    # no two panels share a grid cell (rows are one unit high and span the width)
+    cells = {}
+    for p in d["panels"]:
+        g = p["gridPos"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']!r} overlaps {cells[(x, y)]!r}"
+                cells[(x, y)] = p["title"]
+    # the LLM row: its panels sit under it, before the next row
+    rows = sorted((p["gridPos"]["y"], p["title"]) for p in d["panels"] if p["type"] == "row")
+    llm_rows = [y for y, title in rows if title == "LLM serving"]
+    assert len(llm_rows) == 1, f"no single LLM serving row: {rows}"
+    y0 = llm_rows[0]
+    y1 = min([y for y, _ in rows if y > y0], default=10 ** 6)
+    llm = " ".join(p["title"].lower() for p in d["panels"] if p["type"] != "row" and y0 < p["gridPos"]["y"] < y1)
+    for what in ("time to first token", "inter-token", "tokens per second", "sequences running and waiting",
+                 "kv cache", "cost per 1k tokens", "refused"):
+        assert what in llm, f"no LLM panel about {what}"
     ds = load_yaml(GRAFANA_PROVISIONING / "datasources" / "prometheus.yml")
     assert ds["apiVersion"] == 1 and ds["datasources"][0]["type"] == "prometheus"
     prov = load_yaml(GRAFANA_PROVISIONING / "dashboards" / "tierserve.yml")
@@ -671,7 +689,7 @@ def test_every_dashboard_query_runs_and_selects_series(stack, prom):
     metric names the scrape (or a loaded recording rule) has, and returns series once the
     recording rules have run; GPU-only panels are empty where there is no GPU."""
     targets = dashboard_targets()
-    assert len(targets) >= 20
+    assert len(targets) >= 51
     known = scraped_names(prom) | recorded_names(prom)
     for title, expr in targets:
         check_names(f"panel {title!r}", promql_names(grafana_expr(expr)), known, stack)
