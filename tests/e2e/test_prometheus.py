@@ -5,7 +5,8 @@ checked with the real tools against a real worker and router.
   (deploy/prometheus/tests/*.test.yml); every alert has a firing and a quiet case there.
 - promtool checks the live /metrics of a worker and a router.
 - A real Prometheus (127.0.0.1, a free port, a temporary storage folder, 1 s scrapes and rule
-  evaluations) scrapes a worker pool and a router with deploy/prometheus/prometheus.yml's
+  evaluations) scrapes a worker pool (serving the KServe demo model and the tiny test LLM,
+  streamed through the router) and a router with deploy/prometheus/prometheus.yml's
   jobs and alerts.yml loaded; the tests read the tier back through /api/v1/query, see the
   rules evaluate cleanly, and run every Grafana panel query against it.
 - Every metric name in a rule or a panel must be one the scrape has (or a recording rule's);
@@ -27,6 +28,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, start_worker, track
+from llm_fixture import write_tiny_llm
 from test_router import DEMO, Router
 
 PROM_DIR = ROOT / "deploy" / "prometheus"
@@ -51,6 +53,11 @@ GPU_ONLY = {"tierserve_gpu_utilization_ratio", "tierserve_gpu_memory_used_bytes"
 # Grafana's own variables, as a query would see them at a 1 s scrape interval.
 GRAFANA_VARS = {"$__rate_interval": "1m", "$__interval": "1s", "$__range": "5m"}
 SLO_OBJECTIVE_LE = {"urgent": "0.1", "normal": "0.25", "batch": "2.5"}
+# The LLM stream targets (recording rules in alerts.yml, the table in monitoring.md, and the
+# router's slo_ttft_ms / slo_itl_ms in the stack below), in seconds.
+LLM_TARGETS = {"ttft": {"urgent": 0.5, "normal": 1.0, "batch": 5.0},
+               "itl": {"urgent": 0.05, "normal": 0.1, "batch": 0.25}}
+LLM_HISTOGRAMS = {"ttft": "tierrouter_time_to_first_token_seconds", "itl": "tierrouter_inter_token_latency_seconds"}
 
 
 def run_promtool(*args, stdin=None):
@@ -222,7 +229,7 @@ def test_kubernetes_relabelling_gives_the_jobs_the_rules_select():
 
 @needs_promtool
 def test_rule_unit_tests_pass():
-    assert len(RULE_TESTS) >= 4, RULE_TESTS
+    assert len(RULE_TESTS) >= 5, RULE_TESTS
     code, out = run_promtool("test", "rules", *map(str, RULE_TESTS))
     assert code == 0, out
     assert out.count("SUCCESS") == len(RULE_TESTS), out
@@ -240,7 +247,7 @@ def test_every_rule_has_a_firing_and_a_quiet_unit_test():
                 recorded |= promql_names(t["expr"])
     alerts = {r["alert"] for _, r in rules() if "alert" in r}
     records = {r["record"] for _, r in rules() if "record" in r}
-    assert len(alerts) >= 13
+    assert len(alerts) >= 17
     assert alerts - fired == set(), "alerts with no firing case"
     assert alerts - quiet == set(), "alerts with no quiet case"
     assert fired | quiet <= alerts, "tests of alerts that do not exist"
@@ -256,6 +263,28 @@ def test_slo_rules_agree_on_the_thresholds():
         assert pairs == SLO_OBJECTIVE_LE, r["record"]
         window = r["record"].rsplit("rate", 1)[1]
         assert set(re.findall(r"\[(\w+)\]", r["expr"])) == {window}, r["record"]
+
+
+def llm_target_rules():
+    """{"ttft"|"itl": {priority: seconds}} as alerts.yml's target recording rules write them."""
+    out = {}
+    for kind in LLM_TARGETS:
+        (r,) = [r for _, r in rules() if r.get("record") == f"tierrouter:llm_{kind}_target_seconds"]
+        pairs = re.findall(r'label_replace\(vector\(([\d.]+)\), "priority", "(\w+)", "", ""\)', r["expr"])
+        out[kind] = {prio: float(v) for v, prio in pairs}
+    return out
+
+
+def test_llm_targets_agree_in_rules_and_runbook():
+    """One number per priority and kind: the recording rules the alerts and the dashboard read,
+    and the runbook's table (which operators copy into the router's slo_ttft_ms / slo_itl_ms)."""
+    assert llm_target_rules() == LLM_TARGETS
+    doc = MONITORING_DOC.read_text()
+    for kind, row in (("ttft", "time to first token"), ("itl", "between tokens")):
+        want = " | ".join(f"{LLM_TARGETS[kind][p]:g} s" for p in ("urgent", "normal", "batch"))
+        assert f"| {row} | {want} |" in doc, (kind, want)
+    ms = {k: "{" + ", ".join(f"{p}: {round(v * 1000)}" for p, v in t.items()) + "}" for k, t in LLM_TARGETS.items()}
+    assert f"`{ms['ttft']}` and\n`{ms['itl']}`" in doc, ms
 
 
 def md_anchors(path):
@@ -335,6 +364,24 @@ def test_dashboard_and_provisioning_are_well_formed():
     titles = " ".join(p["title"].lower() for p in d["panels"])
     for what in ("tier", "degraded", "latency", "stage", "pressure", "cpu share", "queue", "gpu memory", "cost"):
         assert what in titles, f"no panel about {what}"
+    # no two panels share a grid cell (rows are one unit high and span the width)
+    cells = {}
+    for p in d["panels"]:
+        g = p["gridPos"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']!r} overlaps {cells[(x, y)]!r}"
+                cells[(x, y)] = p["title"]
+    # the LLM row: its panels sit under it, before the next row
+    rows = sorted((p["gridPos"]["y"], p["title"]) for p in d["panels"] if p["type"] == "row")
+    llm_rows = [y for y, title in rows if title == "LLM serving"]
+    assert len(llm_rows) == 1, f"no single LLM serving row: {rows}"
+    y0 = llm_rows[0]
+    y1 = min([y for y, _ in rows if y > y0], default=10 ** 6)
+    llm = " ".join(p["title"].lower() for p in d["panels"] if p["type"] != "row" and y0 < p["gridPos"]["y"] < y1)
+    for what in ("time to first token", "inter-token", "tokens per second", "sequences running and waiting",
+                 "kv cache", "cost per 1k tokens", "refused"):
+        assert what in llm, f"no LLM panel about {what}"
     ds = load_yaml(GRAFANA_PROVISIONING / "datasources" / "prometheus.yml")
     assert ds["apiVersion"] == 1 and ds["datasources"][0]["type"] == "prometheus"
     prov = load_yaml(GRAFANA_PROVISIONING / "dashboards" / "tierserve.yml")
@@ -348,18 +395,20 @@ ROUTER_CONFIG = """\
 address: 127.0.0.1
 probe_interval_ms: 100
 slo_p95_ms: {{urgent: 100, normal: 250, batch: 2500}}
+slo_ttft_ms: {{urgent: 500, normal: 1000, batch: 5000}}
+slo_itl_ms: {{urgent: 50, normal: 100, batch: 250}}
 pools:
   - name: gpu
     kind: gpu
     sensitive: false
     min_tier: cpu          # the "GPU" worker here may have fallen back to CPU: still capacity
     backends: ["127.0.0.1:{gpu}"]
-    cost: {{model: usage, usd_per_hour: 4.0}}
+    cost: {{model: usage, usd_per_hour: 4.0, usd_per_1k_tokens: 0.002}}
   - name: cpu
     kind: cpu
     sensitive: true
     backends: ["127.0.0.1:{cpu}"]
-    cost: {{model: fixed, usd_per_hour: 0.5}}
+    cost: {{model: fixed, usd_per_hour: 0.5, usd_per_1k_tokens: 0.0005}}
 """
 INFER = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4],
                                 "data": [5.1, 3.5, 1.4, 0.2]}]}).encode()
@@ -372,6 +421,24 @@ def http_get(port, path, timeout=10):
         c.request("GET", path)
         r = c.getresponse()
         return r.status, r.read()
+    finally:
+        c.close()
+
+
+def stream_chat(port, priority, data_class=None):
+    """One streamed /v1 chat completion of the tiny LLM, read to its end; no retry."""
+    headers = {"Content-Type": "application/json", "X-Priority": priority}
+    if data_class:
+        headers["X-Data-Class"] = data_class
+    body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 6,
+                       "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}).encode()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        c.request("POST", "/v1/chat/completions", body=body, headers=headers)
+        r = c.getresponse()
+        text = r.read().decode()
+        assert r.status == 200, (priority, r.status, text)
+        assert text.rstrip().endswith("data: [DONE]"), text[-500:]
     finally:
         c.close()
 
@@ -393,16 +460,22 @@ def infer(port, priority, data_class=None):
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     """A 'GPU' worker in EXECUTION_MODE=auto (on a machine without a GPU it falls back to CPU:
-    degraded), a CPU worker, and a router over both with SLO targets and priced pools.
-    Every priority is sent through it, to both pools, so each histogram series exists."""
+    degraded), a CPU worker, and a router over both with SLO targets and priced pools. Both
+    workers serve the demo model and the tiny test LLM. Every priority is sent through it,
+    KServe and streamed /v1, to both pools, so each histogram series exists."""
     tmp = tmp_path_factory.mktemp("prom-stack")
-    gpu = start_worker(DEMO, tmp, env={"EXECUTION_MODE": "auto"})
-    cpu = start_worker(DEMO, tmp, env={"EXECUTION_MODE": "cpu"})
+    repo = tmp / "repo"
+    shutil.copytree(DEMO / "demo", repo / "demo")
+    write_tiny_llm(repo / "tiny" / "1")
+    gpu = start_worker(repo, tmp, env={"EXECUTION_MODE": "auto"})
+    cpu = start_worker(repo, tmp, env={"EXECUTION_MODE": "cpu"})
     router = Router(ROUTER_CONFIG.format(gpu=gpu.port, cpu=cpu.port), tmp)
     router.wait_healthy(2)
     for prio in ("urgent", "normal", "batch"):
         infer(router.port, prio)
         infer(router.port, prio, data_class="sensitive")  # pinned to the sensitive CPU pool
+        stream_chat(router.port, prio)
+        stream_chat(router.port, prio, data_class="sensitive")
     yield {"gpu": gpu, "cpu": cpu, "router": router}
     assert router.stop() == 0
     for w in (gpu, cpu):
@@ -596,12 +669,27 @@ def test_slo_thresholds_are_router_bucket_bounds(stack, prom):
 
 
 @needs_prometheus
+def test_llm_targets_are_router_bucket_bounds_and_its_own(stack, prom):
+    """Each LLM target is a bucket bound of the router's histogram (so a p95 from the buckets
+    is exact against it), and the router configured as the runbook says shows the same
+    targets in /admin/status as Prometheus reads from the recording rules."""
+    st = stack["router"].status()
+    for kind, metric in LLM_HISTOGRAMS.items():
+        les = {float(r["metric"]["le"]) for r in prom.query(f"{metric}_bucket")}
+        assert set(LLM_TARGETS[kind].values()) <= les, (kind, sorted(les))
+        got = {r["metric"]["priority"]: float(r["value"][1])
+               for r in prom.wait(f"{kind} targets", lambda: prom.query(f"tierrouter:llm_{kind}_target_seconds"))}
+        assert got == LLM_TARGETS[kind]
+        assert {p: st["slo"][p][kind]["target_p95_ms"] / 1e3 for p in got} == got
+
+
+@needs_prometheus
 def test_every_dashboard_query_runs_and_selects_series(stack, prom):
     """Each panel target's expr, with Grafana's variables filled in, is a valid query over
     metric names the scrape (or a loaded recording rule) has, and returns series once the
     recording rules have run; GPU-only panels are empty where there is no GPU."""
     targets = dashboard_targets()
-    assert len(targets) >= 20
+    assert len(targets) >= 51
     known = scraped_names(prom) | recorded_names(prom)
     for title, expr in targets:
         check_names(f"panel {title!r}", promql_names(grafana_expr(expr)), known, stack)
