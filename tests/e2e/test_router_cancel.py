@@ -4,7 +4,10 @@ backend connection instead of reading the rest for nobody, and counts the reques
 test_llm_router.py against the real worker.) Raw sockets, no retries."""
 import json
 import socket
+import struct
 import time
+
+import pytest
 
 from fakehttp import FakeHTTP, echo_id
 from test_router import Router, pools_config
@@ -37,7 +40,12 @@ class Endless(FakeHTTP):
         return True
 
 
-def test_a_client_that_leaves_mid_reply_closes_the_backend_try(tmp_path):
+@pytest.mark.parametrize("how", ["close", "reset"])
+def test_a_client_that_leaves_mid_reply_closes_the_backend_try(tmp_path, how):
+    """close: the client stops reading after the head and closes (the router, paused on its
+    backpressure, sees the end on the client's socket); reset: it reads 4 MiB at full speed,
+    then resets (a write to the client fails inside the backend's body callback, which must
+    finish with the request intact before the try is closed)."""
     be = Endless()
     r = Router(pools_config([("cpu", "cpu", False, [be.port], None)]), tmp_path)
     try:
@@ -51,6 +59,13 @@ def test_a_client_that_leaves_mid_reply_closes_the_backend_try(tmp_path):
             assert data, got
             got += data
         assert got.startswith(b"HTTP/1.1 200")
+        if how == "reset":
+            n = len(got)
+            while n < (4 << 20):
+                data = s.recv(1 << 20)
+                assert data
+                n += len(data)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()  # mid-reply: the rest is for nobody
         deadline = time.time() + 20
         while be.ended is None and time.time() < deadline:
