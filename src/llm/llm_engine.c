@@ -177,10 +177,14 @@ static int run_step(llm_engine *e, bool decode, llm_seq **seqs, size_t n, size_t
 {
     const llm_engine_hooks *h = &e->opt.hooks;
     int rc = -1;
+    double t0 = ts_now();
     if (!(h->before_run && h->before_run(h->ctx, err)))
         rc = e->kv ? llm_kv_step(e->m, e->kv, decode, seqs, n, n_new, e->logits, err)
                    : llm_step_run(e->m, seqs, n, n_new, e->logits, err);
     if (rc && h->on_run_error) h->on_run_error(h->ctx, err);
+    uint64_t share = rc ? 0 : (uint64_t)((ts_now() - t0) * 1e9 / (double)n); /* llm_gen_params.compute_ns */
+    for (size_t i = 0; share && i < n; i++)
+        if (seqs[i]->params.compute_ns) atomic_fetch_add(seqs[i]->params.compute_ns, share);
     return rc;
 }
 

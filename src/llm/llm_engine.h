@@ -27,6 +27,7 @@
 #ifndef TS_LLM_ENGINE_H
 #define TS_LLM_ENGINE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -76,6 +77,11 @@ typedef struct {
     bool logprobs;
     int top_logprobs;
     void (*on_logprobs)(void *ud, uint64_t seq_id, const llm_logprobs *lp);
+    /* Optional: the sequence's share of the Run()s it took part in, in nanoseconds, added on
+     * the generation thread after each one that succeeded (before the callbacks it leads
+     * to): a prefill chunk's whole time, a decode step's time divided by the sequences in
+     * it. What the worker bills the request by. */
+    _Atomic uint64_t *compute_ns;
 } llm_gen_params;
 
 /* The error hook, on the generation thread, around every Run() (a prefill chunk or a decode

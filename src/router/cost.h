@@ -1,7 +1,8 @@
 /* cost: what each request cost, by pool, tenant and priority, in total and over a window.
  *
  * usage pools bill usd_per_hour x the compute time the worker reports per request
- * (Tierserve-Compute-Ms: its share of the Run() it was batched into); fixed pools accrue
+ * (Tierserve-Compute-Ms: its share of the Run() it was batched into; a /v1 stream reports it
+ * in its accounting line, see v1.h); fixed pools accrue
  * usd_per_hour per backend whether used or not, spread at each tick over the requests the
  * pool served since the previous tick (an idle pool's cost goes to tenant "idle"). */
 #ifndef TS_COST_H

@@ -26,7 +26,7 @@ static size_t model_slot(router *r, const char *name)
 
 static const char *const k_access_prio[PRIO_COUNT] = {"urgent", "normal", "batch"};
 static const char *const k_access_out[OUT_N] = {"success", "client_error", "shed", "no_backend", "backend_error",
-                                                "timeout"};
+                                                "timeout", "cancelled"};
 
 /* The access line (access_log: true): one per inference request, written where its outcome
  * is counted so that it cannot be missed or doubled. `tierbench trace` rebuilds arrivals
@@ -134,6 +134,33 @@ static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)
 
 static void queue_remove(router *r, proxy_req *pr);
 static void stream_resume(proxy_req *pr);
+static void bill(proxy_req *pr, double compute_s);
+
+/* Is a try whose client left closed rather than read to its end? A /v1 try always, at any
+ * stage: a worker ends a generation (and frees its slot and KV cache) only when the
+ * connection closes, and a generation read to its end for nobody holds them for its whole
+ * length. Any other reply once it streams (chunked, or over RT_WHOLE_REPLY_MAX): reading an
+ * unbounded remainder for nobody costs more than a new connection. A KServe try still
+ * waiting for its answer is read to its end: its Run() happens anyway, its answer is short
+ * (held whole), and the connection stays good for the next request. */
+static bool close_when_left(const proxy_req *pr) { return pr->bq && (pr->v1.target || pr->streaming); }
+
+/* The try of a client that left is closed: the backend sees its connection end and stops the
+ * work (a worker cancels the sequence before its next step). Counted `cancelled`; billed no
+ * compute time (the worker's report comes at the end, which never arrives) and, for /v1,
+ * the tokens seen so far (rt_v1_account's rule for a stream without usage). No SLO sample,
+ * no backend verdict: neither the client nor the backend failed. Frees pr. */
+static void cancel_try(proxy_req *pr)
+{
+    router *r = pr->r;
+    pr->backend->in_flight--;
+    if (pr->retried) r->retries_active--;
+    h1cli_cancel(pr->bq); /* also from inside the try's own callback: no callback follows */
+    pr->bq = NULL;
+    count(pr, OUT_CANCELLED, 0);
+    if (pr->is_infer) bill(pr, 0);
+    proxy_free(pr);
+}
 
 /* The client went away (it closed or reset its connection, or was cut for slowness) before
  * its reply was out. */
@@ -143,12 +170,20 @@ static void on_client_end(h1req *req, bool completed, void *arg)
     (void)completed;
     proxy_req *pr = arg;
     pr->client = NULL; /* the backend's answer, when it comes, is dropped */
-    stream_resume(pr);  /* ... and read to its end, not left paused */
     if (pr->qtimer) { /* still waiting for admission: nothing was sent anywhere */
         queue_remove(pr->r, pr);
         count(pr, OUT_SHED, 0);
         proxy_free(pr);
+        return;
     }
+    if (!close_when_left(pr)) {
+        stream_resume(pr); /* read to its end, not left paused */
+        return;
+    }
+    /* a write to the client from inside a backend callback ended it: that callback still
+     * uses pr, and closes the try once it is done */
+    if (pr->in_backend_cb) pr->cancel_pending = true;
+    else cancel_try(pr);
 }
 
 static route_req req_of(const proxy_req *pr) { return (route_req){pr->prio, pr->sensitive}; }
@@ -243,7 +278,19 @@ static void try_again(proxy_req *pr, const char *why, bool exempt)
     finish_error(pr, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_BACKEND_ERR, msg);
 }
 
-/* Cost and SLO bookkeeping for a request a backend answered. */
+/* The request's cost: compute_s at the pool's per-second price, and for /v1 its tokens. */
+static void bill(proxy_req *pr, double compute_s)
+{
+    router *r = pr->r;
+    cost_request(r->cost, rt_pool_index(pr->pool), cost_tenant_index(r->cfg, pr->tenant), pr->prio,
+                 compute_s, ts_now());
+    if (pr->v1.target) rt_v1_account(pr);
+}
+
+/* Cost and SLO bookkeeping for a request a backend answered. The compute time is what the
+ * worker reported: a stream's accounting line (/v1, see v1.h), else the reply's
+ * Tierserve-Compute-Ms (KServe replies, and /v1 replies the router asked it of); a value
+ * that is not a plain number from 0 to a day is no report. */
 static void account(proxy_req *pr, h1cli_req *q, int code)
 {
     router *r = pr->r;
@@ -251,11 +298,14 @@ static void account(proxy_req *pr, h1cli_req *q, int code)
     double now = ts_now();
     ring_add(&r->slo[pr->prio], now, now - pr->t0);
     if (code >= 400) return;
-    const char *cms = h1cli_resp_header(q, "Tierserve-Compute-Ms");
-    double compute_s = cms ? atof(cms) / 1e3 : 0;
-    cost_request(r->cost, rt_pool_index(pr->pool), cost_tenant_index(r->cfg, pr->tenant), pr->prio,
-                 compute_s, now);
-    if (pr->v1.target) rt_v1_account(pr);
+    double ms = 0;
+    if (!(pr->v1.target && rt_v1_compute_ms(pr, &ms))) {
+        const char *cms = h1cli_resp_header(q, "Tierserve-Compute-Ms");
+        char *end = NULL;
+        ms = cms ? strtod(cms, &end) : 0;
+        if (!cms || end == cms || *end || !(ms >= 0 && ms <= 86400e3)) ms = 0;
+    }
+    bill(pr, ms / 1e3);
 }
 
 /* Replies are passed through as they arrive instead of being buffered: the client's reply
@@ -323,9 +373,20 @@ static bool reply_is_ours(proxy_req *pr, h1cli_req *q)
 
 static void stream_begin(proxy_req *pr, h1cli_req *q);
 
+static int backend_head(proxy_req *pr, h1cli_req *q);
+
 static int on_backend_head(h1cli_req *q, void *arg)
 {
     proxy_req *pr = arg;
+    pr->in_backend_cb++;
+    int rc = backend_head(pr, q);
+    pr->in_backend_cb--;
+    if (pr->cancel_pending) cancel_try(pr); /* (h1cli reads nothing more of a cancelled try) */
+    return rc;
+}
+
+static int backend_head(proxy_req *pr, h1cli_req *q)
+{
     if (!reply_is_ours(pr, q)) return -1;
     if (pr->v1.target) rt_v1_reply_head(pr, q);
     int code = h1cli_resp_status(q);
@@ -367,27 +428,42 @@ static void stream_begin(proxy_req *pr, h1cli_req *q)
 
 static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o);
 
+/* A piece of the reply that the client may see (for /v1, the worker's accounting line is
+ * taken out first: see v1.h): held (a 5xx, a short reply; past the limit the hold fails and
+ * on_backend_body gives up on it), or written to the client with backpressure (none once
+ * the try has ended: pr->bq NULL). */
+static void pass_on(proxy_req *pr, const uint8_t *data, size_t len)
+{
+    if (pr->head_wait && len) stream_begin(pr, pr->bq);
+    if (!pr->streaming) {
+        buf_put(&pr->held, data, len);
+        return;
+    }
+    if (!pr->client) return; /* it left inside this callback: closed once it returns */
+    h1req_stream_write(pr->client, data, len);
+    /* (a client that broke off just now is gone: its end callback has run) */
+    if (pr->client && pr->bq && !pr->paused && h1req_stream_queued(pr->client) > RT_STREAM_HIGH) {
+        pr->paused = true;
+        pr->r->stream_pauses++;
+        h1cli_pause(pr->bq);
+        h1req_on_drained(pr->client, RT_STREAM_LOW, on_client_drained, pr);
+    }
+}
+
 static void on_backend_body(h1cli_req *q, const uint8_t *data, size_t len, void *arg)
 {
     proxy_req *pr = arg;
-    if (pr->v1.target) rt_v1_reply_body(pr, data, len);
-    if (pr->head_wait && len) stream_begin(pr, q);
-    if (!pr->streaming) {
-        buf_put(&pr->held, data, len);
-        if (buf_failed(&pr->held)) { /* a 5xx that large is no answer worth holding */
-            h1cli_cancel(q);
-            try_ended(pr, NULL, H1CLI_EPROTO);
-        }
+    pr->in_backend_cb++;
+    if (pr->v1.target) rt_v1_reply_body(pr, data, len, pass_on);
+    else pass_on(pr, data, len);
+    pr->in_backend_cb--;
+    if (pr->cancel_pending) {
+        cancel_try(pr);
         return;
     }
-    if (!pr->client) return; /* read to its end so that the connection stays good */
-    h1req_stream_write(pr->client, data, len);
-    /* (a client that broke off just now is gone: its end callback has run) */
-    if (pr->client && !pr->paused && h1req_stream_queued(pr->client) > RT_STREAM_HIGH) {
-        pr->paused = true;
-        pr->r->stream_pauses++;
-        h1cli_pause(q);
-        h1req_on_drained(pr->client, RT_STREAM_LOW, on_client_drained, pr);
+    if (!pr->streaming && buf_failed(&pr->held)) { /* a 5xx that large is no answer worth holding */
+        h1cli_cancel(q);
+        try_ended(pr, NULL, H1CLI_EPROTO);
     }
 }
 
@@ -410,6 +486,8 @@ static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o)
      * has sent the client nothing and is retried below like one that never answered */
     if (pr->head_wait && ok) stream_begin(pr, q);
     pr->head_wait = false;
+    /* the last line's first bytes, held to see whether they start the accounting line */
+    if (ok && pr->v1.target) rt_v1_reply_flush(pr, pass_on);
     if (pr->streaming) { /* the reply has been going out piece by piece: end it */
         int code = h1cli_resp_status(q);
         rt_backend_result(r, b, ok, "the stream broke off");
@@ -510,6 +588,9 @@ static int v1_request(proxy_req *pr, char *uri, size_t len, h1cli_header *h, siz
     rt_v1_try_start(pr);
     h[(*n)++] = (h1cli_header){"Content-Type", "application/json"};
     h[(*n)++] = (h1cli_header){"X-Priority", prio[pr->prio]};
+    /* the worker's exact usage and compute time (v1.h): the router builds every header it
+     * sends, so a client's own Tierserve-Accounting never reaches a worker */
+    h[(*n)++] = (h1cli_header){"Tierserve-Accounting", "1"};
     return 0;
 }
 

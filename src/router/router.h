@@ -103,7 +103,9 @@ typedef struct {
     char text[320];
 } rt_event;
 
-enum { OUT_OK = 0, OUT_CLIENT_ERR, OUT_SHED, OUT_NO_BACKEND, OUT_BACKEND_ERR, OUT_TIMEOUT, OUT_N };
+/* OUT_CANCELLED: the client left while its reply was still coming and the router closed the
+ * try's backend connection (proxy.c on_client_end), which ends the work there. */
+enum { OUT_OK = 0, OUT_CLIENT_ERR, OUT_SHED, OUT_NO_BACKEND, OUT_BACKEND_ERR, OUT_TIMEOUT, OUT_CANCELLED, OUT_N };
 
 typedef struct router {
     struct event_base *base;

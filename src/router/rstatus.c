@@ -8,7 +8,8 @@
 #include "clock.h"
 
 static const char *const k_prio[PRIO_COUNT] = {"urgent", "normal", "batch"};
-static const char *const k_out[OUT_N] = {"success", "client_error", "shed", "no_backend", "backend_error", "timeout"};
+static const char *const k_out[OUT_N] = {"success", "client_error", "shed", "no_backend", "backend_error", "timeout",
+                                         "cancelled"};
 
 static const char *pool_name(const router *r, size_t i)
 {

@@ -243,9 +243,13 @@ void rt_v1_try_start(proxy_req *pr)
     buf_init(&v->line, RT_V1_LINE_MAX);
     buf_free(&v->reply);
     buf_init(&v->reply, RT_V1_REPLY_MAX);
-    v->sse = v->line_over = v->have_usage = false;
+    v->sse = v->line_over = v->have_usage = v->have_acct = false;
     v->tokens = v->prompt = v->completion = 0;
     v->last_token = 0;
+    v->line_fate = RT_V1_LINE_OPEN;
+    v->n_hold = 0;
+    v->acct_prompt = v->acct_completion = 0;
+    v->acct_compute_ms = 0;
 }
 
 void rt_v1_reply_head(proxy_req *pr, h1cli_req *q)
@@ -319,32 +323,144 @@ static void on_event(proxy_req *pr, const char *data, size_t n, bool unreadable)
     v->last_token = now;
 }
 
+/* A decimal count of at most 18 digits (no sign, no spaces). */
+static bool read_count(const char *s, size_t n, uint64_t *out)
+{
+    if (n == 0 || n > 18) return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* A millisecond figure: digits with at most one '.', at most 24 bytes, at most a day. */
+static bool read_ms(const char *s, size_t n, double *out)
+{
+    char tmp[25];
+    if (n == 0 || n >= sizeof tmp || strspn(s, "0123456789.") < n) return false;
+    memcpy(tmp, s, n);
+    tmp[n] = '\0';
+    char *end = NULL;
+    double v = strtod(tmp, &end);
+    if (*end || !(v >= 0 && v <= 86400e3)) return false;
+    *out = v;
+    return true;
+}
+
+/* The worker's accounting line after its prefix: space-separated key=value pairs, of which
+ * prompt_tokens, completion_tokens and compute_ms must each be there and well-formed (other
+ * keys are skipped, for workers that report more); else the line is ignored. */
+static void on_acct(rt_v1 *v, const char *s, size_t n)
+{
+    bool got_p = false, got_c = false, got_ms = false;
+    uint64_t p = 0, c = 0;
+    double ms = 0;
+    for (size_t i = 0; i < n;) {
+        size_t w = i;
+        while (w < n && s[w] != ' ') w++;
+        const char *eq = memchr(s + i, '=', w - i);
+        if (eq) {
+            size_t klen = (size_t)(eq - (s + i)), vlen = w - i - klen - 1;
+            const char *val = eq + 1;
+            if (klen == 13 && memcmp(s + i, "prompt_tokens", 13) == 0) got_p = read_count(val, vlen, &p);
+            else if (klen == 17 && memcmp(s + i, "completion_tokens", 17) == 0) got_c = read_count(val, vlen, &c);
+            else if (klen == 10 && memcmp(s + i, "compute_ms", 10) == 0) got_ms = read_ms(val, vlen, &ms);
+        }
+        i = w + 1;
+    }
+    if (!got_p || !got_c || !got_ms) return;
+    v->have_acct = true;
+    v->acct_prompt = p;
+    v->acct_completion = c;
+    v->acct_compute_ms = ms;
+}
+
 /* A complete SSE line (no line end). Each "data:" line is taken as one event: OpenAI-style
- * streams put each chunk on one line; comments, event: and id: lines carry no tokens. */
+ * streams put each chunk on one line; comments, event: and id: lines carry no tokens (the
+ * worker's accounting line is a comment the router reads). */
 static void on_line(proxy_req *pr, const char *s, size_t n, bool over)
 {
     if (n && s[n - 1] == '\r') n--;
+    if (!over && n >= RT_V1_ACCT_PREFIX_LEN && memcmp(s, RT_V1_ACCT_PREFIX, RT_V1_ACCT_PREFIX_LEN) == 0) {
+        on_acct(&pr->v1, s + RT_V1_ACCT_PREFIX_LEN, n - RT_V1_ACCT_PREFIX_LEN);
+        return;
+    }
     if (n < 5 || memcmp(s, "data:", 5) != 0) return;
     s += 5, n -= 5;
     if (n && *s == ' ') s++, n--;
     on_event(pr, s, n, over);
 }
 
-void rt_v1_reply_body(proxy_req *pr, const uint8_t *data, size_t len)
+/* One piece of a line, seg[0..n) (then its line end when nl), decides what of it the client
+ * sees. *run is where the bytes to pass on, not passed yet, start in the body piece; they
+ * are passed at once only when the line in front of them must not follow them. */
+static void line_fate(proxy_req *pr, const uint8_t *seg, size_t n, bool nl, const uint8_t **run,
+                      rt_v1_pass_fn pass)
+{
+    rt_v1 *v = &pr->v1;
+    const uint8_t *after = seg + n + (nl ? 1 : 0);
+    if (v->line_fate == RT_V1_LINE_OPEN) {
+        size_t i = 0;
+        while (i < n && v->n_hold + i < RT_V1_ACCT_PREFIX_LEN && seg[i] == (uint8_t)RT_V1_ACCT_PREFIX[v->n_hold + i])
+            i++;
+        if (v->n_hold + i == RT_V1_ACCT_PREFIX_LEN) {
+            v->line_fate = RT_V1_LINE_DROP;
+        } else if (i < n || nl) { /* it differs, or ended first: an ordinary line */
+            v->line_fate = RT_V1_LINE_PASS;
+            if (v->n_hold) { /* its first bytes came in an earlier piece: they go first */
+                pass(pr, v->hold, v->n_hold);
+                v->n_hold = 0;
+            }
+        } else { /* all of it matches so far: held */
+            if (*run < seg) pass(pr, *run, (size_t)(seg - *run));
+            memcpy(v->hold + v->n_hold, seg, n);
+            v->n_hold += n;
+            *run = after;
+        }
+    }
+    if (v->line_fate == RT_V1_LINE_DROP) {
+        if (*run < seg) pass(pr, *run, (size_t)(seg - *run));
+        *run = after;
+        v->n_hold = 0;
+    }
+    if (nl) v->line_fate = RT_V1_LINE_OPEN;
+}
+
+void rt_v1_reply_flush(proxy_req *pr, rt_v1_pass_fn pass)
+{
+    rt_v1 *v = &pr->v1;
+    if (v->n_hold) pass(pr, v->hold, v->n_hold);
+    v->n_hold = 0;
+}
+
+bool rt_v1_compute_ms(const proxy_req *pr, double *ms)
+{
+    if (!pr->v1.have_acct) return false;
+    *ms = pr->v1.acct_compute_ms;
+    return true;
+}
+
+void rt_v1_reply_body(proxy_req *pr, const uint8_t *data, size_t len, rt_v1_pass_fn pass)
 {
     rt_v1 *v = &pr->v1;
     if (!v->sse) {
         buf_put(&v->reply, data, len); /* past its limit it fails and is not read */
+        pass(pr, data, len);
         return;
     }
+    const uint8_t *run = data, *end = data + len;
     while (len) {
         const uint8_t *nl = memchr(data, '\n', len);
         size_t n = nl ? (size_t)(nl - data) : len;
+        line_fate(pr, data, n, nl != NULL, &run, pass);
         if (!v->line_over) {
             buf_put(&v->line, data, n);
             if (buf_failed(&v->line)) v->line_over = true;
         }
-        if (!nl) return;
+        if (!nl) break;
         if (v->line_over) {
             /* too long to parse: all that is known is that it starts like a line, if it does */
             bool is_data = v->line.len >= 5 && memcmp(v->line.data, "data:", 5) == 0;
@@ -358,6 +474,7 @@ void rt_v1_reply_body(proxy_req *pr, const uint8_t *data, size_t len)
         data = nl + 1;
         len -= n + 1;
     }
+    if (run < end) pass(pr, run, (size_t)(end - run));
 }
 
 void rt_v1_account(proxy_req *pr)
@@ -369,10 +486,11 @@ void rt_v1_account(proxy_req *pr)
         if (doc) read_usage(v, doc);
         json_decref(doc);
     }
-    /* the worker's own count when it gave one; else, for a stream, one token per chunk with
-     * content (what an OpenAI-style server sends without include_usage) and no prompt */
-    uint64_t prompt = v->have_usage ? v->prompt : 0;
-    uint64_t completion = v->have_usage ? v->completion : v->sse ? v->tokens : 0;
+    /* the worker's own count when it gave one (its accounting line, else the reply's usage);
+     * else, for a stream, one token per chunk with content (what an OpenAI-style server sends
+     * without include_usage) and no prompt */
+    uint64_t prompt = v->have_acct ? v->acct_prompt : v->have_usage ? v->prompt : 0;
+    uint64_t completion = v->have_acct ? v->acct_completion : v->have_usage ? v->completion : v->sse ? v->tokens : 0;
     cost_tokens(r->cost, rt_pool_index(pr->pool), cost_tenant_index(r->cfg, pr->tenant), pr->prio, prompt,
                 completion, ts_now());
 }

@@ -8,6 +8,15 @@
  * error the router itself answers on /v1 has OpenAI's shape
  * {"error":{"message","type","param","code"}}.
  *
+ * Accounting: every /v1 try carries `Tierserve-Accounting: 1`. A worker that sees it reports
+ * what the request used, exactly: a non-stream reply in its Tierserve-Compute-Ms header (its
+ * body's usage has the tokens), a stream in one SSE comment line just before `data: [DONE]`,
+ *   : tierserve-usage prompt_tokens=N completion_tokens=M compute_ms=X
+ * That line is the router's: it is taken out of the stream (the client gets every other
+ * byte as the worker wrote it). To take it out without delaying the stream, a line is passed
+ * on as soon as its first bytes differ from RT_V1_ACCT_PREFIX; only bytes that still match
+ * (at most its length) wait, and are passed on once they stop matching or the reply ends.
+ *
  * The state below is embedded in each proxy_req (pr->v1) and owned by it: rt_v1_free()
  * releases what it holds. Nothing here keeps global state. */
 #ifndef TS_ROUTER_V1_H
@@ -27,6 +36,8 @@ struct router;
 #define RT_V1_LINE_MAX (64u << 10) /* an SSE line longer than this is passed on, not parsed */
 #define RT_V1_REPLY_MAX (1u << 20) /* a non-stream reply longer than this is passed on, not parsed */
 #define RT_V1_MODEL_MAX 255        /* the longest model name accepted (proxy_req.logical) */
+#define RT_V1_ACCT_PREFIX ": tierserve-usage "
+#define RT_V1_ACCT_PREFIX_LEN (sizeof RT_V1_ACCT_PREFIX - 1)
 
 typedef struct {
     const char *target;       /* "/v1/chat/completions" or "/v1/completions"; NULL: not /v1 */
@@ -43,7 +54,18 @@ typedef struct {
     double last_token;        /* when the last of them arrived (0: none yet) */
     bool have_usage;          /* the reply named its usage (a final chunk, or the JSON's "usage") */
     uint64_t prompt, completion;
+    /* SSE: the current line, as far as passing it on goes */
+    enum { RT_V1_LINE_OPEN, RT_V1_LINE_PASS, RT_V1_LINE_DROP } line_fate;
+    uint8_t hold[RT_V1_ACCT_PREFIX_LEN]; /* its first bytes while they match the prefix */
+    size_t n_hold;
+    /* the worker's accounting line, when the stream had one */
+    bool have_acct;
+    uint64_t acct_prompt, acct_completion;
+    double acct_compute_ms;
 } rt_v1;
+
+/* Where rt_v1_reply_body sends the bytes the client may see. */
+typedef void (*rt_v1_pass_fn)(struct proxy_req *pr, const uint8_t *data, size_t len);
 
 /* An error the router answers on a /v1 path, in OpenAI's shape; type from the status
  * (400 invalid_request_error, 401 authentication_error, 404 invalid_request_error, 429
@@ -71,9 +93,18 @@ void rt_v1_try_start(struct proxy_req *pr);
 /* Its head arrived (q's headers). */
 void rt_v1_reply_head(struct proxy_req *pr, h1cli_req *q);
 /* Some of its body arrived, at the router's clock now: SSE events are timed as they pass
- * (TTFT and inter-token histograms, observed at once), and the usage is read. */
-void rt_v1_reply_body(struct proxy_req *pr, const uint8_t *data, size_t len);
-/* A reply below 400 ended complete: its tokens (and their cost) are counted. */
+ * (TTFT and inter-token histograms, observed at once), the usage and the accounting line are
+ * read, and what the client may see goes to pass (every byte but the accounting line's, in
+ * order; contiguous bytes in one call). pass may end the client (pr stays valid). */
+void rt_v1_reply_body(struct proxy_req *pr, const uint8_t *data, size_t len, rt_v1_pass_fn pass);
+/* The reply ended complete: bytes still held (a last line that had matched the prefix so far,
+ * with no line end after it) go to pass. */
+void rt_v1_reply_flush(struct proxy_req *pr, rt_v1_pass_fn pass);
+/* The compute time the worker's accounting line reported, if the stream had one. */
+bool rt_v1_compute_ms(const struct proxy_req *pr, double *ms);
+/* A reply below 400 ended complete, or its client left (cancelled): its tokens (and their
+ * cost) are counted: the accounting line's, else the reply's usage, else one per chunk with
+ * content. */
 void rt_v1_account(struct proxy_req *pr);
 
 /* GET /v1/models (one == NULL) or /v1/models/{one}: the union of the names the pools serve

@@ -108,6 +108,7 @@ typedef struct lreq {
     char stops[LLM_MAX_STOPS][LLM_MAX_STOP_BYTES + 1];
     size_t stop_len[LLM_MAX_STOPS], n_stops, max_stop;
     size_t n_prompt, n_gen;
+    _Atomic uint64_t compute_ns; /* its share of the engine's Run()s (llm_gen_params.compute_ns) */
     double t_arrive;
     struct event *timer;      /* the deadline, armed at arrival */
     bool timed_out;           /* the deadline's 504 went out while the request was prepared */
@@ -558,9 +559,26 @@ static void stream_end(lreq *r)
     else h1req_stream_end(r->http);
 }
 
+/* Did the router ask for this request's accounting (Tierserve-Accounting: 1)? Then a
+ * non-stream reply carries Tierserve-Compute-Ms (as KServe replies do) and a stream one SSE
+ * comment line before data: [DONE] (SSE clients skip comments; the router takes it out):
+ *   : tierserve-usage prompt_tokens=N completion_tokens=M compute_ms=X
+ * N and M are the usage's own counts (the end-of-sequence token and tokens whose text was
+ * held back or cut at a stop string included), X the sequence's share of the Run()s it took
+ * part in: its own prefill chunks whole, each decode step divided by the sequences in it
+ * (waiting and the loop's own work are not compute). */
+static bool wants_accounting(const lreq *r)
+{
+    const char *h = r->http ? h1req_header(r->http, "Tierserve-Accounting") : NULL;
+    return h && strcmp(h, "1") == 0;
+}
+
+static double compute_ms(lreq *r) { return (double)atomic_load(&r->compute_ns) / 1e6; }
+
 /* The answer, whole (non-stream) or its last chunks. */
 static void finish_reply(lreq *r, const char *reason)
 {
+    bool acct = wants_accounting(r); /* read before the reply may end the request */
     settle(r, OUT_SUCCESS); /* first: writing the end may end the request at once */
     if (r->stream) {
         sse_chunk(r, "", 0, false, reason);
@@ -575,8 +593,15 @@ static void finish_reply(lreq *r, const char *reason)
             buf_free(&b);
         }
         if (r->http) {
-            if (r->outq.len) buf_puts(&r->outq, "data: [DONE]\n\n");
-            else h1req_stream_write(r->http, "data: [DONE]\n\n", 14);
+            char end[256];
+            int n = 0;
+            if (acct)
+                n = snprintf(end, sizeof end, ": tierserve-usage prompt_tokens=%zu completion_tokens=%zu "
+                             "compute_ms=%.3f\n", r->n_prompt, r->n_gen, compute_ms(r));
+            if (n < 0 || (size_t)n >= sizeof end / 2) n = 0; /* cannot happen: counts are bounded */
+            n += snprintf(end + n, sizeof end - (size_t)n, "data: [DONE]\n\n");
+            if (r->outq.len) buf_put(&r->outq, end, (size_t)n);
+            else h1req_stream_write(r->http, end, (size_t)n);
         }
         stream_end(r);
     } else if (r->http) {
@@ -602,6 +627,11 @@ static void finish_reply(lreq *r, const char *reason)
         }
         put_usage(r, &b);
         buf_putc(&b, '}');
+        if (acct) {
+            char cms[32];
+            snprintf(cms, sizeof cms, "%.3f", compute_ms(r));
+            h1req_add_header(r->http, "Tierserve-Compute-Ms", cms);
+        }
         h1req_reply(r->http, 200, "application/json", &b);
         buf_free(&b);
     }
@@ -729,6 +759,7 @@ static void on_tokens(void *item, void *ctx)
     lreq *r = item;
     server *srv = ctx;
     if (r->preparing) { /* back from a decode thread, not from the engine */
+        r->gp.compute_ns = &r->compute_ns; /* what the accounting reports (see finish_reply) */
         on_prepared(r);
         return;
     }
