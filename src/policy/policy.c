@@ -14,6 +14,7 @@ struct policy {
     double stage_changed_at;
     double pressure_ended_at;
     bool hard, returning;
+    bool ever_healthy; /* a GPU backend of the pool has been healthy at least once */
 };
 
 static const char *const k_signal_names[SIG_COUNT] = {"queue_per_backend", "p95_ms",
@@ -129,8 +130,19 @@ void policy_tick(policy *p, const pool_signals *s, double now, policy_state *st)
         all_cold &= !p->hot[i] && (v < 0 || v < c->low[i]);
     }
 
+    /* the first healthy GPU backend ends a failover that began before there was any (GPU
+     * workers still loading when the router started): nothing was lost, so nothing is
+     * rolled back in stages; urgent and normal traffic go to the GPU pool at once */
+    bool first_healthy = s->healthy > 0 && !p->ever_healthy;
+    if (s->healthy > 0) p->ever_healthy = true;
     /* hard failover: no healthy GPU backend is immediate and total */
-    if (s->healthy == 0 && s->total > 0) {
+    if (first_healthy && p->hard) {
+        p->hard = false;
+        p->returning = false;
+        event(st, EV_GPU_RECOVERED, p->stage, 0, s, p->hot);
+        p->stage = 0;
+        p->stage_changed_at = now;
+    } else if (s->healthy == 0 && s->total > 0) {
         if (!p->hard) {
             p->hard = true;
             event(st, EV_HARD_FAILOVER, p->stage, last, s, p->hot);

@@ -182,6 +182,38 @@ static void test_hard_failover_is_immediate_and_returns_staged(void **state)
     policy_destroy(p);
 }
 
+/* A router that starts while its GPU workers still load sees no healthy GPU backend and
+ * fails over; when the first one turns healthy nothing was lost, so traffic returns at
+ * once instead of walking the stages down (90 s with the defaults). A loss after that
+ * still returns staged. */
+static void test_first_healthy_gpu_ends_startup_failover_at_once(void **state)
+{
+    (void)state;
+    policy *p = make();
+    policy_state st;
+    run_log log = {0};
+    run(p, sig(0, 50, 0.5, 0), 0, 20, &log, &st); /* loading: none healthy yet */
+    assert_true(st.hard_failover);
+    assert_int_equal(st.stage, 3);
+    policy_tick(p, &(pool_signals){{0, 50, 0.5}, 4, 4}, 21, &st);
+    assert_false(st.hard_failover);
+    assert_false(st.returning);
+    assert_int_equal(st.stage, 0);
+    assert_true(st.cpu_share[PRIO_URGENT] == 0 && st.cpu_share[PRIO_NORMAL] == 0);
+    assert_int_equal(st.n_events, 1);
+    assert_int_equal(st.events[0].kind, EV_GPU_RECOVERED);
+    assert_int_equal(st.events[0].stage_from, 3);
+    assert_int_equal(st.events[0].stage_to, 0);
+    /* a real loss later: the return is staged again */
+    pool_signals dead = sig(0, 50, 0.5, 0);
+    policy_tick(p, &dead, 30, &st);
+    policy_tick(p, &(pool_signals){{0, 50, 0.5}, 4, 4}, 31, &st);
+    assert_true(st.returning);
+    assert_int_equal(st.stage, 3);
+    assert_true(st.cpu_share[PRIO_URGENT] == 1.0);
+    policy_destroy(p);
+}
+
 static void test_urgent_stays_on_gpu_under_pressure(void **state)
 {
     (void)state;
@@ -249,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_escalation_and_rollback_walk_the_stages),
         cmocka_unit_test(test_batch_moves_first),
         cmocka_unit_test(test_hard_failover_is_immediate_and_returns_staged),
+        cmocka_unit_test(test_first_healthy_gpu_ends_startup_failover_at_once),
         cmocka_unit_test(test_urgent_stays_on_gpu_under_pressure),
         cmocka_unit_test(test_sensitive_never_leaves_its_pools),
         cmocka_unit_test(test_config_check_names_the_field),
