@@ -1596,3 +1596,12 @@ void server_llm_metrics(const model_repo *r, buf *b)
         buf_printf(b, "} %zu\n", st.kv_bytes);
     }
 }
+
+size_t server_llm_queue_depth(const ts_model *m)
+{
+    llm_served *L = model_llm(m);
+    if (!L) return model_queue_depth(m);
+    llm_engine_stats st;
+    llm_engine_stats_get(L->engine, &st);
+    return st.active + st.waiting;
+}

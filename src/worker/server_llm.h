@@ -50,5 +50,9 @@ bool server_llm_error_body(const char *path, size_t path_len, int code, const ch
 void server_llm_status(const ts_model *m, buf *b);
 /* /metrics: the LLM families, one series per LLM version ({model,version}, as the KServe ones). */
 void server_llm_metrics(const model_repo *r, buf *b);
+/* What a model has queued or running: for an LLM its sequences generating plus waiting for
+ * a slot (it has no KServe scheduler), else model_queue_depth. /v2/status's queue_depth
+ * (which the router reads as a pressure signal) and tierserve_queue_depth use it. */
+size_t server_llm_queue_depth(const ts_model *m);
 
 #endif
