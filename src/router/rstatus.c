@@ -303,6 +303,21 @@ void rt_metrics(router *r, buf *b)
     for (int p = 0; p < PRIO_COUNT; p++)
         if (targets[p])
             buf_printf(b, "tierrouter_slo_target_seconds{priority=\"%s\"} %.3f\n", k_prio[p], targets[p] / 1e3);
+    /* the /v1 stream targets, so alert rules read the router's own numbers (slo_ttft_ms,
+     * slo_itl_ms) instead of a copy that drifts when an operator changes the config */
+    const unsigned stream_targets[2][PRIO_COUNT] = {
+        {r->cfg->slo_ttft_ms.urgent, r->cfg->slo_ttft_ms.normal, r->cfg->slo_ttft_ms.batch},
+        {r->cfg->slo_itl_ms.urgent, r->cfg->slo_itl_ms.normal, r->cfg->slo_itl_ms.batch}};
+    static const char *const stream_names[2] = {"tierrouter_slo_ttft_target_seconds",
+                                                "tierrouter_slo_itl_target_seconds"};
+    static const char *const stream_help[2] = {"/v1 streams: p95 time-to-first-token target by priority (slo_ttft_ms)",
+                                               "/v1 streams: p95 inter-token latency target by priority (slo_itl_ms)"};
+    for (int t = 0; t < 2; t++) {
+        buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", stream_names[t], stream_help[t], stream_names[t]);
+        for (int p = 0; p < PRIO_COUNT; p++)
+            if (stream_targets[t][p])
+                buf_printf(b, "%s{priority=\"%s\"} %.3f\n", stream_names[t], k_prio[p], stream_targets[t][p] / 1e3);
+    }
     buf_puts(b, "# HELP tierrouter_slo_compliance_ratio Share of the last 60 s of requests within the p95 target\n"
                 "# TYPE tierrouter_slo_compliance_ratio gauge\n");
     for (int p = 0; p < PRIO_COUNT; p++)
