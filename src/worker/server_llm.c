@@ -1215,14 +1215,19 @@ static int prepare(lreq *r)
     if (tok_encode(L->tok, prompt.data ? (const char *)prompt.data : "", prompt.len, !chat, &r->ids, &te)) {
         if (atomic_load(&r->stop))
             fail(e, 504, NULL, "stopped");
-        else if (te.http == 413)
-            fail(e, 413, chat ? "messages" : "prompt", "the prompt is longer than the model's context of %lld tokens",
+        else if (te.http == 413) { /* the ids' limit: the prompt buf never passes the text limit */
+            fail(e, 400, chat ? "messages" : "prompt", "the prompt is longer than the model's context of %lld tokens",
                  (long long)L->context);
-        else fail(e, te.http, chat ? "messages" : "prompt", "%s", te.msg);
+            e->code = "context_length_exceeded";
+        } else {
+            fail(e, te.http, chat ? "messages" : "prompt", "%s", te.msg);
+        }
         goto out;
     }
+    /* OpenAI and vLLM answer a prompt over the context with 400 context_length_exceeded:
+     * clients (and SDKs) branch on that code, whichever way we found out */
     if ((int64_t)r->ids.n >= L->context) {
-        fail(e, 413, chat ? "messages" : "prompt", "the prompt is %zu tokens; the model's context is %lld tokens, "
+        fail(e, 400, chat ? "messages" : "prompt", "the prompt is %zu tokens; the model's context is %lld tokens, "
              "leaving no room for an answer", r->ids.n, (long long)L->context);
         e->code = "context_length_exceeded";
         goto out;
