@@ -41,6 +41,7 @@ typedef struct {
     llm_engine *engine;
     tokenizer *tok;
     chat_tmpl *chat;          /* NULL: no chat template (completions only) */
+    char chat_note[512];      /* chat NULL for a template we do not render: why (else empty) */
     char **specials;          /* the special tokens' texts, refused in message content */
     size_t n_specials;
     int64_t context;
@@ -272,7 +273,17 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     L->context = llm_model_max_context(L->model);
     L->tok = tok_load(dir, &e);
     if (!L->tok) goto fail;
-    if (has_chat_template(dir) && !(L->chat = chat_load(dir, &e))) goto fail;
+    if (has_chat_template(dir) && !(L->chat = chat_load(dir, &e))) {
+        /* only chat needs the template: a model whose template we do not render (a Llama-3.1
+         * export) still serves /v1/completions, rather than failing the model and, with
+         * --exit-on-error, the worker. The note drops the model folder: clients see it */
+        size_t dl = strlen(dir);
+        const char *why = strncmp(e.msg, dir, dl) == 0 && e.msg[dl] == '/' ? e.msg + dl + 1 : e.msg;
+        snprintf(L->chat_note, sizeof L->chat_note, "%s", why);
+        LOG_WARN_(LOGF({"model", name}), "LLM: chat template not supported, so /v1/chat/completions refuses this "
+                  "model (/v1/completions serves it): %s", L->chat_note);
+        e = (ts_err){0};
+    }
     if (collect_specials(L)) {
         ts_err_set(&e, TS_INTERNAL_ERROR, "out of memory");
         goto fail;
@@ -1000,6 +1011,12 @@ static int render_chat(const llm_served *L, json_t *msgs, const _Atomic bool *st
         return fail(e, 400, "messages", "'messages' must be a non-empty list");
     size_t n = json_array_size(msgs);
     if (n > LLM_MAX_MESSAGES) return fail(e, 400, "messages", "at most %d messages", LLM_MAX_MESSAGES);
+    if (!L->chat && L->chat_note[0]) {
+        fail(e, 400, "model", "model '%.64s' cannot serve chat completions: its chat template is not "
+             "supported (%.400s); use /v1/completions", L->name, L->chat_note);
+        e->code = "unsupported_chat_template";
+        return -1;
+    }
     if (!L->chat)
         return fail(e, 400, "messages", "model '%s' has no chat template (tokenizer_config.json has no "
                     "chat_template): use /v1/completions", L->name);
@@ -1467,6 +1484,10 @@ void server_llm_status(const ts_model *m, buf *b)
                (long long)L->context, s->layers, s->kv_heads, s->head_dim, s->vocab, s->kv_fp16 ? "FP16" : "FP32",
                llm_model_kv_bytes_per_token(L->model));
     if (L->chat) buf_printf(b, "\"%s\"", chat_variant(L->chat));
+    else buf_puts(b, "null");
+    /* why a template the model ships is not served (chat refused, completions served) */
+    buf_puts(b, ",\"chat_template_note\":");
+    if (L->chat_note[0]) buf_put_json_str(b, L->chat_note, strlen(L->chat_note));
     else buf_puts(b, "null");
     buf_printf(b, ",\"running\":%zu,\"waiting\":%zu,\"kv_cache_bytes\":%zu,\"steps\":%llu,\"max_batch\":%zu",
                st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch);
