@@ -1153,11 +1153,12 @@ static int parse_priority(h1req *req, int *out, verr *e)
     return 0;
 }
 
-/* The deadline: TIERSERVE_REQUEST_TIMEOUT_MS, lowered (never raised) by X-Request-Timeout-Ms,
- * as a KServe request's parameters.timeout lowers it. */
+/* The deadline: TIERSERVE_LLM_REQUEST_TIMEOUT_MS, lowered (never raised) by X-Request-Timeout-Ms,
+ * as a KServe request's parameters.timeout lowers its own. A generation is not a KServe Run():
+ * 512 tokens at 10 tok/s on a CPU take 50 s, so the KServe default would cut it mid-stream. */
 static int parse_timeout(server *srv, h1req *req, double *ms, verr *e)
 {
-    *ms = (double)srv->set->request_timeout_ms;
+    *ms = (double)srv->set->llm_request_timeout_ms;
     const char *h = h1req_header(req, "X-Request-Timeout-Ms");
     if (!h) return 0;
     char *end = NULL;
@@ -1412,7 +1413,7 @@ static void handle_generate(server *srv, h1req *req, bool chat)
     uint64_t rid = atomic_fetch_add(&next_id, 1) + 1;
     snprintf(r->id, sizeof r->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)r->created,
              (unsigned long long)rid);
-    r->timeout_ms = (double)srv->set->request_timeout_ms; /* kept when X-Priority is refused first */
+    r->timeout_ms = (double)srv->set->llm_request_timeout_ms; /* kept when X-Priority is refused first */
     r->hdr_bad = parse_priority(req, &r->priority, &r->hdr_err) ||
                  parse_timeout(srv, req, &r->timeout_ms, &r->hdr_err);
     /* the deadline counts from arrival and is armed now: a preparation that outlasts it (a

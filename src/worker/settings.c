@@ -60,7 +60,11 @@ static const setting_def k_settings[] = {
      "on its event loop thread when the model's recent Run() took at most this long, skipping two "
      "thread handoffs (0: never)"},
     {"TIERSERVE_REQUEST_TIMEOUT_MS", "request-timeout-ms", ST_INT, OFF(request_timeout_ms), 0,
-     "30000", 1, 3600000, "per-request deadline, queue plus compute (504 when passed)"},
+     "30000", 1, 3600000, "per-request deadline of KServe requests, queue plus compute (504 when passed)"},
+    {"TIERSERVE_LLM_REQUEST_TIMEOUT_MS", "llm-request-timeout-ms", ST_INT, OFF(llm_request_timeout_ms), 0,
+     "600000", 1, 86400000,
+     "per-request deadline of /v1 requests, arrival to the answer's last token (504, or an error event "
+     "mid-stream, when passed); a safety bound: max_tokens and the context bound the work"},
     {"TIERSERVE_HTTP_TIMEOUT_S", "http-timeout-s", ST_INT, OFF(http_timeout_s), 0, "10", 1, 3600,
      "HTTP read/write timeout: a stalled or truncated request is dropped after this"},
     {"TIERSERVE_MAX_BODY_BYTES", "max-body-bytes", ST_INT, OFF(max_body_bytes), 0, "67108864",

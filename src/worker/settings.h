@@ -29,7 +29,8 @@ typedef struct {
     bool trt_fp16;
     bool disable_cpu_ep_fallback;
     ts_switch io_binding;
-    int64_t request_timeout_ms;
+    int64_t request_timeout_ms;     /* KServe requests */
+    int64_t llm_request_timeout_ms; /* /v1 requests: a whole generation */
     int64_t http_timeout_s;
     int64_t max_body_bytes;
     int64_t queue_size;
