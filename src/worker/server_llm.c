@@ -30,7 +30,9 @@
 #define LLM_OUT_LIMIT ((size_t)64 << 20)    /* a reply's text, or SSE bytes waiting for a slow reader */
 #define LLM_STREAM_HIGH ((size_t)64 << 10)  /* queued SSE bytes past which we hold them ourselves */
 #define LLM_STREAM_LOW ((size_t)16 << 10)
-#define LLM_PREFILL_CHUNK 512
+#define LLM_PREFILL_CHUNK_MAX 512                   /* auto: longer chunks gain little */
+#define LLM_PREFILL_CHUNK_MIN 16
+#define LLM_PREFILL_LOGITS_BUDGET ((size_t)64 << 20) /* auto: one chunk's [chunk, vocab] logits */
 #define LLM_MAX_SPECIALS 4096
 
 /* One LLM of the repository. */
@@ -45,6 +47,7 @@ typedef struct {
     char **specials;          /* the special tokens' texts, refused in message content */
     size_t n_specials;
     int64_t context;
+    size_t prefill_chunk;
     hist ttft, itl, e2e, queue;
     _Atomic uint64_t prompt_tokens, gen_tokens;
 } llm_served;
@@ -246,6 +249,18 @@ static void llm_on_run_error(void *ctx, const ts_err *err)
     health_check_gpu_error(err->msg, L->name);
 }
 
+/* TIERSERVE_LLM_PREFILL_CHUNK, or 0: ORT writes a prefill chunk's whole [1, chunk, vocab]
+ * logits though we keep one row, 311 MB in FP32 for 512 tokens of Qwen3's 152k vocabulary: the
+ * longest chunk up to 512 whose logits fit the budget (at least 16: a shorter one spends more
+ * Run()s than it saves). */
+static size_t prefill_chunk(int64_t set, const llm_sig *s)
+{
+    if (set > 0) return (size_t)set;
+    size_t row = (s->vocab ? s->vocab : 1) * (s->logits_fp16 ? 2 : 4);
+    size_t c = LLM_PREFILL_LOGITS_BUDGET / row;
+    return c > LLM_PREFILL_CHUNK_MAX ? LLM_PREFILL_CHUNK_MAX : c < LLM_PREFILL_CHUNK_MIN ? LLM_PREFILL_CHUNK_MIN : c;
+}
+
 static int llm_open(void *ctx, const char *dir, const char *name, const ep_config *cfg, const ep_result *ep,
                     void **out, char *err, size_t errlen)
 {
@@ -271,6 +286,7 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
         return res == LLM_OPEN_NOT_DECODER ? 0 : -1;
     }
     L->context = llm_model_max_context(L->model);
+    L->prefill_chunk = prefill_chunk(srv->set->llm_prefill_chunk, llm_model_sig(L->model));
     L->tok = tok_load(dir, &e);
     if (!L->tok) goto fail;
     if (has_chat_template(dir) && !(L->chat = chat_load(dir, &e))) {
@@ -290,11 +306,12 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     }
     llm_engine_opts eo = {.max_active = (size_t)srv->set->llm_max_sequences,
                           .max_waiting = (size_t)srv->set->llm_queue_size,
-                          .prefill_chunk = LLM_PREFILL_CHUNK,
+                          .prefill_chunk = L->prefill_chunk,
                           .hooks = {.before_run = llm_before_run, .on_run_error = llm_on_run_error, .ctx = L}};
     if (llm_engine_new(L->model, &eo, &L->engine, &e)) goto fail;
-    LOG_INFO_(LOGF({"model", name}), "LLM: context %lld, chat template %s, %zu sequences, %zu waiting",
-              (long long)L->context, L->chat ? chat_variant(L->chat) : "none", eo.max_active, eo.max_waiting);
+    LOG_INFO_(LOGF({"model", name}), "LLM: context %lld, chat template %s, %zu sequences, %zu waiting, "
+              "prefill chunk %zu", (long long)L->context, L->chat ? chat_variant(L->chat) : "none", eo.max_active,
+              eo.max_waiting, eo.prefill_chunk);
     *out = L;
     return 1;
 fail:
@@ -1490,8 +1507,10 @@ void server_llm_status(const ts_model *m, buf *b)
     buf_puts(b, ",\"chat_template_note\":");
     if (L->chat_note[0]) buf_put_json_str(b, L->chat_note, strlen(L->chat_note));
     else buf_puts(b, "null");
-    buf_printf(b, ",\"running\":%zu,\"waiting\":%zu,\"kv_cache_bytes\":%zu,\"steps\":%llu,\"max_batch\":%zu",
-               st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch);
+    buf_printf(b, ",\"running\":%zu,\"waiting\":%zu,\"kv_cache_bytes\":%zu,\"steps\":%llu,\"max_batch\":%zu"
+               ",\"prefill_chunk\":%zu,\"prefill_runs\":%llu",
+               st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch, L->prefill_chunk,
+               (unsigned long long)st.prefill_runs);
     /* where the cache lives and why (the GPU check greps "device"); the note is our own text */
     buf_printf(b, ",\"kv_cache\":\"%s\",\"kv_cache_note\":", llm_model_kv_where(L->model));
     buf_put_json_str(b, llm_model_kv_note(L->model), strlen(llm_model_kv_note(L->model)));

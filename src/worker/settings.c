@@ -113,6 +113,9 @@ static const setting_def k_settings[] = {
      "present.* fed back as the next step's pasts through IoBinding, in device memory on the GPU "
      "tiers (a model fails to load if that cannot be set up); host: per-sequence host caches "
      "gathered and scattered every step; auto: bound, else host with the reason logged"},
+    {"TIERSERVE_LLM_PREFILL_CHUNK", "llm-prefill-chunk", ST_INT, OFF(llm_prefill_chunk), 0, "0", 0, 8192,
+     "per LLM: prompt tokens per prefill Run(); ORT materialises the chunk's whole [chunk, vocab] "
+     "logits (0: auto, the largest chunk up to 512 whose logits fit 64 MiB, at least 16)"},
     {"TIERSERVE_FAULT_INJECT_GPU_RUN", "fault-inject-gpu-run", ST_INT, OFF(fault_inject_gpu_run),
      0, "0", 0, INT64_C(1000000000),
      "testing only: make the Nth Run() (a KServe batch or an LLM step) report a CUDA error (0: off)"},

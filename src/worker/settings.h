@@ -52,6 +52,7 @@ typedef struct {
     int64_t llm_max_sequences; /* an LLM's sequences generating at once (KV caches held) */
     int64_t llm_queue_size;    /* an LLM's sequences waiting for a slot (503 past it) */
     char llm_kv[8];            /* auto|host|bound: where an LLM's KV cache lives between steps */
+    int64_t llm_prefill_chunk; /* prompt tokens per prefill Run() (0: by the vocabulary's logits size) */
 } ts_settings;
 
 /* Fills defaults, then the environment, then argv (from index `first`). On a bad value,
