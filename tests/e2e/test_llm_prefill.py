@@ -1,7 +1,7 @@
 """The prefill chunk (TIERSERVE_LLM_PREFILL_CHUNK): ORT writes a prefill Run()'s whole
 [1, chunk, vocab] logits though only the last row is kept, so the default (0, auto) is the
 longest chunk up to 512 whose logits fit 64 MiB, at least 16: 512 for the tiny model's
-32000 FP32 logits (125 kB a row), 110 for Qwen3's 152k, 64 for Gemma's 256k.
+32000 FP32 logits (125 kB a row), 110 for Qwen3's 151936, 63 or 64 for Gemma-3's 262k.
 
 - /v2/status's llm object shows `prefill_chunk` (and `prefill_runs`), the load log names it;
 - with TIERSERVE_LLM_PREFILL_CHUNK=7 a 41-token prompt is prefilled in ceil(41/7) = 6 Run()s
