@@ -1,36 +1,41 @@
 /* tok_bpe: the BPE model on one pre-tokenized piece. Merges apply lowest rank first, the
  * leftmost pair among equal ranks (what @huggingface/tokenizers' priority queue does with
  * its rank + position/length score), in O(n log n) with a heap of candidate pairs; a pair
- * left stale by an earlier merge is recognized when popped and skipped. */
+ * left stale by an earlier merge is recognized when popped and skipped.
+ *
+ * Memory is per byte of the piece (SentencePiece-style text is one piece: a prompt of
+ * several MB without spaces is one), so both arrays are packed: 12 bytes a node and 8 a
+ * candidate, at most 2 candidates a byte, 28 bytes a byte in all (it was 92). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tok_int.h"
 
+/* One symbol, at the index of its first byte in the piece: that index is its start, and it
+ * runs to the next live node's. */
 typedef struct {
-    int32_t sym; /* -1: a character no merge and no vocabulary entry knows */
-    uint32_t start, len;
+    int32_t sym; /* -1: a character no merge and no vocabulary entry knows; NODE_DEAD: merged
+                  * into the node on its left */
     int32_t prev, next;
 } node;
 
-typedef struct {
-    uint32_t rank, pos; /* pos: the left node's start, for the leftmost-first tie break */
-    int32_t left, lsym, rsym, result;
-} cand;
+#define NODE_DEAD INT32_MIN
+
+/* A candidate merge: its rank << 32 | the left node's index, so the smallest is the lowest
+ * rank, then the leftmost. A merges list gives each pair one rank (a later duplicate
+ * overwrites it), so the rank also names the pair: the candidate still holds when the pair
+ * now at its node has that rank. */
+typedef uint64_t cand;
 
 #define SMALL 64
-
-static bool cand_less(const cand *a, const cand *b)
-{
-    return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
-}
 
 static void heap_push(cand *h, size_t *n, cand c)
 {
     size_t i = (*n)++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
-        if (!cand_less(&c, &h[p]))
+        if (c >= h[p])
             break;
         h[i] = h[p];
         i = p;
@@ -44,10 +49,10 @@ static cand heap_pop(cand *h, size_t *n)
     size_t i = 0;
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
-        const cand *best = &last;
-        if (l < *n && cand_less(&h[l], best))
-            m = l, best = &h[l];
-        if (r < *n && cand_less(&h[r], best))
+        cand best = last;
+        if (l < *n && h[l] < best)
+            m = l, best = h[l];
+        if (r < *n && h[r] < best)
             m = r;
         if (m == i)
             break;
@@ -59,16 +64,25 @@ static cand heap_pop(cand *h, size_t *n)
     return top;
 }
 
-static void try_pair(const tokenizer *t, const node *nd, int32_t l, cand *h, size_t *nh)
+/* The merge of node l and the next, if there is one: true with its rank and result. */
+static bool merge_of(const tokenizer *t, const node *nd, int32_t l, uint32_t *rank, int32_t *result)
 {
     int32_t r = nd[l].next;
     uint64_t v;
-    if (r < 0 || nd[l].sym < 0 || nd[r].sym < 0)
-        return;
-    if (!tok_u64map_get(&t->merges, ((uint64_t)(uint32_t)nd[l].sym << 32) | (uint32_t)nd[r].sym, &v))
-        return;
-    heap_push(h, nh, (cand){.rank = (uint32_t)(v >> 32), .pos = nd[l].start, .left = l,
-                            .lsym = nd[l].sym, .rsym = nd[r].sym, .result = (int32_t)(uint32_t)v});
+    if (r < 0 || nd[l].sym < 0 || nd[r].sym < 0 ||
+        !tok_u64map_get(&t->merges, ((uint64_t)(uint32_t)nd[l].sym << 32) | (uint32_t)nd[r].sym, &v))
+        return false;
+    *rank = (uint32_t)(v >> 32);
+    *result = (int32_t)(uint32_t)v;
+    return true;
+}
+
+static void try_pair(const tokenizer *t, const node *nd, int32_t l, cand *h, size_t *nh)
+{
+    uint32_t rank;
+    int32_t result;
+    if (merge_of(t, nd, l, &rank, &result))
+        heap_push(h, nh, (cand)rank << 32 | (uint32_t)l);
 }
 
 static int push_id(const tokenizer *t, tok_ids *out, int32_t id, bool *unk_run, ts_err *err)
@@ -107,7 +121,7 @@ int tok_bpe_piece(const tokenizer *t, const char *s, size_t n, tok_ids *out, boo
                   ts_err *err)
 {
     node small_nd[SMALL];
-    cand small_h[3 * SMALL];
+    cand small_h[2 * SMALL];
     node *nd = small_nd;
     cand *h = small_h;
     size_t nh = 0, nn = 0;
@@ -119,53 +133,59 @@ int tok_bpe_piece(const tokenizer *t, const char *s, size_t n, tok_ids *out, boo
         if (k >= 0 && t->sym_vid[k] >= 0)
             return push_id(t, out, t->sym_fid[k], unk_run, err);
     }
-    if (n > SMALL) { /* at most one node per byte, three candidates per node */
+    /* at most one node per byte; candidates: the first pairs (fewer than the nodes), then
+     * each merge pops one and pushes at most two, and merges are fewer than the nodes, so
+     * never more than 2 per node at once */
+    if (n > SMALL) {
         nd = malloc(n * sizeof *nd);
-        h = malloc(3 * n * sizeof *h);
+        h = malloc(2 * n * sizeof *h);
         if (!nd || !h) {
             ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
             goto out;
         }
     }
+    int32_t last = -1;
     for (size_t i = 0; i < n;) {
-        if ((nn % TOK_STOP_EVERY) == 0 && tok_check_stop(out->stop, err) < 0)
+        if ((nn++ % TOK_STOP_EVERY) == 0 && tok_check_stop(out->stop, err) < 0)
             goto out;
         uint32_t cp;
         size_t l = tok_utf8_next((const unsigned char *)s + i, n - i, &cp);
         int64_t k = tok_strmap_find(&t->sym, &t->arena, s + i, l);
-        nd[nn] = (node){.sym = (int32_t)k, .start = (uint32_t)i, .len = (uint32_t)l,
-                        .prev = (int32_t)nn - 1, .next = (int32_t)nn + 1};
-        nn++;
+        nd[i] = (node){.sym = (int32_t)k, .prev = last, .next = i + l < n ? (int32_t)(i + l) : -1};
+        last = (int32_t)i;
         i += l;
     }
-    nd[nn - 1].next = -1;
-    for (size_t i = 0; i + 1 < nn; i++) {
-        if ((i % TOK_STOP_EVERY) == 0 && tok_check_stop(out->stop, err) < 0)
+    size_t steps = 0;
+    for (int32_t i = 0; i >= 0; i = nd[i].next) {
+        if ((steps++ % TOK_STOP_EVERY) == 0 && tok_check_stop(out->stop, err) < 0)
             goto out;
-        try_pair(t, nd, (int32_t)i, h, &nh);
+        try_pair(t, nd, i, h, &nh);
     }
-    for (size_t steps = 1; nh; steps++) {
+    for (steps = 1; nh; steps++) {
         /* a multi-MB piece (SentencePiece-style text is one piece) takes seconds */
         if ((steps % TOK_STOP_EVERY) == 0 && tok_check_stop(out->stop, err) < 0)
             goto out;
         cand c = heap_pop(h, &nh);
-        node *l = &nd[c.left];
-        if (l->len == 0 || l->sym != c.lsym || l->next < 0 || nd[l->next].sym != c.rsym)
-            continue; /* stale: one side has merged since */
-        node *r = &nd[l->next];
-        l->sym = c.result;
-        l->len += r->len;
-        r->len = 0;
+        int32_t li = (int32_t)(uint32_t)c;
+        uint32_t rank;
+        int32_t result;
+        if (!merge_of(t, nd, li, &rank, &result) || rank != (uint32_t)(c >> 32))
+            continue; /* stale: one side has merged since (a dead node's sym is negative) */
+        node *l = &nd[li], *r = &nd[l->next];
+        l->sym = result;
+        r->sym = NODE_DEAD;
         l->next = r->next;
         if (r->next >= 0)
-            nd[r->next].prev = c.left;
+            nd[r->next].prev = li;
         if (l->prev >= 0)
             try_pair(t, nd, l->prev, h, &nh);
-        try_pair(t, nd, c.left, h, &nh);
+        try_pair(t, nd, li, h, &nh);
     }
-    for (int32_t i = 0; i >= 0; i = nd[i].next)
-        if (emit(t, nd[i].sym, s + nd[i].start, nd[i].len, out, unk_run, err) < 0)
+    for (int32_t i = 0; i >= 0; i = nd[i].next) {
+        size_t end = nd[i].next >= 0 ? (size_t)nd[i].next : n;
+        if (emit(t, nd[i].sym, s + i, end - (size_t)i, out, unk_run, err) < 0)
             goto out;
+    }
     rc = 0;
 out:
     if (nd != small_nd)

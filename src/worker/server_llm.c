@@ -30,7 +30,9 @@
 #define LLM_OUT_LIMIT ((size_t)64 << 20)    /* a reply's text, or SSE bytes waiting for a slow reader */
 #define LLM_STREAM_HIGH ((size_t)64 << 10)  /* queued SSE bytes past which we hold them ourselves */
 #define LLM_STREAM_LOW ((size_t)16 << 10)
-#define LLM_PREFILL_CHUNK 512
+#define LLM_PREFILL_CHUNK_MAX 512                   /* auto: longer chunks gain little */
+#define LLM_PREFILL_CHUNK_MIN 16
+#define LLM_PREFILL_LOGITS_BUDGET ((size_t)64 << 20) /* auto: one chunk's [chunk, vocab] logits */
 #define LLM_MAX_SPECIALS 4096
 
 /* One LLM of the repository. */
@@ -41,9 +43,11 @@ typedef struct {
     llm_engine *engine;
     tokenizer *tok;
     chat_tmpl *chat;          /* NULL: no chat template (completions only) */
+    char chat_note[512];      /* chat NULL for a template we do not render: why (else empty) */
     char **specials;          /* the special tokens' texts, refused in message content */
     size_t n_specials;
     int64_t context;
+    size_t prefill_chunk;
     hist ttft, itl, e2e, queue;
     _Atomic uint64_t prompt_tokens, gen_tokens;
 } llm_served;
@@ -246,6 +250,18 @@ static void llm_on_run_error(void *ctx, const ts_err *err)
     health_check_gpu_error(err->msg, L->name);
 }
 
+/* TIERSERVE_LLM_PREFILL_CHUNK, or 0: ORT writes a prefill chunk's whole [1, chunk, vocab]
+ * logits though we keep one row, 311 MB in FP32 for 512 tokens of Qwen3's 152k vocabulary: the
+ * longest chunk up to 512 whose logits fit the budget (at least 16: a shorter one spends more
+ * Run()s than it saves). */
+static size_t prefill_chunk(int64_t set, const llm_sig *s)
+{
+    if (set > 0) return (size_t)set;
+    size_t row = (s->vocab ? s->vocab : 1) * (s->logits_fp16 ? 2 : 4);
+    size_t c = LLM_PREFILL_LOGITS_BUDGET / row;
+    return c > LLM_PREFILL_CHUNK_MAX ? LLM_PREFILL_CHUNK_MAX : c < LLM_PREFILL_CHUNK_MIN ? LLM_PREFILL_CHUNK_MIN : c;
+}
+
 static int llm_open(void *ctx, const char *dir, const char *name, const ep_config *cfg, const ep_result *ep,
                     void **out, char *err, size_t errlen)
 {
@@ -271,20 +287,32 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
         return res == LLM_OPEN_NOT_DECODER ? 0 : -1;
     }
     L->context = llm_model_max_context(L->model);
+    L->prefill_chunk = prefill_chunk(srv->set->llm_prefill_chunk, llm_model_sig(L->model));
     L->tok = tok_load(dir, &e);
     if (!L->tok) goto fail;
-    if (has_chat_template(dir) && !(L->chat = chat_load(dir, &e))) goto fail;
+    if (has_chat_template(dir) && !(L->chat = chat_load(dir, &e))) {
+        /* only chat needs the template: a model whose template we do not render (a Llama-3.1
+         * export) still serves /v1/completions, rather than failing the model and, with
+         * --exit-on-error, the worker. The note drops the model folder: clients see it */
+        size_t dl = strlen(dir);
+        const char *why = strncmp(e.msg, dir, dl) == 0 && e.msg[dl] == '/' ? e.msg + dl + 1 : e.msg;
+        snprintf(L->chat_note, sizeof L->chat_note, "%s", why);
+        LOG_WARN_(LOGF({"model", name}), "LLM: chat template not supported, so /v1/chat/completions refuses this "
+                  "model (/v1/completions serves it): %s", L->chat_note);
+        e = (ts_err){0};
+    }
     if (collect_specials(L)) {
         ts_err_set(&e, TS_INTERNAL_ERROR, "out of memory");
         goto fail;
     }
     llm_engine_opts eo = {.max_active = (size_t)srv->set->llm_max_sequences,
                           .max_waiting = (size_t)srv->set->llm_queue_size,
-                          .prefill_chunk = LLM_PREFILL_CHUNK,
+                          .prefill_chunk = L->prefill_chunk,
                           .hooks = {.before_run = llm_before_run, .on_run_error = llm_on_run_error, .ctx = L}};
     if (llm_engine_new(L->model, &eo, &L->engine, &e)) goto fail;
-    LOG_INFO_(LOGF({"model", name}), "LLM: context %lld, chat template %s, %zu sequences, %zu waiting",
-              (long long)L->context, L->chat ? chat_variant(L->chat) : "none", eo.max_active, eo.max_waiting);
+    LOG_INFO_(LOGF({"model", name}), "LLM: context %lld, chat template %s, %zu sequences, %zu waiting, "
+              "prefill chunk %zu", (long long)L->context, L->chat ? chat_variant(L->chat) : "none", eo.max_active,
+              eo.max_waiting, eo.prefill_chunk);
     *out = L;
     return 1;
 fail:
@@ -1038,6 +1066,12 @@ static int render_chat(const llm_served *L, json_t *msgs, const _Atomic bool *st
         return fail(e, 400, "messages", "'messages' must be a non-empty list");
     size_t n = json_array_size(msgs);
     if (n > LLM_MAX_MESSAGES) return fail(e, 400, "messages", "at most %d messages", LLM_MAX_MESSAGES);
+    if (!L->chat && L->chat_note[0]) {
+        fail(e, 400, "model", "model '%.64s' cannot serve chat completions: its chat template is not "
+             "supported (%.400s); use /v1/completions", L->name, L->chat_note);
+        e->code = "unsupported_chat_template";
+        return -1;
+    }
     if (!L->chat)
         return fail(e, 400, "messages", "model '%s' has no chat template (tokenizer_config.json has no "
                     "chat_template): use /v1/completions", L->name);
@@ -1174,11 +1208,12 @@ static int parse_priority(h1req *req, int *out, verr *e)
     return 0;
 }
 
-/* The deadline: TIERSERVE_REQUEST_TIMEOUT_MS, lowered (never raised) by X-Request-Timeout-Ms,
- * as a KServe request's parameters.timeout lowers it. */
+/* The deadline: TIERSERVE_LLM_REQUEST_TIMEOUT_MS, lowered (never raised) by X-Request-Timeout-Ms,
+ * as a KServe request's parameters.timeout lowers its own. A generation is not a KServe Run():
+ * 512 tokens at 10 tok/s on a CPU take 50 s, so the KServe default would cut it mid-stream. */
 static int parse_timeout(server *srv, h1req *req, double *ms, verr *e)
 {
-    *ms = (double)srv->set->request_timeout_ms;
+    *ms = (double)srv->set->llm_request_timeout_ms;
     const char *h = h1req_header(req, "X-Request-Timeout-Ms");
     if (!h) return 0;
     char *end = NULL;
@@ -1253,14 +1288,19 @@ static int prepare(lreq *r)
     if (tok_encode(L->tok, prompt.data ? (const char *)prompt.data : "", prompt.len, !chat, &r->ids, &te)) {
         if (atomic_load(&r->stop))
             fail(e, 504, NULL, "stopped");
-        else if (te.http == 413)
-            fail(e, 413, chat ? "messages" : "prompt", "the prompt is longer than the model's context of %lld tokens",
+        else if (te.http == 413) { /* the ids' limit: the prompt buf never passes the text limit */
+            fail(e, 400, chat ? "messages" : "prompt", "the prompt is longer than the model's context of %lld tokens",
                  (long long)L->context);
-        else fail(e, te.http, chat ? "messages" : "prompt", "%s", te.msg);
+            e->code = "context_length_exceeded";
+        } else {
+            fail(e, te.http, chat ? "messages" : "prompt", "%s", te.msg);
+        }
         goto out;
     }
+    /* OpenAI and vLLM answer a prompt over the context with 400 context_length_exceeded:
+     * clients (and SDKs) branch on that code, whichever way we found out */
     if ((int64_t)r->ids.n >= L->context) {
-        fail(e, 413, chat ? "messages" : "prompt", "the prompt is %zu tokens; the model's context is %lld tokens, "
+        fail(e, 400, chat ? "messages" : "prompt", "the prompt is %zu tokens; the model's context is %lld tokens, "
              "leaving no room for an answer", r->ids.n, (long long)L->context);
         e->code = "context_length_exceeded";
         goto out;
@@ -1428,7 +1468,7 @@ static void handle_generate(server *srv, h1req *req, bool chat)
     uint64_t rid = atomic_fetch_add(&next_id, 1) + 1;
     snprintf(r->id, sizeof r->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)r->created,
              (unsigned long long)rid);
-    r->timeout_ms = (double)srv->set->request_timeout_ms; /* kept when X-Priority is refused first */
+    r->timeout_ms = (double)srv->set->llm_request_timeout_ms; /* kept when X-Priority is refused first */
     r->hdr_bad = parse_priority(req, &r->priority, &r->hdr_err) ||
                  parse_timeout(srv, req, &r->timeout_ms, &r->hdr_err);
     /* the deadline counts from arrival and is armed now: a preparation that outlasts it (a
@@ -1501,8 +1541,14 @@ void server_llm_status(const ts_model *m, buf *b)
                llm_model_kv_bytes_per_token(L->model));
     if (L->chat) buf_printf(b, "\"%s\"", chat_variant(L->chat));
     else buf_puts(b, "null");
-    buf_printf(b, ",\"running\":%zu,\"waiting\":%zu,\"kv_cache_bytes\":%zu,\"steps\":%llu,\"max_batch\":%zu",
-               st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch);
+    /* why a template the model ships is not served (chat refused, completions served) */
+    buf_puts(b, ",\"chat_template_note\":");
+    if (L->chat_note[0]) buf_put_json_str(b, L->chat_note, strlen(L->chat_note));
+    else buf_puts(b, "null");
+    buf_printf(b, ",\"running\":%zu,\"waiting\":%zu,\"kv_cache_bytes\":%zu,\"steps\":%llu,\"max_batch\":%zu"
+               ",\"prefill_chunk\":%zu,\"prefill_runs\":%llu",
+               st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch, L->prefill_chunk,
+               (unsigned long long)st.prefill_runs);
     /* the engine's cap on a decode Run() and why it is below max_active (e.g. no position_ids) */
     buf_printf(b, ",\"batch_limit\":%zu,\"batch_note\":", st.batch_limit);
     if (st.batch_note) buf_put_json_str(b, st.batch_note, strlen(st.batch_note));

@@ -60,7 +60,11 @@ static const setting_def k_settings[] = {
      "on its event loop thread when the model's recent Run() took at most this long, skipping two "
      "thread handoffs (0: never)"},
     {"TIERSERVE_REQUEST_TIMEOUT_MS", "request-timeout-ms", ST_INT, OFF(request_timeout_ms), 0,
-     "30000", 1, 3600000, "per-request deadline, queue plus compute (504 when passed)"},
+     "30000", 1, 3600000, "per-request deadline of KServe requests, queue plus compute (504 when passed)"},
+    {"TIERSERVE_LLM_REQUEST_TIMEOUT_MS", "llm-request-timeout-ms", ST_INT, OFF(llm_request_timeout_ms), 0,
+     "600000", 1, 86400000,
+     "per-request deadline of /v1 requests, arrival to the answer's last token (504, or an error event "
+     "mid-stream, when passed); a safety bound: max_tokens and the context bound the work"},
     {"TIERSERVE_HTTP_TIMEOUT_S", "http-timeout-s", ST_INT, OFF(http_timeout_s), 0, "10", 1, 3600,
      "HTTP read/write timeout: a stalled or truncated request is dropped after this"},
     {"TIERSERVE_MAX_BODY_BYTES", "max-body-bytes", ST_INT, OFF(max_body_bytes), 0, "67108864",
@@ -109,6 +113,9 @@ static const setting_def k_settings[] = {
      "present.* fed back as the next step's pasts through IoBinding, in device memory on the GPU "
      "tiers (a model fails to load if that cannot be set up); host: per-sequence host caches "
      "gathered and scattered every step; auto: bound, else host with the reason logged"},
+    {"TIERSERVE_LLM_PREFILL_CHUNK", "llm-prefill-chunk", ST_INT, OFF(llm_prefill_chunk), 0, "0", 0, 8192,
+     "per LLM: prompt tokens per prefill Run(); ORT materialises the chunk's whole [chunk, vocab] "
+     "logits (0: auto, the largest chunk up to 512 whose logits fit 64 MiB, at least 16)"},
     {"TIERSERVE_FAULT_INJECT_GPU_RUN", "fault-inject-gpu-run", ST_INT, OFF(fault_inject_gpu_run),
      0, "0", 0, INT64_C(1000000000),
      "testing only: make the Nth Run() (a KServe batch or an LLM step) report a CUDA error (0: off)"},

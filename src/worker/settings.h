@@ -29,7 +29,8 @@ typedef struct {
     bool trt_fp16;
     bool disable_cpu_ep_fallback;
     ts_switch io_binding;
-    int64_t request_timeout_ms;
+    int64_t request_timeout_ms;     /* KServe requests */
+    int64_t llm_request_timeout_ms; /* /v1 requests: a whole generation */
     int64_t http_timeout_s;
     int64_t max_body_bytes;
     int64_t queue_size;
@@ -51,6 +52,7 @@ typedef struct {
     int64_t llm_max_sequences; /* an LLM's sequences generating at once (KV caches held) */
     int64_t llm_queue_size;    /* an LLM's sequences waiting for a slot (503 past it) */
     char llm_kv[8];            /* auto|host|bound: where an LLM's KV cache lives between steps */
+    int64_t llm_prefill_chunk; /* prompt tokens per prefill Run() (0: by the vocabulary's logits size) */
 } ts_settings;
 
 /* Fills defaults, then the environment, then argv (from index `first`). On a bad value,

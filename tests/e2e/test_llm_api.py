@@ -301,7 +301,7 @@ def test_special_token_in_content_refused(llm, tok):
 
 def test_prompt_over_context_413(llm):
     code, _, e = post_json(llm, "/v1/completions", cmpl(prompt="hello " * 2100))
-    assert code == 413 and e["error"]["param"] == "prompt"
+    assert code == 400 and e["error"]["code"] == "context_length_exceeded" and e["error"]["param"] == "prompt"
 
 
 def test_deadline_504(llm):

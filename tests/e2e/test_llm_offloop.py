@@ -74,8 +74,8 @@ EXPECTED = {
     'stop_long': (400, {"error": {"message": "each stop string must be 1 to 256 bytes", "type": "invalid_request_error", "param": "stop", "code": None}}),
     'stop_many': (400, {"error": {"message": "'stop' must be a string or a list of at most 4 strings", "type": "invalid_request_error", "param": "stop", "code": None}}),
     'stop_empty': (400, {"error": {"message": "each stop string must be 1 to 256 bytes", "type": "invalid_request_error", "param": "stop", "code": None}}),
-    'too_long': (413, {"error": {"message": "the prompt is longer than the model's context of 2048 tokens", "type": "invalid_request_error", "param": "prompt", "code": None}}),
-    'chat_too_long': (413, {"error": {"message": "the prompt is longer than the model's context of 2048 tokens", "type": "invalid_request_error", "param": "messages", "code": None}}),
+    'too_long': (400, {"error": {"message": "the prompt is longer than the model's context of 2048 tokens", "type": "invalid_request_error", "param": "prompt", "code": "context_length_exceeded"}}),
+    'chat_too_long': (400, {"error": {"message": "the prompt is longer than the model's context of 2048 tokens", "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
     'body_over_limit': (413, {"error": {"message": "request body of 9437212 bytes is over the /v1 limit of 8388608", "type": "invalid_request_error", "param": None, "code": None}}),
 }
 
@@ -175,7 +175,7 @@ def test_health_answers_while_a_big_prompt_is_tokenized(worker):
     # every probe that was out while the big request was handled
     rtts = [b - a for a, b in spans if b > result["sent"] and a < result["done"]]
     reply = result["reply"]
-    assert reply.startswith(b"HTTP/1.1 413 "), reply[:300]
+    assert reply.startswith(b"HTTP/1.1 400 "), reply[:300]
     assert b"the prompt is longer than the model's context of 131072 tokens" in reply
     busy = result["done"] - result["sent"]
     assert rtts, "no probe went out while the big request was handled"

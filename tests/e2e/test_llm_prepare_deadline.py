@@ -81,7 +81,7 @@ def full_tokenization(w, letters):
     """Seconds "big" takes to parse and tokenize the prompt in full (then refuse it: it is
     over even 131072 tokens, so nothing is generated)."""
     code, _, body, took = exchange(w, "/v1/completions", {"model": "big", "prompt": letters, "max_tokens": 1})
-    assert code == 413, body[:300]
+    assert code == 400, body[:300]
     assert json.loads(body)["error"]["message"] == "the prompt is longer than the model's context of 131072 tokens"
     return took
 
@@ -130,25 +130,25 @@ def test_deadline_passes_while_the_prompt_is_tokenized(worker, letters):
 
 
 def test_prompt_over_the_context_is_refused_before_it_is_tokenized(worker, letters):
-    """The same multi-MB prompt on "tiny" (context 2048): the same 413 as ever, naming the
-    context, in a small part of the time "big" takes to tokenize it in full (the old worker
+    """The same multi-MB prompt on "tiny" (context 2048): the same refusal as any prompt over
+    the context (400 context_length_exceeded), naming the context, in a small part of the time "big" takes to tokenize it in full (the old worker
     tokenized it in full here too: a ratio near 1). Its fewest possible tokens (bytes over the
     longest token's 48) are already far over 2048."""
     full = full_tokenization(worker, letters)
     code, _, body, took = exchange(worker, "/v1/completions", {"model": "tiny", "prompt": letters})
-    assert code == 413, body[:300]
+    assert code == 400, body[:300]
     assert json.loads(body) == {"error": {
         "message": "the prompt is longer than the model's context of 2048 tokens",
-        "type": "invalid_request_error", "param": "prompt", "code": None}}
-    print(f"full tokenization {full:.2f} s, the 413 on tiny after {took:.3f} s")
+        "type": "invalid_request_error", "param": "prompt", "code": "context_length_exceeded"}}
+    print(f"full tokenization {full:.2f} s, the 400 on tiny after {took:.3f} s")
     assert took < full / 5, (took, full)
     code, _, body, took = exchange(worker, "/v1/chat/completions", {
         "model": "tiny", "messages": [{"role": "user", "content": letters}]})
-    assert code == 413, body[:300]
+    assert code == 400, body[:300]
     assert json.loads(body)["error"]["param"] == "messages"
     assert took < full / 5, (took, full)
     # a prompt just over the context, too short for the shortcut, is refused as before
     code, _, body, _ = exchange(worker, "/v1/completions", {"model": "tiny", "prompt": letters[:12000]})
-    assert code == 413, body[:300]
+    assert code == 400, body[:300]
     assert json.loads(body)["error"]["message"] == "the prompt is longer than the model's context of 2048 tokens"
     assert greedy(worker, "tiny")
