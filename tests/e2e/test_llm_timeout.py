@@ -6,7 +6,7 @@ not the KServe one: TIERSERVE_REQUEST_TIMEOUT_MS (default 30 s) cut long answers
   well over 200 ms (about 1.4 s here; the old worker cut it at 200 ms), streamed and not,
   while a KServe request of the `slow` model that takes longer (2048 rows) on the same worker
   is still answered 504 at its 200 ms.
-- A worker with TIERSERVE_LLM_REQUEST_TIMEOUT_MS=300 cuts a long stream mid-way with the
+- A worker with TIERSERVE_LLM_REQUEST_TIMEOUT_MS=600 cuts a long stream mid-way with the
   timeout error event (some text first, then the error, no [DONE]), also when the request
   asks for more with X-Request-Timeout-Ms (it lowers the deadline, never raises it).
 http.client, no retries."""
@@ -95,7 +95,7 @@ def test_kserve_deadline_does_not_cut_a_generation(repo, tmp_path_factory):
 
 def test_llm_deadline_cuts_mid_stream(repo, tmp_path_factory):
     w = start_worker(repo, tmp_path_factory.mktemp("llmtimeout-cut"),
-                     env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_REQUEST_TIMEOUT_MS": "300"})
+                     env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_REQUEST_TIMEOUT_MS": "600"})
     try:
         body = {"model": "long", "prompt": "Hello world", "max_tokens": 8000, "temperature": 0, "stream": True}
         for headers in ({}, {"X-Request-Timeout-Ms": "600000"}):
@@ -108,7 +108,7 @@ def test_llm_deadline_cuts_mid_stream(repo, tmp_path_factory):
             err = evs[-1]["error"]
             assert (err["type"], err["code"]) == ("timeout", "timeout"), err
             m = re.fullmatch(r"request timed out after (\d+) ms \(while generating\)", err["message"])
-            assert m and int(m.group(1)) >= 250, err  # the timer may fire a ms early by our clock
+            assert m and int(m.group(1)) >= 550, err  # the timer may fire a ms early by our clock
         # the header still lowers it
         code, _, data = post(w, "/v1/completions", dict(body, stream=False), {"X-Request-Timeout-Ms": "1"})
         assert code == 504 and json.loads(data)["error"]["code"] == "timeout", data[:300]
