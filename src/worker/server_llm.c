@@ -1630,6 +1630,17 @@ void server_llm_metrics(const model_repo *r, buf *b)
             buf_printf(b, ",state=\"%s\"} %zu\n", k ? "waiting" : "running", k ? st.waiting : st.active);
         }
     }
+    /* the slots, so an alert can tell "every slot busy" from a count alone */
+    help(b, "tierserve_sequence_slots", "gauge",
+         "LLM: sequences that may generate at once (TIERSERVE_LLM_MAX_SEQUENCES)");
+    for (size_t i = 0; i < n; i++) {
+        const ts_model *m = model_repo_at(r, i);
+        const llm_served *L = model_llm(m);
+        if (!L) continue;
+        buf_puts(b, "tierserve_sequence_slots{");
+        put_labels(b, m);
+        buf_printf(b, "} %lld\n", (long long)L->srv->set->llm_max_sequences);
+    }
     help(b, "tierserve_kv_cache_bytes", "gauge", "LLM: KV cache held by the running sequences");
     for (size_t i = 0; i < n; i++) {
         const ts_model *m = model_repo_at(r, i);

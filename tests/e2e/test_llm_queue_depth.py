@@ -33,11 +33,11 @@ def status(w):
     return st, m
 
 
-def queue_metric(w):
+def queue_metric(w, name="tierserve_queue_depth"):
     code, _, body = w.http("GET", "/metrics")
     assert code == 200
     series = parse_strict(body.decode())
-    return series[("tierserve_queue_depth", (("model", "tiny"), ("version", "1")))]
+    return series[(name, (("model", "tiny"), ("version", "1")))]
 
 
 def wait_depth(w, running, waiting, timeout=20):
@@ -59,6 +59,7 @@ def test_running_and_waiting_sequences_count_in_queue_depth(worker):
     assert m["queue_depth"] == 3, m
     assert st["queue_depth"] == 3, st["queue_depth"]
     assert queue_metric(worker) == 3
+    assert queue_metric(worker, "tierserve_sequence_slots") == 1  # TIERSERVE_LLM_MAX_SEQUENCES
     for s in socks:
         s.close()
     st, m = wait_depth(worker, 0, 0)
