@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env, start_worker, track
+from fakehttp import FakeHTTP
 
 ROUTER_BIN = str(pathlib.Path(BIN).with_name("tierrouter"))
 DEMO = ROOT / "models"
@@ -51,14 +52,16 @@ def bearer(token):
 
 
 class Router:
-    def __init__(self, tmp, gpu_ports, cpu_ports):
+    def __init__(self, tmp, gpu_ports, cpu_ports, extra="", pool_extra=""):
         backends = lambda ports: "[" + ", ".join(f'"127.0.0.1:{p}"' for p in ports) + "]"
         self.cfg = tmp / f"router-{time.monotonic_ns()}.yaml"
         self.cfg.write_text(
             f"address: 127.0.0.1\nprobe_interval_ms: 100\nadmin_token: {ADMIN_TOKEN}\nworker_token: {WORKER_TOKEN}\n"
-            "pools:\n"
+            f"{extra}pools:\n"
             f"  - name: gpu\n    kind: gpu\n    sensitive: false\n    min_tier: cpu\n    backends: {backends(gpu_ports)}\n"
-            f"  - name: cpu\n    kind: cpu\n    sensitive: true\n    min_tier: cpu\n    backends: {backends(cpu_ports)}\n")
+            f"{pool_extra}"
+            f"  - name: cpu\n    kind: cpu\n    sensitive: true\n    min_tier: cpu\n    backends: {backends(cpu_ports)}\n"
+            f"{pool_extra}")
         self.log = tmp / f"router-{time.monotonic_ns()}.log"
         env = {**os.environ, "TIERROUTER_PORT": "0", **sanitizer_env()}
         with open(self.log, "wb") as logf:
@@ -266,3 +269,37 @@ def test_dashboard_in_a_real_browser_follows_a_gpu_fault(tmp_path):
         assert r.stop() == 0
         for w in (faulty, good):
             w.stop()
+
+
+def test_router_keeps_a_bounded_view_of_each_backends_llms(tmp_path):
+    """/admin/status shows the first 4 LLMs a backend's /v2/status lists (the rest counted),
+    each note cut to 319 bytes at a character boundary, "fallback" read from the whole note,
+    control characters as spaces, what the worker leaves out as null."""
+    llm = lambda i: {"running": i, "waiting": 2 * i, "batch_limit": 16, "kv_cache_bytes": 1 << 40,
+                     "kv_cache": "device", "kv_cache_note": f"note {i}"}
+    models = [{"name": f"m{i}", "version": "1", "ready": True, "llm": llm(i)} for i in range(6)]
+    models.insert(1, {"name": "plain", "version": "1", "ready": True})  # not an LLM: not shown
+    models[0]["name"] = "m0\x01\n"
+    models[0]["llm"]["kv_cache_note"] = "\u00e9" * 400 + " host (fallback): the end of a long note"
+    models[2]["llm"] = {}  # an LLM whose worker says nothing about it
+
+    class Fake(FakeHTTP):
+        status = {**FakeHTTP.status, "models": models}
+
+    fake = Fake()
+    r = Router(tmp_path, [fake.port], [fake.port])
+    try:
+        r.wait_healthy(2)
+        (be,) = next(p for p in r.status()["pools"] if p["name"] == "gpu")["backends"]
+        assert be["llm_omitted"] == 2, be
+        got = be["llm"]
+        assert [x["model"] for x in got] == ["m0  ", "m1", "m2", "m3"], got
+        assert got[0]["kv_cache_note"] == "\u00e9" * 159 and got[0]["kv_cache_fallback"] is True, got[0]
+        assert got[1] == {"model": "m1", "version": "1", "running": None, "waiting": None, "batch_limit": None,
+                          "kv_cache_bytes": None, "kv_cache": None, "kv_cache_note": "", "kv_cache_fallback": False}
+        assert got[2] == {"model": "m2", "version": "1", "running": 2, "waiting": 4, "batch_limit": 16,
+                          "kv_cache_bytes": 1 << 40, "kv_cache": "device", "kv_cache_note": "note 2",
+                          "kv_cache_fallback": False}, got[2]
+    finally:
+        assert r.stop() == 0
+        fake.close()
