@@ -1,6 +1,7 @@
 // tierserve dashboard: one page for both programs. On tierrouter it polls /admin/status (pools,
 // one Inference card per backend, the failover timeline); on a tierserve worker it polls
-// /v2/status and /metrics (its own Inference card). Polls once a second, never reloads.
+// /v2/status and /metrics (its own Inference card, and an LLM card per LLM it serves). Polls
+// once a second, never reloads.
 // Everything from the servers is put into the page as text (textContent), never as markup.
 'use strict';
 
@@ -105,18 +106,35 @@ async function tick() {
   schedule(POLL_MS);
 }
 
-// ---- latency from a worker's Prometheus histogram -------------------------------------------
+// ---- latency and rates from a worker's Prometheus text ---------------------------------------
 
-// p50/p95/p99 of tierserve_request_duration_seconds over every model, since the worker started
-// (linear inside a bucket, as Prometheus' histogram_quantile does). null when nothing was served.
-function workerQuantiles(text) {
-  if (!text) return null;
-  const buckets = new Map();
-  const re = /^tierserve_request_duration_seconds_bucket\{[^}]*le="([^"]+)"[^}]*\} ([0-9.eE+-]+)$/gm;
+// The labels of one series, `model="a",le="0.5"` -> {model: 'a', le: '0.5'} (escapes undone).
+function parseLabels(text) {
+  const out = {};
+  const re = /(\w+)="((?:[^"\\]|\\.)*)"/g;
   let m;
-  while ((m = re.exec(text)) !== null) {
-    const le = m[1] === '+Inf' ? Infinity : Number(m[1]);
-    buckets.set(le, (buckets.get(le) || 0) + Number(m[2]));
+  while ((m = re.exec(text)) !== null) out[m[1]] = m[2].replace(/\\(.)/g, (_, c) => (c === 'n' ? '\n' : c));
+  return out;
+}
+
+// Every sample of one metric family: [{labels, value}].
+function samples(text, name) {
+  const out = [];
+  if (!text) return out;
+  const re = new RegExp('^' + name + '(?:\\{(.*)\\})? ([0-9.eE+-]+|NaN)$', 'gm');
+  let m;
+  while ((m = re.exec(text)) !== null) out.push({ labels: parseLabels(m[1] || ''), value: Number(m[2]) });
+  return out;
+}
+
+// p50/p95/p99 (ms) of a histogram over the series keep(labels) accepts, since the worker started
+// (linear inside a bucket, as Prometheus' histogram_quantile does). null when nothing was seen.
+function histQuantiles(text, name, keep) {
+  const buckets = new Map();
+  for (const { labels, value } of samples(text, name + '_bucket')) {
+    if (!keep(labels) || labels.le === undefined) continue;
+    const le = labels.le === '+Inf' ? Infinity : Number(labels.le);
+    buckets.set(le, (buckets.get(le) || 0) + value);
   }
   const bs = [...buckets.entries()].sort((a, b) => a[0] - b[0]);
   const total = bs.length ? bs[bs.length - 1][1] : 0;
@@ -136,6 +154,43 @@ function workerQuantiles(text) {
   return { p50: q(0.5), p95: q(0.95), p99: q(0.99), n: total };
 }
 
+// The Inference card's latency: tierserve_request_duration_seconds over every model but the
+// LLMs (a generation lasts seconds and would drown the inference requests' latency).
+function workerQuantiles(text, llmKeys) {
+  if (!text) return null;
+  return histQuantiles(text, 'tierserve_request_duration_seconds', (l) => !llmKeys.has(l.model + '\n' + l.version));
+}
+
+// A rate per second from a counter the page reads at each poll: over the polls of the last
+// RATE_WINDOW_S (its own clock), null until two polls lie a second apart. A counter that went
+// down (the server restarted) starts over.
+const RATE_WINDOW_S = 10;
+const rateSeen = new Map();
+function rate(key, value) {
+  const now = performance.now() / 1e3;
+  let s = rateSeen.get(key) || [];
+  if (s.length && value < s[s.length - 1][1]) s = [];
+  s.push([now, value]);
+  while (s.length > 2 && now - s[1][0] >= RATE_WINDOW_S) s.shift();
+  rateSeen.set(key, s);
+  const dt = now - s[0][0];
+  return dt >= 1 ? (value - s[0][1]) / dt : null;
+}
+// The change of a counter over the same window (with rate(), for a ratio of two counters).
+function delta(key, value) {
+  rate(key, value);
+  const s = rateSeen.get(key);
+  return s.length >= 2 && s[s.length - 1][0] - s[0][0] >= 1 ? s[s.length - 1][1] - s[0][1] : null;
+}
+
+function bytes(v) {
+  if (v === null || v === undefined) return '—';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return fmt(v, i ? 1 : 0, ' ' + units[i]);
+}
+
 // ---- the Inference card (a worker's own, or one backend as the router sees it) ---------------
 
 function chipFor(tier, label) {
@@ -143,8 +198,9 @@ function chipFor(tier, label) {
   return el('span', { class: 'chip ' + (CHIP_CLASS[tier] || 'chip-unknown'), 'data-testid': 'chip', title: 'tier: ' + tier }, text);
 }
 
+// rows: [label, value] or [label, value, data-testid of the value]
 function kv(rows) {
-  return el('dl', { class: 'kv' }, rows.filter(Boolean).map(([k, v]) => [el('dt', {}, k), el('dd', {}, v)]));
+  return el('dl', { class: 'kv' }, rows.filter(Boolean).map(([k, v, id]) => [el('dt', {}, k), el('dd', { 'data-testid': id }, v)]));
 }
 
 function alerts(list) {
@@ -204,6 +260,64 @@ function workerCard(st, q, addr) {
       el('tbody', {}, models)) : el('p', { class: 'muted' }, 'no models'));
 }
 
+// Where an LLM's KV cache lives between steps (docs/llm.md "The KV cache"); red when the
+// worker says it fell back to the host path. The note is the tooltip.
+const KV_LABEL = { device: 'device', 'host-bound': 'host-bound', host: 'host' };
+function kvChip(where, note, fallback) {
+  const bad = fallback || /fallback/.test(note || '');
+  return el('span', { class: 'chip chip-kv ' + (bad ? 'chip-fallback' : 'chip-kv-' + (KV_LABEL[where] ? where : 'unknown')),
+    'data-testid': 'kv-chip', title: note || 'no note', 'data-fallback': bad ? 'true' : 'false' },
+  'KV ' + (KV_LABEL[where] || 'unknown') + (bad ? ' (fallback)' : ''));
+}
+
+function seqMeter(running, limit) {
+  const meter = el('div', { class: 'meter' + (limit && running >= limit ? ' hot' : '') });
+  const fill = el('span', {});
+  fill.style.width = (100 * Math.min(1, limit ? running / limit : 0)).toFixed(1) + '%';
+  meter.appendChild(fill);
+  return meter;
+}
+
+// One LLM a worker serves: sequences against the batch limit, the KV cache's place and size,
+// TTFT and inter-token p95 since start, generated tokens per second (from /metrics).
+function llmCard(m, metrics) {
+  const l = m.llm;
+  const mine = (x) => x.model === m.name && x.version === m.version;
+  const ttft = metrics ? histQuantiles(metrics, 'tierserve_time_to_first_token_seconds', mine) : null;
+  const itl = metrics ? histQuantiles(metrics, 'tierserve_inter_token_latency_seconds', mine) : null;
+  const gen = samples(metrics, 'tierserve_generation_tokens_total').find((x) => mine(x.labels));
+  const genRate = gen ? rate('gen\n' + m.name + '\n' + m.version, gen.value) : null;
+  const fallback = /fallback/.test(l.kv_cache_note || '');
+  return el('article', { class: 'card llm' + (fallback ? ' card-warn' : ''), 'data-testid': 'llm-card', 'data-model': m.name },
+    el('header', {}, el('h3', {}, 'LLM ', el('span', {}, m.name + ' v' + m.version)), kvChip(l.kv_cache, l.kv_cache_note, fallback)),
+    kv([
+      ['Sequences', el('span', {}, 'running ' + l.running + ' / waiting ' + l.waiting + ' · batch limit ' + l.batch_limit,
+        seqMeter(l.running, l.batch_limit)), 'llm-seq'],
+      ['KV cache', bytes(l.kv_cache_bytes) + ' (' + l.kv_dtype + ', ' + l.kv_bytes_per_token + ' B/token)', 'llm-kv-bytes'],
+      ['TTFT p95', ttft ? fmt(ttft.p95, 1, ' ms') + ' (' + ttft.n + ' since start)' : '—', 'llm-ttft'],
+      ['Inter-token p95', itl ? fmt(itl.p95, 1, ' ms') + ' (' + itl.n + ' gaps since start)' : '—', 'llm-itl'],
+      ['Generated tokens/s', (genRate === null ? '—' : fmt(genRate, 1)) + ' (last ' + RATE_WINDOW_S + ' s) · ' +
+        (gen ? gen.value : '—') + ' tokens since start', 'llm-tps'],
+      ['Largest batch', String(l.max_batch) + (l.batch_note ? ' (' + l.batch_note + ')' : '')],
+    ]),
+    el('p', { class: 'muted small kv-note' + (fallback ? ' bad' : ''), 'data-testid': 'kv-note' }, l.kv_cache_note || ''));
+}
+
+// A backend's LLMs, as the router's probe of its /v2/status saw them.
+function backendLlmTable(b) {
+  if (!b.llm || !b.llm.length) return null;
+  return el('table', { class: 'models' },
+    el('thead', {}, el('tr', {}, ['LLM', 'Running', 'Waiting', 'Batch limit', 'KV cache', ''].map((h) => el('th', {}, h)))),
+    el('tbody', {}, b.llm.map((l) => el('tr', { 'data-testid': 'backend-llm', 'data-model': l.model },
+      el('td', {}, l.model + ' v' + l.version),
+      el('td', { 'data-testid': 'backend-llm-running' }, fmt(l.running, 0)),
+      el('td', { 'data-testid': 'backend-llm-waiting' }, fmt(l.waiting, 0)),
+      el('td', {}, fmt(l.batch_limit, 0)),
+      el('td', {}, kvChip(l.kv_cache, l.kv_cache_note, l.kv_cache_fallback)),
+      el('td', { class: 'nowrap', 'data-testid': 'backend-llm-kv-bytes' }, bytes(l.kv_cache_bytes))))),
+    b.llm_omitted ? el('caption', { class: 'muted small' }, '+' + b.llm_omitted + ' more LLMs not shown') : null);
+}
+
 // A backend as /admin/status shows it: the browser never reaches workers, only the router.
 function backendCard(pool, b) {
   const warn = [];
@@ -225,7 +339,8 @@ function backendCard(pool, b) {
       ['GPU memory', b.gpu_memory_used_fraction === null ? 'no GPU telemetry' : pct(b.gpu_memory_used_fraction)],
       ['Requests / failures', b.requests + ' / ' + b.failures],
       ['Ejections', String(b.ejections)],
-    ]));
+    ]),
+    backendLlmTable(b));
 }
 
 // ---- the router's page -----------------------------------------------------------------------
@@ -256,6 +371,45 @@ function policyBlock(pol) {
     el('p', { class: 'muted small' }, 'Pressure needs ' + (pol.require ?? '?') + ' hot signals held; a hard failover moves all traffic at once.'));
 }
 
+// A pool's /v1 streams as the router timed them (p95 since start, against the slo_ttft_ms and
+// slo_itl_ms targets), its tokens per second in and out and what 1000 tokens cost it, from the
+// change of its totals over the page's last polls. Shown once the pool has served /v1.
+const over = (v, t) => t !== null && v !== null && v > t;
+function p95Cell(v, target, id) {
+  return el('td', { class: over(v, target) ? 'bad' : '', 'data-testid': id },
+    fmt(v, 1, ' ms'), el('span', { class: 'muted' }, ' / ' + (target === null ? '—' : target + ' ms')));
+}
+function llmStreamsBlock(p) {
+  // the rates' windows start before the block shows: the first stream's tokens count in them
+  const L = p.llm || { prompt_tokens: 0, completion_tokens: 0, usd_total: 0 };
+  const key = 'pool\n' + p.name;
+  const inRate = rate(key + '\nin', L.prompt_tokens);
+  const outRate = rate(key + '\nout', L.completion_tokens);
+  const dTok = delta(key + '\ntok', L.prompt_tokens + L.completion_tokens);
+  const dUsd = delta(key + '\nusd', L.usd_total);
+  if (!p.llm) return null;
+  const rows = Object.entries(L.priorities)
+    .filter(([, s]) => s.streams || s.itl_samples || s.prompt_tokens || s.completion_tokens)
+    .map(([prio, s]) => el('tr', { class: over(s.ttft_p95_ms, s.ttft_target_ms) || over(s.itl_p95_ms, s.itl_target_ms) ? 'hot' : '',
+      'data-testid': 'llm-prio', 'data-priority': prio },
+    el('td', {}, prio), el('td', {}, String(s.streams)),
+    p95Cell(s.ttft_p95_ms, s.ttft_target_ms, 'llm-ttft-p95'), p95Cell(s.itl_p95_ms, s.itl_target_ms, 'llm-itl-p95'),
+    el('td', {}, s.prompt_tokens + ' / ' + s.completion_tokens)));
+  const per1k = dTok && dUsd !== null ? '$' + fmt(1000 * dUsd / dTok, 6) + ' (last ' + RATE_WINDOW_S + ' s)' : '—';
+  return el('div', { class: 'llm-streams', 'data-testid': 'llm-streams' },
+    el('h4', {}, 'LLM streams'),
+    el('table', { class: 'slo' },
+      el('thead', {}, el('tr', {}, ['Priority', 'Streams', 'TTFT p95 / target', 'Inter-token p95 / target', 'Tokens in / out']
+        .map((h) => el('th', {}, h)))),
+      el('tbody', {}, rows)),
+    kv([
+      ['Tokens/s in / out', fmt(inRate, 1) + ' / ' + fmt(outRate, 1) + ' (last ' + RATE_WINDOW_S + ' s)', 'llm-tokens-rate'],
+      ['Tokens since start', L.prompt_tokens + ' in / ' + L.completion_tokens + ' out', 'llm-tokens'],
+      ['Cost per 1k tokens', per1k, 'llm-cost'],
+    ]),
+    el('p', { class: 'muted small' }, 'p95 since the router started; cost: the pool\'s whole spend (its KServe requests too) over its tokens.'));
+}
+
 function poolCard(p) {
   const total = p.backends.length;
   const ejected = p.backends.filter((b) => b.ejected_for_ms > 0).length;
@@ -272,6 +426,7 @@ function poolCard(p) {
       ['min_tier', p.min_tier],
       ['Cost', p.cost.model === 'none' ? '—' : '$' + fmt(p.cost.usd_per_request * 1000, 4) + ' per 1000 requests'],
     ]),
+    llmStreamsBlock(p),
     p.policy ? policyBlock(p.policy) : null);
 }
 
@@ -324,7 +479,11 @@ function renderRouter(st) {
 function renderWorker(st, metrics) {
   $('title').textContent = 'tierserve worker';
   $('inference-title').hidden = false;
-  $('inference').replaceChildren(workerCard(st, workerQuantiles(metrics), null));
+  const llms = (st.models || []).filter((m) => m.llm);
+  const llmKeys = new Set(llms.map((m) => m.name + '\n' + m.version));
+  $('inference').replaceChildren(workerCard(st, workerQuantiles(metrics, llmKeys), null));
+  $('llm-title').hidden = !llms.length;
+  $('llm').replaceChildren(...llms.map((m) => llmCard(m, metrics)));
 }
 
 // Which program served the page decides what to poll; until it answers, ask again.

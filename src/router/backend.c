@@ -382,6 +382,54 @@ static void read_models(rt_backend *b, const json_t *models)
     b->n_models = k;
 }
 
+/* Copies s into dst (size n), cut at a UTF-8 character boundary when it does not fit, control
+ * characters made spaces: a worker's text then takes at most twice its size in /admin/status's
+ * JSON, which keeps every backend's LLMs well inside that answer's 16 MiB. */
+static void copy_cut(char *dst, size_t n, const char *s)
+{
+    size_t len = strlen(s);
+    if (len >= n) {
+        len = n - 1;
+        while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80) len--; /* s[len] starts the cut char */
+    }
+    for (size_t i = 0; i < len; i++) dst[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? ' ' : s[i];
+    dst[len] = '\0';
+}
+
+static double num_or_unknown(const json_t *v) { return json_is_number(v) ? json_number_value(v) : -1; }
+
+/* The LLMs among a backend's /v2/status models (those with an "llm" object): the first
+ * RT_BACKEND_MAX_LLMS, in the worker's order; the rest are only counted. */
+static void read_llms(rt_backend *b, const json_t *models)
+{
+    size_t n = json_is_array(models) ? json_array_size(models) : 0;
+    b->n_llms = 0;
+    b->llms_omitted = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *m = json_array_get(models, i);
+        const json_t *llm = json_object_get(m, "llm");
+        const char *name = json_string_value(json_object_get(m, "name"));
+        if (!json_is_object(llm) || !name) continue;
+        if (b->n_llms == RT_BACKEND_MAX_LLMS) {
+            b->llms_omitted++;
+            continue;
+        }
+        rt_backend_llm *l = &b->llms[b->n_llms++];
+        const char *version = json_string_value(json_object_get(m, "version"));
+        const char *where = json_string_value(json_object_get(llm, "kv_cache"));
+        const char *note = json_string_value(json_object_get(llm, "kv_cache_note"));
+        copy_cut(l->name, sizeof l->name, name);
+        copy_cut(l->version, sizeof l->version, version ? version : "");
+        copy_cut(l->kv_cache, sizeof l->kv_cache, where ? where : "");
+        copy_cut(l->kv_cache_note, sizeof l->kv_cache_note, note ? note : "");
+        l->kv_fallback = note && strstr(note, "fallback");
+        l->running = num_or_unknown(json_object_get(llm, "running"));
+        l->waiting = num_or_unknown(json_object_get(llm, "waiting"));
+        l->batch_limit = num_or_unknown(json_object_get(llm, "batch_limit"));
+        l->kv_cache_bytes = num_or_unknown(json_object_get(llm, "kv_cache_bytes"));
+    }
+}
+
 bool rt_backend_has_model(const rt_backend *b, const char *name, const char **version)
 {
     for (size_t i = 0; i < b->n_models; i++)
@@ -433,6 +481,7 @@ static void on_probe_end(h1cli_req *q, h1cli_outcome o, void *arg)
     b->gpu_mem = json_is_number(m) ? json_number_value(m) : -1;
     bool tier_ok = tier && tier_rank_of(tier) >= (int)b->pool->cfg->min_tier;
     read_models(b, json_object_get(st, "models"));
+    read_llms(b, json_object_get(st, "models"));
     char why[96];
     snprintf(why, sizeof why, "live=%d ready=%d tier=%s", live, ready, b->tier);
     set_health(b, live, ready, tier_ok, why);

@@ -110,6 +110,20 @@ void cost_tokens(cost_book *b, size_t pool, size_t tenant, priority_class prio, 
     if (usd > 0) add(b, idx(b, pool, tenant, prio), usd, 0, now); /* the request itself is counted already */
 }
 
+void cost_pool_totals(const cost_book *b, size_t pool, double *usd, uint64_t prompt[PRIO_COUNT],
+                      uint64_t completion[PRIO_COUNT])
+{
+    *usd = 0;
+    for (int q = 0; q < PRIO_COUNT; q++) prompt[q] = completion[q] = 0;
+    if (pool >= b->pools || pool >= RC_MAX_POOLS) return;
+    for (size_t t = 0; t < b->tenants; t++)
+        for (int q = 0; q < PRIO_COUNT; q++) *usd += b->total[idx(b, pool, t, q)].usd;
+    for (int q = 0; q < PRIO_COUNT; q++) {
+        prompt[q] = b->tokens[pool][q][0];
+        completion[q] = b->tokens[pool][q][1];
+    }
+}
+
 void cost_tick(cost_book *b, const size_t *backends, double now)
 {
     double dt = b->last_tick < 0 ? 0 : now - b->last_tick;

@@ -39,6 +39,10 @@ void cost_tick(cost_book *b, const size_t *backends, double now);
 void cost_metrics(const cost_book *b, buf *out);
 /* One pool's cost and requests over the last window_s seconds (<= one hour). */
 void cost_pool_window(const cost_book *b, size_t pool, double window_s, double now, double *usd, double *requests);
+/* One pool's totals since start, for the dashboard: its cost (every tenant and priority,
+ * idle included) and the /v1 tokens it served per priority (prompt, completion). */
+void cost_pool_totals(const cost_book *b, size_t pool, double *usd, uint64_t prompt[PRIO_COUNT],
+                      uint64_t completion[PRIO_COUNT]);
 /* /admin/cost JSON over the last window_s seconds (<= one hour). */
 void cost_json(const cost_book *b, double window_s, double now, buf *out);
 

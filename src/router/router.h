@@ -35,6 +35,17 @@ typedef struct rt_backend_model {
     bool ready;
 } rt_backend_model;
 
+/* An LLM a backend serves, as its last /v2/status said (the model's "llm" object): what the
+ * dashboard shows per backend. Only the first RT_BACKEND_MAX_LLMS are kept. */
+#define RT_BACKEND_MAX_LLMS 4
+typedef struct rt_backend_llm {
+    char name[128], version[32];
+    char kv_cache[16];       /* "device", "host-bound", "host"; "" when not said */
+    char kv_cache_note[320]; /* cut to fit, at a UTF-8 boundary */
+    bool kv_fallback;        /* the whole note says "fallback" (read before the cut) */
+    double running, waiting, batch_limit, kv_cache_bytes; /* -1: not reported */
+} rt_backend_llm;
+
 typedef struct rt_backend {
     rt_pool *pool;
     int dns_entry;       /* index of the DNS name it came from, or -1 (a static address) */
@@ -57,6 +68,9 @@ typedef struct rt_backend {
     /* the models its last /v2/status listed (bounded: RT_BACKEND_MAX_MODELS) */
     struct rt_backend_model *models;
     size_t n_models;
+    /* its LLMs (bounded), and how many more it listed than were kept */
+    rt_backend_llm llms[RT_BACKEND_MAX_LLMS];
+    size_t n_llms, llms_omitted;
     /* passive health */
     unsigned in_flight, consecutive_failures, ejections;
     double ejected_until;

@@ -101,6 +101,103 @@ static void slo_ring_json(buf *b, lat_ring *ring, unsigned target_ms, double now
     else buf_puts(b, "null}");
 }
 
+/* The p95 of a histogram since start, in ms, linear inside its bucket as Prometheus'
+ * histogram_quantile() is (above the last bound: that bound); -1 when empty. */
+static double hist_p95_ms(const hist *h, uint64_t *count)
+{
+    uint64_t c[HIST_MAX_BUCKETS + 1], total = 0;
+    for (size_t i = 0; i <= h->n_bounds; i++) total += c[i] = atomic_load(&h->counts[i]);
+    *count = total;
+    if (!total) return -1;
+    double rank = 0.95 * (double)total, lo = 0, seen = 0;
+    for (size_t i = 0; i < h->n_bounds; i++) {
+        if (seen + (double)c[i] >= rank)
+            return 1e3 * (lo + (h->bounds[i] - lo) * (c[i] ? (rank - seen) / (double)c[i] : 0));
+        seen += (double)c[i];
+        lo = h->bounds[i];
+    }
+    return 1e3 * lo;
+}
+
+/* A pool's /v1 streams for the dashboard's "LLM streams" block: per priority the TTFT and
+ * inter-token p95 since start against the slo_ttft_ms / slo_itl_ms targets, and the tokens
+ * served; the pool's total spend, from which the page derives cost per 1k tokens. null until
+ * the pool has served /v1 (a token counted or a stream timed). */
+static void pool_llm_json(router *r, size_t pi, buf *b)
+{
+    const unsigned ttft_t[PRIO_COUNT] = {r->cfg->slo_ttft_ms.urgent, r->cfg->slo_ttft_ms.normal, r->cfg->slo_ttft_ms.batch};
+    const unsigned itl_t[PRIO_COUNT] = {r->cfg->slo_itl_ms.urgent, r->cfg->slo_itl_ms.normal, r->cfg->slo_itl_ms.batch};
+    double usd, ttft[PRIO_COUNT], itl[PRIO_COUNT];
+    uint64_t prompt[PRIO_COUNT], completion[PRIO_COUNT], n_ttft[PRIO_COUNT], n_itl[PRIO_COUNT];
+    uint64_t seen = 0, in = 0, out = 0;
+    cost_pool_totals(r->cost, pi, &usd, prompt, completion);
+    for (int p = 0; p < PRIO_COUNT; p++) {
+        ttft[p] = hist_p95_ms(&r->ttft[pi][p], &n_ttft[p]);
+        itl[p] = hist_p95_ms(&r->itl[pi][p], &n_itl[p]);
+        in += prompt[p];
+        out += completion[p];
+        seen += prompt[p] + completion[p] + n_ttft[p] + n_itl[p];
+    }
+    buf_puts(b, ",\"llm\":");
+    if (!seen) {
+        buf_puts(b, "null");
+        return;
+    }
+    buf_printf(b, "{\"prompt_tokens\":%llu,\"completion_tokens\":%llu,\"usd_total\":%.10g,\"usd_per_1k_tokens\":%.6g,"
+                  "\"priorities\":{",
+               (unsigned long long)in, (unsigned long long)out, usd, r->cfg->pools[pi].cost.usd_per_1k_tokens);
+    for (int p = 0; p < PRIO_COUNT; p++) {
+        buf_printf(b, "%s\"%s\":{\"prompt_tokens\":%llu,\"completion_tokens\":%llu,\"streams\":%llu,\"ttft_p95_ms\":",
+                   p ? "," : "", k_prio[p], (unsigned long long)prompt[p], (unsigned long long)completion[p],
+                   (unsigned long long)n_ttft[p]);
+        put_num(b, ttft[p]);
+        buf_puts(b, ",\"ttft_target_ms\":");
+        if (ttft_t[p]) buf_printf(b, "%u", ttft_t[p]);
+        else buf_puts(b, "null");
+        buf_printf(b, ",\"itl_samples\":%llu,\"itl_p95_ms\":", (unsigned long long)n_itl[p]);
+        put_num(b, itl[p]);
+        buf_puts(b, ",\"itl_target_ms\":");
+        if (itl_t[p]) buf_printf(b, "%u}", itl_t[p]);
+        else buf_puts(b, "null}");
+    }
+    buf_puts(b, "}}");
+}
+
+/* A whole number as the worker reported it, exactly; null when it did not. */
+static void put_count(buf *b, double v)
+{
+    if (v < 0) buf_puts(b, "null");
+    else buf_printf(b, "%.0f", v);
+}
+
+/* A backend's LLMs as its last probe said (the first RT_BACKEND_MAX_LLMS). */
+static void backend_llm_json(const rt_backend *be, buf *b)
+{
+    buf_puts(b, ",\"llm\":[");
+    for (size_t i = 0; i < be->n_llms; i++) {
+        const rt_backend_llm *l = &be->llms[i];
+        buf_puts(b, i ? ",{\"model\":" : "{\"model\":");
+        buf_put_json_str(b, l->name, strlen(l->name));
+        buf_puts(b, ",\"version\":");
+        buf_put_json_str(b, l->version, strlen(l->version));
+        buf_puts(b, ",\"running\":");
+        put_count(b, l->running);
+        buf_puts(b, ",\"waiting\":");
+        put_count(b, l->waiting);
+        buf_puts(b, ",\"batch_limit\":");
+        put_count(b, l->batch_limit);
+        buf_puts(b, ",\"kv_cache_bytes\":");
+        put_count(b, l->kv_cache_bytes);
+        buf_puts(b, ",\"kv_cache\":");
+        if (l->kv_cache[0]) buf_put_json_str(b, l->kv_cache, strlen(l->kv_cache));
+        else buf_puts(b, "null");
+        buf_puts(b, ",\"kv_cache_note\":");
+        buf_put_json_str(b, l->kv_cache_note, strlen(l->kv_cache_note));
+        buf_printf(b, ",\"kv_cache_fallback\":%s}", l->kv_fallback ? "true" : "false");
+    }
+    buf_printf(b, "],\"llm_omitted\":%zu", be->llms_omitted);
+}
+
 void rt_status_json(router *r, buf *b)
 {
     double now = ts_now();
@@ -164,6 +261,7 @@ void rt_status_json(router *r, buf *b)
         buf_printf(b, ",\"cost\":{\"model\":\"%s\",\"usd_per_hour\":%.6g,\"window_s\":300,\"usd\":%.10g,"
                       "\"requests\":%.0f,\"usd_per_request\":%.10g}",
                    models[p->cfg->cost.model], p->cfg->cost.usd_per_hour, usd, n, n > 0 ? usd / n : 0.0);
+        pool_llm_json(r, i, b);
         if (p->pol) {
             buf_puts(b, ",\"policy\":{");
             policy_json(b, &pc, &p->st, &p->sig);
@@ -181,6 +279,7 @@ void rt_status_json(router *r, buf *b)
             buf_printf(b, ",\"tier_ok\":%s,\"in_flight\":%u,\"worker_queue\":%.0f,\"gpu_memory_used_fraction\":",
                        be->tier_ok ? "true" : "false", be->in_flight, be->worker_queue);
             put_num(b, be->gpu_mem);
+            backend_llm_json(be, b);
             buf_printf(b, ",\"from_dns\":%s,\"ejected_for_ms\":%.0f,\"ejections\":%u,\"requests\":%llu,\"failures\":%llu}",
                        be->dns_entry >= 0 ? "true" : "false",
                        now < be->ejected_until ? (be->ejected_until - now) * 1e3 : 0.0, be->ejections,

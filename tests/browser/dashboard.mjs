@@ -7,6 +7,9 @@
 // stdin, one a line, and answers each with one JSON line:
 //   {"login": "<token>"}                  fill in the token form, wait for a card
 //   {"wait_for": "<text>", "timeout_ms": N}  wait until the page's text contains <text>
+//   {"wait_css": "<selector>", "text": "<text>", "timeout_ms": N}
+//                                         wait until an element matching <selector> reads
+//                                         exactly <text> (its textContent, trimmed)
 //   {"shot": "<path>"}                    full-page screenshot (<out.png> when no path)
 //   {"quit": true}
 // Every answer carries a snapshot of what the page shows (see snapshot()) and what the page
@@ -32,6 +35,13 @@ async function snapshot(page) {
   const seen = await page.evaluate(() => {
     const q = (sel, root = document) => [...root.querySelectorAll(sel)];
     const text = (e) => (e ? e.textContent.trim() : null);
+    // every element below root with a data-testid: testid -> its text
+    const fields = (root) => Object.fromEntries(q('[data-testid]', root).map((e) => [e.getAttribute('data-testid'), text(e)]));
+    const chipOf = (root) => {
+      const c = root.querySelector('[data-testid=kv-chip]');
+      return c ? { text: text(c), title: c.getAttribute('title'), fallback: c.getAttribute('data-fallback') === 'true',
+        red: c.classList.contains('chip-fallback') } : null;
+    };
     return {
       title: text(document.getElementById('title')),
       conn: text(document.getElementById('conn')),
@@ -43,12 +53,20 @@ async function snapshot(page) {
         alerts: q('[data-testid=alert]', c).map(text),
         bad: c.classList.contains('card-bad'),
         text: c.innerText,
+        llm: q('[data-testid=backend-llm]', c).map((tr) => ({ model: tr.getAttribute('data-model'), kv: chipOf(tr), ...fields(tr) })),
       })),
-      pools: q('[data-testid=pool-card]').map((c) => ({
-        pool: c.getAttribute('data-pool'),
-        policy: text(c.querySelector('[data-testid=policy-state]')),
-        text: c.innerText,
+      llm_cards: q('[data-testid=llm-card]').map((c) => ({
+        model: c.getAttribute('data-model'), kv: chipOf(c), fields: fields(c), text: c.innerText,
       })),
+      pools: q('[data-testid=pool-card]').map((c) => {
+        const b = c.querySelector('[data-testid=llm-streams]');
+        return {
+          pool: c.getAttribute('data-pool'),
+          policy: text(c.querySelector('[data-testid=policy-state]')),
+          text: c.innerText,
+          llm: b ? { fields: fields(b), rows: q('[data-testid=llm-prio]', b).map((tr) => ({ priority: tr.getAttribute('data-priority'), cells: [...tr.children].map(text) })) } : null,
+        };
+      }),
       timeline: q('[data-testid=timeline] li[data-seq]').map((li) => ({
         seq: Number(li.getAttribute('data-seq')), kind: li.getAttribute('data-kind'), text: li.innerText,
       })),
@@ -99,6 +117,15 @@ try {
         found = false;
       }
       print({ event: 'wait_for', found, ...(await snapshot(page)) });
+    } else if (cmd.wait_css !== undefined) {
+      let found = true;
+      try {
+        await page.waitForFunction(([sel, t]) => [...document.querySelectorAll(sel)].some((e) => e.textContent.trim() === t),
+          [cmd.wait_css, cmd.text], { timeout: cmd.timeout_ms || 10000, polling: 100 });
+      } catch (_) {
+        found = false;
+      }
+      print({ event: 'wait_css', found, ...(await snapshot(page)) });
     } else if (cmd.shot !== undefined) {
       const path = cmd.shot || outPng;
       await page.screenshot({ path, fullPage: true });

@@ -13,12 +13,17 @@ import pathlib
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
 
 import numpy as np
 
 from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env, start_worker, track
+from fakehttp import FakeHTTP
+from llm_fixture import write_tiny_llm
+from promtext import parse_strict
 
 ROUTER_BIN = str(pathlib.Path(BIN).with_name("tierrouter"))
 DEMO = ROOT / "models"
@@ -51,14 +56,16 @@ def bearer(token):
 
 
 class Router:
-    def __init__(self, tmp, gpu_ports, cpu_ports):
+    def __init__(self, tmp, gpu_ports, cpu_ports, extra="", pool_extra=""):
         backends = lambda ports: "[" + ", ".join(f'"127.0.0.1:{p}"' for p in ports) + "]"
         self.cfg = tmp / f"router-{time.monotonic_ns()}.yaml"
         self.cfg.write_text(
             f"address: 127.0.0.1\nprobe_interval_ms: 100\nadmin_token: {ADMIN_TOKEN}\nworker_token: {WORKER_TOKEN}\n"
-            "pools:\n"
+            f"{extra}pools:\n"
             f"  - name: gpu\n    kind: gpu\n    sensitive: false\n    min_tier: cpu\n    backends: {backends(gpu_ports)}\n"
-            f"  - name: cpu\n    kind: cpu\n    sensitive: true\n    min_tier: cpu\n    backends: {backends(cpu_ports)}\n")
+            f"{pool_extra}"
+            f"  - name: cpu\n    kind: cpu\n    sensitive: true\n    min_tier: cpu\n    backends: {backends(cpu_ports)}\n"
+            f"{pool_extra}")
         self.log = tmp / f"router-{time.monotonic_ns()}.log"
         env = {**os.environ, "TIERROUTER_PORT": "0", **sanitizer_env()}
         with open(self.log, "wb") as logf:
@@ -266,3 +273,253 @@ def test_dashboard_in_a_real_browser_follows_a_gpu_fault(tmp_path):
         assert r.stop() == 0
         for w in (faulty, good):
             w.stop()
+
+
+# ---- LLM serving on both pages --------------------------------------------------------------
+
+NUM = r"\d+(?:\.\d+)?"
+TTFT_TARGET_MS, ITL_TARGET_MS, TOKEN_PRICE = 500, 250, 0.002
+
+
+def llm_repo(tmp_path):
+    """The demo model and the tiny decoder (public name "chat") in one repository; the context
+    is long enough that a greedy generation of 30000 tokens is still running when the pages
+    look (it ends only when the test closes it)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "demo").symlink_to(DEMO / "demo")
+    write_tiny_llm(repo / "chat" / "1", context=32768)
+    return repo
+
+
+class LongStream:
+    """A /v1 stream through the router, read by a thread (so nothing backs up) until close()."""
+
+    def __init__(self, port):
+        body = json.dumps({"model": "chat", "messages": [{"role": "user", "content": "hi"}],
+                           "max_tokens": 30000, "temperature": 0, "stream": True}).encode()
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        self.got = b""
+        while b'"content":"' not in self.got.split(b"\r\n\r\n", 1)[-1].replace(b'"content":""', b""):
+            chunk = self.sock.recv(65536)
+            assert chunk, self.got
+            self.got += chunk
+        assert self.got.startswith(b"HTTP/1.1 200"), self.got[:300]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self):
+        try:
+            while not self.stop.is_set() and self.sock.recv(65536):
+                pass
+        except OSError:
+            pass
+
+    def close(self):
+        self.stop.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self.thread.join(timeout=10)
+
+
+def wait_until(fn, what, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def llm_status(w):
+    return next(m for m in worker_status(w)["models"] if m["name"] == "chat")["llm"]
+
+
+def worker_metrics(w):
+    code, _, body = request(w.port, "GET", "/metrics", bearer(WORKER_TOKEN))
+    assert code == 200
+    return parse_strict(body.decode())
+
+
+def test_dashboard_shows_llm_serving(tmp_path):
+    """After /v1 traffic the worker page has an LLM card (sequences, KV cache place and size,
+    TTFT and inter-token p95, tokens/s) and the router page the pool's "LLM streams" block and
+    each backend's sequences and KV cache place, red where the worker fell back to the host."""
+    shots = pathlib.Path(os.environ.get("TIERSERVE_DASHBOARD_SHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    repo = llm_repo(tmp_path)
+    env = {"EXECUTION_MODE": "cpu", "TIERSERVE_AUTH_TOKEN": WORKER_TOKEN}
+    w = start_worker(repo, tmp_path, env=env)
+    # the second worker's bound KV path fails its load-time check: it serves from the host
+    # path, and /v2/status says "host (fallback): ..."
+    fb = start_worker(repo, tmp_path, env={**env, "TIERSERVE_FAULT_INJECT_KV_WRITEBACK": "1"})
+    r = Router(tmp_path, [w.port], [fb.port],
+               extra=f"slo_ttft_ms: {{urgent: {TTFT_TARGET_MS}}}\nslo_itl_ms: {{urgent: {ITL_TARGET_MS}}}\n",
+               pool_extra=f"    cost: {{model: usage, usd_per_hour: 4.0, usd_per_1k_tokens: {TOKEN_PRICE}}}\n")
+    pages, stream = [], None
+    try:
+        r.wait_healthy(2)
+        good, bad = llm_status(w), llm_status(fb)
+        assert good["kv_cache"] == "host-bound" and "fallback" not in good["kv_cache_note"], good
+        assert bad["kv_cache"] == "host" and "fallback" in bad["kv_cache_note"], bad
+
+        rp = Page(f"http://127.0.0.1:{r.port}/dashboard", shots / "dashboard-router-llm.png")
+        pages.append(rp)
+        snap = rp.send(login=ADMIN_TOKEN)
+        # before any /v1: no LLM streams block, but each backend's LLM as its probe saw it
+        assert [p["llm"] for p in snap["pools"]] == [None, None], snap["pools"]
+        cards = {c["backend"]: c for c in snap["cards"]}
+        row = cards[f"127.0.0.1:{w.port}"]["llm"]
+        assert [(x["model"], x["backend-llm-running"], x["backend-llm-waiting"]) for x in row] == [("chat", "0", "0")], row
+        assert row[0]["kv"] == {"text": "KV host-bound", "title": good["kv_cache_note"], "fallback": False, "red": False}
+        row = cards[f"127.0.0.1:{fb.port}"]["llm"]
+        assert row[0]["kv"]["text"] == "KV host (fallback)" and row[0]["kv"]["red"], row
+        assert row[0]["kv"]["title"] == bad["kv_cache_note"][:319], row  # the router keeps 319 bytes
+
+        wp = Page(f"http://127.0.0.1:{w.port}/dashboard", shots / "dashboard-worker-llm.png")
+        pages.append(wp)
+        snap = wp.send(login=WORKER_TOKEN)
+        # the page has read the token counter a second apart: a rate can be shown from here on
+        snap = wp.send(wait_css="[data-testid=llm-tps]", text="0 (last 10 s) · 0 tokens since start")
+        assert snap["found"], snap["llm_cards"]
+        (card,) = snap["llm_cards"]
+        assert card["model"] == "chat" and card["kv"]["text"] == "KV host-bound" and not card["kv"]["red"], card
+        assert card["kv"]["title"] == good["kv_cache_note"] and card["fields"]["kv-note"] == good["kv_cache_note"]
+        assert card["fields"]["llm-ttft"] == "—" and card["fields"]["llm-itl"] == "—", card
+
+        # a generation in progress: one sequence running, its KV cache allocated
+        stream = LongStream(r.port)
+        seq = f"running 1 / waiting 0 · batch limit {good['batch_limit']}"
+        snap = wp.send(wait_css="[data-testid=llm-seq]", text=seq, timeout_ms=20000)
+        assert snap["found"], snap["llm_cards"]
+        kv_mib = re.fullmatch(rf"({NUM}) MiB \(FP32, 512 B/token\)", snap["llm_cards"][0]["fields"]["llm-kv-bytes"])
+        assert kv_mib and 14 < float(kv_mib.group(1)) < 16, snap["llm_cards"]  # 512 B x (prompt + 30000)
+        snap = rp.send(wait_css=f"[data-backend='127.0.0.1:{w.port}'] [data-testid=backend-llm-running]", text="1",
+                       timeout_ms=20000)
+        assert snap["found"], snap["cards"]
+        stream.close()
+        stream = None
+        wait_until(lambda: llm_status(w)["running"] == 0, "the cancelled sequence to leave")
+
+        # one short urgent stream, read to its end, and two inferences
+        body = json.dumps({"model": "chat", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 12,
+                           "temperature": 0, "stream": True}).encode()
+        code, h, reply = request(r.port, "POST", "/v1/chat/completions",
+                                 {"X-Priority": "urgent", "Content-Type": "application/json"}, body, timeout=60)
+        assert code == 200 and reply.rstrip().endswith(b"data: [DONE]"), reply[-300:]
+        assert h["x-tierrouter-pool"] == "gpu", h
+        for _ in range(2):
+            assert request(w.port, "POST", "/v2/models/demo/infer", bearer(WORKER_TOKEN), BODY)[0] == 200
+
+        # the worker page: everything it shows is what /metrics and /v2/status say
+        m = worker_metrics(w)
+        lbl = (("model", "chat"), ("version", "1"))
+        gen = int(m[("tierserve_generation_tokens_total", lbl)])
+        n_ttft = int(m[("tierserve_time_to_first_token_seconds_count", lbl)])
+        n_itl = int(m[("tierserve_inter_token_latency_seconds_count", lbl)])
+        assert n_ttft == 2 and gen > 12, (gen, n_ttft)
+        snap = wp.send(wait_for=f"{gen} tokens since start", timeout_ms=10000)
+        assert snap["found"], snap["llm_cards"]
+        f = snap["llm_cards"][0]["fields"]
+        assert f["llm-seq"] == f"running 0 / waiting 0 · batch limit {good['batch_limit']}", f
+        assert f["llm-kv-bytes"] == "0 B (FP32, 512 B/token)", f
+        assert re.fullmatch(rf"{NUM} ms \(2 since start\)", f["llm-ttft"]), f
+        assert re.fullmatch(rf"{NUM} ms \({n_itl} gaps since start\)", f["llm-itl"]), f
+        assert re.fullmatch(rf"{NUM} \(last 10 s\) · {gen} tokens since start", f["llm-tps"]), f
+        # the Inference card's latency leaves the LLM's requests out: only the 2 inferences
+        (inf,) = snap["cards"]
+        assert "(2 requests since start)" in inf["text"], inf["text"]
+        check_no_leaks(snap)
+        wp.send(shot="")
+
+        # the router page: the pool that served /v1 has the block, per priority against targets
+        st = r.status()
+        gpu = next(p for p in st["pools"] if p["name"] == "gpu")
+        assert next(p for p in st["pools"] if p["name"] == "cpu")["llm"] is None
+        tok = f"{gpu['llm']['prompt_tokens']} in / {gpu['llm']['completion_tokens']} out"
+        snap = rp.send(wait_css="[data-pool=gpu] [data-testid=llm-tokens]", text=tok, timeout_ms=10000)
+        assert snap["found"], snap["pools"]
+        pools = {p["pool"]: p for p in snap["pools"]}
+        assert pools["cpu"]["llm"] is None, pools["cpu"]
+        block = pools["gpu"]["llm"]
+        rows = {x["priority"]: x["cells"] for x in block["rows"]}
+        assert set(rows) == {"urgent", "normal"}, rows
+        assert rows["urgent"][1] == "1" and rows["normal"][1] == "1", rows  # streams timed
+        assert re.fullmatch(rf"{NUM} ms / {TTFT_TARGET_MS} ms", rows["urgent"][2]), rows
+        assert re.fullmatch(rf"{NUM} ms / {ITL_TARGET_MS} ms", rows["urgent"][3]), rows
+        assert re.fullmatch(rf"{NUM} ms / —", rows["normal"][2]), rows
+        u = gpu["llm"]["priorities"]["urgent"]
+        assert rows["urgent"][4] == f"{u['prompt_tokens']} / {u['completion_tokens']}", rows
+        f = block["fields"]
+        assert re.fullmatch(rf"{NUM} / {NUM} \(last 10 s\)", f["llm-tokens-rate"]), f
+        cost = re.fullmatch(rf"\$({NUM}) \(last 10 s\)", f["llm-cost"])
+        assert cost and float(cost.group(1)) >= TOKEN_PRICE * 0.999, f  # the token price, plus compute
+        row = {c["backend"]: c for c in snap["cards"]}[f"127.0.0.1:{w.port}"]["llm"][0]
+        assert (row["backend-llm-running"], row["backend-llm-waiting"]) == ("0", "0"), row
+
+        # a pool whose first /v1 request ends between two polls: its rates and cost still
+        # count that request (the page's windows start before the block shows)
+        body = json.dumps({"model": "chat", "prompt": "hello", "max_tokens": 8, "temperature": 0}).encode()
+        code, h, reply = request(r.port, "POST", "/v1/completions",
+                                 {"X-Data-Class": "sensitive", "Content-Type": "application/json"}, body, timeout=60)
+        assert code == 200 and h["x-tierrouter-pool"] == "cpu", (code, h, reply)
+        usage = json.loads(reply)["usage"]
+        tok = f"{usage['prompt_tokens']} in / {usage['completion_tokens']} out"
+        snap = rp.send(wait_css="[data-pool=cpu] [data-testid=llm-tokens]", text=tok, timeout_ms=10000)
+        assert snap["found"], snap["pools"]
+        f = {p["pool"]: p for p in snap["pools"]}["cpu"]["llm"]["fields"]
+        assert re.fullmatch(rf"{NUM} / {NUM} \(last 10 s\)", f["llm-tokens-rate"]), f
+        cost = re.fullmatch(rf"\$({NUM}) \(last 10 s\)", f["llm-cost"])
+        assert cost and float(cost.group(1)) >= TOKEN_PRICE * 0.999, f
+        check_no_leaks(snap)
+        rp.send(shot="")
+        print(f"screenshots: {rp.png} {wp.png}")
+    finally:
+        if stream:
+            stream.close()
+        for p in pages:
+            p.close()
+        assert r.stop() == 0
+        for x in (w, fb):
+            x.stop()
+
+
+def test_router_keeps_a_bounded_view_of_each_backends_llms(tmp_path):
+    """/admin/status shows the first 4 LLMs a backend's /v2/status lists (the rest counted),
+    each note cut to 319 bytes at a character boundary, "fallback" read from the whole note,
+    control characters as spaces, what the worker leaves out as null."""
+    llm = lambda i: {"running": i, "waiting": 2 * i, "batch_limit": 16, "kv_cache_bytes": 1 << 40,
+                     "kv_cache": "device", "kv_cache_note": f"note {i}"}
+    models = [{"name": f"m{i}", "version": "1", "ready": True, "llm": llm(i)} for i in range(6)]
+    models.insert(1, {"name": "plain", "version": "1", "ready": True})  # not an LLM: not shown
+    models[0]["name"] = "m0\x01\n"
+    models[0]["llm"]["kv_cache_note"] = "\u00e9" * 400 + " host (fallback): the end of a long note"
+    models[2]["llm"] = {}  # an LLM whose worker says nothing about it
+
+    class Fake(FakeHTTP):
+        status = {**FakeHTTP.status, "models": models}
+
+    fake = Fake()
+    r = Router(tmp_path, [fake.port], [fake.port])
+    try:
+        r.wait_healthy(2)
+        (be,) = next(p for p in r.status()["pools"] if p["name"] == "gpu")["backends"]
+        assert be["llm_omitted"] == 2, be
+        got = be["llm"]
+        assert [x["model"] for x in got] == ["m0  ", "m1", "m2", "m3"], got
+        assert got[0]["kv_cache_note"] == "\u00e9" * 159 and got[0]["kv_cache_fallback"] is True, got[0]
+        assert got[1] == {"model": "m1", "version": "1", "running": None, "waiting": None, "batch_limit": None,
+                          "kv_cache_bytes": None, "kv_cache": None, "kv_cache_note": "", "kv_cache_fallback": False}
+        assert got[2] == {"model": "m2", "version": "1", "running": 2, "waiting": 4, "batch_limit": 16,
+                          "kv_cache_bytes": 1 << 40, "kv_cache": "device", "kv_cache_note": "note 2",
+                          "kv_cache_fallback": False}, got[2]
+    finally:
+        assert r.stop() == 0
+        fake.close()
