@@ -473,7 +473,9 @@ static bool load_llm(model_repo *r, ts_model *m)
     snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
     if (stat(tok, &st) != 0 || !S_ISREG(st.st_mode)) return false;
     err[0] = '\0';
-    int rc = r->opt.llm_open(r->opt.llm_ctx, dir, m->name, r->opt.ep_cfg, r->opt.ep, &m->llm, err, sizeof err);
+    double warm_ms = -1;
+    int rc = r->opt.llm_open(r->opt.llm_ctx, dir, m->name, r->opt.ep_cfg, r->opt.ep, &m->llm, &warm_ms, err,
+                             sizeof err);
     if (rc == 0) {
         LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}),
                   "tokenizer.json present but not an LLM decoder (%s): serving it over KServe v2", err);
@@ -483,6 +485,9 @@ static bool load_llm(model_repo *r, ts_model *m)
         fail_model(m, "%s", err);
         return true;
     }
+    /* the LLM's load-time runs are its warm-up (status warmed_up / warmup_ms) */
+    m->warmed_up = warm_ms >= 0;
+    m->warmup_ms = warm_ms >= 0 ? warm_ms : 0;
     atomic_store(&m->state, MODEL_READY);
     LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "model ready (LLM, /v1)");
     return true;

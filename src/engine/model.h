@@ -58,9 +58,11 @@ typedef struct model_repo model_repo;
  * first (the engine knows nothing of decoders; the worker's /v1 layer opens them). It
  * returns 1 with *out set (the model is an LLM, READY, served by that handle), 0 when the
  * folder is not a decoder after all (it loads as a KServe model), -1 with a message in err
- * (the model FAILED). Runs on the loader thread. */
+ * (the model FAILED). *warmup_ms (-1 on entry): how long the runs it made at load took (its
+ * warm-up, e.g. the KV path's check), left negative when it ran none. Runs on the loader
+ * thread. */
 typedef int repo_llm_open_fn(void *ctx, const char *dir, const char *name, const ep_config *cfg,
-                             const ep_result *ep, void **out, char *err, size_t errlen);
+                             const ep_result *ep, void **out, double *warmup_ms, char *err, size_t errlen);
 typedef void repo_llm_free_fn(void *llm);
 
 typedef struct {

@@ -30,6 +30,8 @@ struct llm_model {
     OrtAllocator *kv_alloc;   /* CreateAllocator(session, kv_mi): caches and batch tensors */
     bool fault_kv_writeback;  /* testing only: write_back copies nothing (llm_model_opts) */
     char kv_note[768];
+    double check_ms;          /* how long the load-time KV check ran (its runs are the
+                                 warm-up), -1 when none ran */
 };
 
 typedef enum { SEQ_WAITING = 0, SEQ_PREFILL, SEQ_DECODE, SEQ_DONE } seq_state;

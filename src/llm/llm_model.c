@@ -189,11 +189,13 @@ static int kv_verify(llm_model *m, const llm_model_opts *opt, char *msg, size_t 
     ts_err e = {0};
     size_t len = strlen(m->kv_note);
     double t0 = ts_now();
-    if (llm_kv_check(m, &r, &e)) return ts_fail(msg, msglen, "%s", e.msg);
+    int rc = llm_kv_check(m, &r, &e);
+    m->check_ms = (ts_now() - t0) * 1e3;
+    if (rc) return ts_fail(msg, msglen, "%s", e.msg);
     if (!r.failed) {
         snprintf(m->kv_note + len, sizeof m->kv_note - len, "; checked at load: %zu logits rows equal "
                  "the host path's within %.2g of their scale (tolerance %.2g; %.0f ms)", r.rows, r.worst,
-                 r.tolerance, (ts_now() - t0) * 1e3);
+                 r.tolerance, m->check_ms);
         return 0;
     }
     const char *tier = tier_name(opt->ep->decision.tier);
@@ -225,6 +227,7 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
         ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
         return LLM_OPEN_BROKEN;
     }
+    m->check_ms = -1;
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     if (gen_config_load(path, &m->gen, err)) goto fail;
     snprintf(path, sizeof path, "%s/model.onnx", dir);
@@ -316,3 +319,4 @@ const char *llm_model_kv_where(const llm_model *m)
     return !m->kv_bound ? "host" : m->kv_cuda ? "device" : "host-bound";
 }
 const char *llm_model_kv_note(const llm_model *m) { return m->kv_note; }
+double llm_model_check_ms(const llm_model *m) { return m->check_ms; }

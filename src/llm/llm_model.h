@@ -111,6 +111,9 @@ size_t llm_model_kv_bytes_per_token(const llm_model *m);
 bool llm_model_on_gpu(const llm_model *m);
 /* "device" (bound, in CUDA memory), "host-bound" (bound, CPU tier) or "host" (the host path). */
 const char *llm_model_kv_where(const llm_model *m);
+/* How long the load-time check of the bound KV path ran, in ms (its Run()s are the LLM's
+ * warm-up), or -1 when none ran (TIERSERVE_LLM_KV=host, or no bound path to check). */
+double llm_model_check_ms(const llm_model *m);
 /* One line: where the cache lives, why, and on a fallback what failed (never empty). */
 const char *llm_model_kv_note(const llm_model *m);
 

@@ -263,7 +263,7 @@ static size_t prefill_chunk(int64_t set, const llm_sig *s)
 }
 
 static int llm_open(void *ctx, const char *dir, const char *name, const ep_config *cfg, const ep_result *ep,
-                    void **out, char *err, size_t errlen)
+                    void **out, double *warmup_ms, char *err, size_t errlen)
 {
     server *srv = ctx;
     *out = NULL;
@@ -314,6 +314,7 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
               "prefill chunk %zu", (long long)L->context, L->chat ? chat_variant(L->chat) : "none", eo.max_active,
               eo.max_waiting, eo.prefill_chunk);
     *out = L;
+    *warmup_ms = llm_model_check_ms(L->model);
     return 1;
 fail:
     snprintf(err, errlen, "%s", e.msg);

@@ -93,13 +93,17 @@ class Stream:
         self.c.close()
 
 
-def status_llm(w):
+def status_model(w):
     c = http.client.HTTPConnection(w.host, w.port, timeout=10)
     c.request("GET", "/v2/status")
     r = c.getresponse()
     data = json.loads(r.read())
     c.close()
-    return [m for m in data["models"] if m["name"] == "tiny"][0]["llm"]
+    return [m for m in data["models"] if m["name"] == "tiny"][0]
+
+
+def status_llm(w):
+    return status_model(w)["llm"]
 
 
 def wait_idle(w, timeout=20):
@@ -118,6 +122,9 @@ def test_where_the_cache_lives(worker):
     assert any("KV cache " + want in l.get("msg", "") for l in worker.log_lines())
     checked = "checked at load: 8 logits rows equal the host path's" in s["kv_cache_note"]
     assert checked == (worker.kv == "bound"), s["kv_cache_note"]
+    # the check's runs are the LLM's warm-up; the host path runs none at load
+    m = status_model(worker)
+    assert m["warmed_up"] == (worker.kv == "bound") and (m["warmup_ms"] > 0) == (worker.kv == "bound"), m
 
 
 def greedy_reference(repo, tmp_path):
