@@ -18,6 +18,7 @@ import pytest
 
 from conftest import start_worker
 from llm_fixture import LLM_DIR, MODELS, ROOT, write_tiny_llm
+from rawhttp import dechunk, read_to_close
 PROMPT = "Hello world"
 PROMPT_IDS = [1, 22557, 1526]  # <s> ▁Hello ▁world: tokenizers.js encode("Hello world")
 N = 16
@@ -346,29 +347,12 @@ def read_until(s, needle, limit=1 << 20):
 def test_sse_framing_byte_exact(llm, llm_repo):
     _, text = expected_greedy(llm_repo[1])
     s = raw_request(llm, "/v1/completions", cmpl(stream=True), b"Connection: close\r\n")
-    raw = b""
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        raw += b
-    s.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
+    head, _, body = read_to_close(s).partition(b"\r\n\r\n")
     lines = head.split(b"\r\n")
     assert lines[0] == b"HTTP/1.1 200 OK"
     hdr = {l.split(b":", 1)[0].lower(): l.split(b":", 1)[1].strip() for l in lines[1:]}
     assert hdr[b"content-type"] == b"text/event-stream" and hdr[b"transfer-encoding"] == b"chunked"
-    # chunked framing, strictly: size CRLF data CRLF ... 0 CRLF CRLF
-    payload, i = b"", 0
-    while True:
-        j = body.index(b"\r\n", i)
-        n = int(body[i:j], 16)
-        assert body[j + 2 + n:j + 4 + n] == b"\r\n"
-        payload += body[j + 2:j + 2 + n]
-        i = j + 4 + n
-        if n == 0:
-            break
-    assert i == len(body)
+    payload = dechunk(body)  # chunked framing, strictly
     ev = sse_events(payload)
     assert "".join(e["choices"][0]["text"] for e in ev) == text
     assert payload.endswith(b"\n\ndata: [DONE]\n\n")

@@ -32,6 +32,7 @@ import time
 import pytest
 
 from conftest import start_worker
+from rawhttp import dechunk, read_to_close
 from test_llm_api import (LLM_DIR, MODELS, chat_body, cmpl, expected_greedy, llm_repo,  # noqa: F401 (llm_repo: a fixture)
                           node_decode, raw_request, read_until, sse_events)
 from test_router import Router, pools_config
@@ -165,32 +166,6 @@ def router_raw(router, path, body, extra=b""):
     return s
 
 
-def read_all(s):
-    raw = b""
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        raw += b
-    s.close()
-    return raw
-
-
-def dechunk(body):
-    """A chunked body, strictly: size CRLF data CRLF ... 0 CRLF CRLF."""
-    payload, i = b"", 0
-    while True:
-        j = body.index(b"\r\n", i)
-        n = int(body[i:j], 16)
-        assert body[j + 2 + n:j + 4 + n] == b"\r\n"
-        payload += body[j + 2:j + 2 + n]
-        i = j + 4 + n
-        if n == 0:
-            break
-    assert i == len(body)
-    return payload
-
-
 def test_disconnect_through_the_router_frees_the_slot(acct):
     """test_llm_api's test_disconnect_mid_stream_frees_the_slot, through the router: the client
     closes after the first chunk; the router closes its backend connection instead of reading
@@ -232,7 +207,7 @@ def stream_usage_direct(w, body):
     """The worker's own usage for body streamed (include_usage), and its content chunks."""
     s = raw_request(w, "/v1/completions", {**body, "model": "tiny", "stream": True,
                                             "stream_options": {"include_usage": True}}, b"Connection: close\r\n")
-    head, _, rest = read_all(s).partition(b"\r\n\r\n")
+    head, _, rest = read_to_close(s).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200"), head
     ev = sse_events(dechunk(rest))
     chunks = sum(1 for e in ev if e["choices"] and e["choices"][0]["text"])
@@ -263,7 +238,7 @@ def test_exact_tokens_and_compute_cost_through_the_router(acct, llm_repo):  # no
             assert chunks < usage["completion_tokens"], (chunks, usage)
         tok0, cost0 = router_tokens(router), router_cost(router)
         s = router_raw(router, "/v1/completions", {**body, "model": "chat", "stream": True}, b"Connection: close\r\n")
-        head, _, rest = read_all(s).partition(b"\r\n\r\n")
+        head, _, rest = read_to_close(s).partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200") and b"x-tierrouter-pool: llm" in head.lower(), head
         payload = dechunk(rest)
         # exactly the worker's framing: data lines and blank lines, no comment line
@@ -297,11 +272,11 @@ def test_worker_accounting_line_only_when_asked(acct):
     just before data: [DONE], with the usage's counts."""
     w, _ = acct
     body = cmpl(max_tokens=4, stream=True, stream_options={"include_usage": True})
-    plain = dechunk(read_all(raw_request(w, "/v1/completions", body, b"Connection: close\r\n")).partition(
+    plain = dechunk(read_to_close(raw_request(w, "/v1/completions", body, b"Connection: close\r\n")).partition(
         b"\r\n\r\n")[2])
     assert b"tierserve-usage" not in plain
     s = raw_request(w, "/v1/completions", body, b"Connection: close\r\nTierserve-Accounting: 1\r\n")
-    payload = dechunk(read_all(s).partition(b"\r\n\r\n")[2])
+    payload = dechunk(read_to_close(s).partition(b"\r\n\r\n")[2])
     m = re.search(rb"\n\n: tierserve-usage prompt_tokens=(\d+) completion_tokens=(\d+) compute_ms=(\d+\.\d{3})\n"
                   rb"data: \[DONE\]\n\n$", payload)
     assert m, payload[-300:]

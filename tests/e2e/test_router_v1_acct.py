@@ -14,6 +14,7 @@ import time
 import pytest
 
 from fakehttp import FakeHTTP, echo_id
+from rawhttp import dechunk, read_to_close
 from test_router import Router, pools_config
 from test_router_v1 import metric
 
@@ -58,26 +59,9 @@ def stream(r, extra=b""):
     s = socket.create_connection(("127.0.0.1", r.port), timeout=20)
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n" +
               extra + b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    raw = b""
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        raw += b
-    s.close()
-    head, _, rest = raw.partition(b"\r\n\r\n")
+    head, _, rest = read_to_close(s).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200"), head
-    payload, i = b"", 0
-    while True:  # chunked, strictly
-        j = rest.index(b"\r\n", i)
-        n = int(rest[i:j], 16)
-        assert rest[j + 2 + n:j + 4 + n] == b"\r\n"
-        payload += rest[j + 2:j + 2 + n]
-        i = j + 4 + n
-        if n == 0:
-            break
-    assert i == len(rest)
-    return payload
+    return dechunk(rest)
 
 
 def tokens(r):
