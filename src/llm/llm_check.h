@@ -16,7 +16,11 @@ typedef struct llm_model llm_model;
 #define LLM_KV_CHECK_TOL_FP32 1e-3
 #define LLM_KV_CHECK_TOL_FP16 2e-2
 
+/* The check's sequences need this many tokens of context; a model with less is not checked. */
+#define LLM_KV_CHECK_MIN_CONTEXT 8
+
 typedef struct {
+    bool skipped;     /* the context is shorter than LLM_KV_CHECK_MIN_CONTEXT: nothing ran */
     bool failed;      /* the bound path erred or disagreed: why says how */
     size_t rows;      /* logits rows compared */
     double worst;     /* the largest relative difference seen */

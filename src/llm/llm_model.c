@@ -192,6 +192,17 @@ static int kv_verify(llm_model *m, const llm_model_opts *opt, char *msg, size_t 
     int rc = llm_kv_check(m, &r, &e);
     m->check_ms = (ts_now() - t0) * 1e3;
     if (rc) return ts_fail(msg, msglen, "%s", e.msg);
+    if (r.skipped) {
+        m->check_ms = -1;
+        if (opt->kv == LLM_KV_BOUND) { /* asked for: served, but said to be unchecked */
+            snprintf(m->kv_note + len, sizeof m->kv_note - len, "; not checked at load: the context of %lld "
+                     "tokens is shorter than the check's %d", (long long)m->max_context, LLM_KV_CHECK_MIN_CONTEXT);
+            return 0;
+        }
+        snprintf(r.why, sizeof r.why, "the context of %lld tokens is shorter than the check's %d, so it could "
+                 "not run", (long long)m->max_context, LLM_KV_CHECK_MIN_CONTEXT);
+        r.failed = true;
+    }
     if (!r.failed) {
         snprintf(m->kv_note + len, sizeof m->kv_note - len, "; checked at load: %zu logits rows equal "
                  "the host path's within %.2g of their scale (tolerance %.2g; %.0f ms)", r.rows, r.worst,

@@ -1,4 +1,5 @@
 /* llm_sig: what makes an ONNX model an Optimum text-generation-with-past decoder. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +123,9 @@ int llm_sig_detect(const llm_io *in, size_t nin, const llm_io *out, size_t nout,
                 return ts_fail(err, errlen, "output 'logits' must be float32 or float16 [batch, "
                                "sequence, vocab] with a fixed vocab (%s, %zu dimensions here)",
                                el_name(io->el), io->ndim);
+            if (io->dims[2] > INT32_MAX)
+                return ts_fail(err, errlen, "output 'logits' has a vocabulary of %lld; token ids are 32-bit",
+                               (long long)io->dims[2]);
             sig->vocab = (size_t)io->dims[2];
             sig->logits_fp16 = io->el == LLM_EL_F16;
             logits = true;

@@ -128,6 +128,10 @@ int tok_bpe_piece(const tokenizer *t, const char *s, size_t n, tok_ids *out, boo
     int rc = -1;
     if (n == 0)
         return 0;
+    if (n > INT32_MAX) { /* nodes are indexed by 32-bit byte offsets (bodies are far smaller) */
+        ts_err_set(err, TS_BAD_REQUEST, "a piece of %zu bytes is too long to tokenize", n);
+        return -1;
+    }
     if (t->ignore_merges) {
         int64_t k = tok_strmap_find(&t->sym, &t->arena, s, n);
         if (k >= 0 && t->sym_vid[k] >= 0)

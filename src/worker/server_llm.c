@@ -1529,9 +1529,17 @@ void server_handle_v1(server *srv, h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTP
 
 /* ---- status and metrics ------------------------------------------------------------ */
 
+/* The LLM of a model that finished loading, else NULL: the loader thread sets the handle
+ * before it stores READY, so reading the state first orders the two for the threads that
+ * render /v2/status and /metrics while models still load. */
+static llm_served *ready_llm(const ts_model *m)
+{
+    return model_state(m) == MODEL_READY ? model_llm(m) : NULL;
+}
+
 void server_llm_status(const ts_model *m, buf *b)
 {
-    llm_served *L = model_llm(m);
+    llm_served *L = ready_llm(m);
     if (!L) return;
     llm_engine_stats st;
     llm_engine_stats_get(L->engine, &st);
@@ -1577,7 +1585,7 @@ static void put_labels(buf *b, const ts_model *m)
 void server_llm_metrics(const model_repo *r, buf *b)
 {
     size_t n = r ? model_repo_count(r) : 0, nl = 0;
-    for (size_t i = 0; i < n; i++) nl += model_llm(model_repo_at(r, i)) != NULL;
+    for (size_t i = 0; i < n; i++) nl += ready_llm(model_repo_at(r, i)) != NULL;
     if (nl == 0) return;
     static const struct {
         const char *name, *text;
@@ -1592,7 +1600,7 @@ void server_llm_metrics(const model_repo *r, buf *b)
         help(b, hists[h].name, "histogram", hists[h].text);
         for (size_t i = 0; i < n; i++) {
             const ts_model *m = model_repo_at(r, i);
-            llm_served *L = model_llm(m);
+            llm_served *L = ready_llm(m);
             if (!L) continue;
             buf lbl;
             buf_init(&lbl, 1024);
@@ -1611,7 +1619,7 @@ void server_llm_metrics(const model_repo *r, buf *b)
         help(b, counters[c][0], "counter", counters[c][1]);
         for (size_t i = 0; i < n; i++) {
             const ts_model *m = model_repo_at(r, i);
-            llm_served *L = model_llm(m);
+            llm_served *L = ready_llm(m);
             if (!L) continue;
             buf_printf(b, "%s{", counters[c][0]);
             put_labels(b, m);
@@ -1621,7 +1629,7 @@ void server_llm_metrics(const model_repo *r, buf *b)
     help(b, "tierserve_sequences", "gauge", "LLM: sequences generating (running) or waiting for a slot");
     for (size_t i = 0; i < n; i++) {
         const ts_model *m = model_repo_at(r, i);
-        llm_served *L = model_llm(m);
+        llm_served *L = ready_llm(m);
         if (!L) continue;
         llm_engine_stats st;
         llm_engine_stats_get(L->engine, &st);
@@ -1636,7 +1644,7 @@ void server_llm_metrics(const model_repo *r, buf *b)
          "LLM: sequences that may generate at once (TIERSERVE_LLM_MAX_SEQUENCES)");
     for (size_t i = 0; i < n; i++) {
         const ts_model *m = model_repo_at(r, i);
-        const llm_served *L = model_llm(m);
+        const llm_served *L = ready_llm(m);
         if (!L) continue;
         buf_puts(b, "tierserve_sequence_slots{");
         put_labels(b, m);
@@ -1645,7 +1653,7 @@ void server_llm_metrics(const model_repo *r, buf *b)
     help(b, "tierserve_kv_cache_bytes", "gauge", "LLM: KV cache held by the running sequences");
     for (size_t i = 0; i < n; i++) {
         const ts_model *m = model_repo_at(r, i);
-        llm_served *L = model_llm(m);
+        llm_served *L = ready_llm(m);
         if (!L) continue;
         llm_engine_stats st;
         llm_engine_stats_get(L->engine, &st);
@@ -1657,7 +1665,7 @@ void server_llm_metrics(const model_repo *r, buf *b)
 
 size_t server_llm_queue_depth(const ts_model *m)
 {
-    llm_served *L = model_llm(m);
+    llm_served *L = ready_llm(m);
     if (!L) return model_queue_depth(m);
     llm_engine_stats st;
     llm_engine_stats_get(L->engine, &st);

@@ -194,3 +194,40 @@ def test_broken_bound_path_refused_when_bound(repo, tmp_path):
     assert r.returncode != 0, msg
     assert "TIERSERVE_LLM_KV=bound: the KV cache path of the cpu tier failed its check against the host " \
            "path at load" in msg, msg
+
+
+@pytest.mark.parametrize("kv", ["auto", "bound"])
+def test_short_context_models_load_unchecked(tmp_path, kv):
+    """The load-time check needs 8 tokens of context (its longest sequence). A model with
+    less (5 and 7 here) must still load: auto serves it from the host path and says why,
+    bound serves it bound and says it is unchecked; neither writes past the check's
+    sequences (the ASan build runs this too). A short prompt then generates."""
+    repo = tmp_path / "repo"
+    for ctx in (5, 7):
+        write_tiny_llm(repo / f"ctx{ctx}" / "1", context=ctx)
+    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_KV": kv})
+    try:
+        code, _, body = w.http("GET", "/v2/status")
+        assert code == 200
+        models = {m["name"]: m for m in json.loads(body)["models"]}
+        for ctx in (5, 7):
+            m = models[f"ctx{ctx}"]
+            assert m["ready"] and m["llm"]["context"] == ctx, m
+            note = m["llm"]["kv_cache_note"]
+            short = f"the context of {ctx} tokens is shorter than the check's 8"
+            if kv == "auto":
+                assert m["llm"]["kv_cache"] == "host" and note.startswith("host (fallback)") and short in note, note
+            else:
+                assert m["llm"]["kv_cache"] == "host-bound" and "not checked at load: " + short in note, note
+            assert m["warmed_up"] is False, m
+            c = http.client.HTTPConnection(w.host, w.port, timeout=30)
+            c.request("POST", "/v1/completions", body=json.dumps(
+                {"model": f"ctx{ctx}", "prompt": "Hi", "max_tokens": 2, "temperature": 0}).encode(),
+                headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            c.close()
+            assert r.status == 200, data
+            assert json.loads(data)["usage"]["completion_tokens"] >= 1, data
+    finally:
+        assert w.stop() == 0, w.log_text()[-4000:]
