@@ -138,7 +138,8 @@ static void bill(proxy_req *pr, double compute_s);
  * length. Any other reply once it streams (chunked, or over RT_WHOLE_REPLY_MAX): reading an
  * unbounded remainder for nobody costs more than a new connection. A KServe try still
  * waiting for its answer is read to its end: its Run() happens anyway, its answer is short
- * (held whole), and the connection stays good for the next request. */
+ * (held whole), and the connection stays good for the next request; if the answer turns out
+ * to stream, it is closed when its head arrives (on_backend_head). */
 static bool close_when_left(const proxy_req *pr) { return pr->bq && (pr->v1.target || pr->streaming); }
 
 static double reported_ms(const proxy_req *pr);
