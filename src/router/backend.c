@@ -383,8 +383,9 @@ static void read_models(rt_backend *b, const json_t *models)
 }
 
 /* Copies s into dst (size n), cut at a UTF-8 character boundary when it does not fit, control
- * characters made spaces: a worker's text then takes at most twice its size in /admin/status's
- * JSON, which keeps every backend's LLMs well inside that answer's 16 MiB. */
+ * characters made spaces: a worker's text then takes at most three times its size in
+ * /admin/status's JSON (a byte that is not UTF-8 becomes U+FFFD's three), which keeps every
+ * backend's LLMs well inside that answer's 16 MiB. */
 static void copy_cut(char *dst, size_t n, const char *s)
 {
     size_t len = strlen(s);
@@ -447,6 +448,14 @@ static void on_probe_body(h1cli_req *q, const uint8_t *data, size_t len, void *a
     buf_put(&b->probe_body, data, len);
 }
 
+/* A probe that failed, or was no answer: what the last one said of the backend's LLMs
+ * (running, waiting) is no longer known, and /admin/status must not show it as current. */
+static void forget_llms(rt_backend *b)
+{
+    b->n_llms = 0;
+    b->llms_omitted = 0;
+}
+
 static void on_probe_end(h1cli_req *q, h1cli_outcome o, void *arg)
 {
     rt_backend *b = arg;
@@ -461,13 +470,14 @@ static void on_probe_end(h1cli_req *q, h1cli_outcome o, void *arg)
         if (d[0])
             LOG_WARN_EVERY(&b->tls_warn, 60.0, LOGF({"backend", b->addr}, {"pool", b->pool->cfg->name}),
                            "backend %s: %s", b->addr, d);
+        forget_llms(b);
         set_health(b, false, false, b->tier_ok, why);
         return;
     }
-    (void)q;
     json_t *st = buf_failed(&b->probe_body) ? NULL
                                             : json_loadb((const char *)b->probe_body.data, b->probe_body.len, 0, NULL);
     if (!st) {
+        forget_llms(b);
         set_health(b, false, false, false, "probe: /v2/status is not JSON");
         return;
     }

@@ -9,10 +9,6 @@
 #include "log.h"
 #include "proxy.h"
 
-
-
-
-
 /* The model's slot for the latency histograms: known names first come, first served,
  * RT_MAX_MODELS at most; the rest share "other" (index RT_MAX_MODELS). */
 static size_t model_slot(router *r, const char *name)
@@ -142,14 +138,19 @@ static void bill(proxy_req *pr, double compute_s);
  * length. Any other reply once it streams (chunked, or over RT_WHOLE_REPLY_MAX): reading an
  * unbounded remainder for nobody costs more than a new connection. A KServe try still
  * waiting for its answer is read to its end: its Run() happens anyway, its answer is short
- * (held whole), and the connection stays good for the next request. */
+ * (held whole), and the connection stays good for the next request; if the answer turns out
+ * to stream, it is closed when its head arrives (on_backend_head). */
 static bool close_when_left(const proxy_req *pr) { return pr->bq && (pr->v1.target || pr->streaming); }
 
+static double reported_ms(const proxy_req *pr);
+
 /* The try of a client that left is closed: the backend sees its connection end and stops the
- * work (a worker cancels the sequence before its next step). Counted `cancelled`; billed no
- * compute time (the worker's report comes at the end, which never arrives) and, for /v1,
- * the tokens seen so far (rt_v1_account's rule for a stream without usage). No SLO sample,
- * no backend verdict: neither the client nor the backend failed. Frees pr. */
+ * work (a worker cancels the sequence before its next step). Counted `cancelled`; billed the
+ * compute time the worker reported before the cut: a reply below 400 whose head carried
+ * Tierserve-Compute-Ms (the work is done by then: a KServe reply, a non-stream /v1 reply),
+ * else none (a stream's report comes at its end, which never arrives); for /v1 also the
+ * tokens seen so far (rt_v1_account's rule for a stream without usage). No SLO sample, no
+ * backend verdict: neither the client nor the backend failed. Frees pr. */
 static void cancel_try(proxy_req *pr)
 {
     router *r = pr->r;
@@ -158,7 +159,7 @@ static void cancel_try(proxy_req *pr)
     h1cli_cancel(pr->bq); /* also from inside the try's own callback: no callback follows */
     pr->bq = NULL;
     count(pr, OUT_CANCELLED, 0);
-    if (pr->is_infer) bill(pr, 0);
+    if (pr->is_infer) bill(pr, pr->head_status && pr->head_status < 400 ? reported_ms(pr) / 1e3 : 0);
     proxy_free(pr);
 }
 
@@ -221,7 +222,7 @@ static bool send_by_plan(proxy_req *pr, const route_pool *view, const route_plan
     return false;
 }
 
-static void account(proxy_req *pr, h1cli_req *q, int code);
+static void account(proxy_req *pr, int code);
 
 static const char *const k_hop_by_hop[] = {"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding",
                                            "TE", "Trailer", "Upgrade", "Content-Length", "Date", "Server"};
@@ -254,7 +255,8 @@ static void try_again(proxy_req *pr, const char *why, bool exempt)
 {
     router *r = pr->r;
     double now = ts_now();
-    if (!pr->retried && now < pr->deadline &&
+    /* a client that left gets no retry: nobody would read its answer */
+    if (pr->client && !pr->retried && now < pr->deadline &&
         (exempt || route_retry_allowed(r->cfg->retry.ratio, r->cfg->retry.min_concurrency, r->active,
                                        r->retries_active))) {
         /* another backend: same pool first, then the other pools the data class allows */
@@ -287,25 +289,35 @@ static void bill(proxy_req *pr, double compute_s)
     if (pr->v1.target) rt_v1_account(pr);
 }
 
-/* Cost and SLO bookkeeping for a request a backend answered. The compute time is what the
- * worker reported: a stream's accounting line (/v1, see v1.h), else the reply's
- * Tierserve-Compute-Ms (KServe replies, and /v1 replies the router asked it of); a value
- * that is not a plain number from 0 to a day is no report. */
-static void account(proxy_req *pr, h1cli_req *q, int code)
+/* The Tierserve-Compute-Ms of a try's head (KServe replies, and /v1 replies the router asked
+ * it of), by the accounting line's own rule (rt_v1_read_ms: digits and one '.', 0 to a day);
+ * -1 when there is none or it is anything else. Read once, when the head arrives: a try
+ * cancelled later still has it, and nothing reads a reply's fields after its try is gone. */
+static double head_compute_ms(h1cli_req *q)
+{
+    const char *v = h1cli_resp_header(q, "Tierserve-Compute-Ms");
+    double ms = 0;
+    return v && rt_v1_read_ms(v, strlen(v), &ms) ? ms : -1;
+}
+
+/* The compute time the worker reported for the current try, in ms: a stream's accounting
+ * line (/v1, see v1.h), else its head's Tierserve-Compute-Ms, else 0. */
+static double reported_ms(const proxy_req *pr)
+{
+    double ms = 0;
+    if (pr->v1.target && rt_v1_compute_ms(pr, &ms)) return ms;
+    return pr->head_ms >= 0 ? pr->head_ms : 0;
+}
+
+/* Cost and SLO bookkeeping for a request a backend answered with code. */
+static void account(proxy_req *pr, int code)
 {
     router *r = pr->r;
     if (!pr->is_infer) return;
     double now = ts_now();
     ring_add(&r->slo[pr->prio], now, now - pr->t0);
     if (code >= 400) return;
-    double ms = 0;
-    if (!(pr->v1.target && rt_v1_compute_ms(pr, &ms))) {
-        const char *cms = h1cli_resp_header(q, "Tierserve-Compute-Ms");
-        char *end = NULL;
-        ms = cms ? strtod(cms, &end) : 0;
-        if (!cms || end == cms || *end || !(ms >= 0 && ms <= 86400e3)) ms = 0;
-    }
-    bill(pr, ms / 1e3);
+    bill(pr, reported_ms(pr) / 1e3);
 }
 
 /* Replies are passed through as they arrive instead of being buffered: the client's reply
@@ -381,6 +393,9 @@ static int on_backend_head(h1cli_req *q, void *arg)
     pr->in_backend_cb++;
     int rc = backend_head(pr, q);
     pr->in_backend_cb--;
+    /* a client that left while the try waited for its head: a reply that now streams is not
+     * read for nobody (one that is held whole is short, and keeps the connection) */
+    if (rc == 0 && !pr->client && close_when_left(pr)) pr->cancel_pending = true;
     if (pr->cancel_pending) cancel_try(pr); /* (h1cli reads nothing more of a cancelled try) */
     return rc;
 }
@@ -390,6 +405,8 @@ static int backend_head(proxy_req *pr, h1cli_req *q)
     if (!reply_is_ours(pr, q)) return -1;
     if (pr->v1.target) rt_v1_reply_head(pr, q);
     int code = h1cli_resp_status(q);
+    pr->head_status = code;
+    pr->head_ms = head_compute_ms(q);
     int64_t len = h1cli_resp_content_length(q);
     /* held: a 5xx, since the retry may answer instead; and a short reply with a length,
      * which arrives in one piece anyway: passed on whole, it costs the client's connection
@@ -414,7 +431,9 @@ static int backend_head(proxy_req *pr, h1cli_req *q)
 static void stream_begin(proxy_req *pr, h1cli_req *q)
 {
     int code = h1cli_resp_status(q);
-    int64_t len = h1cli_resp_content_length(q);
+    /* a /v1 SSE reply loses its accounting line on the way: whatever length the worker
+     * announced, the client's copy is re-chunked */
+    int64_t len = pr->v1.target && pr->v1.sse ? -1 : h1cli_resp_content_length(q);
     pr->head_wait = false;
     pr->streaming = true;
     if (pr->client) {
@@ -500,7 +519,7 @@ static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o)
         else if (client) /* a broken stream must not look complete: cut the client's connection */
             h1req_abort(client);
         count(pr, !ok ? OUT_BACKEND_ERR : code < 400 ? OUT_OK : OUT_CLIENT_ERR, client && ok ? code : 0);
-        if (ok) account(pr, q, code);
+        if (ok) account(pr, code);
         proxy_free(pr);
         return;
     }
@@ -522,16 +541,17 @@ static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o)
     }
     rt_pool_record_latency(pr->pool, now, now - pr->t0);
     b->requests++;
-    if (!pr->client) {
-        count(pr, OUT_OK, 0);
-        account(pr, q, code);
+    int outcome = code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERR : OUT_BACKEND_ERR;
+    if (!pr->client) { /* (a 5xx too: a client that left gets no retry) */
+        count(pr, outcome, 0);
+        account(pr, code);
         proxy_free(pr);
         return;
     }
     copy_reply_headers(pr, q);
     h1req_reply(detach_client(pr), code, NULL, &pr->held); /* the held bytes are taken over */
-    count(pr, code < 400 ? OUT_OK : code < 500 ? OUT_CLIENT_ERR : OUT_BACKEND_ERR, code);
-    account(pr, q, code);
+    count(pr, outcome, code);
+    account(pr, code);
     proxy_free(pr);
 }
 
@@ -601,6 +621,8 @@ static int send_to_backend(proxy_req *pr)
     pr->mismatch = false;
     pr->streaming = false;
     pr->head_wait = false;
+    pr->head_status = 0;
+    pr->head_ms = -1;
     pr->outcome = H1CLI_COMPLETE;
     /* a try that hangs must leave time for the retry: the first gets per_try_timeout_ms,
      * or half of what is left, the retry all that remains */

@@ -35,6 +35,8 @@ typedef struct proxy_req {
     bool paused;    /* reading from the backend waits for the client to catch up */
     bool head_wait; /* /v1: the backend's head is in, held until the first body byte, so a
                      * backend that fails before any byte reached the client is retried */
+    int head_status;     /* the current try's reply status once its head is in (0: not yet) */
+    double head_ms;      /* ... and its Tierserve-Compute-Ms (-1: none, or not a plain number) */
     int in_backend_cb;   /* inside one of the try's h1cli callbacks: pr must outlive it */
     bool cancel_pending; /* the client left meanwhile: the callback closes the try on return */
     rt_v1 v1;       /* /v1 requests (v1.target set): see v1.h */

@@ -282,6 +282,8 @@ static bool carries_tokens(json_t *ev)
     return false;
 }
 
+static uint64_t cap_tokens(uint64_t n) { return n < RT_V1_TOKENS_CAP ? n : RT_V1_TOKENS_CAP; }
+
 /* "usage": {"prompt_tokens", "completion_tokens"}, when the object names it. */
 static void read_usage(rt_v1 *v, json_t *o)
 {
@@ -289,8 +291,8 @@ static void read_usage(rt_v1 *v, json_t *o)
     json_t *p = json_object_get(u, "prompt_tokens"), *c = json_object_get(u, "completion_tokens");
     if (!json_is_integer(p) || !json_is_integer(c) || json_integer_value(p) < 0 || json_integer_value(c) < 0) return;
     v->have_usage = true;
-    v->prompt = (uint64_t)json_integer_value(p);
-    v->completion = (uint64_t)json_integer_value(c);
+    v->prompt = cap_tokens((uint64_t)json_integer_value(p));
+    v->completion = cap_tokens((uint64_t)json_integer_value(c));
 }
 
 /* One "data:" line: [DONE], or a chunk. A chunk that is not JSON (or too long to read)
@@ -323,7 +325,7 @@ static void on_event(proxy_req *pr, const char *data, size_t n, bool unreadable)
     v->last_token = now;
 }
 
-/* A decimal count of at most 18 digits (no sign, no spaces). */
+/* A decimal count of at most 18 digits (no sign, no spaces), capped at RT_V1_TOKENS_CAP. */
 static bool read_count(const char *s, size_t n, uint64_t *out)
 {
     if (n == 0 || n > 18) return false;
@@ -332,20 +334,22 @@ static bool read_count(const char *s, size_t n, uint64_t *out)
         if (s[i] < '0' || s[i] > '9') return false;
         v = v * 10 + (uint64_t)(s[i] - '0');
     }
-    *out = v;
+    *out = cap_tokens(v);
     return true;
 }
 
-/* A millisecond figure: digits with at most one '.', at most 24 bytes, at most a day. */
-static bool read_ms(const char *s, size_t n, double *out)
+bool rt_v1_read_ms(const char *s, size_t n, double *out)
 {
     char tmp[25];
-    if (n == 0 || n >= sizeof tmp || strspn(s, "0123456789.") < n) return false;
+    if (n == 0 || n >= sizeof tmp) return false;
+    /* s is not NUL-terminated (a stream's line buffer): nothing past its n bytes is read */
+    for (size_t i = 0; i < n; i++)
+        if ((s[i] < '0' || s[i] > '9') && s[i] != '.') return false;
     memcpy(tmp, s, n);
     tmp[n] = '\0';
     char *end = NULL;
-    double v = strtod(tmp, &end);
-    if (*end || !(v >= 0 && v <= 86400e3)) return false;
+    double v = strtod(tmp, &end); /* digits and dots only: a second '.' stops it short of the end */
+    if (end == tmp || *end || !(v >= 0 && v <= 86400e3)) return false;
     *out = v;
     return true;
 }
@@ -367,7 +371,7 @@ static void on_acct(rt_v1 *v, const char *s, size_t n)
             const char *val = eq + 1;
             if (klen == 13 && memcmp(s + i, "prompt_tokens", 13) == 0) got_p = read_count(val, vlen, &p);
             else if (klen == 17 && memcmp(s + i, "completion_tokens", 17) == 0) got_c = read_count(val, vlen, &c);
-            else if (klen == 10 && memcmp(s + i, "compute_ms", 10) == 0) got_ms = read_ms(val, vlen, &ms);
+            else if (klen == 10 && memcmp(s + i, "compute_ms", 10) == 0) got_ms = rt_v1_read_ms(val, vlen, &ms);
         }
         i = w + 1;
     }

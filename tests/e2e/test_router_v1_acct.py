@@ -42,25 +42,49 @@ class Scripted(FakeHTTP):
         return True
 
 
-@pytest.fixture()
-def one(tmp_path):
-    w = Scripted()
+class WholeReply(FakeHTTP):
+    """Answers every /v1 request with `reply(head)`: one write, head and body."""
+
+    def __init__(self, reply):
+        self.reply = reply
+        super().__init__()
+
+    def respond(self, c, head, body):
+        c.sendall(self.reply(head))
+        return True
+
+
+def usage_router(tmp_path, w):
     cfg = pools_config([("llm", "cpu", False, [w.port], [("chat", "tiny")])])
     cfg = cfg.replace("    models:\n", f"    cost: {{model: usage, usd_per_hour: {USD_PER_HOUR}}}\n    models:\n")
     r = Router(cfg, tmp_path)
     r.wait_healthy(1)
+    return r
+
+
+@pytest.fixture()
+def one(tmp_path):
+    w = Scripted()
+    r = usage_router(tmp_path, w)
     yield r, w
     assert r.stop() == 0
     w.close()
 
 
-def stream(r, extra=b""):
-    body = json.dumps({"model": "chat", "prompt": "x", "stream": True}).encode()
+def request(r, extra=b"", stream=True):
+    """One /v1/completions request, sent once and read to the close: (head, raw body)."""
+    body = json.dumps({"model": "chat", "prompt": "x", "stream": stream}).encode()
     s = socket.create_connection(("127.0.0.1", r.port), timeout=20)
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n" +
               extra + b"Content-Length: %d\r\n\r\n" % len(body) + body)
     head, _, rest = read_to_close(s).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200"), head
+    return head, rest
+
+
+def stream(r, extra=b""):
+    head, rest = request(r, extra)
+    assert re.search(rb"(?im)^transfer-encoding: *chunked\r?$", head), head
     return dechunk(rest)
 
 
@@ -97,3 +121,73 @@ def test_a_malformed_accounting_line_is_taken_out_and_ignored(one):
     assert stream(r) == data + b"data: [DONE]\n\n"
     assert tokens(r) == (0, 1)  # as without a line: one token per chunk with content, no prompt
     assert cost(r) == 0
+
+
+def test_an_accounting_line_of_256_bytes_is_read_within_its_bytes(one):
+    """The line's last value ends exactly where the line's buffer does: its parse must stop
+    there (under ASan a read past it is a heap-buffer-overflow in the router)."""
+    r, w = one
+    data = b'data: {"choices":[{"index":0,"text":"a"}]}\n\n'
+    pre, tail = b": tierserve-usage prompt_tokens=3 completion_tokens=4 pad=", b" compute_ms=5"
+    line = pre + b"x" * (256 - len(pre) - len(tail)) + tail
+    assert len(line) == 256
+    w.pieces = [data + line + b"\ndata: [DONE]\n\n"]
+    assert stream(r) == data + b"data: [DONE]\n\n"
+    assert tokens(r) == (3, 4)
+    assert cost(r) == pytest.approx(0.005 * USD_PER_HOUR / 3600)
+
+
+def test_an_sse_reply_with_a_length_is_rechunked_without_its_accounting_line(tmp_path):
+    """A worker may frame a stream with Content-Length (over the 64 KiB the router holds
+    whole): the client's copy is shorter by the accounting line, so it cannot keep that
+    length; it is re-chunked, every other byte intact."""
+    event = b'data: {"choices":[{"index":0,"text":"' + b"a" * 100 + b'"}]}\n\n'
+    events = event * 700
+    payload = events + b": tierserve-usage prompt_tokens=1 completion_tokens=2 compute_ms=5\n" + b"data: [DONE]\n\n"
+    assert len(payload) > 65536
+    w = WholeReply(lambda head: b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + echo_id(head) +
+                   b"Content-Length: %d\r\n\r\n" % len(payload) + payload)
+    r = usage_router(tmp_path, w)
+    try:
+        assert stream(r) == events + b"data: [DONE]\n\n"
+        assert tokens(r) == (1, 2)
+    finally:
+        assert r.stop() == 0
+        w.close()
+
+
+def test_token_counts_are_capped_per_request(one):
+    """A hostile worker's counts (the accounting line's up to 18 digits, usage up to 2^63)
+    count as at most 2^32 each, so that the totals cannot wrap."""
+    r, w = one
+    data = b'data: {"choices":[{"index":0,"text":"a"}]}\n\n'
+    w.pieces = [data, b": tierserve-usage prompt_tokens=999999999999999999 completion_tokens=7 compute_ms=1\n",
+                b"data: [DONE]\n\n"]
+    stream(r)
+    assert tokens(r) == (2 ** 32, 7)
+    big = 2 ** 63 - 1
+    w.pieces = [data, b'data: {"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}\n\n' % (big, big),
+                b"data: [DONE]\n\n"]
+    stream(r)
+    assert tokens(r) == (2 ** 33, 2 ** 32 + 7)
+
+
+@pytest.mark.parametrize("value,billed_ms", [("250.5", 250.5), ("1e3", 0), ("0x10", 0), ("+5", 0),
+                                             ("1.2.3", 0), ("86400001", 0)])
+def test_tierserve_compute_ms_is_read_by_the_accounting_lines_rule(tmp_path, value, billed_ms):
+    """A non-stream reply's Tierserve-Compute-Ms: digits with at most one '.', 0 to a day,
+    as in the stream's line; anything else (exponents, hex, signs) is no report."""
+    doc = json.dumps({"choices": [{"index": 0, "text": "a"}],
+                      "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
+    w = WholeReply(lambda head: b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + echo_id(head) +
+                   b"Tierserve-Compute-Ms: " + value.encode() + b"\r\n" +
+                   b"Content-Length: %d\r\n\r\n" % len(doc) + doc)
+    r = usage_router(tmp_path, w)
+    try:
+        head, body = request(r, stream=False)
+        assert body == doc
+        assert tokens(r) == (1, 1)
+        assert cost(r) == pytest.approx(billed_ms / 1e3 * USD_PER_HOUR / 3600)
+    finally:
+        assert r.stop() == 0
+        w.close()
