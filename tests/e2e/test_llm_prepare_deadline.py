@@ -19,6 +19,7 @@ import pytest
 
 from conftest import SANITIZED, start_worker
 from llm_fixture import write_tiny_llm
+from rawhttp import read_to_close
 
 # Llama-2's longest token is 48 bytes: a prompt under 48 * 131072 bytes is not refused by its
 # length on "big", so it is tokenized in full there (about 0.5 s per MB here, more under ASan).
@@ -52,14 +53,8 @@ def exchange(w, path, body, headers=None):
     s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
               f"{head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
     sent = time.monotonic()
-    raw = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        raw += chunk
+    raw = read_to_close(s)
     took = time.monotonic() - sent
-    s.close()
     head, _, payload = raw.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split(" ")[1])

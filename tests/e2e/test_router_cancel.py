@@ -54,6 +54,17 @@ def send_infer(r):
     return s
 
 
+def read_head(s):
+    """Reads until the reply's head is in (and maybe some body); asserts a 200."""
+    got = b""
+    while b"\r\n\r\n" not in got:
+        data = s.recv(65536)
+        assert data, got
+        got += data
+    assert got.startswith(b"HTTP/1.1 200"), got[:200]
+    return got
+
+
 def wait_until(pred, secs=20):
     deadline = time.time() + secs
     while not pred() and time.time() < deadline:
@@ -79,12 +90,7 @@ def test_a_client_that_leaves_mid_reply_closes_the_backend_try(tmp_path, how):
     try:
         r.wait_healthy(1)
         s = send_infer(r)
-        got = b""
-        while b"\r\n\r\n" not in got:
-            data = s.recv(65536)
-            assert data, got
-            got += data
-        assert got.startswith(b"HTTP/1.1 200")
+        got = read_head(s)
         if how == "reset":
             n = len(got)
             while n < (4 << 20):
@@ -114,12 +120,7 @@ def test_a_cancelled_reply_is_billed_the_compute_time_its_head_reported(tmp_path
     try:
         r.wait_healthy(1)
         s = send_infer(r)
-        got = b""
-        while b"\r\n\r\n" not in got:
-            data = s.recv(65536)
-            assert data, got
-            got += data
-        assert got.startswith(b"HTTP/1.1 200")
+        read_head(s)
         s.close()
         wait_until(lambda: be.ended is not None)
         assert be.ended == "closed by the router", (be.ended, be.sent)
