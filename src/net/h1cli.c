@@ -70,6 +70,7 @@ struct conn {
     size_t (*hoff)[2];
     size_t nh, hoff_cap;
     bool in_value;
+    bool in_body;       /* the head is done: header callbacks now carry trailer fields */
     bool interim;       /* a 1xx response is being skipped */
     bool msg_done, refused, too_big;
     int status;
@@ -236,6 +237,7 @@ static int p_begin(http_parser *p)
     conn *c = p->data;
     c->hlen = c->nh = 0;
     c->in_value = false;
+    c->in_body = false;
     c->interim = false;
     return 0;
 }
@@ -252,9 +254,23 @@ static int p_status(http_parser *p, const char *at, size_t len)
     return 0;
 }
 
+/* A chunked response's trailer fields come through the header callbacks. Nothing the
+ * router does needs one, and RFC 9110 6.5.1 forbids merging them into the header section:
+ * counted against the head's byte bound (a backend cannot stream them forever), never kept. */
+static int trailer_piece(conn *c, size_t len)
+{
+    c->head_bytes += len;
+    if (c->head_bytes > c->pool->lim.max_header_bytes) {
+        c->too_big = true;
+        return -1;
+    }
+    return 0;
+}
+
 static int p_field(http_parser *p, const char *at, size_t len)
 {
     conn *c = p->data;
+    if (c->in_body) return trailer_piece(c, len);
     if (c->nh == 0 || c->in_value) { /* a new field: the previous value ends */
         if (c->nh >= c->pool->lim.max_headers) {
             c->too_big = true;
@@ -282,6 +298,7 @@ static int p_field(http_parser *p, const char *at, size_t len)
 static int p_value(http_parser *p, const char *at, size_t len)
 {
     conn *c = p->data;
+    if (c->in_body) return trailer_piece(c, len);
     if (!c->in_value) {
         if (head_append(c, "", 1)) return -1;
         c->hoff[c->nh - 1][1] = c->hlen;
@@ -306,6 +323,7 @@ static int p_headers_complete(http_parser *p)
         c->interim = true;
         return 0;
     }
+    c->in_body = true;
     c->chunked = (p->flags & F_CHUNKED) != 0;
     bool no_body = q->is_head || c->status == 204 || c->status == 304;
     c->clen = c->chunked ? -1 : p->content_length != ULLONG_MAX ? (int64_t)p->content_length : no_body ? 0 : -1;
@@ -925,7 +943,8 @@ bool h1cli_paused(const h1cli_req *q) { return q->paused; }
 
 int h1cli_resp_status(const h1cli_req *q) { return q->c->status; }
 
-size_t h1cli_resp_nheaders(const h1cli_req *q) { return q->c->nh; }
+/* Fields exist once the head is whole: a value still being read is not terminated yet. */
+size_t h1cli_resp_nheaders(const h1cli_req *q) { return q->c->in_body ? q->c->nh : 0; }
 
 void h1cli_resp_header_at(const h1cli_req *q, size_t i, const char **name, const char **value)
 {
@@ -937,7 +956,7 @@ void h1cli_resp_header_at(const h1cli_req *q, size_t i, const char **name, const
 const char *h1cli_resp_header(const h1cli_req *q, const char *name)
 {
     const conn *c = q->c;
-    for (size_t i = 0; i < c->nh; i++)
+    for (size_t i = 0; i < h1cli_resp_nheaders(q); i++)
         if (strcasecmp(c->hbuf + c->hoff[i][0], name) == 0) return c->hbuf + c->hoff[i][1];
     return NULL;
 }

@@ -48,10 +48,29 @@ static int on_url(http_parser *p, const char *at, size_t len)
     return hdr_put(c, at, len);
 }
 
+/* Trailer fields of a chunked body (RFC 9112 7.1.2). http-parser reports them through the
+ * header callbacks; nothing here needs one and RFC 9110 6.5.1 forbids merging them into the
+ * header section, so they are counted against the header bounds and dropped: a credential,
+ * a data class or a request id sent only in a trailer is never seen by anyone. */
+static int trailer_piece(h1conn *c, size_t len, bool field)
+{
+    h1req *r = c->req;
+    if (field && !r->trailer_in_field) {
+        if (++r->trailer_fields > c->s->lim.max_headers)
+            return fail_cb(c, 431, "more than %zu trailer fields", c->s->lim.max_headers);
+    }
+    r->trailer_in_field = field;
+    if (len > c->s->lim.max_header_bytes - r->trailer_bytes)
+        return fail_cb(c, 431, "trailer fields are larger than %zu bytes", c->s->lim.max_header_bytes);
+    r->trailer_bytes += len;
+    return 0;
+}
+
 static int on_header_field(http_parser *p, const char *at, size_t len)
 {
     h1conn *c = p->data;
     h1req *r = c->req;
+    if (r->headers_done) return trailer_piece(c, len, true);
     if (header_bound(c)) return -1;
     if (r->nfields == 0 || r->in_value) {
         if (r->nfields >= c->s->lim.max_headers)
@@ -76,6 +95,7 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
 {
     h1conn *c = p->data;
     h1req *r = c->req;
+    if (r->headers_done) return trailer_piece(c, len, false);
     if (header_bound(c)) return -1;
     if (!r->in_value) {
         if (hdr_put(c, "", 1)) return -1;

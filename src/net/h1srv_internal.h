@@ -43,6 +43,9 @@ struct h1req {
     bool in_value;          /* the last header piece was a value (a new field starts next) */
     size_t path_off, query_off; /* query_off 0: none */
     bool headers_done, complete;
+    /* a chunked body's trailer section: bounded like the header block, then dropped */
+    size_t trailer_fields, trailer_bytes;
+    bool trailer_in_field;
     bool chunked, keep_alive, close_after, head;
     uint8_t *body;
     size_t body_len, body_cap, body_want; /* body_want: the announced length, or 0 (chunked) */
