@@ -407,12 +407,27 @@ static void conn_process(h1conn *c)
             http_parser_init(&c->p, HTTP_REQUEST);
             c->p.data = c;
             c->err_code = 0;
+            h1strict_reset(&c->strict);
         }
         const uint8_t *start = c->rbuf + c->rstart;
         size_t avail = c->rend - c->rstart;
+        /* the head's line endings are checked before the parser acts on any of it */
+        size_t body_at = 0;
+        const char *bad = c->strict.in_head ? h1strict_head(&c->strict, start, avail, &body_at) : NULL;
+        if (bad) {
+            h1conn_fail(c, 400, bad);
+            break;
+        }
         size_t used = http_parser_execute(&c->p, &c->s->ps, (const char *)start, avail);
         enum http_errno e = HTTP_PARSER_ERRNO(&c->p);
         if (c->closed) break;
+        /* a chunked body's framing: checked on what the parser took, before a request that
+         * just completed is handed over */
+        if (!c->err_code && c->req && c->req->headers_done && c->req->chunked && used > body_at &&
+            (bad = h1strict_chunks(&c->strict, start + body_at, used - body_at)) != NULL) {
+            h1conn_fail(c, 400, bad);
+            break;
+        }
         if (e == HPE_PAUSED) {
             http_parser_pause(&c->p, 0);
             c->rstart += used;

@@ -29,6 +29,13 @@ typedef struct h1out {
 
 typedef struct h1conn h1conn;
 
+/* What h1strict.c checks beside the parser: its place in one request's bytes. */
+typedef struct {
+    bool in_head, cr, line_start, any_line;
+    int st;          /* the chunked body's state */
+    uint64_t left;   /* chunk data bytes still to come */
+} h1strict;
+
 typedef enum { REQ_PARSING, REQ_HANDLING, REQ_REPLIED } h1req_state;
 
 struct h1req {
@@ -112,6 +119,7 @@ struct h1conn {
     SSL *ssl;
     bool tls_read_wants_write;  /* a read waits for the socket to take bytes (rare) */
     int busy;                   /* callbacks running: a close frees the connection later */
+    h1strict strict;            /* the current request's framing beside the parser */
     int err_code;               /* an error found in a parser callback */
     char err[200];
     char peer[64];
@@ -134,6 +142,15 @@ int h1srv_adopt(h1srv *s, int fd);
 void h1parse_settings(http_parser_settings *ps);
 /* The layer's answer to bytes the parser refused (start, avail: what it was given). */
 void h1parse_error(h1conn *c, enum http_errno e, const uint8_t *start, size_t avail);
+
+/* h1strict.c: framing a non-strict http-parser accepts and this layer refuses. Fed the same
+ * bytes as the parser, in order; each returns NULL or what is wrong (a 400's message). */
+void h1strict_reset(h1strict *s); /* a new request starts */
+/* Bytes of the head (from its first byte on): *head_end is where the head ended within
+ * them (just past its empty line), or n when it goes on. */
+const char *h1strict_head(h1strict *s, const uint8_t *p, size_t n, size_t *head_end);
+/* Bytes of a chunked body, from its first byte on. */
+const char *h1strict_chunks(h1strict *s, const uint8_t *p, size_t n);
 
 /* h1reply.c */
 void h1out_push(h1conn *c, h1out *o);

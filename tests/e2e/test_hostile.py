@@ -567,6 +567,25 @@ RAW_CASES = [
                  id="chunked-body-above-max-body"),
     pytest.param(http_bytes("POST", INFER, b" " * (MAX_BODY + 1)), 413,
                  id="body-above-max-body-fully-sent"),
+    # framing a non-strict http-parser lets through and a front proxy may read differently
+    pytest.param(b"GET /v2/health/live HTTP/1.1\nHost: x\n\n", 400, id="bare-lf-head"),
+    pytest.param(b"GET /v2/health/live HTTP/1.1\r\nHost: x\nX-A: b\r\n\r\n", 400, id="bare-lf-one-header"),
+    pytest.param(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-A: b\rc\r\n\r\n", 400, id="bare-cr-in-head"),
+    pytest.param(http_bytes("POST", INFER, b"%x;a\nb\r\n%s\r\n0\r\n\r\n" % (len(VALID), VALID),
+                            {"Transfer-Encoding": "chunked", "Content-Length": None}), 400,
+                 id="chunk-extension-bare-lf"),
+    pytest.param(http_bytes("POST", INFER, b"%x\r\n%sXX0\r\n\r\n" % (len(VALID), VALID),
+                            {"Transfer-Encoding": "chunked", "Content-Length": None}), 400,
+                 id="chunk-data-then-XX-not-crlf"),
+    pytest.param(http_bytes("POST", INFER, b"%x\n%s\r\n0\r\n\r\n" % (len(VALID), VALID),
+                            {"Transfer-Encoding": "chunked", "Content-Length": None}), 400,
+                 id="chunk-size-bare-lf"),
+    pytest.param(http_bytes("POST", INFER, b"%x\r\n%s\r\n0\r\nX-T: v\n\r\n" % (len(VALID), VALID),
+                            {"Transfer-Encoding": "chunked", "Content-Length": None}), 400,
+                 id="trailer-bare-lf"),
+    pytest.param(http_bytes("POST", INFER, b"%x\r\n%s\r\n0\r\nX-Big: %s\r\n\r\n" % (len(VALID), VALID, b"v" * 70000),
+                            {"Transfer-Encoding": "chunked", "Content-Length": None}), 431,
+                 id="trailer-over-header-bound"),
 ]
 
 
@@ -596,11 +615,13 @@ def test_compressed_request_is_served(serving, enc, data):
     assert json.loads(resp[2])["outputs"][0]["data"] == pytest.approx(serving.baseline_probs)
 
 
-def test_chunked_request_is_served(serving):
-    """Sanity check for the chunked path the corrupt-chunk cases abuse."""
+@pytest.mark.parametrize("ext,trailer", [(b"", b""), (b';name="a b";x=1', b""), (b" ;q", b"X-T: v\r\nX-U:\r\n")])
+def test_chunked_request_is_served(serving, ext, trailer):
+    """Sanity check for the chunked path the corrupt-chunk cases abuse: well-formed chunk
+    extensions and trailer fields pass (and the trailers are dropped, not refused)."""
     half = len(VALID) // 2
-    chunks = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, VALID[:half], len(VALID) - half,
-                                                    VALID[half:])
+    chunks = b"%x%s\r\n%s\r\n%x\r\n%s\r\n0\r\n%s\r\n" % (half, ext, VALID[:half], len(VALID) - half,
+                                                         VALID[half:], trailer)
     resp = exchange(serving, http_bytes("POST", INFER, chunks,
                                         {"Transfer-Encoding": "chunked", "Content-Length": None}))
     assert resp[0] == 200, resp

@@ -159,3 +159,25 @@ def test_worker_trailer_ended_requests_never_echo_the_token(guarded):
             assert rep.status == 401, (rep.status, rep.body)
             assert WORKER_TOKEN.encode() not in data, (i, data)
             assert rep.header("X-Request-Id") in (None, ""), data
+
+
+@pytest.mark.parametrize("data", [
+    b"POST %s HTTP/1.1\nHost: x\nContent-Length: 2\n\n{}",
+    b"POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2;a\nb\r\n{}\r\n0\r\n\r\n",
+    b"POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}XX0\r\n\r\n",
+    b"POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX-T: v\n\r\n",
+])
+def test_router_refuses_lenient_framing_before_any_backend(routed, data):
+    """Framing a front proxy could read differently (bare LF, junk where CRLF belongs):
+    400 at the router's door, as nginx answers, and no backend sees a byte of it."""
+    r, fakes = routed
+    with socket.create_connection(("127.0.0.1", r.port), timeout=10) as s:
+        s.sendall(data % PATH.encode())
+        rep = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            rep += b
+    assert Reply(rep).status == 400, rep
+    assert fakes[0].recorded(probes=False) == fakes[1].recorded(probes=False) == []
