@@ -302,3 +302,45 @@ def test_a_reply_nobody_asked_for_never_reaches_a_client(tmp_path, mode):
         assert r.stop() == 0
         bad.close()
         good.stop()
+
+
+# Trailer fields in every position a framing field could try to take effect from: a length,
+# a transfer coding, a connection option, a host, a field folded onto the next line, and a
+# request line hiding in a trailer value. None may change how the bytes are framed: the
+# chunked request is answered, the pipelined GET behind it is answered, nothing more.
+@pytest.mark.parametrize("trailer", [
+    b"Content-Length: 40\r\n",
+    b"Transfer-Encoding: chunked\r\n",
+    b"Connection: close\r\n",
+    b"Host: evil.example\r\n",
+    b"X-A: b\r\nContent-Length: 0\r\nX-B: GET /v2/models/smuggled HTTP/1.1\r\n",
+    b"Expect: 100-continue\r\n",
+])
+@pytest.mark.parametrize("target", ["worker", "router"])
+def test_trailers_never_change_the_framing(worker, stack_once, target, trailer):
+    url = worker.url if target == "worker" else stack_once[0].url
+    host, port = url.rsplit(":", 1)
+    x = np.array([[5.1, 3.5, 1.4, 0.2]], np.float32)
+    body = _infer_body(x)
+    s = socket.create_connection((host, int(port)), timeout=10)
+    f = s.makefile("rb")
+    try:
+        s.sendall(b"POST /v2/models/demo/infer HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  + b"%x\r\n" % len(body) + body + b"\r\n0\r\n" + trailer + b"\r\n"
+                  + b"GET /v2/health/live HTTP/1.1\r\nHost: t\r\n\r\n")
+        code, h, rbody = _read_reply(f)
+        assert code == 200, (code, rbody)
+        got = json.loads(rbody)["outputs"]
+        probs = [o for o in got if o["name"] == "probabilities"][0]["data"]
+        assert np.allclose(probs, demo_reference(x)["probabilities"].ravel(), atol=1e-5)
+        assert h.get("connection", "").lower() != "close"  # a trailer's Connection: close is no option
+        code, h, rbody = _read_reply(f)
+        assert code == 200, (code, rbody)  # the pipelined GET, framed where the head said
+        s.settimeout(0.3)
+        try:
+            assert s.recv(1, socket.MSG_PEEK) == b"", "a reply nobody asked for"
+        except socket.timeout:
+            pass
+    finally:
+        f.close()
+        s.close()
