@@ -401,3 +401,28 @@ def test_worker_token_from_env_is_checked(fakes, tmp_path):
     p = subprocess.run([ROUTER_BIN, "--config", str(cfg)], capture_output=True, timeout=20,
                        env=dict(os.environ, **sanitizer_env(), TIERROUTER_PORT="0", TIERROUTER_WORKER_TOKEN="short"))
     assert p.returncode == 64 and b"TIERROUTER_WORKER_TOKEN" in p.stderr, p.stderr
+
+
+# ---- 12: made-up model names and the metrics' model label --------------------------------
+
+def duration_counts(text):
+    """{model label: requests} of tierrouter_request_duration_seconds, all pools and priorities."""
+    out = {}
+    for m in re.finditer(r'^tierrouter_request_duration_seconds_count\{[^}]*model="((?:[^"\\]|\\.)*)"\} (\d+)$',
+                         text, re.M):
+        out[m.group(1)] = out.get(m.group(1), 0) + int(m.group(2))
+    return out
+
+
+def test_made_up_model_names_share_the_other_label(fakes, router):
+    """Pools without a models list forward any name (the fakes answer them all 200); only
+    what a pool serves (here: demo, from the backends' /v2/status) gets a label of its own,
+    however many made-up names came first."""
+    r = router(two_pools(fakes))
+    wait_healthy(r, 2)
+    for i in range(40):
+        rep = raw(r.port, "POST", f"/v2/models/junk{i}%3Cimg%3E%C2%9B/infer", (), BODY)
+        assert rep.status == 200, rep.body  # forwarded: the label is the only guard
+    assert infer(r).status == 200
+    counts = duration_counts(raw(r.port, "GET", "/metrics").body.decode())
+    assert counts == {"other": 40, "demo": 1}, counts
