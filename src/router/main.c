@@ -155,7 +155,7 @@ static int tls_load(const router_config *cfg, bool need_backend, tls_ctx **liste
 {
     *listen = *backend = NULL;
     if (cfg->tls.cert_file) {
-        *listen = tls_server_new(cfg->tls.cert_file, cfg->tls.key_file, NULL, err, errlen);
+        *listen = tls_server_new(cfg->tls.cert_file, cfg->tls.key_file, NULL, cfg->tls.ciphers, err, errlen);
         if (!*listen) return -1;
     }
     if (need_backend) {

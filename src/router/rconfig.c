@@ -10,6 +10,7 @@
 #include <yaml.h>
 
 #include "log.h"
+#include "tls.h"
 
 static const cyaml_strval_t k_kinds[] = {{"gpu", POOL_GPU}, {"cpu", POOL_CPU}};
 static const cyaml_strval_t k_tiers[] = {
@@ -110,6 +111,9 @@ static const rc_key k_keys[] = {
      .help = "PEM certificate chain (leaf first): the listener speaks TLS (1.2+) only; SIGHUP reloads it"},
     {T_("tls.key_file", tls.key_file), STR_(RK_STR, NULL, 1, 1023),
      .help = "PEM private key of tls.cert_file (both or neither); SIGHUP reloads it"},
+    {T_("tls.ciphers", tls.ciphers), STR_(RK_STR, TLS_DEFAULT_CIPHERS, 1, 1023),
+     .help = "the TLS 1.2 cipher suites the listener accepts, an OpenSSL cipher string (default: ECDHE with "
+             "AES-GCM or ChaCha20-Poly1305 only, forward secrecy); TLS 1.3 keeps OpenSSL's default suites"},
     {T_("backend_tls.ca_file", backend_tls.ca_file),
      STR_(RK_STR, NULL, 1, 1023),
      .help = "PEM CA that workers' certificates must chain to, for pools with tls: true (unset: the system's)"},
@@ -294,7 +298,8 @@ static const cyaml_schema_field_t k_admission_fields[] = {
 
 #define FILE_STR(k, t, f) CYAML_FIELD_STRING_PTR(k, CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, t, f, 0, RC_STR_READ_MAX)
 static const cyaml_schema_field_t k_tls_fields[] = {
-    FILE_STR("cert_file", rc_tls, cert_file), FILE_STR("key_file", rc_tls, key_file), CYAML_FIELD_END};
+    FILE_STR("cert_file", rc_tls, cert_file), FILE_STR("key_file", rc_tls, key_file),
+    FILE_STR("ciphers", rc_tls, ciphers), CYAML_FIELD_END};
 static const cyaml_schema_field_t k_backend_tls_fields[] = {
     FILE_STR("ca_file", rc_backend_tls, ca_file), FILE_STR("cert_file", rc_backend_tls, cert_file),
     FILE_STR("key_file", rc_backend_tls, key_file), CYAML_FIELD_END};
@@ -768,6 +773,9 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
                 strcmp(c->tenants[i].api_key, c->tenants[j].api_key) == 0)
                 return ts_fail(err, errlen, "%s: tenants[%u].api_key: the same key as tenants[%u]", path, i, j);
         }
+    char why[400];
+    if (c->tls.cert_file && tls_ciphers_check(c->tls.ciphers, why, sizeof why))
+        return ts_fail(err, errlen, "%s: tls.ciphers: %s", path, why);
     snprintf(c->worker_authorization, sizeof c->worker_authorization, "%s%s", c->worker_token ? "Bearer " : "",
              c->worker_token ? c->worker_token : "");
     if (!c->tls.cert_file != !c->tls.key_file)

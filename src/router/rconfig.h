@@ -55,6 +55,7 @@ typedef struct {
 /* TLS on the listener: both files or neither (docs/security.md "TLS"). */
 typedef struct {
     char *cert_file, *key_file;
+    char *ciphers; /* the TLS 1.2 suites it accepts, an OpenSSL cipher string */
 } rc_tls;
 
 /* TLS to the pools that set tls: true: the CA workers' certificates must chain to (unset:
