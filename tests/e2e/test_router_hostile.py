@@ -173,7 +173,8 @@ def test_known_data_classes_any_case(fakes, router):
 
 
 def test_configured_header_names_are_the_ones_checked(fakes, router):
-    extra = ("data_class_header: X-Class\npriority_header: X-Prio\napi_key_header: X-Key\n"
+    # admin_open: keys without an admin token refuse to start; wait_healthy reads /admin/status
+    extra = ("data_class_header: X-Class\npriority_header: X-Prio\napi_key_header: X-Key\nadmin_open: true\n"
              "tenants:\n  - {name: acme, api_key: acme-key-0001}\n")
     r = router(two_pools(fakes, extra))
     wait_healthy(r, 2)
@@ -277,7 +278,8 @@ def test_metrics_and_repository_index_need_credentials_when_configured(fakes, ro
 @pytest.mark.parametrize("extra,metrics,admin,index", [
     ("", 200, 200, 200),                                                   # nothing set: open
     ("metrics_token: scrape-token-0001\n", 401, 200, 200),                 # the scrape token alone
-    ("tenants:\n  - {name: acme, api_key: acme-key-0001}\n", 200, 200, 401),  # keys alone
+    # keys alone (admin_open: without it such a config refuses to start)
+    ("admin_open: true\ntenants:\n  - {name: acme, api_key: acme-key-0001}\n", 200, 200, 401),
 ])
 def test_what_each_setting_closes(fakes, router, extra, metrics, admin, index):
     r = router(two_pools(fakes, extra))
