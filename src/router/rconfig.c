@@ -105,7 +105,7 @@ static const rc_key k_keys[] = {
      .help = "when set, /admin/*, /metrics and POST /v2/repository/index need \"Authorization: Bearer <it>\""},
     {T_("admin_open", admin_open), .type = RK_BOOL, .def = "false",
      .help = "with tenant api_keys but no admin_token the router refuses to start (exit 64); true: start "
-             "anyway with /admin/*, /metrics and the index open to anyone, warned at start"},
+             "anyway with /admin/* and /metrics open to anyone, warned at start"},
     {T_("metrics_token", metrics_token), .env = "TIERROUTER_METRICS_TOKEN", STR_(RK_TOKEN, NULL, 8, 255),
      .help = "when set, a bearer token that opens /metrics only (a scrape token)"},
     {T_("worker_token", worker_token), .env = "TIERROUTER_WORKER_TOKEN", STR_(RK_TOKEN, NULL, 8, 255),
