@@ -44,6 +44,18 @@ static size_t put(char *dst, size_t len, size_t cap, const char *s, size_t n)
     return len + n;
 }
 
+/* The code point of the valid UTF-8 character at p (n bytes) when a log line must carry it
+ * escaped, else 0: the C1 controls U+0080..U+009F (U+0085 is NEL) and U+2028/U+2029 are valid
+ * in a JSON string, but line-based tools (and some JSON-lines readers) split a line there, so
+ * a client's model name or path could cut a log line in two. */
+static uint16_t line_breaking(const unsigned char *p, size_t n)
+{
+    if (n == 2 && p[0] == 0xc2 && p[1] < 0xa0) return p[1];
+    if (n == 3 && p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9))
+        return (uint16_t)(0x2000u + (p[2] - 0x80u));
+    return 0;
+}
+
 size_t log_json_escape(char *dst, size_t len, size_t cap, const char *s)
 {
     const unsigned char *p = (const unsigned char *)s;
@@ -69,9 +81,14 @@ size_t log_json_escape(char *dst, size_t len, size_t cap, const char *s)
             p++;
         } else {
             size_t n = buf_utf8_len(p, 4); /* stops at the NUL: it is no continuation byte */
+            uint16_t cp = line_breaking(p, n); /* 16 bits: the escape's 4 hex digits */
             if (n == 0) {
                 len = put(dst, len, cap, "\xef\xbf\xbd", 3);
                 p++;
+            } else if (cp) {
+                snprintf(esc, sizeof esc, "\\u%04x", cp);
+                len = put(dst, len, cap, esc, 6);
+                p += n;
             } else {
                 len = put(dst, len, cap, (const char *)p, n);
                 p += n;

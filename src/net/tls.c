@@ -109,11 +109,41 @@ static void describe_cert(tls_ctx *c, const char *file)
              until);
 }
 
-tls_ctx *tls_server_new(const char *cert_file, const char *key_file, const char *client_ca_file, char *err,
-                        size_t errlen)
+/* The TLS 1.2 suites of s; OpenSSL fails it unless one is left ("no cipher match"). */
+static int set_ciphers(SSL_CTX *s, const char *ciphers, char *err, size_t errlen)
+{
+    if (SSL_CTX_set_cipher_list(s, ciphers) == 1) return 0;
+    char why[300];
+    ossl_reasons(why, sizeof why);
+    snprintf(err, errlen, "TLS cipher list \"%.200s\" leaves no TLS 1.2 cipher suite (%s)", ciphers, why);
+    return -1;
+}
+
+int tls_ciphers_check(const char *ciphers, char *err, size_t errlen)
+{
+    ERR_clear_error();
+    SSL_CTX *s = SSL_CTX_new(TLS_server_method());
+    if (!s) {
+        snprintf(err, errlen, "could not create a TLS context: out of memory");
+        return -1;
+    }
+    int rc = set_ciphers(s, ciphers, err, errlen);
+    SSL_CTX_free(s);
+    return rc;
+}
+
+tls_ctx *tls_server_new(const char *cert_file, const char *key_file, const char *client_ca_file,
+                        const char *ciphers, char *err, size_t errlen)
 {
     tls_ctx *c = ctx_new(TLS_server_method(), err, errlen);
     if (!c) return NULL;
+    if (set_ciphers(c->ssl, ciphers && *ciphers ? ciphers : TLS_DEFAULT_CIPHERS, err, errlen)) goto fail;
+    /* Sessions are cached (and tickets issued) per context. OpenSSL refuses to resume a
+     * session whose context id is unset once client certificates are verified (alert 80,
+     * internal error, on every resumption under mutual TLS): one id for the program, since
+     * each context has its own cache and ticket keys anyway. */
+    static const unsigned char k_sid_ctx[] = "tierserve";
+    SSL_CTX_set_session_id_context(c->ssl, k_sid_ctx, sizeof k_sid_ctx - 1);
     if (SSL_CTX_use_certificate_chain_file(c->ssl, cert_file) != 1) {
         fail_file(err, errlen, "TLS certificate file", cert_file);
         goto fail;

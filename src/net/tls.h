@@ -3,8 +3,9 @@
  * A tls_ctx is one loaded set of files: a server context (certificate chain + key, and
  * optionally a CA that client certificates must chain to) or a client context (the CA that
  * backends' certificates must chain to, optionally our own certificate + key for mutual
- * TLS). TLS 1.2 and 1.3 only, OpenSSL's default cipher lists, no renegotiation, ALPN
- * "http/1.1".
+ * TLS). TLS 1.2 and 1.3 only, no renegotiation, ALPN "http/1.1". A server offers TLS 1.2
+ * only the suites of its cipher list (TLS_DEFAULT_CIPHERS unless configured) and TLS 1.3
+ * OpenSSL's default suites; a client offers OpenSSL's defaults (the server chooses).
  *
  * Contexts are reference counted: h1srv_set_tls / h1cli_pool_set_tls take a reference, and
  * every connection holds its own through OpenSSL (SSL_new). A reload (SIGHUP) loads the
@@ -27,12 +28,27 @@
 
 typedef struct tls_ctx tls_ctx;
 
+/* The TLS 1.2 suites a server accepts unless configured otherwise (an OpenSSL cipher
+ * string): Mozilla's "intermediate" list less its DHE suites, i.e. ECDHE key exchange (forward
+ * secrecy) with AES-GCM or ChaCha20-Poly1305 (AEAD: no CBC, no SHA-1 MAC). Static-RSA suites
+ * such as AES128-SHA are refused. */
+#define TLS_DEFAULT_CIPHERS                                                                      \
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:" \
+    "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
+
+/* Does the OpenSSL cipher string `ciphers` leave at least one TLS 1.2 suite? 0, or -1 with
+ * OpenSSL's reason in err (the caller names its setting). */
+int tls_ciphers_check(const char *ciphers, char *err, size_t errlen);
+
 /* A server context from PEM files: cert_file (leaf first, then intermediates) and key_file.
  * client_ca_file NULL or "": no client certificate asked for; else every client must present
- * one that chains to it (mutual TLS). Returns NULL with a message naming the file and
- * OpenSSL's reason in err. The caller owns the one reference: tls_ctx_unref. */
-tls_ctx *tls_server_new(const char *cert_file, const char *key_file, const char *client_ca_file, char *err,
-                        size_t errlen);
+ * one that chains to it (mutual TLS). ciphers: the TLS 1.2 suites (an OpenSSL cipher string;
+ * NULL or "": TLS_DEFAULT_CIPHERS). Returns NULL with a message naming the file (or the
+ * cipher string) and OpenSSL's reason in err. The caller owns the one reference:
+ * tls_ctx_unref. Sessions resume (session ids and tickets, TLS 1.2 and 1.3) within one
+ * context, mutual TLS included; a reload starts a new context and with it new sessions. */
+tls_ctx *tls_server_new(const char *cert_file, const char *key_file, const char *client_ca_file,
+                        const char *ciphers, char *err, size_t errlen);
 /* A client context: peers must present a certificate chaining to ca_file (NULL or "": the
  * system's default CA store) and naming the host asked for (tls_client_ssl). cert_file and
  * key_file (both or neither): our certificate for servers that ask for one. */

@@ -278,6 +278,21 @@ const char *rt_pool_physical(const rt_pool *p, const char *logical)
     return NULL;
 }
 
+bool rt_model_served(const router *r, const char *logical)
+{
+    for (size_t i = 0; i < r->n_pools; i++) {
+        const rt_pool *p = &r->pools[i];
+        if (p->cfg->models_count) {
+            if (rt_pool_physical(p, logical)) return true;
+            continue;
+        }
+        for (size_t k = 0; k < p->n; k++)
+            for (size_t m = 0; m < p->backends[k]->n_models; m++)
+                if (strcmp(p->backends[k]->models[m].name, logical) == 0) return true;
+    }
+    return false;
+}
+
 void rt_route_view(router *r, const char *logical, double now, route_pool *view)
 {
     for (size_t i = 0; i < r->n_pools; i++) {

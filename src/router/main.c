@@ -155,7 +155,7 @@ static int tls_load(const router_config *cfg, bool need_backend, tls_ctx **liste
 {
     *listen = *backend = NULL;
     if (cfg->tls.cert_file) {
-        *listen = tls_server_new(cfg->tls.cert_file, cfg->tls.key_file, NULL, err, errlen);
+        *listen = tls_server_new(cfg->tls.cert_file, cfg->tls.key_file, NULL, cfg->tls.ciphers, err, errlen);
         if (!*listen) return -1;
     }
     if (need_backend) {
@@ -318,6 +318,11 @@ int main(int argc, char **argv)
         log_emit(LOG_ERROR, NULL, "bad config: %s", err);
         return 64;
     }
+    /* rconfig refuses tenant keys without admin_token unless admin_open says it is meant */
+    if (rconfig_tenant_keys(r.cfg) && !r.cfg->admin_token)
+        LOG_WARN_(NULL, "admin_open: true: tenants have API keys but there is no admin_token, so /admin/* and "
+                        "/metrics are OPEN to anyone who reaches this router (they name tenants and costs); set "
+                        "admin_token to close them");
     /* sensitive data must not travel encrypted to the router and in clear text beyond it
      * unnoticed: allowed (a pod network may encrypt), but said */
     for (unsigned i = 0; r.tls_listen && i < r.cfg->pools_count; i++)

@@ -9,13 +9,16 @@
 #include "log.h"
 #include "proxy.h"
 
-/* The model's slot for the latency histograms: known names first come, first served,
- * RT_MAX_MODELS at most; the rest share "other" (index RT_MAX_MODELS). */
+/* The model's slot for the latency histograms: models the pools serve (rt_model_served) first
+ * come, first served, RT_MAX_MODELS at most; the rest share "other" (index RT_MAX_MODELS). A
+ * pool without a models list forwards any name, so a name that merely reached a backend must
+ * not take a slot: a tenant sending made-up names would take them all. */
 static size_t model_slot(router *r, const char *name)
 {
     for (size_t i = 0; i < r->n_models; i++)
         if (strcmp(r->model_names[i], name) == 0) return i;
-    if (r->n_models == RT_MAX_MODELS || strlen(name) >= sizeof r->model_names[0]) return RT_MAX_MODELS;
+    if (r->n_models == RT_MAX_MODELS || strlen(name) >= sizeof r->model_names[0] || !rt_model_served(r, name))
+        return RT_MAX_MODELS;
     snprintf(r->model_names[r->n_models], sizeof r->model_names[0], "%s", name);
     return r->n_models++;
 }
@@ -53,7 +56,8 @@ static void count(proxy_req *pr, int outcome, int status)
     if (r->cfg->access_log) access_line(pr, outcome, status);
     size_t pi = pr->pool ? rt_pool_index(pr->pool) : RT_POOL_NONE; /* "none": refused before routing */
     r->requests[pi][pr->prio][outcome]++;
-    /* only requests that reached a pool get a model label: unknown names cannot grow it */
+    /* only requests that reached a backend, for a model a pool serves, get a model label of
+     * their own: made-up names cannot grow the label set nor crowd the real models out */
     size_t slot = outcome == OUT_CLIENT_ERR && !pr->backend ? RT_MAX_MODELS : model_slot(r, pr->logical);
     hist_observe(&r->latency[slot][pi][pr->prio], ts_now() - pr->t0);
 }

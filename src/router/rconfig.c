@@ -10,6 +10,7 @@
 #include <yaml.h>
 
 #include "log.h"
+#include "tls.h"
 
 static const cyaml_strval_t k_kinds[] = {{"gpu", POOL_GPU}, {"cpu", POOL_CPU}};
 static const cyaml_strval_t k_tiers[] = {
@@ -102,6 +103,9 @@ static const rc_key k_keys[] = {
      .help = "a request may shorten its priority's deadline, never extend it"},
     {T_("admin_token", admin_token), .env = "TIERROUTER_ADMIN_TOKEN", STR_(RK_TOKEN, NULL, 8, 255),
      .help = "when set, /admin/*, /metrics and POST /v2/repository/index need \"Authorization: Bearer <it>\""},
+    {T_("admin_open", admin_open), .type = RK_BOOL, .def = "false",
+     .help = "with tenant api_keys but no admin_token the router refuses to start (exit 64); true: start "
+             "anyway with /admin/* and /metrics open to anyone, warned at start"},
     {T_("metrics_token", metrics_token), .env = "TIERROUTER_METRICS_TOKEN", STR_(RK_TOKEN, NULL, 8, 255),
      .help = "when set, a bearer token that opens /metrics only (a scrape token)"},
     {T_("worker_token", worker_token), .env = "TIERROUTER_WORKER_TOKEN", STR_(RK_TOKEN, NULL, 8, 255),
@@ -110,6 +114,9 @@ static const rc_key k_keys[] = {
      .help = "PEM certificate chain (leaf first): the listener speaks TLS (1.2+) only; SIGHUP reloads it"},
     {T_("tls.key_file", tls.key_file), STR_(RK_STR, NULL, 1, 1023),
      .help = "PEM private key of tls.cert_file (both or neither); SIGHUP reloads it"},
+    {T_("tls.ciphers", tls.ciphers), STR_(RK_STR, TLS_DEFAULT_CIPHERS, 1, 1023),
+     .help = "the TLS 1.2 cipher suites the listener accepts, an OpenSSL cipher string (default: ECDHE with "
+             "AES-GCM or ChaCha20-Poly1305 only, forward secrecy); TLS 1.3 keeps OpenSSL's default suites"},
     {T_("backend_tls.ca_file", backend_tls.ca_file),
      STR_(RK_STR, NULL, 1, 1023),
      .help = "PEM CA that workers' certificates must chain to, for pools with tls: true (unset: the system's)"},
@@ -294,7 +301,8 @@ static const cyaml_schema_field_t k_admission_fields[] = {
 
 #define FILE_STR(k, t, f) CYAML_FIELD_STRING_PTR(k, CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, t, f, 0, RC_STR_READ_MAX)
 static const cyaml_schema_field_t k_tls_fields[] = {
-    FILE_STR("cert_file", rc_tls, cert_file), FILE_STR("key_file", rc_tls, key_file), CYAML_FIELD_END};
+    FILE_STR("cert_file", rc_tls, cert_file), FILE_STR("key_file", rc_tls, key_file),
+    FILE_STR("ciphers", rc_tls, ciphers), CYAML_FIELD_END};
 static const cyaml_schema_field_t k_backend_tls_fields[] = {
     FILE_STR("ca_file", rc_backend_tls, ca_file), FILE_STR("cert_file", rc_backend_tls, cert_file),
     FILE_STR("key_file", rc_backend_tls, key_file), CYAML_FIELD_END};
@@ -327,6 +335,7 @@ static const cyaml_schema_field_t k_top_fields[] = {
     TOP_STR("api_key_header", api_key_header),
     TOP_STR("deadline_header", deadline_header),
     TOP_STR("admin_token", admin_token),
+    CYAML_FIELD_BOOL("admin_open", CYAML_FLAG_OPTIONAL, router_config, admin_open),
     TOP_STR("metrics_token", metrics_token),
     TOP_STR("worker_token", worker_token),
     CYAML_FIELD_MAPPING("auth_limit", CYAML_FLAG_OPTIONAL, router_config, auth_limit, k_auth_limit_fields),
@@ -756,6 +765,13 @@ static int parse_hostport(const char *s, char *host, size_t hl, unsigned *port)
     return 0;
 }
 
+bool rconfig_tenant_keys(const router_config *c)
+{
+    for (unsigned i = 0; i < c->tenants_count; i++)
+        if (c->tenants[i].api_key) return true;
+    return false;
+}
+
 /* What no single key can judge: names and keys used twice, bounds between keys, the policy
  * as a whole, backend addresses. */
 static int validate(router_config *c, const char *path, char *err, size_t errlen)
@@ -768,6 +784,15 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
                 strcmp(c->tenants[i].api_key, c->tenants[j].api_key) == 0)
                 return ts_fail(err, errlen, "%s: tenants[%u].api_key: the same key as tenants[%u]", path, i, j);
         }
+    if (rconfig_tenant_keys(c) && !c->admin_token && !c->admin_open)
+        return ts_fail(err, errlen,
+                       "%s: tenants[].api_key is set but admin_token is not: /admin/* and /metrics would be open "
+                       "to anyone who reaches the router (they name tenants and costs); set admin_token (or "
+                       "TIERROUTER_ADMIN_TOKEN), or admin_open: true to run them open on purpose",
+                       path);
+    char why[400];
+    if (c->tls.cert_file && tls_ciphers_check(c->tls.ciphers, why, sizeof why))
+        return ts_fail(err, errlen, "%s: tls.ciphers: %s", path, why);
     snprintf(c->worker_authorization, sizeof c->worker_authorization, "%s%s", c->worker_token ? "Bearer " : "",
              c->worker_token ? c->worker_token : "");
     if (!c->tls.cert_file != !c->tls.key_file)

@@ -55,6 +55,7 @@ typedef struct {
 /* TLS on the listener: both files or neither (docs/security.md "TLS"). */
 typedef struct {
     char *cert_file, *key_file;
+    char *ciphers; /* the TLS 1.2 suites it accepts, an OpenSSL cipher string */
 } rc_tls;
 
 /* TLS to the pools that set tls: true: the CA workers' certificates must chain to (unset:
@@ -121,6 +122,8 @@ typedef struct {
                               * need "Authorization: Bearer <token>" (the index also takes an
                               * API key) */
     char *metrics_token;     /* when set, also accepted as the bearer token of /metrics, and only there */
+    bool admin_open;         /* tenant keys without admin_token: run with /admin/ and /metrics open
+                              * (warned at start) instead of refusing to start */
     char *worker_token;      /* when set (or TIERROUTER_WORKER_TOKEN), sent to every backend */
     rc_auth_limit auth_limit;
     rc_tls tls;
@@ -150,6 +153,8 @@ void rconfig_free(router_config *c);
 void rconfig_usage(FILE *out);
 /* Every key's effective value, one "key: value" line each; secrets print as "(set)". */
 void rconfig_print(const router_config *c, FILE *out);
+/* Does any tenant have an api_key (then every request needs one)? */
+bool rconfig_tenant_keys(const router_config *c);
 /* The policy part as policy.h wants it. */
 void rconfig_policy(const router_config *c, policy_config *out);
 

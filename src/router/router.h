@@ -182,6 +182,9 @@ bool rt_backend_healthy(const rt_backend *b, double now);
 /* The pools as route.h sees them for a request of this model: view[i] describes pools[i]
  * (its backends view filled from probes and counters at `now`). */
 void rt_route_view(router *r, const char *logical_model, double now, route_pool *view);
+/* Is logical a model some pool serves: named in a pool's models list, or, for a pool without
+ * one, listed by one of its backends' last /v2/status? Names a client made up are not. */
+bool rt_model_served(const router *r, const char *logical);
 /* The physical model p serves for a logical name, or NULL if it does not serve it. */
 const char *rt_pool_physical(const rt_pool *p, const char *logical);
 void rt_backend_result(router *r, rt_backend *b, bool ok, const char *why);

@@ -120,7 +120,8 @@ int main(int argc, char **argv)
     /* Unreadable or mismatched TLS files are a bad setting like any other: refused before
      * anything loads (the server loads them again for real when it opens its port). */
     if (set.tls_cert_file[0]) {
-        tls_ctx *probe = tls_server_new(set.tls_cert_file, set.tls_key_file, set.tls_client_ca_file, err, sizeof err);
+        tls_ctx *probe = tls_server_new(set.tls_cert_file, set.tls_key_file, set.tls_client_ca_file, set.tls_ciphers,
+                                        err, sizeof err);
         if (!probe) {
             log_emit(LOG_ERROR, NULL, "bad settings: %s", err);
             return EXIT_USAGE;

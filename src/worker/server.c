@@ -418,7 +418,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 static int tls_apply(server *srv, char *err, size_t errlen)
 {
     const ts_settings *s = srv->set;
-    tls_ctx *c = tls_server_new(s->tls_cert_file, s->tls_key_file, s->tls_client_ca_file, err, errlen);
+    tls_ctx *c = tls_server_new(s->tls_cert_file, s->tls_key_file, s->tls_client_ca_file, s->tls_ciphers, err, errlen);
     if (!c) return -1;
     h1srv_set_tls(srv->http, c);
     LOG_INFO_(NULL, "TLS: the port presents %s%s", tls_ctx_describe(c),

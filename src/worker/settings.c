@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "log.h"
+#include "tls.h"
 
 typedef enum { ST_STR, ST_INT, ST_BOOL, ST_MODE, ST_LOGLEVEL, ST_SWITCH } setting_type;
 
@@ -91,6 +92,9 @@ static const setting_def k_settings[] = {
      SZ(tls_client_ca_file), "", 0, 0,
      "PEM CA that clients' certificates must chain to: with it, only clients holding one "
      "(the router's backend_tls.cert_file) may connect (mutual TLS; needs --tls-cert-file)"},
+    {"TIERSERVE_TLS_CIPHERS", "tls-ciphers", ST_STR, OFF(tls_ciphers), SZ(tls_ciphers), TLS_DEFAULT_CIPHERS, 0, 0,
+     "the TLS 1.2 cipher suites the port accepts, an OpenSSL cipher string (default: ECDHE with AES-GCM or "
+     "ChaCha20-Poly1305 only, forward secrecy); TLS 1.3 keeps OpenSSL's default suites"},
     {"TIERSERVE_QUEUE_SIZE", "queue-size", ST_INT, OFF(queue_size), 0, "128", 1, 1000000,
      "per-model queue bound (503 + Retry-After when full); config.yaml may override"},
     {"TIERSERVE_INSTANCES", "instances", ST_INT, OFF(instances), 0, "1", 1, 256,
@@ -252,6 +256,11 @@ int settings_load(ts_settings *s, int argc, char **argv, int first, char *err, s
     if (s->tls_client_ca_file[0] && !s->tls_cert_file[0]) {
         snprintf(err, errlen, "TIERSERVE_TLS_CLIENT_CA_FILE is set without TIERSERVE_TLS_CERT_FILE: client "
                  "certificates are asked for only on a TLS port");
+        return -1;
+    }
+    char why[400];
+    if (s->tls_cert_file[0] && tls_ciphers_check(s->tls_ciphers, why, sizeof why) != 0) {
+        snprintf(err, errlen, "TIERSERVE_TLS_CIPHERS: %s", why);
         return -1;
     }
     if (strcmp(s->llm_kv, "auto") != 0 && strcmp(s->llm_kv, "host") != 0 && strcmp(s->llm_kv, "bound") != 0) {

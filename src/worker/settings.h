@@ -49,6 +49,7 @@ typedef struct {
     char tls_cert_file[SETTINGS_STR_MAX]; /* both set: the port speaks TLS only */
     char tls_key_file[SETTINGS_STR_MAX];
     char tls_client_ca_file[SETTINGS_STR_MAX]; /* set: clients must present a certificate */
+    char tls_ciphers[SETTINGS_STR_MAX];        /* TLS 1.2 suites, an OpenSSL cipher string */
     int64_t llm_max_sequences; /* an LLM's sequences generating at once (KV caches held) */
     int64_t llm_queue_size;    /* an LLM's sequences waiting for a slot (503 past it) */
     char llm_kv[8];            /* auto|host|bound: where an LLM's KV cache lives between steps */

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 import numpy as np
@@ -877,3 +878,35 @@ pools:
         assert r.stop() == 0
         gpu.stop()
         cpu.stop()
+
+
+def test_log_lines_escape_unicode_line_breaks(tmp_path):
+    """C1 controls (U+0085 is "next line") and U+2028/U+2029 split lines for line-based
+    tools: in both programs' JSON logs they are \\u escapes, never raw bytes, and every line
+    still parses back to the same text. The worker logs a repository folder of that name;
+    the router's access log, model names and path segments a client chose."""
+    import shutil
+    odd = "odd\u0085model\u2028x\u2029y\u009b"
+    repo = tmp_path / "repo"
+    shutil.copytree(DEMO / "demo", repo / "demo")
+    (repo / odd).mkdir()  # no version inside: skipped, and the warning names it
+    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu"})
+    r = Router(pools_config([("cpu", "cpu", True, [w.port], None)], "access_log: true\n"), tmp_path)
+    try:
+        r.wait_healthy(1)
+        quoted = urllib.parse.quote(odd, safe="")
+        for path in (f"/v2/models/{quoted}/infer", f"/v2/models/demo/versions/{quoted}/infer"):
+            c = http.client.HTTPConnection(r.url, timeout=30)
+            c.request("POST", path, body=b"{}")
+            resp = c.getresponse()
+            resp.read()
+            c.close()
+            assert resp.status in (400, 404), (path, resp.status)
+    finally:
+        assert r.stop() == 0
+        w.stop()
+    for name, raw in (("worker", pathlib.Path(w.log_path).read_bytes()), ("router", r.log.read_bytes())):
+        for bad in ("\u0085", "\u2028", "\u2029", "\u009b"):
+            assert bad.encode() not in raw, (name, bad)
+        lines = [json.loads(line) for line in raw.decode().split("\n") if line]  # every line is JSON
+        assert any(odd in json.dumps(line, ensure_ascii=False) for line in lines), (name, raw[-3000:])

@@ -379,3 +379,41 @@ def test_check_config_never_prints_a_secret(tmp_path):
     assert "metrics_token: ~" in out and "tenants[0].name: acme" in out
     for secret in ("file-admin-token", "acme-key-0001", "env-worker-token"):
         assert secret not in out
+
+
+# ---- tenant keys and the admin token ------------------------------------------------------
+
+def test_tenant_keys_without_admin_token_refuse_to_start_unless_admin_open(tmp_path):
+    """Keys close inference; without an admin token /admin/* and /metrics (tenant names,
+    costs) would stay open unnoticed. Refused, naming the three keys; admin_open: true starts
+    the router open on purpose, with one warning at start."""
+    keys = "tenants:\n  - {name: free}\n  - {name: acme, api_key: acme-key-0001}\n"
+    line = refused(tmp_path, keys + ONE_POOL)
+    for needle in ("tenants[].api_key", "admin_token", "admin_open", "/admin/*", "/metrics"):
+        assert needle in line, line
+    # --check-config judges the same way
+    cfg = tmp_path / "keys.yaml"
+    cfg.write_text(keys + ONE_POOL)
+    p = run(["--check-config", "--config", str(cfg)])
+    assert p.returncode == 64 and "admin_open" in p.stderr.decode(), p.stderr
+    # the token from its variable is enough; so is admin_open: true
+    assert effective(tmp_path, keys + ONE_POOL, {"TIERROUTER_ADMIN_TOKEN": "env-admin-token"})["admin_open"] == "false"
+    assert effective(tmp_path, "admin_open: true\n" + keys + ONE_POOL)["admin_open"] == "true"
+    # tenants without keys (nothing closed) need neither
+    assert effective(tmp_path, "tenants:\n  - {name: free}\n" + ONE_POOL)["tenants[0].name"] == "free"
+    r = Router("address: 127.0.0.1\nadmin_open: true\n" + keys + ONE_POOL, tmp_path, env=clean_env())
+    try:
+        warned = [ln for ln in r.log.read_text().splitlines() if "admin_open" in ln]
+        assert len(warned) == 1, r.log.read_text()
+        assert '"level":"warn"' in warned[0] and "OPEN" in warned[0] and "/metrics" in warned[0], warned
+        assert get(r.port, "/admin/status")[0] == 200  # open, as it said
+        assert get(r.port, "/v2/models/demo")[0] == 401  # the keys still hold
+    finally:
+        assert r.stop() == 0
+    # with an admin token the same file starts without the warning
+    r = Router("address: 127.0.0.1\nadmin_token: file-admin-token\n" + keys + ONE_POOL, tmp_path, env=clean_env())
+    try:
+        assert "admin_open" not in r.log.read_text()
+        assert get(r.port, "/admin/status")[0] == 401
+    finally:
+        assert r.stop() == 0

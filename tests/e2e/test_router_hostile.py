@@ -173,7 +173,8 @@ def test_known_data_classes_any_case(fakes, router):
 
 
 def test_configured_header_names_are_the_ones_checked(fakes, router):
-    extra = ("data_class_header: X-Class\npriority_header: X-Prio\napi_key_header: X-Key\n"
+    # admin_open: keys without an admin token refuse to start; wait_healthy reads /admin/status
+    extra = ("data_class_header: X-Class\npriority_header: X-Prio\napi_key_header: X-Key\nadmin_open: true\n"
              "tenants:\n  - {name: acme, api_key: acme-key-0001}\n")
     r = router(two_pools(fakes, extra))
     wait_healthy(r, 2)
@@ -277,7 +278,8 @@ def test_metrics_and_repository_index_need_credentials_when_configured(fakes, ro
 @pytest.mark.parametrize("extra,metrics,admin,index", [
     ("", 200, 200, 200),                                                   # nothing set: open
     ("metrics_token: scrape-token-0001\n", 401, 200, 200),                 # the scrape token alone
-    ("tenants:\n  - {name: acme, api_key: acme-key-0001}\n", 200, 200, 401),  # keys alone
+    # keys alone (admin_open: without it such a config refuses to start)
+    ("admin_open: true\ntenants:\n  - {name: acme, api_key: acme-key-0001}\n", 200, 200, 401),
 ])
 def test_what_each_setting_closes(fakes, router, extra, metrics, admin, index):
     r = router(two_pools(fakes, extra))
@@ -401,3 +403,28 @@ def test_worker_token_from_env_is_checked(fakes, tmp_path):
     p = subprocess.run([ROUTER_BIN, "--config", str(cfg)], capture_output=True, timeout=20,
                        env=dict(os.environ, **sanitizer_env(), TIERROUTER_PORT="0", TIERROUTER_WORKER_TOKEN="short"))
     assert p.returncode == 64 and b"TIERROUTER_WORKER_TOKEN" in p.stderr, p.stderr
+
+
+# ---- 12: made-up model names and the metrics' model label --------------------------------
+
+def duration_counts(text):
+    """{model label: requests} of tierrouter_request_duration_seconds, all pools and priorities."""
+    out = {}
+    for m in re.finditer(r'^tierrouter_request_duration_seconds_count\{[^}]*model="((?:[^"\\]|\\.)*)"\} (\d+)$',
+                         text, re.M):
+        out[m.group(1)] = out.get(m.group(1), 0) + int(m.group(2))
+    return out
+
+
+def test_made_up_model_names_share_the_other_label(fakes, router):
+    """Pools without a models list forward any name (the fakes answer them all 200); only
+    what a pool serves (here: demo, from the backends' /v2/status) gets a label of its own,
+    however many made-up names came first."""
+    r = router(two_pools(fakes))
+    wait_healthy(r, 2)
+    for i in range(40):
+        rep = raw(r.port, "POST", f"/v2/models/junk{i}%3Cimg%3E%C2%9B/infer", (), BODY)
+        assert rep.status == 200, rep.body  # forwarded: the label is the only guard
+    assert infer(r).status == 200
+    counts = duration_counts(raw(r.port, "GET", "/metrics").body.decode())
+    assert counts == {"other": 40, "demo": 1}, counts

@@ -440,7 +440,9 @@ def test_models_lists_what_the_pools_serve(tmp_path):
 def test_tenant_keys_work_as_openai_bearer_keys(tmp_path):
     w = FakeV1()
     r = Router(pools_config([("gpu", "gpu", False, [w.port], None)],
-                            "tenants:\n  - {name: acme, api_key: acme-key-123}\n"), tmp_path)
+                            # admin_open: keys without an admin token refuse to start, and
+                            # wait_healthy reads /admin/status without credentials
+                            "admin_open: true\ntenants:\n  - {name: acme, api_key: acme-key-123}\n"), tmp_path)
     try:
         r.wait_healthy(1)
         code, _, body = post(r, "/v1/completions", {"model": "m", "prompt": "x"})

@@ -37,7 +37,8 @@ def openssl(cwd, *args):
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     """ca.pem; server/server2 (SAN localhost + 127.0.0.1) signed by it; client (clientAuth);
-    rogue: a server certificate for 127.0.0.1 from another CA."""
+    rogue: a server certificate for 127.0.0.1 from another CA; rsa: like server, with an RSA
+    key (static-RSA suites need one)."""
     d = tmp_path_factory.mktemp("pki")
     serial = iter(range(0x1001, 0x2000))
 
@@ -45,9 +46,9 @@ def pki(tmp_path_factory):
         openssl(d, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
                 "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2", "-subj", f"/CN={cn}")
 
-    def leaf(name, cn, san, usage="serverAuth", issuer="ca"):
+    def leaf(name, cn, san, usage="serverAuth", issuer="ca", key=("ec", "-pkeyopt", "ec_paramgen_curve:P-256")):
         (d / f"{name}.ext").write_text(f"subjectAltName={san}\nextendedKeyUsage={usage}\nbasicConstraints=CA:FALSE\n")
-        openssl(d, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+        openssl(d, "req", "-newkey", *key, "-nodes", "-keyout",
                 f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}")
         openssl(d, "x509", "-req", "-in", f"{name}.csr", "-CA", f"{issuer}.pem", "-CAkey", f"{issuer}.key",
                 "-set_serial", str(next(serial)), "-days", "2", "-out", f"{name}.pem", "-extfile", f"{name}.ext")
@@ -58,6 +59,7 @@ def pki(tmp_path_factory):
     leaf("server2", "localhost", "DNS:localhost,IP:127.0.0.1")
     leaf("client", "tierrouter", "DNS:tierrouter", usage="clientAuth")
     leaf("rogue", "localhost", "DNS:localhost,IP:127.0.0.1", issuer="rogue_ca")
+    leaf("rsa", "localhost", "DNS:localhost,IP:127.0.0.1", key=("rsa:2048",))
     return d
 
 
@@ -444,3 +446,112 @@ def test_worker_sighup_to_an_untrusted_cert_fails_requests_with_502_naming_it(pk
     finally:
         assert r.stop() == 0
         w.stop()
+
+
+# ---- session resumption ------------------------------------------------------------------
+
+def resumes(port, ctx):
+    """Two connections with ctx, one request each (read to the close, which also takes in a
+    TLS 1.3 ticket); the second offers the first's session. Returns (the second's status
+    line, whether its session was resumed). A refused resumption raises."""
+    session = None
+    out = []
+    for _ in range(2):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            with ctx.wrap_socket(s, server_hostname="127.0.0.1", session=session) as t:
+                t.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                got = b""
+                while chunk := t.recv(65536):
+                    got += chunk
+                session = t.session
+                out.append((got.split(b"\r\n", 1)[0], t.session_reused))
+    assert out[0] == (b"HTTP/1.1 200 OK", False), out
+    return out[1]
+
+
+def versions(ctx, version):
+    ctx.minimum_version = ctx.maximum_version = getattr(ssl.TLSVersion, version)
+    return ctx
+
+
+@pytest.mark.parametrize("version", ["TLSv1_2", "TLSv1_3"])
+def test_sessions_resume_with_and_without_client_certificates(pki, tmp_path, version):
+    """Under mutual TLS every resumption used to fail with alert 80 (internal error: no
+    session id context), costing every reconnect a full handshake or, for a client that does
+    not retry, the request."""
+    plain = tls_worker(pki, tmp_path)
+    mutual = tls_worker(pki, tmp_path, extra={"TIERSERVE_TLS_CLIENT_CA_FILE": str(pki / "ca.pem")})
+    r = Router(router_config(pki, [plain.port]), tmp_path)
+    try:
+        assert resumes(plain.port, versions(client_ctx(pki), version)) == (b"HTTP/1.1 200 OK", True)
+        assert resumes(r.port, versions(client_ctx(pki), version)) == (b"HTTP/1.1 200 OK", True)
+        ctx = versions(client_ctx(pki), version)
+        ctx.load_cert_chain(str(pki / "client.pem"), str(pki / "client.key"))
+        assert resumes(mutual.port, ctx) == (b"HTTP/1.1 200 OK", True)
+    finally:
+        assert r.stop() == 0
+        for w in (plain, mutual):
+            assert w.stop() == 0
+
+
+# ---- cipher suites -----------------------------------------------------------------------
+
+def tls12(pki, ciphers):
+    """A TLS 1.2-only client that offers exactly these suites."""
+    ctx = versions(client_ctx(pki), "TLSv1_2")
+    ctx.set_ciphers(ciphers)
+    return ctx
+
+
+def suite(port, ctx):
+    """The suite a handshake with ctx settles on; raises ssl.SSLError when refused."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        with ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
+            return t.cipher()[0]
+
+
+def test_tls12_takes_only_ecdhe_aead_suites_unless_configured(pki, tmp_path):
+    """An RSA certificate, so static-RSA suites could be chosen: by default they are not
+    (no forward secrecy, CBC + SHA-1); the setting of each program changes that."""
+    w = tls_worker(pki, tmp_path, cert="rsa")
+    legacy = tls12(pki, "AES128-SHA")
+    modern = tls12(pki, "ECDHE-RSA-AES128-GCM-SHA256")
+    rcfg = router_config(pki, [w.port], cert="rsa")
+    r = Router(rcfg, tmp_path)
+    try:
+        for port in (w.port, r.port):
+            with pytest.raises(ssl.SSLError) as e:
+                suite(port, legacy)
+            assert "HANDSHAKE_FAILURE" in str(e.value) or "NO_SHARED_CIPHER" in str(e.value), e.value
+            assert suite(port, modern) == "ECDHE-RSA-AES128-GCM-SHA256"
+            assert suite(port, tls12(pki, "ECDHE-RSA-CHACHA20-POLY1305")) == "ECDHE-RSA-CHACHA20-POLY1305"
+            assert suite(port, versions(client_ctx(pki), "TLSv1_3")).startswith("TLS_")  # OpenSSL's defaults
+    finally:
+        assert r.stop() == 0
+        assert w.stop() == 0
+    # configured: the operator's list, and only it
+    w = tls_worker(pki, tmp_path, cert="rsa", extra={"TIERSERVE_TLS_CIPHERS": "AES128-SHA"})
+    r = Router(rcfg.replace("tls:\n", "tls:\n  ciphers: AES128-SHA\n", 1), tmp_path)
+    try:
+        for port in (w.port, r.port):
+            assert suite(port, legacy) == "AES128-SHA"
+            with pytest.raises(ssl.SSLError):
+                suite(port, modern)
+    finally:
+        assert r.stop() == 0
+        assert w.stop() == 0
+
+
+def test_a_cipher_list_that_leaves_nothing_is_refused_naming_the_setting(pki, tmp_path):
+    env = {**os.environ, **sanitizer_env(), "TIERSERVE_MODEL_REPOSITORY": str(DEMO), "TIERSERVE_HTTP_PORT": "0",
+           "TIERSERVE_TLS_CERT_FILE": str(pki / "server.pem"), "TIERSERVE_TLS_KEY_FILE": str(pki / "server.key"),
+           "TIERSERVE_TLS_CIPHERS": "NO-SUCH-SUITE"}
+    p = subprocess.run([BIN], capture_output=True, timeout=30, env=env)
+    err = p.stderr.decode()
+    assert p.returncode == 64 and "TIERSERVE_TLS_CIPHERS" in err and "no cipher match" in err, err[-2000:]
+    cfg = tmp_path / "r.yaml"
+    cfg.write_text(router_config(pki, [1]).replace("tls:\n", "tls:\n  ciphers: NO-SUCH-SUITE\n", 1))
+    p = subprocess.run([ROUTER_BIN, "--config", str(cfg)], capture_output=True, timeout=20,
+                       env={**os.environ, **sanitizer_env(), "TIERROUTER_PORT": "0"})
+    err = p.stderr.decode()
+    assert p.returncode == 64 and "tls.ciphers" in err and "no cipher match" in err, err

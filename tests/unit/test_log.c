@@ -21,6 +21,14 @@ static void test_escape(void **state)
     size_t n = log_json_escape(out, 0, sizeof out, "a\"b\\c\n\x01\xff\xc3\xa9");
     assert_int_equal(n, strlen(out));
     assert_string_equal(out, "a\\\"b\\\\c\\n\\u0001\xef\xbf\xbd\xc3\xa9");
+    /* C1 controls and U+2028/U+2029 are valid JSON but split lines for line-based tools:
+     * escaped; their neighbours (U+00A0, U+2027, U+202A) are not, and a lone 0xC2 (not
+     * UTF-8) is still U+FFFD */
+    n = log_json_escape(out, 0, sizeof out, "a\xc2\x85" "b\xc2\x80\xc2\x9f\xe2\x80\xa8\xe2\x80\xa9" "c");
+    assert_int_equal(n, strlen(out));
+    assert_string_equal(out, "a\\u0085b\\u0080\\u009f\\u2028\\u2029c");
+    n = log_json_escape(out, 0, sizeof out, "\xc2\xa0\xe2\x80\xa7\xe2\x80\xaa\xc2");
+    assert_string_equal(out, "\xc2\xa0\xe2\x80\xa7\xe2\x80\xaa\xef\xbf\xbd");
     /* never writes past the cap, never splits an escape */
     char small[8];
     n = log_json_escape(small, 0, sizeof small, "\"\"\"\"\"\"");

@@ -50,7 +50,7 @@ static void test_missing_cert_file_is_named(void **state)
     (void)state;
     char cert[128], err[512] = "";
     path_in(cert, sizeof cert, "nope-cert.pem");
-    tls_ctx *c = tls_server_new(cert, cert, NULL, err, sizeof err);
+    tls_ctx *c = tls_server_new(cert, cert, NULL, NULL, err, sizeof err);
     assert_null(c);
     assert_non_null(strstr(err, "TLS certificate file"));
     assert_non_null(strstr(err, cert));
@@ -64,7 +64,7 @@ static void test_garbage_cert_file_is_named(void **state)
     char p[128], err[512] = "";
     path_in(p, sizeof p, "garbage.pem");
     write_file(p, "this is not PEM\n");
-    tls_ctx *c = tls_server_new(p, p, NULL, err, sizeof err);
+    tls_ctx *c = tls_server_new(p, p, NULL, NULL, err, sizeof err);
     assert_null(c);
     assert_non_null(strstr(err, p));
     assert_non_null(strstr(err, "no start line")); /* PEM's reason */
@@ -89,12 +89,29 @@ static void test_client_ca_and_pairs(void **state)
     tls_ctx_unref(c);
 }
 
+static void test_cipher_lists(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    assert_int_equal(tls_ciphers_check(TLS_DEFAULT_CIPHERS, err, sizeof err), 0);
+    assert_int_equal(tls_ciphers_check("AES128-SHA", err, sizeof err), 0); /* weak, but the operator's call */
+    /* a list that leaves no TLS 1.2 suite (TLS 1.3 names do not count) is refused, naming it */
+    assert_int_equal(tls_ciphers_check("NO-SUCH-CIPHER", err, sizeof err), -1);
+    assert_non_null(strstr(err, "\"NO-SUCH-CIPHER\" leaves no TLS 1.2 cipher suite"));
+    assert_non_null(strstr(err, "no cipher match"));
+    assert_int_equal(tls_ciphers_check("TLS_AES_128_GCM_SHA256", err, sizeof err), -1);
+    /* a bad list fails the server context before any file is read */
+    assert_null(tls_server_new("/nonexistent.pem", "/nonexistent.key", NULL, "NO-SUCH-CIPHER", err, sizeof err));
+    assert_non_null(strstr(err, "TLS cipher list"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_missing_cert_file_is_named),
         cmocka_unit_test(test_garbage_cert_file_is_named),
         cmocka_unit_test(test_client_ca_and_pairs),
+        cmocka_unit_test(test_cipher_lists),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
