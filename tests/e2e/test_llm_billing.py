@@ -29,13 +29,14 @@ USD_PER_HOUR = 3600.0  # a dollar per compute second
 
 @pytest.fixture(scope="module")
 def fleet(llm_repo, tmp_path_factory):  # noqa: F811
-    """One worker behind a token, one slot, serving `chat` as `tiny`, in a usage-priced pool."""
+    """One worker behind a token, one slot, serving `chat` as `tiny`, in a usage-priced pool;
+    a long deadline, for the sanitizer build's slower generation."""
     tmp = tmp_path_factory.mktemp("billing")
     w = start_worker(llm_repo[0], tmp, env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_MAX_SEQUENCES": "1",
                                             "TIERSERVE_AUTH_TOKEN": WORKER_TOKEN})
     tenants = "".join(f"  - {{name: {n}, api_key: {k}}}\n" for n, k in KEYS.items())
     cfg = pools_config([("llm", "cpu", False, [w.port], [("chat", "tiny")])],
-                       f"worker_token: {WORKER_TOKEN}\ntenants:\n{tenants}")
+                       f"worker_token: {WORKER_TOKEN}\ndeadline_ms: {{normal: 600000}}\ntenants:\n{tenants}")
     cfg = cfg.replace("    models:\n", f"    cost: {{model: usage, usd_per_hour: {USD_PER_HOUR}}}\n    models:\n")
     r = Router(cfg, tmp)
     r.wait_healthy(1)
