@@ -19,12 +19,11 @@ import pytest
 from conftest import start_worker
 from test_llm_api import llm_repo, read_until  # noqa: F401 (llm_repo: a fixture)
 from test_llm_router import wait_for
-from test_router import Router, pools_config
 from test_router_v1 import metric
+from test_router_v1_acct import USD_PER_HOUR, usage_router  # a dollar per compute second
 
 WORKER_TOKEN = "worker-token-19"
 KEYS = {"acme": "acme-key-123", "beta": "beta-key-456"}
-USD_PER_HOUR = 3600.0  # a dollar per compute second
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +34,7 @@ def fleet(llm_repo, tmp_path_factory):  # noqa: F811
     w = start_worker(llm_repo[0], tmp, env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_MAX_SEQUENCES": "1",
                                             "TIERSERVE_AUTH_TOKEN": WORKER_TOKEN})
     tenants = "".join(f"  - {{name: {n}, api_key: {k}}}\n" for n, k in KEYS.items())
-    cfg = pools_config([("llm", "cpu", False, [w.port], [("chat", "tiny")])],
-                       f"worker_token: {WORKER_TOKEN}\ndeadline_ms: {{normal: 600000}}\ntenants:\n{tenants}")
-    cfg = cfg.replace("    models:\n", f"    cost: {{model: usage, usd_per_hour: {USD_PER_HOUR}}}\n    models:\n")
-    r = Router(cfg, tmp)
-    r.wait_healthy(1)
+    r = usage_router(tmp, w, f"worker_token: {WORKER_TOKEN}\ndeadline_ms: {{normal: 600000}}\ntenants:\n{tenants}")
     yield w, r
     assert r.stop() == 0
     assert w.stop() == 0, w.log_text()[-4000:]

@@ -54,8 +54,9 @@ class WholeReply(FakeHTTP):
         return True
 
 
-def usage_router(tmp_path, w):
-    cfg = pools_config([("llm", "cpu", False, [w.port], [("chat", "tiny")])])
+def usage_router(tmp_path, w, extra=""):
+    """A router with one usage-priced pool `llm` of backend w serving `chat` as `tiny`."""
+    cfg = pools_config([("llm", "cpu", False, [w.port], [("chat", "tiny")])], extra)
     cfg = cfg.replace("    models:\n", f"    cost: {{model: usage, usd_per_hour: {USD_PER_HOUR}}}\n    models:\n")
     r = Router(cfg, tmp_path)
     r.wait_healthy(1)
@@ -177,17 +178,23 @@ def test_token_counts_are_capped_per_request(one):
 def test_tierserve_compute_ms_is_read_by_the_accounting_lines_rule(tmp_path, value, billed_ms):
     """A non-stream reply's Tierserve-Compute-Ms: digits with at most one '.', 0 to a day,
     as in the stream's line; anything else (exponents, hex, signs) is no report."""
-    doc = json.dumps({"choices": [{"index": 0, "text": "a"}],
+    billed_tokens, usd = bill_whole_reply(tmp_path, "a", b"Tierserve-Compute-Ms: " + value.encode() + b"\r\n")
+    assert billed_tokens == (1, 1)
+    assert usd == pytest.approx(billed_ms / 1e3 * USD_PER_HOUR / 3600)
+
+
+def bill_whole_reply(tmp_path, text, head_lines):
+    """One non-stream reply of `text` whose body's usage says 1 and 1, with head_lines in its
+    head, through a new router: (tokens, cost) it was billed."""
+    doc = json.dumps({"choices": [{"index": 0, "text": text}],
                       "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
     w = WholeReply(lambda head: b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + echo_id(head) +
-                   b"Tierserve-Compute-Ms: " + value.encode() + b"\r\n" +
-                   b"Content-Length: %d\r\n\r\n" % len(doc) + doc)
+                   head_lines + b"Content-Length: %d\r\n\r\n" % len(doc) + doc)
     r = usage_router(tmp_path, w)
     try:
         head, body = request(r, stream=False)
         assert body == doc
-        assert tokens(r) == (1, 1)
-        assert cost(r) == pytest.approx(billed_ms / 1e3 * USD_PER_HOUR / 3600)
+        return tokens(r), cost(r)
     finally:
         assert r.stop() == 0
         w.close()
@@ -199,20 +206,10 @@ def test_a_whole_reply_is_billed_from_its_tierserve_usage_head(tmp_path, usage, 
     """The worker's report in the head is billed, whatever the body (2 MiB here, past the
     1 MiB the router would read for its usage) says; a malformed report is ignored, and then
     only an older worker's ways are left: Tierserve-Compute-Ms, and the body, too long."""
-    doc = json.dumps({"choices": [{"index": 0, "text": "a" * (2 << 20)}],
-                      "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
-    w = WholeReply(lambda head: b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + echo_id(head) +
-                   b"Tierserve-Compute-Ms: 40\r\nTierserve-Usage: " + usage.encode() + b"\r\n" +
-                   b"Content-Length: %d\r\n\r\n" % len(doc) + doc)
-    r = usage_router(tmp_path, w)
-    try:
-        head, body = request(r, stream=False)
-        assert body == doc
-        assert tokens(r) == billed
-        assert cost(r) == pytest.approx(ms / 1e3 * USD_PER_HOUR / 3600)
-    finally:
-        assert r.stop() == 0
-        w.close()
+    billed_tokens, usd = bill_whole_reply(tmp_path, "a" * (2 << 20), b"Tierserve-Compute-Ms: 40\r\n"
+                                          b"Tierserve-Usage: " + usage.encode() + b"\r\n")
+    assert billed_tokens == billed
+    assert usd == pytest.approx(ms / 1e3 * USD_PER_HOUR / 3600)
 
 
 class Cancelled(FakeHTTP):
