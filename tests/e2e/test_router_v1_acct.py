@@ -284,6 +284,7 @@ def test_a_cancelled_stream_is_billed_what_its_worker_reports(tmp_path):
 
 @pytest.mark.parametrize("answer,asks", [
     ((404, b'{"error":{}}'), 2),  # an older worker, or no record: asked once more, then given up
+    ((202, b'{"state":"running"}'), 7),  # winding down for ever: given up after about 3 s
     ((200, b'{"state":"done","prompt_tokens":-1,"completion_tokens":1,"compute_ms":1}'), 1),
     ((200, b'{"state":"done","prompt_tokens":1,"completion_tokens":1,"compute_ms":1e12}'), 1),
     ((200, b'{"state":"running","prompt_tokens":1,"completion_tokens":1,"compute_ms":1}'), 1),
@@ -312,3 +313,18 @@ def test_every_try_has_a_key_of_its_own(one):
     assert len(keys) == 2 and keys[0] != keys[1], keys
     assert all(re.fullmatch(r"[0-9a-f]{16}-[0-9a-f]+", k) for k in keys), keys
     assert keys[0].split("-")[0] == keys[1].split("-")[0]  # one prefix per router process
+
+
+def test_a_drain_waits_for_the_question_under_way(tmp_path):
+    """SIGTERM right after a cancel: the router still asks (the worker keeps saying 202),
+    bills what it saw when it gives up, and exits cleanly (every question freed)."""
+    w = Cancelled([(202, b'{"state":"running"}')])
+    r = usage_router(tmp_path, w)
+    try:
+        leave_after_first_chunk(r)
+        time.sleep(0.1)
+        t0 = time.time()
+        assert r.stop() == 0
+        assert len(w.asked) == 7 and time.time() - t0 < 10, (w.asked, time.time() - t0)
+    finally:
+        w.close()
