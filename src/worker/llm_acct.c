@@ -44,14 +44,13 @@ void llm_acct_begin(llm_acct *a, llm_acct_live *l, const char *key)
     l->on = true;
 }
 
-void llm_acct_end(llm_acct *a, llm_acct_live *l, bool keep, const llm_acct_usage *u, double now)
+void llm_acct_end(llm_acct *a, llm_acct_live *l, const llm_acct_usage *u, double now)
 {
     if (!l->on) return;
     if (l->prev) l->prev->next = l->next;
     else a->live = l->next;
     if (l->next) l->next->prev = l->prev;
     l->on = false;
-    if (!keep) return;
     record *r = &a->rec[a->next];
     a->next = (a->next + 1) % LLM_ACCT_KEEP;
     memcpy(r->key, l->key, sizeof r->key);

@@ -1,19 +1,22 @@
-/* llm_acct: what the worker spent on /v1 requests whose reply never reached the router
- * whole, kept for the router to ask about (GET /v1/accounting/{key}, docs/router.md
- * "Billing /v1").
+/* llm_acct: what the worker spent on the router's /v1 requests, kept for the router to ask
+ * about when it cancelled one (GET /v1/accounting/{key}, docs/router.md "Billing a
+ * cancelled request").
  *
  * The router bills a /v1 request from the worker's own report: a non-stream reply's
  * Tierserve-Usage header, a stream's `: tierserve-usage` line. A request whose client left
  * gets neither (the router closes the connection to cancel the work, and HTTP/1.1 has no
  * trailer-free way to send something after that), yet its prefill and the tokens made
  * before the cancel were spent. So every request the router tagged with a
- * Tierserve-Accounting-Key is tracked here while it is in flight, and one whose HTTP
- * request ended without its whole reply written leaves a record when it is over (its
- * sequence finished or cancelled, the compute final): prompt tokens, tokens generated,
- * compute milliseconds. The key is the router's, unique per try and tenant-free.
+ * Tierserve-Accounting-Key is tracked here while it is in flight, and leaves a record when
+ * it is over (its sequence finished or cancelled, the compute final): prompt tokens,
+ * tokens generated, compute milliseconds. Every one, not only those the worker saw cut:
+ * the router may close a try whose whole reply the worker had already written (the two
+ * race), and then asks all the same. The key is the router's, unique per try and
+ * tenant-free.
  *
- * Bounded: at most LLM_ACCT_KEEP records (the oldest overwritten), each answered for
- * LLM_ACCT_TTL_S seconds. Loop thread only. */
+ * Bounded: at most LLM_ACCT_KEEP records (the oldest overwritten: the router asks within
+ * seconds, so only a worker ending over a thousand requests a second could lose one), each
+ * answered for LLM_ACCT_TTL_S seconds. Loop thread only. */
 #ifndef TS_LLM_ACCT_H
 #define TS_LLM_ACCT_H
 
@@ -47,9 +50,9 @@ void llm_acct_free(llm_acct *a);
 bool llm_acct_key_ok(const char *key);
 /* Starts tracking a request under key (checked with llm_acct_key_ok first). */
 void llm_acct_begin(llm_acct *a, llm_acct_live *l, const char *key);
-/* The request is over: untracked; when keep, its usage is recorded at time now. Nothing for
- * an l that was never begun. */
-void llm_acct_end(llm_acct *a, llm_acct_live *l, bool keep, const llm_acct_usage *u, double now);
+/* The request is over: untracked, its usage recorded at time now. Nothing for an l that was
+ * never begun. */
+void llm_acct_end(llm_acct *a, llm_acct_live *l, const llm_acct_usage *u, double now);
 /* What is known of key at now: still in flight, a record (into *u), or nothing (never
  * seen, not recorded, or expired). The newest record wins. */
 llm_acct_state llm_acct_find(const llm_acct *a, const char *key, double now, llm_acct_usage *u);

@@ -117,7 +117,6 @@ typedef struct lreq {
     _Atomic uint64_t made;       /* tokens its sequence generated (the loop may take fewer) */
     _Atomic bool joined;         /* its sequence left the wait queue: the prefill began */
     llm_acct_live acct;          /* tracked for the router's cancel report (llm_acct.h) */
-    bool cut;                    /* its HTTP request ended before the whole reply was out */
     double t_arrive;
     struct event *timer;      /* the deadline, armed at arrival */
     bool timed_out;           /* the deadline's 504 went out while the request was prepared */
@@ -365,16 +364,16 @@ static void free_req(lreq *r)
 
 static double compute_ms(lreq *r) { return (double)atomic_load(&r->compute_ns) / 1e6; }
 
-/* Freed once the HTTP side and the sequence are both over. A request whose reply did not
- * go out whole leaves the router its usage (llm_acct.h), final now: its whole prompt once
- * the prefill began (as a finished request's usage counts it), every token its sequence
- * made, the compute of every Run() it took part in. */
+/* Freed once the HTTP side and the sequence are both over. A request the router gave a key
+ * leaves it its usage (llm_acct.h), final now: its whole prompt once the prefill began (as a
+ * finished request's usage counts it), every token its sequence made, the compute of every
+ * Run() it took part in. */
 static void maybe_free(lreq *r)
 {
     if (r->busy || r->preparing || r->http || (r->added && !r->engine_done)) return;
     server *srv = r->srv;
     llm_acct_usage u = {atomic_load(&r->joined) ? r->n_prompt : 0, atomic_load(&r->made), compute_ms(r)};
-    llm_acct_end(srv->llm_acct, &r->acct, r->cut, &u, ts_now());
+    llm_acct_end(srv->llm_acct, &r->acct, &u, ts_now());
     srv->in_flight--;
     free_req(r);
     server_maybe_finish_drain(srv);
@@ -395,7 +394,6 @@ static void on_http_end(h1req *req, bool completed, void *arg)
     lreq *r = arg;
     server_request_end(req, completed, r->srv); /* the body's bytes, a drain */
     r->http = NULL;
-    r->cut = !completed;
     if (r->preparing) { /* m and L are the decode thread's: on_prepared counts it */
         r->finished = true;
         /* a timed-out request's model is still wanted (its timeout counts there) */
@@ -607,8 +605,8 @@ static void stream_end(lreq *r)
  * in its head, and a stream the same words in one SSE comment line before data: [DONE]
  * (SSE clients skip comments; the router takes it out):
  *   : tierserve-usage prompt_tokens=N completion_tokens=M compute_ms=X
- * A request the router also gave a Tierserve-Accounting-Key and whose reply did not go out
- * whole (the router cancelled it) is reported at GET /v1/accounting/{key} (llm_acct.h).
+ * A request the router also gave a Tierserve-Accounting-Key is reported, once it is over, at
+ * GET /v1/accounting/{key} (llm_acct.h): what the router asks after it cancelled it.
  * N and M are the usage's own counts (the end-of-sequence token and tokens whose text was
  * held back or cut at a stop string included), X the sequence's share of the Run()s it took
  * part in: its own prefill chunks whole, each decode step divided by the sequences in it
@@ -1226,14 +1224,14 @@ static void handle_models(server *srv, h1req *req, const char *one)
 /* GET /v1/accounting/{key}: the router's question after it cancelled a try (llm_acct.h).
  * 200 with the usage once the request is over; 202 while it is still winding down (its
  * connection's end not seen yet, or its sequence not out of the engine yet: ask again);
- * 404 when nothing is known (no such try, its reply went out whole, or the record expired). */
+ * 404 when nothing is known (no such try, or its record expired or was overwritten). */
 static void handle_accounting(server *srv, h1req *req, const char *key)
 {
     llm_acct_usage u = {0};
     llm_acct_state st = llm_acct_key_ok(key) ? llm_acct_find(srv->llm_acct, key, ts_now(), &u) : LLM_ACCT_UNKNOWN;
     if (st == LLM_ACCT_UNKNOWN) {
-        server_llm_error(req, 404, NULL, "accounting_not_found", "no accounting for this key: unknown, its reply "
-                         "went out whole, or its record expired");
+        server_llm_error(req, 404, NULL, "accounting_not_found", "no accounting for this key: unknown, or its "
+                         "record expired");
         return;
     }
     buf b;
