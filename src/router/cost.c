@@ -172,18 +172,46 @@ void cost_tick(cost_book *b, const size_t *backends, double now)
     }
 }
 
-void cost_metrics(const cost_book *b, buf *out)
+typedef enum { FAM_USD, FAM_TOKENS, FAM_COMPUTE } family;
+
+static const char *const k_family[] = {"tierrouter_cost_usd_total", "tierrouter_tenant_tokens_total",
+                                       "tierrouter_compute_seconds_total"};
+
+/* A series' name and labels, without the closing brace (a kind may follow). */
+static void series(const cost_book *b, buf *out, family f, size_t p, size_t t, int q)
 {
-    buf_puts(out, "# HELP tierrouter_cost_usd_total Cost attributed to requests, by pool, tenant and priority\n"
-                  "# TYPE tierrouter_cost_usd_total counter\n");
+    buf_printf(out, "%s{pool=\"%s\",tenant=\"%s\",priority=\"%s\"", k_family[f], b->cfg->pools[p].name,
+               tenant_name(b, t), k_prio[q]);
+}
+
+/* One family's series by pool, tenant and priority: only the cells that were used. */
+static void tenant_series(const cost_book *b, buf *out, family f)
+{
     for (size_t p = 0; p < b->pools; p++)
         for (size_t t = 0; t < b->tenants; t++)
             for (int q = 0; q < PRIO_COUNT; q++) {
                 const cell *c = &b->total[idx(b, p, t, q)];
-                if (c->usd == 0 && c->n == 0) continue;
-                buf_printf(out, "tierrouter_cost_usd_total{pool=\"%s\",tenant=\"%s\",priority=\"%s\"} %.9f\n",
-                           b->cfg->pools[p].name, tenant_name(b, t), k_prio[q], c->usd);
+                const use *u = &b->used[idx(b, p, t, q)];
+                if (f == FAM_USD && (c->usd != 0 || c->n != 0)) {
+                    series(b, out, f, p, t, q);
+                    buf_printf(out, "} %.9f\n", c->usd);
+                } else if (f == FAM_TOKENS && (u->prompt || u->completion)) {
+                    series(b, out, f, p, t, q);
+                    buf_printf(out, ",kind=\"prompt\"} %llu\n", (unsigned long long)u->prompt);
+                    series(b, out, f, p, t, q);
+                    buf_printf(out, ",kind=\"completion\"} %llu\n", (unsigned long long)u->completion);
+                } else if (f == FAM_COMPUTE && u->compute_s > 0) {
+                    series(b, out, f, p, t, q);
+                    buf_printf(out, "} %.9f\n", u->compute_s);
+                }
             }
+}
+
+void cost_metrics(const cost_book *b, buf *out)
+{
+    buf_puts(out, "# HELP tierrouter_cost_usd_total Cost attributed to requests, by pool, tenant and priority\n"
+                  "# TYPE tierrouter_cost_usd_total counter\n");
+    tenant_series(b, out, FAM_USD);
     buf_puts(out, "# HELP tierrouter_tokens_total Tokens of /v1 requests by pool, priority and kind (prompt, "
                   "completion), as the workers report them\n# TYPE tierrouter_tokens_total counter\n");
     static const char *const kinds[2] = {"prompt", "completion"};
@@ -193,29 +221,13 @@ void cost_metrics(const cost_book *b, buf *out)
                 buf_printf(out, "tierrouter_tokens_total{pool=\"%s\",priority=\"%s\",kind=\"%s\"} %llu\n",
                            b->cfg->pools[p].name, k_prio[q], kinds[k], (unsigned long long)b->tokens[p][q][k]);
     /* the same by tenant too (what a tenant is billed for), and the compute time behind the
-     * usage pools' price; only the cells that were used */
+     * usage pools' price */
     buf_puts(out, "# HELP tierrouter_tenant_tokens_total Tokens of /v1 requests by pool, tenant, priority and kind, "
                   "as billed\n# TYPE tierrouter_tenant_tokens_total counter\n");
-    for (size_t p = 0; p < b->pools; p++)
-        for (size_t t = 0; t < b->tenants; t++)
-            for (int q = 0; q < PRIO_COUNT; q++) {
-                const use *u = &b->used[idx(b, p, t, q)];
-                if (!u->prompt && !u->completion) continue;
-                for (int k = 0; k < 2; k++)
-                    buf_printf(out, "tierrouter_tenant_tokens_total{pool=\"%s\",tenant=\"%s\",priority=\"%s\","
-                               "kind=\"%s\"} %llu\n", b->cfg->pools[p].name, tenant_name(b, t), k_prio[q], kinds[k],
-                               (unsigned long long)(k ? u->completion : u->prompt));
-            }
+    tenant_series(b, out, FAM_TOKENS);
     buf_puts(out, "# HELP tierrouter_compute_seconds_total Compute time the workers reported for requests, by pool, "
                   "tenant and priority\n# TYPE tierrouter_compute_seconds_total counter\n");
-    for (size_t p = 0; p < b->pools; p++)
-        for (size_t t = 0; t < b->tenants; t++)
-            for (int q = 0; q < PRIO_COUNT; q++) {
-                const use *u = &b->used[idx(b, p, t, q)];
-                if (u->compute_s > 0)
-                    buf_printf(out, "tierrouter_compute_seconds_total{pool=\"%s\",tenant=\"%s\",priority=\"%s\"} "
-                               "%.9f\n", b->cfg->pools[p].name, tenant_name(b, t), k_prio[q], u->compute_s);
-            }
+    tenant_series(b, out, FAM_COMPUTE);
 }
 
 /* Sums the buckets of the last window_s seconds by pool, tenant and priority. */

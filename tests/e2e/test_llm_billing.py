@@ -117,12 +117,29 @@ def test_a_stream_left_after_its_first_chunk_is_billed_its_prompt_and_compute(fl
     assert billed(r, "beta") == beta0
 
 
-def test_the_accounting_endpoint_takes_the_worker_token_and_knows_only_its_keys(fleet):
+def test_the_accounting_endpoint_takes_the_worker_token_and_answers_by_key(fleet):
     w, r = fleet
     code, _, body = w.http("GET", "/v1/accounting/0123456789abcdef-1")
     assert code == 401, body
     auth = {"Authorization": f"Bearer {WORKER_TOKEN}"}
     code, _, body = w.http("GET", "/v1/accounting/0123456789abcdef-1", headers=auth)
     assert code == 404 and json.loads(body)["error"]["code"] == "accounting_not_found", body
+    for bad in ("bad!key", "k" * 65):  # not a key the router makes: nothing, whatever was sent
+        code, _, body = w.http("GET", f"/v1/accounting/{bad}", headers=auth)
+        assert code == 404, body
     code, _, body = w.http("POST", "/v1/accounting/0123456789abcdef-1", b"", headers=auth)
     assert code == 405, body
+    # a request with a key (what the router sends) leaves its usage under it, as its head says
+    req = json.dumps({"model": "tiny", "prompt": "Hello world", "max_tokens": 5, "temperature": 0}).encode()
+    code, h, body = w.http("POST", "/v1/completions", req, headers={
+        **auth, "Content-Type": "application/json", "Tierserve-Accounting": "1",
+        "Tierserve-Accounting-Key": "direct-key_1.x"})
+    assert code == 200, body
+    usage = json.loads(body)["usage"]
+    ms = h["Tierserve-Compute-Ms"]
+    assert h["Tierserve-Usage"] == (f"prompt_tokens={usage['prompt_tokens']} "
+                                    f"completion_tokens={usage['completion_tokens']} compute_ms={ms}")
+    code, _, body = w.http("GET", "/v1/accounting/direct-key_1.x", headers=auth)
+    assert code == 200, body
+    assert json.loads(body) == {"key": "direct-key_1.x", "state": "done", "prompt_tokens": usage["prompt_tokens"],
+                                "completion_tokens": usage["completion_tokens"], "compute_ms": float(ms)}
