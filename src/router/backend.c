@@ -248,7 +248,7 @@ void rt_reap(router *r)
         rt_pool *p = &r->pools[i];
         for (size_t k = 0; k < p->n;) {
             rt_backend *b = p->backends[k];
-            if (b->gone && b->in_flight == 0 && !b->probe_in_flight) {
+            if (b->gone && b->in_flight == 0 && !b->probe_in_flight && b->v1_asks == 0) {
                 backend_free(b);
                 p->backends[k] = p->backends[--p->n];
                 continue;

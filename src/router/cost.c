@@ -9,10 +9,17 @@ typedef struct {
     double n;
 } cell;
 
+/* What a pool, tenant and priority used since start (counters only: no window) */
+typedef struct {
+    double compute_s;
+    uint64_t prompt, completion;
+} use;
+
 struct cost_book {
     const router_config *cfg;
     size_t pools, tenants; /* tenants = configured + "unknown" + "idle" */
     cell *total;
+    use *used;             /* [pool][tenant][prio] */
     cell *ring;            /* [bucket][pool][tenant][prio] */
     int64_t *bucket_id;    /* which 10 s slot each ring entry holds */
     double *pending;       /* [pool][tenant][prio]: requests since the last tick (fixed) */
@@ -37,11 +44,12 @@ cost_book *cost_create(const router_config *c, double now)
     b->pools = c->pools_count;
     b->tenants = c->tenants_count + 2;
     b->total = calloc(slice(b), sizeof *b->total);
+    b->used = calloc(slice(b), sizeof *b->used);
     b->pending = calloc(slice(b), sizeof *b->pending);
     b->ring = calloc(slice(b) * COST_BUCKETS, sizeof *b->ring);
     b->bucket_id = calloc(COST_BUCKETS, sizeof *b->bucket_id);
     b->last_tick = now;
-    if (!b->total || !b->pending || !b->ring || !b->bucket_id) {
+    if (!b->total || !b->used || !b->pending || !b->ring || !b->bucket_id) {
         cost_destroy(b);
         return NULL;
     }
@@ -53,6 +61,7 @@ void cost_destroy(cost_book *b)
 {
     if (!b) return;
     free(b->total);
+    free(b->used);
     free(b->pending);
     free(b->ring);
     free(b->bucket_id);
@@ -92,12 +101,26 @@ static void add(cost_book *b, size_t i, double usd, double n, double now)
     c->n += n;
 }
 
-void cost_request(cost_book *b, size_t pool, size_t tenant, priority_class prio, double compute_s, double now)
+/* compute_s at a usage pool's price per second, counted with n more requests */
+static void compute(cost_book *b, size_t pool, size_t tenant, priority_class prio, double compute_s, double n,
+                    double now)
 {
     const rc_cost *pc = &b->cfg->pools[pool].cost;
     double usd = pc->model == COST_USAGE ? pc->usd_per_hour / 3600.0 * compute_s : 0;
-    add(b, idx(b, pool, tenant, prio), usd, 1, now);
+    add(b, idx(b, pool, tenant, prio), usd, n, now);
+    b->used[idx(b, pool, tenant, prio)].compute_s += compute_s;
+}
+
+void cost_request(cost_book *b, size_t pool, size_t tenant, priority_class prio, double compute_s, double now)
+{
+    compute(b, pool, tenant, prio, compute_s, 1, now);
     b->pending[idx(b, pool, tenant, prio)] += 1;
+}
+
+void cost_compute(cost_book *b, size_t pool, size_t tenant, priority_class prio, double compute_s, double now)
+{
+    if (pool >= b->pools || tenant >= b->tenants) return;
+    if (compute_s > 0) compute(b, pool, tenant, prio, compute_s, 0, now);
 }
 
 void cost_tokens(cost_book *b, size_t pool, size_t tenant, priority_class prio, uint64_t prompt,
@@ -106,6 +129,10 @@ void cost_tokens(cost_book *b, size_t pool, size_t tenant, priority_class prio, 
     if (pool >= b->pools || pool >= RC_MAX_POOLS) return;
     b->tokens[pool][prio][0] += prompt;
     b->tokens[pool][prio][1] += completion;
+    if (tenant < b->tenants) {
+        b->used[idx(b, pool, tenant, prio)].prompt += prompt;
+        b->used[idx(b, pool, tenant, prio)].completion += completion;
+    }
     double usd = b->cfg->pools[pool].cost.usd_per_1k_tokens * (double)(prompt + completion) / 1000.0;
     if (usd > 0) add(b, idx(b, pool, tenant, prio), usd, 0, now); /* the request itself is counted already */
 }
@@ -145,18 +172,46 @@ void cost_tick(cost_book *b, const size_t *backends, double now)
     }
 }
 
-void cost_metrics(const cost_book *b, buf *out)
+typedef enum { FAM_USD, FAM_TOKENS, FAM_COMPUTE } family;
+
+static const char *const k_family[] = {"tierrouter_cost_usd_total", "tierrouter_tenant_tokens_total",
+                                       "tierrouter_compute_seconds_total"};
+
+/* A series' name and labels, without the closing brace (a kind may follow). */
+static void series(const cost_book *b, buf *out, family f, size_t p, size_t t, int q)
 {
-    buf_puts(out, "# HELP tierrouter_cost_usd_total Cost attributed to requests, by pool, tenant and priority\n"
-                  "# TYPE tierrouter_cost_usd_total counter\n");
+    buf_printf(out, "%s{pool=\"%s\",tenant=\"%s\",priority=\"%s\"", k_family[f], b->cfg->pools[p].name,
+               tenant_name(b, t), k_prio[q]);
+}
+
+/* One family's series by pool, tenant and priority: only the cells that were used. */
+static void tenant_series(const cost_book *b, buf *out, family f)
+{
     for (size_t p = 0; p < b->pools; p++)
         for (size_t t = 0; t < b->tenants; t++)
             for (int q = 0; q < PRIO_COUNT; q++) {
                 const cell *c = &b->total[idx(b, p, t, q)];
-                if (c->usd == 0 && c->n == 0) continue;
-                buf_printf(out, "tierrouter_cost_usd_total{pool=\"%s\",tenant=\"%s\",priority=\"%s\"} %.9f\n",
-                           b->cfg->pools[p].name, tenant_name(b, t), k_prio[q], c->usd);
+                const use *u = &b->used[idx(b, p, t, q)];
+                if (f == FAM_USD && (c->usd != 0 || c->n != 0)) {
+                    series(b, out, f, p, t, q);
+                    buf_printf(out, "} %.9f\n", c->usd);
+                } else if (f == FAM_TOKENS && (u->prompt || u->completion)) {
+                    series(b, out, f, p, t, q);
+                    buf_printf(out, ",kind=\"prompt\"} %llu\n", (unsigned long long)u->prompt);
+                    series(b, out, f, p, t, q);
+                    buf_printf(out, ",kind=\"completion\"} %llu\n", (unsigned long long)u->completion);
+                } else if (f == FAM_COMPUTE && u->compute_s > 0) {
+                    series(b, out, f, p, t, q);
+                    buf_printf(out, "} %.9f\n", u->compute_s);
+                }
             }
+}
+
+void cost_metrics(const cost_book *b, buf *out)
+{
+    buf_puts(out, "# HELP tierrouter_cost_usd_total Cost attributed to requests, by pool, tenant and priority\n"
+                  "# TYPE tierrouter_cost_usd_total counter\n");
+    tenant_series(b, out, FAM_USD);
     buf_puts(out, "# HELP tierrouter_tokens_total Tokens of /v1 requests by pool, priority and kind (prompt, "
                   "completion), as the workers report them\n# TYPE tierrouter_tokens_total counter\n");
     static const char *const kinds[2] = {"prompt", "completion"};
@@ -165,6 +220,14 @@ void cost_metrics(const cost_book *b, buf *out)
             for (int k = 0; k < 2; k++)
                 buf_printf(out, "tierrouter_tokens_total{pool=\"%s\",priority=\"%s\",kind=\"%s\"} %llu\n",
                            b->cfg->pools[p].name, k_prio[q], kinds[k], (unsigned long long)b->tokens[p][q][k]);
+    /* the same by tenant too (what a tenant is billed for), and the compute time behind the
+     * usage pools' price */
+    buf_puts(out, "# HELP tierrouter_tenant_tokens_total Tokens of /v1 requests by pool, tenant, priority and kind, "
+                  "as billed\n# TYPE tierrouter_tenant_tokens_total counter\n");
+    tenant_series(b, out, FAM_TOKENS);
+    buf_puts(out, "# HELP tierrouter_compute_seconds_total Compute time the workers reported for requests, by pool, "
+                  "tenant and priority\n# TYPE tierrouter_compute_seconds_total counter\n");
+    tenant_series(b, out, FAM_COMPUTE);
 }
 
 /* Sums the buckets of the last window_s seconds by pool, tenant and priority. */

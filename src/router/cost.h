@@ -28,6 +28,9 @@ void cost_destroy(cost_book *b);
 size_t cost_tenant_index(const router_config *c, const char *name);
 /* One request served: usage cost now, fixed cost at the next tick. */
 void cost_request(cost_book *b, size_t pool, size_t tenant, priority_class prio, double compute_s, double now);
+/* More compute time of a request cost_request() counted already (a cancelled /v1 try's,
+ * reported by its worker later): usage cost only, no request. */
+void cost_compute(cost_book *b, size_t pool, size_t tenant, priority_class prio, double compute_s, double now);
 /* The tokens a /v1 request used (as its worker reported them, or as counted): priced at the
  * pool's cost.usd_per_1k_tokens on top of what cost_request() billed, and counted in
  * tierrouter_tokens_total. Call after cost_request() for the same request. */
@@ -35,7 +38,9 @@ void cost_tokens(cost_book *b, size_t pool, size_t tenant, priority_class prio, 
                  uint64_t completion, double now);
 /* Accrues fixed pools' cost since the last tick; backends: per pool, how many. */
 void cost_tick(cost_book *b, const size_t *backends, double now);
-/* Prometheus lines for tierrouter_cost_usd_total and tierrouter_tokens_total. */
+/* Prometheus lines for tierrouter_cost_usd_total, tierrouter_tokens_total (by pool and
+ * priority), tierrouter_tenant_tokens_total and tierrouter_compute_seconds_total (by pool,
+ * tenant and priority). */
 void cost_metrics(const cost_book *b, buf *out);
 /* One pool's cost and requests over the last window_s seconds (<= one hour). */
 void cost_pool_window(const cost_book *b, size_t pool, double window_s, double now, double *usd, double *requests);

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "clock.h"
 #include "router.h"
+#include "v1.h"
 
 static void log_events(router *r, rt_pool *p)
 {
@@ -98,7 +99,8 @@ static void on_drain_check(evutil_socket_t fd, short what, void *arg)
     /* connections whose reply went out before the drain marked it "Connection: close" (a
      * stream already under way) are idle now: closed like the others */
     h1srv_close_idle(r->http);
-    if (r->active || h1srv_unflushed(r->http)) return;
+    /* (cancelled /v1 tries whose usage is being asked of their workers too: seconds at most) */
+    if (r->active || r->n_v1_asks || h1srv_unflushed(r->http)) return;
     LOG_INFO_(NULL, "drained: no request in flight; exiting");
     event_del(r->drain_check);
     event_del(r->drain_timer);
@@ -291,10 +293,13 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     r.cost = cost_create(r.cfg, ts_now());
-    /* the policy's draws and the auth table's hash basis: unpredictable per process */
-    uint64_t seeds[2];
+    /* the policy's draws, the auth table's hash basis and the /v1 tries' key prefix:
+     * unpredictable per process (two routers never hand a worker the same key) */
+    uint64_t seeds[3];
     if (getrandom(seeds, sizeof seeds, GRND_NONBLOCK) != (ssize_t)sizeof seeds)
-        seeds[0] = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid(), seeds[1] = seeds[0] * 0x9e3779b97f4a7c15ull;
+        seeds[0] = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid(), seeds[1] = seeds[0] * 0x9e3779b97f4a7c15ull,
+        seeds[2] = seeds[1] ^ (uint64_t)(ts_now() * 1e9);
+    snprintf(r.v1_key_prefix, sizeof r.v1_key_prefix, "%016llx", (unsigned long long)seeds[2]);
     route_rng_seed(&r.rng, seeds[0]);
     r.auth = authlimit_create(r.cfg->auth_limit.max_failures, r.cfg->auth_limit.window_s, r.cfg->auth_limit.block_s,
                               seeds[1]);
@@ -388,6 +393,7 @@ int main(int argc, char **argv)
     h1srv_free(r.http);
     rt_dns_cancel(&r);
     event_base_loop(r.base, EVLOOP_NONBLOCK); /* the cancelled lookups' callbacks */
+    rt_v1_asks_end(&r); /* before the backends they ask go */
     rt_pools_free(&r);
     if (r.dns) evdns_base_free(r.dns, 1);
     event_free(r.tick);

@@ -151,10 +151,12 @@ static double reported_ms(const proxy_req *pr);
 /* The try of a client that left is closed: the backend sees its connection end and stops the
  * work (a worker cancels the sequence before its next step). Counted `cancelled`; billed the
  * compute time the worker reported before the cut: a reply below 400 whose head carried
- * Tierserve-Compute-Ms (the work is done by then: a KServe reply, a non-stream /v1 reply),
- * else none (a stream's report comes at its end, which never arrives); for /v1 also the
- * tokens seen so far (rt_v1_account's rule for a stream without usage). No SLO sample, no
- * backend verdict: neither the client nor the backend failed. Frees pr. */
+ * Tierserve-Compute-Ms (the work is done by then: a KServe reply, a non-stream /v1 reply).
+ * A /v1 try whose worker's report had arrived (a non-stream head's Tierserve-Usage, a
+ * stream's accounting line) is billed that; one closed before it (in its prefill, mid-stream)
+ * is billed what the worker says it spent, asked of it once it has let the sequence go
+ * (v1ask.c; without an answer, the tokens seen so far by rt_v1_account's rule). No SLO
+ * sample, no backend verdict: neither the client nor the backend failed. Frees pr. */
 static void cancel_try(proxy_req *pr)
 {
     router *r = pr->r;
@@ -163,7 +165,14 @@ static void cancel_try(proxy_req *pr)
     h1cli_cancel(pr->bq); /* also from inside the try's own callback: no callback follows */
     pr->bq = NULL;
     count(pr, OUT_CANCELLED, 0);
-    if (pr->is_infer) bill(pr, pr->head_status && pr->head_status < 400 ? reported_ms(pr) / 1e3 : 0);
+    double compute_s = pr->head_status && pr->head_status < 400 ? reported_ms(pr) / 1e3 : 0;
+    if (pr->is_infer && pr->v1.target && pr->head_status < 400 && !rt_v1_reported(pr)) {
+        cost_request(r->cost, rt_pool_index(pr->pool), cost_tenant_index(r->cfg, pr->tenant), pr->prio, compute_s,
+                     ts_now());
+        rt_v1_ask_cancelled(pr); /* the tokens and the rest of the compute when the worker answers */
+    } else if (pr->is_infer) {
+        bill(pr, compute_s);
+    }
     proxy_free(pr);
 }
 
@@ -615,6 +624,7 @@ static int v1_request(proxy_req *pr, char *uri, size_t len, h1cli_header *h, siz
     /* the worker's exact usage and compute time (v1.h): the router builds every header it
      * sends, so a client's own Tierserve-Accounting never reaches a worker */
     h[(*n)++] = (h1cli_header){"Tierserve-Accounting", "1"};
+    h[(*n)++] = (h1cli_header){RT_V1_KEY_HEADER, pr->v1.key}; /* for a report after a cancel */
     return 0;
 }
 

@@ -73,6 +73,7 @@ typedef struct rt_backend {
     size_t n_llms, llms_omitted;
     /* passive health */
     unsigned in_flight, consecutive_failures, ejections;
+    unsigned v1_asks;    /* cancel reports being asked of it (v1ask.c): not freed until they end */
     double ejected_until;
     uint64_t requests, failures;
 } rt_backend;
@@ -166,6 +167,13 @@ typedef struct router {
     route_rng rng;      /* the policy's random draws (seeded once at start) */
     rt_event events[RT_EVENTS]; /* the timeline ring: events[(seq - 1) % RT_EVENTS] */
     uint64_t n_events;
+    /* /v1 accounting (v1.h): each try's key is v1_key_prefix (random, per process) and a
+     * counter; cancelled tries' reports being asked of their workers (v1ask.c, a list) */
+    char v1_key_prefix[17];
+    uint64_t v1_keys;
+    void *v1_asks;
+    unsigned n_v1_asks;
+    uint64_t v1_reports[2]; /* cancelled tries billed by: [0] the worker's report, [1] the router's count */
 } router;
 
 /* Where p stands in router.pools (metrics, cost and event tables are indexed by it). */

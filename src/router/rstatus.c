@@ -355,11 +355,17 @@ void rt_metrics(router *r, buf *b)
                   "# HELP tierrouter_backend_reply_mismatches_total Backend replies dropped for not echoing the request id\n"
                   "# TYPE tierrouter_backend_reply_mismatches_total counter\ntierrouter_backend_reply_mismatches_total %llu\n"
                   "# HELP tierrouter_connections_refused_total Connections closed on accept: max_connections were open\n"
-                  "# TYPE tierrouter_connections_refused_total counter\ntierrouter_connections_refused_total %llu\n",
+                  "# TYPE tierrouter_connections_refused_total counter\ntierrouter_connections_refused_total %llu\n"
+                  "# HELP tierrouter_v1_cancel_reports_total Cancelled /v1 tries billed by the worker's report (worker) "
+                  "or, without one, by what the router saw (router)\n"
+                  "# TYPE tierrouter_v1_cancel_reports_total counter\n"
+                  "tierrouter_v1_cancel_reports_total{source=\"worker\"} %llu\n"
+                  "tierrouter_v1_cancel_reports_total{source=\"router\"} %llu\n",
                (unsigned long long)r->retries, (unsigned long long)r->retries_denied,
                (unsigned long long)r->ejections_total, (unsigned long long)r->stream_pauses,
                (unsigned long long)r->reply_mismatches,
-               (unsigned long long)(r->http ? h1srv_refused(r->http) : 0));
+               (unsigned long long)(r->http ? h1srv_refused(r->http) : 0), (unsigned long long)r->v1_reports[0],
+               (unsigned long long)r->v1_reports[1]);
     /* per GPU pool: its policy's stage, pressure, failover, CPU shares and decisions */
     static const char *const gauges[] = {"stage", "pressure", "hard_failover"};
     static const char *const gauge_help[] = {"Policy stage: index into policy.stages (0: all on the GPU pool)",

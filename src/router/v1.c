@@ -239,6 +239,7 @@ int rt_v1_body_for(proxy_req *pr, const uint8_t **body, size_t *len)
 void rt_v1_try_start(proxy_req *pr)
 {
     rt_v1 *v = &pr->v1;
+    snprintf(v->key, sizeof v->key, "%s-%llx", pr->r->v1_key_prefix, (unsigned long long)++pr->r->v1_keys);
     buf_free(&v->line);
     buf_init(&v->line, RT_V1_LINE_MAX);
     buf_free(&v->reply);
@@ -252,10 +253,15 @@ void rt_v1_try_start(proxy_req *pr)
     v->acct_compute_ms = 0;
 }
 
+static void on_acct(rt_v1 *v, const char *s, size_t n);
+
 void rt_v1_reply_head(proxy_req *pr, h1cli_req *q)
 {
     const char *ct = h1cli_resp_header(q, "Content-Type");
     pr->v1.sse = ct && strncasecmp(ct, "text/event-stream", 17) == 0;
+    /* a whole reply's report, in the accounting line's words (a stream's comes at its end) */
+    const char *usage = h1cli_resp_header(q, RT_V1_USAGE_HEADER);
+    if (usage && !pr->v1.sse) on_acct(&pr->v1, usage, strlen(usage));
 }
 
 static bool nonempty_string(json_t *o, const char *key)
@@ -440,6 +446,8 @@ void rt_v1_reply_flush(proxy_req *pr, rt_v1_pass_fn pass)
     v->n_hold = 0;
 }
 
+bool rt_v1_reported(const proxy_req *pr) { return pr->v1.have_acct; }
+
 bool rt_v1_compute_ms(const proxy_req *pr, double *ms)
 {
     if (!pr->v1.have_acct) return false;
@@ -451,7 +459,9 @@ void rt_v1_reply_body(proxy_req *pr, const uint8_t *data, size_t len, rt_v1_pass
 {
     rt_v1 *v = &pr->v1;
     if (!v->sse) {
-        buf_put(&v->reply, data, len); /* past its limit it fails and is not read */
+        /* kept to read its usage only when the head brought no report (an older worker);
+         * past its limit it fails and is not read */
+        if (!v->have_acct) buf_put(&v->reply, data, len);
         pass(pr, data, len);
         return;
     }
@@ -481,20 +491,27 @@ void rt_v1_reply_body(proxy_req *pr, const uint8_t *data, size_t len, rt_v1_pass
     if (run < end) pass(pr, run, (size_t)(end - run));
 }
 
-void rt_v1_account(proxy_req *pr)
+void rt_v1_seen(proxy_req *pr, uint64_t *prompt, uint64_t *completion)
 {
     rt_v1 *v = &pr->v1;
-    router *r = pr->r;
-    if (!v->sse && !buf_failed(&v->reply) && v->reply.len) {
+    if (!v->have_acct && !v->sse && !buf_failed(&v->reply) && v->reply.len) { /* an older worker's reply */
         json_t *doc = json_loadb((const char *)v->reply.data, v->reply.len, 0, NULL);
         if (doc) read_usage(v, doc);
         json_decref(doc);
     }
-    /* the worker's own count when it gave one (its accounting line, else the reply's usage);
+    /* the worker's own count when it gave one (its Tierserve-Usage or accounting line, else
+     * the reply's usage);
      * else, for a stream, one token per chunk with content (what an OpenAI-style server sends
      * without include_usage) and no prompt */
-    uint64_t prompt = v->have_acct ? v->acct_prompt : v->have_usage ? v->prompt : 0;
-    uint64_t completion = v->have_acct ? v->acct_completion : v->have_usage ? v->completion : v->sse ? v->tokens : 0;
+    *prompt = v->have_acct ? v->acct_prompt : v->have_usage ? v->prompt : 0;
+    *completion = v->have_acct ? v->acct_completion : v->have_usage ? v->completion : v->sse ? v->tokens : 0;
+}
+
+void rt_v1_account(proxy_req *pr)
+{
+    router *r = pr->r;
+    uint64_t prompt, completion;
+    rt_v1_seen(pr, &prompt, &completion);
     cost_tokens(r->cost, rt_pool_index(pr->pool), cost_tenant_index(r->cfg, pr->tenant), pr->prio, prompt,
                 completion, ts_now());
 }

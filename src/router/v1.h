@@ -8,14 +8,22 @@
  * error the router itself answers on /v1 has OpenAI's shape
  * {"error":{"message","type","param","code"}}.
  *
- * Accounting: every /v1 try carries `Tierserve-Accounting: 1`. A worker that sees it reports
- * what the request used, exactly: a non-stream reply in its Tierserve-Compute-Ms header (its
- * body's usage has the tokens), a stream in one SSE comment line just before `data: [DONE]`,
+ * Accounting: every /v1 try carries `Tierserve-Accounting: 1` and a key of its own,
+ * `Tierserve-Accounting-Key: <key>` (a random prefix per router process and a counter:
+ * unique across tries, retries and router replicas, and naming no tenant). A worker that
+ * sees them reports what the request used, exactly, without the router reading the body:
+ * a non-stream reply in its head,
+ *   Tierserve-Usage: prompt_tokens=N completion_tokens=M compute_ms=X
+ * (and Tierserve-Compute-Ms, as KServe replies; an older worker sends only that, and then
+ * the body's "usage" is read, up to RT_V1_REPLY_MAX), a stream in one SSE comment line just
+ * before `data: [DONE]`,
  *   : tierserve-usage prompt_tokens=N completion_tokens=M compute_ms=X
  * That line is the router's: it is taken out of the stream (the client gets every other
  * byte as the worker wrote it). To take it out without delaying the stream, a line is passed
  * on as soon as its first bytes differ from RT_V1_ACCT_PREFIX; only bytes that still match
  * (at most its length) wait, and are passed on once they stop matching or the reply ends.
+ * A try the router closes before either report arrived (its client left) is reported by
+ * the worker on request, keyed by the try's key: see rt_v1_ask_cancelled (v1ask.c).
  *
  * The state below is embedded in each proxy_req (pr->v1) and owned by it: rt_v1_free()
  * releases what it holds. Nothing here keeps global state. */
@@ -41,6 +49,9 @@ struct router;
 #define RT_V1_TOKENS_CAP ((uint64_t)1 << 32)
 #define RT_V1_ACCT_PREFIX ": tierserve-usage "
 #define RT_V1_ACCT_PREFIX_LEN (sizeof RT_V1_ACCT_PREFIX - 1)
+#define RT_V1_USAGE_HEADER "Tierserve-Usage"
+#define RT_V1_KEY_HEADER "Tierserve-Accounting-Key"
+#define RT_V1_KEY_MAX 48 /* "<16 hex>-<counter in hex>" and its NUL */
 
 typedef struct {
     const char *target;       /* "/v1/chat/completions" or "/v1/completions"; NULL: not /v1 */
@@ -65,6 +76,7 @@ typedef struct {
     bool have_acct;
     uint64_t acct_prompt, acct_completion;
     double acct_compute_ms;
+    char key[RT_V1_KEY_MAX]; /* the current try's Tierserve-Accounting-Key */
 } rt_v1;
 
 /* Where rt_v1_reply_body sends the bytes the client may see. */
@@ -91,7 +103,7 @@ int rt_v1_parse(struct proxy_req *pr, char *msg, size_t len, const char **param)
  * (kept until the next call or rt_v1_free). Returns 0, or -1 when it cannot be built (out of memory). */
 int rt_v1_body_for(struct proxy_req *pr, const uint8_t **body, size_t *len);
 
-/* The reply of a new try: forget what the last one said. */
+/* The reply of a new try: forget what the last one said; the try gets a new key. */
 void rt_v1_try_start(struct proxy_req *pr);
 /* Its head arrived (q's headers). */
 void rt_v1_reply_head(struct proxy_req *pr, h1cli_req *q);
@@ -107,12 +119,29 @@ void rt_v1_reply_flush(struct proxy_req *pr, rt_v1_pass_fn pass);
  * Tierserve-Compute-Ms header): exactly s[0..n) (no NUL needed), digits with at most one '.',
  * at most 24 bytes, from 0 to a day. Anything else (signs, spaces, 0x, exponents) is false. */
 bool rt_v1_read_ms(const char *s, size_t n, double *out);
-/* The compute time the worker's accounting line reported, if the stream had one. */
+/* The compute time the worker reported (its Tierserve-Usage or accounting line), if any. */
 bool rt_v1_compute_ms(const struct proxy_req *pr, double *ms);
+/* Did the current try's worker report its usage (Tierserve-Usage, or the accounting line)? */
+bool rt_v1_reported(const struct proxy_req *pr);
 /* A reply below 400 ended complete, or its client left (cancelled): its tokens (and their
- * cost) are counted: the accounting line's, else the reply's usage, else one per chunk with
+ * cost) are counted: the worker's report, else the reply's usage, else one per chunk with
  * content. */
 void rt_v1_account(struct proxy_req *pr);
+/* The counts rt_v1_account bills, without billing them. */
+void rt_v1_seen(struct proxy_req *pr, uint64_t *prompt, uint64_t *completion);
+
+/* v1ask.c. The try of a /v1 request whose client left was closed before the worker's
+ * report came (cancel_try in proxy.c; cost_request has counted the request, with the
+ * compute its head reported if any). Its tokens and compute are billed to the request's
+ * pool, tenant and priority once its worker answers GET /v1/accounting/{key} (asked after
+ * 25 ms, then again while the worker says the request is still winding down, about 3 s in
+ * all; at most RT_V1_ASKS_MAX asks wait at once), else, when it cannot (an older worker,
+ * no record, the worker unreachable), by rt_v1_account's rule over what the router saw.
+ * Copies what it needs: pr may be freed right after. */
+#define RT_V1_ASKS_MAX 1024
+void rt_v1_ask_cancelled(struct proxy_req *pr);
+/* Shutdown: the asks still waiting are billed by the fallback rule and freed. */
+void rt_v1_asks_end(struct router *r);
 
 /* GET /v1/models (one == NULL) or /v1/models/{one}: the union of the names the pools serve
  * (their model maps; for a pool without one, what its backends list in /v2/status), in

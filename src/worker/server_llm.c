@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "health.h"
 #include "hist.h"
+#include "llm_acct.h"
 #include "llm_engine.h"
 #include "llm_model.h"
 #include "log.h"
@@ -113,6 +114,9 @@ typedef struct lreq {
     size_t stop_len[LLM_MAX_STOPS], n_stops, max_stop;
     size_t n_prompt, n_gen;
     _Atomic uint64_t compute_ns; /* its share of the engine's Run()s (llm_gen_params.compute_ns) */
+    _Atomic uint64_t made;       /* tokens its sequence generated (the loop may take fewer) */
+    _Atomic bool joined;         /* its sequence left the wait queue: the prefill began */
+    llm_acct_live acct;          /* tracked for the router's cancel report (llm_acct.h) */
     double t_arrive;
     struct event *timer;      /* the deadline, armed at arrival */
     bool timed_out;           /* the deadline's 504 went out while the request was prepared */
@@ -358,11 +362,18 @@ static void free_req(lreq *r)
     free(r);
 }
 
-/* Freed once the HTTP side and the sequence are both over. */
+static double compute_ms(lreq *r) { return (double)atomic_load(&r->compute_ns) / 1e6; }
+
+/* Freed once the HTTP side and the sequence are both over. A request the router gave a key
+ * leaves it its usage (llm_acct.h), final now: its whole prompt once the prefill began (as a
+ * finished request's usage counts it), every token its sequence made, the compute of every
+ * Run() it took part in. */
 static void maybe_free(lreq *r)
 {
     if (r->busy || r->preparing || r->http || (r->added && !r->engine_done)) return;
     server *srv = r->srv;
+    llm_acct_usage u = {atomic_load(&r->joined) ? r->n_prompt : 0, atomic_load(&r->made), compute_ms(r)};
+    llm_acct_end(srv->llm_acct, &r->acct, &u, ts_now());
     srv->in_flight--;
     free_req(r);
     server_maybe_finish_drain(srv);
@@ -589,9 +600,13 @@ static void stream_end(lreq *r)
 }
 
 /* Did the router ask for this request's accounting (Tierserve-Accounting: 1)? Then a
- * non-stream reply carries Tierserve-Compute-Ms (as KServe replies do) and a stream one SSE
- * comment line before data: [DONE] (SSE clients skip comments; the router takes it out):
+ * non-stream reply carries Tierserve-Compute-Ms (as KServe replies do) and
+ *   Tierserve-Usage: prompt_tokens=N completion_tokens=M compute_ms=X
+ * in its head, and a stream the same words in one SSE comment line before data: [DONE]
+ * (SSE clients skip comments; the router takes it out):
  *   : tierserve-usage prompt_tokens=N completion_tokens=M compute_ms=X
+ * A request the router also gave a Tierserve-Accounting-Key is reported, once it is over, at
+ * GET /v1/accounting/{key} (llm_acct.h): what the router asks after it cancelled it.
  * N and M are the usage's own counts (the end-of-sequence token and tokens whose text was
  * held back or cut at a stop string included), X the sequence's share of the Run()s it took
  * part in: its own prefill chunks whole, each decode step divided by the sequences in it
@@ -601,8 +616,6 @@ static bool wants_accounting(const lreq *r)
     const char *h = r->http ? h1req_header(r->http, "Tierserve-Accounting") : NULL;
     return h && strcmp(h, "1") == 0;
 }
-
-static double compute_ms(lreq *r) { return (double)atomic_load(&r->compute_ns) / 1e6; }
 
 /* The answer, whole (non-stream) or its last chunks. */
 static void finish_reply(lreq *r, const char *reason)
@@ -657,9 +670,14 @@ static void finish_reply(lreq *r, const char *reason)
         put_usage(r, &b);
         buf_putc(&b, '}');
         if (acct) {
-            char cms[32];
+            /* the compute time as KServe replies carry it, and the whole report in the
+             * stream line's words: the router bills from the head, never from the body */
+            char cms[32], usage[160];
             snprintf(cms, sizeof cms, "%.3f", compute_ms(r));
             h1req_add_header(r->http, "Tierserve-Compute-Ms", cms);
+            snprintf(usage, sizeof usage, "prompt_tokens=%zu completion_tokens=%zu compute_ms=%s", r->n_prompt,
+                     r->n_gen, cms);
+            h1req_add_header(r->http, "Tierserve-Usage", usage);
         }
         h1req_reply(r->http, 200, "application/json", &b);
         buf_free(&b);
@@ -745,6 +763,7 @@ static void on_token(void *ud, uint64_t seq, int32_t tok, llm_finish fin, const 
     lreq *r = ud;
     double now = ts_now();
     if (tok >= 0) {
+        atomic_fetch_add(&r->made, 1);
         if (!r->got_first) hist_observe(&r->L->ttft, now - r->t_arrive);
         else hist_observe(&r->L->itl, now - r->t_last);
         r->got_first = true;
@@ -778,6 +797,7 @@ static void on_join(void *ud, uint64_t seq)
 {
     (void)seq;
     lreq *r = ud;
+    atomic_store(&r->joined, true);
     hist_observe(&r->L->queue, ts_now() - r->t_arrive);
 }
 
@@ -825,16 +845,20 @@ static void on_tokens(void *item, void *ctx)
 
 int server_llm_init(server *srv)
 {
-    srv->llm_done = doneq_create(srv->base, on_tokens, srv);
+    srv->llm_acct = llm_acct_new();
+    srv->llm_done = srv->llm_acct ? doneq_create(srv->base, on_tokens, srv) : NULL;
     return srv->llm_done ? 0 : -1;
 }
 
 void server_llm_shutdown(server *srv)
 {
-    if (!srv->llm_done) return;
-    doneq_flush(srv->llm_done);
-    doneq_destroy(srv->llm_done);
-    srv->llm_done = NULL;
+    if (srv->llm_done) {
+        doneq_flush(srv->llm_done); /* the requests it frees end their tracking first */
+        doneq_destroy(srv->llm_done);
+        srv->llm_done = NULL;
+    }
+    llm_acct_free(srv->llm_acct);
+    srv->llm_acct = NULL;
 }
 
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
@@ -1197,6 +1221,32 @@ static void handle_models(server *srv, h1req *req, const char *one)
     buf_free(&b);
 }
 
+/* GET /v1/accounting/{key}: the router's question after it cancelled a try (llm_acct.h).
+ * 200 with the usage once the request is over; 202 while it is still winding down (its
+ * connection's end not seen yet, or its sequence not out of the engine yet: ask again);
+ * 404 when nothing is known (no such try, or its record expired or was overwritten). */
+static void handle_accounting(server *srv, h1req *req, const char *key)
+{
+    llm_acct_usage u = {0};
+    llm_acct_state st = llm_acct_key_ok(key) ? llm_acct_find(srv->llm_acct, key, ts_now(), &u) : LLM_ACCT_UNKNOWN;
+    if (st == LLM_ACCT_UNKNOWN) {
+        server_llm_error(req, 404, NULL, "accounting_not_found", "no accounting for this key: unknown, or its "
+                         "record expired");
+        return;
+    }
+    buf b;
+    buf_init(&b, 1024);
+    buf_puts(&b, "{\"key\":");
+    buf_put_json_str(&b, key, strlen(key));
+    if (st == LLM_ACCT_RUNNING)
+        buf_puts(&b, ",\"state\":\"running\"}");
+    else
+        buf_printf(&b, ",\"state\":\"done\",\"prompt_tokens\":%llu,\"completion_tokens\":%llu,\"compute_ms\":%.3f}",
+                   (unsigned long long)u.prompt_tokens, (unsigned long long)u.completion_tokens, u.compute_ms);
+    h1req_reply(req, st == LLM_ACCT_RUNNING ? 202 : 200, "application/json", &b);
+    buf_free(&b);
+}
+
 /* X-Priority (the router's header): urgent 0, normal 1, batch 2. */
 static int parse_priority(h1req *req, int *out, verr *e)
 {
@@ -1494,6 +1544,9 @@ static void handle_generate(server *srv, h1req *req, bool chat)
     srv->in_flight++;
     r->http = req;
     h1req_on_end(req, on_http_end, r);
+    /* the router's key for this try, when it asked for accounting: tracked for its report */
+    const char *key = h1req_header(req, "Tierserve-Accounting-Key");
+    if (wants_accounting(r) && llm_acct_key_ok(key)) llm_acct_begin(srv->llm_acct, &r->acct, key);
     return;
 refuse:
     if (r) free_req(r);
@@ -1510,6 +1563,15 @@ void server_handle_v1(server *srv, h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTP
             return;
         }
         handle_models(srv, req, n == 3 ? segs[2] : NULL);
+        return;
+    }
+    if (n == 3 && strcmp(segs[1], "accounting") == 0) {
+        if (me != H1_GET) {
+            h1req_add_header(req, "Allow", "GET");
+            server_llm_error(req, 405, NULL, NULL, "method not allowed for this endpoint (GET)");
+            return;
+        }
+        handle_accounting(srv, req, segs[2]);
         return;
     }
     bool chat = n == 3 && strcmp(segs[1], "chat") == 0 && strcmp(segs[2], "completions") == 0;

@@ -54,8 +54,9 @@ class WholeReply(FakeHTTP):
         return True
 
 
-def usage_router(tmp_path, w):
-    cfg = pools_config([("llm", "cpu", False, [w.port], [("chat", "tiny")])])
+def usage_router(tmp_path, w, extra=""):
+    """A router with one usage-priced pool `llm` of backend w serving `chat` as `tiny`."""
+    cfg = pools_config([("llm", "cpu", False, [w.port], [("chat", "tiny")])], extra)
     cfg = cfg.replace("    models:\n", f"    cost: {{model: usage, usd_per_hour: {USD_PER_HOUR}}}\n    models:\n")
     r = Router(cfg, tmp_path)
     r.wait_healthy(1)
@@ -177,17 +178,153 @@ def test_token_counts_are_capped_per_request(one):
 def test_tierserve_compute_ms_is_read_by_the_accounting_lines_rule(tmp_path, value, billed_ms):
     """A non-stream reply's Tierserve-Compute-Ms: digits with at most one '.', 0 to a day,
     as in the stream's line; anything else (exponents, hex, signs) is no report."""
-    doc = json.dumps({"choices": [{"index": 0, "text": "a"}],
+    billed_tokens, usd = bill_whole_reply(tmp_path, "a", b"Tierserve-Compute-Ms: " + value.encode() + b"\r\n")
+    assert billed_tokens == (1, 1)
+    assert usd == pytest.approx(billed_ms / 1e3 * USD_PER_HOUR / 3600)
+
+
+def bill_whole_reply(tmp_path, text, head_lines):
+    """One non-stream reply of `text` whose body's usage says 1 and 1, with head_lines in its
+    head, through a new router: (tokens, cost) it was billed."""
+    doc = json.dumps({"choices": [{"index": 0, "text": text}],
                       "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
     w = WholeReply(lambda head: b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + echo_id(head) +
-                   b"Tierserve-Compute-Ms: " + value.encode() + b"\r\n" +
-                   b"Content-Length: %d\r\n\r\n" % len(doc) + doc)
+                   head_lines + b"Content-Length: %d\r\n\r\n" % len(doc) + doc)
     r = usage_router(tmp_path, w)
     try:
         head, body = request(r, stream=False)
         assert body == doc
-        assert tokens(r) == (1, 1)
-        assert cost(r) == pytest.approx(billed_ms / 1e3 * USD_PER_HOUR / 3600)
+        return tokens(r), cost(r)
     finally:
         assert r.stop() == 0
+        w.close()
+
+
+@pytest.mark.parametrize("usage,billed,ms", [("prompt_tokens=7 completion_tokens=5 compute_ms=250", (7, 5), 250),
+                                             ("prompt_tokens=7 completion_tokens=x compute_ms=250", (0, 0), 40)])
+def test_a_whole_reply_is_billed_from_its_tierserve_usage_head(tmp_path, usage, billed, ms):
+    """The worker's report in the head is billed, whatever the body (2 MiB here, past the
+    1 MiB the router would read for its usage) says; a malformed report is ignored, and then
+    only an older worker's ways are left: Tierserve-Compute-Ms, and the body, too long."""
+    billed_tokens, usd = bill_whole_reply(tmp_path, "a" * (2 << 20), b"Tierserve-Compute-Ms: 40\r\n"
+                                          b"Tierserve-Usage: " + usage.encode() + b"\r\n")
+    assert billed_tokens == billed
+    assert usd == pytest.approx(ms / 1e3 * USD_PER_HOUR / 3600)
+
+
+class Cancelled(FakeHTTP):
+    """Streams one chunk of a /v1 request and then nothing (until the router closes the
+    connection); answers GET /v1/accounting/{key} with `answers` in turn (the last one
+    repeated), recording each key asked."""
+
+    def __init__(self, answers):
+        self.answers = answers
+        self.asked = []
+        self.heads = []
+        super().__init__()
+
+    def respond(self, c, head, body):
+        m = re.match(rb"GET /v1/accounting/([^ ]+) ", head)
+        if m:
+            self.asked.append(m.group(1).decode())
+            code, doc = self.answers[min(len(self.asked), len(self.answers)) - 1]
+            c.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n" % code + echo_id(head) +
+                      b"Content-Length: %d\r\n\r\n" % len(doc) + doc)
+            return True
+        self.heads.append(head)
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + echo_id(head) +
+                  b"Transfer-Encoding: chunked\r\n\r\n")
+        ev = b'data: {"choices":[{"index":0,"text":"a"}]}\n\n'
+        c.sendall(b"%x\r\n" % len(ev) + ev + b"\r\n")
+        try:
+            c.recv(1)  # the router's close
+        except OSError:
+            pass
+        return False
+
+
+def leave_after_first_chunk(r):
+    body = json.dumps({"model": "chat", "prompt": "x", "stream": True}).encode()
+    s = socket.create_connection(("127.0.0.1", r.port), timeout=20)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    got = b""
+    while b'"text":"a"' not in got:
+        got += s.recv(65536)
+    s.close()
+
+
+def wait_reports(r, source, n=1):
+    deadline = time.time() + 10
+    while time.time() < deadline and metric(r, "tierrouter_v1_cancel_reports_total", source=source) != n:
+        time.sleep(0.05)
+    return metric(r, "tierrouter_v1_cancel_reports_total", source=source)
+
+
+def test_a_cancelled_stream_is_billed_what_its_worker_reports(tmp_path):
+    """The client leaves after the first chunk: the router asks the worker for the try's
+    usage by the try's key, asks again while it says 202 (winding down), and bills the
+    report: prompt, completion and compute."""
+    done = json.dumps({"key": "k", "state": "done", "prompt_tokens": 1500, "completion_tokens": 30,
+                       "compute_ms": 2500.5}).encode()
+    w = Cancelled([(202, b'{"state":"running"}'), (200, done)])
+    r = usage_router(tmp_path, w)
+    try:
+        leave_after_first_chunk(r)
+        assert wait_reports(r, "worker") == 1
+        assert tokens(r) == (1500, 30)
+        assert cost(r) == pytest.approx(2.5005 * USD_PER_HOUR / 3600)
+        key = re.search(r"(?im)^tierserve-accounting-key: *([^\r\n]+)", w.heads[0].decode()).group(1)
+        assert w.asked == [key, key]
+        assert metric(r, "tierrouter_requests_total", pool="llm", priority="normal", outcome="cancelled") == 1
+    finally:
+        assert r.stop() == 0
+        w.close()
+
+
+@pytest.mark.parametrize("answer,asks", [
+    ((404, b'{"error":{}}'), 2),  # an older worker, or no record: asked once more, then given up
+    ((202, b'{"state":"running"}'), 7),  # winding down for ever: given up after about 3 s
+    ((200, b'{"state":"done","prompt_tokens":-1,"completion_tokens":1,"compute_ms":1}'), 1),
+    ((200, b'{"state":"done","prompt_tokens":1,"completion_tokens":1,"compute_ms":1e12}'), 1),
+    ((200, b'{"state":"running","prompt_tokens":1,"completion_tokens":1,"compute_ms":1}'), 1),
+    ((200, b"x" * 5000), 1),
+])
+def test_without_a_good_report_a_cancelled_stream_is_billed_what_passed(tmp_path, answer, asks):
+    w = Cancelled([answer])
+    r = usage_router(tmp_path, w)
+    try:
+        leave_after_first_chunk(r)
+        assert wait_reports(r, "router") == 1
+        assert tokens(r) == (0, 1)  # the one chunk with content, no prompt
+        assert cost(r) == 0
+        assert len(w.asked) == asks
+    finally:
+        assert r.stop() == 0
+        w.close()
+
+
+def test_every_try_has_a_key_of_its_own(one):
+    r, w = one
+    w.pieces = [b'data: {"choices":[{"index":0,"text":"a"}]}\n\n', b"data: [DONE]\n\n"]
+    stream(r)
+    stream(r)
+    keys = [re.search(r"(?im)^tierserve-accounting-key: *([^\r\n]+)", h.decode()).group(1) for h in w.heads]
+    assert len(keys) == 2 and keys[0] != keys[1], keys
+    assert all(re.fullmatch(r"[0-9a-f]{16}-[0-9a-f]+", k) for k in keys), keys
+    assert keys[0].split("-")[0] == keys[1].split("-")[0]  # one prefix per router process
+
+
+def test_a_drain_waits_for_the_question_under_way(tmp_path):
+    """SIGTERM right after a cancel: the router still asks (the worker keeps saying 202),
+    bills what it saw when it gives up, and exits cleanly (every question freed)."""
+    w = Cancelled([(202, b'{"state":"running"}')])
+    r = usage_router(tmp_path, w)
+    try:
+        leave_after_first_chunk(r)
+        time.sleep(0.1)
+        t0 = time.time()
+        assert r.stop() == 0
+        assert len(w.asked) == 7 and time.time() - t0 < 10, (w.asked, time.time() - t0)
+    finally:
         w.close()
