@@ -247,14 +247,18 @@ static jnode *parse_member(parser *p, jnode *object)
             while (!is(p, TK_RBRACKET)) {
                 if (p->cur >= p->n)
                     PFAIL(p, "line %u: the template ends inside [...]", line_here(p));
-                if (ns == 3)
-                    PFAIL(p, "line %u: expected 0-3 arguments for slice expression", line_here(p));
+                /* the original collects any number and checks the count of a slice only */
                 if (is(p, TK_COLON)) {
-                    sl[ns++] = NULL;
+                    if (ns < 3)
+                        sl[ns] = NULL;
+                    ns++;
                     p->cur++;
                     slice = true;
                 } else {
-                    sl[ns++] = parse_expression(p);
+                    jnode *e = parse_expression(p);
+                    if (ns < 3)
+                        sl[ns] = e;
+                    ns++;
                     if (is(p, TK_COLON)) {
                         p->cur++;
                         slice = true;
@@ -264,6 +268,8 @@ static jnode *parse_member(parser *p, jnode *object)
             if (ns == 0)
                 PFAIL(p, "line %u: expected at least one argument for member/slice expression", line_here(p));
             if (slice) {
+                if (ns > 3)
+                    PFAIL(p, "line %u: expected 0-3 arguments for slice expression", line_here(p));
                 prop = node(p, N_SLICE);
                 prop->a = sl[0];
                 prop->b = sl[1];

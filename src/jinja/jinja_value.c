@@ -182,11 +182,11 @@ static void put_float(jrt *rt, double n, jsb *out)
 
 static void raw_array(jrt *rt, const jarr *a, jsb *out)
 {
-    /* String(array of RuntimeValue objects) */
+    /* String(array of RuntimeValues): join(",") calls each element's toString() */
     for (size_t i = 0; i < a->n; i++) {
         if (i)
             jsb_putc(rt, out, ',');
-        jsb_put(rt, out, "[object Object]", 15);
+        js_tostring(rt, a->v[i], out);
     }
 }
 

@@ -153,12 +153,15 @@ function render(template, vars) {
   try {
     tmpl = new Template(template);
   } catch (e) {
-    return { parse_error: String(e.message) };
+    return { parse_error: String(e.message).toWellFormed() };
   }
   try {
-    return { text: tmpl.render(vars) };
+    const text = tmpl.render(vars);
+    // Half a surrogate pair (indexing a string inside an emoji) has no UTF-8 form: src/jinja
+    // writes U+FFFD there (jinja.h), so such a rendering is recorded but not compared.
+    return text.isWellFormed() ? { text } : { unpaired: text.toWellFormed() };
   } catch (e) {
-    return { error: String(e && e.message !== undefined ? e.message : e) };
+    return { error: String(e && e.message !== undefined ? e.message : e).toWellFormed() };
   }
 }
 
@@ -227,7 +230,7 @@ function mutateTemplate(r, text) {
       }
     }
   }
-  return text;
+  return text.toWellFormed(); // an edit may split a surrogate pair: JSON carries no half of one
 }
 
 function mutateVars(r, vars) {
