@@ -17,7 +17,10 @@ static const char *const METHOD[] = {"upper", "lower", "strip", "title", "capita
                                      "startswith", "endswith", "split", "replace",
                                      "get", "items", "keys", "values", "dictsort"};
 
-static bool name_is(const char *s, size_t len, const char *w)
+/* w is a literal: its length is known at compile time (names are compared on every call) */
+#define name_is(s, len, w) ((len) == sizeof(w) - 1 && memcmp((s), (w), sizeof(w) - 1) == 0)
+
+static bool name_eq(const char *s, size_t len, const char *w)
 {
     return len == strlen(w) && memcmp(s, w, len) == 0;
 }
@@ -28,14 +31,14 @@ jval jb_member_builtin(jrt *rt, jval obj, const char *name, size_t len)
         if (name_is(name, len, "length"))
             return jv_num(JT_INT, (double)js_utf16_len(obj.u.s, obj.len));
         for (int m = 0; m < M_STR_END; m++)
-            if (name_is(name, len, METHOD[m]))
+            if (name_eq(name, len, METHOD[m]))
                 return jv_func(rt, F_METHOD, m, obj);
     } else if (jv_is_arr(obj)) {
         if (name_is(name, len, "length"))
             return jv_num(JT_INT, (double)obj.u.a->n);
     } else if (jv_is_obj(obj)) {
         for (int m = M_GET; m < M_END; m++)
-            if (name_is(name, len, METHOD[m]))
+            if (name_eq(name, len, METHOD[m]))
                 return jv_func(rt, F_METHOD, m, obj);
     }
     return jv_undef();
@@ -590,7 +593,7 @@ static bool test_known(const char *name, size_t len)
                                     "number", "integer", "iterable", "mapping", "sequence", "lower", "upper",
                                     "defined", "undefined", "equalto", "eq"};
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
-        if (name_is(name, len, T[i]))
+        if (name_eq(name, len, T[i]))
             return true;
     return false;
 }

@@ -881,7 +881,7 @@ static jval from_json(jrt *rt, const json_t *j, unsigned depth)
         size_t nint = 0;
         json_object_foreach(unconst(j), key, v) {
             double x;
-            if (array_index_key(key, strlen(key), &x))
+            if (key[0] >= '0' && key[0] <= '9' && array_index_key(key, strlen(key), &x))
                 nint++;
         }
         if (nint) {
@@ -906,7 +906,7 @@ static jval from_json(jrt *rt, const json_t *j, unsigned depth)
         }
         json_object_foreach(unconst(j), key, v) {
             double x;
-            size_t kl = strlen(key);
+            size_t kl = json_object_iter_key_len(json_object_key_to_iter(key));
             if (!nint || !array_index_key(key, kl, &x))
                 jobj_set(rt, o, key, kl, from_json(rt, v, depth + 1));
         }
