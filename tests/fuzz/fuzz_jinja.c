@@ -36,7 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     buf_init(&out, 1 << 20);
     buf_put(&out, "keep", 4);
     if (jinja_render(t, vars, NULL, &out, &err) != 0) {
-        if (!(err.kind == JINJA_ERR_RENDER || err.kind == JINJA_ERR_RAISED || err.kind == JINJA_ERR_LIMIT))
+        if (!(err.kind == JINJA_ERR_RENDER || err.kind == JINJA_ERR_RAISED || err.kind == JINJA_ERR_LIMIT ||
+              err.kind == JINJA_ERR_FULL))
             abort();
         if (err.kind != JINJA_ERR_RAISED && !err.msg[0])
             abort();

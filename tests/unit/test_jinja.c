@@ -176,7 +176,7 @@ static void limits_stop_hostile_templates(void **state)
     buf b;
     buf_init(&b, 100);
     assert_int_equal(jinja_render(t, NULL, NULL, &b, &err), -1);
-    assert_int_equal(err.kind, JINJA_ERR_LIMIT);
+    assert_int_equal(err.kind, JINJA_ERR_FULL);
     assert_int_equal(b.len, 0);
     assert_false(buf_failed(&b));
     buf_free(&b);
