@@ -83,7 +83,7 @@ int main(int argc, char **argv)
                     show("want", json_string_value(want_text), json_string_length(want_text));
                     bad = true;
                 } else if (out.len != json_string_length(want_text) ||
-                           memcmp(out.data, json_string_value(want_text), out.len) != 0) {
+                           (out.len && memcmp(out.data, json_string_value(want_text), out.len) != 0)) {
                     size_t k = 0;
                     const char *w = json_string_value(want_text);
                     while (k < out.len && k < json_string_length(want_text) && out.data[k] == (uint8_t)w[k])

@@ -31,7 +31,8 @@ static int render(const char *src, const char *vars, const jinja_limits *lim, ch
     jinja_render_opts o = {.now = 1753533296}; /* 2025-07-26 12:34:56 UTC */
     int rc = jinja_render(t, v, &o, &b, err);
     size_t n = b.len < cap - 1 ? b.len : cap - 1;
-    memcpy(out, b.data, n);
+    if (n)
+        memcpy(out, b.data, n);
     out[n] = 0;
     buf_free(&b);
     json_decref(v);
