@@ -65,31 +65,10 @@ static jval str_case(jrt *rt, jval s, bool upper)
     return r;
 }
 
-static size_t trim_start_at(const char *s, size_t len)
-{
-    size_t b = 0, k;
-    while (b < len && (k = js_space_len(s + b, len - b)) > 0)
-        b += k;
-    return b;
-}
-
-static size_t trim_end_at(const char *s, size_t b, size_t e)
-{
-    while (e > b) {
-        size_t j = e - 1;
-        while (j > b && ((unsigned char)s[j] & 0xC0) == 0x80)
-            j--;
-        if (js_space_len(s + j, e - j) != e - j)
-            break;
-        e = j;
-    }
-    return e;
-}
-
 static jval str_trim(jval s, bool start, bool end)
 {
-    size_t b = start ? trim_start_at(s.u.s, s.len) : 0;
-    size_t e = end ? trim_end_at(s.u.s, b, s.len) : s.len;
+    size_t b = start ? js_trim_start(s.u.s, s.len) : 0;
+    size_t e = end ? js_trim_end(s.u.s, b, s.len) : s.len;
     return jv_str(s.u.s + b, e - b);
 }
 
@@ -217,7 +196,7 @@ static jval str_split(jrt *rt, jval s, const jval *args, size_t nargs)
     double maxsplit = maxv.u.n;
     vlist out = {0};
     if (sep.t == JT_NULL) {
-        size_t b = trim_start_at(s.u.s, s.len);
+        size_t b = js_trim_start(s.u.s, s.len);
         const char *t = s.u.s + b;
         size_t tl = s.len - b, i = 0;
         while (i < tl) {
@@ -653,7 +632,7 @@ bool jb_test(jrt *rt, const char *name, size_t len, jval v, jval arg, bool has_a
 /* ---- filters ---- */
 static double js_parse_int(const char *s, size_t len)
 {
-    size_t i = trim_start_at(s, len);
+    size_t i = js_trim_start(s, len);
     int sign = 1;
     if (i < len && (s[i] == '+' || s[i] == '-'))
         sign = s[i++] == '-' ? -1 : 1;
@@ -670,7 +649,7 @@ static double js_parse_int(const char *s, size_t len)
 
 static double js_parse_float(const char *s, size_t len)
 {
-    size_t i = trim_start_at(s, len);
+    size_t i = js_trim_start(s, len);
     char tmp[128];
     size_t n = 0;
     if (i < len && (s[i] == '+' || s[i] == '-') && n < sizeof tmp - 1)

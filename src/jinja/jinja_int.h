@@ -133,6 +133,10 @@ void jinja_parse(jinja_tpl *t, const jtok *toks, size_t ntoks, jfail *f);
 /* JavaScript's whitespace (String.prototype.trim, /\s/): length of the whitespace
  * character at s (UTF-8), or 0. */
 size_t js_space_len(const char *s, size_t avail);
+/* trimStart / trimEnd: where s[0..len) starts after leading whitespace; where s[b..e) ends
+ * before trailing whitespace */
+size_t js_trim_start(const char *s, size_t len);
+size_t js_trim_end(const char *s, size_t b, size_t e);
 /* Number.prototype.toString for v; out holds at least 32 bytes; returns the length. */
 size_t js_num_str(double v, char *out);
 /* A decoded UTF-8 code point at s (valid input assumed), its length in *n. */

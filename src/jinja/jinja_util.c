@@ -117,6 +117,27 @@ size_t js_space_len(const char *s, size_t avail)
     return sp ? n : 0;
 }
 
+size_t js_trim_start(const char *s, size_t len)
+{
+    size_t b = 0, k;
+    while (b < len && (k = js_space_len(s + b, len - b)) > 0)
+        b += k;
+    return b;
+}
+
+size_t js_trim_end(const char *s, size_t b, size_t e)
+{
+    while (e > b) {
+        size_t j = e - 1;
+        while (j > b && ((unsigned char)s[j] & 0xC0) == 0x80)
+            j--;
+        if (js_space_len(s + j, e - j) != e - j)
+            break;
+        e = j;
+    }
+    return e;
+}
+
 size_t js_num_str(double v, char *out)
 {
     if (isnan(v))

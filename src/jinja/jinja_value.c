@@ -274,17 +274,7 @@ bool js_strict_eq(jval a, jval b)
 /* ECMAScript StringToNumber */
 static double js_str_to_num(const char *s, size_t len)
 {
-    size_t b = 0, e = len, k;
-    while (b < e && (k = js_space_len(s + b, e - b)) > 0)
-        b += k;
-    while (e > b) {
-        size_t j = e - 1;
-        while (j > b && ((unsigned char)s[j] & 0xC0) == 0x80)
-            j--;
-        if (js_space_len(s + j, e - j) != e - j)
-            break;
-        e = j;
-    }
+    size_t b = js_trim_start(s, len), e = js_trim_end(s, b, len);
     if (b == e)
         return 0;
     char tmp[128];

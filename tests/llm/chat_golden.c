@@ -14,20 +14,13 @@
 #include <string.h>
 
 #include "chat.h"
+#include "golden_show.h"
 
 #define MAX_MSGS 64
 
 static void show(const char *what, const char *s, size_t n)
 {
-    printf("    %s: \"", what);
-    for (size_t i = 0; i < n && i < 600; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c == '"' || c == '\\')
-            printf("\\x%02x", c);
-        else
-            putchar(c);
-    }
-    printf("%s\"\n", n > 600 ? "..." : "");
+    golden_show(what, s, n, 600);
 }
 
 static const char *str_or_null(json_t *o, const char *key)

@@ -12,19 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "golden_show.h"
 #include "jinja.h"
 
 static void show(const char *what, const char *s, size_t n)
 {
-    printf("    %s: \"", what);
-    for (size_t i = 0; i < n && i < 400; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c == '"' || c == '\\')
-            printf("\\x%02x", c);
-        else
-            putchar(c);
-    }
-    printf("%s\"\n", n > 400 ? "..." : "");
+    golden_show(what, s, n, 400);
 }
 
 int main(int argc, char **argv)
