@@ -8,9 +8,12 @@
  * "true", 1.0 prints "1.0" but `1.0 ~ ''` is "1", `tojson` separators as Python's
  * json.dumps). tests/llm holds the golden test against it on real templates.
  * What it refuses (a clear error, never a guess): anything @huggingface/jinja refuses, and
- * printing a function. Known differences: upper/lower/title and case-insensitive sorting
- * change ASCII letters only; indexing a string by a position that falls inside a
- * character outside the BMP gives U+FFFD where JavaScript would give half a surrogate pair.
+ * printing a function. Known differences: upper/lower use glibc's Unicode tables (the
+ * C.UTF-8 locale; ASCII only where it is missing) plus JavaScript's length-changing
+ * mappings (ß -> SS, ligatures, İ, final sigma), so a character Unicode versions disagree on
+ * may differ; indexing a string by a position that falls inside a character outside the BMP
+ * gives U+FFFD where JavaScript would give half a surrogate pair; tojson(sort_keys=true)
+ * sorts keys by bytes, not by JavaScript's localeCompare.
  *
  * Sandbox: a template reaches only the variables it is given and a few globals
  * (namespace, range, raise_exception, strftime_now, true/false/none); no file, no

@@ -54,15 +54,7 @@ static char *str_copy(jrt *rt, jval s)
 
 static jval str_case(jrt *rt, jval s, bool upper)
 {
-    char *p = str_copy(rt, s);
-    jval r = jv_str(p, s.len);
-    for (size_t i = 0; i < r.len; i++) {
-        if (upper && p[i] >= 'a' && p[i] <= 'z')
-            p[i] -= 32;
-        else if (!upper && p[i] >= 'A' && p[i] <= 'Z')
-            p[i] += 32;
-    }
-    return r;
+    return js_case(rt, s, upper);
 }
 
 static jval str_trim(jval s, bool start, bool end)
@@ -87,13 +79,19 @@ static jval str_title(jrt *rt, jval s)
     return r;
 }
 
+/* charAt(0).toUpperCase() + the rest: the first UTF-16 unit (half of a character outside
+ * the BMP stays as it is) */
 static jval str_capitalize(jrt *rt, jval s)
 {
-    char *p = str_copy(rt, s);
-    jval r = jv_str(p, s.len);
-    if (r.len && p[0] >= 'a' && p[0] <= 'z')
-        p[0] -= 32;
-    return r;
+    if (s.len == 0 || (unsigned char)s.u.s[0] >= 0xF0)
+        return s;
+    size_t n;
+    (void)ju_decode(s.u.s, s.len, &n);
+    jval first = js_case(rt, jv_str(s.u.s, n), true);
+    jsb out = {0};
+    jsb_put(rt, &out, first.u.s, first.len);
+    jsb_put(rt, &out, s.u.s + n, s.len - n);
+    return jsb_val(&out);
 }
 
 static bool has_prefix(jval s, jval p)
@@ -611,10 +609,8 @@ bool jb_test(jrt *rt, const char *name, size_t len, jval v, jval arg, bool has_a
     if (T("lower") || T("upper")) {
         if (v.t != JT_STR)
             return false;
-        for (size_t i = 0; i < v.len; i++)
-            if (T("lower") ? (v.u.s[i] >= 'A' && v.u.s[i] <= 'Z') : (v.u.s[i] >= 'a' && v.u.s[i] <= 'z'))
-                return false;
-        return true;
+        jval c = js_case(rt, v, T("upper"));
+        return c.len == v.len && memcmp(c.u.s, v.u.s, v.len) == 0;
     }
     if (T("defined"))
         return v.t != JT_UNDEF;

@@ -228,6 +228,9 @@ typedef struct {
 } jjson_opts;
 void js_tojson(jrt *rt, jval v, const jjson_opts *o, unsigned depth, jsb *out);
 
+/* String.prototype.toUpperCase / toLowerCase (jinja_case.c) */
+jval js_case(jrt *rt, jval s, bool upper);
+
 /* builtins (jinja_builtin.c) */
 jval jb_filter(jrt *rt, jval operand, const jnode *filter, jscope *scope);
 bool jb_test(jrt *rt, const char *name, size_t len, jval operand, jval arg, bool has_arg);

@@ -358,7 +358,7 @@ static bool numeric_like(jval v)
     return v.t == JT_INT || v.t == JT_FLOAT || v.t == JT_BOOL;
 }
 
-/* ASCII lowering (JavaScript lowers all of Unicode; see jinja.h) */
+/* byte order, ASCII letters folded when not case-sensitive (js_compare lowers first) */
 static int cmp_str(const char *a, size_t an, const char *b, size_t bn, bool cs)
 {
     size_t n = an < bn ? an : bn;
@@ -392,8 +392,13 @@ int js_compare(jrt *rt, jval a, jval b, bool cs)
     }
     if (a.t != b.t)
         JFAIL(rt, "Cannot compare different types: %s and %s", jv_type_name(a), jv_type_name(b));
-    if (a.t == JT_STR)
-        return cmp_str(a.u.s, a.len, b.u.s, b.len, cs);
+    if (a.t == JT_STR) {
+        if (!cs) {
+            a = js_case(rt, a, false);
+            b = js_case(rt, b, false);
+        }
+        return cmp_str(a.u.s, a.len, b.u.s, b.len, true);
+    }
     JFAIL(rt, "Cannot compare type: %s", jv_type_name(a));
 }
 

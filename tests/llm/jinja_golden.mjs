@@ -206,9 +206,63 @@ function rng(seed) {
   };
 }
 const PIECES = ["{{", "}}", "{%", "%}", "{#", "#}", "-", " ", "\n", "|", "(", ")", "[", "]", "'", '"', ".", ",", ":", "~", "+", "*", "0", "1", "-1", "not ", " if ", " else ", " and ", " or ", " in ", " is ", "loop.", "messages", "message", "true", "none", "'x'", "[1:]", "[::-1]", "|trim", "|tojson", "|length", "|upper", "|title", "|list", "|first", "|last", "|string", "|int", "|join(',')", "|default('d')", "|items", ".strip()", ".split()", ".get('role')", ".items()", "{% endif %}", "{% endfor %}", "{% else %}", "{% break %}", "{% continue %}", "{{ loop.index }}", "{{ x }}", "{% set x = 1 %}", "namespace(a=1)", "range(3)", "\\n", "é", "🌧"];
+// whole constructs, spliced in after a tag so that most mutants still parse and reach the
+// interpreter: filters, tests, methods, macros, loops, arithmetic, JavaScript quirks
+const SNIPPETS = [
+  "{{ messages | map(attribute='role') | join(',') }}",
+  "{% for k, v in messages[0].items() %}{{ k }}={{ v }};{% endfor %}",
+  "{{ messages[0].content.split(' ')[:2] | tojson }}",
+  "{% macro mm(x, y=2) %}[{{ x ~ y }}{{ caller() if caller is defined }}]{% endmacro %}{{ mm(1) }}{{ mm(1, y=3) }}{% call mm(5) %}in{% endcall %}",
+  "{% set ns = namespace(c=0) %}{% for m in messages %}{% set ns.c = ns.c + 1 %}{% endfor %}{{ ns.c }}",
+  "{{ (messages | selectattr('role', 'equalto', 'user') | list | length) * 2 }}",
+  "{{ messages | rejectattr('content') | list | length }}",
+  "{{ messages[-1]['content'] | trim | title }}",
+  "{{ tools | tojson(indent=4) if tools is defined else 'no tools' }}",
+  "{% if 'x' in messages[0].content or messages | length > 2 %}Y{% elif messages %}M{% else %}N{% endif %}",
+  "{{ messages[0].get('name', 'anon') }}{{ messages[0].keys() | list }}{{ messages[0].values() | list | length }}",
+  "{{ range(3) | list | reverse | join('-') }}{{ range(1, 9, 3) | list }}",
+  "{{ 7 // 2 }}{{ 7 % 3 }}{{ 2 ** 10 }}{{ 1 / 4 }}{{ -3 | abs }}{{ -7 // 2 }}{{ 2 ** -1 }}",
+  "{{ 'a,b,,c'.split(',') | unique | list | tojson }}{{ 'a b  c'.split() }}{{ 'a-b-c'.split('-', 1) }}",
+  "{{ {'b': 1, 'a': [1, 2.5, none, true]} | tojson }}{{ {'b': 1, 'a': 2} | tojson(sort_keys=true, separators=(',', ':')) }}",
+  "{{ messages | length is odd }}{{ 3 is even }}{{ none is none }}{{ 'x' is string }}{{ messages is sequence }}{{ {} is mapping }}",
+  "{{ 3.0 }}{{ 3.5 | int }}{{ '42' | int + 1 }}{{ '4.5x' | float }}{{ 1e3 if false }}{{ 0.1 + 0.2 }}",
+  "{{ 'Hello World'.replace('o', '0', 1) }}{{ 'abc'.startswith(('x', 'a')) }}{{ 'abc'.endswith('bc') }}",
+  "{% for m in messages if m.role == 'user' %}{{ loop.index }}/{{ loop.length }}{{ loop.revindex }}{{ loop.first }}{% else %}none{% endfor %}",
+  "{{ strftime_now('%Y-%m-%d %H:%M %B %b %%') }}",
+  "{{ (messages[0] | tojson | length) > 10 }}{{ messages[0] | tojson(ensure_ascii=true) }}",
+  "{{ messages[0].content[::2] }}|{{ messages[0].content[1:-1] }}|{{ messages[0].content[::-1] }}",
+  "{{ 1 == 1.0 }}{{ '1' == 1 }}{{ none == undefinedvar }}{{ [] == [] }}{{ true == 1 }}{{ '' == 0 }}",
+  "{{ undefinedvar | default('d') }}{{ '' | default('e', true) }}{{ none | default('f') }}",
+  "{{ messages | sort(attribute='role') | map(attribute='role') | list }}{{ [3, 1, 2] | sort(reverse=true) }}",
+  "{{ messages[0] | dictsort | first | first }}{{ messages[0] | items | list | length }}",
+  "{{ 'A-b c_d'.title() }}{{ 'hello'.capitalize() }}{{ 'MiXeD' | lower }}{{ 'up' | upper }}",
+  "{{ ' \t x \n'.strip() }}|{{ '  y  '.lstrip() }}|{{ '  z  '.rstrip() }}|{{ '\n w ' | trim }}|",
+  "{% filter upper %}shout {{ messages | length }}{% endfilter %}",
+  "{{ 'long\ntext\n\nend' | indent(2, true) }}{{ 'a\nb' | indent }}",
+  "{{ raise_exception('fuzz says no: ' ~ messages | length) if messages | length > 3 }}",
+  "{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+  "{% set a, b = 1, 'two' %}{{ a ~ b }}{% set blk %}block {{ a }}{% endset %}{{ blk | length }}",
+  "{{ [1, 'a', none, [2, 3], {'k': 'v'}] }}{{ 'x' + [1, 2.0] | string }}{{ (1, 2) | list }}",
+  "{{ messages[0]['content'] ~ 1.0 ~ true ~ none if messages[0]['content'] is string }}",
+  "{{ namespace(a=1, b='x') | tojson }}{{ messages | first | tojson(indent=2) }}{{ messages | last }}",
+  "{{ 'é👍ß' | length }}{{ 'é👍ß'[1] | length }}{{ 'é👍ß' | upper }}{{ 'é👍ß'.title() }}",
+  "{{ messages | selectattr('tool_calls', 'defined') | list | length }}{{ messages[0].tool_calls is defined }}",
+  "{{ 'ΟΔΟΣ ΟΔΟΣ. İstanbul ﬁne straße' | lower }}{{ 'ﬁne straße ǆ ŉ' | upper }}{{ ['b', 'A', 'é', 'É'] | sort }}{{ 'ß' is lower }}{{ 'ßx'.capitalize() }}",
+];
 const VALUES = [null, true, false, 0, 1, -1, 2.5, 1e21, "", " ", "x", "ünï 🌧", "1", "true", [], [1, "a"], {}, { a: 1 }, { role: "user", content: "hi" }];
 
+function spliceSnippet(r, text) {
+  const ends = [];
+  for (const m of text.matchAll(/[%}]\}/g)) ends.push(m.index + 2);
+  const at = ends.length ? ends[r(ends.length)] : r(text.length + 1);
+  return text.slice(0, at) + SNIPPETS[r(SNIPPETS.length)] + text.slice(at);
+}
+
 function mutateTemplate(r, text) {
+  if (r(2) === 0) { // a whole construct, and sometimes one small edit of it
+    text = spliceSnippet(r, text);
+    return r(3) === 0 ? mutateTemplate(r, text) : text;
+  }
   const edits = 1 + r(3);
   for (let k = 0; k < edits; k++) {
     const at = r(text.length + 1);

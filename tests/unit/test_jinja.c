@@ -70,6 +70,9 @@ static void renders_and_javascript_quirks(void **state)
     expect_text("{% macro m(a, b='d') %}{{ a }}{{ b }}{% endmacro %}{{ m(1) }}{{ m(1, b=2) }}", NULL, "1d12");
     expect_text("  {% if true %}\nx{% endif %}\n", NULL, "x"); /* lstrip_blocks, trim_blocks, last \n */
     expect_text("{{ strftime_now('%d %b %Y %H:%M') }}", NULL, "26 Jul 2025 12:34");
+    /* JavaScript's case mappings, beyond ASCII and beyond one code point */
+    expect_text("{{ 'straße ﬁn é' | upper }} {{ 'ΟΔΟΣ ΟΔΟΣ.' | lower }} {{ 'émile'.capitalize() }}", NULL,
+                "STRASSE FIN É οδος οδος. Émile");
 }
 
 static void raise_exception_keeps_the_templates_words(void **state)
