@@ -550,7 +550,7 @@ jval jb_call_global(jrt *rt, const jfunc *f, const jval *args, size_t nargs)
     case F_STRFTIME: return fn_strftime(rt, args, nargs);
     case F_RAISE: {
         jsb msg = {0};
-        if (nargs > 0)
+        if (nargs > 0 && args[0].t != JT_UNDEF && args[0].t != JT_NULL) /* new Error(undefined): "" */
             js_rawstring(rt, args[0], &msg);
         size_t n = msg.len < sizeof rt->f.err->msg - 1 ? msg.len : sizeof rt->f.err->msg - 1;
         rt->f.err->kind = JINJA_ERR_RAISED;

@@ -193,8 +193,10 @@ static void raw_array(jrt *rt, const jarr *a, jsb *out)
 void js_rawstring(jrt *rt, jval v, jsb *out)
 {
     switch (v.t) {
-    case JT_UNDEF: jsb_put(rt, out, "undefined", 9); return;
-    case JT_NULL: jsb_put(rt, out, "null", 4); return;
+    case JT_UNDEF:
+    case JT_NULL: /* a NullValue's value is undefined too in @huggingface/jinja */
+        jsb_put(rt, out, "undefined", 9);
+        return;
     case JT_BOOL: jsb_put(rt, out, v.u.b ? "true" : "false", v.u.b ? 4 : 5); return;
     case JT_INT:
     case JT_FLOAT: put_num(rt, v.u.n, out); return;
@@ -258,6 +260,8 @@ static const void *identity(jval v)
 
 bool js_strict_eq(jval a, jval b)
 {
+    if (is_nullish(a) || is_nullish(b)) /* none and undefined both hold JavaScript's undefined */
+        return is_nullish(a) && is_nullish(b);
     if (jv_is_num(a) && jv_is_num(b))
         return a.u.n == b.u.n;
     if (is_objlike(a) && is_objlike(b))
