@@ -148,6 +148,29 @@ function conversations() {
   return [...base, ...more];
 }
 
+// Small templates that probe the engine's semantics one corner at a time (numbers and
+// their printing, JavaScript's == and in, slicing, scoping, filters, tests, tojson), each
+// rendered with one conversation: where the real templates rarely go.
+const PROBES = [
+  "{{ 1 + 2 }}|{{ 1.5 + 1 }}|{{ 3 - 5 }}|{{ 2 * 3.0 }}|{{ 7 / 2 }}|{{ 6 / 3 }}|{{ 7 // -2 }}|{{ -7 % 3 }}|{{ 7.5 % 2 }}|{{ 2 ** 0.5 }}|{{ 10 ** 21 }}|{{ 10 ** 20 }}|{{ 1 / 3 }}",
+  "{{ 0.1 + 0.2 }}|{{ 100000000000000000000000 }}|{{ 1 / 0 }}|{{ -1 / 0 }}|{{ 0 / 0 }}|{{ 5 % 0 }}|{{ 0.000001 }}|{{ 0.0000001 * 1 }}|{{ 123456789012345680000 }}|{{ -0.0 }}|{{ 3.0 * 1 }}|{{ 2.50 }}",
+  "{{ 'a' ~ 1 ~ 1.0 ~ 1.5 ~ true ~ [1, 2] ~ {'a': 1} }}|{{ 'a' + 1.0 }}|{{ 1.0 | string }}|{{ 1 | float }}|{{ 2.7 | int }}|{{ -2.7 | int }}|{{ '  12abc' | int }}|{{ '0x1A' | int }}|{{ '1e3' | float }}|{{ '.5' | float }}|{{ 'abc' | int(7) }}",
+  "{{ 'abc' | length }}|{{ 'héllo'[1] }}|{{ 'héllo'[-1] }}|{{ 'héllo'[10] is defined }}|{{ 'abcdef'[1:4] }}|{{ 'abcdef'[::-2] }}|{{ 'abcdef'[-2:] }}|{{ 'abcdef'[:-2] }}|{{ [1,2,3,4,5][::2] }}|{{ [1,2,3,4,5][-3:-1] }}|{{ [1,2,3][5:] }}|{{ [1,2,3][::-1] }}",
+  "{{ [] | length }}|{{ {} | length }}|{{ {'a': 1, 'b': 2} | length }}|{{ ({'a': 1}).a }}|{{ {'a': 1}['a'] }}|{{ {'a': 1}.get('b') }}|{{ {'a': 1}.get('b', 3) }}|{{ {'a': {'b': [1, {'c': 'd'}]}} | tojson }}|{{ {'a': 1} | items | list }}|{{ {'b': 1, 'a': 2} | dictsort }}",
+  "{{ [3, 1, 2] | sort }}|{{ ['b', 'A', 'c'] | sort }}|{{ ['b', 'A', 'c'] | sort(case_sensitive=true) }}|{{ [1, 2, 2, 3, 1] | unique | list }}|{{ [1, 2] | reverse | list }}|{{ [1, 'a', true] | join }}|{{ ['a', 'b'] | join(', ') }}|{{ 'abc' | join('-') }}|{{ [1.0, 2.5] | join('/') }}",
+  "{% for x in [] %}a{% else %}empty{% endfor %}|{% for k in {'x': 1, 'y': 2} %}{{ k }}{% endfor %}|{% for a, b in [[1, 2], [3, 4]] %}{{ a + b }}{% endfor %}|{% for x in [1, 2, 3] %}{{ loop.previtem }}{{ loop.nextitem }};{% endfor %}|{% for x in range(3) %}{% set y = x %}{% endfor %}{{ y }}",
+  "{% set x = 1 %}{% for i in range(2) %}{% set x = x + 10 %}{{ x }}{% endfor %}{{ x }}|{% if true %}{% set z = 5 %}{% endif %}{{ z }}|{% macro f() %}{{ outer }}{% endmacro %}{% set outer = 'o' %}{{ f() }}|{% macro g(a) %}{{ a }}{{ varargs | length }}{% endmacro %}{{ g(1, 2, 3) }}",
+  "{{ none }}|{{ nothing }}|{{ true }}|{{ false }}|{{ True }}|{{ None is none }}|{{ nothing is defined }}|{{ none is defined }}|{{ [] is iterable }}|{{ {} is iterable }}|{{ 'a' is iterable }}|{{ (1, 2) is iterable }}|{{ (1,2) is sequence }}|{{ 1 is number }}|{{ 1.5 is integer }}|{{ true is boolean }}",
+  "{{ 1 == 1.0 }}|{{ '1' == 1 }}|{{ ' 1 ' == 1 }}|{{ '' == 0 }}|{{ 'a' == 0 }}|{{ true == 1 }}|{{ true == '1' }}|{{ none == nothing }}|{{ none == 0 }}|{{ [] == [] }}|{{ [1] == '1' }}|{{ [] == '' }}|{{ 'abc' != 'abd' }}|{{ 2 > 1 }}|{{ 1 <= 1.0 }}",
+  "{{ 'b' in 'abc' }}|{{ 'x' not in 'abc' }}|{{ 1 in [1, 2] }}|{{ 1.0 in [1] }}|{{ true in [1] }}|{{ 'a' in {'a': 1} }}|{{ 'a' in nothing }}|{{ 'a' not in nothing }}|{{ [1] + [2] }}|{{ 'a' + 'b' }}|{{ (1, 2) + [3] }}",
+  "{{ 'a b  c '.split() }}|{{ 'a,b,c'.split(',', 1) }}|{{ '  x  '.strip() }}|{{ 'Hello'.upper() }}|{{ 'hello world'.title() }}|{{ 'hello'.startswith('he') }}|{{ 'hello'.endswith(('x', 'lo')) }}|{{ 'aaa'.replace('a', 'b', 2) }}|{{ 'abc'.replace('', '-') }}|{{ 'x'.length }}",
+  "{{ 'a\\nb\\n\\nc' | indent }}|{{ 'a\\nb' | indent(2, first=true) }}|{{ 'a\\n\\nb' | indent(1, blank=true) }}|{{ '  x ' | trim }}|{{ 'hello' | capitalize }}|{{ 'HeLLo' | lower }}|{{ 'x' | safe }}",
+  "{{ {'b': [1, 2], 'a': 'x'} | tojson(indent=2) }}|{{ [] | tojson(indent=2) }}|{{ {} | tojson(indent=2) }}|{{ 'é\"\\\\\\n\\t' | tojson }}|{{ 'é' | tojson(ensure_ascii=true) }}|{{ [1, [2, []]] | tojson(indent=1) }}|{{ nothing | tojson }}|{{ 1.0 | tojson }}|{{ {'k': nothing} | tojson }}",
+  "{% set ns = namespace(items=[]) %}{% set ns.items = ns.items + [1] %}{{ ns.items }}|{{ namespace(a=1) }}|{% set a, b = (1, 'two') %}{{ a ~ b }}|{{ range(5)[1:3] }}|{{ range(10, 0, -3) | list }}|{{ range(0) | list }}",
+  "{% filter trim %}  padded  {% endfilter %}|{% set s %}  x  {% endset %}[{{ s }}]|{{ 'x' if false }}|{{ 'y' if true else 'n' }}|{{ (1 if false else 2) + 1 }}|{{ not 0 }}|{{ not '' and 1 }}|{{ 0 or 'z' }}|{{ [] or {} }}|{{ 1 and [] }}",
+  "{%- for m in messages -%}{{ loop.index0 }}:{{ m.role[0] | upper }}{{ ',' if not loop.last }}{%- endfor %}|{{ messages | map(attribute='role') | unique | list | length }}|{{ messages | selectattr('role', 'eq', 'user') | map(attribute='content') | first }}",
+];
+
 function render(template, vars) {
   let tmpl;
   try {
@@ -186,10 +209,12 @@ function golden(outPath) {
       pairs.push({ label: `${t.label} / ${c.name}`, template: t.template, vars, ...render(t.template, vars) });
     }
   }
+  const probeVars = { bos_token: "<s>", eos_token: "</s>", ...convs.find((c) => c.name === "multi_turn_system").vars };
+  PROBES.forEach((template, i) => pairs.push({ label: `probe ${i + 1}`, template, vars: probeVars, ...render(template, probeVars) }));
   writeFileSync(outPath, JSON.stringify({ now: FROZEN_NOW / 1000, pairs }));
   const ok = pairs.filter((p) => p.text !== undefined).length;
   const parseErr = new Set(pairs.filter((p) => p.parse_error).map((p) => p.template)).size;
-  console.log(`jinja_golden.mjs: ${templates.length} templates x ${convs.length} conversations = ${pairs.length} pairs (${ok} render, ${pairs.length - ok} raise or fail; ${parseErr} templates @huggingface/jinja cannot parse)`);
+  console.log(`jinja_golden.mjs: ${templates.length} templates x ${convs.length} conversations and ${PROBES.length} probes = ${pairs.length} pairs (${ok} render, ${pairs.length - ok} raise or fail; ${parseErr} templates @huggingface/jinja cannot parse)`);
   for (const t of templates) console.log(`  template: ${t.label}`);
 }
 
