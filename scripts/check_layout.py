@@ -29,9 +29,10 @@ ALLOWED = {
     "src/net": {"src/common"},
     "src/kserve": {"src/common"},
     "src/policy": {"src/common"},
+    "src/jinja": {"src/common"},
     "src/engine": {"src/common", "src/kserve"},
-    "src/llm": {"src/common", "src/engine", "src/kserve"},
-    "src/worker": {"src/common", "src/net", "src/kserve", "src/policy", "src/engine", "src/llm"},
+    "src/llm": {"src/common", "src/engine", "src/kserve", "src/jinja"},
+    "src/worker": {"src/common", "src/net", "src/kserve", "src/policy", "src/engine", "src/llm", "src/jinja"},
     "src/router": {"src/common", "src/net", "src/kserve", "src/policy"},
     "tools/tierbench": {"src/common", "src/net", "src/kserve", "src/policy"},
 }

@@ -9,6 +9,8 @@
 
 #include "jinja_int.h"
 
+static jval je_eval(jrt *rt, const jnode *n, jscope *scope); /* recursive: the tree walk */
+
 #define DEF_STEPS 2000000u
 #define DEF_OUTPUT ((size_t)8 << 20)
 #define DEF_MEMORY ((size_t)64 << 20)
@@ -545,7 +547,7 @@ static jval eval_binary(jrt *rt, const jnode *n, jscope *scope)
     JFAIL(rt, "Unknown operator \"%s\" between %s and %s", op_name(op), jv_type_name(l), jv_type_name(r));
 }
 
-jval je_eval(jrt *rt, const jnode *n, jscope *scope)
+static jval je_eval(jrt *rt, const jnode *n, jscope *scope)
 {
     if (!n)
         return jv_undef();

@@ -239,6 +239,5 @@ jval jb_call_method(jrt *rt, const jfunc *f, const jval *args, size_t nargs);
 jval jb_call_global(jrt *rt, const jfunc *f, const jval *args, size_t nargs);
 
 /* interpreter entry points the builtins need */
-jval je_eval(jrt *rt, const jnode *n, jscope *scope);
 /* evaluates call arguments: positional into *pos, keywords into *kw (NULL when none) */
 void je_args(jrt *rt, jnode *const *args, size_t n, jscope *scope, jval **pos, size_t *npos, jobj **kw);
