@@ -83,7 +83,7 @@ const byCount = (m) => [...m.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[
 
 // A BERT-style WordPiece vocabulary: the specials, every character seen (alone and as a
 // continuation), then the most frequent words, word starts and continuations.
-function wordPiece(normalizer, pre_tokenizer, post_processor, decoder) {
+function wordPiece(normalizer, pre_tokenizer, post_processor, decoder, config = {}) {
   const specials = [["[PAD]", 0], ["[UNK]", 1], ["[CLS]", 2], ["[SEP]", 3], ["[MASK]", 4]];
   const json = {
     version: "1.0", truncation: null, padding: null, added_tokens: added(specials),
@@ -99,15 +99,16 @@ function wordPiece(normalizer, pre_tokenizer, post_processor, decoder) {
     const chars = [...w];
     if (chars.some(leftOut)) continue;
     for (const c of chars) { add(c); add("##" + c); }
-    if (chars.length > 1) bump(w, 3 * n);
+    if (chars.length > 1 && n > 1) bump(w, 3 * n); // a word seen once is made of parts
     for (let k = 2; k < Math.min(chars.length, 7); k++) {
-      bump(chars.slice(0, k).join(""), n);
+      if (k > 2) bump(chars.slice(0, k).join(""), n); // a word may start with one character
       bump("##" + chars.slice(chars.length - k).join(""), n);
     }
   }
-  for (const [t] of byCount(parts).slice(0, 1500)) add(t);
+  // few enough that rarer words fall apart into characters and continuations
+  for (const [t] of byCount(parts).slice(0, 600)) add(t);
   json.model.vocab = Object.fromEntries(vocab);
-  return [json, {}];
+  return [json, config];
 }
 
 const bertProcessing = { type: "BertProcessing", sep: ["[SEP]", 3], cls: ["[CLS]", 2] };
@@ -164,7 +165,11 @@ const DERIVED_FILES = {
     { type: "TemplateProcessing", single: [{ SpecialToken: { id: "[CLS]", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } },
                                            { SpecialToken: { id: "[SEP]", type_id: 0 } }],
       pair: [], special_tokens: {} },
-    { type: "WordPiece", prefix: "##", cleanup: true }),
+    // a per-token Strip first (continuations lose their "##" and read as words), and only
+    // the decoder's own clean-up, none after it
+    { type: "Sequence", decoders: [{ type: "Strip", content: "#", start: 2, stop: 0 },
+                                   { type: "WordPiece", prefix: "##", cleanup: true }] },
+    { clean_up_tokenization_spaces: false }),
   ug_t5: () => unigram(
     { type: "Sequence", normalizers: [{ type: "NFKC" }, { type: "Replace", pattern: { String: "  " }, content: " " }] },
     metaspace("always"),
@@ -323,7 +328,8 @@ for (const family of FAMILIES) {
       decoded_skip: decodeOrNull(tok, ids, { skip_special_tokens: true }),
     };
   });
-  golden.families[family] = { dir, cases, decode_cases: randomIdCases(tok, 200) };
+  golden.families[family] = { dir, cleanup: tok.clean_up_tokenization_spaces, cases,
+                              decode_cases: randomIdCases(tok, 200) };
 }
 writeFileSync(out, JSON.stringify(golden));
 console.log(`golden: ${corpus.length} texts and 200 id sequences x ${FAMILIES.length} tokenizers, ` +
