@@ -112,8 +112,10 @@ typedef struct {
     size_t n, cap;
 } ug_nodes;
 
-/* A lattice of 8 MB of text holds tens of millions of nodes: bounded here (413 past it). */
-#define UG_MAX_NODES ((size_t)32 << 20)
+/* A lattice holds a node or more per character (32 bytes each): one piece of several MB (a
+ * Metaspace section is one piece) is refused past 8M nodes (256 MB), a 413, as BPE's 28
+ * bytes a byte bound its own. */
+#define UG_MAX_NODES ((size_t)8 << 20)
 
 static int ug_add(ug_nodes *ns, uint32_t begin, uint32_t end, int32_t sym, int32_t *head,
                   int32_t *tail, ts_err *err)
