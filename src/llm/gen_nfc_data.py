@@ -17,18 +17,24 @@ def canonical(cp):
     return [int(x, 16) for x in d.split()]
 
 
+def value_runs(values):
+    """(first, last, value) for every run of one nonzero value"""
+    runs = []
+    cp = 0
+    while cp < MAXCP:
+        if values[cp]:
+            start = cp
+            while cp + 1 < MAXCP and values[cp + 1] == values[start]:
+                cp += 1
+            runs.append((start, cp, values[start]))
+        cp += 1
+    return runs
+
+
 def main():
     out = sys.stdout
     ccc = [ud.combining(chr(cp)) for cp in range(MAXCP)]
-    runs = []  # (first, last, class) for every run of one nonzero class
-    cp = 0
-    while cp < MAXCP:
-        if ccc[cp]:
-            start = cp
-            while cp + 1 < MAXCP and ccc[cp + 1] == ccc[start]:
-                cp += 1
-            runs.append((start, cp, ccc[start]))
-        cp += 1
+    runs = value_runs(ccc)
     decomp = {}  # cp -> full canonical decomposition (Hangul syllables are algorithmic)
     pairs = {}   # (first, second) -> primary composite
     for cp in range(MAXCP):
@@ -130,14 +136,8 @@ def main():
                 f |= 16
         flags.append(f)
     w("const tok_nfc_range tok_uprops[] = {\n")
-    cp = 0
-    while cp < MAXCP:
-        if flags[cp]:
-            start = cp
-            while cp + 1 < MAXCP and flags[cp + 1] == flags[start]:
-                cp += 1
-            w("    {0x%x, 0x%x, %d},\n" % (start, cp, flags[start]))
-        cp += 1
+    for a, b, f in value_runs(flags):
+        w("    {0x%x, 0x%x, %d},\n" % (a, b, f))
     w("};\nconst size_t tok_uprops_n = sizeof tok_uprops / sizeof tok_uprops[0];\n")
 
 

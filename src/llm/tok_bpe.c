@@ -94,6 +94,17 @@ int tok_push_model_id(const tokenizer *t, tok_ids *out, int32_t id, bool *unk_ru
     return tok_ids_push(out, id, err);
 }
 
+int tok_push_bytes(const tokenizer *t, const char *s, size_t n, tok_ids *out, bool *unk_run, ts_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (t->byte_id[(unsigned char)s[i]] < 0)
+            return 0;
+    for (size_t i = 0; i < n; i++)
+        if (tok_push_model_id(t, out, t->byte_id[(unsigned char)s[i]], unk_run, err) < 0)
+            return -1;
+    return 1;
+}
+
 /* One final symbol (s[0..n)) to ids: itself when in the vocabulary, else its bytes
  * (byte fallback), else the unknown token, else nothing (as @huggingface/tokenizers). */
 static int emit(const tokenizer *t, int32_t sym, const char *s, size_t n, tok_ids *out,
@@ -102,15 +113,9 @@ static int emit(const tokenizer *t, int32_t sym, const char *s, size_t n, tok_id
     if (sym >= 0 && t->sym_vid[sym] >= 0)
         return tok_push_model_id(t, out, t->sym_fid[sym], unk_run, err);
     if (t->byte_fallback) {
-        bool all = true;
-        for (size_t i = 0; i < n && all; i++)
-            all = t->byte_id[(unsigned char)s[i]] >= 0;
-        if (all) {
-            for (size_t i = 0; i < n; i++)
-                if (tok_push_model_id(t, out, t->byte_id[(unsigned char)s[i]], unk_run, err) < 0)
-                    return -1;
-            return 0;
-        }
+        int rc = tok_push_bytes(t, s, n, out, unk_run, err);
+        if (rc != 0)
+            return rc < 0 ? -1 : 0;
     }
     if (t->unk_id >= 0)
         return tok_push_model_id(t, out, t->unk_id, unk_run, err);

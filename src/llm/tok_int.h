@@ -185,6 +185,9 @@ struct tokenizer {
 /* Appends one id the model made; with fuse_unk, a run of unknown tokens is one (unk_run
  * says whether the last id was the unknown token). */
 int tok_push_model_id(const tokenizer *t, tok_ids *out, int32_t id, bool *unk_run, ts_err *err);
+/* Byte fallback: appends the <0xNN> ids of s's bytes when all exist (1), else nothing (0);
+ * -1 with err set. */
+int tok_push_bytes(const tokenizer *t, const char *s, size_t n, tok_ids *out, bool *unk_run, ts_err *err);
 
 /* ---- tok_model.c: WordPiece and Unigram ---- */
 int tok_wordpiece_piece(const tokenizer *t, const char *s, size_t n, tok_ids *out, bool *unk_run,

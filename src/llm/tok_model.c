@@ -25,6 +25,30 @@ static int oom(ts_err *err)
     return -1;
 }
 
+static size_t char_count(const unsigned char *u, size_t n)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += (u[i] & 0xC0) != 0x80;
+    return c;
+}
+
+/* The byte offset of each code point of s and n itself: *nc + 1 entries (NULL when out of
+ * memory; *nc is set either way). */
+static size_t *char_offsets(const unsigned char *u, size_t n, size_t *nc)
+{
+    size_t c = char_count(u, n);
+    *nc = c;
+    size_t *pos = malloc((c + 1) * sizeof *pos);
+    if (!pos)
+        return NULL;
+    c = 0;
+    for (size_t i = 0; i <= n; i++)
+        if (i == n || (u[i] & 0xC0) != 0x80)
+            pos[c++] = i;
+    return pos;
+}
+
 /* ---- WordPiece ---- */
 
 static int64_t wp_find(const tokenizer *t, const char *s, size_t n, bool cont, char *key, size_t keycap)
@@ -41,16 +65,13 @@ static int64_t wp_find(const tokenizer *t, const char *s, size_t n, bool cont, c
 int tok_wordpiece_piece(const tokenizer *t, const char *s, size_t n, tok_ids *out, bool *unk_run,
                         ts_err *err)
 {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t nc = 0;
-    for (size_t i = 0; i < n; i++)
-        nc += (u[i] & 0xC0) != 0x80;
+    size_t nc;
     if (n == 0)
         return 0;
-    if (nc > t->wp_max_chars)
+    if (char_count((const unsigned char *)s, n) > t->wp_max_chars)
         return tok_push_model_id(t, out, t->unk_id, unk_run, err);
     /* char offsets, the parts found so far (as symbols) and the key buffer */
-    size_t *pos = malloc((nc + 1) * sizeof *pos);
+    size_t *pos = char_offsets((const unsigned char *)s, n, &nc);
     int64_t *part = malloc(nc * sizeof *part);
     size_t keycap = t->wp_prefix_len + 4 * t->wp_longest_chars + 4;
     char *key = malloc(keycap);
@@ -59,9 +80,6 @@ int tok_wordpiece_piece(const tokenizer *t, const char *s, size_t n, tok_ids *ou
         rc = oom(err);
         goto out;
     }
-    for (size_t i = 0, c = 0; i <= n; i++)
-        if (i == n || (u[i] & 0xC0) != 0x80)
-            pos[c++] = i;
     size_t nparts = 0, start = 0;
     bool unknown = false;
     while (start < nc && !unknown) {
@@ -155,37 +173,26 @@ static int32_t ug_text_id(const tokenizer *t, const char *s, size_t n)
 static int ug_emit(const tokenizer *t, const char *s, size_t n, int32_t id, tok_ids *out, bool *unk_run,
                    ts_err *err)
 {
-    if (id < 0 || id == t->unk_id) {
-        if (t->byte_fallback && id < 0) {
-            bool all = true;
-            for (size_t i = 0; i < n && all; i++)
-                all = t->byte_id[(unsigned char)s[i]] >= 0;
-            if (all) {
-                for (size_t i = 0; i < n; i++)
-                    if (tok_push_model_id(t, out, t->byte_id[(unsigned char)s[i]], unk_run, err) < 0)
-                        return -1;
-                return 0;
-            }
-        }
-        id = t->unk_id;
+    if (id < 0 && t->byte_fallback) {
+        int rc = tok_push_bytes(t, s, n, out, unk_run, err);
+        if (rc != 0)
+            return rc < 0 ? -1 : 0;
     }
-    return tok_push_model_id(t, out, id, unk_run, err);
+    return tok_push_model_id(t, out, id < 0 ? t->unk_id : id, unk_run, err);
 }
 
 int tok_unigram_piece(const tokenizer *t, const char *s, size_t n, tok_ids *out, bool *unk_run,
                       ts_err *err)
 {
     const unsigned char *u = (const unsigned char *)s;
-    size_t nc = 0;
-    for (size_t i = 0; i < n; i++)
-        nc += (u[i] & 0xC0) != 0x80;
+    size_t nc;
     if (n == 0)
         return 0;
-    if (nc >= UINT32_MAX / 2) {
+    if (n >= UINT32_MAX / 2) {
         ts_err_set(err, TS_PAYLOAD_TOO_LARGE, "a piece of text is too long for the Unigram model");
         return -1;
     }
-    size_t *pos = malloc((nc + 1) * sizeof *pos);
+    size_t *pos = char_offsets(u, n, &nc);
     int32_t *head = malloc((nc + 1) * sizeof *head), *tail = malloc((nc + 1) * sizeof *tail);
     int32_t *path = NULL;
     ug_nodes ns = {0};
@@ -194,9 +201,6 @@ int tok_unigram_piece(const tokenizer *t, const char *s, size_t n, tok_ids *out,
         rc = oom(err);
         goto out;
     }
-    for (size_t i = 0, c = 0; i <= n; i++)
-        if (i == n || (u[i] & 0xC0) != 0x80)
-            pos[c++] = i;
     memset(head, 0xFF, (nc + 1) * sizeof *head);
     memset(tail, 0xFF, (nc + 1) * sizeof *tail);
     for (size_t b = 0; b < nc; b++) {

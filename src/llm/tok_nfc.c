@@ -11,38 +11,33 @@
 enum { SBASE = 0xAC00, LBASE = 0x1100, VBASE = 0x1161, TBASE = 0x11A7,
        LCOUNT = 19, VCOUNT = 21, TCOUNT = 28, NCOUNT = VCOUNT * TCOUNT, SCOUNT = LCOUNT * NCOUNT };
 
+/* The run of tab[0..n) (sorted, disjoint) holding cp, or NULL. */
+static const tok_nfc_range *range_find(const tok_nfc_range *tab, size_t n, uint32_t cp)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < tab[mid].first)
+            hi = mid;
+        else if (cp > tab[mid].last)
+            lo = mid + 1;
+        else
+            return &tab[mid];
+    }
+    return NULL;
+}
+
 static bool unsafe(uint32_t cp)
 {
     if (cp < 0x10000)
         return (tok_nfc_unsafe_bmp[cp >> 5] >> (cp & 31)) & 1;
-    size_t lo = 0, hi = tok_nfc_unsafe_astral_n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (cp < tok_nfc_unsafe_astral[mid].first)
-            hi = mid;
-        else if (cp > tok_nfc_unsafe_astral[mid].last)
-            lo = mid + 1;
-        else
-            return true;
-    }
-    return false;
+    return range_find(tok_nfc_unsafe_astral, tok_nfc_unsafe_astral_n, cp) != NULL;
 }
 
 static uint32_t ccc(uint32_t cp)
 {
-    if (cp < 0x300)
-        return 0;
-    size_t lo = 0, hi = tok_nfc_ccc_n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (cp < tok_nfc_ccc[mid].first)
-            hi = mid;
-        else if (cp > tok_nfc_ccc[mid].last)
-            lo = mid + 1;
-        else
-            return tok_nfc_ccc[mid].value;
-    }
-    return 0;
+    const tok_nfc_range *r = cp < 0x300 ? NULL : range_find(tok_nfc_ccc, tok_nfc_ccc_n, cp);
+    return r ? r->value : 0;
 }
 
 static const tok_nfc_decomp *find(const tok_nfc_decomp *tab, size_t n, uint32_t cp)
@@ -62,17 +57,8 @@ static const tok_nfc_decomp *find(const tok_nfc_decomp *tab, size_t n, uint32_t 
 
 uint32_t tok_uprop(uint32_t cp)
 {
-    size_t lo = 0, hi = tok_uprops_n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (cp < tok_uprops[mid].first)
-            hi = mid;
-        else if (cp > tok_uprops[mid].last)
-            lo = mid + 1;
-        else
-            return tok_uprops[mid].value;
-    }
-    return 0;
+    const tok_nfc_range *r = range_find(tok_uprops, tok_uprops_n, cp);
+    return r ? r->value : 0;
 }
 
 static uint32_t compose(uint32_t a, uint32_t b)
