@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Writes tok_nfc_data.c, the Unicode tables of tok_nfc.c (NFC for the Qwen tokenizers'
-normalizer), from Python's unicodedata, so no Unicode library is linked. Run it again
+"""Writes tok_nfc_data.c, the Unicode tables of tok_nfc.c (the NFC, NFD, NFKC and NFKD
+normalizers, Lowercase, StripAccents and BertNormalizer), from Python's unicodedata, so no
+Unicode library is linked. Run it again
 (python3 src/llm/gen_nfc_data.py > src/llm/tok_nfc_data.c) to move to a newer Unicode."""
 import sys
 import unicodedata as ud
@@ -16,18 +17,24 @@ def canonical(cp):
     return [int(x, 16) for x in d.split()]
 
 
+def value_runs(values):
+    """(first, last, value) for every run of one nonzero value"""
+    runs = []
+    cp = 0
+    while cp < MAXCP:
+        if values[cp]:
+            start = cp
+            while cp + 1 < MAXCP and values[cp + 1] == values[start]:
+                cp += 1
+            runs.append((start, cp, values[start]))
+        cp += 1
+    return runs
+
+
 def main():
     out = sys.stdout
     ccc = [ud.combining(chr(cp)) for cp in range(MAXCP)]
-    runs = []  # (first, last, class) for every run of one nonzero class
-    cp = 0
-    while cp < MAXCP:
-        if ccc[cp]:
-            start = cp
-            while cp + 1 < MAXCP and ccc[cp + 1] == ccc[start]:
-                cp += 1
-            runs.append((start, cp, ccc[start]))
-        cp += 1
+    runs = value_runs(ccc)
     decomp = {}  # cp -> full canonical decomposition (Hangul syllables are algorithmic)
     pairs = {}   # (first, second) -> primary composite
     for cp in range(MAXCP):
@@ -88,7 +95,61 @@ def main():
     w("const tok_nfc_pair tok_nfc_pairs[] = {\n")
     for (a, b) in sorted(pairs):
         w("    {0x%xull, 0x%x},\n" % ((a << 21) | b, pairs[(a, b)]))
-    w("};\nconst size_t tok_nfc_pairs_n = sizeof tok_nfc_pairs / sizeof tok_nfc_pairs[0];\n")
+    w("};\nconst size_t tok_nfc_pairs_n = sizeof tok_nfc_pairs / sizeof tok_nfc_pairs[0];\n\n")
+    # NFKD where it differs from NFD (the compatibility mappings, fully decomposed)
+    kseq, krows = [], []
+    lseq, lrows = [], []
+    for cp in range(MAXCP):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        c = chr(cp)
+        k = ud.normalize("NFKD", c)
+        if k != ud.normalize("NFD", c):
+            krows.append((cp, len(kseq), len(k)))
+            kseq.extend(ord(x) for x in k)
+        lo = c.lower()  # full lowercase mapping (SpecialCasing's unconditional ones too)
+        if lo != c:
+            lrows.append((cp, len(lseq), len(lo)))
+            lseq.extend(ord(x) for x in lo)
+    table(w, "tok_nfc_kdecomp", kseq, krows)
+    table(w, "tok_lower", lseq, lrows)
+    # per code point flags, as runs: marks (StripAccents, BertNormalizer), the controls
+    # BertNormalizer drops, and what the Final_Sigma rule of lowercasing reads (Cased and
+    # Case_Ignorable, found by asking str.lower() itself, which applies that rule)
+    flags = []
+    for cp in range(MAXCP):
+        c = chr(cp)
+        cat = ud.category(c) if not 0xD800 <= cp < 0xE000 else "Cs"
+        f = 0
+        if cat == "Mn":
+            f |= 1
+        elif cat in ("Mc", "Me"):
+            f |= 2
+        elif cat in ("Cc", "Cf", "Co", "Cs"):
+            f |= 4
+        if not 0xD800 <= cp < 0xE000:
+            t1 = (c + "\u03a3").lower()[-1] == "\u03c2"        # cased, not ignorable
+            t2 = ("A" + c + "\u03a3").lower()[-1] == "\u03c2"  # ignorable or cased
+            if t1:
+                f |= 8
+            elif t2:
+                f |= 16
+        flags.append(f)
+    w("const tok_nfc_range tok_uprops[] = {\n")
+    for a, b, f in value_runs(flags):
+        w("    {0x%x, 0x%x, %d},\n" % (a, b, f))
+    w("};\nconst size_t tok_uprops_n = sizeof tok_uprops / sizeof tok_uprops[0];\n")
+
+
+def table(w, name, seq, rows):
+    w("const uint32_t %s_seq[] = {\n" % name)
+    for i in range(0, len(seq), 10):
+        w("    " + ", ".join("0x%x" % x for x in seq[i:i + 10]) + ",\n")
+    w("};\n\n")
+    w("const tok_nfc_decomp %s_tab[] = {\n" % name)
+    for cp, off, n in rows:
+        w("    {0x%x, %d, %d},\n" % (cp, off, n))
+    w("};\nconst size_t %s_n = sizeof %s_tab / sizeof %s_tab[0];\n\n" % (name, name, name))
 
 
 main()

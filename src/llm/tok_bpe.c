@@ -85,7 +85,7 @@ static void try_pair(const tokenizer *t, const node *nd, int32_t l, cand *h, siz
         heap_push(h, nh, (cand)rank << 32 | (uint32_t)l);
 }
 
-static int push_id(const tokenizer *t, tok_ids *out, int32_t id, bool *unk_run, ts_err *err)
+int tok_push_model_id(const tokenizer *t, tok_ids *out, int32_t id, bool *unk_run, ts_err *err)
 {
     bool unk = t->unk_id >= 0 && id == t->unk_id;
     if (unk && t->fuse_unk && *unk_run)
@@ -94,26 +94,31 @@ static int push_id(const tokenizer *t, tok_ids *out, int32_t id, bool *unk_run, 
     return tok_ids_push(out, id, err);
 }
 
+int tok_push_bytes(const tokenizer *t, const char *s, size_t n, tok_ids *out, bool *unk_run, ts_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (t->byte_id[(unsigned char)s[i]] < 0)
+            return 0;
+    for (size_t i = 0; i < n; i++)
+        if (tok_push_model_id(t, out, t->byte_id[(unsigned char)s[i]], unk_run, err) < 0)
+            return -1;
+    return 1;
+}
+
 /* One final symbol (s[0..n)) to ids: itself when in the vocabulary, else its bytes
  * (byte fallback), else the unknown token, else nothing (as @huggingface/tokenizers). */
 static int emit(const tokenizer *t, int32_t sym, const char *s, size_t n, tok_ids *out,
                 bool *unk_run, ts_err *err)
 {
     if (sym >= 0 && t->sym_vid[sym] >= 0)
-        return push_id(t, out, t->sym_fid[sym], unk_run, err);
+        return tok_push_model_id(t, out, t->sym_fid[sym], unk_run, err);
     if (t->byte_fallback) {
-        bool all = true;
-        for (size_t i = 0; i < n && all; i++)
-            all = t->byte_id[(unsigned char)s[i]] >= 0;
-        if (all) {
-            for (size_t i = 0; i < n; i++)
-                if (push_id(t, out, t->byte_id[(unsigned char)s[i]], unk_run, err) < 0)
-                    return -1;
-            return 0;
-        }
+        int rc = tok_push_bytes(t, s, n, out, unk_run, err);
+        if (rc != 0)
+            return rc < 0 ? -1 : 0;
     }
     if (t->unk_id >= 0)
-        return push_id(t, out, t->unk_id, unk_run, err);
+        return tok_push_model_id(t, out, t->unk_id, unk_run, err);
     return 0;
 }
 
@@ -135,7 +140,7 @@ int tok_bpe_piece(const tokenizer *t, const char *s, size_t n, tok_ids *out, boo
     if (t->ignore_merges) {
         int64_t k = tok_strmap_find(&t->sym, &t->arena, s, n);
         if (k >= 0 && t->sym_vid[k] >= 0)
-            return push_id(t, out, t->sym_fid[k], unk_run, err);
+            return tok_push_model_id(t, out, t->sym_fid[k], unk_run, err);
     }
     /* at most one node per byte; candidates: the first pairs (fewer than the nodes), then
      * each merge pops one and pushes at most two, and merges are fewer than the nodes, so

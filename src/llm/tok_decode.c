@@ -1,5 +1,6 @@
 /* tok_decode: ids -> text, whole or streamed. Each id's bytes were worked out at load
- * (ByteLevel's byte map, or Replace + ByteFallback); decoding concatenates them and reads
+ * (ByteLevel's byte map, or the per-token steps + ByteFallback; a first token's apart for
+ * the Metaspace and WordPiece decoders); decoding concatenates them and reads
  * the result the way TextDecoder does (U+FFFD for what is not UTF-8), which equals
  * @huggingface/tokenizers' run-by-run decoding because every token text that is not bytes
  * is itself valid UTF-8. Then the Strip decoder and, for whole texts, the clean-up. */
@@ -18,7 +19,7 @@ static int check_id(const tokenizer *t, int32_t id, ts_err *err)
 }
 
 /* clean_up_tokenization: the same ten literal replacements, in the same order. */
-static void cleanup(buf *b)
+void tok_cleanup(buf *b)
 {
     static const char *const from[] = {" .", " ?", " !", " ,", " ' ", " n't", " 'm", " 's", " 've", " 're"};
     static const char *const to[] = {".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re"};
@@ -52,12 +53,17 @@ int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip_speci
     int rc = -1;
     buf_init(&raw, out->limit * 2 + 64);
     buf_init(&txt, out->limit * 2 + 64);
+    bool first = true;
     for (size_t i = 0; i < n; i++) {
         if (check_id(t, ids[i], err) < 0)
             goto out;
         if (skip_special && (t->id_flags[ids[i]] & TOK_ID_SPECIAL))
             continue;
-        buf_put(&raw, t->arena.p + t->dec_off[ids[i]], t->dec_len[ids[i]]);
+        if (first)
+            buf_put(&raw, t->arena.p + t->dec1_off[ids[i]], t->dec1_len[ids[i]]);
+        else
+            buf_put(&raw, t->arena.p + t->dec_off[ids[i]], t->dec_len[ids[i]]);
+        first = false;
     }
     tok_utf8_lossy(&txt, raw.data, raw.len, false);
     size_t a = 0, b = txt.len;
@@ -69,7 +75,7 @@ int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip_speci
         memmove(txt.data, txt.data + a, b - a);
     txt.len = b - a;
     if (t->cleanup)
-        cleanup(&txt);
+        tok_cleanup(&txt);
     if (buf_failed(&raw) || buf_failed(&txt)) {
         ts_err_set(err, TS_PAYLOAD_TOO_LARGE, "decoded text over %zu bytes", out->limit);
         goto out;
@@ -143,6 +149,7 @@ struct tok_stream {
     const tokenizer *t;
     bool skip_special;
     bool started;      /* past the spaces the Strip decoder's start may remove */
+    bool fed;          /* a token was decoded: the next is not the first (tokenizer.dec1) */
     uint32_t stripped; /* leading spaces removed so far */
     uint32_t held;     /* trailing spaces held back for the Strip decoder's stop */
     unsigned char tail[4];
@@ -208,15 +215,18 @@ int tok_stream_feed(tok_stream *s, int32_t id, buf *out, ts_err *err)
         return -1;
     if (s->skip_special && (t->id_flags[id] & TOK_ID_SPECIAL))
         return 0;
-    if (t->dec_len[id] > STREAM_MAX_TOKEN) {
+    uint32_t off = s->fed ? t->dec_off[id] : t->dec1_off[id];
+    uint32_t len = s->fed ? t->dec_len[id] : t->dec1_len[id];
+    if (len > STREAM_MAX_TOKEN) {
         ts_err_set(err, TS_INTERNAL_ERROR, "token %d decodes to %u bytes, over the stream's bound",
-                   (int)id, t->dec_len[id]);
+                   (int)id, len);
         return -1;
     }
+    s->fed = true;
     s->raw.len = 0;
     s->txt.len = 0;
     buf_put(&s->raw, s->tail, s->ntail);
-    buf_put(&s->raw, t->arena.p + t->dec_off[id], t->dec_len[id]);
+    buf_put(&s->raw, t->arena.p + off, len);
     size_t held = tok_utf8_lossy(&s->txt, s->raw.data, s->raw.len, true);
     if (held)
         memcpy(s->tail, s->raw.data + s->raw.len - held, held);

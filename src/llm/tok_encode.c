@@ -1,7 +1,7 @@
 /* tok_encode: text -> ids. The order is @huggingface/tokenizers' encode_text: cut the text
  * at added tokens (longest match first, leftmost), normalize each other section, cut it
- * again at added tokens whose text is normalized, pre-tokenize, run BPE on each piece;
- * then the post-processor's tokens around it all. */
+ * again at added tokens whose text is normalized, pre-tokenize, run the model (BPE,
+ * WordPiece or Unigram) on each piece; then the post-processors' tokens around it all. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,11 +187,15 @@ static int encode_normalized(const tokenizer *t, const char *s, size_t n, sectio
         tok_pieces *res;
         if (tok_pretokenize(t, s + c->off, c->len, sc, &res, err) < 0)
             return -1;
-        bool unk_run = false;
-        for (size_t k = 0; k < res->n; k++)
-            if (tok_bpe_piece(t, (const char *)res->data.data + res->off[k], res->len[k], out,
-                              &unk_run, err) < 0)
+        bool unk_run = false; /* fuse_unk works on one call of the model: this subsection */
+        for (size_t k = 0; k < res->n; k++) {
+            const char *q = (const char *)res->data.data + res->off[k];
+            int rc = t->model == TOK_MODEL_WORDPIECE ? tok_wordpiece_piece(t, q, res->len[k], out, &unk_run, err)
+                     : t->model == TOK_MODEL_UNIGRAM ? tok_unigram_piece(t, q, res->len[k], out, &unk_run, err)
+                                                     : tok_bpe_piece(t, q, res->len[k], out, &unk_run, err);
+            if (rc < 0)
                 return -1;
+        }
     }
     return 0;
 oom:
@@ -239,6 +243,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
         }
         if (tok_check_stop(out->stop, err) < 0)
             goto out;
+        sc.section = i; /* Metaspace's prepend_scheme "first" */
         if (tok_normalize(t, text + c->off, c->len, &norm, err) < 0)
             goto out;
         if (norm.len == 0)

@@ -62,15 +62,31 @@ void tok_u64map_free(tok_u64map *m);
 
 /* ---- the pipeline's parts, as tok_load.c read them from tokenizer.json ---- */
 
-enum tok_norm_kind { TOK_NORM_PREPEND, TOK_NORM_REPLACE, TOK_NORM_NFC };
+enum tok_norm_kind {
+    TOK_NORM_PREPEND, TOK_NORM_REPLACE, TOK_NORM_NFC, TOK_NORM_NFD, TOK_NORM_NFKC, TOK_NORM_NFKD,
+    TOK_NORM_LOWER, TOK_NORM_STRIP, TOK_NORM_STRIP_ACCENTS, TOK_NORM_BERT
+};
+
+/* BertNormalizer's options (tok_norm.flags) */
+#define TOK_BERT_CLEAN 1u
+#define TOK_BERT_CHINESE 2u
+#define TOK_BERT_LOWER 4u
+#define TOK_BERT_ACCENTS 8u /* strip accents (NFD, then no Mn) */
+/* Strip's sides */
+#define TOK_STRIP_LEFT 1u
+#define TOK_STRIP_RIGHT 2u
 
 typedef struct {
     enum tok_norm_kind kind;
     char *a, *b; /* PREPEND: a; REPLACE: a -> b (a literal String pattern) */
     size_t alen, blen;
+    unsigned flags; /* BERT: TOK_BERT_*; STRIP: TOK_STRIP_* */
 } tok_norm;
 
-enum tok_pre_kind { TOK_PRE_SPLIT, TOK_PRE_BYTELEVEL };
+/* SPLIT covers the pre-tokenizers that are a regex (Split, and Whitespace, WhitespaceSplit,
+ * BertPreTokenizer, Punctuation, Digits as @huggingface/tokenizers writes them). */
+enum tok_pre_kind { TOK_PRE_SPLIT, TOK_PRE_BYTELEVEL, TOK_PRE_METASPACE };
+enum tok_prepend { TOK_PREPEND_ALWAYS, TOK_PREPEND_FIRST, TOK_PREPEND_NEVER };
 enum tok_split_mode { TOK_SPLIT_ISOLATED, TOK_SPLIT_REMOVED, TOK_SPLIT_MATCHES };
 
 typedef struct {
@@ -78,6 +94,9 @@ typedef struct {
     pcre2_code *re;           /* SPLIT; BYTELEVEL with use_regex (GPT-2's pattern) */
     enum tok_split_mode mode; /* SPLIT */
     bool add_prefix_space;    /* BYTELEVEL */
+    char *rep, *str_rep;      /* METASPACE: the replacement, and what stands for a space */
+    size_t rep_len, str_rep_len;
+    enum tok_prepend prepend; /* METASPACE */
 } tok_pre;
 
 #define TOK_MAX_STEPS 8
@@ -98,6 +117,7 @@ typedef struct {
 } tok_trie;
 
 enum tok_dec_kind { TOK_DEC_BYTELEVEL, TOK_DEC_SPIECE };
+enum tok_model_kind { TOK_MODEL_BPE, TOK_MODEL_WORDPIECE, TOK_MODEL_UNIGRAM };
 
 struct tokenizer {
     tok_arena arena;
@@ -110,10 +130,11 @@ struct tokenizer {
     size_t nsym, sym_cap;
     tok_u64map merges; /* left sym << 32 | right sym -> rank << 32 | result sym */
 
-    /* id -> token text, and what decoding that id contributes (bytes) */
+    /* id -> token text, and what decoding that id contributes (bytes): dec1 as the first
+     * token of a decode (the Metaspace and WordPiece decoders treat it apart), dec after */
     size_t nid;
     uint32_t *id_off, *id_len; /* id_len UINT32_MAX: no token with this id */
-    uint32_t *dec_off, *dec_len;
+    uint32_t *dec_off, *dec_len, *dec1_off, *dec1_len;
     uint8_t *id_flags; /* TOK_ID_* */
 
     tok_added *added;
@@ -126,13 +147,24 @@ struct tokenizer {
     tok_pre pre[TOK_MAX_STEPS];
     size_t npre;
 
-    /* BPE */
+    enum tok_model_kind model;
+    /* BPE (byte_fallback and unk_id: Unigram too) */
     bool byte_fallback, ignore_merges, fuse_unk;
     int32_t unk_id;      /* -1: none (pieces outside the vocabulary are dropped) */
     int32_t byte_id[256]; /* <0xNN> ids for byte fallback, -1 when absent */
 
-    /* TemplateProcessing's single sequence: ids before and after the text */
-    int32_t pp_pre[4], pp_post[4];
+    /* WordPiece: the continuing-subword prefix; words longer than max_chars code points
+     * are the unknown token; no vocabulary entry is longer than longest_chars */
+    char *wp_prefix;
+    size_t wp_prefix_len, wp_max_chars, wp_longest_chars;
+    /* Unigram: score by id (NaN past the vocabulary, as the JavaScript reads it) and a trie
+     * over the pieces (term: the piece's symbol) */
+    double *ug_score;
+    size_t ug_nscore;
+    tok_trie ug_trie;
+
+    /* the post-processors' single sequence: ids before and after the text */
+    int32_t pp_pre[TOK_MAX_STEPS], pp_post[TOK_MAX_STEPS];
     size_t npp_pre, npp_post;
 
     /* The limit's shortcut (tok_encode): when every byte of a normalized section ends up in
@@ -149,6 +181,19 @@ struct tokenizer {
 
 #define TOK_ID_SPECIAL 1u /* skipped by skip_special */
 #define TOK_ID_ADDED 2u   /* an added token's text: the byte-level decoder passes it as is */
+
+/* Appends one id the model made; with fuse_unk, a run of unknown tokens is one (unk_run
+ * says whether the last id was the unknown token). */
+int tok_push_model_id(const tokenizer *t, tok_ids *out, int32_t id, bool *unk_run, ts_err *err);
+/* Byte fallback: appends the <0xNN> ids of s's bytes when all exist (1), else nothing (0);
+ * -1 with err set. */
+int tok_push_bytes(const tokenizer *t, const char *s, size_t n, tok_ids *out, bool *unk_run, ts_err *err);
+
+/* ---- tok_model.c: WordPiece and Unigram ---- */
+int tok_wordpiece_piece(const tokenizer *t, const char *s, size_t n, tok_ids *out, bool *unk_run,
+                        ts_err *err);
+int tok_unigram_piece(const tokenizer *t, const char *s, size_t n, tok_ids *out, bool *unk_run,
+                      ts_err *err);
 
 /* ---- tok_bpe.c ---- */
 /* Appends the ids of one pre-tokenized piece (the model step); *unk_run tracks fuse_unk
@@ -185,6 +230,7 @@ typedef struct {
     buf tmp;
     tok_matcher m[TOK_MAX_STEPS];
     const _Atomic bool *stop; /* the caller's tok_ids.stop */
+    size_t section;           /* the index of the section (cut at added tokens) in the text */
 } tok_scratch;
 
 void tok_scratch_init(tok_scratch *sc, size_t limit);
@@ -196,11 +242,30 @@ int tok_pretokenize(const tokenizer *t, const char *s, size_t n, tok_scratch *sc
  * with PCRE2. NULL with msg written when it uses a construct we do not translate. */
 pcre2_code *tok_regex_compile(const char *onig, size_t n, bool literal, char *msg, size_t msglen);
 pcre2_code *tok_regex_gpt2(char *msg, size_t msglen);
+/* The regex @huggingface/tokenizers splits with for the pre-tokenizer type (Whitespace,
+ * WhitespaceSplit, BertPreTokenizer, Punctuation, Digits; digits1: individual_digits),
+ * whose matches are the pieces; NULL for another type. */
+pcre2_code *tok_regex_builtin(const char *type, bool digits1);
 int tok_bytelevel_byte(uint32_t cp); /* the byte a ByteLevel char stands for, or -1 */
 
 /* ---- tok_nfc.c ---- */
 /* Appends the NFC form of s (valid UTF-8) to out. */
 void tok_nfc(const char *s, size_t n, buf *out);
+/* Appends the NFD (compat: NFKD; compose: NFC / NFKC) form of s to out. */
+void tok_unorm(const char *s, size_t n, bool compat, bool compose, buf *out);
+/* Appends JavaScript's s.toLowerCase() to out. */
+void tok_lower(const char *s, size_t n, buf *out);
+/* A code point's TOK_UP_* flags. */
+#define TOK_UP_MN 1u            /* Nonspacing_Mark */
+#define TOK_UP_MC_ME 2u         /* Spacing_Mark, Enclosing_Mark */
+#define TOK_UP_CONTROL 4u       /* Cc, Cf, Co, Cs */
+#define TOK_UP_CASED 8u         /* Cased and not Case_Ignorable */
+#define TOK_UP_CASE_IGNORABLE 16u
+uint32_t tok_uprop(uint32_t cp);
+
+/* ---- tok_decode.c ---- */
+/* clean_up_tokenization: the ten literal replacements, in place. */
+void tok_cleanup(buf *b);
 
 /* ---- tok_utf8.c ---- */
 /* Decodes one code point at s (valid UTF-8 assumed); returns its length. */

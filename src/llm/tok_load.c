@@ -14,13 +14,31 @@
 
 #define MAX_IDS (16u << 20) /* ids are int32; real vocabularies stay below 1M */
 
+/* what each refusal lists as supported (docs/llm.md says the same) */
+#define TOK_NORMALIZERS "BertNormalizer, Lowercase, NFC, NFD, NFKC, NFKD, Prepend, Replace, Sequence, Strip, StripAccents"
+#define TOK_PRETOKENIZERS "BertPreTokenizer, ByteLevel, Digits, Metaspace, Punctuation, Sequence, Split, Whitespace, WhitespaceSplit"
+#define TOK_MODELS "BPE, Unigram, WordPiece"
+#define TOK_POSTPROCESSORS "BertProcessing, ByteLevel, RobertaProcessing, Sequence, TemplateProcessing"
+
+/* a per-token decoder step (build_decode) */
+enum dstep_kind { DS_REPLACE, DS_METASPACE, DS_WORDPIECE, DS_STRIP };
+
+typedef struct {
+    enum dstep_kind kind;
+    char *a, *b; /* REPLACE: a -> b; METASPACE: a, the replacement; WORDPIECE: a, the prefix */
+    size_t alen, blen;
+    bool cleanup;         /* WORDPIECE */
+    uint32_t cp;          /* STRIP: the character */
+    uint32_t start, stop; /* STRIP */
+} dec_step;
+
 typedef struct {
     tokenizer *t;
     const char *file;
     ts_err *err;
     /* decoder pieces, before they become per-id bytes */
-    tok_norm dec_rep[TOK_MAX_STEPS];
-    size_t ndec_rep;
+    dec_step dstep[TOK_MAX_STEPS];
+    size_t ndstep;
     bool dec_bytefallback;
     /* model.vocab in file order: id -> symbol, before the added tokens overwrite it */
     int32_t *vocab_id;
@@ -146,11 +164,36 @@ static int read_normalizer(loader *L, const json_t *j)
         t->norm[t->nnorm] = (tok_norm){.kind = TOK_NORM_PREPEND, .a = strdup(p), .alen = strlen(p)};
         return t->norm[t->nnorm++].a ? 0 : fail(L, "out of memory");
     }
-    if (strcmp(type, "NFC") == 0) {
-        t->norm[t->nnorm++] = (tok_norm){.kind = TOK_NORM_NFC};
+    static const struct {
+        const char *name;
+        enum tok_norm_kind kind;
+    } plain[] = {{"NFC", TOK_NORM_NFC}, {"NFD", TOK_NORM_NFD}, {"NFKC", TOK_NORM_NFKC},
+                 {"NFKD", TOK_NORM_NFKD}, {"Lowercase", TOK_NORM_LOWER},
+                 {"StripAccents", TOK_NORM_STRIP_ACCENTS}};
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+        if (strcmp(type, plain[i].name) == 0) {
+            t->norm[t->nnorm++] = (tok_norm){.kind = plain[i].kind};
+            return 0;
+        }
+    if (strcmp(type, "Strip") == 0) {
+        unsigned f = (bool_or(j, "strip_left", false) ? TOK_STRIP_LEFT : 0) |
+                     (bool_or(j, "strip_right", false) ? TOK_STRIP_RIGHT : 0);
+        t->norm[t->nnorm++] = (tok_norm){.kind = TOK_NORM_STRIP, .flags = f};
         return 0;
     }
-    return fail(L, "normalizer type '%s' is not supported (supported: NFC, Prepend, Replace, Sequence)", type);
+    if (strcmp(type, "BertNormalizer") == 0) {
+        /* the JavaScript reads each option as truthy (absent: off), except strip_accents,
+         * which follows lowercase unless it is false */
+        bool lower = bool_or(j, "lowercase", false);
+        const json_t *sa = json_object_get(j, "strip_accents");
+        bool accents = lower ? !json_is_false(sa) : json_is_true(sa);
+        unsigned f = (bool_or(j, "clean_text", false) ? TOK_BERT_CLEAN : 0) |
+                     (bool_or(j, "handle_chinese_chars", false) ? TOK_BERT_CHINESE : 0) |
+                     (lower ? TOK_BERT_LOWER : 0) | (accents ? TOK_BERT_ACCENTS : 0);
+        t->norm[t->nnorm++] = (tok_norm){.kind = TOK_NORM_BERT, .flags = f};
+        return 0;
+    }
+    return fail(L, "normalizer type '%s' is not supported (supported: " TOK_NORMALIZERS ")", type);
 }
 
 /* ---- pre-tokenizer ---- */
@@ -215,7 +258,43 @@ static int read_pre(loader *L, const json_t *j)
         t->npre++;
         return 0;
     }
-    return fail(L, "pre_tokenizer type '%s' is not supported (supported: ByteLevel, Split, Sequence)", type);
+    if (strcmp(type, "Metaspace") == 0) {
+        /* the JavaScript reads replacement (default U+2581), str_rep (default: the
+         * replacement) and prepend_scheme (default always); add_prefix_space and split are
+         * not read there, so a file that relies on them is refused rather than guessed */
+        const char *rep = str_or(j, "replacement", "\xe2\x96\x81");
+        const char *str_rep = str_or(j, "str_rep", "");
+        const char *scheme = str_or(j, "prepend_scheme", "always");
+        if (!*str_rep)
+            str_rep = rep;
+        if (json_object_get(j, "prepend_scheme") == NULL && json_is_false(json_object_get(j, "add_prefix_space")))
+            return fail(L, "pre_tokenizer Metaspace: add_prefix_space false without prepend_scheme is not supported");
+        if (!*rep)
+            return fail(L, "pre_tokenizer Metaspace: an empty replacement is not supported");
+        if (strcmp(scheme, "always") == 0)
+            p->prepend = TOK_PREPEND_ALWAYS;
+        else if (strcmp(scheme, "first") == 0)
+            p->prepend = TOK_PREPEND_FIRST;
+        else if (strcmp(scheme, "never") == 0)
+            p->prepend = TOK_PREPEND_NEVER;
+        else
+            return fail(L, "pre_tokenizer Metaspace: prepend_scheme '%s' is not supported", scheme);
+        p->kind = TOK_PRE_METASPACE;
+        p->rep = strdup(rep);
+        p->str_rep = strdup(str_rep);
+        p->rep_len = strlen(rep);
+        p->str_rep_len = strlen(str_rep);
+        t->npre++;
+        return p->rep && p->str_rep ? 0 : fail(L, "out of memory");
+    }
+    p->re = tok_regex_builtin(type, bool_or(j, "individual_digits", false));
+    if (p->re) {
+        p->kind = TOK_PRE_SPLIT;
+        p->mode = TOK_SPLIT_MATCHES;
+        t->npre++;
+        return 0;
+    }
+    return fail(L, "pre_tokenizer type '%s' is not supported (supported: " TOK_PRETOKENIZERS ")", type);
 }
 
 /* ---- model ---- */
@@ -246,24 +325,10 @@ static int split_merge(loader *L, const json_t *m, size_t rank, const char **a, 
     return fail(L, "model.merges[%zu] is not a pair", rank);
 }
 
-static int read_model(loader *L, json_t *model)
+/* model.vocab as an object of token -> id (BPE, WordPiece) */
+static int read_vocab_object(loader *L, json_t *vocab)
 {
     tokenizer *t = L->t;
-    const char *type = str_or(model, "type", "");
-    if (strcmp(type, "BPE") != 0)
-        return fail(L, "model type '%s' is not supported (BPE only)", type);
-    const char *eow = str_or(model, "end_of_word_suffix", "");
-    const char *csw = str_or(model, "continuing_subword_suffix", "");
-    if (*eow || *csw)
-        return fail(L, "model: end_of_word_suffix / continuing_subword_suffix are not supported");
-    json_t *vocab = json_object_get(model, "vocab");
-    const json_t *merges = json_object_get(model, "merges");
-    if (!json_is_object(vocab) || !json_is_array(merges))
-        return fail(L, "model has no vocab object or merges array");
-    t->byte_fallback = bool_or(model, "byte_fallback", false);
-    t->ignore_merges = bool_or(model, "ignore_merges", false);
-    t->fuse_unk = bool_or(model, "fuse_unk", false);
-
     const char *key;
     size_t klen;
     json_t *v;
@@ -284,6 +349,116 @@ static int read_model(loader *L, json_t *model)
         if ((size_t)id >= t->nid)
             t->nid = (size_t)id + 1;
     }
+    return 0;
+}
+
+static int trie_init(loader *L, tok_trie *tr);
+static int trie_add(loader *L, tok_trie *tr, const char *s, size_t n, int32_t added);
+
+static int read_wordpiece(loader *L, json_t *model)
+{
+    tokenizer *t = L->t;
+    json_t *vocab = json_object_get(model, "vocab");
+    const json_t *prefix = json_object_get(model, "continuing_subword_prefix");
+    const json_t *maxc = json_object_get(model, "max_input_chars_per_word");
+    if (!json_is_object(vocab))
+        return fail(L, "model WordPiece has no vocab object");
+    if (!json_is_string(prefix))
+        return fail(L, "model WordPiece: continuing_subword_prefix must be a string");
+    if (!json_is_string(json_object_get(model, "unk_token")))
+        return fail(L, "model WordPiece: unk_token must be a string");
+    if (maxc && !json_is_null(maxc) && (!json_is_integer(maxc) || json_integer_value(maxc) < 0))
+        return fail(L, "model WordPiece: max_input_chars_per_word must be a count");
+    t->model = TOK_MODEL_WORDPIECE;
+    t->wp_max_chars = json_is_integer(maxc) ? (size_t)json_integer_value(maxc) : 100;
+    t->wp_prefix = strdup(json_string_value(prefix));
+    t->wp_prefix_len = json_string_length(prefix);
+    if (!t->wp_prefix)
+        return fail(L, "out of memory");
+    return read_vocab_object(L, vocab);
+}
+
+/* WordPiece's longest entry in code points, the added tokens included (they are in the
+ * JavaScript's tokens_to_ids too) */
+static void wordpiece_longest(tokenizer *t)
+{
+    for (size_t k = 0; k < t->nsym; k++) {
+        const tok_sent *e = &t->sym.e[k];
+        size_t nc = 0;
+        for (size_t i = 0; i < e->len; i++)
+            nc += ((unsigned char)t->arena.p[e->off + i] & 0xC0) != 0x80;
+        if (t->sym_vid[k] >= 0 && nc > t->wp_longest_chars)
+            t->wp_longest_chars = nc;
+    }
+}
+
+/* Unigram: vocab is [[piece, score], ...], the id being the index. */
+static int read_unigram(loader *L, json_t *model)
+{
+    tokenizer *t = L->t;
+    const json_t *vocab = json_object_get(model, "vocab");
+    const json_t *unk = json_object_get(model, "unk_id");
+    size_t n = json_array_size(vocab);
+    if (!json_is_array(vocab) || n == 0 || n >= MAX_IDS)
+        return fail(L, "model Unigram has no vocab array");
+    if (!json_is_integer(unk) || json_integer_value(unk) < 0 || (size_t)json_integer_value(unk) >= n)
+        return fail(L, "model Unigram: unk_id must name a vocab entry (a model without one is not supported)");
+    t->model = TOK_MODEL_UNIGRAM;
+    t->byte_fallback = bool_or(model, "byte_fallback", false);
+    t->fuse_unk = true; /* the JavaScript always fuses for Unigram */
+    t->nid = n;
+    L->vocab_id = malloc(n * sizeof *L->vocab_id);
+    L->vocab_sym = malloc(n * sizeof *L->vocab_sym);
+    t->ug_score = malloc(n * sizeof *t->ug_score);
+    t->ug_nscore = n;
+    if (!L->vocab_id || !L->vocab_sym || !t->ug_score || trie_init(L, &t->ug_trie) < 0)
+        return fail(L, "out of memory");
+    double lowest = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(vocab, i);
+        const json_t *piece = json_array_get(e, 0), *score = json_array_get(e, 1);
+        if (!json_is_string(piece) || !json_is_number(score))
+            return fail(L, "model.vocab[%zu] is not [piece, score]", i);
+        int64_t k = intern(L, json_string_value(piece), json_string_length(piece));
+        if (k < 0)
+            return -1;
+        t->sym_vid[k] = (int32_t)i; /* a later duplicate wins, as new Map(...) */
+        L->vocab_id[L->nvocab] = (int32_t)i;
+        L->vocab_sym[L->nvocab++] = k;
+        t->ug_score[i] = json_number_value(score);
+        if (i == 0 || t->ug_score[i] < lowest)
+            lowest = t->ug_score[i];
+        if (trie_add(L, &t->ug_trie, json_string_value(piece), json_string_length(piece), (int32_t)k) < 0)
+            return -1;
+    }
+    t->unk_id = (int32_t)json_integer_value(unk);
+    t->ug_score[t->unk_id] = lowest - 10;
+    return 0;
+}
+
+static int read_model(loader *L, json_t *model)
+{
+    tokenizer *t = L->t;
+    const char *type = str_or(model, "type", "");
+    if (strcmp(type, "WordPiece") == 0)
+        return read_wordpiece(L, model);
+    if (strcmp(type, "Unigram") == 0)
+        return read_unigram(L, model);
+    if (strcmp(type, "BPE") != 0)
+        return fail(L, "model type '%s' is not supported (supported: " TOK_MODELS ")", type);
+    const char *eow = str_or(model, "end_of_word_suffix", "");
+    const char *csw = str_or(model, "continuing_subword_suffix", "");
+    if (*eow || *csw)
+        return fail(L, "model: end_of_word_suffix / continuing_subword_suffix are not supported");
+    json_t *vocab = json_object_get(model, "vocab");
+    const json_t *merges = json_object_get(model, "merges");
+    if (!json_is_object(vocab) || !json_is_array(merges))
+        return fail(L, "model has no vocab object or merges array");
+    t->byte_fallback = bool_or(model, "byte_fallback", false);
+    t->ignore_merges = bool_or(model, "ignore_merges", false);
+    t->fuse_unk = bool_or(model, "fuse_unk", false);
+    if (read_vocab_object(L, vocab) < 0)
+        return -1;
     if (tok_u64map_init(&t->merges, json_array_size(merges)) < 0)
         return fail(L, "out of memory");
     char *cat = NULL;
@@ -449,18 +624,70 @@ out:
 
 /* ---- post-processor ---- */
 
-static int read_post(loader *L, const json_t *j)
+/* The id encode gives a token the post-processor names (added tokens, then the vocabulary). */
+static int post_token(loader *L, const char *what, const char *tokstr, int32_t *id)
+{
+    *id = text_id(L->t, tokstr, strlen(tokstr));
+    if (*id < 0)
+        *id = L->t->unk_id;
+    if (*id < 0)
+        return fail(L, "post_processor %s: token '%s' is not in the vocabulary", what, tokstr);
+    return 0;
+}
+
+static int pp_add(loader *L, bool after, int32_t id)
 {
     tokenizer *t = L->t;
-    if (!j || json_is_null(j))
-        return 0;
+    int32_t *dst = after ? t->pp_post : t->pp_pre;
+    size_t *n = after ? &t->npp_post : &t->npp_pre;
+    if (*n == TOK_MAX_STEPS)
+        return fail(L, "post_processor: more than %d special tokens on a side", TOK_MAX_STEPS);
+    if (after) {
+        dst[(*n)++] = id;
+    } else { /* an outer processor's tokens go before what is there */
+        memmove(dst + 1, dst, *n * sizeof *dst);
+        dst[0] = id;
+        (*n)++;
+    }
+    return 0;
+}
+
+/* One post-processor; *wrapped: an earlier one of a Sequence added tokens (the JavaScript
+ * then hands the next one no pair, which a TemplateProcessing reads as a pair). For a
+ * single sequence each adds its tokens around what the earlier ones made. */
+static int read_post_step(loader *L, const json_t *j, bool *wrapped)
+{
+    tokenizer *t = L->t;
     const char *type = str_or(j, "type", "");
+    if (strcmp(type, "Sequence") == 0) {
+        size_t i;
+        const json_t *x;
+        json_array_foreach(json_object_get(j, "processors"), i, x)
+            if (read_post_step(L, x, wrapped) < 0)
+                return -1;
+        return 0;
+    }
     if (strcmp(type, "ByteLevel") == 0)
         return 0; /* offsets only: no tokens */
+    if (strcmp(type, "BertProcessing") == 0 || strcmp(type, "RobertaProcessing") == 0) {
+        const char *cls = json_string_value(json_array_get(json_object_get(j, "cls"), 0));
+        const char *sep = json_string_value(json_array_get(json_object_get(j, "sep"), 0));
+        int32_t a, b;
+        if (!cls || !sep)
+            return fail(L, "post_processor %s: cls and sep must be [token, id]", type);
+        if (post_token(L, type, cls, &a) < 0 || post_token(L, type, sep, &b) < 0 ||
+            pp_add(L, false, a) < 0 || pp_add(L, true, b) < 0)
+            return -1;
+        *wrapped = true;
+        return 0;
+    }
     if (strcmp(type, "TemplateProcessing") != 0)
-        return fail(L, "post_processor type '%s' is not supported (supported: ByteLevel, TemplateProcessing)", type);
+        return fail(L, "post_processor type '%s' is not supported (supported: " TOK_POSTPROCESSORS ")", type);
+    if (*wrapped)
+        return fail(L, "post_processor Sequence: a TemplateProcessing after another processor that adds "
+                       "tokens is not supported");
     bool seen_a = false;
-    size_t i;
+    size_t i, npre = 0;
     const json_t *item;
     json_array_foreach(json_object_get(j, "single"), i, item) {
         const json_t *sp = json_object_get(item, "SpecialToken");
@@ -474,19 +701,47 @@ static int read_post(loader *L, const json_t *j)
         const char *tokstr = str_or(sp, "id", NULL);
         if (!tokstr)
             return fail(L, "post_processor: template item %zu is neither SpecialToken nor Sequence", i);
-        int32_t id = text_id(t, tokstr, strlen(tokstr));
-        if (id < 0)
-            return fail(L, "post_processor: special token '%s' is not in the vocabulary", tokstr);
-        int32_t *dst = seen_a ? t->pp_post : t->pp_pre;
-        size_t *n = seen_a ? &t->npp_post : &t->npp_pre;
-        if (*n == sizeof t->pp_pre / sizeof t->pp_pre[0])
-            return fail(L, "post_processor: too many special tokens");
-        dst[(*n)++] = id;
+        int32_t id;
+        if (post_token(L, "TemplateProcessing", tokstr, &id) < 0)
+            return -1;
+        if (seen_a) {
+            if (pp_add(L, true, id) < 0)
+                return -1;
+        } else { /* in order, all before what the earlier processors put there */
+            if (t->npp_pre == TOK_MAX_STEPS)
+                return fail(L, "post_processor: more than %d special tokens on a side", TOK_MAX_STEPS);
+            memmove(t->pp_pre + npre + 1, t->pp_pre + npre, (t->npp_pre - npre) * sizeof *t->pp_pre);
+            t->pp_pre[npre++] = id;
+            t->npp_pre++;
+        }
     }
+    if (!seen_a)
+        return fail(L, "post_processor: the single template has no sequence A");
+    *wrapped = true;
     return 0;
 }
 
+static int read_post(loader *L, const json_t *j)
+{
+    bool wrapped = false;
+    if (!j || json_is_null(j))
+        return 0;
+    return read_post_step(L, j, &wrapped);
+}
+
 /* ---- decoder ---- */
+
+/* Per-token decoder steps run in the order the file lists them: Replace, Metaspace,
+ * WordPiece and Strip map each token on its own (Metaspace and WordPiece treat the first
+ * token of a decode apart); then ByteFallback turns <0xNN> tokens into bytes; then Fuse
+ * joins, and a Strip after Fuse cuts the whole text (tokenizer.strip_*). */
+static int add_dstep(loader *L, dec_step st)
+{
+    if (L->ndstep == TOK_MAX_STEPS)
+        return fail(L, "decoder: more than %d steps", TOK_MAX_STEPS);
+    L->dstep[L->ndstep++] = st;
+    return 0;
+}
 
 static int read_decoder_step(loader *L, const json_t *j, int *phase)
 {
@@ -500,10 +755,33 @@ static int read_decoder_step(loader *L, const json_t *j, int *phase)
                 return -1;
         return 0;
     }
-    /* phase 0: per-token steps (Replace..., ByteFallback); 1: after ByteFallback;
-     * 2: after Fuse (Strip on the whole text) */
-    if (strcmp(type, "Replace") == 0 && *phase == 0)
-        return add_replace(L, L->dec_rep, &L->ndec_rep, j, "decoder Replace");
+    /* phase 0: per-token steps; 1: after ByteFallback; 2: after Fuse; 3: after its Strip */
+    if (strcmp(type, "Replace") == 0 && *phase == 0) {
+        tok_norm r[1];
+        size_t n = 0;
+        if (add_replace(L, r, &n, j, "decoder Replace") < 0)
+            return -1;
+        return add_dstep(L, (dec_step){.kind = DS_REPLACE, .a = r[0].a, .b = r[0].b, .alen = r[0].alen,
+                                       .blen = r[0].blen});
+    }
+    if (strcmp(type, "Metaspace") == 0 && *phase == 0) {
+        char *rep = strdup(str_or(j, "replacement", "\xe2\x96\x81"));
+        if (!rep)
+            return fail(L, "out of memory");
+        if (!*rep) {
+            free(rep);
+            return fail(L, "decoder Metaspace: an empty replacement is not supported");
+        }
+        return add_dstep(L, (dec_step){.kind = DS_METASPACE, .a = rep, .alen = strlen(rep)});
+    }
+    if (strcmp(type, "WordPiece") == 0 && *phase == 0) {
+        const char *prefix = str_or(j, "prefix", "");
+        char *p = strdup(prefix);
+        if (!p)
+            return fail(L, "out of memory");
+        return add_dstep(L, (dec_step){.kind = DS_WORDPIECE, .a = p, .alen = strlen(p),
+                                       .cleanup = bool_or(j, "cleanup", false)});
+    }
     if (strcmp(type, "ByteFallback") == 0 && *phase == 0) {
         L->dec_bytefallback = true;
         *phase = 1;
@@ -513,20 +791,30 @@ static int read_decoder_step(loader *L, const json_t *j, int *phase)
         *phase = 2;
         return 0;
     }
-    if (strcmp(type, "Strip") == 0 && *phase == 2) {
-        if (strcmp(str_or(j, "content", ""), " ") != 0)
-            return fail(L, "decoder Strip: only content \" \" is supported");
+    if (strcmp(type, "Strip") == 0 && (*phase == 0 || *phase == 2)) {
         json_int_t a = json_integer_value(json_object_get(j, "start"));
         json_int_t b = json_integer_value(json_object_get(j, "stop"));
+        const char *content = str_or(j, "content", "");
+        uint32_t cp = 0;
         if (a < 0 || b < 0 || a > 64 || b > 64)
             return fail(L, "decoder Strip: bad start/stop");
-        t->strip_start = (uint32_t)a;
-        t->strip_stop = (uint32_t)b;
-        *phase = 3;
-        return 0;
+        if (*phase == 2) {
+            if (strcmp(content, " ") != 0)
+                return fail(L, "decoder Strip after Fuse: only content \" \" is supported");
+            t->strip_start = (uint32_t)a;
+            t->strip_stop = (uint32_t)b;
+            *phase = 3;
+            return 0;
+        }
+        /* per token: one character of the BMP (the JavaScript compares UTF-16 units) */
+        size_t l = *content ? tok_utf8_next((const unsigned char *)content, strlen(content), &cp) : 0;
+        if (l == 0 || content[l] || cp > 0xFFFF)
+            return fail(L, "decoder Strip: content must be one character of the BMP");
+        return add_dstep(L, (dec_step){.kind = DS_STRIP, .cp = cp, .start = (uint32_t)a, .stop = (uint32_t)b});
     }
     return fail(L, "decoder '%s' is not supported here (supported: ByteLevel alone, or a Sequence of "
-                   "Replace..., ByteFallback, Fuse, Strip in that order)", type);
+                   "per-token Replace, Metaspace, WordPiece and Strip steps, then ByteFallback, Fuse, "
+                   "Strip in that order)", type);
 }
 
 static int read_decoder(loader *L, const json_t *j)
@@ -555,12 +843,105 @@ static bool hexval(char c, unsigned *v)
     return true;
 }
 
-/* What decoding one id contributes: the decoder's per-token steps, done once at load. */
+static void swap(buf *a, buf *b)
+{
+    buf x = *a;
+    *a = *b;
+    *b = x;
+}
+
+/* a's text with every a->a replaced by a->b (JavaScript's replaceAll of a string) */
+static void replace_all(buf *a, buf *b, const char *from, size_t flen, const char *to, size_t tlen)
+{
+    b->len = 0;
+    size_t i = 0, run = 0;
+    while (i + flen <= a->len) {
+        if (memcmp(a->data + i, from, flen) == 0) {
+            buf_put(b, a->data + run, i - run);
+            buf_put(b, to, tlen);
+            i += flen;
+            run = i;
+        } else {
+            i++;
+        }
+    }
+    buf_put(b, a->data + run, a->len - run);
+    swap(a, b);
+}
+
+/* The per-token steps on one token's text (first: the first token of the decode). */
+static void token_steps(const loader *L, bool first, buf *a, buf *b)
+{
+    for (size_t r = 0; r < L->ndstep; r++) {
+        const dec_step *st = &L->dstep[r];
+        switch (st->kind) {
+        case DS_REPLACE:
+            replace_all(a, b, st->a, st->alen, st->b, st->blen);
+            break;
+        case DS_METASPACE:
+            replace_all(a, b, st->a, st->alen, " ", 1);
+            if (first && a->len && a->data[0] == ' ') {
+                memmove(a->data, a->data + 1, a->len - 1);
+                a->len--;
+            }
+            break;
+        case DS_WORDPIECE:
+            if (!first) {
+                b->len = 0;
+                if (st->alen && a->len >= st->alen && memcmp(a->data, st->a, st->alen) == 0) {
+                    buf_put(b, a->data + st->alen, a->len - st->alen);
+                } else {
+                    buf_putc(b, ' ');
+                    buf_put(b, a->data, a->len);
+                }
+                swap(a, b);
+            }
+            if (st->cleanup)
+                tok_cleanup(a);
+            break;
+        case DS_STRIP: {
+            size_t x = 0, y = a->len;
+            for (uint32_t k = 0; k < st->start && x < y; k++) {
+                uint32_t cp;
+                size_t l = tok_utf8_next(a->data + x, y - x, &cp);
+                if (cp != st->cp)
+                    break;
+                x += l;
+            }
+            for (uint32_t k = 0; k < st->stop && y > x; k++) {
+                size_t p = y - 1;
+                while (p > x && (a->data[p] & 0xC0) == 0x80)
+                    p--;
+                uint32_t cp;
+                tok_utf8_next(a->data + p, y - p, &cp);
+                if (cp != st->cp)
+                    break;
+                y = p;
+            }
+            memmove(a->data, a->data + x, y - x);
+            a->len = y - x;
+            break;
+        }
+        }
+    }
+    unsigned hi, lo;
+    if (L->dec_bytefallback && a->len == 6 && memcmp(a->data, "<0x", 3) == 0 && a->data[5] == '>' &&
+        hexval((char)a->data[3], &hi) && hexval((char)a->data[4], &lo)) {
+        a->len = 0;
+        buf_putc(a, (char)(hi << 4 | lo));
+    }
+}
+
+/* What decoding one id contributes: the decoder's per-token steps, done once at load, as
+ * the first token of a decode (dec1) and after it (dec). */
 static int build_decode(loader *L)
 {
     tokenizer *t = L->t;
     buf a, b;
     int rc = -1;
+    bool apart = false; /* does the first token decode differently? */
+    for (size_t r = 0; r < L->ndstep; r++)
+        apart |= L->dstep[r].kind == DS_METASPACE || L->dstep[r].kind == DS_WORDPIECE;
     buf_init(&a, 1 << 20);
     buf_init(&b, 1 << 20);
     for (size_t id = 0; id < t->nid; id++) {
@@ -568,55 +949,41 @@ static int build_decode(loader *L)
             continue;
         const char *s = t->arena.p + t->id_off[id];
         size_t n = t->id_len[id];
-        a.len = 0;
-        if (t->dec == TOK_DEC_BYTELEVEL && !(t->id_flags[id] & TOK_ID_ADDED)) {
-            for (size_t i = 0; i < n;) {
-                uint32_t cp;
-                i += tok_utf8_next((const unsigned char *)s + i, n - i, &cp);
-                int byte = tok_bytelevel_byte(cp);
-                buf_putc(&a, (char)(byte < 0 ? 0 : byte)); /* JavaScript: undefined -> 0 */
-            }
-        } else if (t->dec == TOK_DEC_BYTELEVEL) {
-            buf_put(&a, s, n);
-        } else {
-            buf_put(&a, s, n);
-            for (size_t r = 0; r < L->ndec_rep; r++) {
-                const tok_norm *rp = &L->dec_rep[r];
-                b.len = 0;
-                size_t i = 0, run = 0;
-                while (i + rp->alen <= a.len) {
-                    if (memcmp(a.data + i, rp->a, rp->alen) == 0) {
-                        buf_put(&b, a.data + run, i - run);
-                        buf_put(&b, rp->b, rp->blen);
-                        i += rp->alen;
-                        run = i;
-                    } else {
-                        i++;
-                    }
+        for (int first = apart ? 1 : 0; first >= 0; first--) {
+            a.len = 0;
+            if (t->dec == TOK_DEC_BYTELEVEL && !(t->id_flags[id] & TOK_ID_ADDED)) {
+                for (size_t i = 0; i < n;) {
+                    uint32_t cp;
+                    i += tok_utf8_next((const unsigned char *)s + i, n - i, &cp);
+                    int byte = tok_bytelevel_byte(cp);
+                    buf_putc(&a, (char)(byte < 0 ? 0 : byte)); /* JavaScript: undefined -> 0 */
                 }
-                buf_put(&b, a.data + run, a.len - run);
-                buf tmp = a;
-                a = b;
-                b = tmp;
+            } else {
+                buf_put(&a, s, n);
+                if (t->dec != TOK_DEC_BYTELEVEL)
+                    token_steps(L, first, &a, &b);
             }
-            unsigned hi, lo;
-            if (L->dec_bytefallback && a.len == 6 && memcmp(a.data, "<0x", 3) == 0 && a.data[5] == '>' &&
-                hexval((char)a.data[3], &hi) && hexval((char)a.data[4], &lo)) {
-                a.len = 0;
-                buf_putc(&a, (char)(hi << 4 | lo));
+            if (buf_failed(&a) || buf_failed(&b)) {
+                fail(L, "token %zu decodes too long", id);
+                goto out;
+            }
+            int64_t off = tok_arena_put(&t->arena, a.data, a.len);
+            if (off < 0) {
+                fail(L, "out of memory");
+                goto out;
+            }
+            if (first) {
+                t->dec1_off[id] = (uint32_t)off;
+                t->dec1_len[id] = (uint32_t)a.len;
+            } else {
+                t->dec_off[id] = (uint32_t)off;
+                t->dec_len[id] = (uint32_t)a.len;
+                if (!apart) {
+                    t->dec1_off[id] = (uint32_t)off;
+                    t->dec1_len[id] = (uint32_t)a.len;
+                }
             }
         }
-        if (buf_failed(&a)) {
-            fail(L, "token %zu decodes too long", id);
-            goto out;
-        }
-        int64_t off = tok_arena_put(&t->arena, a.data, a.len);
-        if (off < 0) {
-            fail(L, "out of memory");
-            goto out;
-        }
-        t->dec_off[id] = (uint32_t)off;
-        t->dec_len[id] = (uint32_t)a.len;
     }
     rc = 0;
 out:
@@ -645,8 +1012,10 @@ static int build_ids(loader *L, const json_t *config)
     t->id_len = malloc(t->nid * sizeof *t->id_len);
     t->dec_off = calloc(t->nid, sizeof *t->dec_off);
     t->dec_len = calloc(t->nid, sizeof *t->dec_len);
+    t->dec1_off = calloc(t->nid, sizeof *t->dec1_off);
+    t->dec1_len = calloc(t->nid, sizeof *t->dec1_len);
     t->id_flags = calloc(t->nid, 1);
-    if (!t->id_off || !t->id_len || !t->dec_off || !t->dec_len || !t->id_flags) {
+    if (!t->id_off || !t->id_len || !t->dec_off || !t->dec_len || !t->dec1_off || !t->dec1_len || !t->id_flags) {
         fail(L, "out of memory");
         goto out;
     }
@@ -748,6 +1117,11 @@ static void set_bound(tokenizer *t)
 {
     bool has_bl = false, byte_fb = t->byte_fallback, bl_known = true, results_known = true, unk_made = false;
     t->bound_bytes = 0;
+    /* WordPiece makes one unknown id of a whole word and Unigram one of a whole unknown
+     * run: no bound. (A Metaspace piece only grows; the regex pre-tokenizers other than
+     * Split's Isolated may drop text, and fail the test below.) */
+    if (t->model != TOK_MODEL_BPE)
+        return;
     for (size_t k = 0; k < t->npre; k++) {
         if (t->pre[k].kind == TOK_PRE_SPLIT && t->pre[k].mode != TOK_SPLIT_ISOLATED)
             return;
@@ -854,6 +1228,8 @@ tokenizer *tok_load(const char *path, ts_err *err)
         snprintf(name, sizeof name, "<0x%02X>", b);
         t->byte_id[b] = text_id(t, name, 6);
     }
+    if (t->model == TOK_MODEL_WORDPIECE)
+        wordpiece_longest(t);
     set_bound(t);
     t->cleanup = !json_is_false(json_object_get(config, "clean_up_tokenization_spaces"));
     t->bos = config_token(t, config, "bos_token");
@@ -864,9 +1240,9 @@ out:
     json_decref(config);
     free(L.vocab_id);
     free(L.vocab_sym);
-    for (size_t i = 0; i < L.ndec_rep; i++) {
-        free(L.dec_rep[i].a);
-        free(L.dec_rep[i].b);
+    for (size_t i = 0; i < L.ndstep; i++) {
+        free(L.dstep[i].a);
+        free(L.dstep[i].b);
     }
     if (!ok) {
         tok_free(t);
@@ -888,7 +1264,13 @@ void tok_free(tokenizer *t)
     free(t->id_len);
     free(t->dec_off);
     free(t->dec_len);
+    free(t->dec1_off);
+    free(t->dec1_len);
     free(t->id_flags);
+    free(t->wp_prefix);
+    free(t->ug_score);
+    tok_u64map_free(&t->ug_trie.kids);
+    free(t->ug_trie.term);
     free(t->added);
     tok_strmap_free(&t->added_map);
     tok_u64map_free(&t->trie_raw.kids);
@@ -899,7 +1281,10 @@ void tok_free(tokenizer *t)
         free(t->norm[i].a);
         free(t->norm[i].b);
     }
-    for (size_t i = 0; i < t->npre; i++)
+    for (size_t i = 0; i < t->npre; i++) {
         pcre2_code_free(t->pre[i].re);
+        free(t->pre[i].rep);
+        free(t->pre[i].str_rep);
+    }
     free(t);
 }

@@ -30,5 +30,15 @@ extern const tok_nfc_decomp tok_nfc_decomp_tab[];
 extern const size_t tok_nfc_decomp_n;
 extern const tok_nfc_pair tok_nfc_pairs[];
 extern const size_t tok_nfc_pairs_n;
+/* NFKD where it differs from NFD; the full lowercase mapping where it is not the identity */
+extern const uint32_t tok_nfc_kdecomp_seq[];
+extern const tok_nfc_decomp tok_nfc_kdecomp_tab[];
+extern const size_t tok_nfc_kdecomp_n;
+extern const uint32_t tok_lower_seq[];
+extern const tok_nfc_decomp tok_lower_tab[];
+extern const size_t tok_lower_n;
+/* runs of TOK_UP_* flags (tok_int.h) */
+extern const tok_nfc_range tok_uprops[];
+extern const size_t tok_uprops_n;
 
 #endif

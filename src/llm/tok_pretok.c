@@ -356,7 +356,130 @@ pcre2_code *tok_regex_gpt2(char *msg, size_t msglen)
     return code;
 }
 
+/* @huggingface/tokenizers' own patterns for the pre-tokenizers that are a regex. Its
+ * PUNCTUATION_REGEX is \p{P} plus ASCII's symbols; \s and \d are JavaScript's (every Unicode
+ * space; ASCII digits only), and \w without the u flag is ASCII. */
+#define JS_PUNCT "\\p{P}\\x{21}-\\x{2F}\\x{3A}-\\x{40}\\x{5B}-\\x{60}\\x{7B}-\\x{7E}"
+
+pcre2_code *tok_regex_builtin(const char *type, bool digits1)
+{
+    const char *re;
+    if (strcmp(type, "Whitespace") == 0)
+        re = "[A-Za-z0-9_]+|[^A-Za-z0-9_" JS_SPACE "]+";
+    else if (strcmp(type, "WhitespaceSplit") == 0)
+        re = "[^" JS_SPACE "]+";
+    else if (strcmp(type, "BertPreTokenizer") == 0)
+        re = "[^" JS_SPACE JS_PUNCT "]+|[" JS_PUNCT "]";
+    else if (strcmp(type, "Punctuation") == 0)
+        re = "[^" JS_PUNCT "]+|[" JS_PUNCT "]+";
+    else if (strcmp(type, "Digits") == 0)
+        re = digits1 ? "[^0-9]+|[0-9]" : "[^0-9]+|[0-9]+";
+    else
+        return NULL;
+    int ecode;
+    PCRE2_SIZE eoff;
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                                     &ecode, &eoff, NULL);
+    if (code)
+        pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+    return code;
+}
+
 /* ---- normalizers ---- */
+
+/* Appends s without the code points whose tok_uprop has any of mask. */
+static void drop_props(const char *s, size_t n, uint32_t mask, buf *out)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t l = tok_utf8_next(u + i, n - i, &cp);
+        if (cp < 0x300 || !(tok_uprop(cp) & mask))
+            buf_put(out, s + i, l);
+        i += l;
+    }
+}
+
+/* JavaScript's trim / trimStart / trimEnd */
+static void strip(const char *s, size_t n, unsigned sides, buf *out)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t a = 0, b = n;
+    while ((sides & TOK_STRIP_LEFT) && a < n) {
+        uint32_t cp;
+        size_t l = tok_utf8_next(u + a, n - a, &cp);
+        if (!tok_js_space(cp))
+            break;
+        a += l;
+    }
+    while ((sides & TOK_STRIP_RIGHT) && b > a) {
+        size_t p = b - 1;
+        while (p > a && (u[p] & 0xC0) == 0x80)
+            p--;
+        uint32_t cp;
+        tok_utf8_next(u + p, b - p, &cp);
+        if (!tok_js_space(cp))
+            break;
+        b = p;
+    }
+    buf_put(out, s + a, b - a);
+}
+
+/* BertNormalizer, step by step as @huggingface/tokenizers runs it. Its CJK test reads
+ * UTF-16 code units, so only the BMP's ideographs get spaces around them. */
+static int bert(const tok_norm *nm, buf *cur, buf *tmp)
+{
+    if (nm->flags & TOK_BERT_CLEAN) {
+        const unsigned char *u = cur->data;
+        tmp->len = 0;
+        for (size_t i = 0; i < cur->len;) {
+            uint32_t cp;
+            size_t l = tok_utf8_next(u + i, cur->len - i, &cp);
+            bool control = cp != '\t' && cp != '\n' && cp != '\r' && (tok_uprop(cp) & TOK_UP_CONTROL);
+            if (cp == 0 || cp == 0xFFFD || control)
+                ;
+            else if (tok_js_space(cp))
+                buf_putc(tmp, ' ');
+            else
+                buf_put(tmp, u + i, l);
+            i += l;
+        }
+        buf x = *cur; *cur = *tmp; *tmp = x;
+    }
+    if (nm->flags & TOK_BERT_CHINESE) {
+        const unsigned char *u = cur->data;
+        tmp->len = 0;
+        for (size_t i = 0; i < cur->len;) {
+            uint32_t cp;
+            size_t l = tok_utf8_next(u + i, cur->len - i, &cp);
+            bool cjk = (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+                       (cp >= 0xF900 && cp <= 0xFAFF);
+            if (cjk)
+                buf_putc(tmp, ' ');
+            buf_put(tmp, u + i, l);
+            if (cjk)
+                buf_putc(tmp, ' ');
+            i += l;
+        }
+        buf x = *cur; *cur = *tmp; *tmp = x;
+    }
+    if (nm->flags & TOK_BERT_LOWER) {
+        tmp->len = 0;
+        tok_lower((const char *)cur->data, cur->len, tmp);
+        buf x = *cur; *cur = *tmp; *tmp = x;
+    }
+    if (nm->flags & TOK_BERT_ACCENTS) {
+        tmp->len = 0;
+        tok_unorm((const char *)cur->data, cur->len, false, false, tmp);
+        buf x = *cur; *cur = *tmp; *tmp = x;
+        tmp->len = 0;
+        drop_props((const char *)cur->data, cur->len, TOK_UP_MN, tmp);
+        x = *cur; *cur = *tmp; *tmp = x;
+    }
+    /* the caller swaps once more: hand the result back in tmp */
+    buf x = *cur; *cur = *tmp; *tmp = x;
+    return buf_failed(cur) || buf_failed(tmp) ? -1 : 0;
+}
 
 int tok_normalize(const tokenizer *t, const char *s, size_t n, buf *out, ts_err *err)
 {
@@ -390,6 +513,25 @@ int tok_normalize(const tokenizer *t, const char *s, size_t n, buf *out, ts_err 
         }
         case TOK_NORM_NFC:
             tok_nfc((const char *)out->data, out->len, &tmp);
+            break;
+        case TOK_NORM_NFD:
+        case TOK_NORM_NFKC:
+        case TOK_NORM_NFKD:
+            tok_unorm((const char *)out->data, out->len, nm->kind != TOK_NORM_NFD,
+                      nm->kind == TOK_NORM_NFKC, &tmp);
+            break;
+        case TOK_NORM_LOWER:
+            tok_lower((const char *)out->data, out->len, &tmp);
+            break;
+        case TOK_NORM_STRIP:
+            strip((const char *)out->data, out->len, nm->flags, &tmp);
+            break;
+        case TOK_NORM_STRIP_ACCENTS: /* JavaScript's replace(/\p{M}/gu, "") */
+            drop_props((const char *)out->data, out->len, TOK_UP_MN | TOK_UP_MC_ME, &tmp);
+            break;
+        case TOK_NORM_BERT:
+            if (bert(nm, out, &tmp) < 0)
+                tmp.failed = true;
             break;
         }
         if (buf_failed(&tmp)) {
@@ -524,6 +666,40 @@ full:
     return -1;
 }
 
+/* Metaspace: every ' ' becomes str_rep, and str_rep goes in front unless the text starts
+ * with the replacement already (prepend_scheme "first": in the text's first section only).
+ * One piece: @huggingface/tokenizers does not split here. */
+static int metaspace_piece(const tok_pre *p, const tok_scratch *sc, const char *s, size_t n,
+                           tok_pieces *dst, buf *tmp, ts_err *err)
+{
+    tmp->len = 0;
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != ' ')
+            continue;
+        buf_put(tmp, s + run, i - run);
+        buf_put(tmp, p->str_rep, p->str_rep_len);
+        run = i + 1;
+    }
+    buf_put(tmp, s + run, n - run);
+    bool starts = tmp->len >= p->rep_len && memcmp(tmp->data, p->rep, p->rep_len) == 0;
+    bool prepend = !starts && (p->prepend == TOK_PREPEND_ALWAYS ||
+                               (p->prepend == TOK_PREPEND_FIRST && sc->section == 0));
+    size_t at = dst->data.len;
+    if (tok_pieces_add(dst, NULL, 0) < 0)
+        goto full;
+    if (prepend)
+        buf_put(&dst->data, p->str_rep, p->str_rep_len);
+    buf_put(&dst->data, tmp->data, tmp->len);
+    if (buf_failed(tmp) || buf_failed(&dst->data))
+        goto full;
+    dst->len[dst->n - 1] = dst->data.len - at;
+    return 0;
+full:
+    ts_err_set(err, TS_PAYLOAD_TOO_LARGE, "text too long to pre-tokenize");
+    return -1;
+}
+
 int tok_pretokenize(const tokenizer *t, const char *s, size_t n, tok_scratch *sc,
                     tok_pieces **res, ts_err *err)
 {
@@ -548,6 +724,8 @@ int tok_pretokenize(const tokenizer *t, const char *s, size_t n, tok_scratch *sc
             const char *q = (const char *)cur->data.data + cur->off[i];
             if (p->kind == TOK_PRE_SPLIT)
                 rc = split_piece(p->re, &sc->m[k], p->mode, q, cur->len[i], sc->stop, nxt, err);
+            else if (p->kind == TOK_PRE_METASPACE)
+                rc = metaspace_piece(p, sc, q, cur->len[i], nxt, &sc->tmp, err);
             else
                 rc = bytelevel_piece(p, &sc->m[k], sc, q, cur->len[i], nxt, err);
         }

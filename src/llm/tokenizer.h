@@ -1,6 +1,7 @@
 /* tokenizer: a Hugging Face tokenizer.json (BPE: byte-level as in GPT-2 / Llama-3 / Qwen2-3,
- * or SentencePiece-style with byte fallback as in Llama-2 / Gemma) loaded into an immutable
- * table, with encode, decode and a per-sequence streaming decoder.
+ * or SentencePiece-style with byte fallback as in Llama-2 / Gemma; WordPiece as in BERT;
+ * Unigram as in T5 / XLM-R) loaded into an immutable table, with encode, decode and a
+ * per-sequence streaming decoder.
  *
  * The behaviour to match is npm's @huggingface/tokenizers (golden-tested in tests/llm on the
  * real tokenizer.json files); docs/llm.md lists what is supported. A tokenizer.json that
@@ -71,8 +72,10 @@ int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip_speci
 int32_t tok_token_id(const tokenizer *t, const char *token);
 /* The token's text, or NULL for an id outside the vocabulary; *len gets its length. */
 const char *tok_id_token(const tokenizer *t, int32_t id, size_t *len);
-/* The bytes the id decodes to on its own (before the Strip decoder and the clean-up; may be
- * part of a UTF-8 character), or NULL for an id outside the vocabulary; *len gets their count. */
+/* The bytes the id decodes to on its own, as a token after the first (the Metaspace and
+ * WordPiece decoders treat a first token apart; before the Strip decoder and the clean-up;
+ * may be part of a UTF-8 character), or NULL for an id outside the vocabulary; *len gets
+ * their count. */
 const unsigned char *tok_id_bytes(const tokenizer *t, int32_t id, size_t *len);
 /* tokenizer_config.json's bos_token / eos_token, or -1 when it names none. */
 int32_t tok_bos(const tokenizer *t);
