@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "budget.h"
+#include "budget_json.h"
 #include "buf.h"
 #include "doneq.h"
 #include "h1srv.h"
