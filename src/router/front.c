@@ -18,6 +18,7 @@
 #include "jcheck.h"
 #include "log.h"
 #include "proxy.h"
+#include "secret.h"
 #include "webassets.h"
 #include "zcodec.h"
 
@@ -68,25 +69,17 @@ static int single_header(const h1req *req, const char *name, const char **out)
 }
 
 /* ---- credentials ---------------------------------------------------------------------
- * API keys and tokens are compared in time that depends on the lengths only, never on where
- * the bytes differ; wrong credentials are counted per client address, and an address with
- * too many is refused for a while (docs/router.md "Authentication"). */
+ * API keys and tokens are compared as SHA-256 digests (net/secret.h), in time that tells
+ * nothing of the configured one; wrong credentials are counted per client address, and an
+ * address with too many is refused for a while (docs/router.md "Authentication"). */
 
 #define AUTH_SECRET_MAX 255 /* the config's longest key or token */
 
-/* Equal strings, comparing over the longer length whatever the contents. */
+/* A longer string cannot be a configured key: refused before it is hashed once per tenant,
+ * which bounds the work a client causes (its own length is all this tells it). */
 static bool ct_equal(const char *given, const char *secret)
 {
-    size_t gl = strlen(given), sl = strlen(secret);
-    if (gl > AUTH_SECRET_MAX) return false; /* cannot match; bounds the work a client causes */
-    size_t n = gl > sl ? gl : sl;
-    volatile unsigned char diff = gl != sl;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char a = i < gl ? (unsigned char)given[i] : 0;
-        unsigned char b = i < sl ? (unsigned char)secret[i] : 0;
-        diff |= (unsigned char)(a ^ b);
-    }
-    return diff == 0;
+    return strlen(given) <= AUTH_SECRET_MAX && secret_equal(given, secret);
 }
 
 /* The tenant whose API key this is, or NULL. Every key is compared, so the time taken does

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "ortenv.h"
 #include "status.h"
+#include "secret.h"
 #include "tls.h"
 #include "httppath.h"
 #include "server_internal.h"
@@ -254,16 +255,6 @@ const char *server_request_id(h1req *req)
     return n ? id : NULL;
 }
 
-/* Compares in time that depends on the lengths only, never on where the bytes differ. */
-static bool token_equal(const char *got, const char *want)
-{
-    size_t g = strnlen(got, 4096), w = strlen(want);
-    unsigned diff = g != w;
-    for (size_t i = 0; i < w; i++)
-        diff |= (unsigned char)want[i] ^ (unsigned char)(i < g ? got[i] : 0);
-    return diff == 0;
-}
-
 /* With --auth-token set, the bearer token is the caller's proof that it is the router (or an
  * operator), not whoever reached the port. Kubelet probes carry no token: the two health
  * endpoints stay open. */
@@ -279,7 +270,7 @@ static bool authorized(server *srv, h1req *req, const char **why_out)
     }
     h += 7;
     while (*h == ' ') h++;
-    if (!token_equal(h, want)) {
+    if (!secret_equal(h, want)) {
         *why_out = "wrong bearer token in Authorization (TIERSERVE_AUTH_TOKEN)";
         return false;
     }

@@ -1,0 +1,66 @@
+/* Credentials compared as SHA-256 digests (src/net/secret.c): the answers, whatever the
+ * lengths. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "secret.h"
+
+static void test_equal_strings_match(void **state)
+{
+    (void)state;
+    assert_true(secret_equal("s3cret-token-A", "s3cret-token-A"));
+    assert_true(secret_equal("x", "x"));
+}
+
+static void test_different_strings_do_not(void **state)
+{
+    (void)state;
+    assert_false(secret_equal("s3cret-token-A", "s3cret-token-B")); /* the last byte */
+    assert_false(secret_equal("t3cret-token-A", "s3cret-token-A")); /* the first byte */
+    assert_false(secret_equal("S3CRET-TOKEN-A", "s3cret-token-A")); /* case counts */
+}
+
+static void test_different_lengths_do_not(void **state)
+{
+    (void)state;
+    assert_false(secret_equal("s3cret-token", "s3cret-token-A"));   /* a prefix of it */
+    assert_false(secret_equal("s3cret-token-AA", "s3cret-token-A")); /* it, and a byte more */
+    assert_false(secret_equal("s3cret-token-A ", "s3cret-token-A"));
+    /* one far longer than any secret, starting with the secret */
+    size_t n = 70000;
+    char *big = malloc(n + 1);
+    assert_non_null(big);
+    memset(big, 'A', n);
+    memcpy(big, "s3cret-token-A", 14);
+    big[n] = '\0';
+    assert_false(secret_equal(big, "s3cret-token-A"));
+    assert_true(secret_equal(big, big));
+    free(big);
+}
+
+static void test_empty_and_null(void **state)
+{
+    (void)state;
+    assert_true(secret_equal("", ""));
+    assert_false(secret_equal("", "s3cret-token-A"));
+    assert_false(secret_equal("s3cret-token-A", ""));
+    assert_false(secret_equal(NULL, "s3cret-token-A"));
+    assert_false(secret_equal("s3cret-token-A", NULL));
+    assert_false(secret_equal(NULL, NULL));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_equal_strings_match),
+        cmocka_unit_test(test_different_strings_do_not),
+        cmocka_unit_test(test_different_lengths_do_not),
+        cmocka_unit_test(test_empty_and_null),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
