@@ -309,8 +309,10 @@ int rt_front_admit(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX];
     bool close_conn = false;
     int n = httppath_request_h1(req, segs, msg, msglen, &close_conn);
-    if (n < 0) return TS_BAD_REQUEST; /* what the handler would answer, its message in msg */
-    endpoint_kind ep = endpoint_of(h1req_method(req), segs, (size_t)n);
+    /* a malformed path is no endpoint: with credentials configured its body is not read (the
+     * handler's 400, from the head); without, the handler answers it as before */
+    if (n < 0 && has_credentials(r->cfg)) return TS_BAD_REQUEST;
+    endpoint_kind ep = n < 0 ? EP_OPEN : endpoint_of(h1req_method(req), segs, (size_t)n);
     const rc_tenant *tenant = NULL;
     int code = front_gate(r, req, ep, &tenant, msg, msglen);
     if (code) return code;
