@@ -309,4 +309,4 @@ def test_router_refuses_a_budget_below_max_body_bytes(tmp_path, backend):
     cfg.write_text(pools_config([("cpu", "cpu", True, [backend.port], None)],
                                 "max_body_bytes: 1048576\nmax_inflight_body_bytes: 65536\n"))
     p = subprocess.run([ROUTER_BIN, "--check-config", "--config", str(cfg)], capture_output=True, timeout=20)
-    assert p.returncode == 64 and b"max_inflight_body_bytes" in p.stderr, p.stderr
+    assert p.returncode == 64 and b"max_inflight_body_bytes: 65536 is below max_body_bytes" in p.stderr, p.stderr
