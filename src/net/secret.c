@@ -4,17 +4,24 @@
 #include <openssl/evp.h>
 #include <string.h>
 
-/* A fixed-size digest of s; false when OpenSSL fails (then nothing may match). */
-static bool digest(const char *s, unsigned char out[EVP_MAX_MD_SIZE])
+void secret_hash(const char *s, secret_digest *out)
 {
+    unsigned char md[EVP_MAX_MD_SIZE] = {0};
     unsigned len = 0;
-    return EVP_Digest(s, strlen(s), out, &len, EVP_sha256(), NULL) == 1 && len == 32;
+    out->ok = s && EVP_Digest(s, strlen(s), md, &len, EVP_sha256(), NULL) == 1 && len == SECRET_DIGEST_LEN;
+    memcpy(out->d, md, SECRET_DIGEST_LEN);
+}
+
+bool secret_digest_equal(const secret_digest *a, const secret_digest *b)
+{
+    bool same = CRYPTO_memcmp(a->d, b->d, SECRET_DIGEST_LEN) == 0;
+    return a->ok && b->ok && same;
 }
 
 bool secret_equal(const char *given, const char *secret)
 {
-    if (!given || !secret) return false;
-    unsigned char a[EVP_MAX_MD_SIZE], b[EVP_MAX_MD_SIZE];
-    bool ok_a = digest(given, a), ok_b = digest(secret, b);
-    return ok_a && ok_b && CRYPTO_memcmp(a, b, 32) == 0;
+    secret_digest a, b;
+    secret_hash(given, &a);
+    secret_hash(secret, &b);
+    return secret_digest_equal(&a, &b);
 }

@@ -3,12 +3,23 @@
  *
  * Both strings are hashed with SHA-256 and the two digests compared with CRYPTO_memcmp, so
  * the time taken depends on the presented string's length alone (which the client knows),
- * never on the secret's length or on where the bytes differ. */
+ * never on the secret's length or on where the bytes differ. A caller that checks one
+ * string against many secrets hashes the secrets once (secret_hash) and compares digests. */
 #ifndef TS_SECRET_H
 #define TS_SECRET_H
 
 #include <stdbool.h>
 
+#define SECRET_DIGEST_LEN 32
+
+typedef struct {
+    unsigned char d[SECRET_DIGEST_LEN];
+    bool ok; /* false: not hashed (OpenSSL failed, or NULL): equal to nothing */
+} secret_digest;
+
+void secret_hash(const char *s, secret_digest *out);
+/* True when both digests were made and are the same; constant time. */
+bool secret_digest_equal(const secret_digest *a, const secret_digest *b);
 /* True when given and secret are the same NUL-terminated string. NULL never matches. */
 bool secret_equal(const char *given, const char *secret);
 

@@ -96,12 +96,22 @@ static bool ct_equal(const char *given, const char *secret)
 }
 
 /* The tenant whose API key this is, or NULL. Every key is compared, so the time taken does
- * not tell which tenant's key came close. */
-static const rc_tenant *tenant_by_key(const router_config *c, const char *key)
+ * not tell which tenant's key came close. The keys are hashed once, on first use (a tenant
+ * without a key: a digest equal to nothing); the presented one once per lookup. */
+static const rc_tenant *tenant_by_key(router *r, const char *key)
 {
+    const router_config *c = r->cfg;
+    if (!key || strlen(key) > AUTH_SECRET_MAX || !c->tenants_count) return NULL;
+    if (!r->key_digests) {
+        r->key_digests = calloc(c->tenants_count, sizeof *r->key_digests);
+        if (!r->key_digests) return NULL; /* out of memory: no key matches (401), nothing worse */
+        for (unsigned i = 0; i < c->tenants_count; i++) secret_hash(c->tenants[i].api_key, &r->key_digests[i]);
+    }
+    secret_digest given;
+    secret_hash(key, &given);
     const rc_tenant *found = NULL;
-    for (unsigned i = 0; key && i < c->tenants_count; i++)
-        if (c->tenants[i].api_key && ct_equal(key, c->tenants[i].api_key)) found = &c->tenants[i];
+    for (unsigned i = 0; i < c->tenants_count; i++)
+        if (secret_digest_equal(&given, &r->key_digests[i])) found = &c->tenants[i];
     return found;
 }
 
@@ -197,7 +207,7 @@ static int tenant_cred(router *r, h1req *req, bool say_bearer, const rc_tenant *
         }
         key = bearer_token(auth);
     }
-    *tenant = tenant_by_key(c, key);
+    *tenant = tenant_by_key(r, key);
     char why[160];
     snprintf(why, sizeof why, "%s%s %s", c->api_key_header, say_bearer ? " (or Authorization: Bearer)" : "",
              key ? "is not a known key" : "is missing");
@@ -287,7 +297,7 @@ static int front_gate(router *r, h1req *req, endpoint_kind ep, const rc_tenant *
             return TS_BAD_REQUEST;
         }
         if ((code = bearer_cred(req, (const char *const[]){c->admin_token}, 1, &cr, msg, len))) return code;
-        if (tenant_by_key(c, key)) cr = CRED_OK;
+        if (tenant_by_key(r, key)) cr = CRED_OK;
         else if (key && cr == CRED_NONE) cr = CRED_BAD;
         char why[160];
         snprintf(why, sizeof why, "/v2/repository/index needs %s or Authorization: Bearer <admin_token>",

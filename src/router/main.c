@@ -401,6 +401,7 @@ int main(int argc, char **argv)
     cost_destroy(r.cost);
     authlimit_destroy(r.auth);
     budget_destroy(r.bodies); /* every request, and the body it held, is gone */
+    free(r.key_digests);
     rconfig_free(r.cfg);
     return 0;
 }

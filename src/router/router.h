@@ -21,6 +21,7 @@
 #include "policy.h"
 #include "route.h"
 #include "rconfig.h"
+#include "secret.h"
 #include "tls.h"
 
 #define RT_MAX_MODELS 32
@@ -149,6 +150,8 @@ typedef struct router {
     double started;
     cost_book *cost;
     authlimit *auth;    /* failed authentication per client address (policy/authlimit.h) */
+    secret_digest *key_digests; /* the tenants' API keys hashed, in cfg->tenants order (front.c,
+                                 * on first use) */
     budget *bodies;     /* request bodies held, from their head's admission to the request's
                          * end (cfg->max_inflight_body_bytes; docs/router.md "Bodies") */
     void *admq[2];      /* admission queue heads: urgent, normal (proxy_req lists) */

@@ -54,6 +54,22 @@ static void test_empty_and_null(void **state)
     assert_false(secret_equal(NULL, NULL));
 }
 
+static void test_digests_hashed_once_compare_alike(void **state)
+{
+    (void)state;
+    secret_digest a, b, c, none;
+    secret_hash("acme-key-0001", &a);
+    secret_hash("acme-key-0001", &b);
+    secret_hash("acme-key-0002", &c);
+    secret_hash(NULL, &none); /* a tenant without a key */
+    assert_true(a.ok && b.ok && c.ok);
+    assert_false(none.ok);
+    assert_true(secret_digest_equal(&a, &b));
+    assert_false(secret_digest_equal(&a, &c));
+    assert_false(secret_digest_equal(&none, &none)); /* nothing equals a missing secret */
+    assert_false(secret_digest_equal(&a, &none));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -61,6 +77,7 @@ int main(void)
         cmocka_unit_test(test_different_strings_do_not),
         cmocka_unit_test(test_different_lengths_do_not),
         cmocka_unit_test(test_empty_and_null),
+        cmocka_unit_test(test_digests_hashed_once_compare_alike),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
