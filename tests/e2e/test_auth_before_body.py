@@ -83,6 +83,17 @@ def continue_then_send(port, request_head, body):
     return Reply(h + b"\r\n\r\n" + rest)
 
 
+def metrics(r):
+    """The router's unlabelled metrics, by name."""
+    rep = raw(r.port, "GET", "/metrics")
+    out = {}
+    for line in rep.body.decode().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and not line.startswith("#") and "{" not in parts[0]:
+            out[parts[0]] = float(parts[1])
+    return out
+
+
 def proc_mem(pid):
     """VmRSS and VmHWM (the peak) of a process, in bytes."""
     out = {}
@@ -295,11 +306,17 @@ def test_router_body_budget_answers_503_past_it(router, backend):
     finally:
         for s in holders:
             s.close()
-    # the holders' shares come back when their requests end
+    # the holders' shares come back when their requests end, and so does every other body's
     deadline = time.time() + WAIT_S
     while (rep := raw(r.port, "POST", INFER, body=BODY)).status != 200:
         assert time.time() < deadline, f"the budget never came back after its holders left: {rep.status} {rep.body!r}"
         time.sleep(0.05)
+    deadline = time.time() + WAIT_S
+    while (m := metrics(r))["tierrouter_inflight_body_bytes"] != 0:  # nothing held once every request ended
+        assert time.time() < deadline, m
+        time.sleep(0.05)
+    assert m["tierrouter_inflight_body_refusals_total"] == 2, m
+    assert m["tierrouter_inflight_body_limit_bytes"] == 2 * limit, m
 
 
 def test_router_refuses_a_budget_below_max_body_bytes(tmp_path, backend):
