@@ -17,11 +17,3 @@ bool secret_digest_equal(const secret_digest *a, const secret_digest *b)
     bool same = CRYPTO_memcmp(a->d, b->d, SECRET_DIGEST_LEN) == 0;
     return a->ok && b->ok && same;
 }
-
-bool secret_equal(const char *given, const char *secret)
-{
-    secret_digest a, b;
-    secret_hash(given, &a);
-    secret_hash(secret, &b);
-    return secret_digest_equal(&a, &b);
-}

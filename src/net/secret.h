@@ -3,8 +3,8 @@
  *
  * Both strings are hashed with SHA-256 and the two digests compared with CRYPTO_memcmp, so
  * the time taken depends on the presented string's length alone (which the client knows),
- * never on the secret's length or on where the bytes differ. A caller that checks one
- * string against many secrets hashes the secrets once (secret_hash) and compares digests. */
+ * never on the secret's length or on where the bytes differ. The configured secrets are
+ * hashed once, at start; each presented string once per check. */
 #ifndef TS_SECRET_H
 #define TS_SECRET_H
 
@@ -17,10 +17,9 @@ typedef struct {
     bool ok; /* false: not hashed (OpenSSL failed, or NULL): equal to nothing */
 } secret_digest;
 
+/* s's digest (NULL: one equal to nothing). */
 void secret_hash(const char *s, secret_digest *out);
 /* True when both digests were made and are the same; constant time. */
 bool secret_digest_equal(const secret_digest *a, const secret_digest *b);
-/* True when given and secret are the same NUL-terminated string. NULL never matches. */
-bool secret_equal(const char *given, const char *secret);
 
 #endif

@@ -88,27 +88,33 @@ static int single_header(const h1req *req, const char *name, const char **out)
 
 #define AUTH_SECRET_MAX 255 /* the config's longest key or token */
 
-/* A longer string cannot be a configured key: refused before it is hashed once per tenant,
- * which bounds the work a client causes (its own length is all this tells it). */
-static bool ct_equal(const char *given, const char *secret)
+int rt_front_init(router *r)
 {
-    return strlen(given) <= AUTH_SECRET_MAX && secret_equal(given, secret);
+    const router_config *c = r->cfg;
+    r->key_digests = calloc(c->tenants_count ? c->tenants_count : 1, sizeof *r->key_digests);
+    if (!r->key_digests) return -1;
+    for (unsigned i = 0; i < c->tenants_count; i++) secret_hash(c->tenants[i].api_key, &r->key_digests[i]);
+    secret_hash(c->admin_token, &r->admin_digest);
+    secret_hash(c->metrics_token, &r->metrics_digest);
+    return 0;
+}
+
+/* The digest of a presented key or token. A longer one than any config allows cannot match:
+ * it is not hashed (a digest equal to nothing), which bounds the work a client causes and
+ * tells it nothing but its own length. */
+static void given_digest(const char *given, secret_digest *out)
+{
+    if (given && strlen(given) <= AUTH_SECRET_MAX) secret_hash(given, out);
+    else out->ok = false;
 }
 
 /* The tenant whose API key this is, or NULL. Every key is compared, so the time taken does
- * not tell which tenant's key came close. The keys are hashed once, on first use (a tenant
- * without a key: a digest equal to nothing); the presented one once per lookup. */
+ * not tell which tenant's key came close. */
 static const rc_tenant *tenant_by_key(router *r, const char *key)
 {
     const router_config *c = r->cfg;
-    if (!key || strlen(key) > AUTH_SECRET_MAX || !c->tenants_count) return NULL;
-    if (!r->key_digests) {
-        r->key_digests = calloc(c->tenants_count, sizeof *r->key_digests);
-        if (!r->key_digests) return NULL; /* out of memory: no key matches (401), nothing worse */
-        for (unsigned i = 0; i < c->tenants_count; i++) secret_hash(c->tenants[i].api_key, &r->key_digests[i]);
-    }
     secret_digest given;
-    secret_hash(key, &given);
+    given_digest(key, &given);
     const rc_tenant *found = NULL;
     for (unsigned i = 0; i < c->tenants_count; i++)
         if (secret_digest_equal(&given, &r->key_digests[i])) found = &c->tenants[i];
@@ -172,9 +178,10 @@ static int authorize(router *r, h1req *req, cred c, bool www_bearer, const char 
     return TS_UNAUTHORIZED;
 }
 
-/* Bearer credentials for an endpoint taking any of tokens (NULL entries skipped), checked
- * against every one of them. Returns 400 (message in msg) for two Authorization headers. */
-static int bearer_cred(h1req *req, const char *const *tokens, size_t n, cred *out, char *msg, size_t len)
+/* Bearer credentials for an endpoint taking any of tokens (digests of unset ones match
+ * nothing), checked against every one of them. Returns 400 (message in msg) for two
+ * Authorization headers. */
+static int bearer_cred(h1req *req, const secret_digest *const *tokens, size_t n, cred *out, char *msg, size_t len)
 {
     const char *auth = NULL;
     if (single_header(req, "Authorization", &auth)) {
@@ -182,9 +189,10 @@ static int bearer_cred(h1req *req, const char *const *tokens, size_t n, cred *ou
         return TS_BAD_REQUEST;
     }
     const char *given = bearer_token(auth);
+    secret_digest g;
+    given_digest(given, &g);
     bool ok = false;
-    for (size_t i = 0; given && i < n; i++)
-        if (tokens[i]) ok |= ct_equal(given, tokens[i]);
+    for (size_t i = 0; i < n; i++) ok |= secret_digest_equal(&g, tokens[i]);
     *out = ok ? CRED_OK : given || auth ? CRED_BAD : CRED_NONE;
     return 0;
 }
@@ -279,14 +287,14 @@ static int front_gate(router *r, h1req *req, endpoint_kind ep, const rc_tenant *
     case EP_METRICS: {
         /* tenant names and what each spent: the admin token's, or the scrape token's alone */
         if (!c->admin_token && !c->metrics_token) return 0;
-        const char *tokens[] = {c->admin_token, c->metrics_token};
+        const secret_digest *tokens[] = {&r->admin_digest, &r->metrics_digest};
         if ((code = bearer_cred(req, tokens, 2, &cr, msg, len))) return code;
         return authorize(r, req, cr, true, "/metrics needs Authorization: Bearer <metrics_token or admin_token>", msg,
                          len);
     }
     case EP_ADMIN:
         if (!c->admin_token) return 0;
-        if ((code = bearer_cred(req, (const char *const[]){c->admin_token}, 1, &cr, msg, len))) return code;
+        if ((code = bearer_cred(req, (const secret_digest *const[]){&r->admin_digest}, 1, &cr, msg, len))) return code;
         return authorize(r, req, cr, true, "admin endpoints need Authorization: Bearer <admin_token>", msg, len);
     case EP_INDEX: {
         /* the fleet's model names: clients need them (an API key will do), strangers not */
@@ -296,7 +304,7 @@ static int front_gate(router *r, h1req *req, endpoint_kind ep, const rc_tenant *
             snprintf(msg, len, "%s appears more than once", c->api_key_header);
             return TS_BAD_REQUEST;
         }
-        if ((code = bearer_cred(req, (const char *const[]){c->admin_token}, 1, &cr, msg, len))) return code;
+        if ((code = bearer_cred(req, (const secret_digest *const[]){&r->admin_digest}, 1, &cr, msg, len))) return code;
         if (tenant_by_key(r, key)) cr = CRED_OK;
         else if (key && cr == CRED_NONE) cr = CRED_BAD;
         char why[160];

@@ -299,7 +299,7 @@ int main(int argc, char **argv)
     r.auth = authlimit_create(r.cfg->auth_limit.max_failures, r.cfg->auth_limit.window_s, r.cfg->auth_limit.block_s,
                               seeds[1]);
     r.bodies = budget_create(r.cfg->max_inflight_body_bytes);
-    if (!r.auth || !r.bodies) {
+    if (!r.auth || !r.bodies || rt_front_init(&r) != 0) {
         log_emit(LOG_ERROR, NULL, "out of memory");
         return 1;
     }

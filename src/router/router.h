@@ -150,8 +150,9 @@ typedef struct router {
     double started;
     cost_book *cost;
     authlimit *auth;    /* failed authentication per client address (policy/authlimit.h) */
-    secret_digest *key_digests; /* the tenants' API keys hashed, in cfg->tenants order (front.c,
-                                 * on first use) */
+    /* the configured credentials hashed once (rt_front_init): the tenants' API keys in
+     * cfg->tenants order, the admin and metrics tokens (unset: a digest equal to nothing) */
+    secret_digest *key_digests, admin_digest, metrics_digest;
     budget *bodies;     /* request bodies held, from their head's admission to the request's
                          * end (cfg->max_inflight_body_bytes; docs/router.md "Bodies") */
     void *admq[2];      /* admission queue heads: urgent, normal (proxy_req lists) */
@@ -206,6 +207,8 @@ void rt_pool_signals(router *r, rt_pool *p, double now, pool_signals *out);
 const rt_pool *rt_lead_gpu_pool(const router *r);
 
 /* front.c */
+/* Hashes the configured keys and tokens (r->key_digests, freed by the caller). -1: out of memory. */
+int rt_front_init(router *r);
 void rt_on_request(h1req *req, void *arg);
 /* h1srv's body admission (arg: the router): the request's credentials from its head (the
  * status and message its endpoint would answer), then its body's share of r->bodies (503

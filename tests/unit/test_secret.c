@@ -5,10 +5,20 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "secret.h"
+
+/* What both programs ask: is the presented string the configured one? */
+static bool secret_equal(const char *given, const char *secret)
+{
+    secret_digest a, b;
+    secret_hash(given, &a);
+    secret_hash(secret, &b);
+    return secret_digest_equal(&a, &b);
+}
 
 static void test_equal_strings_match(void **state)
 {
