@@ -242,28 +242,41 @@ static bool seg_is(char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n, siz
     return i < n && strcmp(segs[i], s) == 0;
 }
 
-/* The endpoint rt_on_request routes this path and method to, as far as credentials go. */
-static endpoint_kind endpoint_of(h1_method cmd, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n)
+/* Which endpoint is this, for a method it takes (ok) or not (*allow: the methods it takes,
+ * for the 405 its handler answers). */
+static endpoint_kind endpoint_if(bool ok, endpoint_kind ep, const char *takes, const char **allow)
+{
+    if (ok) return ep;
+    *allow = takes;
+    return EP_OPEN;
+}
+
+/* The endpoint rt_on_request routes this path and method to, as far as credentials go;
+ * *allow: set when the handler answers the method 405 (else NULL). */
+static endpoint_kind endpoint_of(h1_method cmd, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n,
+                                 const char **allow)
 {
     bool get = cmd == H1_GET || cmd == H1_HEAD, post = cmd == H1_POST;
+    *allow = NULL;
     if (n == 1 && seg_is(segs, n, 0, "metrics")) return EP_METRICS;
-    if (seg_is(segs, n, 0, "dashboard")) return EP_OPEN;
+    if (seg_is(segs, n, 0, "dashboard")) return endpoint_if(get, EP_OPEN, "GET, HEAD", allow);
     if (seg_is(segs, n, 0, "admin")) return EP_ADMIN;
     if (seg_is(segs, n, 0, "v1")) {
         bool completions = (n == 3 && seg_is(segs, n, 1, "chat") && seg_is(segs, n, 2, "completions")) ||
                            (n == 2 && seg_is(segs, n, 1, "completions"));
-        if (completions) return post ? EP_TENANT : EP_OPEN;
-        if (seg_is(segs, n, 1, "models")) return get ? EP_TENANT_MODELS : EP_OPEN;
+        if (completions) return endpoint_if(post, EP_TENANT, "POST", allow);
+        if (seg_is(segs, n, 1, "models")) return endpoint_if(get, EP_TENANT_MODELS, "GET, HEAD", allow);
         return EP_OPEN;
     }
     if (!seg_is(segs, n, 0, "v2")) return EP_OPEN;
-    if (n == 3 && seg_is(segs, n, 1, "repository") && seg_is(segs, n, 2, "index")) return post ? EP_INDEX : EP_OPEN;
+    if (n == 3 && seg_is(segs, n, 1, "repository") && seg_is(segs, n, 2, "index"))
+        return endpoint_if(post, EP_INDEX, "POST", allow);
     if (n >= 3 && seg_is(segs, n, 1, "models")) {
         size_t k = n >= 5 && seg_is(segs, n, 3, "versions") ? 5 : 3;
         const char *verb = n == k ? "" : n == k + 1 ? segs[k] : NULL;
-        if (verb && strcmp(verb, "infer") == 0) return post ? EP_TENANT : EP_OPEN;
+        if (verb && strcmp(verb, "infer") == 0) return endpoint_if(post, EP_TENANT, "POST", allow);
         if (verb && (!verb[0] || strcmp(verb, "ready") == 0 || strcmp(verb, "config") == 0))
-            return get ? EP_TENANT : EP_OPEN;
+            return endpoint_if(get, EP_TENANT, "GET, HEAD", allow);
     }
     return EP_OPEN;
 }
@@ -330,10 +343,18 @@ int rt_front_admit(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
     /* a malformed path is no endpoint: with credentials configured its body is not read (the
      * handler's 400, from the head); without, the handler answers it as before */
     if (n < 0 && has_credentials(r->cfg)) return TS_BAD_REQUEST;
-    endpoint_kind ep = n < 0 ? EP_OPEN : endpoint_of(h1req_method(req), segs, (size_t)n);
+    const char *allow = NULL;
+    endpoint_kind ep = n < 0 ? EP_OPEN : endpoint_of(h1req_method(req), segs, (size_t)n, &allow);
     const rc_tenant *tenant = NULL;
     int code = front_gate(r, req, ep, &tenant, msg, msglen);
     if (code) return code;
+    if (ep == EP_OPEN && allow && has_credentials(r->cfg)) { /* the handler's 405, from the head */
+        h1req_add_header(req, "Allow", allow);
+        snprintf(msg, msglen, "%s", seg_is(segs, (size_t)n, 0, "dashboard")
+                                        ? "method not allowed for this endpoint: the dashboard takes GET"
+                                        : "method not allowed for this endpoint");
+        return TS_METHOD_NOT_ALLOWED;
+    }
     if (ep == EP_OPEN && has_credentials(r->cfg)) {
         snprintf(msg, msglen, "refusing the request body unread: %s %.60s takes none (bodies are read only for "
                  "endpoints that take one, once the request's credentials pass)", h1req_method_name(req), h1req_path(req));
@@ -686,7 +707,8 @@ void rt_on_request(h1req *req, void *arg)
     }
     /* credentials first (a request with a body had them checked before its body was read) */
     const rc_tenant *keyed = NULL;
-    int code = front_gate(r, req, endpoint_of(cmd, segs, n), &keyed, msg, sizeof msg);
+    const char *allow = NULL; /* the endpoints below answer a method they do not take */
+    int code = front_gate(r, req, endpoint_of(cmd, segs, n, &allow), &keyed, msg, sizeof msg);
     if (code) {
         front_error(req, code, msg);
         return;

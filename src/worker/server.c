@@ -310,6 +310,11 @@ static int admit_body(h1req *req, size_t len, char *msg, size_t msglen, void *ar
         snprintf(msg, msglen, "%s", why);
         return TS_UNAUTHORIZED;
     }
+    if (g == GATE_OPEN && n >= 1 && strcmp(segs[0], "dashboard") == 0 && !method_is(req, H1_GET)) {
+        h1req_add_header(req, "Allow", "GET, HEAD"); /* webassets' 405, from the head */
+        snprintf(msg, msglen, "method not allowed for this endpoint: the dashboard takes GET");
+        return TS_METHOD_NOT_ALLOWED;
+    }
     if (g == GATE_OPEN) {
         snprintf(msg, msglen, "refusing a request body unread: the health probes and the dashboard take none, "
                  "and other endpoints need Authorization: Bearer <token> (TIERSERVE_AUTH_TOKEN)");

@@ -154,6 +154,9 @@ def test_worker_open_endpoints_take_no_body_without_the_token(worker):
     without one; with the token the body is read as before."""
     rep = refused_unread(worker.port, head("GET", "/v2/health/live", length=MAX_BODY), status=413)
     assert "TIERSERVE_AUTH_TOKEN" in rep.json()["error"], rep.body
+    # a method the endpoint does not take: its handler's 405 and Allow, from the head
+    rep = refused_unread(worker.port, head("POST", "/dashboard", length=MAX_BODY), status=405)
+    assert rep.header("Allow") == "GET, HEAD", rep.headers
     rep = continue_then_send(worker.port, head("GET", "/v2/health/live", [("Authorization", f"Bearer {TOKEN}")],
                                                 length=4, expect=True), b"abcd")
     assert rep.status == 200
@@ -251,6 +254,10 @@ def test_router_answers_a_large_body_from_its_head(router, backend):
     # an endpoint that needs no credentials reads no body once the router has some
     rep = refused_unread(r.port, head("GET", "/v2/health/live", length=60 << 20), status=413)
     assert "takes none" in rep.json()["error"], rep.body
+    for method, path, allow in (("POST", "/dashboard", "GET, HEAD"), ("PUT", INFER, "POST"),
+                                ("POST", "/v2/models/demo", "GET, HEAD"), ("GET", "/v1/completions", "POST")):
+        rep = refused_unread(r.port, head(method, path, length=60 << 20), status=405)
+        assert rep.header("Allow") == allow, (method, path, rep.headers)
 
 
 def test_router_memory_does_not_hold_unauthenticated_bodies(router, backend):
