@@ -562,7 +562,7 @@ void h1conn_fail(h1conn *c, int code, const char *msg)
     }
     c->waiting_since = 0;
     r->close_after = true;
-    r->rh.len = 0; /* nothing a handler may have added */
+    if (!r->admit_refused) r->rh.len = 0; /* nothing a handler may have added; an admission's refusal keeps its own */
     reply_layer_error(r, code, msg);
 }
 

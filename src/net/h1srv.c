@@ -747,10 +747,23 @@ h1srv *h1srv_create(struct event_base *base, const h1srv_limits *lim, h1_request
     return s;
 }
 
+/* Between the parser and the program's admission: a refusal keeps the reply headers the
+ * callback added (WWW-Authenticate, Retry-After), which the layer's error reply would
+ * otherwise drop as a handler's. */
+static int admit_call(h1req *r, size_t content_length, char *msg, size_t msglen, void *arg)
+{
+    h1srv *s = arg;
+    int code = s->user_admit(r, content_length, msg, msglen, s->user_admit_arg);
+    r->admit_refused = code != 0;
+    return code;
+}
+
 void h1srv_set_body_admit(h1srv *s, h1_body_admit_cb *cb, void *arg)
 {
-    s->admit = cb;
-    s->admit_arg = arg;
+    s->user_admit = cb;
+    s->user_admit_arg = arg;
+    s->admit = cb ? admit_call : NULL;
+    s->admit_arg = s;
 }
 
 void h1srv_set_readahead_hold(h1srv *s, h1_hold_cb *cb, void *arg)

@@ -54,6 +54,7 @@ struct h1req {
     size_t trailer_fields, trailer_bytes;
     bool trailer_in_field;
     bool chunked, keep_alive, close_after, head;
+    bool admit_refused;     /* the body's admission refused it: its error keeps rh */
     uint8_t *body;
     size_t body_len, body_cap, body_want; /* body_want: the announced length, or 0 (chunked) */
     void *user;
@@ -73,8 +74,10 @@ struct h1srv {
     h1srv_limits lim;
     h1_request_cb *cb;
     void *arg;
-    h1_body_admit_cb *admit;
+    h1_body_admit_cb *admit;      /* what h1parse.c calls: admit_call, around user_admit */
     void *admit_arg;
+    h1_body_admit_cb *user_admit; /* the program's */
+    void *user_admit_arg;
     h1_hold_cb *hold;
     void *hold_arg;
     h1_error_body_cb *error_body; /* NULL: {"error": msg} */

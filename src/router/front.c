@@ -18,6 +18,7 @@
 #include "jcheck.h"
 #include "log.h"
 #include "proxy.h"
+#include "secret.h"
 #include "webassets.h"
 #include "zcodec.h"
 
@@ -27,6 +28,19 @@ static void front_error(h1req *req, int code, const char *msg)
 {
     if (rt_v1_path(req)) rt_v1_reply_error(req, code, msg, NULL, NULL);
     else h1req_reply_error(req, code, msg);
+}
+
+bool rt_front_error_body(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg)
+{
+    (void)arg;
+    if (path_len < 3 || memcmp(path, "/v1", 3) != 0 || (path_len > 3 && path[3] != '/')) return false;
+    /* the types rt_v1_reply_error gives these statuses */
+    const char *type = code == 401 ? "authentication_error" : code == 403 ? "permission_error"
+                       : code == 429 ? "rate_limit_error" : code >= 500 ? "server_error" : "invalid_request_error";
+    buf_puts(b, "{\"error\":{\"message\":");
+    buf_put_json_str(b, msg, strlen(msg));
+    buf_printf(b, ",\"type\":\"%s\",\"param\":null,\"code\":null}}", type);
+    return !buf_failed(b);
 }
 
 static priority_class parse_priority(const char *v)
@@ -68,34 +82,42 @@ static int single_header(const h1req *req, const char *name, const char **out)
 }
 
 /* ---- credentials ---------------------------------------------------------------------
- * API keys and tokens are compared in time that depends on the lengths only, never on where
- * the bytes differ; wrong credentials are counted per client address, and an address with
- * too many is refused for a while (docs/router.md "Authentication"). */
+ * API keys and tokens are compared as SHA-256 digests (net/secret.h), in time that tells
+ * nothing of the configured one; wrong credentials are counted per client address, and an
+ * address with too many is refused for a while (docs/router.md "Authentication"). */
 
 #define AUTH_SECRET_MAX 255 /* the config's longest key or token */
 
-/* Equal strings, comparing over the longer length whatever the contents. */
-static bool ct_equal(const char *given, const char *secret)
+int rt_front_init(router *r)
 {
-    size_t gl = strlen(given), sl = strlen(secret);
-    if (gl > AUTH_SECRET_MAX) return false; /* cannot match; bounds the work a client causes */
-    size_t n = gl > sl ? gl : sl;
-    volatile unsigned char diff = gl != sl;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char a = i < gl ? (unsigned char)given[i] : 0;
-        unsigned char b = i < sl ? (unsigned char)secret[i] : 0;
-        diff |= (unsigned char)(a ^ b);
-    }
-    return diff == 0;
+    const router_config *c = r->cfg;
+    r->key_digests = calloc(c->tenants_count ? c->tenants_count : 1, sizeof *r->key_digests);
+    if (!r->key_digests) return -1;
+    for (unsigned i = 0; i < c->tenants_count; i++) secret_hash(c->tenants[i].api_key, &r->key_digests[i]);
+    secret_hash(c->admin_token, &r->admin_digest);
+    secret_hash(c->metrics_token, &r->metrics_digest);
+    return 0;
+}
+
+/* The digest of a presented key or token. A longer one than any config allows cannot match:
+ * it is not hashed (a digest equal to nothing), which bounds the work a client causes and
+ * tells it nothing but its own length. */
+static void given_digest(const char *given, secret_digest *out)
+{
+    if (given && strlen(given) <= AUTH_SECRET_MAX) secret_hash(given, out);
+    else out->ok = false;
 }
 
 /* The tenant whose API key this is, or NULL. Every key is compared, so the time taken does
  * not tell which tenant's key came close. */
-static const rc_tenant *tenant_by_key(const router_config *c, const char *key)
+static const rc_tenant *tenant_by_key(router *r, const char *key)
 {
+    const router_config *c = r->cfg;
+    secret_digest given;
+    given_digest(key, &given);
     const rc_tenant *found = NULL;
-    for (unsigned i = 0; key && i < c->tenants_count; i++)
-        if (c->tenants[i].api_key && ct_equal(key, c->tenants[i].api_key)) found = &c->tenants[i];
+    for (unsigned i = 0; i < c->tenants_count; i++)
+        if (secret_digest_equal(&given, &r->key_digests[i])) found = &c->tenants[i];
     return found;
 }
 
@@ -126,26 +148,25 @@ static void client_key(const h1req *req, uint8_t key[AUTHLIMIT_KEY])
     authlimit_key(host, key);
 }
 
-/* Lets a request that needs credentials go on (true), or answers it: 429 + Retry-After
- * while its address is blocked (good credentials too: the penalty is the address's), 401
- * without good credentials. A wrong credential counts towards the block; a missing one does
- * not (it guesses nothing). */
-static bool authorize(router *r, h1req *req, cred c, bool www_bearer, const char *msg)
+/* Lets a request that needs credentials go on (0), or says how to answer it: 429 +
+ * Retry-After while its address is blocked (good credentials too: the penalty is the
+ * address's), 401 without good credentials; the message goes to msg and the headers onto
+ * req. A wrong credential counts towards the block; a missing one does not (it guesses
+ * nothing). */
+static int authorize(router *r, h1req *req, cred c, bool www_bearer, const char *why, char *msg, size_t len)
 {
     const rc_auth_limit *lim = &r->cfg->auth_limit;
     uint8_t key[AUTHLIMIT_KEY];
     client_key(req, key);
     double now = ts_now(), left = 0;
     if (authlimit_blocked(r->auth, key, now, &left)) {
-        char after[24], text[160];
+        char after[24];
         snprintf(after, sizeof after, "%.0f", ceil(left));
-        snprintf(text, sizeof text, "too many failed authentication attempts from this address: retry after %s s",
-                 after);
+        snprintf(msg, len, "too many failed authentication attempts from this address: retry after %s s", after);
         h1req_add_header(req, "Retry-After", after);
-        front_error(req, TS_TOO_MANY_REQUESTS, text);
-        return false;
+        return TS_TOO_MANY_REQUESTS;
     }
-    if (c == CRED_OK) return true;
+    if (c == CRED_OK) return 0;
     if (c == CRED_BAD && authlimit_failed(r->auth, key, now)) {
         char n[16];
         snprintf(n, sizeof n, "%u", lim->max_failures);
@@ -153,24 +174,201 @@ static bool authorize(router *r, h1req *req, cred c, bool www_bearer, const char
                   n, lim->window_s, lim->block_s);
     }
     if (www_bearer) h1req_add_header(req, "WWW-Authenticate", "Bearer");
-    front_error(req, TS_UNAUTHORIZED, msg);
-    return false;
+    snprintf(msg, len, "%s", why);
+    return TS_UNAUTHORIZED;
 }
 
-/* Bearer credentials for an endpoint taking any of tokens (NULL entries skipped), checked
- * against every one of them. Returns -1 (and answers 400) for two Authorization headers. */
-static int bearer_cred(h1req *req, const char *const *tokens, size_t n, cred *out)
+/* Bearer credentials for an endpoint taking any of tokens (digests of unset ones match
+ * nothing), checked against every one of them. Returns 400 (message in msg) for two
+ * Authorization headers. */
+static int bearer_cred(h1req *req, const secret_digest *const *tokens, size_t n, cred *out, char *msg, size_t len)
 {
     const char *auth = NULL;
     if (single_header(req, "Authorization", &auth)) {
-        front_error(req, TS_BAD_REQUEST, "Authorization appears more than once");
-        return -1;
+        snprintf(msg, len, "Authorization appears more than once");
+        return TS_BAD_REQUEST;
     }
     const char *given = bearer_token(auth);
+    secret_digest g;
+    given_digest(given, &g);
     bool ok = false;
-    for (size_t i = 0; given && i < n; i++)
-        if (tokens[i]) ok |= ct_equal(given, tokens[i]);
+    for (size_t i = 0; i < n; i++) ok |= secret_digest_equal(&g, tokens[i]);
     *out = ok ? CRED_OK : given || auth ? CRED_BAD : CRED_NONE;
+    return 0;
+}
+
+/* A tenant's API key, once tenants have keys: in api_key_header, or on /v1 (where OpenAI's
+ * SDKs send it so) as "Authorization: Bearer <key>". *tenant: the tenant it names. */
+static int tenant_cred(router *r, h1req *req, bool say_bearer, const rc_tenant **tenant, char *msg, size_t len)
+{
+    const router_config *c = r->cfg;
+    const char *key = NULL;
+    if (single_header(req, c->api_key_header, &key)) {
+        snprintf(msg, len, "%s appears more than once", c->api_key_header);
+        return TS_BAD_REQUEST;
+    }
+    if (!key && rt_v1_path(req)) {
+        const char *auth = NULL;
+        if (single_header(req, "Authorization", &auth)) {
+            snprintf(msg, len, "Authorization appears more than once");
+            return TS_BAD_REQUEST;
+        }
+        key = bearer_token(auth);
+    }
+    *tenant = tenant_by_key(r, key);
+    char why[160];
+    snprintf(why, sizeof why, "%s%s %s", c->api_key_header, say_bearer ? " (or Authorization: Bearer)" : "",
+             key ? "is not a known key" : "is missing");
+    return authorize(r, req, *tenant ? CRED_OK : key ? CRED_BAD : CRED_NONE, false, why, msg, len);
+}
+
+/* ---- the gate: credentials from the request's head -----------------------------------
+ * Decided from the head alone, so that the body's admission (front_admit) asks it before a
+ * byte of the body is read, and the handler for requests without a body: both answer
+ * alike. */
+
+/* What an endpoint asks of a request's credentials (when the config sets them). */
+typedef enum {
+    EP_OPEN,          /* nothing: the health probes, /v2, the dashboard, 404s and 405s */
+    EP_TENANT,        /* a tenant's key: inference, the model endpoints, /v1 completions */
+    EP_TENANT_MODELS, /* the same, for GET /v1/models (its message names the bearer form) */
+    EP_METRICS,       /* the admin or the metrics token */
+    EP_ADMIN,         /* the admin token */
+    EP_INDEX,         /* a tenant's key or the admin token */
+} endpoint_kind;
+
+static bool seg_is(char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n, size_t i, const char *s)
+{
+    return i < n && strcmp(segs[i], s) == 0;
+}
+
+/* Which endpoint is this, for a method it takes (ok) or not (*allow: the methods it takes,
+ * for the 405 its handler answers). */
+static endpoint_kind endpoint_if(bool ok, endpoint_kind ep, const char *takes, const char **allow)
+{
+    if (ok) return ep;
+    *allow = takes;
+    return EP_OPEN;
+}
+
+/* The endpoint rt_on_request routes this path and method to, as far as credentials go;
+ * *allow: set when the handler answers the method 405 (else NULL). */
+static endpoint_kind endpoint_of(h1_method cmd, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n,
+                                 const char **allow)
+{
+    bool get = cmd == H1_GET || cmd == H1_HEAD, post = cmd == H1_POST;
+    *allow = NULL;
+    if (n == 1 && seg_is(segs, n, 0, "metrics")) return EP_METRICS;
+    if (seg_is(segs, n, 0, "dashboard")) return endpoint_if(get, EP_OPEN, "GET, HEAD", allow);
+    if (seg_is(segs, n, 0, "admin")) return EP_ADMIN;
+    if (seg_is(segs, n, 0, "v1")) {
+        bool completions = (n == 3 && seg_is(segs, n, 1, "chat") && seg_is(segs, n, 2, "completions")) ||
+                           (n == 2 && seg_is(segs, n, 1, "completions"));
+        if (completions) return endpoint_if(post, EP_TENANT, "POST", allow);
+        if (seg_is(segs, n, 1, "models")) return endpoint_if(get, EP_TENANT_MODELS, "GET, HEAD", allow);
+        return EP_OPEN;
+    }
+    if (!seg_is(segs, n, 0, "v2")) return EP_OPEN;
+    if (n == 3 && seg_is(segs, n, 1, "repository") && seg_is(segs, n, 2, "index"))
+        return endpoint_if(post, EP_INDEX, "POST", allow);
+    if (n >= 3 && seg_is(segs, n, 1, "models")) {
+        size_t k = n >= 5 && seg_is(segs, n, 3, "versions") ? 5 : 3;
+        const char *verb = n == k ? "" : n == k + 1 ? segs[k] : NULL;
+        if (verb && strcmp(verb, "infer") == 0) return endpoint_if(post, EP_TENANT, "POST", allow);
+        if (verb && (!verb[0] || strcmp(verb, "ready") == 0 || strcmp(verb, "config") == 0))
+            return endpoint_if(get, EP_TENANT, "GET, HEAD", allow);
+    }
+    return EP_OPEN;
+}
+
+/* Lets a request go on to its endpoint (0; *tenant: the tenant its key names, when tenants
+ * have keys), or says how to answer it: the status, its message in msg, its headers
+ * (WWW-Authenticate, Retry-After) added to req. */
+static int front_gate(router *r, h1req *req, endpoint_kind ep, const rc_tenant **tenant, char *msg, size_t len)
+{
+    const router_config *c = r->cfg;
+    cred cr = CRED_NONE;
+    int code;
+    *tenant = NULL;
+    switch (ep) {
+    case EP_OPEN:
+        return 0;
+    case EP_TENANT:
+    case EP_TENANT_MODELS:
+        if (!tenants_have_keys(c)) return 0;
+        return tenant_cred(r, req, ep == EP_TENANT_MODELS, tenant, msg, len);
+    case EP_METRICS: {
+        /* tenant names and what each spent: the admin token's, or the scrape token's alone */
+        if (!c->admin_token && !c->metrics_token) return 0;
+        const secret_digest *tokens[] = {&r->admin_digest, &r->metrics_digest};
+        if ((code = bearer_cred(req, tokens, 2, &cr, msg, len))) return code;
+        return authorize(r, req, cr, true, "/metrics needs Authorization: Bearer <metrics_token or admin_token>", msg,
+                         len);
+    }
+    case EP_ADMIN:
+        if (!c->admin_token) return 0;
+        if ((code = bearer_cred(req, (const secret_digest *const[]){&r->admin_digest}, 1, &cr, msg, len))) return code;
+        return authorize(r, req, cr, true, "admin endpoints need Authorization: Bearer <admin_token>", msg, len);
+    case EP_INDEX: {
+        /* the fleet's model names: clients need them (an API key will do), strangers not */
+        if (!c->admin_token && !tenants_have_keys(c)) return 0;
+        const char *key = NULL;
+        if (single_header(req, c->api_key_header, &key)) {
+            snprintf(msg, len, "%s appears more than once", c->api_key_header);
+            return TS_BAD_REQUEST;
+        }
+        if ((code = bearer_cred(req, (const secret_digest *const[]){&r->admin_digest}, 1, &cr, msg, len))) return code;
+        if (tenant_by_key(r, key)) cr = CRED_OK;
+        else if (key && cr == CRED_NONE) cr = CRED_BAD;
+        char why[160];
+        snprintf(why, sizeof why, "/v2/repository/index needs %s or Authorization: Bearer <admin_token>",
+                 c->api_key_header);
+        return authorize(r, req, cr, c->admin_token != NULL, why, msg, len);
+    }
+    }
+    return 0;
+}
+
+static bool has_credentials(const router_config *c)
+{
+    return c->admin_token || c->metrics_token || tenants_have_keys(c);
+}
+
+int rt_front_admit(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
+{
+    router *r = arg;
+    char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX];
+    bool close_conn = false;
+    int n = httppath_request_h1(req, segs, msg, msglen, &close_conn);
+    /* a malformed path is no endpoint: with credentials configured its body is not read (the
+     * handler's 400, from the head); without, the handler answers it as before */
+    if (n < 0 && has_credentials(r->cfg)) return TS_BAD_REQUEST;
+    const char *allow = NULL;
+    endpoint_kind ep = n < 0 ? EP_OPEN : endpoint_of(h1req_method(req), segs, (size_t)n, &allow);
+    const rc_tenant *tenant = NULL;
+    int code = front_gate(r, req, ep, &tenant, msg, msglen);
+    if (code) return code;
+    if (ep == EP_OPEN && allow && has_credentials(r->cfg)) { /* the handler's 405, from the head */
+        h1req_add_header(req, "Allow", allow);
+        snprintf(msg, msglen, "%s", seg_is(segs, (size_t)n, 0, "dashboard")
+                                        ? "method not allowed for this endpoint: the dashboard takes GET"
+                                        : "method not allowed for this endpoint");
+        return TS_METHOD_NOT_ALLOWED;
+    }
+    if (ep == EP_OPEN && has_credentials(r->cfg)) {
+        snprintf(msg, msglen, "refusing the request body unread: %s %.60s takes none (bodies are read only for "
+                 "endpoints that take one, once the request's credentials pass)", h1req_method_name(req), h1req_path(req));
+        return TS_PAYLOAD_TOO_LARGE;
+    }
+    size_t want = len == SIZE_MAX ? (size_t)r->cfg->max_body_bytes : len;
+    if (!budget_take(r->bodies, want)) {
+        budget_note_refusal(r->bodies);
+        snprintf(msg, msglen, "request bodies in flight would pass the in-flight body budget of %zu bytes "
+                 "(max_inflight_body_bytes); retry later", budget_limit(r->bodies));
+        return TS_UNAVAILABLE;
+    }
+    h1req_set_user(req, (void *)(uintptr_t)want);
+    h1req_on_end(req, rt_front_on_end, r);
     return 0;
 }
 
@@ -250,11 +448,10 @@ static void request_id(router *r, const h1req *req, char *out, size_t cap)
     suppressed = 0;
 }
 
-/* Classifies a request for a backend (priority, data class, tenant and its credentials,
- * deadline) into a new proxy_req holding its body, or answers it and returns NULL. On /v1 a
- * tenant's key may also come as "Authorization: Bearer <key>", which is how OpenAI's SDKs
- * send theirs. */
-static proxy_req *classify(router *r, h1req *req, const char *version)
+/* Classifies a request for a backend (priority, data class, tenant, deadline) into a new
+ * proxy_req holding its body, or answers it and returns NULL. keyed: the tenant the gate
+ * found by its API key (front_gate). */
+static proxy_req *classify(router *r, h1req *req, const char *version, const rc_tenant *keyed)
 {
     const router_config *c = r->cfg;
     const char *const names[] = {c->priority_header, c->data_class_header, c->api_key_header, c->tenant_header,
@@ -267,15 +464,7 @@ static proxy_req *classify(router *r, h1req *req, const char *version)
             front_error(req, TS_BAD_REQUEST, msg);
             return NULL;
         }
-    const char *key = vals[2], *tname = vals[3], *dh = vals[4];
-    if (!key && rt_v1_path(req) && tenants_have_keys(c)) {
-        const char *auth = NULL;
-        if (single_header(req, "Authorization", &auth)) {
-            front_error(req, TS_BAD_REQUEST, "Authorization appears more than once");
-            return NULL;
-        }
-        key = bearer_token(auth);
-    }
+    const char *tname = vals[3], *dh = vals[4];
     priority_class prio = parse_priority(vals[0]);
     if (prio == PRIO_COUNT) {
         char msg[200];
@@ -295,18 +484,12 @@ static proxy_req *classify(router *r, h1req *req, const char *version)
         front_error(req, TS_BAD_REQUEST, "model version is longer than 31 characters");
         return NULL;
     }
-    /* tenant: from its API key when tenants have keys (an unknown key is 401), else from
-     * the tenant header; a tenant may be marked sensitive as a whole */
-    const rc_tenant *tenant = NULL;
-    if (tenants_have_keys(c)) {
-        tenant = tenant_by_key(c, key);
-        char msg[160];
-        snprintf(msg, sizeof msg, "%s %s", c->api_key_header, key ? "is not a known key" : "is missing");
-        if (!authorize(r, req, tenant ? CRED_OK : key ? CRED_BAD : CRED_NONE, false, msg)) return NULL;
-    } else {
+    /* tenant: the one its API key names when tenants have keys (the gate checked it), else
+     * from the tenant header; a tenant may be marked sensitive as a whole */
+    const rc_tenant *tenant = keyed;
+    if (!tenants_have_keys(c))
         for (unsigned i = 0; tname && i < c->tenants_count; i++)
             if (strcmp(c->tenants[i].name, tname) == 0) tenant = &c->tenants[i];
-    }
     sensitive |= tenant && tenant->sensitive;
     /* a request may shorten its priority's deadline, never extend it */
     long deadline_override = -1;
@@ -344,6 +527,8 @@ static proxy_req *classify(router *r, h1req *req, const char *version)
     /* the body is taken over, not copied: the proxy holds it until the request ends, since
      * a retry on another backend sends it again (docs/router.md "Request bodies") */
     pr->body = h1req_take_body(req, &pr->body_len);
+    pr->body_held = (size_t)(uintptr_t)h1req_user(req); /* the budget's share goes with the body */
+    h1req_set_user(req, NULL);
     if (!pr->body && !(pr->body = malloc(1))) {
         free(pr);
         front_error(req, TS_UNAVAILABLE, "out of memory");
@@ -356,9 +541,9 @@ static proxy_req *classify(router *r, h1req *req, const char *version)
  * serves the model exactly like inference does, so a client cannot tell the router from a
  * worker. */
 static void handle_model(router *r, h1req *req, const char *model, const char *version, const char *verb,
-                         h1_method method)
+                         h1_method method, const rc_tenant *keyed)
 {
-    proxy_req *pr = classify(r, req, version);
+    proxy_req *pr = classify(r, req, version, keyed);
     if (!pr) return;
     snprintf(pr->logical, sizeof pr->logical, "%s", model);
     snprintf(pr->version, sizeof pr->version, "%.31s", version ? version : "");
@@ -377,9 +562,9 @@ static void handle_model(router *r, h1req *req, const char *model, const char *v
 
 /* POST /v1/chat/completions and /v1/completions (target): classified and routed like
  * inference; the model comes from the body (v1.c). */
-static void handle_v1(router *r, h1req *req, const char *target)
+static void handle_v1(router *r, h1req *req, const char *target, const rc_tenant *keyed)
 {
-    proxy_req *pr = classify(r, req, NULL);
+    proxy_req *pr = classify(r, req, NULL, keyed);
     if (!pr) return;
     pr->v1.target = target;
     pr->method = H1_POST;
@@ -395,23 +580,10 @@ static void handle_v1(router *r, h1req *req, const char *target)
 }
 
 /* GET /v1/models[/{id}]: open like /v2/models, i.e. a tenant's key once tenants have keys
- * (in the API key header, or as OpenAI's SDKs send it, "Authorization: Bearer <key>"). */
+ * (in the API key header, or as OpenAI's SDKs send it, "Authorization: Bearer <key>"; the
+ * gate checked it). */
 static void handle_v1_models(router *r, h1req *req, const char *id)
 {
-    const router_config *c = r->cfg;
-    if (tenants_have_keys(c)) {
-        const char *key = NULL, *auth = NULL;
-        char msg[160];
-        if (single_header(req, c->api_key_header, &key) || single_header(req, "Authorization", &auth)) {
-            snprintf(msg, sizeof msg, "%s appears more than once", key ? "Authorization" : c->api_key_header);
-            front_error(req, TS_BAD_REQUEST, msg);
-            return;
-        }
-        if (!key) key = bearer_token(auth);
-        snprintf(msg, sizeof msg, "%s (or Authorization: Bearer) %s", c->api_key_header,
-                 key ? "is not a known key" : "is missing");
-        if (!authorize(r, req, tenant_by_key(c, key) ? CRED_OK : key ? CRED_BAD : CRED_NONE, false, msg)) return;
-    }
     buf b;
     buf_init(&b, 1 << 20);
     if (!rt_v1_models(r, id, &b)) {
@@ -503,9 +675,12 @@ void rt_drain_mark(router *r, h1req *req)
 
 void rt_front_on_end(h1req *req, bool completed, void *arg)
 {
-    (void)req;
     (void)completed;
-    rt_drain_poke(arg); /* a reply is out (or its connection gone): a drain may be done */
+    router *r = arg;
+    /* a body the proxy did not take goes with its request: its share of the budget too */
+    budget_give(r->bodies, (size_t)(uintptr_t)h1req_user(req));
+    h1req_set_user(req, NULL);
+    rt_drain_poke(r); /* a reply is out (or its connection gone): a drain may be done */
 }
 
 void rt_on_request(h1req *req, void *arg)
@@ -523,15 +698,22 @@ void rt_on_request(h1req *req, void *arg)
     }
     size_t n = (size_t)n_;
     h1_method cmd = h1req_method(req);
+    /* a chunked body was admitted for the most it could grow to: the rest goes back */
+    size_t held = (size_t)(uintptr_t)h1req_user(req), body_len = 0;
+    (void)h1req_body(req, &body_len);
+    if (held > body_len) {
+        budget_give(r->bodies, held - body_len);
+        h1req_set_user(req, (void *)(uintptr_t)body_len);
+    }
+    /* credentials first (a request with a body had them checked before its body was read) */
+    const rc_tenant *keyed = NULL;
+    const char *allow = NULL; /* the endpoints below answer a method they do not take */
+    int code = front_gate(r, req, endpoint_of(cmd, segs, n, &allow), &keyed, msg, sizeof msg);
+    if (code) {
+        front_error(req, code, msg);
+        return;
+    }
     if (n == 1 && strcmp(segs[0], "metrics") == 0) {
-        /* tenant names and what each spent: the admin token's, or the scrape token's alone */
-        if (r->cfg->admin_token || r->cfg->metrics_token) {
-            const char *tokens[] = {r->cfg->admin_token, r->cfg->metrics_token};
-            cred c;
-            if (bearer_cred(req, tokens, 2, &c) ||
-                !authorize(r, req, c, true, "/metrics needs Authorization: Bearer <metrics_token or admin_token>"))
-                return;
-        }
         buf b;
         buf_init(&b, 1 << 24);
         rt_metrics(r, &b);
@@ -543,12 +725,6 @@ void rt_on_request(h1req *req, void *arg)
     if (n >= 1 && strcmp(segs[0], "dashboard") == 0) {
         webassets_serve_h1(req, "tierrouter", n, n > 1 ? segs[1] : NULL);
         return;
-    }
-    if (n >= 1 && strcmp(segs[0], "admin") == 0 && r->cfg->admin_token) {
-        cred c;
-        if (bearer_cred(req, (const char *const[]){r->cfg->admin_token}, 1, &c) ||
-            !authorize(r, req, c, true, "admin endpoints need Authorization: Bearer <admin_token>"))
-            return;
     }
     if (n == 2 && strcmp(segs[0], "admin") == 0 && strcmp(segs[1], "cost") == 0) {
         double window;
@@ -574,12 +750,12 @@ void rt_on_request(h1req *req, void *arg)
     if (n >= 1 && strcmp(segs[0], "v1") == 0) {
         if (n == 3 && strcmp(segs[1], "chat") == 0 && strcmp(segs[2], "completions") == 0) {
             if (cmd != H1_POST) method_not_allowed(req, "POST");
-            else handle_v1(r, req, "/v1/chat/completions");
+            else handle_v1(r, req, "/v1/chat/completions", keyed);
             return;
         }
         if (n == 2 && strcmp(segs[1], "completions") == 0) {
             if (cmd != H1_POST) method_not_allowed(req, "POST");
-            else handle_v1(r, req, "/v1/completions");
+            else handle_v1(r, req, "/v1/completions", keyed);
             return;
         }
         if (n >= 2 && strcmp(segs[1], "models") == 0) {
@@ -619,22 +795,6 @@ void rt_on_request(h1req *req, void *arg)
             method_not_allowed(req, "POST");
             return;
         }
-        /* the fleet's model names: clients need them (an API key will do), strangers not */
-        if (r->cfg->admin_token || tenants_have_keys(r->cfg)) {
-            const char *key = NULL;
-            cred c;
-            if (single_header(req, r->cfg->api_key_header, &key)) {
-                snprintf(msg, sizeof msg, "%s appears more than once", r->cfg->api_key_header);
-                front_error(req, TS_BAD_REQUEST, msg);
-                return;
-            }
-            if (bearer_cred(req, (const char *const[]){r->cfg->admin_token}, 1, &c)) return;
-            if (tenant_by_key(r->cfg, key)) c = CRED_OK;
-            else if (key && c == CRED_NONE) c = CRED_BAD;
-            snprintf(msg, sizeof msg, "/v2/repository/index needs %s or Authorization: Bearer <admin_token>",
-                     r->cfg->api_key_header);
-            if (!authorize(r, req, c, r->cfg->admin_token != NULL, msg)) return;
-        }
         buf b;
         buf_init(&b, 1 << 20);
         rt_repository_index(r, &b);
@@ -666,7 +826,7 @@ void rt_on_request(h1req *req, void *arg)
                 method_not_allowed(req, "POST");
                 return;
             }
-            handle_model(r, req, segs[2], version, "infer", H1_POST);
+            handle_model(r, req, segs[2], version, "infer", H1_POST, keyed);
             return;
         }
         if (verb && (!verb[0] || strcmp(verb, "ready") == 0 || strcmp(verb, "config") == 0)) {
@@ -674,7 +834,7 @@ void rt_on_request(h1req *req, void *arg)
                 method_not_allowed(req, "GET, HEAD");
                 return;
             }
-            handle_model(r, req, segs[2], version, verb, H1_GET);
+            handle_model(r, req, segs[2], version, verb, H1_GET, keyed);
             return;
         }
     }

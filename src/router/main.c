@@ -303,7 +303,8 @@ int main(int argc, char **argv)
     route_rng_seed(&r.rng, seeds[0]);
     r.auth = authlimit_create(r.cfg->auth_limit.max_failures, r.cfg->auth_limit.window_s, r.cfg->auth_limit.block_s,
                               seeds[1]);
-    if (!r.auth) {
+    r.bodies = budget_create(r.cfg->max_inflight_body_bytes);
+    if (!r.auth || !r.bodies || rt_front_init(&r) != 0) {
         log_emit(LOG_ERROR, NULL, "out of memory");
         return 1;
     }
@@ -363,6 +364,9 @@ int main(int argc, char **argv)
     httpserver_h1_limits(&lim, r.cfg->max_body_bytes, 10.0, r.cfg->max_connections, "max_connections");
     r.http = r.base ? h1srv_create(r.base, &lim, rt_on_request, &r) : NULL;
     if (r.http && r.tls_listen) h1srv_set_tls(r.http, r.tls_listen);
+    /* credentials and the body budget from the head, before a byte of a body is read */
+    if (r.http) h1srv_set_body_admit(r.http, rt_front_admit, &r);
+    if (r.http) h1srv_set_error_body(r.http, rt_front_error_body, NULL);
     if (r.http) h1srv_check_fd_limit(r.http, backend_fd_reserve(r.cfg));
     if (!r.http || h1srv_bind(r.http, r.cfg->address, r.cfg->port, &r.port, err, sizeof err)) {
         log_emit(LOG_ERROR, NULL, "%s", r.http ? err : "could not set up the HTTP server");
@@ -407,6 +411,8 @@ int main(int argc, char **argv)
     event_base_free(r.base);
     cost_destroy(r.cost);
     authlimit_destroy(r.auth);
+    budget_destroy(r.bodies); /* every request, and the body it held, is gone */
+    free(r.key_digests);
     rconfig_free(r.cfg);
     return 0;
 }

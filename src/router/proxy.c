@@ -102,6 +102,7 @@ static void proxy_release(proxy_req *pr)
     buf_free(&pr->held);
     rt_v1_free(pr);
     free(pr->body);
+    budget_give(r->bodies, pr->body_held);
     free(pr);
 }
 

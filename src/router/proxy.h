@@ -15,6 +15,7 @@ typedef struct proxy_req {
     h1req *client;  /* NULL once the client is gone (or answered) */
     uint8_t *body;
     size_t body_len;
+    size_t body_held; /* its share of r->bodies, given back with the body */
     char logical[256], version[32], verb[16]; /* verb "": model metadata */
     h1_method method; /* towards the backend: H1_GET or H1_POST */
     bool is_infer; /* only inference counts in metrics, SLOs and cost */

@@ -87,6 +87,9 @@ static const rc_key k_keys[] = {
      .help = "one \"access\" log line per inference request at its end (`tierbench trace` reads them)"},
     {T_("max_body_bytes", max_body_bytes), UINT_("67108864", 1024, 4294967295.0),
      .help = "largest request body, also once inflated (413 above it)"},
+    {T_("max_inflight_body_bytes", max_inflight_body_bytes), UINT_("1073741824", 65536, 4294967295.0),
+     .help = "request bodies held at once, from each head's admission to its request's end; a body "
+             "past it gets 503 + Retry-After unread (at least max_body_bytes)"},
     {T_("max_connections", max_connections), UINT_("4096", 1, 1048576),
      .help = "client connections held at once; the one past it gets a 503 naming this key and is closed"},
     {T_("priority_header", priority_header), STR_(RK_HEADER, "X-Priority", 1, 63),
@@ -327,6 +330,7 @@ static const cyaml_schema_field_t k_top_fields[] = {
     CYAML_FIELD_IGNORE("request_timeout_ms", CYAML_FLAG_OPTIONAL), /* retired: see k_retired */
     CYAML_FIELD_BOOL("access_log", CYAML_FLAG_OPTIONAL, router_config, access_log),
     CYAML_FIELD_UINT("max_body_bytes", CYAML_FLAG_OPTIONAL, router_config, max_body_bytes),
+    CYAML_FIELD_UINT("max_inflight_body_bytes", CYAML_FLAG_OPTIONAL, router_config, max_inflight_body_bytes),
     CYAML_FIELD_UINT("max_connections", CYAML_FLAG_OPTIONAL, router_config, max_connections),
     TOP_STR("priority_header", priority_header),
     TOP_STR("data_class_header", data_class_header),
@@ -803,6 +807,9 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
         return ts_fail(err, errlen, "%s: %s: set with %s, or neither (a certificate is useless without its key)",
                        path, c->backend_tls.cert_file ? "backend_tls.cert_file" : "backend_tls.key_file",
                        c->backend_tls.cert_file ? "backend_tls.key_file" : "backend_tls.cert_file");
+    if (c->max_inflight_body_bytes < c->max_body_bytes)
+        return ts_fail(err, errlen, "%s: max_inflight_body_bytes: %u is below max_body_bytes (%u): a largest body "
+                       "could never be read", path, c->max_inflight_body_bytes, c->max_body_bytes);
     if (c->ejection.max_ms < c->ejection.base_ms)
         return ts_fail(err, errlen, "%s: ejection.max_ms: %u is below ejection.base_ms (%u)", path, c->ejection.max_ms,
                     c->ejection.base_ms);

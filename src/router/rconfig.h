@@ -115,6 +115,7 @@ typedef struct {
     char *dns_nameserver;      /* "ip[:port]" to ask instead of /etc/resolv.conf's */
     bool access_log;           /* one "access" line per inference request at its end */
     unsigned max_body_bytes;
+    unsigned max_inflight_body_bytes; /* bodies held at once (503 past it) */
     unsigned max_connections;  /* client connections held at once (a 503 past it) */
     char *priority_header, *data_class_header, *request_id_header;
     char *tenant_header, *api_key_header, *deadline_header;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "authlimit.h"
+#include "budget.h"
 #include "buf.h"
 #include "cost.h"
 #include "h1cli.h"
@@ -20,6 +21,7 @@
 #include "policy.h"
 #include "route.h"
 #include "rconfig.h"
+#include "secret.h"
 #include "tls.h"
 
 #define RT_MAX_MODELS 32
@@ -149,6 +151,11 @@ typedef struct router {
     double started;
     cost_book *cost;
     authlimit *auth;    /* failed authentication per client address (policy/authlimit.h) */
+    /* the configured credentials hashed once (rt_front_init): the tenants' API keys in
+     * cfg->tenants order, the admin and metrics tokens (unset: a digest equal to nothing) */
+    secret_digest *key_digests, admin_digest, metrics_digest;
+    budget *bodies;     /* request bodies held, from their head's admission to the request's
+                         * end (cfg->max_inflight_body_bytes; docs/router.md "Bodies") */
     void *admq[2];      /* admission queue heads: urgent, normal (proxy_req lists) */
     unsigned admq_len;
     void *live;         /* every proxy_req from rt_proxy_begin to its end (a list), so a drain
@@ -211,7 +218,16 @@ void rt_pool_signals(router *r, rt_pool *p, double now, pool_signals *out);
 const rt_pool *rt_lead_gpu_pool(const router *r);
 
 /* front.c */
+/* Hashes the configured keys and tokens (r->key_digests, freed by the caller). -1: out of memory. */
+int rt_front_init(router *r);
 void rt_on_request(h1req *req, void *arg);
+/* h1srv's body admission (arg: the router): the request's credentials from its head (the
+ * status and message its endpoint would answer), then its body's share of r->bodies (503
+ * past it), before a byte of the body is read or "100 Continue" sent. */
+int rt_front_admit(h1req *req, size_t len, char *msg, size_t msglen, void *arg);
+/* h1srv's error-body hook: the layer's own errors (413, 400 framing, an admission's 401)
+ * in OpenAI's shape on /v1 paths, like every other error there. */
+bool rt_front_error_body(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg);
 /* While draining, marks req's reply "Connection: close", so that its connection ends with
  * it. Call before the reply's headers go out. */
 void rt_drain_mark(router *r, h1req *req);

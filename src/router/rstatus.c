@@ -366,6 +366,14 @@ void rt_metrics(router *r, buf *b)
                (unsigned long long)r->reply_mismatches,
                (unsigned long long)(r->http ? h1srv_refused(r->http) : 0), (unsigned long long)r->v1_reports[0],
                (unsigned long long)r->v1_reports[1]);
+    buf_printf(b, "# HELP tierrouter_inflight_body_bytes Request body bytes held now, from each head's admission\n"
+                  "# TYPE tierrouter_inflight_body_bytes gauge\ntierrouter_inflight_body_bytes %zu\n"
+                  "# HELP tierrouter_inflight_body_limit_bytes max_inflight_body_bytes\n"
+                  "# TYPE tierrouter_inflight_body_limit_bytes gauge\ntierrouter_inflight_body_limit_bytes %zu\n"
+                  "# HELP tierrouter_inflight_body_refusals_total Requests refused with 503 because their bodies "
+                  "would pass max_inflight_body_bytes\n"
+                  "# TYPE tierrouter_inflight_body_refusals_total counter\ntierrouter_inflight_body_refusals_total %llu\n",
+               budget_held(r->bodies), budget_limit(r->bodies), (unsigned long long)budget_refusals(r->bodies));
     /* per GPU pool: its policy's stage, pressure, failover, CPU shares and decisions */
     static const char *const gauges[] = {"stage", "pressure", "hard_failover"};
     static const char *const gauge_help[] = {"Policy stage: index into policy.stages (0: all on the GPU pool)",

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "budget.h"
+#include "budget_json.h"
 #include "doctor.h"
 #include "ep.h"
 #include "hwmap.h"

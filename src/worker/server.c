@@ -215,25 +215,6 @@ void server_request_end(h1req *req, bool completed, void *arg)
     server_maybe_finish_drain(srv);
 }
 
-/* The layer has parsed a request's head and will read its body: hold the announced bytes
- * against the in-flight body budget first (a chunked body: the most it may grow to), so that
- * bodies still being read count too. */
-static int admit_body(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
-{
-    server *srv = arg;
-    size_t want = len == SIZE_MAX ? (size_t)srv->set->max_body_bytes : len;
-    if (!budget_take(srv->bodies, want)) {
-        budget_note_refusal(srv->bodies);
-        snprintf(msg, msglen, "request bodies in flight would pass the in-flight body budget of %zu bytes "
-                 "(TIERSERVE_MAX_INFLIGHT_BODY_BYTES; %zu held now); retry later",
-                 budget_limit(srv->bodies), budget_held(srv->bodies));
-        return TS_UNAVAILABLE;
-    }
-    h1req_set_user(req, (void *)(uintptr_t)want);
-    h1req_on_end(req, server_request_end, srv);
-    return 0;
-}
-
 /* Pipelined bytes the layer reads ahead while a request is handled are request bytes too. */
 static bool hold_readahead(size_t n, bool take, void *arg)
 {
@@ -254,16 +235,6 @@ const char *server_request_id(h1req *req)
     return n ? id : NULL;
 }
 
-/* Compares in time that depends on the lengths only, never on where the bytes differ. */
-static bool token_equal(const char *got, const char *want)
-{
-    size_t g = strnlen(got, 4096), w = strlen(want);
-    unsigned diff = g != w;
-    for (size_t i = 0; i < w; i++)
-        diff |= (unsigned char)want[i] ^ (unsigned char)(i < g ? got[i] : 0);
-    return diff == 0;
-}
-
 /* With --auth-token set, the bearer token is the caller's proof that it is the router (or an
  * operator), not whoever reached the port. Kubelet probes carry no token: the two health
  * endpoints stay open. */
@@ -279,7 +250,11 @@ static bool authorized(server *srv, h1req *req, const char **why_out)
     }
     h += 7;
     while (*h == ' ') h++;
-    if (!token_equal(h, want)) {
+    /* digests: the time tells nothing of the token; a longer one than a token may be cannot
+     * match and is not hashed */
+    secret_digest given = {.ok = false};
+    if (strlen(h) < sizeof srv->set->auth_token) secret_hash(h, &given);
+    if (!secret_digest_equal(&given, &srv->token_digest)) {
         *why_out = "wrong bearer token in Authorization (TIERSERVE_AUTH_TOKEN)";
         return false;
     }
@@ -291,6 +266,71 @@ static bool is_health_probe(h1req *req, int n, char segs[HTTPPATH_MAX_SEGS][HTTP
     return n == 3 && method_is(req, H1_GET) && strcmp(segs[0], "v2") == 0 &&
            strcmp(segs[1], "health") == 0 &&
            (strcmp(segs[2], "live") == 0 || strcmp(segs[2], "ready") == 0);
+}
+
+/* Where a request stands with its credentials, from its head alone: the bearer token when
+ * one is set (GATE_OK also when none is set), else an open endpoint (the two health probes,
+ * the dashboard's files), else refused. */
+typedef enum { GATE_OK, GATE_OPEN, GATE_REFUSED } gate;
+
+static gate request_gate(server *srv, h1req *req, int n, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX],
+                         const char **why)
+{
+    if (authorized(srv, req, why)) return GATE_OK;
+    if (n >= 1 && strcmp(segs[0], "dashboard") == 0) return GATE_OPEN;
+    if (n >= 0 && is_health_probe(req, n, segs)) return GATE_OPEN;
+    return GATE_REFUSED;
+}
+
+/* A 401's header, counter and log line, wherever it is answered. */
+static void note_unauthorized(server *srv, h1req *req, const char *why)
+{
+    const char *rid = server_request_id(req);
+    h1req_add_header(req, "WWW-Authenticate", "Bearer");
+    srv->unauthorized++;
+    LOG_DEBUG_(LOGF({rid ? "request_id" : NULL, rid}), "refused with 401: %s", why);
+}
+
+/* The layer has parsed a request's head and will read its body. Credentials first: a
+ * request without the token is answered 401 from its head, before "100 Continue" and before
+ * a byte of its body is read or counted, and an open endpoint (which reads no body) takes
+ * none from a client without the token. Then the announced bytes are held against the
+ * in-flight body budget (a chunked body: the most it may grow to), so that bodies still being
+ * read count too. */
+static int admit_body(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
+{
+    server *srv = arg;
+    char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], pmsg[160];
+    bool close_conn = false;
+    int n = httppath_request_h1(req, segs, pmsg, sizeof pmsg, &close_conn);
+    const char *why = NULL;
+    gate g = request_gate(srv, req, n, segs, &why);
+    if (g == GATE_REFUSED) {
+        note_unauthorized(srv, req, why);
+        snprintf(msg, msglen, "%s", why);
+        return TS_UNAUTHORIZED;
+    }
+    if (g == GATE_OPEN && n >= 1 && strcmp(segs[0], "dashboard") == 0 && !method_is(req, H1_GET)) {
+        h1req_add_header(req, "Allow", "GET, HEAD"); /* webassets' 405, from the head */
+        snprintf(msg, msglen, "method not allowed for this endpoint: the dashboard takes GET");
+        return TS_METHOD_NOT_ALLOWED;
+    }
+    if (g == GATE_OPEN) {
+        snprintf(msg, msglen, "refusing a request body unread: the health probes and the dashboard take none, "
+                 "and other endpoints need Authorization: Bearer <token> (TIERSERVE_AUTH_TOKEN)");
+        return TS_PAYLOAD_TOO_LARGE;
+    }
+    size_t want = len == SIZE_MAX ? (size_t)srv->set->max_body_bytes : len;
+    if (!budget_take(srv->bodies, want)) {
+        budget_note_refusal(srv->bodies);
+        snprintf(msg, msglen, "request bodies in flight would pass the in-flight body budget of %zu bytes "
+                 "(TIERSERVE_MAX_INFLIGHT_BODY_BYTES; %zu held now); retry later",
+                 budget_limit(srv->bodies), budget_held(srv->bodies));
+        return TS_UNAVAILABLE;
+    }
+    h1req_set_user(req, (void *)(uintptr_t)want);
+    h1req_on_end(req, server_request_end, srv);
+    return 0;
 }
 
 static void on_request(h1req *req, void *arg)
@@ -311,10 +351,8 @@ static void on_request(h1req *req, void *arg)
         return;
     }
     const char *why = NULL;
-    if (!(n_ >= 0 && is_health_probe(req, n_, segs)) && !authorized(srv, req, &why)) {
-        h1req_add_header(req, "WWW-Authenticate", "Bearer");
-        srv->unauthorized++;
-        LOG_DEBUG_(LOGF({rid ? "request_id" : NULL, rid}), "refused with 401: %s", why);
+    if (request_gate(srv, req, n_, segs, &why) == GATE_REFUSED) {
+        note_unauthorized(srv, req, why);
         if (n_ >= 1 && strcmp(segs[0], "v1") == 0) server_llm_error(req, TS_UNAUTHORIZED, NULL, "invalid_api_key", why);
         else h1req_reply_error(req, TS_UNAUTHORIZED, why);
         return;
@@ -465,6 +503,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     if (!srv) return NULL;
     srv->set = s;
     srv->ep = ep;
+    secret_hash(s->auth_token[0] ? s->auth_token : NULL, &srv->token_digest);
     srv->t_created = ts_now();
     struct event_config *ecfg = event_config_new();
     event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);

@@ -21,7 +21,7 @@
 #include "clock.h"
 #include "log.h"
 #include "ortenv.h"
-#include "budget.h"
+#include "budget_json.h"
 #include "server_internal.h"
 #include "workpool.h"
 #include "zcodec.h"

@@ -7,12 +7,13 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "budget.h"
+#include "budget_json.h"
 #include "buf.h"
 #include "doneq.h"
 #include "h1srv.h"
 #include "httpserver.h"
 #include "par.h"
+#include "secret.h"
 #include "server.h"
 #include "workpool.h"
 
@@ -45,6 +46,7 @@ struct server {
     unsigned idle_streak;       /* consecutive requests that found nothing in flight */
     uint64_t inline_runs;       /* requests run on the loop thread (TIERSERVE_INLINE_MAX_US) */
     uint64_t unauthorized;      /* requests refused with 401 (--auth-token) */
+    secret_digest token_digest; /* --auth-token hashed once (net/secret.h); unset: matches nothing */
     size_t reply_pending;       /* reply bytes handed to the layer, not yet written or dropped */
     uint64_t reply_refused;     /* inference requests refused while reply_pending was too high */
     bool draining;

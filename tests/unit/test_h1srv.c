@@ -31,6 +31,7 @@ typedef struct {
     h1req *pending;
     int requests, ends_ok, ends_gone;
     int admits, admit_status;
+    bool admit_header;     /* the admission adds a reply header (refusing or not) */
     size_t admitted_len, released;
     int inject_rc[3];
     int drained;
@@ -146,6 +147,7 @@ static int admit(h1req *r, size_t len, char *msg, size_t msglen, void *arg)
 {
     fx *f = arg;
     f->admits++;
+    if (f->admit_header) h1req_add_header(r, "WWW-Authenticate", "Bearer");
     if (f->admit_status) {
         snprintf(msg, msglen, "body budget spent (test)");
         return f->admit_status;
@@ -767,6 +769,31 @@ static void test_body_admit(void **state)
     fx_free(f);
 }
 
+/* An admission that refuses (a 401 from the head) keeps the headers it added; the final
+ * status comes before any 100 Continue; and a framing error after an admission that let the
+ * body in does not carry them (they were the handler's to send). */
+static void test_body_admit_refusal_keeps_its_headers(void **state)
+{
+    (void)state;
+    fx *f = fx_new(ECHO, 1 << 20, 10, 0);
+    h1srv_set_body_admit(f->s, admit, f);
+    f->admit_header = true;
+    f->admit_status = 401;
+    client *c = cconnect(f);
+    csends(f, c, "POST /a HTTP/1.1\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n");
+    assert_true(creply(f, c, &R));
+    assert_int_equal(R.status, 401);
+    assert_non_null(hdr(&R, "WWW-Authenticate"));
+    assert_string_equal(hdr(&R, "WWW-Authenticate"), "Bearer");
+    assert_true(cwait_closed(f, c, 3));
+    cclose(c);
+    f->admit_status = 0;
+    expect_error(f, "POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "chunk");
+    assert_null(hdr(&R, "WWW-Authenticate"));
+    assert_int_equal(f->requests, 0);
+    fx_free(f);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -780,6 +807,7 @@ int main(void)
         cmocka_unit_test(test_400_framing),
         cmocka_unit_test(test_501_505),
         cmocka_unit_test(test_expect_100_continue),
+        cmocka_unit_test(test_body_admit_refusal_keeps_its_headers),
         cmocka_unit_test(test_expect_100_client_reset),
         cmocka_unit_test(test_head_gets_headers_only),
         cmocka_unit_test(test_header_injection_refused),
