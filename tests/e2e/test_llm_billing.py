@@ -34,7 +34,9 @@ def fleet(llm_repo, tmp_path_factory):  # noqa: F811
     w = start_worker(llm_repo[0], tmp, env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_MAX_SEQUENCES": "1",
                                             "TIERSERVE_AUTH_TOKEN": WORKER_TOKEN})
     tenants = "".join(f"  - {{name: {n}, api_key: {k}}}\n" for n, k in KEYS.items())
-    r = usage_router(tmp, w, f"worker_token: {WORKER_TOKEN}\ndeadline_ms: {{normal: 600000}}\ntenants:\n{tenants}")
+    # admin_open: the test reads /metrics without a token; the billing, not the admin guard, is under test
+    r = usage_router(tmp, w, f"worker_token: {WORKER_TOKEN}\nadmin_open: true\ndeadline_ms: {{normal: 600000}}\n"
+                             f"tenants:\n{tenants}")
     yield w, r
     assert r.stop() == 0
     assert w.stop() == 0, w.log_text()[-4000:]
