@@ -29,19 +29,23 @@ REPEAT_PROMPT = "one earth appleinos artikel Fine consist ####\u0144ski dayskn\u
 REPEAT_IDS = PROMPT_IDS + [7905, 8483, 24105, 4817, 2476, 20939, 2202, 13223, 29186, 9976, 5709, 7740, 24901]
 N = 16
 PENALTIES = ((0, 1.5), (2.0, 0))
+LP_K, LP_TOL = 5, 1e-4  # test_llm_logprobs's top-K and tolerance
 
 
-def reference(d, tmp, presence, frequency, ids=PROMPT_IDS, count_prompt=False):
+def reference(d, tmp, presence, frequency, ids=PROMPT_IDS, count_prompt=False, logprobs=None):
+    """The reference's greedy tokens for ids (with logprobs=K: its per-step logprobs entries
+    instead, each with the penalised view beside the rule's)."""
     pj = tmp / "prompts.json"
     pj.write_text(json.dumps([ids]))
     r = subprocess.run([sys.executable, str(MODELS / "llm_reference.py")] + (["--count-prompt"] if count_prompt else [])
+                       + (["--logprobs", str(logprobs)] if logprobs else [])
                        + [str(d), str(pj), str(N), str(presence), str(frequency)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     # a greedy choice this close could flip between ORT's and numpy's float rounding
     assert out["min_margin"] > 1e-3, out
-    return out["tokens"][0]
+    return out["logprobs"][0] if logprobs else out["tokens"][0]
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +58,7 @@ def repo(tmp_path_factory):
     for k in PENALTIES:
         refs["repeat", k] = reference(d, tmp, *k, ids=REPEAT_IDS)
         refs["repeat-wrong", k] = reference(d, tmp, *k, ids=REPEAT_IDS, count_prompt=True)
+    refs["logprobs"] = reference(d, tmp, 0, 1.5, logprobs=LP_K)
     return root, refs
 
 
@@ -134,6 +139,22 @@ def test_prompt_tokens_are_not_counted(llm, repo, presence, frequency):
     check_equals_reference(a, refs["repeat", (presence, frequency)])
     wrong = refs["repeat-wrong", (presence, frequency)]
     assert a["choices"][0]["text"] != node_decode([t for t in wrong if t != 2]), (a, wrong)
+
+
+def test_logprobs_are_the_models_own_row_not_the_penalised_one(llm, repo):
+    """logprobs report the model's own distribution, before the penalties: with
+    frequency_penalty 1.5 each step's logprob is the reference's unpenalised one. On this
+    prompt the penalised view is more than 10x the tolerance away at some step, so reading the
+    penalised row would show."""
+    want = repo[1]["logprobs"]
+    assert max(abs(s["logprob"] - s["penalised"]) for s in want) > 10 * LP_TOL, want
+    code, a = post(llm, body(frequency_penalty=1.5, logprobs=LP_K))
+    assert code == 200, a
+    check_equals_reference(a, [s["token"] for s in want])
+    got = a["choices"][0]["logprobs"]["token_logprobs"]
+    assert len(got) == len(want), (got, want)
+    for step, (v, s) in enumerate(zip(got, want)):
+        assert abs(v - s["logprob"]) < LP_TOL, (step, v, s)
 
 
 @pytest.mark.parametrize("presence,frequency", PENALTIES)

@@ -8,7 +8,9 @@ Usage:  /usr/bin/python3 tests/models/llm_reference.py MODELDIR PROMPTS.json N [
 With --logprobs K the object also holds "logprobs": per prompt, per greedy step, {"token":
 id, "logprob": the chosen id's log-softmax, "top": [[id, logprob], ...] the K best, logprob
 descending, the lower id first on a tie}: the log-softmax of the model's own logits row,
-computed in float64 from the float32 logits (max-subtracted), before any penalty.
+computed in float64 from the float32 logits (max-subtracted), before any penalty. With
+penalties each step also has "penalised": the chosen id's log-softmax after the penalties
+(the wrong view for logprobs; tests use it to show their input tells the two apart).
 
 PROMPTS.json is a list of prompts, each a list of token ids. PRESENCE and FREQUENCY are the
 OpenAI penalties (default 0): before each greedy choice, every token t generated c(t) > 0
@@ -113,7 +115,8 @@ class Model:
             h = h + (act * (x @ w[p + "w_up"])) @ w[p + "w_down"]
         return rmsnorm(h, w["final_norm"]) @ w["lm_head"]
 
-    def greedy(self, prompt, n, eos=spec.EOS, presence=0.0, frequency=0.0, rows=None, count_prompt=False):
+    def greedy(self, prompt, n, eos=spec.EOS, presence=0.0, frequency=0.0, rows=None, count_prompt=False,
+               penalised_rows=None):
         cache = [[np.zeros((spec.KV_HEADS, 0, spec.HEAD_DIM), np.float32) for _ in range(2)]
                  for _ in range(spec.LAYERS)]
         out, margin = [], np.inf
@@ -122,6 +125,8 @@ class Model:
             if rows is not None:
                 rows.append(log_softmax(logits))
             logits = penalize(logits, (list(prompt) if count_prompt else []) + out, presence, frequency)
+            if penalised_rows is not None:
+                penalised_rows.append(log_softmax(logits))
             top2 = np.partition(logits, -2)[-2:]
             margin = min(margin, float(abs(top2[1] - top2[0])))
             tok = int(np.argmax(logits))
@@ -174,13 +179,15 @@ def main(argv):
     tokens, margin, lps = [], np.inf, []
     for p in prompts:
         rows = [] if k is not None else None
-        t, m = model.greedy(p, int(argv[3]), presence=presence, frequency=frequency, rows=rows,
+        prows = [] if k is not None else None
+        t, m = model.greedy(p, int(argv[3]), presence=presence, frequency=frequency, rows=rows, penalised_rows=prows,
                             count_prompt=count_prompt)
         tokens.append(t)
         margin = min(margin, m)
         if rows is not None:
             lps.append([{"token": tok, "logprob": float(row[tok]), "top": top_k(row, k)}
-                        for tok, row in zip(t, rows)])
+                        | ({"penalised": float(prow[tok])} if presence or frequency else {})
+                        for tok, row, prow in zip(t, rows, prows)])
     res = {"tokens": tokens, "min_margin": margin, "position_ids": model.position_ids}
     if k is not None:
         res["logprobs"] = lps
