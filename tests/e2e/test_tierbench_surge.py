@@ -9,9 +9,10 @@ What is held:
 - the surge moves the live router's stages (at least one stage up), so the comparison is not
   between two idle runs. The load is sized from what `tierbench calibrate` measured on the
   same workers, never from a speed assumed for this machine: the surge arrives at SURGE_X
-  times the GPU pool's measured capacity (backends x slots / mean service time) and the calm
-  at CALM_X times it, and the policy's p95 marks are multiples of the measured mean, so the
-  surge overloads the pool on a machine twice as fast and does not drown one twice as slow;
+  times the GPU pool's measured capacity (the replies per second calibrate measured on each
+  of its workers, kept busy at once, added up) and the calm at CALM_X times it, and the
+  policy's p95 marks are multiples of the measured mean service time, so the surge overloads
+  the pool on a machine twice as fast and does not drown one twice as slow;
 - a model of the stack that is wrong (service times 1/20 of the calibrated ones) is called
   out: exit 2, the P95 rows DISAGREE. (It is wrong on the fast side: the live P95 under the
   surge is at least the service time, the model's a twentieth of it, on any machine. A model
@@ -23,6 +24,7 @@ cores the live P95 moves with whatever else runs.
 """
 import json
 import pathlib
+import re
 
 from conftest import run_tierbench as tierbench
 from test_router import Router, pools_config, slow_workers
@@ -47,17 +49,12 @@ def policy(mean_ms):
     return yaml, sim
 
 
-def capacity(mean_ms):
-    """The GPU pool's requests per second at the measured mean service time."""
-    return BACKENDS * SLOTS / (mean_ms / 1e3)
-
-
-def surge_trace(path, mean_ms):
+def surge_trace(path, capacity):
     """Poisson arrivals (fixed seed) for 12 s: CALM_X x the GPU pool's capacity, SURGE_X x it
     from 3 s to 7 s (above what the pool can serve at the speed measured), every priority,
     ROWS rows each."""
     import random
-    calm, high = CALM_X * capacity(mean_ms), SURGE_X * capacity(mean_ms)
+    calm, high = CALM_X * capacity, SURGE_X * capacity
     rng, t, lines = random.Random(7), 0.0, []
     while True:
         t += rng.expovariate(high if 3.0 <= t < 7.0 else calm)
@@ -71,24 +68,27 @@ def surge_trace(path, mean_ms):
 
 def stack(tmp_path, test_repo, scale=1.0):
     """The workers, calibrated first (the load and the marks are sized from the measurement),
-    then the router: (sim config, measured mean ms, router)."""
+    then the router: (sim config, calibration, router)."""
     gpu = slow_workers(tmp_path, test_repo, BACKENDS)
     cpu = slow_workers(tmp_path, test_repo, BACKENDS)
-    conf, mean_ms = calibrated(tmp_path, gpu, scale)
+    conf, cal = calibrated(tmp_path, gpu, scale)
     pools = [("gpu", "gpu", False, [w.port for w in gpu], None, "cpu"),
              ("cpu", "cpu", True, [w.port for w in cpu], None)]
-    cfg = pools_config(pools, policy(mean_ms)[0]).replace("    backends:",
+    cfg = pools_config(pools, policy(cal["mean_ms"])[0]).replace("    backends:",
                                                           f"    max_in_flight: {MAX_IN_FLIGHT}\n    backends:")
-    return conf, mean_ms, Router(cfg, tmp_path)
+    return conf, cal, Router(cfg, tmp_path)
 
 
 def calibrated(tmp_path, workers, scale=1.0):
     """A sim config: the calibrated pool line for both pools (same workers, same model),
-    the router's policy and probe interval; and the measured mean service time (ms, before
-    scale: the live stack's own). Every GPU-pool worker is calibrated at the same time, as
-    the surge will load them, and the mean and p95 are the workers' average: a worker
-    measured alone has the machine's cores to itself, which the pool's do not (one core,
-    two workers: each half as fast)."""
+    the router's policy and probe interval; and the calibration, before scale (the live
+    stack's own): {"mean_ms": the workers' mean service time, "capacity": the pool's replies
+    per second}. Every GPU-pool worker is calibrated at the same time, as the surge will load
+    them: a worker measured alone has the machine's cores to itself, which the pool's do not
+    (one core, two workers: each half as fast). The capacity is each worker's best throughput
+    over calibrate's concurrency levels, added up, not backends x slots / mean: a request
+    alone pays every wake-up's wait for a core, which a busy worker does not (beside a CPU
+    hog the mean said 20/s, and a 31/s surge put the router under no pressure)."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one(i):
@@ -96,11 +96,15 @@ def calibrated(tmp_path, workers, scale=1.0):
         rc, out, err = tierbench("calibrate", "--url", f"http://127.0.0.1:{workers[i].port}", "--model", "slow",
                                  "--rows", str(ROWS), "--out", conf, timeout=120)
         assert rc == 0, out + err
-        line = [l for l in conf.read_text().splitlines() if l.startswith("pool ")][0]
-        return dict(p.split("=", 1) for p in line[5:].split(","))
+        text = conf.read_text()
+        line = [l for l in text.splitlines() if l.startswith("pool ")][0]
+        thr = [l for l in text.splitlines() if l.startswith("# throughput (replies/s) by concurrency:")][0]
+        best = max(float(v) for v in re.findall(r"\d+: ([0-9.]+)", thr))
+        return dict(p.split("=", 1) for p in line[5:].split(",")), best
 
     with ThreadPoolExecutor(len(workers)) as ex:
-        kvs = list(ex.map(one, range(len(workers))))
+        got = list(ex.map(one, range(len(workers))))
+    kvs = [k for k, _ in got]
     kv = kvs[0]
     mean_ms = sum(float(k["mean_ms"]) for k in kvs) / len(kvs)
     p95_ms = sum(float(k["p95_ms"]) for k in kvs) / len(kvs)
@@ -114,14 +118,15 @@ def calibrated(tmp_path, workers, scale=1.0):
         lines.append("pool " + ",".join(f"{k}={v}" for k, v in kv.items() if k not in ("cost", "sensitive")) + extra)
     out_conf = tmp_path / f"sim-{scale}.conf"
     out_conf.write_text("\n".join(lines) + "\n" + policy(mean_ms)[1])
-    return out_conf, mean_ms
+    return out_conf, {"mean_ms": mean_ms, "capacity": sum(b for _, b in got)}
 
 
-def surge(router, conf, mean_ms, tmp_path, *extra):
+def surge(router, conf, cal, tmp_path, *extra):
     js = tmp_path / "surge.json"
-    trace, n = surge_trace(tmp_path / "surge.csv", mean_ms)
-    print(f"calibrated mean {mean_ms:.2f} ms: GPU pool capacity {capacity(mean_ms):.0f}/s, "
-          f"surge {SURGE_X * capacity(mean_ms):.0f}/s, {n} arrivals")
+    trace, n = surge_trace(tmp_path / "surge.csv", cal["capacity"])
+    print(f"calibrated mean {cal['mean_ms']:.2f} ms, GPU pool capacity {cal['capacity']:.0f}/s "
+          f"(backends x slots / mean: {BACKENDS * SLOTS * 1e3 / cal['mean_ms']:.0f}/s): "
+          f"surge {SURGE_X * cal['capacity']:.0f}/s, {n} arrivals")
     rc, out, err = tierbench("drill", "surge", "--url", f"http://{router.url}", "--sim-config", conf,
                              "--trace", trace, "--connections", "64", "--timeout", "10", "--json", js, *extra,
                              timeout=120)
@@ -134,14 +139,14 @@ def rows(rep):
 
 
 def test_surge_live_and_sim_side_by_side(tmp_path, test_repo):
-    conf, mean_ms, router = stack(tmp_path, test_repo)
-    rc, out, rep = surge(router, conf, mean_ms, tmp_path)
+    conf, cal, router = stack(tmp_path, test_repo)
+    rc, out, rep = surge(router, conf, cal, tmp_path)
     print(out)
     r = rows(rep)
-    _, n = surge_trace(tmp_path / "expect.csv", mean_ms)
+    _, n = surge_trace(tmp_path / "expect.csv", cal["capacity"])
     # at least 4 s x SURGE_X x capacity / 2 arrivals (Poisson, fixed seed), and never fewer
     # than 100: a slow machine gets fewer requests, never a meaningless trace
-    assert rep["requests"] == rep["sim_arrivals"] == n > max(100, 2 * SURGE_X * capacity(mean_ms)), rep
+    assert rep["requests"] == rep["sim_arrivals"] == n > max(100, 2 * SURGE_X * cal["capacity"]), rep
     for name in ("p95 urgent", "p95 normal", "p95 batch", "p95 all", "share gpu", "share cpu",
                  "stage ups gpu", "stage downs gpu", "requests lost", "cost share gpu", "cost share cpu"):
         assert name in r, (name, out)
@@ -151,8 +156,8 @@ def test_surge_live_and_sim_side_by_side(tmp_path, test_repo):
 
 
 def test_a_wrong_model_of_the_stack_is_called_out(tmp_path, test_repo):
-    conf, mean_ms, router = stack(tmp_path, test_repo, scale=0.05)
-    rc, out, rep = surge(router, conf, mean_ms, tmp_path)
+    conf, cal, router = stack(tmp_path, test_repo, scale=0.05)
+    rc, out, rep = surge(router, conf, cal, tmp_path)
     assert rc == 2, out
     r = rows(rep)
     assert r["p95 all"]["judged"] and not r["p95 all"]["agree"], out
