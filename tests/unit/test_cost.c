@@ -91,21 +91,36 @@ static void test_idle_fixed_pool_bills_tenant_idle(void **state)
     assert_float_equal(billed(b, "cpu", "idle", "normal"), 0.6, 1e-9);
     assert_float_equal(billed(b, "cpu", "unknown", "normal"), 0.1, 1e-9);
 
-    /* the usage pool: compute time to the request's tenant, never idle */
-    cost_request(b, 0, 0, PRIO_URGENT, 0.25, 1041);
+    /* a tick that served four requests splits its 5 s (0.1 USD) by request, in quarters:
+     * acme's urgent one, acme's two batch ones, one unknown (two in one cell, so a split by
+     * tenant and priority instead of by request would show: thirds) */
+    cost_request(b, 1, 0, PRIO_URGENT, 0, 1041);
+    cost_request(b, 1, 0, PRIO_BATCH, 0, 1042);
+    cost_request(b, 1, 0, PRIO_BATCH, 0, 1042.5);
+    cost_request(b, 1, unknown, PRIO_NORMAL, 0, 1043);
+    cost_tick(b, backends, 1045);
+    assert_float_equal(billed(b, "cpu", "acme", "urgent"), 0.025, 1e-9);
+    assert_float_equal(billed(b, "cpu", "acme", "batch"), 0.1 + 0.05, 1e-9);
+    assert_float_equal(billed(b, "cpu", "unknown", "normal"), 0.1 + 0.025, 1e-9);
+    assert_float_equal(billed(b, "cpu", "idle", "normal"), 0.6, 1e-9);
+
+    /* the usage pool: compute time to the request's tenant, never idle; the fixed pool,
+     * which served nothing in these 5 s, bills idle */
+    cost_request(b, 0, 0, PRIO_URGENT, 0.25, 1046);
     cost_tick(b, backends, 1050);
     assert_float_equal(billed(b, "gpu", "acme", "urgent"), 0.25, 1e-9);
     assert_true(billed(b, "gpu", "idle", "normal") == -1);
+    assert_float_equal(billed(b, "cpu", "idle", "normal"), 0.7, 1e-9);
 
-    /* /admin/cost's tenants: idle holds the idle cost (0.8 after this last idle tick's 0.2)
-     * and no request */
+    /* /admin/cost's tenants: idle holds the idle cost and no request */
     buf js;
     buf_init(&js, 1 << 20);
     cost_json(b, 3600, 1050, &js);
     buf_putc(&js, '\0');
+    assert_false(buf_failed(&js));
     assert_non_null(strstr((const char *)js.data,
-                           "{\"name\":\"idle\",\"cost_usd\":0.800000000,\"requests\":0,\"usd_per_request\":0.000000000}"));
-    assert_non_null(strstr((const char *)js.data, "{\"name\":\"unknown\",\"cost_usd\":0.100000000,\"requests\":1,"));
+                           "{\"name\":\"idle\",\"cost_usd\":0.700000000,\"requests\":0,\"usd_per_request\":0.000000000}"));
+    assert_non_null(strstr((const char *)js.data, "{\"name\":\"unknown\",\"cost_usd\":0.125000000,\"requests\":2,"));
     buf_free(&js);
     cost_destroy(b);
 }
