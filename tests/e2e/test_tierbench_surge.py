@@ -30,7 +30,7 @@ from conftest import run_tierbench as tierbench
 from test_router import Router, pools_config, slow_workers
 
 MAX_IN_FLIGHT = 4
-ROWS = 16  # rows per request of `slow`: 13 to 30 ms each on the machines this ran on
+ROWS = 16  # rows per request of `slow`: 13 to 30 ms each on quiet machines of this kind (measured, not assumed)
 BACKENDS, SLOTS = 2, 1  # per pool: workers, and runners per worker (TIERSERVE_INSTANCES=1)
 SURGE_X, CALM_X = 1.5, 0.15  # arrival rates as multiples of the GPU pool's measured capacity
 P95_HIGH_X, P95_LOW_X = 3.0, 2.0  # the p95 marks as multiples of the measured mean service time
