@@ -5,7 +5,13 @@ decoder against the numpy reference (tests/models/llm_reference.py) greedy, over
 sockets with no retries.
 
 PROMPT is one where the tiny model repeats itself within N tokens (the reference shows
-token 7740 generated at steps 12 and 14), so a penalty must change the output there."""
+token 7740 generated at steps 12 and 14), so a penalty must change the output there.
+
+PROMPT holds no token the model picks, so it cannot tell "generated tokens only" from "prompt
+and generated tokens". REPEAT_PROMPT can: it is PROMPT followed by the text of its first 13
+greedy tokens, ending in 7740 24901, after which the model picks 7740 again. Counting the
+prompt would penalise that first choice away; the rule leaves it alone (the reference run
+with --count-prompt, the wrong rule, is there to show the two give different outputs)."""
 import http.client
 import json
 import subprocess
@@ -14,24 +20,32 @@ import sys
 import pytest
 
 from conftest import start_worker
-from llm_fixture import MODELS, write_tiny_llm
+from llm_fixture import MODELS, node_encode, write_tiny_llm
 from test_llm_api import node_decode
 
 PROMPT = "one earth apple"
 PROMPT_IDS = [1, 624, 6340, 19767]  # <s> ▁one ▁earth ▁apple: tokenizers.js encode(PROMPT)
+REPEAT_PROMPT = "one earth appleinos artikel Fine consist ####\u0144ski dayskn\uff08 loan queryCell Tall"
+REPEAT_IDS = PROMPT_IDS + [7905, 8483, 24105, 4817, 2476, 20939, 2202, 13223, 29186, 9976, 5709, 7740, 24901]
 N = 16
+PENALTIES = ((0, 1.5), (2.0, 0))
+LP_K, LP_TOL = 5, 1e-4  # test_llm_logprobs's top-K and tolerance
 
 
-def reference(d, tmp, presence, frequency):
+def reference(d, tmp, presence, frequency, ids=PROMPT_IDS, count_prompt=False, logprobs=None):
+    """The reference's greedy tokens for ids (with logprobs=K: its per-step logprobs entries
+    instead, each with the penalised view beside the rule's)."""
     pj = tmp / "prompts.json"
-    pj.write_text(json.dumps([PROMPT_IDS]))
-    r = subprocess.run([sys.executable, str(MODELS / "llm_reference.py"), str(d), str(pj), str(N),
-                        str(presence), str(frequency)], capture_output=True, text=True, timeout=300)
+    pj.write_text(json.dumps([ids]))
+    r = subprocess.run([sys.executable, str(MODELS / "llm_reference.py")] + (["--count-prompt"] if count_prompt else [])
+                       + (["--logprobs", str(logprobs)] if logprobs else [])
+                       + [str(d), str(pj), str(N), str(presence), str(frequency)],
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     # a greedy choice this close could flip between ORT's and numpy's float rounding
     assert out["min_margin"] > 1e-3, out
-    return out["tokens"][0]
+    return out["logprobs"][0] if logprobs else out["tokens"][0]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +53,12 @@ def repo(tmp_path_factory):
     root = tmp_path_factory.mktemp("penrepo")
     d = write_tiny_llm(root / "tiny" / "1")
     tmp = tmp_path_factory.mktemp("penref")
-    refs = {k: reference(d, tmp, *k) for k in ((0, 0), (0, 1.5), (2.0, 0))}
+    refs = {k: reference(d, tmp, *k) for k in ((0, 0),) + PENALTIES}
+    # the repeat prompt under the rule and under the wrong rule (the prompt counted too)
+    for k in PENALTIES:
+        refs["repeat", k] = reference(d, tmp, *k, ids=REPEAT_IDS)
+        refs["repeat-wrong", k] = reference(d, tmp, *k, ids=REPEAT_IDS, count_prompt=True)
+    refs["logprobs"] = reference(d, tmp, 0, 1.5, logprobs=LP_K)
     return root, refs
 
 
@@ -51,6 +70,7 @@ def llm(repo, tmp_path_factory):
 
 
 def body(**kw):
+    """A greedy /v1/completions body for PROMPT, N tokens; kw overrides or adds fields."""
     b = {"model": "tiny", "prompt": PROMPT, "max_tokens": N, "temperature": 0}
     b.update(kw)
     return b
@@ -98,7 +118,46 @@ def test_reference_prompt_repeats_and_penalties_change_it(repo):
     assert refs[(0, 1.5)] != plain and refs[(2.0, 0)] != plain
 
 
-@pytest.mark.parametrize("presence,frequency", [(0, 1.5), (2.0, 0)])
+def test_repeat_prompt_tells_the_rule_from_counting_the_prompt(repo):
+    """The wrong rule changes the output on REPEAT_PROMPT from its very first token (7740, a
+    prompt token the model picks), and tokenizers.js makes REPEAT_IDS of its text."""
+    assert node_encode(REPEAT_PROMPT, True) == REPEAT_IDS
+    refs = repo[1]
+    for k in PENALTIES:
+        assert refs["repeat", k][0] == 7740, refs["repeat", k]
+        assert refs["repeat-wrong", k][0] != 7740, refs["repeat-wrong", k]
+
+
+@pytest.mark.parametrize("presence,frequency", PENALTIES)
+def test_prompt_tokens_are_not_counted(llm, repo, presence, frequency):
+    """REPEAT_PROMPT penalised: the output is the rule's (generated tokens only), not the one
+    counting the prompt's tokens would give."""
+    refs = repo[1]
+    code, a = post(llm, body(prompt=REPEAT_PROMPT, presence_penalty=presence, frequency_penalty=frequency))
+    assert code == 200, a
+    assert a["usage"]["prompt_tokens"] == len(REPEAT_IDS), a
+    check_equals_reference(a, refs["repeat", (presence, frequency)])
+    wrong = refs["repeat-wrong", (presence, frequency)]
+    assert a["choices"][0]["text"] != node_decode([t for t in wrong if t != 2]), (a, wrong)
+
+
+def test_logprobs_are_the_models_own_row_not_the_penalised_one(llm, repo):
+    """logprobs report the model's own distribution, before the penalties: with
+    frequency_penalty 1.5 each step's logprob is the reference's unpenalised one. On this
+    prompt the penalised view is more than 10x the tolerance away at some step, so reading the
+    penalised row would show."""
+    want = repo[1]["logprobs"]
+    assert max(abs(s["logprob"] - s["penalised"]) for s in want) > 10 * LP_TOL, want
+    code, a = post(llm, body(frequency_penalty=1.5, logprobs=LP_K))
+    assert code == 200, a
+    check_equals_reference(a, [s["token"] for s in want])
+    got = a["choices"][0]["logprobs"]["token_logprobs"]
+    assert len(got) == len(want), (got, want)
+    for step, (v, s) in enumerate(zip(got, want)):
+        assert abs(v - s["logprob"]) < LP_TOL, (step, v, s)
+
+
+@pytest.mark.parametrize("presence,frequency", PENALTIES)
 def test_greedy_penalized_equals_reference(llm, repo, presence, frequency):
     refs = repo[1]
     code, plain = post(llm, body())

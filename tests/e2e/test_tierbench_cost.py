@@ -16,6 +16,7 @@ import time
 import pytest
 
 from conftest import start_worker
+from promtext import parse_strict
 from test_router import DEMO, Router
 from test_tierbench_load import tierbench
 
@@ -279,3 +280,70 @@ def test_fixed_pool_cost_is_shared_by_the_tenants_it_served(stack):
     tenants = {t["name"]: t for t in get(stack["router"].port, "/admin/cost?window=300", AUTH)["tenants"]}
     assert stack["sent"]["cpu"] > 0
     assert tenants["clinic"]["cost_usd"] > 0, tenants
+
+
+def cost_series(port):
+    """tierrouter_cost_usd_total from /metrics: {(pool, tenant, priority): USD} (totals since
+    start, not windowed, so nothing ages out between two reads)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request("GET", "/metrics", headers=AUTH)
+        r = c.getresponse()
+        text = r.read().decode()
+        assert r.status == 200, text[:300]
+    finally:
+        c.close()
+    out = {}
+    for (name, labels), v in parse_strict(text).items():
+        if name == "tierrouter_cost_usd_total":
+            d = dict(labels)
+            out[d["pool"], d["tenant"], d["priority"]] = v
+    return out
+
+
+def test_idle_fixed_pool_cost_goes_to_tenant_idle_at_the_pools_rate(stack):
+    """The rule, not the router's own figures: with no load, the fixed pool (36 USD/h x 1
+    backend = 0.01 USD/s) accrues 0.01 USD per second of idle time, and every tick of it
+    bills tenant "idle" (never "unknown" or a tenant that used it earlier).
+
+    The ticks' times are not visible, so they are bracketed by reads: /metrics is read in a
+    loop; between the first read that shows the pool's total changed and the last, it moved
+    by rate x (tick B - tick A), tick A after the read before that change was sent and
+    before the changed read was answered (likewise B). The bounds come from those read
+    times alone, so a slow machine only widens them."""
+    rate = 36 / 3600.0
+    idle = ("cpu", "idle", "normal")
+
+    def pool_total(s):
+        return sum(v for k, v in s.items() if k[0] == "cpu")
+
+    reads = []  # (sent, answered, series)
+    changes, t_end = [], None
+    while t_end is None or time.monotonic() < t_end:
+        t0 = time.monotonic()
+        s = cost_series(stack["router"].port)
+        reads.append((t0, time.monotonic(), s))
+        if len(reads) > 1 and pool_total(s) != pool_total(reads[-2][2]):
+            changes.append(len(reads) - 1)
+        if t_end is None and changes:
+            t_end = time.monotonic() + 2.0  # two seconds of ticks after the first seen
+        assert time.monotonic() - reads[0][0] < 30, "the fixed pool's cost never moved"
+        time.sleep(0.01)
+    i, j = changes[0], changes[-1]
+    assert j > i, "one change seen in two seconds: the pool does not tick"
+    first, last = reads[i][2], reads[j][2]
+    grew = pool_total(last) - pool_total(first)
+    lo = rate * (reads[j - 1][0] - reads[i][1])
+    hi = rate * (reads[j][1] - reads[i - 1][0])
+    eps = 1e-9 * len(last)  # each series is printed to 9 decimals
+    assert lo - eps <= grew <= hi + eps, (lo, grew, hi)
+    # all of it went to idle: no other (tenant, priority) of the pool moved, and nothing at
+    # all was billed to unknown (every request here carried a known key)
+    assert last.get(idle, 0) - first.get(idle, 0) == pytest.approx(grew, abs=eps), (first, last)
+    for k in set(first) | set(last):
+        if k != idle:
+            assert first.get(k, 0) == last.get(k, 0), (k, first.get(k), last.get(k))
+    assert not [k for k in last if k[1] == "unknown"], last
+    tenants = {t["name"]: t for t in get(stack["router"].port, "/admin/cost?window=300", AUTH)["tenants"]}
+    assert tenants["idle"]["cost_usd"] > 0 and tenants["idle"]["requests"] == 0, tenants
+    assert tenants["unknown"]["cost_usd"] == 0, tenants

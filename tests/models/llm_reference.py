@@ -3,16 +3,21 @@
 
 Usage:  /usr/bin/python3 tests/models/llm_reference.py MODELDIR PROMPTS.json N [PRESENCE FREQUENCY]
         /usr/bin/python3 tests/models/llm_reference.py --logprobs K MODELDIR PROMPTS.json N
+        /usr/bin/python3 tests/models/llm_reference.py --count-prompt MODELDIR PROMPTS.json N PRESENCE FREQUENCY
 
 With --logprobs K the object also holds "logprobs": per prompt, per greedy step, {"token":
 id, "logprob": the chosen id's log-softmax, "top": [[id, logprob], ...] the K best, logprob
 descending, the lower id first on a tie}: the log-softmax of the model's own logits row,
-computed in float64 from the float32 logits (max-subtracted), before any penalty.
+computed in float64 from the float32 logits (max-subtracted), before any penalty. With
+penalties each step also has "penalised": the chosen id's log-softmax after the penalties
+(the wrong view for logprobs; tests use it to show their input tells the two apart).
 
 PROMPTS.json is a list of prompts, each a list of token ids. PRESENCE and FREQUENCY are the
 OpenAI penalties (default 0): before each greedy choice, every token t generated c(t) > 0
 times so far (the prompt does not count) loses c(t) * FREQUENCY + PRESENCE from its logit,
-computed in float64 and rounded once to float32 (the worker's rule). Prints one JSON object:
+computed in float64 and rounded once to float32 (the worker's rule). --count-prompt applies
+the wrong rule instead (the prompt's tokens counted too): tests use it only to show that their
+prompt tells the two rules apart. Prints one JSON object:
 {"tokens": [[N ids or fewer: stops after EOS], ...], "min_margin": m, "position_ids": bool
 (the graph's variant)}, where min_margin is
 the smallest gap between the best and the second-best logit over every greedy choice (a
@@ -110,7 +115,8 @@ class Model:
             h = h + (act * (x @ w[p + "w_up"])) @ w[p + "w_down"]
         return rmsnorm(h, w["final_norm"]) @ w["lm_head"]
 
-    def greedy(self, prompt, n, eos=spec.EOS, presence=0.0, frequency=0.0, rows=None):
+    def greedy(self, prompt, n, eos=spec.EOS, presence=0.0, frequency=0.0, rows=None, count_prompt=False,
+               penalised_rows=None):
         cache = [[np.zeros((spec.KV_HEADS, 0, spec.HEAD_DIM), np.float32) for _ in range(2)]
                  for _ in range(spec.LAYERS)]
         out, margin = [], np.inf
@@ -118,7 +124,9 @@ class Model:
         for _ in range(n):
             if rows is not None:
                 rows.append(log_softmax(logits))
-            logits = penalize(logits, out, presence, frequency)
+            logits = penalize(logits, (list(prompt) if count_prompt else []) + out, presence, frequency)
+            if penalised_rows is not None:
+                penalised_rows.append(log_softmax(logits))
             top2 = np.partition(logits, -2)[-2:]
             margin = min(margin, float(abs(top2[1] - top2[0])))
             tok = int(np.argmax(logits))
@@ -154,7 +162,10 @@ def penalize(logits, generated, presence, frequency):
 
 
 def main(argv):
-    k = None
+    k, count_prompt = None, False
+    if len(argv) > 1 and argv[1] == "--count-prompt":
+        count_prompt = True
+        argv = argv[:1] + argv[2:]
     if len(argv) > 2 and argv[1] == "--logprobs":
         k = int(argv[2])
         argv = argv[:1] + argv[3:]
@@ -168,12 +179,15 @@ def main(argv):
     tokens, margin, lps = [], np.inf, []
     for p in prompts:
         rows = [] if k is not None else None
-        t, m = model.greedy(p, int(argv[3]), presence=presence, frequency=frequency, rows=rows)
+        prows = [] if k is not None else None
+        t, m = model.greedy(p, int(argv[3]), presence=presence, frequency=frequency, rows=rows, penalised_rows=prows,
+                            count_prompt=count_prompt)
         tokens.append(t)
         margin = min(margin, m)
         if rows is not None:
             lps.append([{"token": tok, "logprob": float(row[tok]), "top": top_k(row, k)}
-                        for tok, row in zip(t, rows)])
+                        | ({"penalised": float(prow[tok])} if presence or frequency else {})
+                        for tok, row, prow in zip(t, rows, prows)])
     res = {"tokens": tokens, "min_margin": margin, "position_ids": model.position_ids}
     if k is not None:
         res["logprobs"] = lps

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "gen_config.h"
+#include "llm_int.h"
 #include "llm_model.h"
 #include "llm_sample.h"
 
@@ -263,6 +264,42 @@ static void test_penalties(void **state)
     free(l);
 }
 
+/* A new penalised sequence starts with empty counts (the rule: generated tokens only, never
+ * the prompt's), and its map still takes max_new_tokens distinct ids once generating starts:
+ * a prompt of repeated and distinct ids, penalised, leaves every logit as it was. No session:
+ * llm_seq_new only reads the model's sizes. */
+static void test_new_sequence_counts_no_prompt_token(void **state)
+{
+    (void)state;
+    enum { V = 64, MAXNEW = 4 };
+    llm_model m = {.max_context = 32, .elem = 4};
+    m.sig.vocab = V;
+    m.sig.layers = m.sig.kv_heads = m.sig.head_dim = 1;
+    const int32_t prompt[] = {1, 5, 9, 9, 9, 12, 5, 40};
+    llm_gen_params gp = {.max_new_tokens = MAXNEW};
+    gp.sample = (llm_sample_params){.temperature = 0, .top_p = 1, .presence_penalty = 0.5, .frequency_penalty = 1};
+    ts_err err = {0};
+    llm_seq *s = llm_seq_new(&m, prompt, sizeof prompt / sizeof *prompt, &gp, &err);
+    assert_non_null(s);
+    assert_non_null(s->counts);
+    float l[V];
+    for (size_t i = 0; i < V; i++) l[i] = 0.0f;
+    llm_counts_penalize(s->counts, l, &gp.sample);
+    for (size_t i = 0; i < V; i++) assert_true(l[i] == 0.0f);
+    /* what is generated counts from one: a prompt id generated once loses 1 + 0.5 */
+    assert_int_equal(llm_counts_add(s->counts, 9), 0);
+    for (int32_t id = 50; id < 50 + MAXNEW - 1; id++) assert_int_equal(llm_counts_add(s->counts, id), 0);
+    llm_counts_penalize(s->counts, l, &gp.sample);
+    assert_true(l[9] == -1.5f && l[50] == -1.5f && l[5] == 0.0f && l[40] == 0.0f);
+    llm_seq_free(s);
+    /* no penalty: no map at all */
+    gp.sample.presence_penalty = gp.sample.frequency_penalty = 0;
+    s = llm_seq_new(&m, prompt, sizeof prompt / sizeof *prompt, &gp, &err);
+    assert_non_null(s);
+    assert_null(s->counts);
+    llm_seq_free(s);
+}
+
 /* xoshiro256** seeded through splitmix64: fixed values, so a seed means the same on every
  * platform and release. */
 /* logprobs: log-softmax of the raw row, stable for huge logits, top-n by value then id, NaN
@@ -376,6 +413,7 @@ int main(void)
         cmocka_unit_test(test_greedy_and_ties), cmocka_unit_test(test_distribution),
         cmocka_unit_test(test_rng_fixed),       cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_gen_config),      cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_new_sequence_counts_no_prompt_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
