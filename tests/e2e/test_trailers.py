@@ -19,6 +19,7 @@ import socket
 import pytest
 
 from conftest import start_worker
+from rawhttp import read_to_close
 from test_router_hostile import BODY, Recorder, Reply, raw, wait_healthy
 from test_router import Router, pools_config
 
@@ -38,14 +39,9 @@ def chunked(port, path, head=(), trailers=(), body=BODY, pieces=2):
         part = body[i:i + step]
         out += b"%x\r\n" % len(part) + part + b"\r\n"
     out += b"0\r\n" + b"".join(k.encode() + b": " + v.encode() + b"\r\n" for k, v in trailers) + b"\r\n"
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(out)
-        data = b""
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            data += b
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(out)
+    data = read_to_close(s)
     return Reply(data), data
 
 
@@ -175,13 +171,8 @@ def test_router_refuses_lenient_framing_before_any_backend(routed, data):
     """Framing a front proxy could read differently (bare LF, junk where CRLF belongs):
     400 at the router's door, as nginx answers, and no backend sees a byte of it."""
     r, fakes = routed
-    with socket.create_connection(("127.0.0.1", r.port), timeout=10) as s:
-        s.sendall(data.replace(b"%s", PATH.encode(), 1))
-        rep = b""
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            rep += b
+    s = socket.create_connection(("127.0.0.1", r.port), timeout=10)
+    s.sendall(data.replace(b"%s", PATH.encode(), 1))
+    rep = read_to_close(s)
     assert Reply(rep).status == 400, rep
     assert fakes[0].recorded(probes=False) == fakes[1].recorded(probes=False) == []
