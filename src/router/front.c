@@ -121,13 +121,6 @@ static const rc_tenant *tenant_by_key(router *r, const char *key)
     return found;
 }
 
-static bool tenants_have_keys(const router_config *c)
-{
-    for (unsigned i = 0; i < c->tenants_count; i++)
-        if (c->tenants[i].api_key) return true;
-    return false;
-}
-
 /* The token of "Authorization: Bearer <token>" (scheme case-insensitive, RFC 7235), or NULL. */
 static const char *bearer_token(const char *auth)
 {
@@ -295,7 +288,7 @@ static int front_gate(router *r, h1req *req, endpoint_kind ep, const rc_tenant *
         return 0;
     case EP_TENANT:
     case EP_TENANT_MODELS:
-        if (!tenants_have_keys(c)) return 0;
+        if (!rconfig_tenant_keys(c)) return 0;
         return tenant_cred(r, req, ep == EP_TENANT_MODELS, tenant, msg, len);
     case EP_METRICS: {
         /* tenant names and what each spent: the admin token's, or the scrape token's alone */
@@ -311,7 +304,7 @@ static int front_gate(router *r, h1req *req, endpoint_kind ep, const rc_tenant *
         return authorize(r, req, cr, true, "admin endpoints need Authorization: Bearer <admin_token>", msg, len);
     case EP_INDEX: {
         /* the fleet's model names: clients need them (an API key will do), strangers not */
-        if (!c->admin_token && !tenants_have_keys(c)) return 0;
+        if (!c->admin_token && !rconfig_tenant_keys(c)) return 0;
         const char *key = NULL;
         if (single_header(req, c->api_key_header, &key)) {
             snprintf(msg, len, "%s appears more than once", c->api_key_header);
@@ -331,7 +324,7 @@ static int front_gate(router *r, h1req *req, endpoint_kind ep, const rc_tenant *
 
 static bool has_credentials(const router_config *c)
 {
-    return c->admin_token || c->metrics_token || tenants_have_keys(c);
+    return c->admin_token || c->metrics_token || rconfig_tenant_keys(c);
 }
 
 int rt_front_admit(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
@@ -487,7 +480,7 @@ static proxy_req *classify(router *r, h1req *req, const char *version, const rc_
     /* tenant: the one its API key names when tenants have keys (the gate checked it), else
      * from the tenant header; a tenant may be marked sensitive as a whole */
     const rc_tenant *tenant = keyed;
-    if (!tenants_have_keys(c))
+    if (!rconfig_tenant_keys(c))
         for (unsigned i = 0; tname && i < c->tenants_count; i++)
             if (strcmp(c->tenants[i].name, tname) == 0) tenant = &c->tenants[i];
     sensitive |= tenant && tenant->sensitive;
