@@ -961,7 +961,7 @@ static int parse_rest(json_t *body, bool chat, v1_args *a, verr *e)
             return fail(e, 400, mt, "'%s' must be an integer of at least 1", mt);
         a->max_tokens = json_integer_value(v);
     }
-    double d;
+    double d = 0; /* set by check_num on success (GCC -O3 cannot see it) */
     if (GET("temperature")) {
         if (check_num(v, "temperature", 0, 2, &d, e)) return -1;
         a->gp.sample.temperature = d;

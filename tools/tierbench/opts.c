@@ -37,7 +37,7 @@ int tb_opt_split(int argc, char **argv, int first, bool (*is_flag)(const char *k
     for (int i = first; i < argc; i++) {
         char *a = argv[i];
         char key[TB_OPT_KEY];
-        const char *v;
+        const char *v = NULL; /* set by tb_opt on success */
         int rc = tb_opt(argc, argv, &i, is_flag, cmd, key, &v, err, errlen);
         if (rc) return rc;
         bool separate = v && !strchr(a, '='); /* its value was the next argument */

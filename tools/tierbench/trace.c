@@ -120,7 +120,7 @@ static int parse_event(trace_event *ev, double at, char **f, size_t nf, char *er
 
 static int parse_line(trace *t, char *line, double *last, char *err, size_t errlen)
 {
-    char *f[7];
+    char *f[7] = {0}; /* split_fields fills what the line has; its count is checked */
     size_t nf = split(line, f, 6);
     double at;
     if (parse_double(f[0], &at) != 0 || at < 0) return ts_fail(err, errlen, "t_s: '%.40s' is not a time >= 0", f[0]);
