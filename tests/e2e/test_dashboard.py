@@ -400,7 +400,10 @@ def test_dashboard_shows_llm_serving(tmp_path):
         snap = wp.send(wait_css="[data-testid=llm-seq]", text=seq, timeout_ms=20000)
         assert snap["found"], snap["llm_cards"]
         kv_mib = re.fullmatch(rf"({NUM}) MiB \(FP32, 512 B/token\)", snap["llm_cards"][0]["fields"]["llm-kv-bytes"])
-        assert kv_mib and 14 < float(kv_mib.group(1)) < 16, snap["llm_cards"]  # 512 B x (prompt + 30000)
+        # the cache: 512 B x (prompt + 30000) = 14.7 MiB; the gauge adds the bound path's decode-batch
+        # tensors, which grow with the tokens generated so far (how far the stream got before this
+        # snapshot depends on the machine's speed: 17 MiB seen pinned to one core), at most as much again
+        assert kv_mib and 14 < float(kv_mib.group(1)) < 30, snap["llm_cards"]
         snap = rp.send(wait_css=f"[data-backend='127.0.0.1:{w.port}'] [data-testid=backend-llm-running]", text="1",
                        timeout_ms=20000)
         assert snap["found"], snap["cards"]
