@@ -121,12 +121,15 @@ def definitions(p):
 
 
 def callers_in_header(text, word):
-    """Uses of a name in a header that are calls: in a macro or an inline body (indented),
-    not the prototype that declares it (which starts at column 0)."""
+    """Uses of a name in a header that are calls: in a macro or an inline body (indented, or
+    after the "{" of a one-line inline function), not the prototype that declares it (which
+    starts at column 0)."""
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if not word.search(line):
             continue
+        if "{" in line and word.search(line[line.index("{"):]):
+            return True
         if line.lstrip().startswith("#define") or (i and lines[i - 1].rstrip().endswith("\\")):
             return True
         if line[:1] in (" ", "\t") and not line.lstrip().startswith(("*", "/*")):

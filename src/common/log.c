@@ -20,7 +20,6 @@ static const char *const k_names[] = {"debug", "info", "warn", "error", "fatal"}
 
 void log_set_level(log_level lvl) { atomic_store(&g_level, (int)lvl); }
 log_level log_get_level(void) { return (log_level)atomic_load(&g_level); }
-const char *log_level_name(log_level lvl) { return k_names[lvl]; }
 
 int log_level_parse(const char *name, log_level *out)
 {
@@ -169,19 +168,14 @@ static void emit_line(log_level lvl, const log_field *fields, char *msg)
     pthread_mutex_unlock(&g_write_mu);
 }
 
-void log_emitv(log_level lvl, const log_field *fields, const char *fmt, va_list ap)
-{
-    char msg[LOG_LINE_MAX / 2];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    emit_line(lvl, fields, msg);
-}
-
 void log_emit(log_level lvl, const log_field *fields, const char *fmt, ...)
 {
+    char msg[LOG_LINE_MAX / 2];
     va_list ap;
     va_start(ap, fmt);
-    log_emitv(lvl, fields, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    emit_line(lvl, fields, msg);
 }
 
 void log_emit_suppressed(log_level lvl, const log_field *fields, uint64_t suppressed, const char *fmt,

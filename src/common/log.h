@@ -30,11 +30,9 @@ log_level log_get_level(void);
 static inline bool log_enabled(log_level lvl) { return lvl >= log_get_level(); }
 /* "debug"|"info"|"warn"|"warning"|"error" -> level; returns -1 on an unknown name. */
 int log_level_parse(const char *name, log_level *out);
-const char *log_level_name(log_level lvl);
 
 void log_emit(log_level lvl, const log_field *fields, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void log_emitv(log_level lvl, const log_field *fields, const char *fmt, va_list ap);
 
 #define LOG_AT(lvl, fields, ...)                                                       \
     do {                                                                               \

@@ -13,7 +13,6 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_fault_msg[512];
 
 bool health_live(void) { return !atomic_load(&g_gpu_fault); }
-bool health_draining(void) { return atomic_load(&g_draining); }
 void health_set_draining(void) { atomic_store(&g_draining, true); }
 bool health_gpu_faulted(void) { return atomic_load(&g_gpu_fault); }
 

@@ -11,7 +11,6 @@
 #include <stddef.h>
 
 bool health_live(void);
-bool health_draining(void);
 void health_set_draining(void);
 bool health_gpu_faulted(void);
 /* Copies the latched fault message ("" if none). */

@@ -625,8 +625,6 @@ ts_model *model_repo_find(const model_repo *r, const char *name, const char *ver
     return NULL;
 }
 
-bool model_repo_loading_done(const model_repo *r) { return atomic_load(&r->loading_done); }
-
 bool model_repo_ready(const model_repo *r, bool strict)
 {
     if (!atomic_load(&r->loading_done)) return false;
@@ -642,7 +640,6 @@ model_state_t model_state(const ts_model *m) { return (model_state_t)atomic_load
 const char *model_failure(const ts_model *m) { return m->failure; }
 const model_sig *model_signature(const ts_model *m) { return &m->sig; }
 const model_config *model_cfg(const ts_model *m) { return &m->cfg; }
-OrtSession *model_session(const ts_model *m) { return m->session; }
 
 OrtSession *model_session_for(const ts_model *m, size_t runner)
 {

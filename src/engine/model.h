@@ -96,7 +96,6 @@ ts_model *model_repo_at(const model_repo *r, size_t i);
 ts_model *model_repo_find(const model_repo *r, const char *name, const char *version, ts_err *err);
 /* Are all models READY (strict) / is loading over (not strict)? */
 bool model_repo_ready(const model_repo *r, bool strict);
-bool model_repo_loading_done(const model_repo *r);
 
 const char *model_name(const ts_model *m);
 const char *model_version(const ts_model *m);
@@ -104,7 +103,6 @@ model_state_t model_state(const ts_model *m);
 const char *model_failure(const ts_model *m);
 const model_sig *model_signature(const ts_model *m);
 const model_config *model_cfg(const ts_model *m);
-OrtSession *model_session(const ts_model *m);
 /* The session runner number `runner` uses (its instance's, when instances are placed). */
 OrtSession *model_session_for(const ts_model *m, size_t runner);
 /* What runner number `runner` runs on: its session, and its IoBinding when the model runs

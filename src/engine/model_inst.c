@@ -72,7 +72,7 @@ int model_place_instances(model_repo *r, ts_model *m, int64_t inst, char *err, s
     return 0;
 }
 
-bool model_on_gpu_tier(const model_repo *r) { return r->opt.ep->decision.active != PROV_CPU; }
+static bool model_on_gpu_tier(const model_repo *r) { return r->opt.ep->decision.active != PROV_CPU; }
 
 /* Triton's instance_group on this worker's tier: on the GPU tiers `count` instances on each
  * listed device (none listed: the worker's device); on the CPU tier `count` instances and

@@ -56,8 +56,6 @@ struct model_repo {
 };
 
 
-/* model_inst.c */
-bool model_on_gpu_tier(const model_repo *r);
 /* The instance plan from instance_group (count, kind, gpus) and the tier. */
 int model_plan_instances(model_repo *r, ts_model *m);
 int model_create_session(model_repo *r, ts_model *m, const instance_place *place, int device, OrtSession **out,

@@ -260,7 +260,6 @@ size_t sched_capacity(const sched *s, int level)
     return level >= 1 && (size_t)level <= s->cfg.levels ? s->cfg.capacity[level - 1] : 0;
 }
 
-size_t sched_levels(const sched *s) { return s->cfg.levels; }
 
 void sched_destroy(sched *s)
 {

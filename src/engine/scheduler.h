@@ -59,7 +59,6 @@ bool sched_demote(sched *s, sched_item *it);
 size_t sched_depth(sched *s);           /* queued, all levels */
 size_t sched_busy(sched *s);            /* items inside a running batch */
 size_t sched_capacity(const sched *s, int level);
-size_t sched_levels(const sched *s);
 void sched_destroy(sched *s);           /* runs what is queued, joins the runners */
 
 /* The pure part, exported for unit tests: how many rows to wait for before running, given

@@ -7,7 +7,7 @@
 
 #include <jansson.h>
 
-void gen_config_defaults(gen_config *c)
+static void gen_config_defaults(gen_config *c)
 {
     memset(c, 0, sizeof *c);
     c->bos = -1;

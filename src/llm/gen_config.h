@@ -28,7 +28,6 @@ typedef struct {
     int64_t max_new_tokens;   /* 0 when absent */
 } gen_config;
 
-void gen_config_defaults(gen_config *c);
 
 /* Reads path (a generation_config.json). A missing file gives the defaults with found =
  * false; a file that is not a JSON object, too large, or has a field of the wrong type or

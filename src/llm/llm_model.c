@@ -324,7 +324,6 @@ size_t llm_model_kv_bytes_per_token(const llm_model *m)
 {
     return 2 * m->sig.layers * m->sig.kv_heads * m->sig.head_dim * m->elem;
 }
-bool llm_model_on_gpu(const llm_model *m) { return m->gpu; }
 const char *llm_model_kv_where(const llm_model *m)
 {
     return !m->kv_bound ? "host" : m->kv_cuda ? "device" : "host-bound";

@@ -107,8 +107,6 @@ const gen_config *llm_model_gen(const llm_model *m);
 int64_t llm_model_max_context(const llm_model *m);
 /* Bytes of KV cache one token takes (all layers, keys and values). */
 size_t llm_model_kv_bytes_per_token(const llm_model *m);
-/* Does the model run on a GPU tier (where the KV cache would stay on the device)? */
-bool llm_model_on_gpu(const llm_model *m);
 /* "device" (bound, in CUDA memory), "host-bound" (bound, CPU tier) or "host" (the host path). */
 const char *llm_model_kv_where(const llm_model *m);
 /* How long the load-time check of the bound KV path ran, in ms (its Run()s are the LLM's

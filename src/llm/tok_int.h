@@ -40,7 +40,6 @@ typedef struct {
     size_t n, cap;
 } tok_strmap;
 
-uint32_t tok_hash(const void *s, size_t n);
 /* Index of the entry for s, or -1. */
 int64_t tok_strmap_find(const tok_strmap *m, const tok_arena *a, const char *s, size_t n);
 /* Index of the entry for s, adding it (with val) when absent; -1 when out of memory. */
@@ -209,10 +208,6 @@ typedef struct {
     size_t n, cap;
 } tok_pieces;
 
-void tok_pieces_init(tok_pieces *p, size_t limit);
-void tok_pieces_reset(tok_pieces *p);
-void tok_pieces_free(tok_pieces *p);
-int tok_pieces_add(tok_pieces *p, const void *s, size_t n);
 
 /* Applies the normalizers to s, into out (reset first). */
 int tok_normalize(const tokenizer *t, const char *s, size_t n, buf *out, ts_err *err);

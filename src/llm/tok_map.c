@@ -24,7 +24,7 @@ int64_t tok_arena_put(tok_arena *a, const void *s, size_t n)
     return (int64_t)(a->len - n);
 }
 
-uint32_t tok_hash(const void *s, size_t n)
+static uint32_t tok_hash(const void *s, size_t n)
 {
     /* FNV-1a with a final avalanche: the keys are short and trusted (the tokenizer file) */
     const unsigned char *p = s;

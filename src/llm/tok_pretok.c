@@ -61,19 +61,19 @@ int tok_bytelevel_byte(uint32_t cp)
 
 /* ---- pieces ---- */
 
-void tok_pieces_init(tok_pieces *p, size_t limit)
+static void tok_pieces_init(tok_pieces *p, size_t limit)
 {
     memset(p, 0, sizeof *p);
     buf_init(&p->data, limit);
 }
 
-void tok_pieces_reset(tok_pieces *p)
+static void tok_pieces_reset(tok_pieces *p)
 {
     p->data.len = 0;
     p->n = 0;
 }
 
-void tok_pieces_free(tok_pieces *p)
+static void tok_pieces_free(tok_pieces *p)
 {
     buf_free(&p->data);
     free(p->off);
@@ -81,7 +81,7 @@ void tok_pieces_free(tok_pieces *p)
     memset(p, 0, sizeof *p);
 }
 
-int tok_pieces_add(tok_pieces *p, const void *s, size_t n)
+static int tok_pieces_add(tok_pieces *p, const void *s, size_t n)
 {
     if (p->n == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 64;

@@ -65,12 +65,6 @@ const char *h1req_path(const h1req *r) { return r->hdr.data ? (const char *)r->h
 const char *h1req_query(const h1req *r) { return r->query_off ? (const char *)r->hdr.data + r->query_off : NULL; }
 size_t h1req_nheaders(const h1req *r) { return r->headers_done ? r->nfields : 0; }
 
-void h1req_header_at(const h1req *r, size_t i, const char **name, const char **value)
-{
-    *name = (const char *)r->hdr.data + r->fields[i][0];
-    *value = (const char *)r->hdr.data + r->fields[i][1];
-}
-
 const char *h1req_header(const h1req *r, const char *name)
 {
     for (size_t i = 0; i < h1req_nheaders(r); i++)
@@ -108,7 +102,6 @@ void h1req_peer(const h1req *r, char *host, size_t hostlen, unsigned *port)
     *port = r->c->port;
 }
 
-bool h1req_keep_alive(const h1req *r) { return r->keep_alive && !r->close_after; }
 void h1req_set_user(h1req *r, void *user) { r->user = user; }
 void *h1req_user(const h1req *r) { return r->user; }
 

@@ -557,7 +557,6 @@ static void conn_tls_step(h1conn *c)
         event_add(c->wev, NULL);
         return;
     case TLS_FAILED:
-        c->s->tls_failed++;
         LOG_DEBUG_(NULL, "TLS connection from %s closed: %s", c->peer, err);
         conn_close(c, false);
         return;
@@ -585,7 +584,6 @@ void h1srv_set_tls(h1srv *s, tls_ctx *ctx)
     tls_ctx_unref(old); /* connections that began with it keep it through their SSL */
 }
 
-size_t h1srv_tls_failed(const h1srv *s) { return s->tls_failed; }
 
 /* ---- accepting ------------------------------------------------------------------------ */
 

@@ -100,7 +100,6 @@ void h1srv_set_readahead_hold(h1srv *s, h1_hold_cb *cb, void *arg);
  * timeout_s like the request it carries. */
 struct tls_ctx;
 void h1srv_set_tls(h1srv *s, struct tls_ctx *ctx);
-size_t h1srv_tls_failed(const h1srv *s); /* TLS handshakes that failed */
 /* Listens on address:port (port 0: a free one). Returns 0 and the port it got, or -1 with
  * a message naming the address and the reason. */
 int h1srv_bind(h1srv *s, const char *address, unsigned port, int *bound_port, char *err, size_t errlen);
@@ -131,14 +130,12 @@ const char *h1req_query(const h1req *r); /* after the '?', or NULL */
 const char *h1req_header(const h1req *r, const char *name);
 size_t h1req_header_count(const h1req *r, const char *name); /* fields with this name */
 size_t h1req_nheaders(const h1req *r);
-void h1req_header_at(const h1req *r, size_t i, const char **name, const char **value);
 /* The whole body (chunked bodies already joined); len 0 and a non-NULL pointer if none. */
 const uint8_t *h1req_body(const h1req *r, size_t *len);
 /* Takes the body over: the caller frees it with free(); the request's body is empty after. */
 uint8_t *h1req_take_body(h1req *r, size_t *len);
 /* The peer's address as text and its port. */
 void h1req_peer(const h1req *r, char *host, size_t hostlen, unsigned *port);
-bool h1req_keep_alive(const h1req *r); /* the client may send another request after this one */
 void h1req_set_user(h1req *r, void *user);
 void *h1req_user(const h1req *r);
 

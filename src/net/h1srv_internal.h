@@ -83,7 +83,6 @@ struct h1srv {
     h1_error_body_cb *error_body; /* NULL: {"error": msg} */
     void *error_body_arg;
     tls_ctx *tls;           /* NULL: plain HTTP; else what new connections handshake with */
-    size_t tls_failed;      /* handshakes that failed */
     int lfd;
     struct event *lev, *sweep;
     h1conn *conns;          /* every connection, refused ones included */

@@ -6,7 +6,8 @@
 #include "buf.h"
 #include "h1srv.h"
 
-const webasset *webassets_find(const char *name)
+/* The asset called name, or NULL. */
+static const webasset *webassets_find(const char *name)
 {
     for (size_t i = 0; i < webassets_count; i++)
         if (strcmp(webassets_table[i].name, name) == 0) return &webassets_table[i];

@@ -24,8 +24,6 @@ typedef struct {
 extern const webasset webassets_table[];
 extern const size_t webassets_count;
 
-/* The asset called name, or NULL. */
-const webasset *webassets_find(const char *name);
 
 /* Answers a request whose first path segment is "dashboard": n_segs path segments, seg1 the
  * second one (NULL when n_segs is 1). program: "tierrouter" or "tierserve". 404 for an

@@ -6,7 +6,8 @@
 #include <strings.h>
 #include <zlib.h>
 
-zc_kind zcodec_parse_encoding(const char *v)
+/* Content-Encoding value -> kind ("identity" and NULL are ZC_NONE). */
+static zc_kind zcodec_parse_encoding(const char *v)
 {
     if (!v || !*v || strcasecmp(v, "identity") == 0) return ZC_NONE;
     if (strcasecmp(v, "gzip") == 0) return ZC_GZIP;
@@ -43,13 +44,11 @@ zc_kind zcodec_pick_accept(const char *v)
 
 const char *zcodec_name(zc_kind k) { return k == ZC_GZIP ? "gzip" : k == ZC_DEFLATE ? "deflate" : "identity"; }
 
-int zcodec_inflate(const uint8_t *in, size_t len, size_t limit, uint8_t **out, size_t *outlen)
-{
-    return zcodec_inflate_ex(in, len, limit, NULL, NULL, out, outlen);
-}
-
-int zcodec_inflate_ex(const uint8_t *in, size_t len, size_t limit, zc_reserve_fn reserve,
-                      void *ctx, uint8_t **out, size_t *outlen)
+/* Inflates in[0..len) into a malloc'd buffer held against a memory budget as it grows
+ * (reserve may be NULL). Returns 0; -1 corrupt; -2 larger than limit; -3 reserve refused.
+ * On success the buffer is exactly *outlen bytes. */
+static int zcodec_inflate_ex(const uint8_t *in, size_t len, size_t limit, zc_reserve_fn reserve,
+                             void *ctx, uint8_t **out, size_t *outlen)
 {
     z_stream z;
     memset(&z, 0, sizeof z);

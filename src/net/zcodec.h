@@ -12,22 +12,13 @@
 
 typedef enum { ZC_NONE = 0, ZC_GZIP, ZC_DEFLATE, ZC_UNSUPPORTED } zc_kind;
 
-/* Content-Encoding value -> kind ("identity" and NULL are ZC_NONE). */
-zc_kind zcodec_parse_encoding(const char *v);
 /* Accept-Encoding -> what to answer with (gzip preferred; ZC_NONE when neither). */
 zc_kind zcodec_pick_accept(const char *v);
 const char *zcodec_name(zc_kind k);
 
-/* Inflates in[0..len) into a malloc'd buffer. Returns 0; -1 corrupt; -2 larger than limit. */
-int zcodec_inflate(const uint8_t *in, size_t len, size_t limit, uint8_t **out, size_t *outlen);
-
 /* Asked before the output buffer grows to total bytes (and with its final size, or 0 on a
  * failure, at the end): false refuses, and the inflate stops. */
 typedef bool (*zc_reserve_fn)(void *ctx, size_t total);
-/* zcodec_inflate that holds its output against a memory budget as it grows (reserve may be
- * NULL). -3: reserve refused. On success the buffer is exactly *outlen bytes. */
-int zcodec_inflate_ex(const uint8_t *in, size_t len, size_t limit, zc_reserve_fn reserve,
-                      void *ctx, uint8_t **out, size_t *outlen);
 /* Request side, shared by the worker and the router so both answer alike. The
  * Content-Encoding value: 0 with *k set, or 415 with msg naming the value. */
 int zcodec_request_encoding(const char *v, zc_kind *k, char *msg, size_t msglen);

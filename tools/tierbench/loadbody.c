@@ -77,7 +77,8 @@ int lb_input_parse(lb_model *m, const char *spec, char *err, size_t errlen)
     return 0;
 }
 
-int lb_from_metadata(lb_model *m, const char *text, size_t len, char *err, size_t errlen)
+/* Reads the inputs from a metadata reply body (JSON). 0 or -1 with a message. */
+static int lb_from_metadata(lb_model *m, const char *text, size_t len, char *err, size_t errlen)
 {
     json_error_t je;
     json_t *root = json_loadb(text, len, 0, &je);
@@ -364,7 +365,8 @@ static size_t row_elems(const lb_input *in)
 
 static bool batched(const lb_model *m) { return m->n_in > 0 && m->in[0].dims[0] < 0; }
 
-uint32_t lb_rows(const lb_model *m, uint32_t size)
+/* The rows a request of this size sends (size for a batch model, else 1). */
+static uint32_t lb_rows(const lb_model *m, uint32_t size)
 {
     uint32_t r = batched(m) ? size : 1;
     return r > m->rows_max ? m->rows_max : r;

@@ -41,8 +41,6 @@ typedef struct {
 /* Parses one --input spec "NAME:DTYPE:D0,D1,..." (dims are integers >= 1, or -1 first) and
  * appends it. 0, or -1 with a message naming the spec. */
 int lb_input_parse(lb_model *m, const char *spec, char *err, size_t errlen);
-/* Reads the inputs from a metadata reply body (JSON). 0 or -1 with a message. */
-int lb_from_metadata(lb_model *m, const char *json, size_t len, char *err, size_t errlen);
 /* Splits "http://HOST[:PORT][/]" (HOST may be [v6]) into host and port (default 80).
  * 0, or -1 with a message naming the URL. */
 int lb_parse_url(const char *url, char *host, size_t host_cap, char *port, size_t port_cap, char *err, size_t errlen);
@@ -74,8 +72,6 @@ int lb_fetch(lb_model *m, const char *host, const char *port, const char *model,
 int lb_build(lb_model *m, uint32_t rows_max, uint64_t seed, char *err, size_t errlen);
 void lb_free(lb_model *m);
 
-/* The rows a request of this size sends (size for a batch model, else 1). */
-uint32_t lb_rows(const lb_model *m, uint32_t size);
 
 /* A request body is a list of parts: owned text (a few hundred bytes of JSON) and
  * references into the model's blobs. */

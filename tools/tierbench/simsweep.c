@@ -46,6 +46,17 @@ static int axis_values(sweep_axis *a, const char *key, char *vals, char *err, si
     return 0;
 }
 
+/* The combinations' count (SWEEP_MAX_POINTS + 1 when over). */
+static size_t sim_sweep_size(const sim_sweep *s)
+{
+    size_t n = 1;
+    for (size_t i = 0; i < s->n_axes; i++) {
+        n *= s->axes[i].n;
+        if (n > SWEEP_MAX_POINTS) return SWEEP_MAX_POINTS + 1;
+    }
+    return n;
+}
+
 int sim_sweep_add(sim_sweep *s, const char *spec, char *err, size_t errlen)
 {
     char buf[1024];
@@ -75,14 +86,26 @@ int sim_sweep_add(sim_sweep *s, const char *spec, char *err, size_t errlen)
     return 0;
 }
 
-size_t sim_sweep_size(const sim_sweep *s)
+/* No normal request served: the worst p95 there is. */
+static double p95_key(const sim_sweep_point *p) { return p->p95_ms[PRIO_NORMAL] < 0 ? INFINITY : p->p95_ms[PRIO_NORMAL]; }
+
+static bool dominates(const sim_sweep_point *a, const sim_sweep_point *b)
 {
-    size_t n = 1;
-    for (size_t i = 0; i < s->n_axes; i++) {
-        n *= s->axes[i].n;
-        if (n > SWEEP_MAX_POINTS) return SWEEP_MAX_POINTS + 1;
+    if (p95_key(a) == INFINITY) return false;
+    bool le = a->usage_cost <= b->usage_cost && p95_key(a) <= p95_key(b) && a->stage_changes <= b->stage_changes;
+    bool lt = a->usage_cost < b->usage_cost || p95_key(a) < p95_key(b) || a->stage_changes < b->stage_changes;
+    return le && lt;
+}
+
+/* Marks the points no other point dominates (lower or equal on usage cost, normal p95 and
+ * stage changes, lower on one). A point that served no normal request never dominates. */
+static void sim_sweep_frontier(sim_sweep_point *pts, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        pts[i].frontier = p95_key(&pts[i]) != INFINITY;
+        for (size_t j = 0; j < n && pts[i].frontier; j++)
+            if (j != i && dominates(&pts[j], &pts[i])) pts[i].frontier = false;
     }
-    return n;
 }
 
 int sim_sweep_run(const sim_config *base, const sim_sweep *s, const trace *t, sim_sweep_point **pts, size_t *n,
@@ -136,26 +159,6 @@ int sim_sweep_run(const sim_config *base, const sim_sweep *s, const trace *t, si
     return 0;
 }
 
-/* No normal request served: the worst p95 there is. */
-static double p95_key(const sim_sweep_point *p) { return p->p95_ms[PRIO_NORMAL] < 0 ? INFINITY : p->p95_ms[PRIO_NORMAL]; }
-
-static bool dominates(const sim_sweep_point *a, const sim_sweep_point *b)
-{
-    if (p95_key(a) == INFINITY) return false;
-    bool le = a->usage_cost <= b->usage_cost && p95_key(a) <= p95_key(b) && a->stage_changes <= b->stage_changes;
-    bool lt = a->usage_cost < b->usage_cost || p95_key(a) < p95_key(b) || a->stage_changes < b->stage_changes;
-    return le && lt;
-}
-
-void sim_sweep_frontier(sim_sweep_point *pts, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        pts[i].frontier = p95_key(&pts[i]) != INFINITY;
-        for (size_t j = 0; j < n && pts[i].frontier; j++)
-            if (j != i && dominates(&pts[j], &pts[i])) pts[i].frontier = false;
-    }
-}
-
 static void p95_cell(FILE *out, const char *fmt, double v)
 {
     if (v < 0) fprintf(out, fmt, "-");
@@ -166,7 +169,8 @@ static void p95_cell(FILE *out, const char *fmt, double v)
     }
 }
 
-void sim_sweep_text(const sim_sweep *s, const sim_sweep_point *pts, size_t n, size_t skipped, bool all, FILE *out)
+/* The frontier (or every point with all) as a table, and as CSV (a frontier column). */
+static void sim_sweep_text(const sim_sweep *s, const sim_sweep_point *pts, size_t n, size_t skipped, bool all, FILE *out)
 {
     size_t nf = 0;
     for (size_t i = 0; i < n; i++) nf += pts[i].frontier;
@@ -186,7 +190,7 @@ void sim_sweep_text(const sim_sweep *s, const sim_sweep_point *pts, size_t n, si
     }
 }
 
-void sim_sweep_csv(const sim_sweep *s, const sim_sweep_point *pts, size_t n, FILE *out)
+static void sim_sweep_csv(const sim_sweep *s, const sim_sweep_point *pts, size_t n, FILE *out)
 {
     for (size_t a = 0; a < s->n_axes; a++) fprintf(out, "%s,", k_keys[s->axes[a].key]);
     fputs("usage_cost,provisioned_cost,p95_urgent_ms,p95_normal_ms,p95_batch_ms,p95_all_ms,throughput_rps,"

@@ -47,18 +47,10 @@ typedef struct {
 /* Adds the axes of one --sweep value; a key given twice replaces its values. -1 with a
  * message naming the key. */
 int sim_sweep_add(sim_sweep *s, const char *spec, char *err, size_t errlen);
-/* The combinations' count (SWEEP_MAX_POINTS + 1 when over). */
-size_t sim_sweep_size(const sim_sweep *s);
 /* Runs every combination on base's other settings. *pts is malloc'ed, the caller frees it;
  * *skipped counts the combinations the policy refused. -1 with a message. */
 int sim_sweep_run(const sim_config *base, const sim_sweep *s, const trace *t, sim_sweep_point **pts, size_t *n,
                   size_t *skipped, char *err, size_t errlen);
-/* Marks the points no other point dominates (lower or equal on usage cost, normal p95 and
- * stage changes, lower on one). A point that served no normal request never dominates. */
-void sim_sweep_frontier(sim_sweep_point *pts, size_t n);
-/* The frontier (or every point with all) as a table, and as CSV (a frontier column). */
-void sim_sweep_text(const sim_sweep *s, const sim_sweep_point *pts, size_t n, size_t skipped, bool all, FILE *out);
-void sim_sweep_csv(const sim_sweep *s, const sim_sweep_point *pts, size_t n, FILE *out);
 
 struct simcfg;
 /* `tierbench sim --sweep`: runs c's sweep on t, the table on stdout (unless quiet), the CSV

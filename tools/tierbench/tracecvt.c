@@ -125,8 +125,12 @@ static void note_bad(FILE *bad_out, tracecvt_counts *c, const char *name, const 
     if (bad_out && c->bad <= CVT_BAD_SHOWN) fprintf(bad_out, "tierbench trace: %s:%zu: %s\n", name, c->lines, why);
 }
 
-int tracecvt_convert(FILE *in, const char *name, double bytes_per_row, trace *out, tracecvt_counts *counts,
-                     FILE *bad_out, char *err, size_t errlen)
+/* Converts the log read from in into out (trace_free it). bytes_per_row 0: every size 1.
+ * bad_out, when not NULL, gets one "name:line: why" note for each of the first few bad lines.
+ * Returns 0, or -1 with a message in err (no good access line, a read error, out of memory);
+ * counts are filled in either way. */
+static int tracecvt_convert(FILE *in, const char *name, double bytes_per_row, trace *out, tracecvt_counts *counts,
+                            FILE *bad_out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     memset(counts, 0, sizeof *counts);

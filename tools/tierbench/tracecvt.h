@@ -27,12 +27,6 @@ typedef struct {
     size_t bad;     /* lines neither converted nor skipped */
 } tracecvt_counts;
 
-/* Converts the log read from in into out (trace_free it). bytes_per_row 0: every size 1.
- * bad_out, when not NULL, gets one "name:line: why" note for each of the first few bad lines.
- * Returns 0, or -1 with a message in err (no good access line, a read error, out of memory);
- * counts are filled in either way. */
-int tracecvt_convert(FILE *in, const char *name, double bytes_per_row, trace *out, tracecvt_counts *counts,
-                     FILE *bad_out, char *err, size_t errlen);
 
 /* `tierbench trace --access-log FILE [--out FILE] [--bytes-per-row B]`. Exit codes: 0
  * written, 64 bad arguments or no good access line, 1 a file not read or written. */
