@@ -1,11 +1,38 @@
 #include "httppath.h"
+#include "err.h"
 #include "h1srv.h"
 
-#include <event2/http.h> /* evhttp_uridecode */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <strings.h>
+
+static int hex_value(unsigned char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes raw[0..len) into out (room for len + 1; decoding never grows) and returns
+ * the decoded length. A '%' not followed by two hex digits stays as sent, as libevent's
+ * evhttp_uridecode left it (the name then matches nothing: a 404, not a 400); '+' stays a
+ * '+' (a path is not a form). What a decoded byte may be is segment_unsafe's to judge. */
+static size_t percent_decode(const char *raw, size_t len, char *out)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        int hi, lo;
+        if (raw[i] == '%' && i + 2 < len && (hi = hex_value((unsigned char)raw[i + 1])) >= 0 &&
+            (lo = hex_value((unsigned char)raw[i + 2])) >= 0) {
+            out[o++] = (char)(hi << 4 | lo);
+            i += 2;
+        } else {
+            out[o++] = raw[i];
+        }
+    }
+    out[o] = '\0';
+    return o;
+}
 
 /* Why a decoded segment is refused, or NULL. It may hold no control character (NUL, CR, LF,
  * ...), no space and no '/': such bytes could end or split a request line built from the
@@ -48,37 +75,24 @@ int httppath_split(const char *path, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_M
         if (!*p) break;
         const char *e = strchr(p, '/');
         size_t l = e ? (size_t)(e - p) : strlen(p);
-        if (n == HTTPPATH_MAX_SEGS) {
-            snprintf(msg, msglen, "request path has more than %d segments", HTTPPATH_MAX_SEGS);
-            return -1;
-        }
-        if (l >= HTTPPATH_SEG_MAX) {
-            snprintf(msg, msglen, "request path segment %zu is longer than %d bytes", n + 1, HTTPPATH_SEG_MAX - 1);
-            return -1;
-        }
-        char raw[HTTPPATH_SEG_MAX], shown[48];
-        memcpy(raw, p, l);
-        raw[l] = '\0';
-        segment_quote(raw, l, shown, sizeof shown);
-        size_t dl = 0;
-        char *dec = evhttp_uridecode(raw, 0, &dl);
-        const char *why = !dec ? "does not decode" : segment_unsafe(dec, dl);
+        if (n == HTTPPATH_MAX_SEGS)
+            return ts_fail(msg, msglen, "request path has more than %d segments", HTTPPATH_MAX_SEGS);
+        if (l >= HTTPPATH_SEG_MAX)
+            return ts_fail(msg, msglen, "request path segment %zu is longer than %d bytes", n + 1, HTTPPATH_SEG_MAX - 1);
+        size_t dl = percent_decode(p, l, segs[n]);
+        const char *why = segment_unsafe(segs[n], dl);
         if (why) {
-            snprintf(msg, msglen, "request path segment %zu (\"%s\") %s%s", n + 1, shown,
-                     dec ? "decodes to " : "", why);
-            free(dec);
-            return -1;
+            char shown[48];
+            segment_quote(p, l, shown, sizeof shown);
+            return ts_fail(msg, msglen, "request path segment %zu (\"%s\") decodes to %s", n + 1, shown, why);
         }
-        memcpy(segs[n++], dec, dl + 1);
-        free(dec);
+        n++;
         p += l;
     }
     return (int)n;
 }
 
-int httppath_request_h1(h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg, size_t msglen,
-                        bool *close)
+int httppath_request_h1(h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg, size_t msglen)
 {
-    *close = false;
     return httppath_split(h1req_path(req), segs, msg, msglen);
 }

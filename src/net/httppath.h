@@ -2,24 +2,21 @@
 #ifndef TS_HTTPPATH_H
 #define TS_HTTPPATH_H
 
-#include <stdbool.h>
 #include <stddef.h>
 
 #define HTTPPATH_MAX_SEGS 8
 #define HTTPPATH_SEG_MAX 256
 
-/* Splits path on '/', skipping empty segments, and percent-decodes each. Returns the count,
- * or -1 with a 400 message naming the segment in msg: too many segments, one too long, one
- * that does not decode, or one that decodes to a control character, a space or '/' (never
- * safe to put back into a request line). */
+/* Splits path on '/', skipping empty segments, and percent-decodes each ('%' and two hex
+ * digits; any other '%' stays as sent). Returns the count, or -1 with a 400 message naming the
+ * segment in msg: too many segments, one too long, or one that decodes to a control character
+ * (%00 included), a space or '/' (never safe to put back into a request line). */
 int httppath_split(const char *path, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg, size_t msglen);
 
 /* The front door the worker and the router share. h1srv refuses framing that two parties
  * could read differently (request smuggling) itself, with 400 and a close, before any
- * handler runs; this splits the path. *close is always false; it stays so that
- * callers read alike. */
+ * handler runs; this splits the request's path as httppath_split does. */
 typedef struct h1req h1req;
-int httppath_request_h1(h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg, size_t msglen,
-                        bool *close);
+int httppath_request_h1(h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg, size_t msglen);
 
 #endif

@@ -331,8 +331,7 @@ int rt_front_admit(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
 {
     router *r = arg;
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX];
-    bool close_conn = false;
-    int n = httppath_request_h1(req, segs, msg, msglen, &close_conn);
+    int n = httppath_request_h1(req, segs, msg, msglen);
     /* a malformed path is no endpoint: with credentials configured its body is not read (the
      * handler's 400, from the head); without, the handler answers it as before */
     if (n < 0 && has_credentials(r->cfg)) return TS_BAD_REQUEST;
@@ -682,10 +681,8 @@ void rt_on_request(h1req *req, void *arg)
     h1req_on_end(req, rt_front_on_end, r);
     rt_drain_mark(r, req); /* a request that arrives while draining is its connection's last */
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], msg[160];
-    bool close_conn = false;
-    int n_ = httppath_request_h1(req, segs, msg, sizeof msg, &close_conn);
+    int n_ = httppath_request_h1(req, segs, msg, sizeof msg);
     if (n_ < 0) {
-        if (close_conn) h1req_close_after(req);
         front_error(req, TS_BAD_REQUEST, msg);
         return;
     }

@@ -301,8 +301,7 @@ static int admit_body(h1req *req, size_t len, char *msg, size_t msglen, void *ar
 {
     server *srv = arg;
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], pmsg[160];
-    bool close_conn = false;
-    int n = httppath_request_h1(req, segs, pmsg, sizeof pmsg, &close_conn);
+    int n = httppath_request_h1(req, segs, pmsg, sizeof pmsg);
     const char *why = NULL;
     gate g = request_gate(srv, req, n, segs, &why);
     if (g == GATE_REFUSED) {
@@ -342,9 +341,7 @@ static void on_request(h1req *req, void *arg)
     const char *rid = server_request_id(req);
     if (rid) h1req_add_header(req, "X-Request-Id", rid);
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], msg[160];
-    bool close_conn = false;
-    int n_ = httppath_request_h1(req, segs, msg, sizeof msg, &close_conn);
-    if (close_conn) h1req_close_after(req);
+    int n_ = httppath_request_h1(req, segs, msg, sizeof msg);
     /* the dashboard's files hold no data and need no token: the page asks for it */
     if (n_ >= 1 && strcmp(segs[0], "dashboard") == 0) {
         webassets_serve_h1(req, "tierserve", (size_t)n_, n_ > 1 ? segs[1] : NULL);
