@@ -4,10 +4,12 @@ the source tree, checked on every test run instead of remembered.
 
 1. Includes point one way: each folder of src/ (one library each) and tools/ may include only
    the headers of the libraries listed for it in ALLOWED.
-2. A private header (`*_internal.h`, `*_int.h`) is included only from its own folder (and from
-   the tests, which test internals on purpose).
+2. A private header (one in a library's `internal/` folder, or named `*_internal.h`, `*_int.h`)
+   is included only from its own library (and from the tests, which test internals on
+   purpose). src/CMakeLists.txt gives an `internal/` folder only as a PRIVATE include
+   directory, so the compiler refuses such an include too; this rule also checks that.
 3. ONNX Runtime (its headers, `Ort*` types) appears only in engine/, llm/, worker/ (and the
-   benchmarks that measure it).
+   benchmarks that measure it): not in tok/, which the LLM side shares without ORT.
 4. A function that is not `static` has a caller outside its own file (tests count), or it is
    listed in scripts/layout_allow.txt as public API with the reason.
 
@@ -30,14 +32,16 @@ ALLOWED = {
     "src/kserve": {"src/common"},
     "src/policy": {"src/common"},
     "src/jinja": {"src/common"},
+    "src/tok": {"src/common", "src/jinja"},
     "src/engine": {"src/common", "src/kserve"},
-    "src/llm": {"src/common", "src/engine", "src/kserve", "src/jinja"},
-    "src/worker": {"src/common", "src/net", "src/kserve", "src/policy", "src/engine", "src/llm", "src/jinja"},
+    "src/llm": {"src/common", "src/engine", "src/kserve"},
+    "src/worker": {"src/common", "src/net", "src/kserve", "src/policy", "src/engine", "src/llm", "src/tok",
+                   "src/jinja"},
     "src/router": {"src/common", "src/net", "src/kserve", "src/policy"},
     "tools/tierbench": {"src/common", "src/net", "src/kserve", "src/policy"},
 }
 ORT_FOLDERS = ("src/engine", "src/llm", "src/worker", "bench", "tests")
-PRIVATE = re.compile(r"(_internal|_int)\.h$")
+PRIVATE_NAME = re.compile(r"(_internal|_int)\.h$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 ORT_USE = re.compile(r'#\s*include\s*[<"]onnxruntime|\bOrt[A-Z]\w*\b|\bOrtApi\b')
 # the start of a function definition or prototype at file scope: a type, then the name and "("
@@ -60,17 +64,24 @@ def sources():
                 yield p
 
 
+def is_private(p):
+    return "internal" in p.relative_to(ROOT).parts or bool(PRIVATE_NAME.search(p.name))
+
+
 def header_index():
-    """header file name -> the library folders that hold one of that name"""
-    idx = {}
+    """header file name -> the library folders that hold one of that name, and the names
+    of the private headers"""
+    idx, private = {}, set()
     for p in sources():
         if p.suffix == ".h" and lib_of(p):
             idx.setdefault(p.name, set()).add(lib_of(p))
-    return idx
+            if is_private(p):
+                private.add(p.name)
+    return idx, private
 
 
 def check_includes(findings):
-    idx = header_index()
+    idx, private = header_index()
     for p in sources():
         lib = lib_of(p)
         if not lib:
@@ -87,8 +98,23 @@ def check_includes(findings):
             where = f"{p.relative_to(ROOT)}:{n}"
             if not allowed:
                 findings.append(f"{where}: dependency: {lib} includes {name} from {', '.join(sorted(owners))}")
-            elif PRIVATE.search(name):
+            elif name in private:
                 findings.append(f"{where}: private header: {name} belongs to {', '.join(sorted(owners))}")
+
+
+def check_private_dirs(findings):
+    """An internal/ folder is a PRIVATE include directory of its own library's target only."""
+    cmake = ROOT / "src" / "CMakeLists.txt"
+    text = cmake.read_text()
+    for m in re.finditer(r"target_include_directories\(\s*(\w+)([^)]*)\)", text):
+        n = text.count("\n", 0, m.start()) + 1
+        scope = None
+        for word in m.group(2).split():
+            if word in ("PUBLIC", "INTERFACE", "PRIVATE", "SYSTEM", "BEFORE"):
+                scope = word if word != "SYSTEM" and word != "BEFORE" else scope
+            elif "internal" in pathlib.PurePosixPath(word).parts and scope != "PRIVATE":
+                findings.append(f"src/CMakeLists.txt:{n}: private header: {word} is a {scope} include "
+                                f"directory of {m.group(1)} (make it PRIVATE)")
 
 
 def check_ort(findings):
@@ -175,6 +201,7 @@ def key(finding):
 def main():
     findings = []
     check_includes(findings)
+    check_private_dirs(findings)
     check_ort(findings)
     check_exports(findings)
     known_file = ROOT / "scripts" / "layout_known.txt"

@@ -2,7 +2,7 @@
 """Writes tok_nfc_data.c, the Unicode tables of tok_nfc.c (the NFC, NFD, NFKC and NFKD
 normalizers, Lowercase, StripAccents and BertNormalizer), from Python's unicodedata, so no
 Unicode library is linked. Run it again
-(python3 src/llm/gen_nfc_data.py > src/llm/tok_nfc_data.c) to move to a newer Unicode."""
+(python3 src/tok/gen_nfc_data.py > src/tok/tok_nfc_data.c) to move to a newer Unicode."""
 import sys
 import unicodedata as ud
 
