@@ -1,5 +1,20 @@
-/* err: the error both programs pass around: the HTTP status to answer with and a message
- * that names the problem (what a client reads in {"error": "..."}). */
+/* err: how a function says it failed. Two conventions, each for its own kind of failure:
+ *
+ * - A request that fails: ts_err. Whatever a client's request can make fail (parsing,
+ *   validation, admission, a model that is not there, a run that fails) reports through a
+ *   ts_err *: the HTTP status to answer with (one of TS_* below) and a message that names
+ *   the problem, what the client reads in {"error": "..."}. Set it with ts_err_set; the
+ *   function returns bool (false: failed, err set) or its result with a NULL / negative
+ *   "failed" value documented beside it.
+ * - Start-up and configuration that fails: a caller's buffer. Loading config, opening
+ *   listeners, loading models, a tool's command line: nothing answers these with a status,
+ *   the message goes to a log line or stderr. The function takes (char *err, size_t errlen)
+ *   and fails with `return ts_fail(err, errlen, "...", ...);` (-1). A per-request helper
+ *   whose one failure has one status may use it too, that status named in its header
+ *   (httppath_split: always 400).
+ *
+ * No function returns "0 or an HTTP status": a status travels in a ts_err. Error messages
+ * are built by ts_err_set or ts_fail, not by a bare snprintf into the caller's buffer. */
 #ifndef TS_ERR_H
 #define TS_ERR_H
 

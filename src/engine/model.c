@@ -1,4 +1,5 @@
 #include "model.h"
+#include "err.h"
 #include "clock.h"
 
 #include <dirent.h>
@@ -157,15 +158,11 @@ int model_repo_scan(const char *path, const repo_options *opt, model_repo **out,
                     size_t errlen)
 {
     *out = NULL;
-    if (!path[0]) {
-        snprintf(err, errlen, "no model repository: set TIERSERVE_MODEL_REPOSITORY or --model-repository");
-        return -1;
-    }
+    if (!path[0])
+        return ts_fail(err, errlen, "no model repository: set TIERSERVE_MODEL_REPOSITORY or --model-repository");
     DIR *d = opendir(path);
-    if (!d) {
-        snprintf(err, errlen, "model repository %s: %s", path, strerror(errno));
-        return -1;
-    }
+    if (!d)
+        return ts_fail(err, errlen, "model repository %s: %s", path, strerror(errno));
     model_repo *r = calloc(1, sizeof *r);
     size_t cap = 16;
     r->models = calloc(cap, sizeof *r->models);
@@ -232,10 +229,9 @@ static int read_io(OrtSession *s, bool inputs, model_sig *sig, char *err, size_t
         if (ot != ONNX_TYPE_TENSOR || ort_check(g_ort->CastTypeInfoToTensorInfo(ti, &tinfo), NULL, 0) ||
             !tinfo) {
             g_ort->ReleaseTypeInfo(ti);
-            snprintf(err, errlen, "%s '%s' is not a tensor (ONNX type %d: sequence, map and optional "
-                     "values cannot be served over KServe v2)", inputs ? "input" : "output",
-                     ios[i].name, (int)ot);
-            return -1;
+            return ts_fail(err, errlen, "%s '%s' is not a tensor (ONNX type %d: sequence, map and optional "
+                            "values cannot be served over KServe v2)", inputs ? "input" : "output",
+                            ios[i].name, (int)ot);
         }
         ONNXTensorElementDataType et = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
         size_t nd = 0;
@@ -243,18 +239,15 @@ static int read_io(OrtSession *s, bool inputs, model_sig *sig, char *err, size_t
         (void)ort_check(g_ort->GetDimensionsCount(tinfo, &nd), NULL, 0);
         if (nd > TS_MAX_DIMS) {
             g_ort->ReleaseTypeInfo(ti);
-            snprintf(err, errlen, "'%s' has %zu dimensions (at most %d)", ios[i].name, nd, TS_MAX_DIMS);
-            return -1;
+            return ts_fail(err, errlen, "'%s' has %zu dimensions (at most %d)", ios[i].name, nd, TS_MAX_DIMS);
         }
         (void)ort_check(g_ort->GetDimensions(tinfo, ios[i].dims, nd), NULL, 0);
         ios[i].ndim = nd;
         ios[i].dt = dtype_from_onnx(et);
         g_ort->ReleaseTypeInfo(ti);
-        if (ios[i].dt == DT_INVALID) {
-            snprintf(err, errlen, "%s '%s' has ONNX element type %d, which KServe v2 cannot carry",
-                     inputs ? "input" : "output", ios[i].name, (int)et);
-            return -1;
-        }
+        if (ios[i].dt == DT_INVALID)
+            return ts_fail(err, errlen, "%s '%s' has ONNX element type %d, which KServe v2 cannot carry",
+                            inputs ? "input" : "output", ios[i].name, (int)et);
     }
     return 0;
 }
@@ -399,9 +392,8 @@ static int warmup_model(model_repo *r, ts_model *m, char *err, size_t errlen)
             LOG_WARN_(LOGF({"model", m->name}, {"version", m->version}), "io binding %s",
                       m->io_binding_note);
         } else {
-            snprintf(err, errlen, "TIERSERVE_IO_BINDING=on: a warm-up run through IoBinding "
-                     "failed (plain Run() works): %s", bound);
-            return -1;
+            return ts_fail(err, errlen, "TIERSERVE_IO_BINDING=on: a warm-up run through IoBinding "
+                            "failed (plain Run() works): %s", bound);
         }
     }
     if (rc == 0) {

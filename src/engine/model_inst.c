@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "err.h"
 #include "model_internal.h"
 #include "placement.h"
 
@@ -130,10 +131,8 @@ int model_create_device_sessions(model_repo *r, ts_model *m, char *err, size_t e
 {
     if (!m->device_sessions) return 0;
     m->sessions = calloc(m->n_inst, sizeof *m->sessions);
-    if (!m->sessions) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!m->sessions)
+        return ts_fail(err, errlen, "out of memory");
     m->sessions[0] = m->session;
     m->n_sessions = 1;
     for (size_t i = 1; i < m->n_inst; i++) {
@@ -185,10 +184,8 @@ int model_setup_io_binding(model_repo *r, ts_model *m, char *err, size_t errlen)
                                                       OrtMemTypeCPUOutput, &in->pinned),
                               msg, sizeof msg))) {
             model_release_io_binding(m);
-            if (sw == SWITCH_ON) {
-                snprintf(err, errlen, "TIERSERVE_IO_BINDING=on: could not set up IoBinding: %s", msg);
-                return -1;
-            }
+            if (sw == SWITCH_ON)
+                return ts_fail(err, errlen, "TIERSERVE_IO_BINDING=on: could not set up IoBinding: %s", msg);
             snprintf(m->io_binding_note, sizeof m->io_binding_note,
                      "off: could not set up IoBinding (%.300s); plain Run()", msg);
             LOG_WARN_(LOGF({"model", m->name}, {"version", m->version}), "io binding %s",

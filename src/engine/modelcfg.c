@@ -1,4 +1,5 @@
 #include "modelcfg.h"
+#include "err.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -24,9 +25,8 @@ static int fail(walker *w, const yaml_node_t *n, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(w->err, w->errlen, "%s:%zu:%zu: %s", w->path, n->start_mark.line + 1,
-             n->start_mark.column + 1, msg);
-    return -1;
+    return ts_fail(w->err, w->errlen, "%s:%zu:%zu: %s", w->path, n->start_mark.line + 1,
+                    n->start_mark.column + 1, msg);
 }
 
 static yaml_node_t *node(walker *w, int id) { return yaml_document_get_node(w->doc, id); }
@@ -383,8 +383,7 @@ int modelcfg_load(const char *path, model_config *c, char *err, size_t errlen)
     FILE *f = fopen(path, "rb");
     if (!f) {
         if (errno == ENOENT) return 0;
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
+        return ts_fail(err, errlen, "%s: %s", path, strerror(errno));
     }
     yaml_parser_t parser;
     yaml_document_t doc;

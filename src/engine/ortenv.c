@@ -1,4 +1,5 @@
 #include "ortenv.h"
+#include "err.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -62,11 +63,9 @@ int ortenv_init(log_level ort_min_level, char *err, size_t errlen)
 {
     const OrtApiBase *base = OrtGetApiBase();
     g_ort = base->GetApi(ORT_API_VERSION);
-    if (!g_ort) {
-        snprintf(err, errlen, "ONNX Runtime %s does not provide C API version %d",
-                 base->GetVersionString(), ORT_API_VERSION);
-        return -1;
-    }
+    if (!g_ort)
+        return ts_fail(err, errlen, "ONNX Runtime %s does not provide C API version %d",
+                        base->GetVersionString(), ORT_API_VERSION);
     if (ort_check(g_ort->CreateEnvWithCustomLogger(ort_logger, NULL, to_ort_level(ort_min_level),
                                                    "tierserve", &g_env),
                   err, errlen))

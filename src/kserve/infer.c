@@ -253,7 +253,7 @@ typedef struct {
     const jfast_span *spans;
     int n;
     bool failed; /* a data array the fast path could not take: redo it all with jansson */
-    const kpar *par; /* threads a big array's numbers may be split across */
+    const parfor *par; /* threads a big array's numbers may be split across */
 } fast_ctx;
 
 static const jfast_span *fast_span_for(const fast_ctx *fc, size_t idx)
@@ -400,17 +400,19 @@ static int parse_outputs(json_t *outs, infer_request *r, ts_err *err)
 static int parse_json_part(infer_request *r, const char *text, size_t text_len, size_t jlen,
                            fast_ctx *fc, ts_err *err);
 
-int64_t infer_header_len(const char *v, ts_err *err)
+bool infer_header_len(const char *v, int64_t *len, ts_err *err)
 {
-    if (!v) return -1;
+    *len = -1;
+    if (!v) return true;
     char *end = NULL;
     errno = 0;
     long long n = strtoll(v, &end, 10);
     if (errno || end == v || *end || n < 0 || v[0] == '-' || v[0] == '+') {
         ts_err_set(err, TS_BAD_REQUEST, "Inference-Header-Content-Length \"%.40s\" is not a byte count", v);
-        return -2;
+        return false;
     }
-    return n;
+    *len = n;
+    return true;
 }
 
 int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit,
@@ -419,7 +421,7 @@ int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit
     return infer_parse_par(body, len, header_len, json_limit, NULL, r, err);
 }
 
-int infer_parse_par(uint8_t *body, size_t len, int64_t header_len, size_t json_limit, const kpar *par,
+int infer_parse_par(uint8_t *body, size_t len, int64_t header_len, size_t json_limit, const parfor *par,
                     infer_request *r, ts_err *err)
 {
     memset(r, 0, sizeof *r);

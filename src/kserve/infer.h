@@ -20,7 +20,7 @@
 #include "buf.h"
 #include "dtype.h"
 #include "err.h"
-#include "kpar.h"
+#include "parfor.h"
 
 #define TS_MAX_DIMS 16
 #define TS_NAME_MAX 256
@@ -77,13 +77,13 @@ typedef struct {
 } infer_result;
 
 /* Takes ownership of body (malloc'd). header_len is Inference-Header-Content-Length, or -1. */
-/* The Inference-Header-Content-Length value: -1 when absent (v NULL), -2 with err (400)
- * when it is not a byte count, else the length. */
-int64_t infer_header_len(const char *v, ts_err *err);
+/* The Inference-Header-Content-Length value v into *len: -1 when absent (v NULL), else the
+ * length. False with err (400) when v is not a byte count (*len is then -1). */
+bool infer_header_len(const char *v, int64_t *len, ts_err *err);
 int infer_parse(uint8_t *body, size_t len, int64_t header_len, size_t json_limit,
                 infer_request *out, ts_err *err);
 /* The same, a big flat "data" array's numbers split across par's threads (jfast.h). */
-int infer_parse_par(uint8_t *body, size_t len, int64_t header_len, size_t json_limit, const kpar *par,
+int infer_parse_par(uint8_t *body, size_t len, int64_t header_len, size_t json_limit, const parfor *par,
                     infer_request *r, ts_err *err);
 void infer_request_free(infer_request *r);
 
@@ -112,7 +112,7 @@ int infer_encode(const infer_request *r, const infer_result *res, const char *mo
  * an output is split only when count times this fits in what is left of the limit. */
 #define INFER_ELEM_TEXT_MAX 32
 int infer_encode_par(const infer_request *r, const infer_result *res, const char *model,
-                     const char *version, const kpar *par, buf *out, buf **more, size_t *n_more,
+                     const char *version, const parfor *par, buf *out, buf **more, size_t *n_more,
                      size_t *json_len, bool *binary, ts_err *err);
 void infer_pieces_free(buf *more, size_t n);
 

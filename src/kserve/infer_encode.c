@@ -87,7 +87,7 @@ void infer_pieces_free(buf *more, size_t n)
 }
 
 int infer_encode_par(const infer_request *r, const infer_result *res, const char *model,
-                     const char *version, const kpar *par, buf *out, buf **more, size_t *n_more,
+                     const char *version, const parfor *par, buf *out, buf **more, size_t *n_more,
                      size_t *json_len, bool *binary, ts_err *err)
 {
     *binary = false;
@@ -140,7 +140,7 @@ int infer_encode_par(const infer_request *r, const infer_result *res, const char
         }
         for (size_t k = 0; k <= nr; k++) buf_init(&extra[nx + k], out->limit - used);
         fmt_split fs = {t, &extra[nx], nr};
-        kpar_run(par, fmt_range, &fs, nr);
+        parfor_run(par, fmt_range, &fs, nr);
         nx += nr + 1;
         cur = &extra[nx - 1];
         buf_putc(cur, '}');

@@ -651,7 +651,7 @@ bad:
 }
 
 int jfast_parse_array_par(const char *p, const char *end, ts_dtype dt, uint8_t *out, size_t count,
-                          const kpar *par)
+                          const parfor *par)
 {
     size_t ways = par ? par->ways : 1;
     size_t len = (size_t)(end - p);
@@ -673,7 +673,7 @@ int jfast_parse_array_par(const char *p, const char *end, ts_dtype dt, uint8_t *
     }
     sp.from[sp.nr] = at;
     sp.to[sp.nr++] = hi;
-    kpar_run(par, split_count, &sp, sp.nr);
+    parfor_run(par, split_count, &sp, sp.nr);
     size_t total = 0;
     for (size_t k = 0; k < sp.nr; k++) {
         if (sp.bad[k]) return jfast_parse_array(p, end, dt, out, count); /* nested: one thread */
@@ -681,7 +681,7 @@ int jfast_parse_array_par(const char *p, const char *end, ts_dtype dt, uint8_t *
         total += sp.nel[k];
     }
     if (total != count) return -1;
-    kpar_run(par, split_parse, &sp, sp.nr);
+    parfor_run(par, split_parse, &sp, sp.nr);
     for (size_t k = 0; k < sp.nr; k++)
         if (sp.bad[k]) return -1;
     return 0;

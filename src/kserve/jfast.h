@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "dtype.h"
-#include "kpar.h"
+#include "parfor.h"
 
 #define JFAST_MAX_SPANS 64
 
@@ -41,7 +41,7 @@ int jfast_parse_array(const char *p, const char *end, ts_dtype dt, uint8_t *out,
  * that turns out wrong, are left to the one-thread parse (or -1, as it would say). */
 #define JFAST_SPLIT_MIN 65536
 int jfast_parse_array_par(const char *p, const char *end, ts_dtype dt, uint8_t *out, size_t count,
-                          const kpar *par);
+                          const parfor *par);
 
 /* Formatters: write into out (at least 32 bytes), return the length. Floats follow the
  * server's JSON rule: always a '.' or an exponent, NaN/Infinity/-Infinity as tokens. */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cudart.h"
+#include "err.h"
 #include "llm_int.h"
 
 typedef struct {
@@ -80,11 +81,9 @@ static int write_back(const llm_model *m, const kv_batch *b, size_t r, const llm
 {
     size_t H = m->sig.kv_heads, row = row_bytes(m), from = s->n_synced, cnt = s->n_cached - s->n_synced;
     if (cnt == 0) return 0;
-    if (s->n_cached > b->T || s->n_cached > s->cap) {
-        snprintf(msg, len, "sequence %llu holds %zu tokens, its batch row %zu", (unsigned long long)s->id,
-                 s->n_cached, b->T);
-        return -1;
-    }
+    if (s->n_cached > b->T || s->n_cached > s->cap)
+        return ts_fail(msg, len, "sequence %llu holds %zu tokens, its batch row %zu", (unsigned long long)s->id,
+                        s->n_cached, b->T);
     if (m->fault_kv_writeback) return 0; /* the test-only fault: rows left out of the cache */
     size_t slot = b->T - s->n_cached + from;
     for (size_t t = 0; t < 2 * m->sig.layers; t++) {
@@ -104,11 +103,9 @@ static int build(const llm_model *m, kv_batch *b, llm_seq *const *seqs, size_t n
     size_t H = m->sig.kv_heads, D = m->sig.head_dim, row = row_bytes(m), T = 0;
     bool padded = false;
     for (size_t i = 0; i < n; i++) {
-        if (seqs[i]->n_synced != seqs[i]->n_cached) {
-            snprintf(msg, len, "sequence %llu has %zu tokens outside its cache",
-                     (unsigned long long)seqs[i]->id, seqs[i]->n_cached - seqs[i]->n_synced);
-            return -1;
-        }
+        if (seqs[i]->n_synced != seqs[i]->n_cached)
+            return ts_fail(msg, len, "sequence %llu has %zu tokens outside its cache",
+                            (unsigned long long)seqs[i]->id, seqs[i]->n_cached - seqs[i]->n_synced);
         if (seqs[i]->n_cached > T) T = seqs[i]->n_cached;
     }
     for (size_t i = 0; i < n; i++) padded |= seqs[i]->n_cached != T;

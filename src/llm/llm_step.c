@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "llm_int.h"
+#include "err.h"
 
 static float half_to_float(uint16_t h)
 {
@@ -76,10 +77,8 @@ int llm_step_outputs(const llm_model *m, OrtValue *const *out, size_t n, size_t 
                           dims[2] == (int64_t)total && dims[3] == (int64_t)sig->head_dim
                     : nd == 3 && dims[0] == (int64_t)n && dims[1] == (int64_t)s_new &&
                           dims[2] == (int64_t)sig->vocab;
-        if (!ok) {
-            snprintf(msg, msglen, "output '%s' has an unexpected shape", m->out_names[o]);
-            return -1;
-        }
+        if (!ok)
+            return ts_fail(msg, msglen, "output '%s' has an unexpected shape", m->out_names[o]);
     }
     void *lp = NULL;
     if (ort_check(g_ort->GetTensorMutableData(out[0], &lp), msg, msglen)) return -1;

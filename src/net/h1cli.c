@@ -1,5 +1,6 @@
 /* h1cli.c: keep-alive connection pools and requests over them (see h1cli.h). */
 #include "h1cli.h"
+#include "err.h"
 #include "h1cli_internal.h"
 #include "tls.h"
 
@@ -743,37 +744,25 @@ static const char *const k_layer_headers[] = {"Host", "Content-Length", "Transfe
 /* Checks what goes into the request head. Returns 0, or -1 with a message naming it. */
 static int check_request(const h1cli_request *rq, char *err, size_t errlen)
 {
-    if (!is_token(rq->method)) {
-        snprintf(err, errlen, "refused: the method is not a token");
-        return -1;
-    }
+    if (!is_token(rq->method))
+        return ts_fail(err, errlen, "refused: the method is not a token");
     const char *t = rq->target;
-    if (!t || !*t) {
-        snprintf(err, errlen, "refused: the request target is empty");
-        return -1;
-    }
+    if (!t || !*t)
+        return ts_fail(err, errlen, "refused: the request target is empty");
     for (; *t; t++)
-        if ((unsigned char)*t <= 0x20 || (unsigned char)*t >= 0x7f) {
-            snprintf(err, errlen, "refused: the request target holds a space, a control byte or a non-ASCII byte");
-            return -1;
-        }
+        if ((unsigned char)*t <= 0x20 || (unsigned char)*t >= 0x7f)
+            return ts_fail(err, errlen, "refused: the request target holds a space, a control byte or a non-ASCII byte");
     for (size_t i = 0; i < rq->nheaders; i++) {
         const h1cli_header *h = &rq->headers[i];
-        if (!is_token(h->name)) {
-            snprintf(err, errlen, "refused: header name '%.64s' is not a token", h->name ? h->name : "");
-            return -1;
-        }
-        if (!h->value || strpbrk(h->value, "\r\n")) {
-            snprintf(err, errlen, "refused: the value of header %.64s holds CR or LF", h->name);
-            return -1;
-        }
+        if (!is_token(h->name))
+            return ts_fail(err, errlen, "refused: header name '%.64s' is not a token", h->name ? h->name : "");
+        if (!h->value || strpbrk(h->value, "\r\n"))
+            return ts_fail(err, errlen, "refused: the value of header %.64s holds CR or LF", h->name);
         char first = (char)(h->name[0] | 0x20); /* each layer header starts with h, c or t */
         if (first != 'h' && first != 'c' && first != 't') continue;
         for (size_t k = 0; k < sizeof k_layer_headers / sizeof k_layer_headers[0]; k++)
-            if (strcasecmp(h->name, k_layer_headers[k]) == 0) {
-                snprintf(err, errlen, "refused: %s is written by the client layer", k_layer_headers[k]);
-                return -1;
-            }
+            if (strcasecmp(h->name, k_layer_headers[k]) == 0)
+                return ts_fail(err, errlen, "refused: %s is written by the client layer", k_layer_headers[k]);
     }
     return 0;
 }
@@ -844,10 +833,8 @@ int h1cli_send(h1cli_pool *p, const h1cli_request *rq, const h1cli_callbacks *cb
     *out = NULL;
     if (check_request(rq, err, errlen)) return -1;
     h1cli_req *q = calloc(1, sizeof *q);
-    if (!q) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!q)
+        return ts_fail(err, errlen, "out of memory");
     q->head = build_head(p, rq, &q->head_len, err, errlen);
     if (!q->head) {
         free(q);

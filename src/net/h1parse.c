@@ -1,6 +1,7 @@
 /* h1parse.c: the framing, as http-parser's callbacks fill in a request (target, fields,
  * body), and the layer's answer to what the parser refuses. */
 #include "h1srv.h"
+#include "err.h"
 #include "h1srv_internal.h"
 
 #include <stdio.h>
@@ -13,8 +14,7 @@
 static int fail_cb(h1conn *c, int code, const char *fmt, size_t a)
 {
     c->err_code = code;
-    snprintf(c->err, sizeof c->err, fmt, a);
-    return -1;
+    return ts_fail(c->err, sizeof c->err, fmt, a);
 }
 
 static int header_bound(h1conn *c)
@@ -195,8 +195,7 @@ static int on_headers_complete(http_parser *p)
     const char *framing = ambiguous_framing(r);
     if (framing) {
         c->err_code = 400;
-        snprintf(c->err, sizeof c->err, "refusing a request with %s; closing the connection", framing);
-        return -1;
+        return ts_fail(c->err, sizeof c->err, "refusing a request with %s; closing the connection", framing);
     }
     r->chunked = (p->flags & F_CHUNKED) != 0;
     bool has_len = (p->flags & F_CONTENTLENGTH) != 0;
@@ -212,8 +211,7 @@ static int on_headers_complete(http_parser *p)
         c->busy--;
         if (code) {
             c->err_code = code;
-            snprintf(c->err, sizeof c->err, "%s", msg[0] ? msg : "request body refused");
-            return -1;
+            return ts_fail(c->err, sizeof c->err, "%s", msg[0] ? msg : "request body refused");
         }
     }
     r->body_want = r->chunked ? 0 : announced;

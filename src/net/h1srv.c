@@ -2,6 +2,7 @@
  * framing (http-parser's callbacks) is in h1parse.c; replies and the output queue in
  * h1reply.c. */
 #include "h1srv.h"
+#include "err.h"
 #include "clock.h"
 #include "h1srv_internal.h"
 
@@ -777,10 +778,8 @@ int h1srv_bind(h1srv *s, const char *address, unsigned port, int *bound_port, ch
     char ps[16];
     snprintf(ps, sizeof ps, "%u", port);
     int rc = port > 65535 ? EAI_SERVICE : getaddrinfo(address, ps, &hints, &res);
-    if (rc) {
-        snprintf(err, errlen, "could not listen on %s:%u: %s", address, port, gai_strerror(rc));
-        return -1;
-    }
+    if (rc)
+        return ts_fail(err, errlen, "could not listen on %s:%u: %s", address, port, gai_strerror(rc));
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);

@@ -1,5 +1,6 @@
 /* tls.c: OpenSSL contexts and non-blocking record I/O for h1srv and h1cli (see tls.h). */
 #include "tls.h"
+#include "err.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -48,8 +49,7 @@ static int fail_file(char *err, size_t errlen, const char *what, const char *fil
 {
     char why[300];
     ossl_reasons(why, sizeof why);
-    snprintf(err, errlen, "%s %s: %s", what, file, why);
-    return -1;
+    return ts_fail(err, errlen, "%s %s: %s", what, file, why);
 }
 
 static int alpn_select(SSL *s, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
@@ -115,18 +115,15 @@ static int set_ciphers(SSL_CTX *s, const char *ciphers, char *err, size_t errlen
     if (SSL_CTX_set_cipher_list(s, ciphers) == 1) return 0;
     char why[300];
     ossl_reasons(why, sizeof why);
-    snprintf(err, errlen, "TLS cipher list \"%.200s\" leaves no TLS 1.2 cipher suite (%s)", ciphers, why);
-    return -1;
+    return ts_fail(err, errlen, "TLS cipher list \"%.200s\" leaves no TLS 1.2 cipher suite (%s)", ciphers, why);
 }
 
 int tls_ciphers_check(const char *ciphers, char *err, size_t errlen)
 {
     ERR_clear_error();
     SSL_CTX *s = SSL_CTX_new(TLS_server_method());
-    if (!s) {
-        snprintf(err, errlen, "could not create a TLS context: out of memory");
-        return -1;
-    }
+    if (!s)
+        return ts_fail(err, errlen, "could not create a TLS context: out of memory");
     int rc = set_ciphers(s, ciphers, err, errlen);
     SSL_CTX_free(s);
     return rc;

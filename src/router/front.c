@@ -389,8 +389,8 @@ static int check_infer_body(const proxy_req *pr, char *msg, size_t len)
         body = plain;
     }
     ts_err err = {0};
-    int64_t jlen = infer_header_len(pr->ihcl[0] ? pr->ihcl : NULL, &err);
-    if (jlen == -1) jlen = (int64_t)n;
+    int64_t jlen;
+    if (infer_header_len(pr->ihcl[0] ? pr->ihcl : NULL, &jlen, &err) && jlen == -1) jlen = (int64_t)n;
     if (jlen >= 0 && (uint64_t)jlen > n)
         ts_err_set(&err, TS_BAD_REQUEST, "Inference-Header-Content-Length %lld is larger than the %zu-byte body", (long long)jlen, n);
     else if (jlen == 0)

@@ -7,7 +7,7 @@
 
 /* One split in progress; freed by whoever leaves it last (the caller or a late helper). */
 typedef struct {
-    kpar_task task;
+    parfor_task task;
     void *arg;
     size_t n;
     _Atomic size_t next; /* the next range to take */
@@ -54,7 +54,7 @@ void par_help(par_item *item)
     drop(s);
 }
 
-static void run_on_pool(void *ctx, kpar_task task, void *arg, size_t n)
+static void run_on_pool(void *ctx, parfor_task task, void *arg, size_t n)
 {
     par_pool *pp = ctx;
     split_run *s = malloc(sizeof *s);
@@ -111,7 +111,7 @@ void par_pool_close(par_pool *pp)
 
 void par_pool_destroy(par_pool *pp) { pthread_mutex_destroy(&pp->mu); }
 
-kpar par_on_pool(par_pool *pp)
+parfor par_on_pool(par_pool *pp)
 {
-    return (kpar){run_on_pool, pp, pp->threads + 1};
+    return (parfor){run_on_pool, pp, pp->threads + 1};
 }

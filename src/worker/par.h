@@ -1,4 +1,4 @@
-/* par: kserve's kpar (one big tensor's numbers split across threads) on the worker's decode
+/* par: kserve's parfor (one big tensor's numbers split across threads) on the worker's decode
  * pool. The calling thread (a decode thread, a runner, the loop) takes ranges itself and
  * waits only for ranges a pool thread has already begun: it never waits on a queue, so a
  * pool busy with other bodies costs the split its speed, never a deadlock. Each split posts
@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "kpar.h"
+#include "parfor.h"
 #include "workpool.h"
 
 /* What the pool's function is handed: a job or a helper (the pool has one function). Both
@@ -34,8 +34,8 @@ int par_pool_init(par_pool *pp, workpool *pool, size_t threads);
 void par_pool_close(par_pool *pp);
 void par_pool_destroy(par_pool *pp);
 
-/* A kpar on pp's threads (ways: those plus the caller). */
-kpar par_on_pool(par_pool *pp);
+/* A parfor on pp's threads (ways: those plus the caller). */
+parfor par_on_pool(par_pool *pp);
 /* A pool thread's item that par_item.par_helper marks: take ranges, then end. */
 void par_help(par_item *item);
 

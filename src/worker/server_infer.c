@@ -717,8 +717,7 @@ void server_handle_infer(server *srv, h1req *req, const char *name, const char *
         refuse_job(j, req, &j->err);
         return;
     }
-    j->hlen = infer_header_len(h1req_header(req, "Inference-Header-Content-Length"), &j->err);
-    if (j->hlen == -2) {
+    if (!infer_header_len(h1req_header(req, "Inference-Header-Content-Length"), &j->hlen, &j->err)) {
         refuse_job(j, req, &j->err);
         return;
     }

@@ -37,7 +37,7 @@ struct server {
     struct llm_acct *llm_acct;  /* /v1 usage of cancelled requests, for the router (server_llm.c) */
     workpool *decoder;
     par_pool split_pool;        /* the decode pool, for splitting one big tensor's numbers */
-    kpar split;                 /* on split_pool: what the JSON codecs split across */
+    parfor split;               /* on split_pool: what the JSON codecs split across */
     bool split_ok;              /* split_pool initialized */
     budget *bodies;             /* request bytes held: --max-inflight-body-bytes; a body is
                                  * held from its admission (before it is read) to its job's end */

@@ -306,17 +306,17 @@ static void test_parse_other_types(void **state)
 
 /* ---- one big array split across threads ------------------------------------------------- */
 
-/* A kpar that runs the ranges last first (a range that leaned on the one before it would
+/* A parfor that runs the ranges last first (a range that leaned on the one before it would
  * read what is not there yet) and counts what it was asked. */
 static size_t g_runs, g_ranges;
-static void run_backwards(void *ctx, kpar_task task, void *arg, size_t n)
+static void run_backwards(void *ctx, parfor_task task, void *arg, size_t n)
 {
     (void)ctx;
     g_runs++;
     g_ranges += n;
     for (size_t i = n; i-- > 0;) task(arg, i);
 }
-static const kpar k_backwards = {run_backwards, NULL, 3};
+static const parfor k_backwards = {run_backwards, NULL, 3};
 
 /* count numbers as JSON: random FP32 values as %.17g (17-20 bytes each, like Python's
  * json.dumps of float32 values) and short integers, with assorted spaces. */

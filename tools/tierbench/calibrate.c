@@ -1,4 +1,5 @@
 #include "calibrate.h"
+#include "err.h"
 #include "opts.h"
 
 #include <errno.h>
@@ -74,10 +75,8 @@ static int uint_arg(const char *key, const char *v, unsigned lo, unsigned hi, un
     char *end;
     errno = 0;
     long long x = strtoll(v, &end, 10);
-    if (end == v || *end || errno || x < lo || x > hi) {
-        snprintf(err, errlen, "--%s: '%.40s' is not %u..%u", key, v, lo, hi);
-        return -1;
-    }
+    if (end == v || *end || errno || x < lo || x > hi)
+        return ts_fail(err, errlen, "--%s: '%.40s' is not %u..%u", key, v, lo, hi);
     *out = (unsigned)x;
     return 0;
 }
@@ -87,10 +86,8 @@ static int secs_arg(const char *key, const char *v, double lo, double hi, double
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (end == v || *end || errno || !isfinite(x) || x < lo || x > hi) {
-        snprintf(err, errlen, "--%s: '%.40s' is not seconds in [%g, %g]", key, v, lo, hi);
-        return -1;
-    }
+    if (end == v || *end || errno || !isfinite(x) || x < lo || x > hi)
+        return ts_fail(err, errlen, "--%s: '%.40s' is not seconds in [%g, %g]", key, v, lo, hi);
     *out = x;
     return 0;
 }
@@ -105,30 +102,22 @@ static bool name_ok(const char *s)
 static int conc_list(cal_opts *o, const char *v, char *err, size_t errlen)
 {
     char buf[256];
-    if (strlen(v) >= sizeof buf) {
-        snprintf(err, errlen, "--concurrency: longer than %zu bytes", sizeof buf - 1);
-        return -1;
-    }
+    if (strlen(v) >= sizeof buf)
+        return ts_fail(err, errlen, "--concurrency: longer than %zu bytes", sizeof buf - 1);
     snprintf(buf, sizeof buf, "%s", v);
     o->n_conc = 0;
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         unsigned c;
-        if (o->n_conc == CAL_MAX_LEVELS - 1) {
-            snprintf(err, errlen, "--concurrency: at most %d levels", CAL_MAX_LEVELS - 1);
-            return -1;
-        }
+        if (o->n_conc == CAL_MAX_LEVELS - 1)
+            return ts_fail(err, errlen, "--concurrency: at most %d levels", CAL_MAX_LEVELS - 1);
         if (uint_arg("concurrency", t, 1, CAL_MAX_CONC, &c, err, errlen) != 0) return -1;
-        if (o->n_conc && c <= o->conc[o->n_conc - 1]) {
-            snprintf(err, errlen, "--concurrency: '%.60s' does not increase", v);
-            return -1;
-        }
+        if (o->n_conc && c <= o->conc[o->n_conc - 1])
+            return ts_fail(err, errlen, "--concurrency: '%.60s' does not increase", v);
         o->conc[o->n_conc++] = c;
     }
-    if (!o->n_conc) {
-        snprintf(err, errlen, "--concurrency: needs a list such as 1,2,4,8");
-        return -1;
-    }
+    if (!o->n_conc)
+        return ts_fail(err, errlen, "--concurrency: needs a list such as 1,2,4,8");
     /* the service time is measured with one request in flight */
     if (o->conc[0] != 1) {
         memmove(o->conc + 1, o->conc, o->n_conc * sizeof o->conc[0]);
@@ -145,10 +134,8 @@ static int option(cal_opts *o, const char *key, const char *v, char *err, size_t
     else if (!strcmp(key, "out")) o->out = v;
     else if (!strcmp(key, "pool-name")) o->pool_name = v;
     else if (!strcmp(key, "kind")) {
-        if (strcmp(v, "gpu") != 0 && strcmp(v, "cpu") != 0) {
-            snprintf(err, errlen, "--kind: '%.40s' is not gpu or cpu", v);
-            return -1;
-        }
+        if (strcmp(v, "gpu") != 0 && strcmp(v, "cpu") != 0)
+            return ts_fail(err, errlen, "--kind: '%.40s' is not gpu or cpu", v);
         o->kind = v;
     } else if (!strcmp(key, "rows")) return uint_arg(key, v, 1, CAL_MAX_ROWS, &o->rows, err, errlen);
     else if (!strcmp(key, "backends")) return uint_arg(key, v, 1, 256, &o->backends, err, errlen);
@@ -156,8 +143,7 @@ static int option(cal_opts *o, const char *key, const char *v, char *err, size_t
     else if (!strcmp(key, "duration")) return secs_arg(key, v, 0.01, 3600, &o->duration_s, err, errlen);
     else if (!strcmp(key, "timeout")) return secs_arg(key, v, 0.001, 3600, &o->timeout_s, err, errlen);
     else {
-        snprintf(err, errlen, "unknown option --%.60s (see tierbench calibrate --help)", key);
-        return -1;
+        return ts_fail(err, errlen, "unknown option --%.60s (see tierbench calibrate --help)", key);
     }
     return 0;
 }
@@ -172,27 +158,17 @@ static int parse(cal_opts *o, int argc, char **argv, char *err, size_t errlen)
         if (rc) return rc;
         if (option(o, key, v, err, errlen) != 0) return -1;
     }
-    if (!o->url || !o->model) {
-        snprintf(err, errlen, "--url http://WORKER:PORT and --model M are required");
-        return -1;
-    }
-    if (!name_ok(o->model)) {
-        snprintf(err, errlen, "--model: '%.60s' is not 1..63 characters of [A-Za-z0-9_.:-]", o->model);
-        return -1;
-    }
+    if (!o->url || !o->model)
+        return ts_fail(err, errlen, "--url http://WORKER:PORT and --model M are required");
+    if (!name_ok(o->model))
+        return ts_fail(err, errlen, "--model: '%.60s' is not 1..63 characters of [A-Za-z0-9_.:-]", o->model);
     if (!o->pool_name) o->pool_name = o->kind;
-    if (!name_ok(o->pool_name)) {
-        snprintf(err, errlen, "--pool-name: '%.60s' is not 1..63 characters of [A-Za-z0-9_.:-]", o->pool_name);
-        return -1;
-    }
-    if (strlen(o->url) > 512) {
-        snprintf(err, errlen, "--url: longer than 512 bytes");
-        return -1;
-    }
-    if (o->out && !*o->out) {
-        snprintf(err, errlen, "--out: needs a file");
-        return -1;
-    }
+    if (!name_ok(o->pool_name))
+        return ts_fail(err, errlen, "--pool-name: '%.60s' is not 1..63 characters of [A-Za-z0-9_.:-]", o->pool_name);
+    if (strlen(o->url) > 512)
+        return ts_fail(err, errlen, "--url: longer than 512 bytes");
+    if (o->out && !*o->out)
+        return ts_fail(err, errlen, "--out: needs a file");
     return lb_parse_url(o->url, o->host, sizeof o->host, o->port, sizeof o->port, err, errlen);
 }
 
@@ -242,22 +218,18 @@ static int write_trace(const cal_opts *o, size_t n, char *path, size_t cap, char
     const char *dir = getenv("TMPDIR");
     snprintf(path, cap, "%s/tierbench-calibrate-XXXXXX", dir && *dir ? dir : "/tmp");
     int fd = mkstemp(path);
-    if (fd < 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
+    if (fd < 0)
+        return ts_fail(err, errlen, "%s: %s", path, strerror(errno));
     FILE *f = fdopen(fd, "w");
     if (!f) {
         close(fd);
         unlink(path);
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
+        return ts_fail(err, errlen, "%s: %s", path, strerror(errno));
     }
     for (size_t i = 0; i < n; i++) fprintf(f, "0,normal,calibrate,public,%s,%u\n", o->model, o->rows);
     if (ferror(f) | fclose(f)) {
         unlink(path);
-        snprintf(err, errlen, "%s: could not write", path);
-        return -1;
+        return ts_fail(err, errlen, "%s: could not write", path);
     }
     return 0;
 }

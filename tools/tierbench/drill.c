@@ -1,4 +1,5 @@
 #include "drill.h"
+#include "err.h"
 #include "drillsurge.h"
 #include "opts.h"
 
@@ -556,10 +557,8 @@ static int parse_seconds(const char *key, const char *v, double lo, double *out,
 {
     char *end;
     double s = v ? strtod(v, &end) : NAN;
-    if (!v || end == v || *end || !(s >= lo && s <= 86400)) {
-        snprintf(err, errlen, "--%s: '%.40s' is not a number in [%g, 86400]", key, v ? v : "", lo);
-        return -1;
-    }
+    if (!v || end == v || *end || !(s >= lo && s <= 86400))
+        return ts_fail(err, errlen, "--%s: '%.40s' is not a number in [%g, 86400]", key, v ? v : "", lo);
     *out = s;
     return 0;
 }
@@ -572,8 +571,7 @@ static int parse_worker(drill *d, const char *v, char *err, size_t errlen)
     size_t ml = eq ? (size_t)(eq - colon - 1) : 0;
     if (d->n_w == DRILL_MAX_WORKERS || !colon || end != colon || pid < 2 || !eq || ml == 0 ||
         ml >= sizeof d->w[0].match || !eq[1] || strlen(eq + 1) >= DRILL_CMD_MAX) {
-        snprintf(err, errlen, "--worker: '%.60s' is not PID:ADDR=CMD (at most %d workers)", v, DRILL_MAX_WORKERS);
-        return -1;
+        return ts_fail(err, errlen, "--worker: '%.60s' is not PID:ADDR=CMD (at most %d workers)", v, DRILL_MAX_WORKERS);
     }
     drill_worker *w = &d->w[d->n_w++];
     *w = (drill_worker){.pid = (pid_t)pid, .signalled = -1, .down = -1, .gone = -1, .restarted = -1, .up = -1};
@@ -631,8 +629,7 @@ static int option(drill *d, const char *key, const char *v, char *err, size_t er
         if (!strcmp(key, secs[i].key)) return parse_seconds(key, v, secs[i].lo, (double *)((char *)d + secs[i].off), err, errlen);
     return 1;
 bad:
-    snprintf(err, errlen, "--%s: bad value '%.60s' (see tierbench drill --help)", key, v ? v : "");
-    return -1;
+    return ts_fail(err, errlen, "--%s: bad value '%.60s' (see tierbench drill --help)", key, v ? v : "");
 }
 
 static bool load_flag(const char *k) { return !strcmp(k, "fixed") || !strcmp(k, "poisson") || !strcmp(k, "quiet"); }
@@ -659,26 +656,18 @@ static int parse(drill *d, int argc, char **argv, char **fwd, int *n_fwd, char *
 {
     int rc = tb_opt_split(argc, argv, 3, load_flag, "drill", own_option, d, fwd, n_fwd, DRILL_MAX_ARGS, err, errlen);
     if (rc) return rc;
-    if (!d->url) {
-        snprintf(err, errlen, "--url http://ROUTER:PORT is required");
-        return -1;
-    }
+    if (!d->url)
+        return ts_fail(err, errlen, "--url http://ROUTER:PORT is required");
     if (d->outage) {
         if (!d->backend[0] && d->fault_url) snprintf(d->backend, sizeof d->backend, "%s:%s", d->fault_host, d->fault_port);
-        if ((d->kill_pid > 0) == (d->fault_url != NULL) || !d->backend[0]) {
-            snprintf(err, errlen, "gpu-outage needs --backend ADDR and one of --kill-pid PID or --fault-url URL");
-            return -1;
-        }
-        if (d->n_w) {
-            snprintf(err, errlen, "--worker is for the rolling drill");
-            return -1;
-        }
+        if ((d->kill_pid > 0) == (d->fault_url != NULL) || !d->backend[0])
+            return ts_fail(err, errlen, "gpu-outage needs --backend ADDR and one of --kill-pid PID or --fault-url URL");
+        if (d->n_w)
+            return ts_fail(err, errlen, "--worker is for the rolling drill");
         if (d->at < 0) d->at = d->duration / 3;
     } else {
-        if (!d->n_w || d->kill_pid > 0 || d->fault_url || d->restart[0]) {
-            snprintf(err, errlen, "rolling needs --worker PID:ADDR=CMD (and no --kill-pid, --fault-url or --restart)");
-            return -1;
-        }
+        if (!d->n_w || d->kill_pid > 0 || d->fault_url || d->restart[0])
+            return ts_fail(err, errlen, "rolling needs --worker PID:ADDR=CMD (and no --kill-pid, --fault-url or --restart)");
         if (d->at < 0) d->at = 1;
     }
     return 0;

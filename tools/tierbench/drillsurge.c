@@ -1,4 +1,5 @@
 #include "drillsurge.h"
+#include "err.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -137,10 +138,8 @@ static int metrics_fetch(ds *d, ds_metrics *m, char *err, size_t errlen)
     lb_reply rep;
     char e[300];
     memset(m, 0, sizeof *m);
-    if (lb_http(d->host, d->port, "GET", "/metrics", NULL, NULL, 0, DS_METRICS_MAX, 5.0, &rep, e, sizeof e) != 0) {
-        snprintf(err, errlen, "the router's /metrics: %s", e);
-        return -1;
-    }
+    if (lb_http(d->host, d->port, "GET", "/metrics", NULL, NULL, 0, DS_METRICS_MAX, 5.0, &rep, e, sizeof e) != 0)
+        return ts_fail(err, errlen, "the router's /metrics: %s", e);
     int rc = 0;
     if (rep.status != 200) {
         snprintf(err, errlen, "the router's /metrics answered %d", rep.status);
@@ -384,10 +383,8 @@ static int number(const char *key, const char *v, double lo, double hi, double *
 {
     char *end;
     double x = v ? strtod(v, &end) : NAN;
-    if (!v || end == v || *end || !(x >= lo && x <= hi)) {
-        snprintf(err, errlen, "--%s: '%.40s' is not a number in [%g, %g]", key, v ? v : "", lo, hi);
-        return -1;
-    }
+    if (!v || end == v || *end || !(x >= lo && x <= hi))
+        return ts_fail(err, errlen, "--%s: '%.40s' is not a number in [%g, %g]", key, v ? v : "", lo, hi);
     *out = x;
     return 0;
 }
@@ -412,8 +409,7 @@ static int option(ds *d, const char *key, const char *v, char *err, size_t errle
     if (!strcmp(key, "stages-agree")) return number(key, v, 0, 1e6, &d->stages_n, err, errlen);
     return 1;
 bad:
-    snprintf(err, errlen, "--%s: needs a value (see tierbench drill --help)", key);
-    return -1;
+    return ts_fail(err, errlen, "--%s: needs a value (see tierbench drill --help)", key);
 }
 
 static bool load_flag(const char *k) { return !strcmp(k, "fixed") || !strcmp(k, "poisson") || !strcmp(k, "quiet"); }
@@ -432,14 +428,10 @@ static int parse(ds *d, int argc, char **argv, char **fwd, int *n_fwd, char *err
 {
     int rc = tb_opt_split(argc, argv, 3, load_flag, "drill", own_option, d, fwd, n_fwd, DS_MAX_ARGS, err, errlen);
     if (rc) return rc;
-    if (!d->url) {
-        snprintf(err, errlen, "--url http://ROUTER:PORT is required");
-        return -1;
-    }
-    if (!d->sim_path) {
-        snprintf(err, errlen, "--sim-config FILE is required: the simulator's model of this stack");
-        return -1;
-    }
+    if (!d->url)
+        return ts_fail(err, errlen, "--url http://ROUTER:PORT is required");
+    if (!d->sim_path)
+        return ts_fail(err, errlen, "--sim-config FILE is required: the simulator's model of this stack");
     return sim_config_check(&d->cfg.sim, err, errlen) == 0 ? 0 : -1;
 }
 

@@ -1,4 +1,5 @@
 #include "load.h"
+#include "err.h"
 #include "opts.h"
 
 #include <errno.h>
@@ -124,8 +125,7 @@ static int parse_deadline(opts *o, const char *v, char *err, size_t errlen)
     }
     return 0;
 bad:
-    snprintf(err, errlen, "--deadline-ms: '%.60s' is not MS or urgent=MS,normal=MS,batch=MS (1..86400000)", v);
-    return -1;
+    return ts_fail(err, errlen, "--deadline-ms: '%.60s' is not MS or urgent=MS,normal=MS,batch=MS (1..86400000)", v);
 }
 
 static int parse_url(opts *o, const char *v, char *err, size_t errlen)
@@ -144,10 +144,8 @@ static int option(opts *o, const char *key, const char *v, char *err, size_t err
     const char **slot = !strcmp(key, "trace") ? &o->trace_path : !strcmp(key, "json") ? &o->json
                       : !strcmp(key, "csv") ? &o->csv : !strcmp(key, "requests") ? &o->requests : NULL;
     if (slot) {
-        if (!v || !*v) {
-            snprintf(err, errlen, "--%s: needs a file", key);
-            return -1;
-        }
+        if (!v || !*v)
+            return ts_fail(err, errlen, "--%s: needs a file", key);
         *slot = v;
         return 0;
     }
@@ -157,30 +155,24 @@ static int option(opts *o, const char *key, const char *v, char *err, size_t err
     if (!strcmp(key, "connections")) {
         char *end;
         long n = strtol(v, &end, 10);
-        if (end == v || *end || n < 1 || n > LOAD_MAX_CONNS) {
-            snprintf(err, errlen, "--connections: '%.40s' is not 1..%d", v, LOAD_MAX_CONNS);
-            return -1;
-        }
+        if (end == v || *end || n < 1 || n > LOAD_MAX_CONNS)
+            return ts_fail(err, errlen, "--connections: '%.40s' is not 1..%d", v, LOAD_MAX_CONNS);
         o->conns = (size_t)n;
         return 0;
     }
     if (!strcmp(key, "timeout")) {
         char *end;
         double s = strtod(v, &end);
-        if (end == v || *end || !(s >= 0.001 && s <= 3600)) {
-            snprintf(err, errlen, "--timeout: '%.40s' is not seconds in [0.001, 3600]", v);
-            return -1;
-        }
+        if (end == v || *end || !(s >= 0.001 && s <= 3600))
+            return ts_fail(err, errlen, "--timeout: '%.40s' is not seconds in [0.001, 3600]", v);
         o->timeout_s = s;
         return 0;
     }
     if (!strcmp(key, "body") || !strcmp(key, "latency-from")) {
         bool body = key[0] == 'b';
         const char *a = body ? "binary" : "schedule", *b = body ? "json" : "send";
-        if (strcmp(v, a) != 0 && strcmp(v, b) != 0) {
-            snprintf(err, errlen, "--%s: '%.40s' is not %s or %s", key, v, a, b);
-            return -1;
-        }
+        if (strcmp(v, a) != 0 && strcmp(v, b) != 0)
+            return ts_fail(err, errlen, "--%s: '%.40s' is not %s or %s", key, v, a, b);
         if (body) o->binary = !strcmp(v, a);
         else o->from_send = !strcmp(v, b);
         return 0;
@@ -190,21 +182,17 @@ static int option(opts *o, const char *key, const char *v, char *err, size_t err
         size_t tl = eq ? (size_t)(eq - v) : 0, kl = eq ? strlen(eq + 1) : 0;
         bool ok = eq && tl > 0 && tl < TRACE_NAME_LEN && kl > 0 && kl < sizeof o->key[0];
         for (size_t i = 0; ok && i < kl; i++) ok = eq[1 + i] > ' ' && eq[1 + i] <= '~';
-        if (!ok || o->n_keys == LOAD_MAX_KEYS) {
-            snprintf(err, errlen, "--api-key: needs TENANT=KEY (a key of 1..127 visible characters, at most %d)",
-                     LOAD_MAX_KEYS);
-            return -1;
-        }
+        if (!ok || o->n_keys == LOAD_MAX_KEYS)
+            return ts_fail(err, errlen, "--api-key: needs TENANT=KEY (a key of 1..127 visible characters, at most %d)",
+                            LOAD_MAX_KEYS);
         memcpy(o->key_tenant[o->n_keys], v, tl);
         o->key_tenant[o->n_keys][tl] = '\0';
         snprintf(o->key[o->n_keys], sizeof o->key[0], "%s", eq + 1);
         o->n_keys++;
         return 0;
     }
-    if (!strcmp(key, "kill") || !strcmp(key, "revive")) {
-        snprintf(err, errlen, "--%s: tierbench load does not kill a live stack's backends (that is the sim's)", key);
-        return -1;
-    }
+    if (!strcmp(key, "kill") || !strcmp(key, "revive"))
+        return ts_fail(err, errlen, "--%s: tierbench load does not kill a live stack's backends (that is the sim's)", key);
     int r = trace_gen_option(&o->gen, key, v, err, errlen);
     if (r == 0 && strcmp(key, "seed") != 0) o->generate = true;
     if (r > 0) snprintf(err, errlen, "unknown option --%.60s (see tierbench load --help)", key);
@@ -222,14 +210,10 @@ static int parse(opts *o, int argc, char **argv, char *err, size_t errlen)
         if (rc) return rc;
         if (option(o, key, v, err, errlen) != 0) return -1;
     }
-    if (!o->url) {
-        snprintf(err, errlen, "--url http://HOST:PORT is required");
-        return -1;
-    }
-    if (o->trace_path && o->generate) {
-        snprintf(err, errlen, "--trace replays a file; the generator options (--rate, ...) make one: not both");
-        return -1;
-    }
+    if (!o->url)
+        return ts_fail(err, errlen, "--url http://HOST:PORT is required");
+    if (o->trace_path && o->generate)
+        return ts_fail(err, errlen, "--trace replays a file; the generator options (--rate, ...) make one: not both");
     return 0;
 }
 
@@ -453,16 +437,12 @@ static int resolve(run *r, const opts *o, char *err, size_t errlen)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
     int g = getaddrinfo(o->host, o->port, &hints, &ai);
-    if (g != 0) {
-        snprintf(err, errlen, "%s: %s", o->host, gai_strerror(g));
-        return -1;
-    }
+    if (g != 0)
+        return ts_fail(err, errlen, "%s: %s", o->host, gai_strerror(g));
     g = getnameinfo(ai->ai_addr, ai->ai_addrlen, r->addr, sizeof r->addr, NULL, 0, NI_NUMERICHOST);
     freeaddrinfo(ai);
-    if (g != 0) {
-        snprintf(err, errlen, "%s: %s", o->host, gai_strerror(g));
-        return -1;
-    }
+    if (g != 0)
+        return ts_fail(err, errlen, "%s: %s", o->host, gai_strerror(g));
     return 0;
 }
 
@@ -481,10 +461,8 @@ static int prepare_models(run *r, const opts *o, char *err, size_t errlen)
             return -1;
         }
         char msg[300];
-        if (lb_build(mm, rows, o->gen.seed + m, msg, sizeof msg) != 0) {
-            snprintf(err, errlen, "model %s: %s", r->t->models[m], msg);
-            return -1;
-        }
+        if (lb_build(mm, rows, o->gen.seed + m, msg, sizeof msg) != 0)
+            return ts_fail(err, errlen, "model %s: %s", r->t->models[m], msg);
     }
     return 0;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "calibrate.h"
+#include "err.h"
 #include "opts.h"
 #include "cost.h"
 #include "drill.h"
@@ -79,10 +80,8 @@ static int output_opt(cmd *c, const char *key, const char *value, char *err, siz
         else if (!strcmp(key, "events")) {
             char *end;
             long v = value ? strtol(value, &end, 10) : -1;
-            if (!value || *end || v < 0 || v > 1000000) {
-                snprintf(err, errlen, "--events: '%.40s' is not 0..1000000", value ? value : "");
-                return -1;
-            }
+            if (!value || *end || v < 0 || v > 1000000)
+                return ts_fail(err, errlen, "--events: '%.40s' is not 0..1000000", value ? value : "");
             c->max_events = (size_t)v;
             return 0;
         }
@@ -90,10 +89,8 @@ static int output_opt(cmd *c, const char *key, const char *value, char *err, siz
         slot = &c->out;
     }
     if (!slot) return 1;
-    if (!value || !*value) {
-        snprintf(err, errlen, "--%s: needs a file", key);
-        return -1;
-    }
+    if (!value || !*value)
+        return ts_fail(err, errlen, "--%s: needs a file", key);
     *slot = value;
     return 0;
 }
