@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "chat.h"
+#include "test_util.h"
 
 static char dir[64];
 
@@ -187,16 +188,6 @@ static void test_roles(void **state)
     assert_string_equal(chat_role_name(CHAT_ASSISTANT), "assistant");
 }
 
-static void write_file(const char *name, const char *text)
-{
-    char path[160];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
-    fclose(f);
-}
-
 static char *json_str(const char *s)
 {
     /* the templates above hold no quote needing more than \" \\ and \n */
@@ -228,7 +219,7 @@ static void test_load_config_forms(void **state)
              "\"bos_token\": {\"__type\": \"AddedToken\", \"content\": \"<|begin_of_text|>\"},"
              "\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"{{ tools | length }} tools\"},"
              "{\"name\": \"default\", \"template\": \"%s\"}]}", json_str(LLAMA3));
-    write_file("tokenizer_config.json", cfg);
+    test_write_text(dir, "tokenizer_config.json", cfg);
     chat_tmpl *t = chat_load(dir, &err);
     assert_non_null(t);
     assert_string_equal(chat_variant(t), "llama3-instruct");
@@ -246,38 +237,38 @@ static void test_load_config_forms(void **state)
     json_decref(o.tools);
     chat_tmpl_free(t);
     /* no template in the config: chat_template.jinja beside it */
-    write_file("tokenizer_config.json", "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}");
+    test_write_text(dir, "tokenizer_config.json", "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}");
     t = chat_load(dir, &err);
     assert_null(t);
     assert_non_null(strstr(err.msg, "has no chat_template and there is no"));
-    write_file("chat_template.jinja", LLAMA2);
+    test_write_text(dir, "chat_template.jinja", LLAMA2);
     char path[160];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     t = chat_load(path, &err);
     assert_non_null(t);
     assert_string_equal(chat_variant(t), "llama2-chat");
     chat_tmpl_free(t);
-    write_file("chat_template.jinja", "{{ messages }}");
+    test_write_text(dir, "chat_template.jinja", "{{ messages }}");
     t = chat_load(dir, &err);
     assert_non_null(t);
     assert_string_equal(chat_variant(t), "chat_template.jinja");
     chat_tmpl_free(t);
-    write_file("chat_template.jinja", "{% if messages %}");
+    test_write_text(dir, "chat_template.jinja", "{% if messages %}");
     assert_null(chat_load(dir, &err));
     assert_non_null(strstr(err.msg, "chat_template.jinja: chat template does not parse: line 1: "));
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     unlink(path);
-    write_file("tokenizer_config.json", "{\"chat_template\": [{\"name\": \"rag\", \"template\": \"x\"}]}");
+    test_write_text(dir, "tokenizer_config.json", "{\"chat_template\": [{\"name\": \"rag\", \"template\": \"x\"}]}");
     assert_null(chat_load(dir, &err));
     assert_non_null(strstr(err.msg, "chat_template is a list without a template named 'default'"));
-    write_file("tokenizer_config.json", "{\"chat_template\": 3}");
+    test_write_text(dir, "tokenizer_config.json", "{\"chat_template\": 3}");
     assert_null(chat_load(dir, &err));
     assert_non_null(strstr(err.msg, "chat_template is neither a string nor a list"));
     static char longpath[5000];
     memset(longpath, 'a', sizeof longpath - 1);
     assert_null(chat_load(longpath, &err));
     assert_non_null(strstr(err.msg, "...: path too long"));
-    write_file("tokenizer_config.json", "{\"chat_template\": ");
+    test_write_text(dir, "tokenizer_config.json", "{\"chat_template\": ");
     assert_null(chat_load(dir, &err));
     assert_non_null(strstr(err.msg, "not a JSON object"));
 }

@@ -15,6 +15,7 @@
 #include "llm_int.h"
 #include "llm_model.h"
 #include "llm_sample.h"
+#include "test_util.h"
 
 /* ---- signature ---- */
 
@@ -356,13 +357,9 @@ static void test_rng_fixed(void **state)
 
 static const char *write_tmp(const char *text)
 {
-    static char path[64];
-    snprintf(path, sizeof path, "/tmp/test_llmgen_%d.json", (int)getpid());
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    return path;
+    char name[64];
+    snprintf(name, sizeof name, "/tmp/test_llmgen_%d.json", (int)getpid());
+    return test_write_text(NULL, name, text);
 }
 
 static void test_gen_config(void **state)

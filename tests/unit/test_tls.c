@@ -12,20 +12,13 @@
 #include <cmocka.h>
 
 #include "tls.h"
+#include "test_util.h"
 
 static char g_dir[64];
 
 static void path_in(char *out, size_t len, const char *name)
 {
     snprintf(out, len, "%s/%s", g_dir, name);
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
 }
 
 static int setup(void **state)
@@ -63,7 +56,7 @@ static void test_garbage_cert_file_is_named(void **state)
     (void)state;
     char p[128], err[512] = "";
     path_in(p, sizeof p, "garbage.pem");
-    write_file(p, "this is not PEM\n");
+    test_write_text(NULL, p, "this is not PEM\n");
     tls_ctx *c = tls_server_new(p, p, NULL, NULL, err, sizeof err);
     assert_null(c);
     assert_non_null(strstr(err, p));

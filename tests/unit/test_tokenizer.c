@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "tokenizer.h"
+#include "test_util.h"
 
 static char dir[64];
 
@@ -49,21 +50,10 @@ static const char SPIECE[] =
     "\"\\u2581h\":8,\"\\u2581hi\":9,\"a\":10,\"aa\":11},"
     "\"merges\":[\"\\u2581 h\",\"\\u2581h i\",\"a a\"]}}";
 
-static const char *write_file(const char *name, const char *text, size_t n)
-{
-    static char path[128];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, n, f), n);
-    fclose(f);
-    return path;
-}
-
 static tokenizer *load_text(const char *json)
 {
     ts_err err;
-    tokenizer *t = tok_load(write_file("tokenizer.json", json, strlen(json)), &err);
+    tokenizer *t = tok_load(test_write_text(dir, "tokenizer.json", json), &err);
     if (!t)
         fail_msg("load: %s", err.msg);
     return t;
@@ -73,7 +63,7 @@ static tokenizer *load_text(const char *json)
 static const char *load_error(const char *json)
 {
     static ts_err err;
-    tokenizer *t = tok_load(write_file("tokenizer.json", json, strlen(json)), &err);
+    tokenizer *t = tok_load(test_write_text(dir, "tokenizer.json", json), &err);
     assert_null(t);
     return err.msg;
 }
@@ -383,9 +373,7 @@ static void test_load_errors(void **state)
     char sub[128];
     snprintf(sub, sizeof sub, "%s/big", dir);
     assert_int_equal(mkdir(sub, 0700), 0);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    fclose(f);
+    test_write_file(NULL, path, "", 0);
     assert_int_equal(truncate(path, (off_t)TOK_MAX_JSON_BYTES + 1), 0);
     assert_null(tok_load(sub, &err));
     assert_non_null(strstr(err.msg, "at most"));
@@ -400,8 +388,8 @@ static void test_folder_and_config(void **state)
     static const char cfg[] = "{\"bos_token\":{\"content\":\"<s>\"},\"eos_token\":\"<unk>\","
                               "\"model_max_length\":1000000000000000019884624838656,"
                               "\"clean_up_tokenization_spaces\":true}";
-    write_file("tokenizer.json", SPIECE, strlen(SPIECE));
-    write_file("tokenizer_config.json", cfg, strlen(cfg));
+    test_write_text(dir, "tokenizer.json", SPIECE);
+    test_write_text(dir, "tokenizer_config.json", cfg);
     tokenizer *t = tok_load(dir, &err);
     if (!t)
         fail_msg("load: %s", err.msg);
