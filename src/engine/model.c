@@ -183,10 +183,8 @@ int model_repo_scan(const char *path, const repo_options *opt, model_repo **out,
         }
     }
     closedir(d);
-    if (rc == 0 && r->n == 0) {
-        snprintf(err, errlen, "model repository %s has no models (<model>/<version>/model.onnx)", path);
-        rc = -1;
-    }
+    if (rc == 0 && r->n == 0)
+        rc = ts_fail(err, errlen, "model repository %s has no models (<model>/<version>/model.onnx)", path);
     if (rc) {
         model_repo_destroy(r);
         return -1;

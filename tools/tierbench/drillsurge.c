@@ -142,8 +142,7 @@ static int metrics_fetch(ds *d, ds_metrics *m, char *err, size_t errlen)
         return ts_fail(err, errlen, "the router's /metrics: %s", e);
     int rc = 0;
     if (rep.status != 200) {
-        snprintf(err, errlen, "the router's /metrics answered %d", rep.status);
-        rc = -1;
+        rc = ts_fail(err, errlen, "the router's /metrics answered %d", rep.status);
     } else {
         metrics_parse(rep.body, rep.len, m);
     }
