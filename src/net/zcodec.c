@@ -161,36 +161,29 @@ int zcodec_compress(buf *b, zc_kind k)
     return 0;
 }
 
-int zcodec_request_encoding(const char *v, zc_kind *k, char *msg, size_t msglen)
+bool zcodec_request_encoding(const char *v, zc_kind *k, ts_err *err)
 {
     *k = zcodec_parse_encoding(v);
-    if (*k != ZC_UNSUPPORTED) return 0;
-    snprintf(msg, msglen, "Content-Encoding \"%.40s\" is not supported (gzip, deflate, identity)", v);
-    return 415;
+    if (*k != ZC_UNSUPPORTED) return true;
+    ts_err_set(err, TS_UNSUPPORTED_MEDIA_TYPE, "Content-Encoding \"%.40s\" is not supported (gzip, deflate, identity)", v);
+    return false;
 }
 
-int zcodec_request_inflate(zc_kind k, const uint8_t *in, size_t len, size_t limit, uint8_t **out, size_t *outlen,
-                           char *msg, size_t msglen)
+bool zcodec_request_inflate(zc_kind k, const uint8_t *in, size_t len, size_t limit, uint8_t **out, size_t *outlen,
+                            ts_err *err)
 {
-    return zcodec_request_inflate_ex(k, in, len, limit, NULL, NULL, out, outlen, msg, msglen);
+    return zcodec_request_inflate_ex(k, in, len, limit, NULL, NULL, out, outlen, err);
 }
 
-int zcodec_request_inflate_ex(zc_kind k, const uint8_t *in, size_t len, size_t limit,
-                              zc_reserve_fn reserve, void *ctx, uint8_t **out, size_t *outlen,
-                              char *msg, size_t msglen)
+bool zcodec_request_inflate_ex(zc_kind k, const uint8_t *in, size_t len, size_t limit,
+                               zc_reserve_fn reserve, void *ctx, uint8_t **out, size_t *outlen, ts_err *err)
 {
     int zr = zcodec_inflate_ex(in, len, limit, reserve, ctx, out, outlen);
-    if (zr == -3) {
-        snprintf(msg, msglen, "%s body: no memory budget left to inflate it", zcodec_name(k));
-        return 503;
-    }
-    if (zr == -2) {
-        snprintf(msg, msglen, "%s body inflates beyond the %zu-byte limit", zcodec_name(k), limit);
-        return 413;
-    }
-    if (zr) {
-        snprintf(msg, msglen, "%s body is corrupt or truncated", zcodec_name(k));
-        return 400;
-    }
-    return 0;
+    if (zr == -3)
+        ts_err_set(err, TS_UNAVAILABLE, "%s body: no memory budget left to inflate it", zcodec_name(k));
+    else if (zr == -2)
+        ts_err_set(err, TS_PAYLOAD_TOO_LARGE, "%s body inflates beyond the %zu-byte limit", zcodec_name(k), limit);
+    else if (zr)
+        ts_err_set(err, TS_BAD_REQUEST, "%s body is corrupt or truncated", zcodec_name(k));
+    return zr == 0;
 }

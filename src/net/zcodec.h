@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "err.h"
 
 typedef enum { ZC_NONE = 0, ZC_GZIP, ZC_DEFLATE, ZC_UNSUPPORTED } zc_kind;
 
@@ -20,16 +21,15 @@ const char *zcodec_name(zc_kind k);
  * failure, at the end): false refuses, and the inflate stops. */
 typedef bool (*zc_reserve_fn)(void *ctx, size_t total);
 /* Request side, shared by the worker and the router so both answer alike. The
- * Content-Encoding value: 0 with *k set, or 415 with msg naming the value. */
-int zcodec_request_encoding(const char *v, zc_kind *k, char *msg, size_t msglen);
-/* A request body in encoding k inflated (bounded by limit) into a malloc'd *out: 0, or the
- * status to answer (413 past the limit, 400 corrupt) with msg. */
-int zcodec_request_inflate(zc_kind k, const uint8_t *in, size_t len, size_t limit, uint8_t **out, size_t *outlen,
-                           char *msg, size_t msglen);
+ * Content-Encoding value into *k; false with err (415) naming the value. */
+bool zcodec_request_encoding(const char *v, zc_kind *k, ts_err *err);
+/* A request body in encoding k inflated (bounded by limit) into a malloc'd *out; false with
+ * err: 413 past the limit, 400 corrupt. */
+bool zcodec_request_inflate(zc_kind k, const uint8_t *in, size_t len, size_t limit, uint8_t **out, size_t *outlen,
+                            ts_err *err);
 /* The same, held against a budget through reserve: 503 when it refuses. */
-int zcodec_request_inflate_ex(zc_kind k, const uint8_t *in, size_t len, size_t limit,
-                              zc_reserve_fn reserve, void *ctx, uint8_t **out, size_t *outlen,
-                              char *msg, size_t msglen);
+bool zcodec_request_inflate_ex(zc_kind k, const uint8_t *in, size_t len, size_t limit,
+                               zc_reserve_fn reserve, void *ctx, uint8_t **out, size_t *outlen, ts_err *err);
 /* Compresses b in place. Returns 0, or -1 (b unchanged). */
 int zcodec_compress(buf *b, zc_kind k);
 

@@ -378,17 +378,18 @@ static void copy_header(const h1req *req, const char *name, char *out, size_t le
 static int check_infer_body(const proxy_req *pr, char *msg, size_t len)
 {
     zc_kind enc;
-    int code = zcodec_request_encoding(pr->cenc[0] ? pr->cenc : NULL, &enc, msg, len);
-    if (code) return code;
+    ts_err err = {0};
     const uint8_t *body = pr->body;
     size_t n = pr->body_len;
     uint8_t *plain = NULL;
-    if (enc != ZC_NONE) {
-        code = zcodec_request_inflate(enc, pr->body, pr->body_len, pr->r->cfg->max_body_bytes, &plain, &n, msg, len);
-        if (code) return code;
-        body = plain;
+    if (!zcodec_request_encoding(pr->cenc[0] ? pr->cenc : NULL, &enc, &err) ||
+        (enc != ZC_NONE &&
+         !zcodec_request_inflate(enc, pr->body, pr->body_len, pr->r->cfg->max_body_bytes, &plain, &n, &err))) {
+        snprintf(msg, len, "%s", err.msg);
+        return err.http;
     }
-    ts_err err = {0};
+    if (enc != ZC_NONE) body = plain;
+    int code = 0;
     int64_t jlen;
     if (infer_header_len(pr->ihcl[0] ? pr->ihcl : NULL, &jlen, &err) && jlen == -1) jlen = (int64_t)n;
     if (jlen >= 0 && (uint64_t)jlen > n)

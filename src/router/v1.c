@@ -134,16 +134,19 @@ int rt_v1_parse(proxy_req *pr, char *msg, size_t len, const char **param)
 {
     *param = NULL;
     zc_kind enc;
-    int code = zcodec_request_encoding(pr->cenc[0] ? pr->cenc : NULL, &enc, msg, len);
-    if (code) return code;
+    ts_err zerr;
+    uint8_t *plain = NULL;
+    size_t plain_len = 0;
+    if (!zcodec_request_encoding(pr->cenc[0] ? pr->cenc : NULL, &enc, &zerr) ||
+        (enc != ZC_NONE &&
+         !zcodec_request_inflate(enc, pr->body, pr->body_len, pr->r->cfg->max_body_bytes, &plain, &plain_len, &zerr))) {
+        snprintf(msg, len, "%s", zerr.msg);
+        return zerr.http;
+    }
     if (enc != ZC_NONE) { /* read and forwarded plain: the model may have to be rewritten */
-        uint8_t *plain = NULL;
-        size_t n = 0;
-        code = zcodec_request_inflate(enc, pr->body, pr->body_len, pr->r->cfg->max_body_bytes, &plain, &n, msg, len);
-        if (code) return code;
         free(pr->body);
         pr->body = plain;
-        pr->body_len = n;
+        pr->body_len = plain_len;
         pr->cenc[0] = '\0';
     }
     if (pr->body_len == 0) return fail(msg, len, param, NULL, "empty request body: expected a JSON object");
@@ -188,7 +191,7 @@ int rt_v1_parse(proxy_req *pr, char *msg, size_t len, const char **param)
     json_t *jm = json_loadb(s + model.start, model.end - model.start, JSON_DECODE_ANY, NULL);
     const char *m = json_string_value(jm);
     size_t mlen = m ? json_string_length(jm) : 0;
-    code = 0;
+    int code = 0;
     if (!m) code = fail(msg, len, param, "model", "model must be a string without \\u0000");
     else if (mlen == 0) code = fail(msg, len, param, "model", "model must not be empty");
     else if (mlen > RT_V1_MODEL_MAX) {

@@ -504,15 +504,14 @@ static int decode_job(server *srv, job *j)
         body_hold h = {b, 0};
         uint8_t *plain = NULL;
         size_t plen = 0;
-        int code = zcodec_request_inflate_ex(j->body_enc, body, len, (size_t)srv->set->max_body_bytes,
-                                             hold_resize, &h, &plain, &plen, err->msg, sizeof err->msg);
+        bool ok = zcodec_request_inflate_ex(j->body_enc, body, len, (size_t)srv->set->max_body_bytes,
+                                            hold_resize, &h, &plain, &plen, err);
         free(body);
         budget_give(b, j->raw_len);
         j->held -= j->raw_len;
         j->held += h.held;
-        if (code == 503) budget_refusal(srv, err);
-        else if (code) err->http = code;
-        if (code) return -1;
+        if (!ok && err->http == TS_UNAVAILABLE) budget_refusal(srv, err);
+        if (!ok) return -1;
         body = plain;
         len = plen;
     }
@@ -682,10 +681,10 @@ void server_handle_infer(server *srv, h1req *req, const char *name, const char *
     ts_model *m = admit(srv, req, name, version);
     if (!m) return;
     zc_kind body_enc;
-    char enc_msg[128];
-    if (zcodec_request_encoding(h1req_header(req, "Content-Encoding"), &body_enc, enc_msg, sizeof enc_msg)) {
+    ts_err enc_err;
+    if (!zcodec_request_encoding(h1req_header(req, "Content-Encoding"), &body_enc, &enc_err)) {
         atomic_fetch_add(&model_stats_of(m)->outcomes[OUT_CLIENT_ERROR], 1);
-        h1req_reply_error(req, TS_UNSUPPORTED_MEDIA_TYPE, enc_msg);
+        h1req_reply_error(req, enc_err.http, enc_err.msg);
         return;
     }
     job *j = calloc(1, sizeof *j);
