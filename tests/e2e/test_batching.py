@@ -15,18 +15,13 @@ import numpy as np
 import pytest
 
 from conftest import start_worker
+from helpers import metric
 import tritonlike
 
 DTYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
           "FP16", "FP32", "FP64", "BYTES", "BF16"]
 BATCH_CFG = ("max_batch_size: 16\n"
              "dynamic_batching:\n  max_queue_delay_microseconds: 50000\n")
-
-
-def metric(text, name, labels):
-    pat = re.escape(name) + r"\{" + re.escape(labels) + r"\} (\S+)"
-    m = re.search(pat, text)
-    return float(m.group(1)) if m else None
 
 
 def values(dt, rows, cols, seed):

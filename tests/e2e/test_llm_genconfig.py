@@ -18,7 +18,8 @@ import pytest
 
 from conftest import start_worker
 from llm_fixture import MODELS, write_tiny_llm
-from test_llm_api import PROMPT, PROMPT_IDS, node_decode, post, post_json, sse_events
+from helpers import post, post_json, sse_events
+from test_llm_api import PROMPT, PROMPT_IDS, node_decode
 
 N = 16
 EOS_AT = 5  # the eos token is the 5th generated one

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import start_worker
+from helpers import metric
 from llm_fixture import write_tiny_llm
 from rawhttp import read_to_close
 
@@ -115,14 +116,6 @@ def test_every_refusal_unchanged(worker):
                                                     "temperature": 0})
     assert code == 200, data
     assert json.loads(data)["usage"]["completion_tokens"] == 4
-
-
-def metric(w, name, labels):
-    _, _, body = w.http("GET", "/metrics")
-    for line in body.decode().splitlines():
-        if line.startswith(name + "{") and all(l in line for l in labels):
-            return float(line.rsplit(" ", 1)[1])
-    return None
 
 
 def raw_post(w, path, body):

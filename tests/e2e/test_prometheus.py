@@ -19,7 +19,6 @@ import http.client
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -28,6 +27,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, start_worker, track
+from helpers import free_port
 from llm_fixture import write_tiny_llm
 from test_router import DEMO, Router
 
@@ -498,12 +498,6 @@ def test_promtool_check_metrics_on_live_metrics(stack, who):
     code, out = run_promtool("check", "metrics", stdin=metrics_text(port))
     assert proc.poll() is None
     assert code == 0, f"promtool check metrics on {who}'s /metrics:\n{out}"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Prometheus:

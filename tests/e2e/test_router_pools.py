@@ -16,26 +16,9 @@ import urllib.request
 import pytest
 
 from conftest import SANITIZED, start_worker
+from helpers import metric, wait_until
 from fakehttp import FakeHTTP, echo_id
 from test_router import DEMO, Router, _post, pools_config, worker_requests
-
-
-def metric(r, name, **labels):
-    with urllib.request.urlopen(f"http://{r.url}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    lbl = r"\{%s\}" % re.escape(sel) if sel else ""
-    m = re.search(r"^%s%s ([0-9.e+-]+)$" % (re.escape(name), lbl), text, re.M)
-    return float(m.group(1)) if m else None
-
-
-def wait_for(pred, timeout=10, what=""):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def pool_status(r, name):
@@ -87,8 +70,8 @@ def test_concurrent_traffic_uses_both_gpu_pools(four_pools):
 def test_losing_one_gpu_pool_keeps_urgent_on_the_other(four_pools):
     r, ws = four_pools
     ws["gpu-a"].proc.kill()
-    wait_for(lambda: pool_status(r, "gpu-a")["healthy"] == 0, what="gpu-a ejected")
-    wait_for(lambda: pool_status(r, "gpu-a")["policy"]["hard_failover"], what="gpu-a hard failover")
+    wait_until(lambda: pool_status(r, "gpu-a")["healthy"] == 0, 10, what="gpu-a ejected")
+    wait_until(lambda: pool_status(r, "gpu-a")["policy"]["hard_failover"], 10, what="gpu-a hard failover")
     for _ in range(10):
         code, headers, _ = _post(r, "demo", {"X-Priority": "urgent"})
         assert code == 200 and headers["X-Tierrouter-Pool"] == "gpu-b"  # still a GPU
@@ -100,7 +83,7 @@ def test_losing_one_gpu_pool_keeps_urgent_on_the_other(four_pools):
     assert metric(r, "tierrouter_policy_events_total", pool="gpu-a", event="hard_failover") >= 1
     # and with no GPU pool left, urgent traffic fails over to the CPU pools
     ws["gpu-b"].proc.kill()
-    wait_for(lambda: pool_status(r, "gpu-b")["healthy"] == 0, what="gpu-b ejected")
+    wait_until(lambda: pool_status(r, "gpu-b")["healthy"] == 0, 10, what="gpu-b ejected")
     for _ in range(10):
         code, headers, _ = _post(r, "demo", {"X-Priority": "urgent"})
         assert code == 200 and headers["X-Tierrouter-Pool"] in ("cpu", "vault")
@@ -129,7 +112,7 @@ def test_pools_serve_only_their_models(tmp_path):
         assert all(e["state"] == "READY" and e["version"] == "1" for e in index.values()), index
         assert "model_repository" in c.get_server_metadata()["extensions"]
         a.proc.kill()  # the only pool serving "demo" is gone: 503, never the other pool
-        wait_for(lambda: pool_status(r, "gpu")["healthy"] == 0, what="gpu ejected")
+        wait_until(lambda: pool_status(r, "gpu")["healthy"] == 0, 10, what="gpu ejected")
         index = {e["name"]: e for e in c.get_model_repository_index()}
         assert index["demo"]["state"] == "UNAVAILABLE" and index["demo-cheap"]["state"] == "READY"
         n0 = worker_requests(b)

@@ -16,7 +16,7 @@ import pytest
 from fakehttp import FakeHTTP, echo_id
 from rawhttp import dechunk, read_to_close
 from test_router import Router, pools_config
-from test_router_v1 import metric
+from helpers import metric
 
 USD_PER_HOUR = 3600.0  # a dollar per compute second
 
