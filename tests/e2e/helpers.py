@@ -72,6 +72,13 @@ def get(target, path, headers=None, timeout=10):
     return request(target, "GET", path, headers=headers, timeout=timeout)
 
 
+def get_json(target, path, headers=None, timeout=10):
+    """One GET that must answer 200: the body, decoded as JSON."""
+    r = get(target, path, headers, timeout)
+    assert r.status == 200, (path, r.status, r.body)
+    return r.json()
+
+
 def post(target, path, body, headers=None, timeout=60):
     """One POST of a JSON body (an object is encoded; bytes are sent as they are) with
     Content-Type: application/json unless headers name another; a Reply with the raw body."""

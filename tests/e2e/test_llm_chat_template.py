@@ -7,12 +7,12 @@ and serves /v1/completions; only chat is refused, with an OpenAI-style 400 (code
 /v1/completions. The worker starts with its defaults (--exit-on-error on). /v2/status shows
 `chat_template: null` and a `chat_template_note` with the reason for it, a warning names it,
 and /v1/models lists it. urllib / http.client, no retries."""
-import http.client
 import json
 
 import pytest
 
 from conftest import start_worker
+from helpers import post_json
 from llm_fixture import write_tiny_llm
 
 UNKNOWN = "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
@@ -51,12 +51,9 @@ def worker(tmp_path_factory):
 
 
 def post(w, path, body):
-    c = http.client.HTTPConnection(w.host, w.port, timeout=60)
-    c.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, json.loads(data)
+    """One JSON POST: (status, the reply's JSON)."""
+    code, _, out = post_json(w, path, body)
+    return code, out
 
 
 def llm_status(w, name):

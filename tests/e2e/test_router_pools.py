@@ -18,7 +18,7 @@ import pytest
 from conftest import SANITIZED, start_worker
 from helpers import metric, wait_until
 from fakehttp import FakeHTTP, echo_id
-from test_router import DEMO, Router, _post, pools_config, worker_requests
+from test_router import DEMO, Router, pools_config, post_once, worker_requests
 
 
 def pool_status(r, name):
@@ -45,7 +45,7 @@ def test_sensitive_goes_only_to_the_pool_marked_for_it(four_pools):
     before = {n: worker_requests(w) for n, w in ws.items()}
     for prio in ("urgent", "normal", "batch"):
         for _ in range(5):
-            code, headers, _ = _post(r, "demo", {"X-Data-Class": "sensitive", "X-Priority": prio})
+            code, headers, _ = post_once(r, "demo", {"X-Data-Class": "sensitive", "X-Priority": prio})
             assert code == 200 and headers["X-Tierrouter-Pool"] == "vault"
     after = {n: worker_requests(w) for n, w in ws.items()}
     # counted where the work ran: only the vault's worker saw them
@@ -62,7 +62,7 @@ def test_repository_index_lists_what_pools_without_a_model_list_serve(four_pools
 def test_concurrent_traffic_uses_both_gpu_pools(four_pools):
     r, ws = four_pools
     with cf.ThreadPoolExecutor(8) as ex:
-        pools = list(ex.map(lambda _: _post(r, "demo")[1]["X-Tierrouter-Pool"], range(240)))
+        pools = list(ex.map(lambda _: post_once(r, "demo")[1]["X-Tierrouter-Pool"], range(240)))
     assert pools.count("gpu-a") > 0 and pools.count("gpu-b") > 0, pools
     assert pools.count("cpu") + pools.count("vault") == 0  # no pressure: GPU-first
 
@@ -73,7 +73,7 @@ def test_losing_one_gpu_pool_keeps_urgent_on_the_other(four_pools):
     wait_until(lambda: pool_status(r, "gpu-a")["healthy"] == 0, 10, what="gpu-a ejected")
     wait_until(lambda: pool_status(r, "gpu-a")["policy"]["hard_failover"], 10, what="gpu-a hard failover")
     for _ in range(10):
-        code, headers, _ = _post(r, "demo", {"X-Priority": "urgent"})
+        code, headers, _ = post_once(r, "demo", {"X-Priority": "urgent"})
         assert code == 200 and headers["X-Tierrouter-Pool"] == "gpu-b"  # still a GPU
     st = r.status()
     assert st["lead_gpu_pool"] == "gpu-a" and st["hard_failover"] is True
@@ -85,7 +85,7 @@ def test_losing_one_gpu_pool_keeps_urgent_on_the_other(four_pools):
     ws["gpu-b"].proc.kill()
     wait_until(lambda: pool_status(r, "gpu-b")["healthy"] == 0, 10, what="gpu-b ejected")
     for _ in range(10):
-        code, headers, _ = _post(r, "demo", {"X-Priority": "urgent"})
+        code, headers, _ = post_once(r, "demo", {"X-Priority": "urgent"})
         assert code == 200 and headers["X-Tierrouter-Pool"] in ("cpu", "vault")
 
 
@@ -101,7 +101,7 @@ def test_pools_serve_only_their_models(tmp_path):
         for model, pool, w in (("demo", "gpu", a), ("demo-cheap", "cpu", b)):
             n0 = worker_requests(w)
             for _ in range(5):
-                code, headers, _ = _post(r, model)
+                code, headers, _ = post_once(r, model)
                 assert code == 200 and headers["X-Tierrouter-Pool"] == pool
             assert worker_requests(w) - n0 == 5
         # the repository index a Triton client reads lists the logical names
@@ -116,10 +116,10 @@ def test_pools_serve_only_their_models(tmp_path):
         index = {e["name"]: e for e in c.get_model_repository_index()}
         assert index["demo"]["state"] == "UNAVAILABLE" and index["demo-cheap"]["state"] == "READY"
         n0 = worker_requests(b)
-        code, _, body = _post(r, "demo")
+        code, _, body = post_once(r, "demo")
         assert code == 503 and b"demo" in body
         assert worker_requests(b) == n0
-        assert _post(r, "nothing-serves-this")[0] == 404
+        assert post_once(r, "nothing-serves-this")[0] == 404
     finally:
         assert r.stop() == 0
         a.stop()
@@ -222,7 +222,7 @@ def test_backend_client_errors_pass_through_with_their_message(four_pools):
     r, ws = four_pools
     body = json.dumps({"inputs": [{"name": "no_such_input", "datatype": "FP32", "shape": [1, 4],
                                    "data": [1, 2, 3, 4]}]}).encode()
-    code, headers, text = _post(r, "demo", body=body)
+    code, headers, text = post_once(r, "demo", body=body)
     assert code == 400 and b"no_such_input" in text  # the worker's own words
     assert headers.get("X-Tierrouter-Pool") in ("gpu-a", "gpu-b")
     assert metric(r, "tierrouter_requests_total", pool=headers["X-Tierrouter-Pool"], priority="normal",
@@ -238,7 +238,7 @@ def test_hop_by_hop_headers_stop_at_the_router(tmp_path):
     r = Router(pools_config([("cpu", "cpu", False, [be.port], None)]), tmp_path)
     try:
         r.wait_healthy(1)
-        code, headers, body = _post(r, "blob")
+        code, headers, body = post_once(r, "blob")
         assert code == 200 and len(body) == 5
         names = {k.lower() for k in headers}
         assert "x-kept" in names and "x-hop-secret" not in names
@@ -354,7 +354,7 @@ def test_a_failed_sensitive_try_is_retried_only_where_sensitive_data_may_go(tmp_
         before = {n: worker_requests(w) for n, w in ws.items()}
         retries0 = r.status()["retries"]
         hdr = {"X-Data-Class": "sensitive"}
-        got = [_post(r, "demo", hdr) for _ in range(4)]
+        got = [post_once(r, "demo", hdr) for _ in range(4)]
         assert bad.hits >= 1  # the first try did go to the failing sensitive backend
         assert r.status()["retries"] > retries0 or layout == "alone"
         after = {n: worker_requests(w) for n, w in ws.items()}
