@@ -139,8 +139,9 @@ def _labels(text):
 
 def wait_until(pred, timeout=20, what=None, interval=0.05):
     """Calls pred until it returns something true, or timeout seconds pass; returns that value.
-    On timeout: with `what`, raises AssertionError naming it; without, returns pred()'s value
-    from one last call, for the caller to assert on."""
+    On timeout: with `what` (a text, or a function that gives one, to show the state then),
+    raises AssertionError naming it; without, returns pred()'s value from one last call, for
+    the caller to assert on."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         v = pred()
@@ -148,7 +149,7 @@ def wait_until(pred, timeout=20, what=None, interval=0.05):
             return v
         time.sleep(interval)
     if what is not None:
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        raise AssertionError(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
     return pred()
 
 
@@ -184,6 +185,24 @@ def sse_events(data):
     events = sse_data(data)
     assert events[-1] == "[DONE]" and "[DONE]" not in events[:-1]
     return [json.loads(e) for e in events[:-1]]
+
+
+def sse_next(resp):
+    """The next event of a streaming OpenAI reply read as it comes (an http.client response:
+    it undoes the chunking), as JSON; None at `data: [DONE]`. Blank lines between events are
+    skipped; the stream ending first, a line that is not `data: ` or an error event fails."""
+    while True:
+        line = resp.readline()
+        assert line, "the stream ended without [DONE]"
+        line = line.decode().rstrip("\n")
+        if not line:
+            continue
+        assert line.startswith("data: "), line
+        if line == "data: [DONE]":
+            return None
+        ev = json.loads(line[len("data: "):])
+        assert "error" not in ev, ev
+        return ev
 
 
 def rss_kb(pid, peak=False):
@@ -224,6 +243,19 @@ class Router:
     def text(self):
         """The router's log so far."""
         return self.log.read_text(errors="replace")
+
+    def log_lines(self, strict=False):
+        """The log's JSON lines, parsed. strict: the log must be UTF-8 and every line JSON;
+        otherwise what does not parse (a sanitizer report) is skipped."""
+        if strict:
+            return [json.loads(l) for l in self.log.read_text(encoding="utf-8").splitlines() if l]
+        out = []
+        for line in self.text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+        return out
 
     def wait_log(self, needle, timeout=10, after=0):
         """Whether needle shows up in the log (past offset `after`) within timeout seconds."""

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from conftest import SANITIZED, start_worker
+from helpers import wait_until
 from rawhttp import read_to_close
 from test_router import DEMO, Router, pools_config
 from test_router_hostile import BODY, Recorder, Reply, raw
@@ -211,14 +212,9 @@ def keyed_config(backend, extra=""):
 
 
 def wait_routable(r, backend):
-    deadline = time.time() + 15
-    while time.time() < deadline:
-        rep = continue_then_send(r.port, head("POST", INFER, [("X-Api-Key", KEY)], length=len(BODY), expect=True),
-                                 BODY)
-        if rep.status == 200:
-            return
-        time.sleep(0.1)
-    raise AssertionError("the router never routed a request to its backend")
+    wait_until(lambda: continue_then_send(r.port, head("POST", INFER, [("X-Api-Key", KEY)], length=len(BODY),
+                                                       expect=True), BODY).status == 200,
+               15, "the router to route a request to its backend", interval=0.1)
 
 
 @pytest.mark.parametrize("cred", [None, ("X-Api-Key", "not-a-key-0001"), ("Authorization", "Bearer not-a-key-0001")])

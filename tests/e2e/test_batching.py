@@ -9,13 +9,12 @@ import json
 import re
 import shutil
 import threading
-import time
 
 import numpy as np
 import pytest
 
 from conftest import start_worker
-from helpers import metric
+from helpers import metric, wait_until
 import tritonlike
 
 DTYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
@@ -185,12 +184,8 @@ def slow_successes(worker):
 
 def wait_arrivals(worker, n, timeout=20):
     """Waits until the worker has taken in n `slow` requests (slow_arrivals)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if slow_arrivals(worker) >= n:
-            return
-        time.sleep(0.002)
-    raise AssertionError(f"the worker took in {slow_arrivals(worker)} slow requests, not {n}")
+    wait_until(lambda: slow_arrivals(worker) >= n, timeout, lambda: f"{n} slow arrivals, not {slow_arrivals(worker)}",
+               interval=0.002)
 
 
 def test_priority_and_queue_timeout_and_bounds(worker):

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from conftest import BIN, sanitizer_env, start_worker
+from helpers import sse_next
 from llm_fixture import write_tiny_llm
 from test_llm_api import MODELS, N, PROMPT, node_decode, PROMPT_IDS
 
@@ -73,17 +74,10 @@ class Stream:
         """Reads `events` more text events (None: to the end)."""
         want = None if events is None else self.events + events
         while not self.done and (want is None or self.events < want):
-            line = self.r.readline()
-            assert line, "the stream ended without [DONE]"
-            line = line.decode().rstrip("\n")
-            if not line:
-                continue
-            assert line.startswith("data: "), line
-            if line == "data: [DONE]":
+            ev = sse_next(self.r)
+            if ev is None:
                 self.done = True
                 break
-            ev = json.loads(line[len("data: "):])
-            assert "error" not in ev, ev
             self.text += ev["choices"][0]["text"]
             self.events += 1
         return self

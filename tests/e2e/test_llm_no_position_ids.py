@@ -16,6 +16,7 @@ import threading
 import pytest
 
 from conftest import start_worker
+from helpers import sse_next
 from llm_fixture import MODELS
 
 PROMPTS = ["Hello world", "Once upon a time, in a land far away, there lived a", "1 2 3"]
@@ -61,17 +62,10 @@ def read_events(r, k=None):
     """Text of the next k events of a stream (None: to [DONE])."""
     text, n = "", 0
     while k is None or n < k:
-        line = r.readline()
-        assert line, "the stream ended without [DONE]"
-        line = line.decode().rstrip("\n")
-        if not line:
-            continue
-        assert line.startswith("data: "), line
-        if line == "data: [DONE]":
+        ev = sse_next(r)
+        if ev is None:
             assert k is None, "the stream ended early"
             break
-        ev = json.loads(line[len("data: "):])
-        assert "error" not in ev, ev
         text += ev["choices"][0]["text"]
         n += 1
     return text

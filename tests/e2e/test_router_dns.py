@@ -5,7 +5,6 @@ resolve, the router warns on the first failure and then at most once a minute (e
 saying how many were suppressed); when it resolves again it says so at info, and the next
 failure warns at once.
 """
-import json
 
 from test_router import Router, TinyDNS
 from helpers import wait_until
@@ -26,18 +25,8 @@ class CountingAddrs(dict):
         return super().get(key, default)
 
 
-def router_log(r):
-    out = []
-    for line in r.log.read_text(errors="replace").splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass
-    return out
-
-
 def failures_logged(r):
-    return [l for l in router_log(r) if l["msg"].startswith(f"resolving {NAME} failed")]
+    return [l for l in r.log_lines() if l["msg"].startswith(f"resolving {NAME} failed")]
 
 
 def test_failing_dns_name_warns_once_then_recovers(tmp_path):
@@ -62,8 +51,8 @@ pools:
         assert "suppressed" not in warns[0]["msg"]
 
         dns.addrs[NAME] = ["127.0.0.2"]
-        assert wait_until(lambda: any("works again" in l["msg"] for l in router_log(r)), 15)
-        again = [l for l in router_log(r) if "works again" in l["msg"]][0]
+        assert wait_until(lambda: any("works again" in l["msg"] for l in r.log_lines()), 15)
+        again = [l for l in r.log_lines() if "works again" in l["msg"]][0]
         assert again["level"] == "info" and again["dns_name"] == NAME
         assert f"resolving {NAME} works again after " in again["msg"]
 

@@ -12,6 +12,7 @@ import threading
 import time
 
 from conftest import SANITIZER_MARKERS, sanitizer_env
+from helpers import wait_until
 from test_router import ROUTER_BIN, Router, slow_request, slow_workers
 
 ROWS = 2048  # one `slow` request: about half a second on this machine, longer when it is loaded
@@ -44,12 +45,8 @@ def _active(r):
 
 
 def _wait_active(r, n, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if _active(r) >= n:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"the router never had {n} requests in flight: {r.status()}")
+    wait_until(lambda: _active(r) >= n, timeout, lambda: f"{n} requests in flight at the router: {r.status()}",
+               interval=0.02)
 
 
 def _closed_by_peer(sock, timeout=10):

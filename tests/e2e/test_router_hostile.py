@@ -20,6 +20,7 @@ import time
 import pytest
 
 from conftest import sanitizer_env
+from helpers import wait_until
 from fakehttp import FakeHTTP, echo_id
 from test_router import ROUTER_BIN, Router, pools_config
 
@@ -102,14 +103,12 @@ def infer(r, headers=(), src="127.0.0.1"):
 
 
 def wait_healthy(r, n, headers=()):
-    deadline = time.time() + 15
-    while time.time() < deadline:
+    """Waits until /admin/status, read over raw HTTP with those headers, counts n healthy backends."""
+    def healthy():
         rep = raw(r.port, "GET", "/admin/status", headers)
         assert rep.status == 200, rep.body
-        if sum(p["healthy"] for p in rep.json()["pools"]) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"router never saw {n} healthy backends")
+        return sum(p["healthy"] for p in rep.json()["pools"]) >= n
+    wait_until(healthy, 15, f"the router to see {n} healthy backends")
 
 
 @pytest.fixture()

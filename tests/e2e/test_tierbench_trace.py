@@ -29,11 +29,6 @@ def infer_body(rows):
                                    "data": x.ravel().tolist()}]}).encode()
 
 
-def log_lines(router):
-    """Every line of the router's log, each parsed as JSON: one that does not parse fails."""
-    return [json.loads(l) for l in router.log.read_text(encoding="utf-8").splitlines() if l]
-
-
 def trace_rows(text):
     rows = [l.split(",") for l in text.splitlines() if l and not l.startswith(("#", "t_s,"))]
     return [(float(t), p, ten, dc, m, int(s)) for t, p, ten, dc, m, s in rows]
@@ -86,7 +81,7 @@ def test_live_traffic_becomes_the_same_trace_and_replays(stack):
     # the access lines themselves: one per request, the fields the docs promise
     deadline = time.time() + 5
     while time.time() < deadline:
-        access = [l for l in log_lines(r) if l.get("msg") == "access" and l["request_id"].startswith("seq-")]
+        access = [l for l in r.log_lines(strict=True) if l.get("msg") == "access" and l["request_id"].startswith("seq-")]
         if len(access) == len(SEQUENCE):
             break
         time.sleep(0.05)
@@ -137,7 +132,7 @@ def test_access_line_survives_hostile_names(stack):
     deadline = time.time() + 5
     mine = []
     while time.time() < deadline and not mine:
-        mine = [l for l in log_lines(r) if l.get("msg") == "access" and l["request_id"] == 'h"}{\\x']
+        mine = [l for l in r.log_lines(strict=True) if l.get("msg") == "access" and l["request_id"] == 'h"}{\\x']
         time.sleep(0.05)
     [l] = mine
     assert l["model"] == 'a"b\\c}{\ufffd' and l["tenant"] == "unknown" and l["priority"] == "batch"
@@ -156,7 +151,7 @@ def test_access_log_is_off_by_default_and_on_by_variable(tmp_path):
             code, _, _ = post(r.port, "/v2/models/m1/infer", infer_body(1), {})
             assert code in (404, 503), code
             time.sleep(0.2)  # the line is written before the reply; this is only slack
-            n = sum(1 for l in log_lines(r) if l.get("msg") == "access")
+            n = sum(1 for l in r.log_lines(strict=True) if l.get("msg") == "access")
         finally:
             assert r.stop() == 0
         assert n == want, (env, n, r.log.read_text())
