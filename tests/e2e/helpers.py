@@ -79,11 +79,29 @@ def get_json(target, path, headers=None, timeout=10):
     return r.json()
 
 
+def model_status(target, name, headers=None):
+    """The entry for model `name` in a worker's GET /v2/status (which must answer 200 and
+    list it)."""
+    models = [m for m in get_json(target, "/v2/status", headers)["models"] if m["name"] == name]
+    assert models, f"no model {name} in /v2/status"
+    return models[0]
+
+
+def llm_status(target, name="tiny", headers=None):
+    """The "llm" part of an LLM model's /v2/status entry (running, waiting, kv, ...)."""
+    return model_status(target, name, headers)["llm"]
+
+
+def send_json(target, method, path, body=None, headers=None, timeout=60):
+    """One request with a JSON body (an object is encoded, bytes are sent as they are, None
+    sends none) and Content-Type: application/json unless headers name another: a Reply."""
+    data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
+    return request(target, method, path, data, {"Content-Type": "application/json", **(headers or {})}, timeout)
+
+
 def post(target, path, body, headers=None, timeout=60):
-    """One POST of a JSON body (an object is encoded; bytes are sent as they are) with
-    Content-Type: application/json unless headers name another; a Reply with the raw body."""
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return request(target, "POST", path, data, {"Content-Type": "application/json", **(headers or {})}, timeout)
+    """send_json() as a POST: a Reply with the raw body."""
+    return send_json(target, "POST", path, body, headers, timeout)
 
 
 def post_json(target, path, body, headers=None, timeout=60):
@@ -203,6 +221,18 @@ def sse_next(resp):
         ev = json.loads(line[len("data: "):])
         assert "error" not in ev, ev
         return ev
+
+
+def vm_bytes(pid):
+    """A live process's memory figures from /proc/PID/status in bytes, by name: VmRSS
+    (resident now), VmHWM (resident peak), VmPeak (address space peak), every Vm* line."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k.startswith("Vm"):
+                out[k] = int(v.split()[0]) * 1024
+    return out
 
 
 def rss_kb(pid, peak=False):

@@ -19,7 +19,7 @@ import numpy as np
 
 from conftest import ROOT, start_worker, track
 import helpers
-from helpers import wait_until
+from helpers import get_json, wait_until
 from fakehttp import FakeHTTP
 from llm_fixture import write_tiny_llm
 from promtext import parse_strict
@@ -153,9 +153,11 @@ class Page:
 
 
 def worker_status(w):
-    code, _, body = request(w.port, "GET", "/v2/status", bearer(WORKER_TOKEN))
-    assert code == 200, body
-    return json.loads(body)
+    return get_json(w, "/v2/status", bearer(WORKER_TOKEN))
+
+
+def llm_status(w):
+    return helpers.llm_status(w, "chat", bearer(WORKER_TOKEN))
 
 
 def check_no_leaks(snap):
@@ -289,10 +291,6 @@ class LongStream:
             pass
         self.sock.close()
         self.thread.join(timeout=10)
-
-
-def llm_status(w):
-    return next(m for m in worker_status(w)["models"] if m["name"] == "chat")["llm"]
 
 
 def worker_metrics(w):

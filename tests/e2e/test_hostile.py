@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from conftest import SANITIZED, start_worker
-from helpers import metric
+from helpers import metric, vm_bytes
 
 HTTP_TIMEOUT_S = 2
 MAX_BODY = 1 << 20
@@ -209,13 +209,7 @@ def u32(n):
 
 def proc_status(w):
     """VmRSS / VmHWM / VmPeak of the worker, in bytes."""
-    out = {}
-    with open(f"/proc/{w.proc.pid}/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("VmRSS", "VmHWM", "VmPeak"):
-                out[k] = int(v.split()[0]) * 1024
-    return out
+    return vm_bytes(w.proc.pid)
 
 
 def open_fds(w):

@@ -6,7 +6,6 @@ has no GPU); the policy and routing code cannot tell the difference.
 import concurrent.futures as cf
 import hashlib
 import json
-import re
 import socket
 import struct
 import threading
@@ -16,7 +15,7 @@ import urllib.request
 import pytest
 
 from conftest import SANITIZED, start_worker
-from helpers import metric, wait_until
+from helpers import metric, rss_kb, wait_until
 from fakehttp import FakeHTTP, echo_id
 from test_router import DEMO, Router, pools_config, post_once, worker_requests
 
@@ -158,11 +157,6 @@ class BigBackend(FakeHTTP):
         return True
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
-
-
 def test_large_reply_streams_to_a_slow_client_in_bounded_memory(tmp_path):
     size = 48 << 20
     be = BigBackend(size)
@@ -171,7 +165,7 @@ def test_large_reply_streams_to_a_slow_client_in_bounded_memory(tmp_path):
                env={"ASAN_OPTIONS": "quarantine_size_mb=4:detect_leaks=1:halt_on_error=1"} if SANITIZED else None)
     try:
         r.wait_healthy(1)
-        rss0 = rss_kib(r.proc.pid)
+        rss0 = rss_kb(r.proc.pid)
         s = socket.create_connection(("127.0.0.1", r.port), timeout=30)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
         body = json.dumps({"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]}).encode()
@@ -189,7 +183,7 @@ def test_large_reply_streams_to_a_slow_client_in_bounded_memory(tmp_path):
 
         def sample():
             while not done.is_set():
-                peak[0] = max(peak[0], rss_kib(r.proc.pid) - rss0)
+                peak[0] = max(peak[0], rss_kb(r.proc.pid) - rss0)
                 time.sleep(0.005)
         sampler = threading.Thread(target=sample)
         sampler.start()

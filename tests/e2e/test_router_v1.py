@@ -18,7 +18,7 @@ import pytest
 
 from fakehttp import FakeHTTP, echo_id
 import helpers
-from helpers import metric, sse_data
+from helpers import metric, rss_kb, sse_data
 from test_router import Router, pools_config
 
 
@@ -331,8 +331,7 @@ def test_hostile_bodies_are_refused_before_a_worker(two):
     # a large body is scanned, not built into a tree: 16 MiB of numbers (8 M values; a JSON
     # tree of them would take hundreds of MiB) moves the router's peak memory little
     def peak_kib():
-        text = open(f"/proc/{r.proc.pid}/status").read()
-        return int(re.search(r"VmHWM:\s+(\d+) kB", text).group(1))
+        return rss_kb(r.proc.pid, peak=True)
     before = peak_kib()
     big = b'{"model": "nope", "prompt": [' + b"0," * (8 << 20) + b'0]}'
     code, _, body = post(r, "/v1/completions", None, raw=big, timeout=60)
