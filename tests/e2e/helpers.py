@@ -16,7 +16,7 @@ import subprocess
 import time
 from collections import namedtuple
 
-from conftest import BIN, SANITIZER_MARKERS, sanitizer_env, track
+from conftest import BIN, SANITIZER_MARKERS, json_lines, sanitizer_env, track
 from promtext import LABEL, SAMPLE
 
 ROUTER_BIN = str(pathlib.Path(BIN).with_name("tierrouter"))
@@ -279,13 +279,7 @@ class Router:
         otherwise what does not parse (a sanitizer report) is skipped."""
         if strict:
             return [json.loads(l) for l in self.log.read_text(encoding="utf-8").splitlines() if l]
-        out = []
-        for line in self.text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-        return out
+        return json_lines(self.text())
 
     def wait_log(self, needle, timeout=10, after=0):
         """Whether needle shows up in the log (past offset `after`) within timeout seconds."""

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from conftest import BIN, sanitizer_env, start_worker
-from helpers import llm_status, model_status, sse_next
+from helpers import llm_status, model_status, post, sse_next
 from llm_fixture import write_tiny_llm
 from test_llm_api import MODELS, N, PROMPT, node_decode, PROMPT_IDS
 
@@ -50,12 +50,8 @@ def body(prompt, n, stream=False):
 
 
 def complete(w, prompt, n):
-    c = http.client.HTTPConnection(w.host, w.port, timeout=60)
-    c.request("POST", "/v1/completions", body=body(prompt, n), headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    assert r.status == 200, data
+    code, _, data = post(w, "/v1/completions", body(prompt, n))
+    assert code == 200, data
     return json.loads(data)["choices"][0]["text"]
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, sanitizer_env, start_worker
-from helpers import ROUTER_BIN, Router, request, wait_until as wait_until_every
+from helpers import ROUTER_BIN, Router, metric, request, wait_until as wait_until_every
 import tritonlike
 from fakehttp import FakeHTTP, echo_id
 
@@ -50,9 +50,8 @@ def config(gpu_ports, cpu_ports, gpu_min_tier="cpu", extra=""):
 
 
 def worker_requests(w, model="demo"):
-    text = w.http("GET", "/metrics")[2].decode()
-    m = re.search(r'tierserve_requests_total\{model="%s",version="1",outcome="success"\} (\d+)' % model, text)
-    return int(m.group(1))
+    """The worker's count of successful inferences of that model."""
+    return int(metric(w, "tierserve_requests_total", model=model, version="1", outcome="success", required=True))
 
 
 def slow_workers(tmp_path, test_repo, n=2):

@@ -4,14 +4,13 @@ Every client here is http.client or a raw socket on one connection, never a clie
 re-sends behind the test's back: a request that was cut shows as an error, not as a retry.
 """
 import http.client
-import json
 import signal
 import socket
 import subprocess
 import threading
 import time
 
-from conftest import SANITIZER_MARKERS, sanitizer_env
+from conftest import SANITIZER_MARKERS, json_lines, sanitizer_env
 from helpers import wait_until
 from test_router import ROUTER_BIN, Router, slow_request, slow_workers
 
@@ -68,13 +67,7 @@ def _wait_exit(r, timeout):
 
 
 def _log_msgs(text):
-    out = []
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line)["msg"])
-        except (ValueError, KeyError):
-            pass
-    return out
+    return [line["msg"] for line in json_lines(text) if "msg" in line]
 
 
 def test_sigterm_drains_in_flight_requests_and_exits_0(tmp_path, test_repo):

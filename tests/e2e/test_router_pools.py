@@ -16,6 +16,7 @@ import pytest
 
 from conftest import SANITIZED, start_worker
 from helpers import metric, rss_kb, wait_until
+from rawhttp import read_to_close
 from fakehttp import FakeHTTP, echo_id
 from test_router import DEMO, Router, pools_config, post_once, worker_requests
 
@@ -291,14 +292,7 @@ def test_token_stream_to_an_http10_client(tmp_path):
             s = socket.create_connection(("127.0.0.1", r.port), timeout=10)
             body = b'{"inputs":[{"name":"prompt","datatype":"BYTES","shape":[1],"data":["hi"]}]}'
             s.sendall(b"POST /v2/models/llm/infer HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-            got = b""
-            while True:
-                data = s.recv(65536)
-                if not data:
-                    break
-                got += data
-            s.close()
-            head, _, rest = got.partition(b"\r\n\r\n")
+            head, _, rest = read_to_close(s).partition(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.0 200") or head.startswith(b"HTTP/1.1 200"), head
             assert b"chunked" not in head.lower()
             assert all(b"token%d" % k in rest for k in range(5)), rest

@@ -7,7 +7,6 @@ run, whatever did not move in between must be in the report exactly; the fixed p
 accrues each tick by the clock, must lie between the two.
 """
 import csv
-import http.client
 import io
 import json
 import threading
@@ -17,7 +16,7 @@ import pytest
 
 from conftest import start_worker
 from promtext import parse_strict
-from helpers import get_json
+from helpers import get_json, metrics_text
 from test_router import DEMO, Router, post_once
 from test_tierbench_load import tierbench
 
@@ -265,16 +264,8 @@ def test_fixed_pool_cost_is_shared_by_the_tenants_it_served(stack):
 def cost_series(port):
     """tierrouter_cost_usd_total from /metrics: {(pool, tenant, priority): USD} (totals since
     start, not windowed, so nothing ages out between two reads)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        c.request("GET", "/metrics", headers=AUTH)
-        r = c.getresponse()
-        text = r.read().decode()
-        assert r.status == 200, text[:300]
-    finally:
-        c.close()
     out = {}
-    for (name, labels), v in parse_strict(text).items():
+    for (name, labels), v in parse_strict(metrics_text(port, AUTH)).items():
         if name == "tierrouter_cost_usd_total":
             d = dict(labels)
             out[d["pool"], d["tenant"], d["priority"]] = v
