@@ -117,13 +117,14 @@ def metrics_text(target, headers=None):
     return r.body.decode()
 
 
-def metric(source, name, labels=(), headers=None, required=False, **label_values):
+def metric(source, name, labels=(), /, headers=None, required=False, **label_values):
     """The value of one series in a Prometheus exposition, or None when there is none
     (required=True: an AssertionError naming it).
 
     source is the exposition text or a target to scrape (headers: e.g. the scrape token).
     The series is `name` with every label given: `labels` as 'k="v"' strings (a sequence, or
-    one comma-separated string) and/or label_values as k=v. Without labels it is the series
+    one comma-separated string) and/or label_values as k=v (source=, name= are labels too:
+    the first three parameters are positional only). Without labels it is the series
     with no labels at all. More than one series matching is an error, not a first pick."""
     text = source if isinstance(source, str) else metrics_text(source, headers)
     if isinstance(labels, str):

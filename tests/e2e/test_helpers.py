@@ -15,6 +15,7 @@ t_requests_total{model="a",outcome="error"} 1
 t_requests_total{model="b",outcome="success"} 7
 t_up 1
 t_labelled{x="1"} 5
+t_reports_total{source="worker",name="n"} 2
 """
 
 
@@ -24,6 +25,7 @@ def test_metric_picks_the_series_with_every_label_given():
     assert metric(TEXT, "t_requests_total", 'model="a",outcome="success"') == 3
     assert metric(TEXT, "t_requests_total", model="c") is None
     assert metric(TEXT, "t_missing") is None
+    assert metric(TEXT, "t_reports_total", source="worker", name="n") == 2  # labels named like parameters
 
 
 def test_metric_without_labels_is_the_unlabelled_series_only():
