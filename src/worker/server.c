@@ -22,7 +22,7 @@
 #include "tls.h"
 #include "httppath.h"
 #include "server_internal.h"
-#include "server_llm.h"
+#include "v1.h"
 #include "webassets.h"
 
 /* ---- replies ------------------------------------------------------------------------ */
@@ -353,7 +353,7 @@ static void on_request(h1req *req, void *arg)
     const char *why = NULL;
     if (request_gate(srv, req, n_, segs, &why) == GATE_REFUSED) {
         note_unauthorized(srv, req, why);
-        if (n_ >= 1 && strcmp(segs[0], "v1") == 0) server_llm_error(req, TS_UNAUTHORIZED, NULL, "invalid_api_key", why);
+        if (n_ >= 1 && strcmp(segs[0], "v1") == 0) v1_error(req, TS_UNAUTHORIZED, NULL, "invalid_api_key", why);
         else h1req_reply_error(req, TS_UNAUTHORIZED, why);
         return;
     }
@@ -374,7 +374,7 @@ static void on_request(h1req *req, void *arg)
         return;
     }
     if (n >= 1 && strcmp(segs[0], "v1") == 0) { /* the OpenAI-compatible API of the LLMs */
-        server_handle_v1(srv, req, segs, n);
+        v1_handle(srv, req, segs, n);
         return;
     }
     if (n == 0 || strcmp(segs[0], "v2") != 0) {
@@ -521,7 +521,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     }
     h1srv_set_body_admit(srv->http, admit_body, srv);
     h1srv_set_readahead_hold(srv->http, hold_readahead, srv);
-    h1srv_set_error_body(srv->http, server_llm_error_body, srv);
+    h1srv_set_error_body(srv->http, v1_error_body, srv);
     h1srv_check_fd_limit(srv->http, 64); /* models, logs, the loop's own: counted as open now, and a margin */
     if (s->tls_cert_file[0] && tls_apply(srv, err, errlen) != 0) {
         server_destroy(srv);
@@ -533,7 +533,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     }
     srv->done = doneq_create(srv->base, server_on_job_done, srv);
     srv->decoded = doneq_create(srv->base, server_on_job_decoded, srv);
-    (void)server_llm_init(srv); /* checked just below */
+    (void)v1_init(srv); /* checked just below */
     srv->decoder = workpool_create(SERVER_DECODE_THREADS, SERVER_DECODE_QUEUE, server_decode_work, srv);
     srv->split_ok = par_pool_init(&srv->split_pool, srv->decoder, SERVER_DECODE_THREADS) == 0;
     srv->split = par_on_pool(&srv->split_pool);
@@ -603,7 +603,7 @@ void server_destroy(server *srv)
     workpool_destroy(srv->decoder);
     if (srv->decoded) doneq_flush(srv->decoded); /* jobs decoded after the loop ended */
     if (srv->done) doneq_flush(srv->done); /* jobs the runners finished after the loop ended */
-    server_llm_shutdown(srv); /* the engines' last cancellations, after the repository */
+    v1_shutdown(srv); /* the engines' last cancellations, after the repository */
     doneq_destroy(srv->done);
     doneq_destroy(srv->decoded);
     budget_destroy(srv->bodies);             /* every job, and the bytes it held, is gone */

@@ -33,8 +33,8 @@ struct server {
     struct event *sighup;       /* reloads the TLS files (--tls-cert-file) */
     doneq *done;                /* jobs back from the runners */
     doneq *decoded;             /* jobs back from the decode pool */
-    doneq *llm_done;            /* LLM requests with tokens from a generation thread (server_llm.c) */
-    struct llm_acct *llm_acct;  /* /v1 usage of cancelled requests, for the router (server_llm.c) */
+    doneq *llm_done;            /* LLM requests with tokens from a generation thread (v1_request.c) */
+    struct llm_acct *llm_acct;  /* /v1 usage of cancelled requests, for the router (v1_request.c) */
     workpool *decoder;
     par_pool split_pool;        /* the decode pool, for splitting one big tensor's numbers */
     kpar split;                 /* on split_pool: what the JSON codecs split across */

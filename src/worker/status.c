@@ -6,7 +6,7 @@
 
 #include "health.h"
 #include "nvml.h"
-#include "server_llm.h"
+#include "v1.h"
 
 static void put_str(buf *b, const char *s) { buf_put_json_str(b, s, strlen(s)); }
 
@@ -114,7 +114,7 @@ void status_json(const status_view *v, buf *b)
     size_t depth = 0;
     if (v->repo)
         for (size_t i = 0; i < model_repo_count(v->repo); i++)
-            depth += server_llm_queue_depth(model_repo_at(v->repo, i));
+            depth += v1_queue_depth(model_repo_at(v->repo, i));
     buf_printf(b, ",\"queue_depth\":%zu,\"in_flight\":%zu,\"inline_runs\":%llu,\"gpu_memory_used_fraction\":",
                depth, v->in_flight, (unsigned long long)v->inline_runs);
     double f = gpu_mem_fraction();
@@ -129,7 +129,7 @@ void status_json(const status_view *v, buf *b)
         put_str(b, model_version(m));
         buf_printf(b, ",\"ready\":%s,\"state\":\"%s\",\"warmup_ms\":%.1f,\"queue_depth\":%zu,",
                    model_state(m) == MODEL_READY ? "true" : "false", state_name(model_state(m)),
-                   model_warmup_ms(m), server_llm_queue_depth(m));
+                   model_warmup_ms(m), v1_queue_depth(m));
         const char *warmup_error = "";
         buf_printf(b, "\"warmed_up\":%s,\"warmup_error\":",
                    model_warmed_up(m, &warmup_error) ? "true" : "false");
@@ -155,7 +155,7 @@ void status_json(const status_view *v, buf *b)
         }
         if (ni) buf_putc(b, ']');
         put_instances(b, m, ip, ni);
-        server_llm_status(m, b);
+        v1_status(m, b);
         buf_puts(b, ",\"reason\":");
         if (model_state(m) == MODEL_FAILED) put_str(b, model_failure(m));
         else buf_puts(b, "null");
@@ -279,7 +279,7 @@ void status_metrics(const status_view *v, buf *b)
         const ts_model *m = model_repo_at(v->repo, i);
         buf_puts(b, "tierserve_queue_depth{model=");
         buf_put_label(b, model_name(m));
-        buf_printf(b, ",version=\"%s\"} %zu\n", model_version(m), server_llm_queue_depth(m));
+        buf_printf(b, ",version=\"%s\"} %zu\n", model_version(m), v1_queue_depth(m));
     }
     help(b, "tierserve_requests_total", "counter", "Inference requests by outcome");
     for (size_t i = 0; i < n; i++) {
@@ -318,7 +318,7 @@ void status_metrics(const status_view *v, buf *b)
                         hists[h].name, lbl);
         }
     }
-    server_llm_metrics(v->repo, b);
+    v1_metrics(v->repo, b);
 
     double busy, iowait;
     cpu_ratios(&busy, &iowait);

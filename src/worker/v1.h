@@ -1,4 +1,4 @@
-/* server_llm: the worker's OpenAI-compatible /v1 API over the LLMs of its repository.
+/* v1: the worker's OpenAI-compatible /v1 API over the LLMs of its repository.
  *
  *   GET  /v1/models             the LLMs (OpenAI's list shape)
  *   POST /v1/completions        a prompt
@@ -14,11 +14,11 @@
  * its sequence at once (the engine frees its slot and KV cache before the next step).
  *
  * Ownership: the LLM handles belong to the model repository (opened and freed through the
- * repo_options hooks server_llm_hooks sets); a request is freed on the loop once both its
+ * repo_options hooks v1_hooks sets); a request is freed on the loop once both its
  * HTTP request and its sequence are over. Loop thread only, except the open hook (loader
  * thread). */
-#ifndef TS_SERVER_LLM_H
-#define TS_SERVER_LLM_H
+#ifndef TS_V1_H
+#define TS_V1_H
 
 #include <stddef.h>
 
@@ -31,28 +31,28 @@
 /* The doneq the generation threads hand tokens back through: created with the server,
  * flushed and destroyed after the repository (whose engines deliver their last
  * cancellations into it). */
-int server_llm_init(server *srv);
-void server_llm_shutdown(server *srv);
+int v1_init(server *srv);
+void v1_shutdown(server *srv);
 /* Sets ro's llm_open / llm_free / llm_ctx. */
-void server_llm_hooks(server *srv, repo_options *ro);
+void v1_hooks(server *srv, repo_options *ro);
 
 /* segs[0] is "v1". */
-void server_handle_v1(server *srv, h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n);
+void v1_handle(server *srv, h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n);
 /* An OpenAI-style error: {"error":{"message","type","param","code"}}; 503 with
  * Retry-After. param and code may be NULL (JSON null). */
-void server_llm_error(h1req *req, int status, const char *param, const char *code, const char *msg);
+void v1_error(h1req *req, int status, const char *param, const char *code, const char *msg);
 
 /* h1_error_body_cb: the HTTP layer's own errors (413, 400 framing, 431) on /v1 paths in
  * the OpenAI shape above; false (the layer's {"error": msg}) elsewhere. */
-bool server_llm_error_body(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg);
+bool v1_error_body(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg);
 
 /* /v2/status: ,"llm":{...} for an LLM (nothing for another model). */
-void server_llm_status(const ts_model *m, buf *b);
+void v1_status(const ts_model *m, buf *b);
 /* /metrics: the LLM families, one series per LLM version ({model,version}, as the KServe ones). */
-void server_llm_metrics(const model_repo *r, buf *b);
+void v1_metrics(const model_repo *r, buf *b);
 /* What a model has queued or running: for an LLM its sequences generating plus waiting for
  * a slot (it has no KServe scheduler), else model_queue_depth. /v2/status's queue_depth
  * (which the router reads as a pressure signal) and tierserve_queue_depth use it. */
-size_t server_llm_queue_depth(const ts_model *m);
+size_t v1_queue_depth(const ts_model *m);
 
 #endif
