@@ -563,7 +563,6 @@ void server_sched_hooks(server *srv, sched_run_fn *run, sched_compat_fn *compat,
 }
 
 void server_set_repo(server *srv, model_repo *repo) { srv->repo = repo; }
-int server_port(const server *srv) { return srv->port; }
 
 void server_loading_done(server *srv, size_t failed)
 {
