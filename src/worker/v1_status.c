@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "prom.h"
 #include "v1_internal.h"
 
 
@@ -45,11 +46,6 @@ void v1_status(const ts_model *m, buf *b)
     buf_puts(b, "}");
 }
 
-static void help(buf *b, const char *name, const char *type, const char *text)
-{
-    buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
-}
-
 /* model="...",version="..." (the KServe series' labels: an LLM may have several versions). */
 static void put_labels(buf *b, const ts_model *m)
 {
@@ -74,7 +70,7 @@ void v1_metrics(const model_repo *r, buf *b)
         {"tierserve_request_queue_time_seconds", "LLM: arrival to a generation slot", offsetof(llm_served, queue)},
     };
     for (size_t h = 0; h < sizeof hists / sizeof *hists; h++) {
-        help(b, hists[h].name, "histogram", hists[h].text);
+        prom_family(b, hists[h].name, "histogram", hists[h].text);
         for (size_t i = 0; i < n; i++) {
             const ts_model *m = model_repo_at(r, i);
             llm_served *L = ready_llm(m);
@@ -93,7 +89,7 @@ void v1_metrics(const model_repo *r, buf *b)
         {"tierserve_generation_tokens_total", "LLM: tokens generated"},
     };
     for (size_t c = 0; c < 2; c++) {
-        help(b, counters[c][0], "counter", counters[c][1]);
+        prom_family(b, counters[c][0], "counter", counters[c][1]);
         for (size_t i = 0; i < n; i++) {
             const ts_model *m = model_repo_at(r, i);
             llm_served *L = ready_llm(m);
@@ -103,7 +99,7 @@ void v1_metrics(const model_repo *r, buf *b)
             buf_printf(b, "} %llu\n", (unsigned long long)atomic_load(c ? &L->gen_tokens : &L->prompt_tokens));
         }
     }
-    help(b, "tierserve_sequences", "gauge", "LLM: sequences generating (running) or waiting for a slot");
+    prom_family(b, "tierserve_sequences", "gauge", "LLM: sequences generating (running) or waiting for a slot");
     for (size_t i = 0; i < n; i++) {
         const ts_model *m = model_repo_at(r, i);
         llm_served *L = ready_llm(m);
@@ -117,7 +113,7 @@ void v1_metrics(const model_repo *r, buf *b)
         }
     }
     /* the slots, so an alert can tell "every slot busy" from a count alone */
-    help(b, "tierserve_sequence_slots", "gauge",
+    prom_family(b, "tierserve_sequence_slots", "gauge",
          "LLM: sequences that may generate at once (TIERSERVE_LLM_MAX_SEQUENCES)");
     for (size_t i = 0; i < n; i++) {
         const ts_model *m = model_repo_at(r, i);
@@ -127,7 +123,7 @@ void v1_metrics(const model_repo *r, buf *b)
         put_labels(b, m);
         buf_printf(b, "} %lld\n", (long long)L->srv->set->llm_max_sequences);
     }
-    help(b, "tierserve_kv_cache_bytes", "gauge", "LLM: KV cache held by the running sequences");
+    prom_family(b, "tierserve_kv_cache_bytes", "gauge", "LLM: KV cache held by the running sequences");
     for (size_t i = 0; i < n; i++) {
         const ts_model *m = model_repo_at(r, i);
         llm_served *L = ready_llm(m);
