@@ -24,7 +24,6 @@
 
 #include "buf.h"
 #include "h1srv.h"
-#include "httppath.h"
 #include "model.h"
 #include "server.h"
 
@@ -36,15 +35,9 @@ void v1_shutdown(server *srv);
 /* Sets ro's llm_open / llm_free / llm_ctx. */
 void v1_hooks(server *srv, repo_options *ro);
 
-/* segs[0] is "v1". */
-void v1_handle(server *srv, h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n);
-/* An OpenAI-style error: {"error":{"message","type","param","code"}}; 503 with
- * Retry-After. param and code may be NULL (JSON null). */
-void v1_error(h1req *req, int status, const char *param, const char *code, const char *msg);
-
-/* h1_error_body_cb: the HTTP layer's own errors (413, 400 framing, 431) on /v1 paths in
- * the OpenAI shape above; false (the layer's {"error": msg}) elsewhere. */
-bool v1_error_body(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg);
+/* Answers a request on /v1: path is its decoded segments joined (server.c's on_request);
+ * 405 with Allow, or OpenAI's 404 (code unknown_url) for a path it does not serve. */
+void v1_route(server *srv, h1req *req, const char *path);
 
 /* /v2/status: ,"llm":{...} for an LLM (nothing for another model). */
 void v1_status(const ts_model *m, buf *b);

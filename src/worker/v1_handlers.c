@@ -43,7 +43,7 @@ static void handle_models(server *srv, h1req *req, const char *one)
         if (!find_llm(srv->repo, one, &m)) {
             char msg[400];
             snprintf(msg, sizeof msg, "The model '%.256s' does not exist", one);
-            v1_error(req, TS_NOT_FOUND, "model", "model_not_found", msg);
+            h1req_reply_openai_error(req, TS_NOT_FOUND, NULL, msg, "model", "model_not_found");
             buf_free(&b);
             return;
         }
@@ -76,8 +76,8 @@ static void handle_accounting(server *srv, h1req *req, const char *key)
     llm_acct_usage u = {0};
     llm_acct_state st = llm_acct_key_ok(key) ? llm_acct_find(srv->llm_acct, key, ts_now(), &u) : LLM_ACCT_UNKNOWN;
     if (st == LLM_ACCT_UNKNOWN) {
-        v1_error(req, TS_NOT_FOUND, NULL, "accounting_not_found", "no accounting for this key: unknown, or its "
-                         "record expired");
+        h1req_reply_openai_error(req, TS_NOT_FOUND, NULL, "no accounting for this key: unknown, or its record "
+                                 "expired", NULL, "accounting_not_found");
         return;
     }
     buf b;
@@ -123,44 +123,9 @@ static int parse_timeout(server *srv, h1req *req, double *ms, v1_err *e)
 
 /* ---- errors ------------------------------------------------------------------------ */
 
-bool v1_error_body(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg)
-{
-    (void)arg;
-    if (path_len < 3 || memcmp(path, "/v1", 3) != 0 || (path_len > 3 && path[3] != '/')) return false;
-    const char *type = code == 401 ? "authentication_error" : code == 504 ? "timeout"
-                       : code >= 500 ? "server_error" : "invalid_request_error";
-    buf_puts(b, "{\"error\":{\"message\":");
-    buf_put_json_str(b, msg, strlen(msg));
-    buf_printf(b, ",\"type\":\"%s\",\"param\":null,\"code\":null}}", type);
-    return !buf_failed(b);
-}
-
-void v1_error(h1req *req, int status, const char *param, const char *code, const char *msg)
-{
-    const char *type = status == 401 ? "authentication_error"
-                       : status == 504 ? "timeout"
-                       : status >= 500 ? "server_error" : "invalid_request_error";
-    buf b;
-    buf_init(&b, 64 << 10);
-    buf_puts(&b, "{\"error\":{\"message\":");
-    buf_put_json_str(&b, msg, strlen(msg));
-    buf_puts(&b, ",\"type\":");
-    buf_put_json_str(&b, type, strlen(type));
-    buf_puts(&b, ",\"param\":");
-    if (param) buf_put_json_str(&b, param, strlen(param));
-    else buf_puts(&b, "null");
-    buf_puts(&b, ",\"code\":");
-    if (code) buf_put_json_str(&b, code, strlen(code));
-    else buf_puts(&b, "null");
-    buf_puts(&b, "}}");
-    if (status == 503 && !h1req_has_reply_header(req, "Retry-After")) h1req_add_header(req, "Retry-After", "1");
-    h1req_reply(req, status, "application/json", &b);
-    buf_free(&b);
-}
-
 void v1_reply_error(h1req *req, const v1_err *e)
 {
-    v1_error(req, e->err.http, e->param[0] ? e->param : NULL, e->code, e->err.msg);
+    h1req_reply_openai_error(req, e->err.http, NULL, e->err.msg, e->param[0] ? e->param : NULL, e->code);
 }
 
 /* ---- preparation (a decode thread) ------------------------------------------------- */
@@ -483,39 +448,51 @@ refuse:
 
 /* ---- routes ------------------------------------------------------------------------- */
 
-void v1_handle(server *srv, h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n)
+static void route_models(void *ctx, h1req *req, const h1route_param *p, size_t np)
 {
-    h1_method me = h1req_method(req);
-    if (n >= 2 && strcmp(segs[1], "models") == 0 && n <= 3) {
-        if (me != H1_GET && me != H1_HEAD) {
-            h1req_add_header(req, "Allow", "GET");
-            v1_error(req, TS_METHOD_NOT_ALLOWED, NULL, NULL, "method not allowed for this endpoint (GET)");
-            return;
-        }
-        handle_models(srv, req, n == 3 ? segs[2] : NULL);
-        return;
-    }
-    if (n == 3 && strcmp(segs[1], "accounting") == 0) {
-        if (me != H1_GET) {
-            h1req_add_header(req, "Allow", "GET");
-            v1_error(req, TS_METHOD_NOT_ALLOWED, NULL, NULL, "method not allowed for this endpoint (GET)");
-            return;
-        }
-        handle_accounting(srv, req, segs[2]);
-        return;
-    }
-    bool chat = n == 3 && strcmp(segs[1], "chat") == 0 && strcmp(segs[2], "completions") == 0;
-    bool cmpl = n == 2 && strcmp(segs[1], "completions") == 0;
-    if (!chat && !cmpl) {
-        v1_error(req, TS_NOT_FOUND, NULL, "unknown_url", "unknown endpoint (this server has /v1/models, "
-                         "/v1/completions and /v1/chat/completions)");
-        return;
-    }
-    if (me != H1_POST) {
-        h1req_add_header(req, "Allow", "POST");
-        v1_error(req, TS_METHOD_NOT_ALLOWED, NULL, NULL, "method not allowed for this endpoint (POST)");
-        return;
-    }
-    handle_generate(srv, req, chat);
+    (void)p, (void)np;
+    handle_models(ctx, req, NULL);
 }
 
+static void route_model(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)np;
+    char name[HTTPPATH_SEG_MAX];
+    server_param(&p[0], name);
+    handle_models(ctx, req, name);
+}
+
+static void route_accounting(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)np;
+    char key[HTTPPATH_SEG_MAX];
+    server_param(&p[0], key);
+    handle_accounting(ctx, req, key);
+}
+
+static void route_completions(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    handle_generate(ctx, req, false);
+}
+
+static void route_chat(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    handle_generate(ctx, req, true);
+}
+
+static const h1route k_routes[] = {
+    {H1ROUTE_GET, "/v1/models", route_models},
+    {H1ROUTE_GET, "/v1/models/{}", route_model},
+    {H1ROUTE_GET, "/v1/accounting/{}", route_accounting},
+    {H1ROUTE_POST, "/v1/completions", route_completions},
+    {H1ROUTE_POST, "/v1/chat/completions", route_chat},
+};
+
+void v1_route(server *srv, h1req *req, const char *path)
+{
+    if (!server_route(k_routes, sizeof k_routes / sizeof *k_routes, srv, req, path))
+        h1req_reply_openai_error(req, TS_NOT_FOUND, NULL, "unknown endpoint (this server has /v1/models, "
+                                 "/v1/completions and /v1/chat/completions)", NULL, "unknown_url");
+}

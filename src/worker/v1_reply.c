@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "openai_err.h"
 #include "v1_internal.h"
 
 #define LLM_STREAM_HIGH ((size_t)64 << 10)  /* queued SSE bytes past which we hold them ourselves */
@@ -290,17 +291,12 @@ void v1_fail_reply(lreq *r, int status, const char *code, const char *msg, req_o
         if (r->stream) {
             buf b;
             buf_init(&b, 4096);
-            buf_printf(&b, "{\"error\":{\"message\":");
-            buf_put_json_str(&b, msg, strlen(msg));
-            buf_printf(&b, ",\"type\":\"%s\",\"param\":null,\"code\":", status == 504 ? "timeout" : "server_error");
-            if (code) buf_printf(&b, "\"%s\"", code);
-            else buf_puts(&b, "null");
-            buf_puts(&b, "}}");
+            openai_err_json(&b, status, NULL, msg, NULL, code);
             sse_event(r, &b);
             buf_free(&b);
             stream_end(r);
         } else {
-            v1_error(r->http, status, NULL, code, msg);
+            h1req_reply_openai_error(r->http, status, NULL, msg, NULL, code);
         }
     }
 }
