@@ -84,55 +84,36 @@ void v1_metrics(const model_repo *r, buf *b)
             buf_free(&lbl);
         }
     }
-    static const char *const counters[][2] = {
-        {"tierserve_prompt_tokens_total", "LLM: prompt tokens of admitted requests"},
-        {"tierserve_generation_tokens_total", "LLM: tokens generated"},
+    static const char *const fams[][3] = {
+        {"tierserve_prompt_tokens_total", "counter", "LLM: prompt tokens of admitted requests"},
+        {"tierserve_generation_tokens_total", "counter", "LLM: tokens generated"},
+        {"tierserve_sequences", "gauge", "LLM: sequences generating (running) or waiting for a slot"},
+        /* the slots, so an alert can tell "every slot busy" from a count alone */
+        {"tierserve_sequence_slots", "gauge", "LLM: sequences that may generate at once (TIERSERVE_LLM_MAX_SEQUENCES)"},
+        {"tierserve_kv_cache_bytes", "gauge", "LLM: KV cache held by the running sequences"},
     };
-    for (size_t c = 0; c < 2; c++) {
-        prom_family(b, counters[c][0], "counter", counters[c][1]);
+    for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
+        prom_family(b, fams[f][0], fams[f][1], fams[f][2]);
         for (size_t i = 0; i < n; i++) {
             const ts_model *m = model_repo_at(r, i);
             llm_served *L = ready_llm(m);
             if (!L) continue;
-            buf_printf(b, "%s{", counters[c][0]);
-            put_labels(b, m);
-            buf_printf(b, "} %llu\n", (unsigned long long)atomic_load(c ? &L->gen_tokens : &L->prompt_tokens));
+            llm_engine_stats st = {0};
+            if (f == 2 || f == 4) llm_engine_stats_get(L->engine, &st);
+            unsigned long long v[2] = {0, 0};
+            switch (f) {
+            case 0: v[0] = atomic_load(&L->prompt_tokens); break;
+            case 1: v[0] = atomic_load(&L->gen_tokens); break;
+            case 2: v[0] = st.active, v[1] = st.waiting; break;
+            case 3: v[0] = (unsigned long long)L->srv->set->llm_max_sequences; break;
+            default: v[0] = st.kv_bytes; break;
+            }
+            for (int k = 0; k < (f == 2 ? 2 : 1); k++) { /* tierserve_sequences: a series per state */
+                buf_printf(b, "%s{", fams[f][0]);
+                put_labels(b, m);
+                buf_printf(b, "%s} %llu\n", f != 2 ? "" : k ? ",state=\"waiting\"" : ",state=\"running\"", v[k]);
+            }
         }
-    }
-    prom_family(b, "tierserve_sequences", "gauge", "LLM: sequences generating (running) or waiting for a slot");
-    for (size_t i = 0; i < n; i++) {
-        const ts_model *m = model_repo_at(r, i);
-        llm_served *L = ready_llm(m);
-        if (!L) continue;
-        llm_engine_stats st;
-        llm_engine_stats_get(L->engine, &st);
-        for (int k = 0; k < 2; k++) {
-            buf_puts(b, "tierserve_sequences{");
-            put_labels(b, m);
-            buf_printf(b, ",state=\"%s\"} %zu\n", k ? "waiting" : "running", k ? st.waiting : st.active);
-        }
-    }
-    /* the slots, so an alert can tell "every slot busy" from a count alone */
-    prom_family(b, "tierserve_sequence_slots", "gauge",
-         "LLM: sequences that may generate at once (TIERSERVE_LLM_MAX_SEQUENCES)");
-    for (size_t i = 0; i < n; i++) {
-        const ts_model *m = model_repo_at(r, i);
-        const llm_served *L = ready_llm(m);
-        if (!L) continue;
-        buf_puts(b, "tierserve_sequence_slots{");
-        put_labels(b, m);
-        buf_printf(b, "} %lld\n", (long long)L->srv->set->llm_max_sequences);
-    }
-    prom_family(b, "tierserve_kv_cache_bytes", "gauge", "LLM: KV cache held by the running sequences");
-    for (size_t i = 0; i < n; i++) {
-        const ts_model *m = model_repo_at(r, i);
-        llm_served *L = ready_llm(m);
-        if (!L) continue;
-        llm_engine_stats st;
-        llm_engine_stats_get(L->engine, &st);
-        buf_puts(b, "tierserve_kv_cache_bytes{");
-        put_labels(b, m);
-        buf_printf(b, "} %zu\n", st.kv_bytes);
     }
 }
 
