@@ -486,6 +486,33 @@ def test_openai_sdk_error_classes(llm, small):
     }, out
 
 
+def test_routes_allow_and_unknown_paths(llm):
+    """/v1 routes from a table: a 405's Allow comes from its rows, in OpenAI's shape; a path no
+    row serves is OpenAI's 404 unknown_url; paths route on their decoded segments, as before
+    the table (empty segments skipped, escapes decoded)."""
+    def call(method, path):
+        c = http.client.HTTPConnection(llm.host, llm.port, timeout=30)
+        c.request(method, path)
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, r.getheader("Allow"), json.loads(data) if data else None
+    for method, path, allow in (("GET", "/v1/completions", "POST"), ("PUT", "/v1/chat/completions", "POST"),
+                                ("POST", "/v1/models", "GET, HEAD"), ("DELETE", "/v1/accounting/k-1", "GET, HEAD")):
+        code, got, e = call(method, path)
+        assert (code, got) == (405, allow), (method, path, code, got)
+        assert e["error"]["type"] == "invalid_request_error" and "method" in e["error"]["message"], e
+    for path in ("/v1/nothing", "/v1", "/v1/chat", "/v1/models/tiny/more"):
+        code, _, e = call("GET", path)
+        assert code == 404 and (e["error"]["type"], e["error"]["code"]) == ("not_found_error", "unknown_url"), (path, e)
+    code, _, e = call("GET", "//v1//models/tin%79")
+    assert code == 200 and e["id"] == "tiny", e
+    code, _, body = call("HEAD", "/v1/models")
+    assert code == 200 and body is None
+    code, allow, _ = call("POST", "/v2/health/live")  # the KServe table derives its Allow the same way
+    assert (code, allow) == (405, "GET, HEAD")
+
+
 def test_chat_content_parts_join_as_text(llm):
     _, _, plain = post_json(llm, "/v1/chat/completions", chat_body())
     parts = [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
