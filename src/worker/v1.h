@@ -1,9 +1,10 @@
 /* v1: the worker's OpenAI-compatible /v1 API over the LLMs of its repository.
  *
- *   GET  /v1/models             the LLMs (OpenAI's list shape)
- *   POST /v1/completions        a prompt
- *   POST /v1/chat/completions   messages, rendered with the model's chat template
- * Both answer whole or as server-sent events (stream: true). docs/llm.md, "The /v1 API",
+ *   GET  /v1/models[/{m}]        the LLMs (OpenAI's list shape), or one
+ *   POST /v1/completions         a prompt
+ *   POST /v1/chat/completions    messages, rendered with the model's chat template
+ *   GET  /v1/accounting/{key}    the router's question after it cancelled a try (llm_acct.h)
+ * (the route table in v1_handlers.c). The two POSTs answer whole or as server-sent events (stream: true). docs/llm.md, "The /v1 API",
  * lists the fields supported and refused and the errors.
  *
  * A request's life: parsed, validated, rendered and tokenized on a decode thread (the
