@@ -253,6 +253,8 @@ static void route_repository_index(void *ctx, h1req *req, const h1route_param *p
 /* The worker's endpoints but /v1 (v1_route) and the dashboard (served before the token
  * check); the Allow of a 405 comes from these rows. */
 static const h1route k_routes[] = {
+    {H1ROUTE_POST, "/v2/models/{}/infer", route_infer}, /* the hot rows first: tried in order */
+    {H1ROUTE_POST, "/v2/models/{}/versions/{}/infer", route_infer},
     {H1ROUTE_GET, "/metrics", route_metrics},
     {H1ROUTE_GET, "/v2", route_server_metadata},
     {H1ROUTE_GET, "/v2/health/live", route_live},
@@ -262,11 +264,9 @@ static const h1route k_routes[] = {
     {H1ROUTE_GET, "/v2/models/{}", route_model},
     {H1ROUTE_GET, "/v2/models/{}/ready", route_model_ready},
     {H1ROUTE_GET, "/v2/models/{}/config", route_model_config},
-    {H1ROUTE_POST, "/v2/models/{}/infer", route_infer},
     {H1ROUTE_GET, "/v2/models/{}/versions/{}", route_model},
     {H1ROUTE_GET, "/v2/models/{}/versions/{}/ready", route_model_ready},
     {H1ROUTE_GET, "/v2/models/{}/versions/{}/config", route_model_config},
-    {H1ROUTE_POST, "/v2/models/{}/versions/{}/infer", route_infer},
 };
 
 static bool server_ready(const server *srv)
@@ -454,8 +454,14 @@ static void on_request(h1req *req, void *arg)
      * percent-escapes decoded as they always were (a decoded segment never holds a '/') */
     char path[HTTPPATH_MAX_SEGS * HTTPPATH_SEG_MAX + 2];
     size_t off = 0;
-    for (int i = 0; i < n_; i++) off += (size_t)snprintf(path + off, sizeof path - off, "/%s", segs[i]);
-    if (n_ == 0) snprintf(path, sizeof path, "/");
+    for (int i = 0; i < n_; i++) { /* each segment is under HTTPPATH_SEG_MAX bytes: it fits */
+        size_t len = strlen(segs[i]);
+        path[off++] = '/';
+        memcpy(path + off, segs[i], len);
+        off += len;
+    }
+    if (off == 0) path[off++] = '/';
+    path[off] = '\0';
     if (n_ >= 1 && strcmp(segs[0], "v1") == 0) { /* the OpenAI-compatible API of the LLMs */
         v1_route(srv, req, path);
         return;
