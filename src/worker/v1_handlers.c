@@ -120,7 +120,6 @@ static int parse_timeout(server *srv, h1req *req, double *ms, v1_err *e)
     return 0;
 }
 
-
 /* ---- errors ------------------------------------------------------------------------ */
 
 void v1_reply_error(h1req *req, const v1_err *e)
