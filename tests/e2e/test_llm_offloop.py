@@ -56,7 +56,7 @@ EXPECTED = {
     'not_object': (400, {"error": {"message": "We could not parse the JSON body of your request: not an object", "type": "invalid_request_error", "param": None, "code": None}}),
     'dup_key': (400, {"error": {"message": "We could not parse the JSON body of your request: duplicate object key near '\"model\"'", "type": "invalid_request_error", "param": None, "code": None}}),
     'no_model': (400, {"error": {"message": "'model' is required (a string)", "type": "invalid_request_error", "param": "model", "code": None}}),
-    'unknown_model': (404, {"error": {"message": "The model 'nope' does not exist", "type": "invalid_request_error", "param": "model", "code": "model_not_found"}}),
+    'unknown_model': (404, {"error": {"message": "The model 'nope' does not exist", "type": "not_found_error", "param": "model", "code": "model_not_found"}}),
     'unrecognized': (400, {"error": {"message": "Unrecognized request argument supplied: bogus", "type": "invalid_request_error", "param": "bogus", "code": None}}),
     'stream_options': (400, {"error": {"message": "'stream_options' is only allowed when 'stream' is true", "type": "invalid_request_error", "param": "stream_options", "code": None}}),
     'temperature': (400, {"error": {"message": "'temperature' is 3; it must be in [0, 2]", "type": "invalid_request_error", "param": "temperature", "code": None}}),
