@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from conftest import start_worker
-from helpers import metric as scrape_metric, post, post_json, sse_events, wait_for
+from helpers import metric as scrape_metric, post, post_json, request, sse_events, wait_for
 from llm_fixture import LLM_DIR, MODELS, ROOT, write_tiny_llm
 from rawhttp import dechunk, read_to_close
 PROMPT = "Hello world"
@@ -456,12 +456,8 @@ def test_routes_allow_and_unknown_paths(llm):
     row serves is OpenAI's 404 unknown_url; paths route on their decoded segments, as before
     the table (empty segments skipped, escapes decoded)."""
     def call(method, path):
-        c = http.client.HTTPConnection(llm.host, llm.port, timeout=30)
-        c.request(method, path)
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return r.status, r.getheader("Allow"), json.loads(data) if data else None
+        r = request(llm, method, path)
+        return r.status, r.headers.get("Allow"), json.loads(r.body) if r.body else None
     for method, path, allow in (("GET", "/v1/completions", "POST"), ("PUT", "/v1/chat/completions", "POST"),
                                 ("POST", "/v1/models", "GET, HEAD"), ("DELETE", "/v1/accounting/k-1", "GET, HEAD")):
         code, got, e = call(method, path)
