@@ -581,8 +581,8 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     srv->decoded = doneq_create(srv->base, server_on_job_decoded, srv);
     (void)v1_init(srv); /* checked just below */
     srv->decoder = workpool_create(SERVER_DECODE_THREADS, SERVER_DECODE_QUEUE, server_decode_work, srv);
-    srv->split_ok = par_pool_init(&srv->split_pool, srv->decoder, SERVER_DECODE_THREADS) == 0;
-    srv->split = par_on_pool(&srv->split_pool);
+    srv->split_ok = parfor_pool_init(&srv->split_pool, srv->decoder, SERVER_DECODE_THREADS) == 0;
+    srv->split = parfor_pool_for(&srv->split_pool);
     srv->sigterm = evsignal_new(srv->base, SIGTERM, on_signal, srv);
     srv->sigint = evsignal_new(srv->base, SIGINT, on_signal, srv);
     srv->sighup = evsignal_new(srv->base, SIGHUP, on_sighup, srv);
@@ -627,7 +627,7 @@ int server_run(server *srv)
     h1srv_free(http);
     /* bodies still being decoded touch their models: finish them before the caller
      * destroys the repository (their jobs wait in srv->decoded for server_destroy) */
-    par_pool_close(&srv->split_pool); /* runners may still split a reply: on their own now */
+    parfor_pool_close(&srv->split_pool); /* runners may still split a reply: on their own now */
     workpool_destroy(srv->decoder);
     srv->decoder = NULL;
     return srv->exit_code;
@@ -644,7 +644,7 @@ void server_destroy(server *srv)
     if (srv->sighup) event_free(srv->sighup);
     if (srv->drain_timer) event_free(srv->drain_timer);
     if (srv->loaded_ev) event_free(srv->loaded_ev);
-    if (srv->split_ok) par_pool_close(&srv->split_pool);
+    if (srv->split_ok) parfor_pool_close(&srv->split_pool);
     workpool_destroy(srv->decoder);
     if (srv->decoded) doneq_flush(srv->decoded); /* jobs decoded after the loop ended */
     if (srv->done) doneq_flush(srv->done); /* jobs the runners finished after the loop ended */
@@ -652,7 +652,7 @@ void server_destroy(server *srv)
     doneq_destroy(srv->done);
     doneq_destroy(srv->decoded);
     budget_destroy(srv->bodies);             /* every job, and the bytes it held, is gone */
-    if (srv->split_ok) par_pool_destroy(&srv->split_pool); /* the runners are joined */
+    if (srv->split_ok) parfor_pool_destroy(&srv->split_pool); /* the runners are joined */
     if (srv->base) event_base_free(srv->base);
     free(srv->hw_json);
     free(srv);

@@ -27,7 +27,7 @@
 #include "zcodec.h"
 
 typedef struct job {
-    par_item head; /* doneq's link, and not a split helper; must be first */
+    parfor_pool_item head; /* doneq's link, and not a split helper; must be first */
     sched_item item;
     server *srv;
     ts_model *model;
@@ -548,8 +548,8 @@ static int decode_job(server *srv, job *j)
 
 void server_decode_work(void *item, void *ctx)
 {
-    if (((par_item *)item)->par_helper) { /* a hand for a split in progress */
-        par_help(item);
+    if (((parfor_pool_item *)item)->helper) { /* a hand for a split in progress */
+        parfor_pool_help(item);
         return;
     }
     job *j = item;

@@ -1,5 +1,5 @@
-/* par.c: see par.h. */
-#include "par.h"
+/* parfor_pool: see parfor_pool.h. */
+#include "parfor_pool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,7 +18,7 @@ typedef struct {
 } split_run;
 
 typedef struct {
-    par_item head; /* must be first */
+    parfor_pool_item head; /* must be first */
     split_run *run;
 } helper;
 
@@ -45,7 +45,7 @@ static void take_ranges(split_run *s)
     }
 }
 
-void par_help(par_item *item)
+void parfor_pool_help(parfor_pool_item *item)
 {
     helper *h = (helper *)item;
     split_run *s = h->run;
@@ -56,7 +56,7 @@ void par_help(par_item *item)
 
 static void run_on_pool(void *ctx, parfor_task task, void *arg, size_t n)
 {
-    par_pool *pp = ctx;
+    parfor_pool *pp = ctx;
     split_run *s = malloc(sizeof *s);
     if (!s || pthread_mutex_init(&s->mu, NULL) != 0) {
         free(s);
@@ -76,7 +76,7 @@ static void run_on_pool(void *ctx, parfor_task task, void *arg, size_t n)
         helper *h = malloc(sizeof *h);
         if (!h) break;
         h->head.link = NULL;
-        h->head.par_helper = true;
+        h->head.helper = true;
         h->run = s;
         pthread_mutex_lock(&s->mu);
         s->refs++;
@@ -95,23 +95,23 @@ static void run_on_pool(void *ctx, parfor_task task, void *arg, size_t n)
     drop(s);
 }
 
-int par_pool_init(par_pool *pp, workpool *pool, size_t threads)
+int parfor_pool_init(parfor_pool *pp, workpool *pool, size_t threads)
 {
     pp->pool = pool;
     pp->threads = threads;
     return pthread_mutex_init(&pp->mu, NULL) == 0 ? 0 : -1;
 }
 
-void par_pool_close(par_pool *pp)
+void parfor_pool_close(parfor_pool *pp)
 {
     pthread_mutex_lock(&pp->mu);
     pp->pool = NULL;
     pthread_mutex_unlock(&pp->mu);
 }
 
-void par_pool_destroy(par_pool *pp) { pthread_mutex_destroy(&pp->mu); }
+void parfor_pool_destroy(parfor_pool *pp) { pthread_mutex_destroy(&pp->mu); }
 
-parfor par_on_pool(par_pool *pp)
+parfor parfor_pool_for(parfor_pool *pp)
 {
     return (parfor){run_on_pool, pp, pp->threads + 1};
 }

@@ -14,7 +14,7 @@
 #include "h1srv.h"
 #include "httppath.h"
 #include "httpserver.h"
-#include "par.h"
+#include "parfor_pool.h"
 #include "secret.h"
 #include "server.h"
 #include "workpool.h"
@@ -38,7 +38,7 @@ struct server {
     doneq *llm_done;            /* LLM requests with tokens from a generation thread (v1_request.c) */
     struct llm_acct *llm_acct;  /* /v1 usage of cancelled requests, for the router (v1_request.c) */
     workpool *decoder;
-    par_pool split_pool;        /* the decode pool, for splitting one big tensor's numbers */
+    parfor_pool split_pool;        /* the decode pool, for splitting one big tensor's numbers */
     parfor split;               /* on split_pool: what the JSON codecs split across */
     bool split_ok;              /* split_pool initialized */
     budget *bodies;             /* request bytes held: --max-inflight-body-bytes; a body is
