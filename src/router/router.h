@@ -11,7 +11,7 @@
 #include "authlimit.h"
 #include "budget.h"
 #include "buf.h"
-#include "cost.h"
+#include "costbook.h"
 #include "h1cli.h"
 #include "hist.h"
 #include "h1srv.h"

@@ -1,4 +1,4 @@
-#include "cost.h"
+#include "costbook.h"
 
 #include <math.h>
 #include <stdlib.h>
