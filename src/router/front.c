@@ -11,13 +11,17 @@
 #include <unistd.h>
 
 #include "authlimit.h"
+#include "classify.h"
 #include "httppath.h"
 #include "clock.h"
 #include "h1srv.h"
 #include "infer.h"
 #include "jcheck.h"
 #include "log.h"
+#include "drain.h"
+#include "front.h"
 #include "proxy.h"
+#include "rstatus.h"
 #include "secret.h"
 #include "webassets.h"
 #include "zcodec.h"
@@ -43,33 +47,6 @@ bool rt_front_error_body(const char *path, size_t path_len, int code, const char
     return !buf_failed(b);
 }
 
-static priority_class parse_priority(const char *v)
-{
-    if (!v) return PRIO_NORMAL;
-    if (strcasecmp(v, "urgent") == 0) return PRIO_URGENT;
-    if (strcasecmp(v, "batch") == 0) return PRIO_BATCH;
-    if (strcasecmp(v, "normal") == 0) return PRIO_NORMAL;
-    return PRIO_COUNT;
-}
-
-/* The words the data class header may hold besides "sensitive". Anything else is refused:
- * a misspelt or combined value ("public, sensitive") read as "not sensitive" would send
- * sensitive data where it must not go. */
-static const char *const k_plain_classes[] = {"public", "internal", "normal"};
-
-static int parse_data_class(const char *v, bool *sensitive)
-{
-    *sensitive = false;
-    if (!v) return 0;
-    if (strcasecmp(v, "sensitive") == 0) {
-        *sensitive = true;
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof k_plain_classes / sizeof k_plain_classes[0]; i++)
-        if (strcasecmp(v, k_plain_classes[i]) == 0) return 0;
-    return -1;
-}
-
 /* The value of the header called name (case-insensitive) in *out, NULL when absent.
  * Returns -1 when it appears more than once: a lookup reads the first, and a second copy
  * is how a value gets past a proxy that checked the other one. */
@@ -85,8 +62,6 @@ static int single_header(const h1req *req, const char *name, const char **out)
  * API keys and tokens are compared as SHA-256 digests (net/secret.h), in time that tells
  * nothing of the configured one; wrong credentials are counted per client address, and an
  * address with too many is refused for a while (docs/router.md "Authentication"). */
-
-#define AUTH_SECRET_MAX 255 /* the config's longest key or token */
 
 int rt_front_init(router *r)
 {
@@ -104,21 +79,8 @@ int rt_front_init(router *r)
  * tells it nothing but its own length. */
 static void given_digest(const char *given, secret_digest *out)
 {
-    if (given && strlen(given) <= AUTH_SECRET_MAX) secret_hash(given, out);
+    if (given && strlen(given) <= RT_SECRET_MAX) secret_hash(given, out);
     else out->ok = false;
-}
-
-/* The tenant whose API key this is, or NULL. Every key is compared, so the time taken does
- * not tell which tenant's key came close. */
-static const rc_tenant *tenant_by_key(router *r, const char *key)
-{
-    const router_config *c = r->cfg;
-    secret_digest given;
-    given_digest(key, &given);
-    const rc_tenant *found = NULL;
-    for (unsigned i = 0; i < c->tenants_count; i++)
-        if (secret_digest_equal(&given, &r->key_digests[i])) found = &c->tenants[i];
-    return found;
 }
 
 /* The token of "Authorization: Bearer <token>" (scheme case-insensitive, RFC 7235), or NULL. */
@@ -208,7 +170,7 @@ static int tenant_cred(router *r, h1req *req, bool say_bearer, const rc_tenant *
         }
         key = bearer_token(auth);
     }
-    *tenant = tenant_by_key(r, key);
+    *tenant = rt_tenant_by_key(r->cfg, r->key_digests, key);
     char why[160];
     snprintf(why, sizeof why, "%s%s %s", c->api_key_header, say_bearer ? " (or Authorization: Bearer)" : "",
              key ? "is not a known key" : "is missing");
@@ -311,7 +273,7 @@ static int front_gate(router *r, h1req *req, endpoint_kind ep, const rc_tenant *
             return TS_BAD_REQUEST;
         }
         if ((code = bearer_cred(req, (const secret_digest *const[]){&r->admin_digest}, 1, &cr, msg, len))) return code;
-        if (tenant_by_key(r, key)) cr = CRED_OK;
+        if (rt_tenant_by_key(r->cfg, r->key_digests, key)) cr = CRED_OK;
         else if (key && cr == CRED_NONE) cr = CRED_BAD;
         char why[160];
         snprintf(why, sizeof why, "/v2/repository/index needs %s or Authorization: Bearer <admin_token>",
@@ -361,7 +323,7 @@ int rt_front_admit(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
         return TS_UNAVAILABLE;
     }
     h1req_set_user(req, (void *)(uintptr_t)want);
-    h1req_on_end(req, rt_front_on_end, r);
+    h1req_on_end(req, rt_proxy_on_end, r);
     return 0;
 }
 
@@ -457,44 +419,14 @@ static proxy_req *classify(router *r, h1req *req, const char *version, const rc_
             front_error(req, TS_BAD_REQUEST, msg);
             return NULL;
         }
-    const char *tname = vals[3], *dh = vals[4];
-    priority_class prio = parse_priority(vals[0]);
-    if (prio == PRIO_COUNT) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "%s must be urgent, normal or batch", c->priority_header);
-        front_error(req, TS_BAD_REQUEST, msg);
+    rt_class_in in = {.priority = vals[0], .data_class = vals[1], .tenant = vals[3], .deadline = vals[4],
+                      .version = version};
+    rt_class cl;
+    char msg[200];
+    int code = rt_classify(c, &in, keyed, &cl, msg, sizeof msg);
+    if (code) {
+        front_error(req, code, msg);
         return NULL;
-    }
-    bool sensitive;
-    if (parse_data_class(vals[1], &sensitive)) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "%s must be one value: sensitive, or public, internal or normal (not sensitive)",
-                 c->data_class_header);
-        front_error(req, TS_BAD_REQUEST, msg);
-        return NULL;
-    }
-    if (version && strlen(version) >= 32) {
-        front_error(req, TS_BAD_REQUEST, "model version is longer than 31 characters");
-        return NULL;
-    }
-    /* tenant: the one its API key names when tenants have keys (the gate checked it), else
-     * from the tenant header; a tenant may be marked sensitive as a whole */
-    const rc_tenant *tenant = keyed;
-    if (!rconfig_tenant_keys(c))
-        for (unsigned i = 0; tname && i < c->tenants_count; i++)
-            if (strcmp(c->tenants[i].name, tname) == 0) tenant = &c->tenants[i];
-    sensitive |= tenant && tenant->sensitive;
-    /* a request may shorten its priority's deadline, never extend it */
-    long deadline_override = -1;
-    if (dh) {
-        char *end = NULL;
-        deadline_override = strtol(dh, &end, 10);
-        if (end == dh || *end || deadline_override <= 0) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "%s must be a positive number of milliseconds", c->deadline_header);
-            front_error(req, TS_BAD_REQUEST, msg);
-            return NULL;
-        }
     }
     proxy_req *pr = calloc(1, sizeof *pr);
     if (!pr) {
@@ -503,15 +435,11 @@ static proxy_req *classify(router *r, h1req *req, const char *version, const rc_
     }
     pr->r = r;
     pr->client = req;
-    pr->prio = prio;
-    pr->sensitive = sensitive;
+    pr->prio = cl.prio;
+    pr->sensitive = cl.sensitive;
     pr->t0 = ts_now();
-    unsigned dl = prio == PRIO_URGENT ? r->cfg->deadline_ms.urgent
-                  : prio == PRIO_BATCH ? r->cfg->deadline_ms.batch
-                                       : r->cfg->deadline_ms.normal;
-    if (deadline_override > 0 && (unsigned long)deadline_override < dl) dl = (unsigned)deadline_override;
-    pr->deadline = pr->t0 + dl / 1e3;
-    snprintf(pr->tenant, sizeof pr->tenant, "%s", tenant ? tenant->name : "unknown");
+    pr->deadline = pr->t0 + cl.deadline_ms / 1e3;
+    snprintf(pr->tenant, sizeof pr->tenant, "%s", cl.tenant ? cl.tenant->name : "unknown");
     request_id(r, req, pr->request_id, sizeof pr->request_id);
     copy_header(req, "Content-Type", pr->ctype, sizeof pr->ctype);
     copy_header(req, "Inference-Header-Content-Length", pr->ihcl, sizeof pr->ihcl);
@@ -661,25 +589,10 @@ static int cost_window(const char *query, double *out, char *msg, size_t len)
     return 0;
 }
 
-void rt_drain_mark(router *r, h1req *req)
-{
-    if (r->draining) h1req_close_after(req);
-}
-
-void rt_front_on_end(h1req *req, bool completed, void *arg)
-{
-    (void)completed;
-    router *r = arg;
-    /* a body the proxy did not take goes with its request: its share of the budget too */
-    budget_give(r->bodies, (size_t)(uintptr_t)h1req_user(req));
-    h1req_set_user(req, NULL);
-    rt_drain_poke(r); /* a reply is out (or its connection gone): a drain may be done */
-}
-
 void rt_on_request(h1req *req, void *arg)
 {
     router *r = arg;
-    h1req_on_end(req, rt_front_on_end, r);
+    h1req_on_end(req, rt_proxy_on_end, r);
     rt_drain_mark(r, req); /* a request that arrives while draining is its connection's last */
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], msg[160];
     bool close_conn = false;

@@ -1,10 +1,10 @@
 /* rstatus.c: /admin/status (what the dashboard reads) and /metrics for tierrouter. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "router.h"
+#include "rstatus.h"
 #include "clock.h"
 
 static const char *const k_prio[PRIO_COUNT] = {"urgent", "normal", "batch"};
@@ -41,40 +41,6 @@ static void policy_json(buf *b, const policy_config *pc, const policy_state *st,
     buf_puts(b, "],\"cpu_share\":{");
     for (int p = 0; p < PRIO_COUNT; p++) buf_printf(b, "%s\"%s\":%.3g", p ? "," : "", k_prio[p], st->cpu_share[p]);
     buf_puts(b, "}");
-}
-
-void rt_event_add(router *r, const char *kind, const char *pool, const char *fmt, ...)
-{
-    rt_event *e = &r->events[r->n_events % RT_EVENTS];
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    e->seq = ++r->n_events;
-    e->wall = (double)ts.tv_sec + ts.tv_nsec / 1e9;
-    snprintf(e->kind, sizeof e->kind, "%s", kind);
-    snprintf(e->pool, sizeof e->pool, "%s", pool);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->text, sizeof e->text, fmt, ap);
-    va_end(ap);
-}
-
-/* The ring, oldest first. */
-static void events_json(const router *r, buf *b)
-{
-    uint64_t first = r->n_events > RT_EVENTS ? r->n_events - RT_EVENTS : 0;
-    buf_puts(b, "\"events\":[");
-    for (uint64_t s = first; s < r->n_events; s++) {
-        const rt_event *e = &r->events[s % RT_EVENTS];
-        buf_printf(b, "%s{\"seq\":%llu,\"time\":%.3f,\"kind\":", s > first ? "," : "",
-                   (unsigned long long)e->seq, e->wall);
-        buf_put_json_str(b, e->kind, strlen(e->kind));
-        buf_puts(b, ",\"pool\":");
-        buf_put_json_str(b, e->pool, strlen(e->pool));
-        buf_puts(b, ",\"text\":");
-        buf_put_json_str(b, e->text, strlen(e->text));
-        buf_putc(b, '}');
-    }
-    buf_puts(b, "],");
 }
 
 static const policy_state k_calm;
@@ -242,7 +208,7 @@ void rt_status_json(router *r, buf *b)
         buf_putc(b, '}');
     }
     buf_puts(b, "},");
-    events_json(r, b);
+    rt_events_json(&r->events, b);
     buf_printf(b, "\"active\":%u,\"retries\":%llu,\"ejections\":%llu,\"pools\":[", r->active,
                (unsigned long long)r->retries, (unsigned long long)r->ejections_total);
     for (size_t i = 0; i < r->n_pools; i++) {

@@ -288,8 +288,6 @@ static bool carries_tokens(json_t *ev)
     return false;
 }
 
-static uint64_t cap_tokens(uint64_t n) { return n < RT_V1_TOKENS_CAP ? n : RT_V1_TOKENS_CAP; }
-
 /* "usage": {"prompt_tokens", "completion_tokens"}, when the object names it. */
 static void read_usage(rt_v1 *v, json_t *o)
 {
@@ -297,8 +295,8 @@ static void read_usage(rt_v1 *v, json_t *o)
     json_t *p = json_object_get(u, "prompt_tokens"), *c = json_object_get(u, "completion_tokens");
     if (!json_is_integer(p) || !json_is_integer(c) || json_integer_value(p) < 0 || json_integer_value(c) < 0) return;
     v->have_usage = true;
-    v->prompt = cap_tokens((uint64_t)json_integer_value(p));
-    v->completion = cap_tokens((uint64_t)json_integer_value(c));
+    v->prompt = rt_v1_cap_tokens((uint64_t)json_integer_value(p));
+    v->completion = rt_v1_cap_tokens((uint64_t)json_integer_value(c));
 }
 
 /* One "data:" line: [DONE], or a chunk. A chunk that is not JSON (or too long to read)
@@ -331,61 +329,16 @@ static void on_event(proxy_req *pr, const char *data, size_t n, bool unreadable)
     v->last_token = now;
 }
 
-/* A decimal count of at most 18 digits (no sign, no spaces), capped at RT_V1_TOKENS_CAP. */
-static bool read_count(const char *s, size_t n, uint64_t *out)
-{
-    if (n == 0 || n > 18) return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') return false;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    *out = cap_tokens(v);
-    return true;
-}
-
-bool rt_v1_read_ms(const char *s, size_t n, double *out)
-{
-    char tmp[25];
-    if (n == 0 || n >= sizeof tmp) return false;
-    /* s is not NUL-terminated (a stream's line buffer): nothing past its n bytes is read */
-    for (size_t i = 0; i < n; i++)
-        if ((s[i] < '0' || s[i] > '9') && s[i] != '.') return false;
-    memcpy(tmp, s, n);
-    tmp[n] = '\0';
-    char *end = NULL;
-    double v = strtod(tmp, &end); /* digits and dots only: a second '.' stops it short of the end */
-    if (end == tmp || *end || !(v >= 0 && v <= 86400e3)) return false;
-    *out = v;
-    return true;
-}
-
-/* The worker's accounting line after its prefix: space-separated key=value pairs, of which
- * prompt_tokens, completion_tokens and compute_ms must each be there and well-formed (other
- * keys are skipped, for workers that report more); else the line is ignored. */
+/* The worker's report (its Tierserve-Usage header, or the accounting line after its prefix):
+ * taken when well-formed (v1acct.h), else ignored. */
 static void on_acct(rt_v1 *v, const char *s, size_t n)
 {
-    bool got_p = false, got_c = false, got_ms = false;
-    uint64_t p = 0, c = 0;
-    double ms = 0;
-    for (size_t i = 0; i < n;) {
-        size_t w = i;
-        while (w < n && s[w] != ' ') w++;
-        const char *eq = memchr(s + i, '=', w - i);
-        if (eq) {
-            size_t klen = (size_t)(eq - (s + i)), vlen = w - i - klen - 1;
-            const char *val = eq + 1;
-            if (klen == 13 && memcmp(s + i, "prompt_tokens", 13) == 0) got_p = read_count(val, vlen, &p);
-            else if (klen == 17 && memcmp(s + i, "completion_tokens", 17) == 0) got_c = read_count(val, vlen, &c);
-            else if (klen == 10 && memcmp(s + i, "compute_ms", 10) == 0) got_ms = rt_v1_read_ms(val, vlen, &ms);
-        }
-        i = w + 1;
-    }
-    if (!got_p || !got_c || !got_ms) return;
+    rt_v1_usage u;
+    if (!rt_v1_usage_line(s, n, &u)) return;
     v->have_acct = true;
-    v->acct_prompt = p;
-    v->acct_completion = c;
-    v->acct_compute_ms = ms;
+    v->acct_prompt = u.prompt;
+    v->acct_completion = u.completion;
+    v->acct_compute_ms = u.compute_ms;
 }
 
 /* A complete SSE line (no line end). Each "data:" line is taken as one event: OpenAI-style

@@ -37,6 +37,7 @@
 #include "buf.h"
 #include "h1cli.h"
 #include "h1srv.h"
+#include "v1acct.h"
 
 struct proxy_req;
 struct router;
@@ -44,9 +45,6 @@ struct router;
 #define RT_V1_LINE_MAX (64u << 10) /* an SSE line longer than this is passed on, not parsed */
 #define RT_V1_REPLY_MAX (1u << 20) /* a non-stream reply longer than this is passed on, not parsed */
 #define RT_V1_MODEL_MAX 255        /* the longest model name accepted (proxy_req.logical) */
-/* the most tokens of one kind a worker's reply may claim for one request: a hostile reply
- * cannot wrap the router's uint64 counters (2^64 / 2^32 requests to go) */
-#define RT_V1_TOKENS_CAP ((uint64_t)1 << 32)
 #define RT_V1_ACCT_PREFIX ": tierserve-usage "
 #define RT_V1_ACCT_PREFIX_LEN (sizeof RT_V1_ACCT_PREFIX - 1)
 #define RT_V1_USAGE_HEADER "Tierserve-Usage"
@@ -115,10 +113,6 @@ void rt_v1_reply_body(struct proxy_req *pr, const uint8_t *data, size_t len, rt_
 /* The reply ended complete: bytes still held (a last line that had matched the prefix so far,
  * with no line end after it) go to pass. */
 void rt_v1_reply_flush(struct proxy_req *pr, rt_v1_pass_fn pass);
-/* A millisecond figure as workers write it (the accounting line's compute_ms, the
- * Tierserve-Compute-Ms header): exactly s[0..n) (no NUL needed), digits with at most one '.',
- * at most 24 bytes, from 0 to a day. Anything else (signs, spaces, 0x, exponents) is false. */
-bool rt_v1_read_ms(const char *s, size_t n, double *out);
 /* The compute time the worker reported (its Tierserve-Usage or accounting line), if any. */
 bool rt_v1_compute_ms(const struct proxy_req *pr, double *ms);
 /* Did the current try's worker report its usage (Tierserve-Usage, or the accounting line)? */
