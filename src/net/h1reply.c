@@ -3,6 +3,8 @@
 #include "h1srv.h"
 #include "clock.h"
 #include "h1srv_internal.h"
+#include "err.h"
+#include "openai_err.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -506,15 +508,54 @@ void h1req_reply(h1req *r, int code, const char *ctype, buf *b)
     h1req_reply_ref(r, code, ctype, data, len, release_free, NULL);
 }
 
+/* Every error reply that asks a client to come back says when. */
+static void retry_after_default(h1req *r, int code)
+{
+    if ((code == 503 || code == 429) && !h1req_has_reply_header(r, "Retry-After"))
+        h1req_add_header(r, "Retry-After", "1");
+}
+
 void h1req_reply_error(h1req *r, int code, const char *msg)
 {
     buf b;
     buf_init(&b, 1 << 16);
     buf_put_error_json(&b, msg);
-    if ((code == 503 || code == 429) && !h1req_has_reply_header(r, "Retry-After"))
-        h1req_add_header(r, "Retry-After", "1");
+    retry_after_default(r, code);
     h1req_reply(r, code, "application/json", &b);
     buf_free(&b);
+}
+
+void h1req_reply_openai_error(h1req *r, int code, const char *type, const char *msg, const char *param,
+                              const char *code_name)
+{
+    buf b;
+    buf_init(&b, 1 << 16);
+    openai_err_json(&b, code, type, msg, param, code_name);
+    if (buf_failed(&b)) { /* a message cut to fit cannot fail; never send half an object */
+        buf_free(&b);
+        buf_init(&b, 256);
+        openai_err_json(&b, code, type, "error", NULL, NULL);
+    }
+    retry_after_default(r, code);
+    h1req_reply(r, code, "application/json", &b);
+    buf_free(&b);
+}
+
+bool h1_openai_error_body(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg)
+{
+    (void)arg;
+    if (!openai_path(path, path_len)) return false;
+    openai_err_json(b, code, NULL, msg, NULL, NULL);
+    return !buf_failed(b);
+}
+
+void h1req_reply_method_not_allowed(h1req *r, const char *allow)
+{
+    h1req_add_header(r, "Allow", allow);
+    const char *msg = "method not allowed for this endpoint";
+    const char *p = h1req_path(r);
+    if (p && openai_path(p, strlen(p))) h1req_reply_openai_error(r, TS_METHOD_NOT_ALLOWED, NULL, msg, NULL, NULL);
+    else h1req_reply_error(r, TS_METHOD_NOT_ALLOWED, msg);
 }
 
 void h1srv_set_error_body(h1srv *s, h1_error_body_cb *cb, void *arg)

@@ -88,6 +88,10 @@ typedef bool h1_hold_cb(size_t n, bool take, void *arg);
  * worker's /v1) keeps it on every reply of that API. */
 typedef bool h1_error_body_cb(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg);
 
+/* The error_body of both programs: OpenAI's error object (openai_err.h) on /v1 paths, the
+ * default elsewhere. */
+bool h1_openai_error_body(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg);
+
 h1srv *h1srv_create(struct event_base *base, const h1srv_limits *lim, h1_request_cb *cb, void *arg);
 void h1srv_set_error_body(h1srv *s, h1_error_body_cb *cb, void *arg);
 void h1srv_set_body_admit(h1srv *s, h1_body_admit_cb *cb, void *arg);
@@ -171,6 +175,13 @@ void h1req_reply_refv(h1req *r, int code, const char *ctype, const h1piece *piec
                       void (*release)(const void *data, size_t len, void *arg), void *arg);
 /* {"error": msg}; 429 and 503 carry Retry-After: 1 unless the caller set one. */
 void h1req_reply_error(h1req *r, int code, const char *msg);
+/* OpenAI's error object (openai_err_json: type NULL picks it from code; param, code_name NULL:
+ * null); 429 and 503 carry Retry-After: 1 unless the caller set one. */
+void h1req_reply_openai_error(h1req *r, int code, const char *type, const char *msg, const char *param,
+                              const char *code_name);
+/* 405 with the Allow header RFC 9110 15.5.6 requires (allow: "GET, HEAD", "POST", ...); the
+ * body in the shape the error_body callback gives this path. */
+void h1req_reply_method_not_allowed(h1req *r, const char *allow);
 
 /* A reply sent piece by piece: content_length -1 means chunked (each write one chunk). */
 void h1req_stream_start(h1req *r, int code, int64_t content_length);

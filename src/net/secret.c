@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <string.h>
+#include <strings.h>
 
 void secret_hash(const char *s, secret_digest *out)
 {
@@ -16,4 +17,19 @@ bool secret_digest_equal(const secret_digest *a, const secret_digest *b)
 {
     bool same = CRYPTO_memcmp(a->d, b->d, SECRET_DIGEST_LEN) == 0;
     return a->ok && b->ok && same;
+}
+
+const char *secret_bearer(const char *authorization)
+{
+    if (!authorization || strncasecmp(authorization, "Bearer ", 7) != 0) return NULL;
+    const char *t = authorization + 7;
+    while (*t == ' ') t++;
+    return *t ? t : NULL;
+}
+
+bool secret_matches(const char *given, size_t max_len, const secret_digest *want)
+{
+    secret_digest d = {.ok = false};
+    if (given && strnlen(given, max_len) < max_len) secret_hash(given, &d);
+    return secret_digest_equal(&d, want);
 }

@@ -9,6 +9,7 @@
 #define TS_SECRET_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #define SECRET_DIGEST_LEN 32
 
@@ -21,5 +22,14 @@ typedef struct {
 void secret_hash(const char *s, secret_digest *out);
 /* True when both digests were made and are the same; constant time. */
 bool secret_digest_equal(const secret_digest *a, const secret_digest *b);
+
+/* The token of an "Authorization: Bearer <token>" value (the scheme case-insensitive, RFC 9110
+ * 11.1; spaces after it skipped), or NULL when authorization is NULL, another scheme, or has no
+ * token. Points into authorization. */
+const char *secret_bearer(const char *authorization);
+/* Whether the presented string given is the secret whose digest is want: false for NULL, and
+ * for a string of max_len bytes or more (longer than any configured secret may be: it cannot
+ * match and is not hashed). Constant time in everything but given's own length. */
+bool secret_matches(const char *given, size_t max_len, const secret_digest *want);
 
 #endif

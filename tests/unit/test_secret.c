@@ -80,6 +80,36 @@ static void test_digests_hashed_once_compare_alike(void **state)
     assert_false(secret_digest_equal(&a, &none));
 }
 
+/* The bearer form both programs read: the scheme in any case, spaces before the token. */
+static void test_bearer_token(void **state)
+{
+    (void)state;
+    assert_string_equal(secret_bearer("Bearer abc"), "abc");
+    assert_string_equal(secret_bearer("bearer   abc def"), "abc def");
+    assert_string_equal(secret_bearer("BEARER x"), "x");
+    assert_null(secret_bearer("Basic abc"));
+    assert_null(secret_bearer("Bearerabc"));
+    assert_null(secret_bearer("Bearer "));
+    assert_null(secret_bearer("Bearer    "));
+    assert_null(secret_bearer(NULL));
+}
+
+/* A presented string is hashed only when it could be a configured secret (shorter than the
+ * bound): one as long as the bound or longer cannot match even when its digest would. */
+static void test_matches_bounded(void **state)
+{
+    (void)state;
+    secret_digest want;
+    secret_hash("tok-123", &want);
+    assert_true(secret_matches("tok-123", 8, &want));  /* 7 bytes, bound 8 */
+    assert_false(secret_matches("tok-123", 7, &want)); /* not shorter than the bound */
+    assert_false(secret_matches("tok-124", 64, &want));
+    assert_false(secret_matches(NULL, 64, &want));
+    secret_digest none;
+    secret_hash(NULL, &none);
+    assert_false(secret_matches("", 64, &none));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -88,6 +118,8 @@ int main(void)
         cmocka_unit_test(test_different_lengths_do_not),
         cmocka_unit_test(test_empty_and_null),
         cmocka_unit_test(test_digests_hashed_once_compare_alike),
+        cmocka_unit_test(test_bearer_token),
+        cmocka_unit_test(test_matches_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,82 @@
+/* h1route: see h1route.h. */
+#include "h1route.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Whether path matches pattern; its parameters go to params. */
+static bool match(const char *pat, const char *path, h1route_param *params, size_t *np)
+{
+    size_t n = 0;
+    for (;;) {
+        if (*pat != '/' || *path != '/') return *pat == '\0' && *path == '\0';
+        pat++;
+        path++;
+        const char *pend = strchr(pat, '/');
+        size_t plen = pend ? (size_t)(pend - pat) : strlen(pat);
+        if (plen == 1 && pat[0] == '*' && !pend) { /* the rest, whatever it is */
+            if (n == H1ROUTE_MAX_PARAMS) return false;
+            params[n++] = (h1route_param){path, strlen(path)};
+            *np = n;
+            return true;
+        }
+        const char *send = strchr(path, '/');
+        size_t slen = send ? (size_t)(send - path) : strlen(path);
+        if (plen == 2 && pat[0] == '{' && pat[1] == '}') {
+            if (slen == 0 || n == H1ROUTE_MAX_PARAMS) return false;
+            params[n++] = (h1route_param){path, slen};
+        } else if (plen != slen || memcmp(pat, path, slen) != 0) {
+            return false;
+        }
+        pat += plen;
+        path += slen;
+        if (*pat == '\0' && *path == '\0') {
+            *np = n;
+            return true;
+        }
+    }
+}
+
+static const char *const k_names[] = {"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"};
+
+const h1route *h1route_find(const h1route *table, size_t n, const char *path, h1_method method,
+                            h1route_param params[H1ROUTE_MAX_PARAMS], size_t *nparams, char *allow, size_t allow_len)
+{
+    unsigned want = 1u << method, seen = 0;
+    if (method == H1_HEAD) want |= H1ROUTE_GET;
+    for (size_t i = 0; path && i < n; i++) {
+        size_t np = 0;
+        h1route_param p[H1ROUTE_MAX_PARAMS];
+        if (!match(table[i].pattern, path, p, &np)) continue;
+        if (table[i].methods & want) {
+            memcpy(params, p, sizeof p);
+            *nparams = np;
+            return &table[i];
+        }
+        seen |= table[i].methods;
+    }
+    if (seen & H1ROUTE_GET) seen |= H1ROUTE_HEAD;
+    size_t off = 0;
+    if (allow_len) allow[0] = '\0';
+    for (size_t m = 0; m < sizeof k_names / sizeof *k_names; m++) {
+        if (!(seen & (1u << m)) || off >= allow_len) continue;
+        int k = snprintf(allow + off, allow_len - off, "%s%s", off ? ", " : "", k_names[m]);
+        off = k < 0 ? allow_len : off + (size_t)k;
+    }
+    return NULL;
+}
+
+bool h1route_dispatch(const h1route *table, size_t n, void *ctx, h1req *req)
+{
+    h1route_param params[H1ROUTE_MAX_PARAMS];
+    size_t np = 0;
+    char allow[64];
+    const h1route *r = h1route_find(table, n, h1req_path(req), h1req_method(req), params, &np, allow, sizeof allow);
+    if (r) {
+        r->fn(ctx, req, params, np);
+        return true;
+    }
+    if (!allow[0]) return false;
+    h1req_reply_method_not_allowed(req, allow);
+    return true;
+}
