@@ -19,8 +19,4 @@ void rt_on_request(h1req *req, void *arg);
  * status and message its endpoint would answer), then its body's share of r->bodies (503
  * past it), before a byte of the body is read or "100 Continue" sent. */
 int rt_front_admit(h1req *req, size_t len, char *msg, size_t msglen, void *arg);
-/* h1srv's error-body hook: the layer's own errors (413, 400 framing, an admission's 401)
- * in OpenAI's shape on /v1 paths, like every other error there. */
-bool rt_front_error_body(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg);
-
 #endif

@@ -244,7 +244,9 @@ int main(int argc, char **argv)
     if (r.http && r.tls_listen) h1srv_set_tls(r.http, r.tls_listen);
     /* credentials and the body budget from the head, before a byte of a body is read */
     if (r.http) h1srv_set_body_admit(r.http, rt_front_admit, &r);
-    if (r.http) h1srv_set_error_body(r.http, rt_front_error_body, NULL);
+    /* the layer's own errors (413, 400 framing, an admission's 401) in OpenAI's shape on /v1
+     * paths, like every other error there */
+    if (r.http) h1srv_set_error_body(r.http, h1_openai_error_body, NULL);
     if (r.http) h1srv_check_fd_limit(r.http, backend_fd_reserve(r.cfg));
     if (!r.http || h1srv_bind(r.http, r.cfg->address, r.cfg->port, &r.port, err, sizeof err)) {
         log_emit(LOG_ERROR, NULL, "%s", r.http ? err : "could not set up the HTTP server");

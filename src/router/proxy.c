@@ -131,8 +131,8 @@ static void proxy_free(proxy_req *pr)
 static void reply_error(const proxy_req *pr, h1req *client, int code, const char *msg)
 {
     if (!pr->v1.target) h1req_reply_error(client, code, msg);
-    else if (code == 404) rt_v1_reply_error(client, code, msg, "model", "model_not_found");
-    else rt_v1_reply_error(client, code, msg, pr->v1.param, NULL);
+    else if (code == 404) h1req_reply_openai_error(client, code, NULL, msg, "model", "model_not_found");
+    else h1req_reply_openai_error(client, code, NULL, msg, pr->v1.param, NULL);
 }
 
 static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)

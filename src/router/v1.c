@@ -12,54 +12,6 @@
 #include "proxy.h"
 #include "zcodec.h"
 
-bool rt_v1_path(const h1req *req)
-{
-    const char *p = h1req_path(req);
-    return p && strncmp(p, "/v1", 3) == 0 && (p[3] == '\0' || p[3] == '/');
-}
-
-/* OpenAI's error types by status (its API and SDKs read the status; the type is for people).
- * OpenAI answers an unknown model or URL with 404 invalid_request_error, as the worker does. */
-static const char *error_type(int status)
-{
-    switch (status) {
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 429: return "rate_limit_error";
-    default: return status >= 500 ? "server_error" : "invalid_request_error";
-    }
-}
-
-static void put_str_or_null(buf *b, const char *s)
-{
-    if (s) buf_put_json_str(b, s, strlen(s));
-    else buf_puts(b, "null");
-}
-
-void rt_v1_reply_error(h1req *req, int status, const char *msg, const char *param, const char *code)
-{
-    buf b;
-    buf_init(&b, 16384);
-    buf_puts(&b, "{\"error\":{\"message\":");
-    put_str_or_null(&b, msg);
-    buf_puts(&b, ",\"type\":");
-    put_str_or_null(&b, error_type(status));
-    buf_puts(&b, ",\"param\":");
-    put_str_or_null(&b, param);
-    buf_puts(&b, ",\"code\":");
-    put_str_or_null(&b, code);
-    buf_puts(&b, "}}");
-    if ((status == 429 || status == 503) && !h1req_has_reply_header(req, "Retry-After"))
-        h1req_add_header(req, "Retry-After", "1");
-    if (buf_failed(&b)) { /* cannot happen with a 16 KiB limit and messages cut to fit, but never send half */
-        buf_free(&b);
-        buf_init(&b, 256);
-        buf_puts(&b, "{\"error\":{\"message\":\"error\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
-    }
-    h1req_reply(req, status, "application/json", &b);
-    buf_free(&b);
-}
-
 /* ---- the request ------------------------------------------------------------------------ */
 
 static int fail(char *msg, size_t len, const char **param, const char *which, const char *text)

@@ -6,7 +6,7 @@
  * the model's value is spliced for a pool that serves the model under another name,
  * the reply is watched as it streams through (TTFT, inter-token gaps, token usage), and every
  * error the router itself answers on /v1 has OpenAI's shape
- * {"error":{"message","type","param","code"}}.
+ * {"error":{"message","type","param","code"}} (common/openai_err.h, h1req_reply_openai_error).
  *
  * Accounting: every /v1 try carries `Tierserve-Accounting: 1` and a key of its own,
  * `Tierserve-Accounting-Key: <key>` (a random prefix per router process and a counter:
@@ -79,15 +79,6 @@ typedef struct {
 
 /* Where rt_v1_reply_body sends the bytes the client may see. */
 typedef void (*rt_v1_pass_fn)(struct proxy_req *pr, const uint8_t *data, size_t len);
-
-/* An error the router answers on a /v1 path, in OpenAI's shape; type from the status
- * (400 invalid_request_error, 401 authentication_error, 404 invalid_request_error, 429
- * rate_limit_error, 5xx server_error, ...). param and code may be NULL (JSON null). 429 and
- * 503 carry Retry-After: 1 unless the caller set one. */
-void rt_v1_reply_error(h1req *req, int status, const char *msg, const char *param, const char *code);
-
-/* Is this request's path under /v1 (its errors take OpenAI's shape)? */
-bool rt_v1_path(const h1req *req);
 
 /* Reads a /v1 request's body (pr->body, pr->cenc): inflated when it came compressed (the
  * plain bytes are what is forwarded), one JSON object nested at most 64 deep, a top-level

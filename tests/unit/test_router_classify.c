@@ -1,7 +1,7 @@
 /* The router's request classification (src/router/classify.c): priority, data class (what
  * pins a request to sensitive pools), tenant (by header, or by API key digest) and deadline,
- * from header values alone; and the failover timeline ring (events.c). Links ts_router
- * alone: the library needs nothing of tierrouter's main.c. */
+ * from header values alone; the keys' digests the front keeps; and the failover timeline
+ * ring (events.c). Links ts_router alone: the library needs nothing of tierrouter's main.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +13,7 @@
 
 #include "classify.h"
 #include "events.h"
+#include "front.h"
 
 /* Tenants "acme" (plain) and "clinic" (sensitive as a whole); deadlines 100/1000/10000 ms. */
 typedef struct {
@@ -171,6 +172,22 @@ static void test_tenant_by_key(void **state)
     assert_null(rt_tenant_by_key(&f.c, f.digests, "anything"));
 }
 
+/* The front hashes every tenant's key once, at start, in the order rt_tenant_by_key reads
+ * them (front.c: this call also links the whole front, proxy and backends into the test). */
+static void test_front_init_hashes_keys(void **state)
+{
+    (void)state;
+    fixture f;
+    setup_config(&f, true);
+    static router r;
+    r.cfg = &f.c;
+    assert_int_equal(rt_front_init(&r), 0);
+    assert_ptr_equal(rt_tenant_by_key(&f.c, r.key_digests, "key-acme-0123456789"), &f.tenants[0]);
+    assert_ptr_equal(rt_tenant_by_key(&f.c, r.key_digests, "key-clinic-9876543210"), &f.tenants[1]);
+    assert_null(rt_tenant_by_key(&f.c, r.key_digests, "key-clinic"));
+    free(r.key_digests);
+}
+
 /* The timeline keeps the last RT_EVENTS entries, oldest first, each field cut to fit. */
 static void test_events_ring(void **state)
 {
@@ -202,7 +219,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_priority),        cmocka_unit_test(test_data_class),
         cmocka_unit_test(test_tenant_and_pinning), cmocka_unit_test(test_deadline),
-        cmocka_unit_test(test_tenant_by_key),   cmocka_unit_test(test_events_ring),
+        cmocka_unit_test(test_tenant_by_key),   cmocka_unit_test(test_front_init_hashes_keys),
+        cmocka_unit_test(test_events_ring),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,9 +1,8 @@
 /* The router's /v1 pure parts: the request body read for its model (rt_v1_parse), the body
  * rewritten for a pool that serves the model under another name (rt_v1_body_for), the
  * worker's usage reports (v1acct.c: the Tierserve-Usage header / accounting line, and the
- * answer to GET /v1/accounting/{key}), and the OpenAI-shaped error body of the front. Links
- * ts_router alone (front.c, proxy.c, backend.c and the rest come with it): the library must
- * not need tierrouter's main.c. */
+ * answer to GET /v1/accounting/{key}). Links ts_router alone (v1.c brings proxy.c, backend.c,
+ * drain.c, tick.c and the rest with it): the library must not need tierrouter's main.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "front.h"
 #include "proxy.h"
 
 static router g_router; /* large: static */
@@ -204,33 +202,12 @@ static void test_usage_report(void **state)
 #undef REP
 }
 
-/* The front's error-body hook: OpenAI's shape on /v1 paths only. */
-static void test_error_body(void **state)
-{
-    (void)state;
-    buf b;
-    buf_init(&b, 4096);
-    assert_false(rt_front_error_body("/v2/models", 10, 401, "no", &b, NULL));
-    assert_false(rt_front_error_body("/v10/models", 11, 401, "no", &b, NULL));
-    assert_int_equal(b.len, 0);
-    assert_true(rt_front_error_body("/v1/chat/completions", 20, 401, "key \"x\" is missing", &b, NULL));
-    buf_putc(&b, '\0');
-    assert_string_equal((const char *)b.data, "{\"error\":{\"message\":\"key \\\"x\\\" is missing\",\"type\":"
-                                              "\"authentication_error\",\"param\":null,\"code\":null}}");
-    buf_free(&b);
-    buf_init(&b, 4096);
-    assert_true(rt_front_error_body("/v1", 3, 413, "too large", &b, NULL));
-    buf_putc(&b, '\0');
-    assert_non_null(strstr((const char *)b.data, "\"type\":\"invalid_request_error\""));
-    buf_free(&b);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_model),  cmocka_unit_test(test_parse_refusals),
         cmocka_unit_test(test_model_map_rewrite), cmocka_unit_test(test_usage_line),
-        cmocka_unit_test(test_usage_report), cmocka_unit_test(test_error_body),
+        cmocka_unit_test(test_usage_report),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
