@@ -3,7 +3,7 @@
 
 #include "drain.h"
 #include "log.h"
-#include "proxy.h"
+#include "proxy_int.h"
 
 #define DRAIN_CHECK_MS 100        /* also notices replies whose client vanished mid-write */
 

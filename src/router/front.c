@@ -22,7 +22,7 @@
 #include "openai_err.h"
 #include "drain.h"
 #include "front.h"
-#include "proxy.h"
+#include "proxy_int.h"
 #include "rstatus.h"
 #include "secret.h"
 #include "webassets.h"

@@ -1,5 +1,5 @@
 /* front: tierrouter's client-facing endpoints (front.c): credentials from a request's head,
- * then the route table's handler: classified requests go to the proxy (proxy.h), the
+ * then the route table's handler: classified requests go to the proxy (proxy_int.h), the
  * router's own answers (/metrics, /admin, /v2 health and index, /v1/models) are written here. */
 #ifndef TS_ROUTER_FRONT_H
 #define TS_ROUTER_FRONT_H

@@ -1,6 +1,8 @@
-/* tierrouter: the gateway in front of tierserve pools. `tierrouter --config router.yaml` */
+/* tierrouter: the gateway in front of tierserve pools. `tierrouter --config router.yaml`
+ * Start-up only: the command line, the config, TLS files (and their SIGHUP reload), the
+ * listener, the signals and the loop. What the router does lives in the ts_router library:
+ * front.c (endpoints), proxy.c, backend.c, tick.c (probes, policy), drain.c (shutdown). */
 #include <malloc.h>
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 
 #include <event2/dns.h>
 

@@ -8,7 +8,7 @@
 #include "clock.h"
 #include "log.h"
 #include "drain.h"
-#include "proxy.h"
+#include "proxy_int.h"
 
 /* The model's slot for the latency histograms: models the pools serve (rt_model_served) first
  * come, first served, RT_MAX_MODELS at most; the rest share "other" (index RT_MAX_MODELS). A

@@ -9,7 +9,7 @@
 
 #include "clock.h"
 #include "jcheck.h"
-#include "proxy.h"
+#include "proxy_int.h"
 #include "zcodec.h"
 
 /* ---- the request ------------------------------------------------------------------------ */

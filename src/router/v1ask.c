@@ -16,7 +16,7 @@
 #include "clock.h"
 #include "log.h"
 #include "drain.h"
-#include "proxy.h"
+#include "proxy_int.h"
 
 #define ASK_BODY_MAX 4096
 #define ASK_TIMEOUT_S 1.0

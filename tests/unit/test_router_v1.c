@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proxy.h"
+#include "proxy_int.h"
 
 static router g_router; /* large: static */
 

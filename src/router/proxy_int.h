@@ -1,7 +1,9 @@
-/* proxy.h: a request on its way through tierrouter, shared by the front (front.c: endpoints,
- * classification, validation) and the proxy (proxy.c: routing, admission, retries). */
-#ifndef TS_ROUTER_PROXY_H
-#define TS_ROUTER_PROXY_H
+/* proxy (private to the router library: the layout of a request in flight): a request on its
+ * way through tierrouter, shared by the front (front.c: endpoints, classification,
+ * validation), the proxy (proxy.c: routing, admission, retries), v1.c and v1ask.c. The front
+ * calls the proxy through the functions below; the proxy never calls the front. */
+#ifndef TS_ROUTER_PROXY_INT_H
+#define TS_ROUTER_PROXY_INT_H
 
 #include "router.h"
 #include "v1.h"
