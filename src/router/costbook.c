@@ -210,7 +210,8 @@ static void tenant_series(const cost_book *b, buf *out, family f)
 
 void cost_metrics(const cost_book *b, buf *out)
 {
-    prom_family(out, "tierrouter_cost_usd_total", "counter", "Cost attributed to requests, by pool, tenant and priority");
+    prom_family(out, "tierrouter_cost_usd_total", "counter",
+                "Cost attributed to requests, by pool, tenant and priority");
     tenant_series(b, out, FAM_USD);
     prom_family(out, "tierrouter_tokens_total", "counter",
                 "Tokens of /v1 requests by pool, priority and kind (prompt, completion), as the workers report them");

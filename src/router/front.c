@@ -488,14 +488,20 @@ typedef struct {
     size_t n;
 } front_call;
 
+/* 200 with what fill writes about the router (bounded by cap). */
+static void reply_built(h1req *req, router *r, void (*fill)(router *, buf *), size_t cap, const char *ctype)
+{
+    buf b;
+    buf_init(&b, cap);
+    fill(r, &b);
+    h1req_reply(req, 200, ctype, &b);
+    buf_free(&b);
+}
+
 static void on_metrics(void *ctx, h1req *req, const h1route_param *p, size_t np)
 {
     (void)p, (void)np;
-    buf b;
-    buf_init(&b, 1 << 24);
-    rt_metrics(((front_call *)ctx)->r, &b);
-    h1req_reply(req, 200, "text/plain; version=0.0.4", &b);
-    buf_free(&b);
+    reply_built(req, ((front_call *)ctx)->r, rt_metrics, 1 << 24, "text/plain; version=0.0.4");
 }
 
 /* the dashboard's files hold no data and need no token: the page asks for admin_token */
@@ -525,11 +531,7 @@ static void on_admin_cost(void *ctx, h1req *req, const h1route_param *p, size_t 
 static void on_admin_status(void *ctx, h1req *req, const h1route_param *p, size_t np)
 {
     (void)p, (void)np;
-    buf b;
-    buf_init(&b, 1 << 24);
-    rt_status_json(((front_call *)ctx)->r, &b);
-    h1req_reply(req, 200, "application/json", &b);
-    buf_free(&b);
+    reply_built(req, ((front_call *)ctx)->r, rt_status_json, 1 << 24, "application/json");
 }
 
 /* a path under a prefix with endpoints (/admin, /v2/health) that names none of them */
@@ -576,11 +578,7 @@ static void on_v2(void *ctx, h1req *req, const h1route_param *p, size_t np)
 static void on_repository_index(void *ctx, h1req *req, const h1route_param *p, size_t np)
 {
     (void)p, (void)np;
-    buf b;
-    buf_init(&b, 1 << 20);
-    rt_repository_index(((front_call *)ctx)->r, &b);
-    h1req_reply(req, 200, "application/json", &b);
-    buf_free(&b);
+    reply_built(req, ((front_call *)ctx)->r, rt_repository_index, 1 << 20, "application/json");
 }
 
 /* live stays 200 while draining: the process is fine, it only takes no new work */

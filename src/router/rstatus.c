@@ -331,7 +331,8 @@ void rt_metrics(router *r, buf *b)
     buf_printf(b, "tierrouter_v1_cancel_reports_total{source=\"worker\"} %llu\n"
                   "tierrouter_v1_cancel_reports_total{source=\"router\"} %llu\n",
                (unsigned long long)r->v1_reports[0], (unsigned long long)r->v1_reports[1]);
-    prom_family(b, "tierrouter_inflight_body_bytes", "gauge", "Request body bytes held now, from each head's admission");
+    prom_family(b, "tierrouter_inflight_body_bytes", "gauge",
+                "Request body bytes held now, from each head's admission");
     buf_printf(b, "tierrouter_inflight_body_bytes %zu\n", budget_held(r->bodies));
     prom_family(b, "tierrouter_inflight_body_limit_bytes", "gauge", "max_inflight_body_bytes");
     buf_printf(b, "tierrouter_inflight_body_limit_bytes %zu\n", budget_limit(r->bodies));
@@ -393,12 +394,14 @@ void rt_metrics(router *r, buf *b)
             if (stream_targets[t][p])
                 buf_printf(b, "%s{priority=\"%s\"} %.3f\n", stream_names[t], k_prio[p], stream_targets[t][p] / 1e3);
     }
-    prom_family(b, "tierrouter_slo_compliance_ratio", "gauge", "Share of the last 60 s of requests within the p95 target");
+    prom_family(b, "tierrouter_slo_compliance_ratio", "gauge",
+                "Share of the last 60 s of requests within the p95 target");
     for (int p = 0; p < PRIO_COUNT; p++)
         if (targets[p])
             buf_printf(b, "tierrouter_slo_compliance_ratio{priority=\"%s\"} %.4f\n", k_prio[p],
                        ring_share_within(&r->slo[p], now, 60.0, targets[p] / 1e3));
-    prom_family(b, "tierrouter_backend_healthy", "gauge", "1 if the backend takes traffic (live, ready, tier ok, not ejected)");
+    prom_family(b, "tierrouter_backend_healthy", "gauge",
+                "1 if the backend takes traffic (live, ready, tier ok, not ejected)");
     for (size_t i = 0; i < r->n_pools; i++)
         for (size_t k = 0; k < r->pools[i].n; k++) {
             rt_backend *be = r->pools[i].backends[k];
