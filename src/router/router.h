@@ -1,4 +1,7 @@
-/* tierrouter internals: pools of tierserve backends, the proxy, and the policy driving it.
+/* router: the state of one tierrouter process, shared by the router library's files. Each
+ * part's functions are in its own header: backend.h (pools and backends), front.h (the
+ * endpoints), proxy_int.h (a request in flight), v1.h, tick.h (probes and the policy),
+ * drain.h (shutdown), rstatus.h (/admin/status, /metrics), events.h, costbook.h.
  * Everything runs on one event loop; nothing here is thread-safe (nor needs to be). */
 #ifndef TS_ROUTER_H
 #define TS_ROUTER_H
@@ -70,8 +73,8 @@ typedef struct router {
                          * end (cfg->max_inflight_body_bytes; docs/router.md "Bodies") */
     struct proxy_req *admq[2]; /* admission queue heads: urgent, normal (proxy.c) */
     unsigned admq_len;
-    struct proxy_req *live; /* every proxy_req from rt_proxy_begin to its end (a list), so a drain
-                         * that times out can cut and free what is left */
+    struct proxy_req *live;    /* every proxy_req from rt_proxy_begin to its end (a list), so a
+                                * drain that times out can cut and free what is left */
     /* shutdown (docs/router.md "Shutdown"): from SIGTERM/SIGINT on, no new connection is
      * accepted, ready answers 503, every reply closes its connection, and the loop ends once
      * nothing is in flight or after cfg->drain_timeout_s */
