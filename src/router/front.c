@@ -653,15 +653,18 @@ _Static_assert(sizeof k_route_kind / sizeof k_route_kind[0] == sizeof k_routes /
 
 #define N_ROUTES (sizeof k_routes / sizeof k_routes[0])
 
-/* The row for this request's segments and method, with its parameters, or NULL: then allow
- * holds the methods the path takes (a 405), "" when no row has the path (a 404). *ep: the
- * credentials the row asks for (a path without a row asks none). */
+/* The segments rejoined ("/" for none): what the table matches, and what the parameters of
+ * a row point into, so it lives as long as the call that dispatches. On the stack: no
+ * allocation per request. */
+typedef char front_path[HTTPPATH_MAX_SEGS * HTTPPATH_SEG_MAX + 2];
+
+/* The row for this request's segments and method, with its parameters (spans of path), or
+ * NULL: then allow holds the methods the path takes (a 405), "" when no row has the path (a
+ * 404). *ep: the credentials the row asks for (a path without a row asks none). */
 static const h1route *front_route(const h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n,
-                                  endpoint_kind *ep, h1route_param params[H1ROUTE_MAX_PARAMS], size_t *np,
-                                  char *allow, size_t allow_len)
+                                  front_path path, endpoint_kind *ep, h1route_param params[H1ROUTE_MAX_PARAMS],
+                                  size_t *np, char *allow, size_t allow_len)
 {
-    /* the segments rejoined: on the stack, no allocation (at most 8 x 256 bytes) */
-    char path[HTTPPATH_MAX_SEGS * HTTPPATH_SEG_MAX + 2];
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         size_t l = strlen(segs[i]);
@@ -694,7 +697,8 @@ int rt_front_admit(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
     endpoint_kind ep = EP_OPEN;
     h1route_param params[H1ROUTE_MAX_PARAMS];
     size_t np = 0;
-    if (n >= 0) front_route(req, segs, (size_t)n, &ep, params, &np, allow, sizeof allow);
+    front_path path;
+    if (n >= 0) front_route(req, segs, (size_t)n, path, &ep, params, &np, allow, sizeof allow);
     const rc_tenant *tenant = NULL;
     int code = front_gate(r, req, ep, &tenant, msg, msglen);
     if (code) return code;
@@ -747,7 +751,8 @@ void rt_on_request(h1req *req, void *arg)
     h1route_param params[H1ROUTE_MAX_PARAMS];
     size_t np = 0;
     char allow[64];
-    const h1route *row = front_route(req, segs, n, &ep, params, &np, allow, sizeof allow);
+    front_path path; /* params point into it */
+    const h1route *row = front_route(req, segs, n, path, &ep, params, &np, allow, sizeof allow);
     /* credentials first (a request with a body had them checked before its body was read) */
     front_call fc = {r, NULL, segs, n};
     int code = front_gate(r, req, ep, &fc.keyed, msg, sizeof msg);
