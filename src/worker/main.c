@@ -13,7 +13,7 @@
 #include "model.h"
 #include "ortenv.h"
 #include "server.h"
-#include "server_llm.h"
+#include "v1.h"
 #include "settings.h"
 #include "tls.h"
 
@@ -166,7 +166,7 @@ int main(int argc, char **argv)
                        .io_binding = set.io_binding,
                        .warmup = set.warmup};
     server_sched_hooks(srv, &ro.run, &ro.compat, &ro.work_ctx);
-    server_llm_hooks(srv, &ro); /* LLM folders: the /v1 API */
+    v1_hooks(srv, &ro); /* LLM folders: the /v1 API */
     model_repo *repo = NULL;
     if (model_repo_scan(set.model_repository, &ro, &repo, err, sizeof err) != 0) {
         log_emit(LOG_ERROR, NULL, "bad settings: %s", err);

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include "doneq.h"
@@ -20,9 +19,10 @@
 #include "ortenv.h"
 #include "status.h"
 #include "tls.h"
+#include "h1route.h"
 #include "httppath.h"
 #include "server_internal.h"
-#include "server_llm.h"
+#include "v1.h"
 #include "webassets.h"
 
 /* ---- replies ------------------------------------------------------------------------ */
@@ -102,13 +102,25 @@ void server_maybe_finish_drain(server *srv)
 
 /* ---- routing ----------------------------------------------------------------------- */
 
-
-static void handle_server_metadata(h1req *req)
+bool server_route(const h1route *table, size_t n, server *srv, h1req *req, const char *path)
 {
-    reply_text(req, 200, "application/json",
-               "{\"name\":\"tierserve\",\"version\":\"" TIERSERVE_VERSION "\","
-               "\"extensions\":[\"binary_tensor_data\",\"model_configuration\",\"model_repository\"]}");
+    h1route_param params[H1ROUTE_MAX_PARAMS];
+    size_t np = 0;
+    char allow[64];
+    const h1route *r = h1route_find(table, n, path, h1req_method(req), params, &np, allow, sizeof allow);
+    if (r) r->fn(srv, req, params, np);
+    else if (allow[0]) h1req_reply_method_not_allowed(req, allow);
+    return r || allow[0];
 }
+
+void server_param(const h1route_param *p, char out[HTTPPATH_SEG_MAX])
+{
+    size_t n = p->n < HTTPPATH_SEG_MAX ? p->n : HTTPPATH_SEG_MAX - 1; /* a segment is never longer */
+    memcpy(out, p->s, n);
+    out[n] = '\0';
+}
+
+static bool server_ready(const server *srv);
 
 static bool method_is(h1req *req, h1_method want)
 {
@@ -116,49 +128,62 @@ static bool method_is(h1req *req, h1_method want)
     return c == want || (want == H1_GET && c == H1_HEAD);
 }
 
-static void method_not_allowed(h1req *req, const char *allowed)
+static void route_server_metadata(void *ctx, h1req *req, const h1route_param *p, size_t np)
 {
-    h1req_add_header(req, "Allow", allowed);
-    h1req_reply_error(req, TS_METHOD_NOT_ALLOWED, "method not allowed for this endpoint");
+    (void)ctx, (void)p, (void)np;
+    reply_text(req, 200, "application/json",
+               "{\"name\":\"tierserve\",\"version\":\"" TIERSERVE_VERSION "\","
+               "\"extensions\":[\"binary_tensor_data\",\"model_configuration\",\"model_repository\"]}");
 }
 
-static void handle_model(server *srv, h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX],
-                         size_t n)
+static void route_live(void *ctx, h1req *req, const h1route_param *p, size_t np)
 {
-    /* v2 models <m> [versions <v>] [ready|infer|config] */
-    const char *name = segs[2];
-    const char *version = NULL;
-    size_t k = 3;
-    if (n >= 5 && strcmp(segs[3], "versions") == 0) {
-        version = segs[4];
-        k = 5;
-    } else if (n == 4 && strcmp(segs[3], "versions") == 0) {
-        h1req_reply_error(req, TS_NOT_FOUND, "missing version after /versions");
-        return;
-    }
-    const char *verb = n > k ? segs[k] : "";
-    if (n > k + 1) {
-        h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
-        return;
-    }
-    if (strcmp(verb, "infer") == 0) {
-        if (!method_is(req, H1_POST)) { method_not_allowed(req, "POST"); return; }
-        server_handle_infer(srv, req, name, version);
-        return;
-    }
-    if (!method_is(req, H1_GET)) { method_not_allowed(req, "GET"); return; }
+    (void)ctx, (void)p, (void)np;
+    if (health_live()) reply_empty(req, 200);
+    else h1req_reply_error(req, TS_UNAVAILABLE, "not live: GPU fault");
+}
+
+static void route_ready(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    if (server_ready(ctx)) reply_empty(req, 200);
+    else h1req_reply_error(req, TS_UNAVAILABLE, "not ready");
+}
+
+/* /v2/models/{m}[/versions/{v}]/infer */
+static void route_infer(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    char name[HTTPPATH_SEG_MAX], version[HTTPPATH_SEG_MAX];
+    server_param(&p[0], name);
+    if (np > 1) server_param(&p[1], version);
+    server_handle_infer(ctx, req, name, np > 1 ? version : NULL);
+}
+
+/* The model of /v2/models/{m}[/versions/{v}]/..., or NULL (err says why once the repository is there). */
+static ts_model *find_model(server *srv, const h1route_param *p, size_t np, ts_err *err)
+{
+    char name[HTTPPATH_SEG_MAX], version[HTTPPATH_SEG_MAX];
+    server_param(&p[0], name);
+    if (np > 1) server_param(&p[1], version);
+    return srv->repo ? model_repo_find(srv->repo, name, np > 1 ? version : NULL, err) : NULL;
+}
+
+/* /v2/models/{m}[/versions/{v}]/ready */
+static void route_model_ready(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    server *srv = ctx;
     ts_err err = {0};
-    ts_model *m = srv->repo ? model_repo_find(srv->repo, name, version, &err) : NULL;
-    if (strcmp(verb, "ready") == 0) {
-        if (m && model_state(m) == MODEL_READY && health_live()) reply_empty(req, 200);
-        else if (!m && srv->repo) h1req_reply_error(req, TS_NOT_FOUND, err.msg);
-        else h1req_reply_error(req, TS_UNAVAILABLE, "model is not ready");
-        return;
-    }
-    if (strcmp(verb, "") != 0 && strcmp(verb, "config") != 0) {
-        h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
-        return;
-    }
+    ts_model *m = find_model(srv, p, np, &err);
+    if (m && model_state(m) == MODEL_READY && health_live()) reply_empty(req, 200);
+    else if (!m && srv->repo) h1req_reply_error(req, TS_NOT_FOUND, err.msg);
+    else h1req_reply_error(req, TS_UNAVAILABLE, "model is not ready");
+}
+
+/* /v2/models/{m}[/versions/{v}] (metadata) and .../config */
+static void model_info(server *srv, h1req *req, const h1route_param *p, size_t np, bool config)
+{
+    ts_err err = {0};
+    ts_model *m = find_model(srv, p, np, &err);
     if (!m) {
         if (!srv->repo) ts_err_set(&err, TS_UNAVAILABLE, "models are still loading");
         h1req_reply_error(req, err.http, err.msg);
@@ -171,11 +196,78 @@ static void handle_model(server *srv, h1req *req, char segs[HTTPPATH_MAX_SEGS][H
     }
     buf b;
     buf_init(&b, REPLY_LIMIT);
-    if (strcmp(verb, "config") == 0) status_model_config(m, srv->ep->decision.active != PROV_CPU, &b);
+    if (config) status_model_config(m, srv->ep->decision.active != PROV_CPU, &b);
     else status_model_metadata(srv->repo, m, &b);
     h1req_reply(req, 200, "application/json", &b);
     buf_free(&b);
 }
+
+static void route_model(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    model_info(ctx, req, p, np, false);
+}
+
+static void route_model_config(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    model_info(ctx, req, p, np, true);
+}
+
+static void status_inputs(server *srv, status_view *v);
+
+/* /v2/status (JSON) or /metrics (Prometheus text), from one snapshot of the server. */
+static void reply_status(server *srv, h1req *req, bool metrics)
+{
+    status_view v;
+    status_inputs(srv, &v);
+    buf b;
+    buf_init(&b, REPLY_LIMIT);
+    if (metrics) status_metrics(&v, &b);
+    else status_json(&v, &b);
+    h1req_reply(req, 200, metrics ? "text/plain; version=0.0.4; charset=utf-8" : "application/json", &b);
+    buf_free(&b);
+}
+
+static void route_status(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    reply_status(ctx, req, false);
+}
+
+static void route_metrics(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    reply_status(ctx, req, true);
+}
+
+static void route_repository_index(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    server *srv = ctx;
+    buf b;
+    buf_init(&b, REPLY_LIMIT);
+    status_repository_index(srv->repo, &b);
+    h1req_reply(req, 200, "application/json", &b);
+    buf_free(&b);
+}
+
+/* The worker's endpoints but /v1 (v1_route) and the dashboard (served before the token
+ * check); the Allow of a 405 comes from these rows. */
+static const h1route k_routes[] = {
+    {H1ROUTE_POST, "/v2/models/{}/infer", route_infer}, /* the hot rows first: tried in order */
+    {H1ROUTE_POST, "/v2/models/{}/versions/{}/infer", route_infer},
+    {H1ROUTE_GET, "/metrics", route_metrics},
+    {H1ROUTE_GET, "/v2", route_server_metadata},
+    {H1ROUTE_GET, "/v2/health/live", route_live},
+    {H1ROUTE_GET, "/v2/health/ready", route_ready},
+    {H1ROUTE_GET, "/v2/status", route_status},
+    {H1ROUTE_POST, "/v2/repository/index", route_repository_index},
+    {H1ROUTE_GET, "/v2/models/{}", route_model},
+    {H1ROUTE_GET, "/v2/models/{}/ready", route_model_ready},
+    {H1ROUTE_GET, "/v2/models/{}/config", route_model_config},
+    {H1ROUTE_GET, "/v2/models/{}/versions/{}", route_model},
+    {H1ROUTE_GET, "/v2/models/{}/versions/{}/ready", route_model_ready},
+    {H1ROUTE_GET, "/v2/models/{}/versions/{}/config", route_model_config},
+};
 
 static bool server_ready(const server *srv)
 {
@@ -242,19 +334,15 @@ static bool authorized(server *srv, h1req *req, const char **why_out)
 {
     const char *want = srv->set->auth_token;
     if (!want[0]) return true;
-    const char *h = h1req_header(req, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
+    const char *token = secret_bearer(h1req_header(req, "Authorization"));
+    if (!token) {
         *why_out = "missing bearer token: this worker needs Authorization: Bearer <token> "
                    "(TIERSERVE_AUTH_TOKEN)";
         return false;
     }
-    h += 7;
-    while (*h == ' ') h++;
     /* digests: the time tells nothing of the token; a longer one than a token may be cannot
      * match and is not hashed */
-    secret_digest given = {.ok = false};
-    if (strlen(h) < sizeof srv->set->auth_token) secret_hash(h, &given);
-    if (!secret_digest_equal(&given, &srv->token_digest)) {
+    if (!secret_matches(token, sizeof srv->set->auth_token, &srv->token_digest)) {
         *why_out = "wrong bearer token in Authorization (TIERSERVE_AUTH_TOKEN)";
         return false;
     }
@@ -353,7 +441,8 @@ static void on_request(h1req *req, void *arg)
     const char *why = NULL;
     if (request_gate(srv, req, n_, segs, &why) == GATE_REFUSED) {
         note_unauthorized(srv, req, why);
-        if (n_ >= 1 && strcmp(segs[0], "v1") == 0) server_llm_error(req, TS_UNAUTHORIZED, NULL, "invalid_api_key", why);
+        if (n_ >= 1 && strcmp(segs[0], "v1") == 0)
+            h1req_reply_openai_error(req, TS_UNAUTHORIZED, NULL, why, NULL, "invalid_api_key");
         else h1req_reply_error(req, TS_UNAUTHORIZED, why);
         return;
     }
@@ -361,69 +450,29 @@ static void on_request(h1req *req, void *arg)
         h1req_reply_error(req, TS_BAD_REQUEST, msg);
         return;
     }
-    size_t n = (size_t)n_;
-    if (n >= 1 && strcmp(segs[0], "metrics") == 0 && n == 1) {
-        if (!method_is(req, H1_GET)) { method_not_allowed(req, "GET"); return; }
-        status_view v;
-        status_inputs(srv, &v);
-        buf b;
-        buf_init(&b, REPLY_LIMIT);
-        status_metrics(&v, &b);
-        h1req_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
-        buf_free(&b);
+    /* the table matches the decoded segments joined again: empty segments skipped and
+     * percent-escapes decoded as they always were (a decoded segment never holds a '/') */
+    char path[HTTPPATH_MAX_SEGS * HTTPPATH_SEG_MAX + 2];
+    size_t off = 0;
+    for (int i = 0; i < n_; i++) { /* each segment is under HTTPPATH_SEG_MAX bytes: it fits */
+        size_t len = strlen(segs[i]);
+        path[off++] = '/';
+        memcpy(path + off, segs[i], len);
+        off += len;
+    }
+    if (off == 0) path[off++] = '/';
+    path[off] = '\0';
+    if (n_ >= 1 && strcmp(segs[0], "v1") == 0) { /* the OpenAI-compatible API of the LLMs */
+        v1_route(srv, req, path);
         return;
     }
-    if (n >= 1 && strcmp(segs[0], "v1") == 0) { /* the OpenAI-compatible API of the LLMs */
-        server_handle_v1(srv, req, segs, n);
-        return;
-    }
-    if (n == 0 || strcmp(segs[0], "v2") != 0) {
+    if (server_route(k_routes, sizeof k_routes / sizeof *k_routes, srv, req, path)) return;
+    if (n_ == 0 || strcmp(segs[0], "v2") != 0)
         h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint (the API lives under /v2)");
-        return;
-    }
-    if (n == 1) {
-        if (!method_is(req, H1_GET)) { method_not_allowed(req, "GET"); return; }
-        handle_server_metadata(req);
-        return;
-    }
-    if (n == 3 && strcmp(segs[1], "health") == 0) {
-        if (!method_is(req, H1_GET)) { method_not_allowed(req, "GET"); return; }
-        if (strcmp(segs[2], "live") == 0) {
-            if (health_live()) reply_empty(req, 200);
-            else h1req_reply_error(req, TS_UNAVAILABLE, "not live: GPU fault");
-        } else if (strcmp(segs[2], "ready") == 0) {
-            if (server_ready(srv)) reply_empty(req, 200);
-            else h1req_reply_error(req, TS_UNAVAILABLE, "not ready");
-        } else {
-            h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
-        }
-        return;
-    }
-    if (n == 2 && strcmp(segs[1], "status") == 0) {
-        if (!method_is(req, H1_GET)) { method_not_allowed(req, "GET"); return; }
-        status_view v;
-        status_inputs(srv, &v);
-        buf b;
-        buf_init(&b, REPLY_LIMIT);
-        status_json(&v, &b);
-        h1req_reply(req, 200, "application/json", &b);
-        buf_free(&b);
-        return;
-    }
-    if (n == 3 && strcmp(segs[1], "repository") == 0 && strcmp(segs[2], "index") == 0) {
-        if (!method_is(req, H1_POST)) { method_not_allowed(req, "POST"); return; }
-        buf b;
-        buf_init(&b, REPLY_LIMIT);
-        status_repository_index(srv->repo, &b);
-        h1req_reply(req, 200, "application/json", &b);
-        buf_free(&b);
-        return;
-    }
-    if (n >= 3 && strcmp(segs[1], "models") == 0) {
-        handle_model(srv, req, segs, n);
-        return;
-    }
-    h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
+    else if (n_ == 4 && strcmp(segs[1], "models") == 0 && strcmp(segs[3], "versions") == 0)
+        h1req_reply_error(req, TS_NOT_FOUND, "missing version after /versions");
+    else
+        h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint");
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------ */
@@ -521,7 +570,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     }
     h1srv_set_body_admit(srv->http, admit_body, srv);
     h1srv_set_readahead_hold(srv->http, hold_readahead, srv);
-    h1srv_set_error_body(srv->http, server_llm_error_body, srv);
+    h1srv_set_error_body(srv->http, h1_openai_error_body, srv);
     h1srv_check_fd_limit(srv->http, 64); /* models, logs, the loop's own: counted as open now, and a margin */
     if (s->tls_cert_file[0] && tls_apply(srv, err, errlen) != 0) {
         server_destroy(srv);
@@ -533,7 +582,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     }
     srv->done = doneq_create(srv->base, server_on_job_done, srv);
     srv->decoded = doneq_create(srv->base, server_on_job_decoded, srv);
-    (void)server_llm_init(srv); /* checked just below */
+    (void)v1_init(srv); /* checked just below */
     srv->decoder = workpool_create(SERVER_DECODE_THREADS, SERVER_DECODE_QUEUE, server_decode_work, srv);
     srv->split_ok = par_pool_init(&srv->split_pool, srv->decoder, SERVER_DECODE_THREADS) == 0;
     srv->split = par_on_pool(&srv->split_pool);
@@ -563,7 +612,6 @@ void server_sched_hooks(server *srv, sched_run_fn *run, sched_compat_fn *compat,
 }
 
 void server_set_repo(server *srv, model_repo *repo) { srv->repo = repo; }
-int server_port(const server *srv) { return srv->port; }
 
 void server_loading_done(server *srv, size_t failed)
 {
@@ -603,7 +651,7 @@ void server_destroy(server *srv)
     workpool_destroy(srv->decoder);
     if (srv->decoded) doneq_flush(srv->decoded); /* jobs decoded after the loop ended */
     if (srv->done) doneq_flush(srv->done); /* jobs the runners finished after the loop ended */
-    server_llm_shutdown(srv); /* the engines' last cancellations, after the repository */
+    v1_shutdown(srv); /* the engines' last cancellations, after the repository */
     doneq_destroy(srv->done);
     doneq_destroy(srv->decoded);
     budget_destroy(srv->bodies);             /* every job, and the bytes it held, is gone */

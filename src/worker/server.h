@@ -19,7 +19,6 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
 void server_sched_hooks(server *srv, sched_run_fn *run, sched_compat_fn *compat, void **ctx);
 /* Hands the (scanned, possibly still loading) repository to the server. */
 void server_set_repo(server *srv, model_repo *repo);
-int server_port(const server *srv);
 /* Called from the loader thread when loading ends; failed = models that failed. */
 void server_loading_done(server *srv, size_t failed);
 /* Runs the loop until shutdown; returns the process exit code. */

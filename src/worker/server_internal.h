@@ -10,7 +10,9 @@
 #include "budget_json.h"
 #include "buf.h"
 #include "doneq.h"
+#include "h1route.h"
 #include "h1srv.h"
+#include "httppath.h"
 #include "httpserver.h"
 #include "par.h"
 #include "secret.h"
@@ -33,8 +35,8 @@ struct server {
     struct event *sighup;       /* reloads the TLS files (--tls-cert-file) */
     doneq *done;                /* jobs back from the runners */
     doneq *decoded;             /* jobs back from the decode pool */
-    doneq *llm_done;            /* LLM requests with tokens from a generation thread (server_llm.c) */
-    struct llm_acct *llm_acct;  /* /v1 usage of cancelled requests, for the router (server_llm.c) */
+    doneq *llm_done;            /* LLM requests with tokens from a generation thread (v1_request.c) */
+    struct llm_acct *llm_acct;  /* /v1 usage of cancelled requests, for the router (v1_request.c) */
     workpool *decoder;
     par_pool split_pool;        /* the decode pool, for splitting one big tensor's numbers */
     kpar split;                 /* on split_pool: what the JSON codecs split across */
@@ -58,6 +60,13 @@ struct server {
     double t_created;           /* for the time-to-ready log line */
 };
 
+
+/* Runs the row of table that path (a request's decoded segments joined by '/') and req's
+ * method match, with srv as its context; answers 405 with the Allow the rows give when only
+ * the method is wrong; false when no row matches the path (the caller answers 404). */
+bool server_route(const h1route *table, size_t n, server *srv, h1req *req, const char *path);
+/* A route parameter (a decoded segment) as a C string. */
+void server_param(const h1route_param *p, char out[HTTPPATH_SEG_MAX]);
 
 /* h1req_reply for replies that may be big: their bytes count in srv->reply_pending until
  * the layer has written (or dropped) them. */

@@ -6,7 +6,8 @@
 
 #include "health.h"
 #include "nvml.h"
-#include "server_llm.h"
+#include "prom.h"
+#include "v1.h"
 
 static void put_str(buf *b, const char *s) { buf_put_json_str(b, s, strlen(s)); }
 
@@ -114,7 +115,7 @@ void status_json(const status_view *v, buf *b)
     size_t depth = 0;
     if (v->repo)
         for (size_t i = 0; i < model_repo_count(v->repo); i++)
-            depth += server_llm_queue_depth(model_repo_at(v->repo, i));
+            depth += v1_queue_depth(model_repo_at(v->repo, i));
     buf_printf(b, ",\"queue_depth\":%zu,\"in_flight\":%zu,\"inline_runs\":%llu,\"gpu_memory_used_fraction\":",
                depth, v->in_flight, (unsigned long long)v->inline_runs);
     double f = gpu_mem_fraction();
@@ -129,7 +130,7 @@ void status_json(const status_view *v, buf *b)
         put_str(b, model_version(m));
         buf_printf(b, ",\"ready\":%s,\"state\":\"%s\",\"warmup_ms\":%.1f,\"queue_depth\":%zu,",
                    model_state(m) == MODEL_READY ? "true" : "false", state_name(model_state(m)),
-                   model_warmup_ms(m), server_llm_queue_depth(m));
+                   model_warmup_ms(m), v1_queue_depth(m));
         const char *warmup_error = "";
         buf_printf(b, "\"warmed_up\":%s,\"warmup_error\":",
                    model_warmed_up(m, &warmup_error) ? "true" : "false");
@@ -155,7 +156,7 @@ void status_json(const status_view *v, buf *b)
         }
         if (ni) buf_putc(b, ']');
         put_instances(b, m, ip, ni);
-        server_llm_status(m, b);
+        v1_status(m, b);
         buf_puts(b, ",\"reason\":");
         if (model_state(m) == MODEL_FAILED) put_str(b, model_failure(m));
         else buf_puts(b, "null");
@@ -201,58 +202,53 @@ static unsigned long long rss_bytes(void)
     return rss * (unsigned long long)sysconf(_SC_PAGESIZE);
 }
 
-static void help(buf *b, const char *name, const char *type, const char *text)
-{
-    buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
-}
-
 void status_metrics(const status_view *v, buf *b)
 {
     const tier_decision *d = &v->ep->decision;
-    help(b, "tierserve_execution_provider_info", "gauge", "Execution tier this worker resolved (always 1)");
+    prom_family(b, "tierserve_execution_provider_info", "gauge", "Execution tier this worker resolved (always 1)");
     buf_printf(b, "tierserve_execution_provider_info{requested=\"%s\",active=\"%s\",tier=\"%s\"} 1\n",
                tier_mode_name(v->set->mode), tier_provider_name(d->active), tier_name(d->tier));
-    help(b, "tierserve_ep_degraded", "gauge", "1 if the active tier is below the requested one");
+    prom_family(b, "tierserve_ep_degraded", "gauge", "1 if the active tier is below the requested one");
     buf_printf(b, "tierserve_ep_degraded %d\n", d->degraded ? 1 : 0);
-    help(b, "tierserve_gpu_fault", "gauge", "1 once a GPU fault latched the worker not live");
+    prom_family(b, "tierserve_gpu_fault", "gauge", "1 once a GPU fault latched the worker not live");
     buf_printf(b, "tierserve_gpu_fault %d\n", health_gpu_faulted() ? 1 : 0);
-    help(b, "tierserve_live", "gauge", "1 if /v2/health/live answers 200");
+    prom_family(b, "tierserve_live", "gauge", "1 if /v2/health/live answers 200");
     buf_printf(b, "tierserve_live %d\n", v->live ? 1 : 0);
-    help(b, "tierserve_ready", "gauge", "1 if /v2/health/ready answers 200");
+    prom_family(b, "tierserve_ready", "gauge", "1 if /v2/health/ready answers 200");
     buf_printf(b, "tierserve_ready %d\n", v->ready ? 1 : 0);
-    help(b, "tierserve_in_flight", "gauge", "Inference requests accepted and not yet answered");
+    prom_family(b, "tierserve_in_flight", "gauge", "Inference requests accepted and not yet answered");
     buf_printf(b, "tierserve_in_flight %zu\n", v->in_flight);
-    help(b, "tierserve_inline_runs_total", "counter",
+    prom_family(b, "tierserve_inline_runs_total", "counter",
          "Requests an idle worker ran on its event loop thread (TIERSERVE_INLINE_MAX_US)");
     buf_printf(b, "tierserve_inline_runs_total %llu\n", (unsigned long long)v->inline_runs);
-    help(b, "tierserve_connections", "gauge", "Client connections open");
+    prom_family(b, "tierserve_connections", "gauge", "Client connections open");
     buf_printf(b, "tierserve_connections %zu\n", v->connections);
-    help(b, "tierserve_connections_refused_total", "counter",
+    prom_family(b, "tierserve_connections_refused_total", "counter",
          "Connections closed on accept: TIERSERVE_MAX_CONNECTIONS were open");
     buf_printf(b, "tierserve_connections_refused_total %llu\n", (unsigned long long)v->connections_refused);
-    help(b, "tierserve_connections_cut_total", "counter",
+    prom_family(b, "tierserve_connections_cut_total", "counter",
          "Connections cut for not sending a request, or not reading a reply, within TIERSERVE_HTTP_TIMEOUT_S");
     buf_printf(b, "tierserve_connections_cut_total %llu\n", (unsigned long long)v->connections_cut);
-    help(b, "tierserve_inflight_body_bytes", "gauge",
+    prom_family(b, "tierserve_inflight_body_bytes", "gauge",
          "Request bytes held now: bodies as read, inflated and parsed");
     buf_printf(b, "tierserve_inflight_body_bytes %zu\n", v->body_bytes);
-    help(b, "tierserve_inflight_body_limit_bytes", "gauge", "TIERSERVE_MAX_INFLIGHT_BODY_BYTES");
+    prom_family(b, "tierserve_inflight_body_limit_bytes", "gauge", "TIERSERVE_MAX_INFLIGHT_BODY_BYTES");
     buf_printf(b, "tierserve_inflight_body_limit_bytes %zu\n", v->body_limit);
-    help(b, "tierserve_inflight_body_refusals_total", "counter",
+    prom_family(b, "tierserve_inflight_body_refusals_total", "counter",
          "Requests refused with 503 because their bodies would pass TIERSERVE_MAX_INFLIGHT_BODY_BYTES");
     buf_printf(b, "tierserve_inflight_body_refusals_total %llu\n", (unsigned long long)v->body_refused);
-    help(b, "tierserve_pending_reply_bytes", "gauge", "Reply bytes handed out and not yet written to clients");
+    prom_family(b, "tierserve_pending_reply_bytes", "gauge", "Reply bytes handed out and not yet written to clients");
     buf_printf(b, "tierserve_pending_reply_bytes %zu\n", v->reply_bytes);
-    help(b, "tierserve_pending_reply_limit_bytes", "gauge", "TIERSERVE_MAX_PENDING_REPLY_BYTES");
+    prom_family(b, "tierserve_pending_reply_limit_bytes", "gauge", "TIERSERVE_MAX_PENDING_REPLY_BYTES");
     buf_printf(b, "tierserve_pending_reply_limit_bytes %zu\n", v->reply_limit);
-    help(b, "tierserve_pending_reply_refusals_total", "counter",
+    prom_family(b, "tierserve_pending_reply_refusals_total", "counter",
          "Inference requests refused with 503 while TIERSERVE_MAX_PENDING_REPLY_BYTES of replies waited");
     buf_printf(b, "tierserve_pending_reply_refusals_total %llu\n", (unsigned long long)v->reply_refused);
-    help(b, "tierserve_unauthorized_total", "counter", "Requests refused with 401 (TIERSERVE_AUTH_TOKEN)");
+    prom_family(b, "tierserve_unauthorized_total", "counter", "Requests refused with 401 (TIERSERVE_AUTH_TOKEN)");
     buf_printf(b, "tierserve_unauthorized_total %llu\n", (unsigned long long)v->unauthorized);
 
     size_t n = v->repo ? model_repo_count(v->repo) : 0;
-    help(b, "tierserve_model_ready", "gauge", "1 if the model version is loaded and warmed up");
+    prom_family(b, "tierserve_model_ready", "gauge", "1 if the model version is loaded and warmed up");
     for (size_t i = 0; i < n; i++) {
         const ts_model *m = model_repo_at(v->repo, i);
         buf_puts(b, "tierserve_model_ready{model=");
@@ -261,7 +257,7 @@ void status_metrics(const status_view *v, buf *b)
         buf_put_label(b, model_version(m));
         buf_printf(b, "} %d\n", model_state(m) == MODEL_READY ? 1 : 0);
     }
-    help(b, "tierserve_node_placement", "gauge", "Graph nodes ORT assigned to each provider");
+    prom_family(b, "tierserve_node_placement", "gauge", "Graph nodes ORT assigned to each provider");
     for (size_t i = 0; i < n; i++) {
         const ts_model *m = model_repo_at(v->repo, i);
         const placement_entry *p;
@@ -274,14 +270,14 @@ void status_metrics(const status_view *v, buf *b)
             buf_printf(b, ",provider=\"%s\"} %zu\n", p[k].provider, p[k].nodes);
         }
     }
-    help(b, "tierserve_queue_depth", "gauge", "Requests queued or running per model");
+    prom_family(b, "tierserve_queue_depth", "gauge", "Requests queued or running per model");
     for (size_t i = 0; i < n; i++) {
         const ts_model *m = model_repo_at(v->repo, i);
         buf_puts(b, "tierserve_queue_depth{model=");
         buf_put_label(b, model_name(m));
-        buf_printf(b, ",version=\"%s\"} %zu\n", model_version(m), server_llm_queue_depth(m));
+        buf_printf(b, ",version=\"%s\"} %zu\n", model_version(m), v1_queue_depth(m));
     }
-    help(b, "tierserve_requests_total", "counter", "Inference requests by outcome");
+    prom_family(b, "tierserve_requests_total", "counter", "Inference requests by outcome");
     for (size_t i = 0; i < n; i++) {
         ts_model *m = model_repo_at(v->repo, i);
         for (int o = 0; o < OUT_COUNT; o++) {
@@ -302,7 +298,7 @@ void status_metrics(const status_view *v, buf *b)
         {"tierserve_batch_size", "Requests per Run()", offsetof(model_stats, batch)},
     };
     for (size_t h = 0; h < sizeof hists / sizeof hists[0]; h++) {
-        help(b, hists[h].name, "histogram", hists[h].help);
+        prom_family(b, hists[h].name, "histogram", hists[h].help);
         for (size_t i = 0; i < n; i++) {
             ts_model *m = model_repo_at(v->repo, i);
             char lbl[TS_NAME_MAX + 64];
@@ -318,30 +314,30 @@ void status_metrics(const status_view *v, buf *b)
                         hists[h].name, lbl);
         }
     }
-    server_llm_metrics(v->repo, b);
+    v1_metrics(v->repo, b);
 
     double busy, iowait;
     cpu_ratios(&busy, &iowait);
-    help(b, "tierserve_cpu_utilization_ratio", "gauge", "Host CPU busy share since the last scrape");
+    prom_family(b, "tierserve_cpu_utilization_ratio", "gauge", "Host CPU busy share since the last scrape");
     buf_printf(b, "tierserve_cpu_utilization_ratio %.4f\n", busy);
-    help(b, "tierserve_cpu_iowait_ratio", "gauge", "Host CPU iowait share since the last scrape");
+    prom_family(b, "tierserve_cpu_iowait_ratio", "gauge", "Host CPU iowait share since the last scrape");
     buf_printf(b, "tierserve_cpu_iowait_ratio %.4f\n", iowait);
-    help(b, "tierserve_process_resident_memory_bytes", "gauge", "Worker resident set size");
+    prom_family(b, "tierserve_process_resident_memory_bytes", "gauge", "Worker resident set size");
     buf_printf(b, "tierserve_process_resident_memory_bytes %llu\n", rss_bytes());
 
     nvml_gpu g[NVML_MAX_GPUS];
     size_t ng = nvml_read(g, NVML_MAX_GPUS, NULL, 0);
     if (ng) {
-        help(b, "tierserve_gpu_utilization_ratio", "gauge", "GPU busy share (NVML)");
+        prom_family(b, "tierserve_gpu_utilization_ratio", "gauge", "GPU busy share (NVML)");
         for (size_t i = 0; i < ng; i++)
             if (g[i].util >= 0) buf_printf(b, "tierserve_gpu_utilization_ratio{gpu=\"%zu\"} %.3f\n", i, g[i].util);
-        help(b, "tierserve_gpu_memory_used_bytes", "gauge", "GPU memory used (NVML)");
+        prom_family(b, "tierserve_gpu_memory_used_bytes", "gauge", "GPU memory used (NVML)");
         for (size_t i = 0; i < ng; i++)
             buf_printf(b, "tierserve_gpu_memory_used_bytes{gpu=\"%zu\"} %llu\n", i, (unsigned long long)g[i].mem_used);
-        help(b, "tierserve_gpu_memory_total_bytes", "gauge", "GPU memory (NVML)");
+        prom_family(b, "tierserve_gpu_memory_total_bytes", "gauge", "GPU memory (NVML)");
         for (size_t i = 0; i < ng; i++)
             buf_printf(b, "tierserve_gpu_memory_total_bytes{gpu=\"%zu\"} %llu\n", i, (unsigned long long)g[i].mem_total);
-        help(b, "tierserve_gpu_power_watts", "gauge", "GPU power draw (NVML)");
+        prom_family(b, "tierserve_gpu_power_watts", "gauge", "GPU power draw (NVML)");
         for (size_t i = 0; i < ng; i++)
             if (g[i].power_w >= 0) buf_printf(b, "tierserve_gpu_power_watts{gpu=\"%zu\"} %.1f\n", i, g[i].power_w);
     }

@@ -35,6 +35,17 @@ def sanitizer_env():
     return env
 
 
+def json_lines(text):
+    """The lines of a log that parse as JSON, parsed; the others (a sanitizer report) skipped."""
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
 class Worker:
     """One tierserve process. Use start_worker() to make one."""
 
@@ -53,13 +64,7 @@ class Worker:
 
     def log_lines(self):
         """The JSON log lines (anything else, e.g. a sanitizer report, is skipped)."""
-        out = []
-        for line in self.log_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-        return out
+        return json_lines(self.log_text())
 
     def wait_log(self, needle, timeout=30.0):
         deadline = time.time() + timeout

@@ -1,11 +1,14 @@
 """Raw HTTP/1.1 reading for the suites that check bytes on the wire: no client library that
 would undo the framing or retry behind the test's back."""
+import time
 
 
-def read_to_close(s):
-    """Everything the peer sends until it closes; closes s."""
+def read_to_close(s, within=None):
+    """Everything the peer sends until it closes (with `within`: or until that many seconds
+    have passed); closes s."""
     raw = b""
-    while True:
+    deadline = None if within is None else time.monotonic() + within
+    while deadline is None or time.monotonic() < deadline:
         b = s.recv(65536)
         if not b:
             break

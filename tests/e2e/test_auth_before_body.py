@@ -17,6 +17,7 @@ import time
 import pytest
 
 from conftest import SANITIZED, start_worker
+from helpers import vm_bytes, wait_until
 from rawhttp import read_to_close
 from test_router import DEMO, Router, pools_config
 from test_router_hostile import BODY, Recorder, Reply, raw
@@ -91,17 +92,6 @@ def metrics(r):
         parts = line.split()
         if len(parts) == 2 and not line.startswith("#") and "{" not in parts[0]:
             out[parts[0]] = float(parts[1])
-    return out
-
-
-def proc_mem(pid):
-    """VmRSS and VmHWM (the peak) of a process, in bytes."""
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("VmRSS", "VmHWM"):
-                out[k] = int(v.split()[0]) * 1024
     return out
 
 
@@ -211,14 +201,9 @@ def keyed_config(backend, extra=""):
 
 
 def wait_routable(r, backend):
-    deadline = time.time() + 15
-    while time.time() < deadline:
-        rep = continue_then_send(r.port, head("POST", INFER, [("X-Api-Key", KEY)], length=len(BODY), expect=True),
-                                 BODY)
-        if rep.status == 200:
-            return
-        time.sleep(0.1)
-    raise AssertionError("the router never routed a request to its backend")
+    wait_until(lambda: continue_then_send(r.port, head("POST", INFER, [("X-Api-Key", KEY)], length=len(BODY),
+                                                       expect=True), BODY).status == 200,
+               15, "the router to route a request to its backend", interval=0.1)
 
 
 @pytest.mark.parametrize("cred", [None, ("X-Api-Key", "not-a-key-0001"), ("Authorization", "Bearer not-a-key-0001")])
@@ -267,7 +252,7 @@ def test_router_memory_does_not_hold_unauthenticated_bodies(router, backend):
     r = router(keyed_config(backend))
     body_size, clients = 32 << 20, 4
     body = b"x" * body_size
-    before = proc_mem(r.proc.pid)
+    before = vm_bytes(r.proc.pid)
 
     def send():
         try:
@@ -282,7 +267,7 @@ def test_router_memory_does_not_hold_unauthenticated_bodies(router, backend):
         t.start()
     for t in threads:
         t.join(timeout=60)
-    after = proc_mem(r.proc.pid)
+    after = vm_bytes(r.proc.pid)
     grew_peak, grew_rss = after["VmHWM"] - before["VmHWM"], after["VmRSS"] - before["VmRSS"]
     print(f"router VmHWM +{grew_peak >> 10} KiB, VmRSS +{grew_rss >> 10} KiB after {clients} unauthenticated "
           f"{body_size >> 20} MiB bodies")

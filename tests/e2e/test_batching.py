@@ -9,24 +9,18 @@ import json
 import re
 import shutil
 import threading
-import time
 
 import numpy as np
 import pytest
 
 from conftest import start_worker
+from helpers import metric, wait_until
 import tritonlike
 
 DTYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
           "FP16", "FP32", "FP64", "BYTES", "BF16"]
 BATCH_CFG = ("max_batch_size: 16\n"
              "dynamic_batching:\n  max_queue_delay_microseconds: 50000\n")
-
-
-def metric(text, name, labels):
-    pat = re.escape(name) + r"\{" + re.escape(labels) + r"\} (\S+)"
-    m = re.search(pat, text)
-    return float(m.group(1)) if m else None
 
 
 def values(dt, rows, cols, seed):
@@ -190,12 +184,8 @@ def slow_successes(worker):
 
 def wait_arrivals(worker, n, timeout=20):
     """Waits until the worker has taken in n `slow` requests (slow_arrivals)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if slow_arrivals(worker) >= n:
-            return
-        time.sleep(0.002)
-    raise AssertionError(f"the worker took in {slow_arrivals(worker)} slow requests, not {n}")
+    wait_until(lambda: slow_arrivals(worker) >= n, timeout, lambda: f"{n} slow arrivals, not {slow_arrivals(worker)}",
+               interval=0.002)
 
 
 def test_priority_and_queue_timeout_and_bounds(worker):

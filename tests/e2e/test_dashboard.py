@@ -6,26 +6,24 @@ Debian's /usr/bin/chromium); scripts/setup.sh installs both, so a missing one fa
 rather than skipping it. Screenshots go to $TIERSERVE_DASHBOARD_SHOTS (a folder) when set,
 else to the test's tmp dir; the paths are printed.
 """
-import http.client
 import json
 import os
 import pathlib
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import threading
-import time
 
 import numpy as np
 
-from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env, start_worker, track
+from conftest import ROOT, start_worker, track
+import helpers
+from helpers import get_json, wait_until
 from fakehttp import FakeHTTP
 from llm_fixture import write_tiny_llm
 from promtext import parse_strict
 
-ROUTER_BIN = str(pathlib.Path(BIN).with_name("tierrouter"))
 DEMO = ROOT / "models"
 BROWSER_DIR = ROOT / "tests" / "browser"
 CHROMIUM = "/usr/bin/chromium"
@@ -42,61 +40,26 @@ BODY = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [2,
 
 def request(port, method, path, headers=None, body=None, timeout=10):
     """One request on a fresh connection, sent once (no retry, no keep-alive)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        r = conn.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        conn.close()
+    return helpers.request(port, method, path, body, headers, timeout)
 
 
 def bearer(token):
     return {"Authorization": f"Bearer {token}"}
 
 
-class Router:
+class Router(helpers.Router):
+    """A router with a gpu and a cpu pool on those workers' ports, the admin and worker
+    tokens set; its /admin/status is read with the admin token."""
+
     def __init__(self, tmp, gpu_ports, cpu_ports, extra="", pool_extra=""):
         backends = lambda ports: "[" + ", ".join(f'"127.0.0.1:{p}"' for p in ports) + "]"
-        self.cfg = tmp / f"router-{time.monotonic_ns()}.yaml"
-        self.cfg.write_text(
+        super().__init__(
             f"address: 127.0.0.1\nprobe_interval_ms: 100\nadmin_token: {ADMIN_TOKEN}\nworker_token: {WORKER_TOKEN}\n"
             f"{extra}pools:\n"
             f"  - name: gpu\n    kind: gpu\n    sensitive: false\n    min_tier: cpu\n    backends: {backends(gpu_ports)}\n"
             f"{pool_extra}"
             f"  - name: cpu\n    kind: cpu\n    sensitive: true\n    min_tier: cpu\n    backends: {backends(cpu_ports)}\n"
-            f"{pool_extra}")
-        self.log = tmp / f"router-{time.monotonic_ns()}.log"
-        env = {**os.environ, "TIERROUTER_PORT": "0", **sanitizer_env()}
-        with open(self.log, "wb") as logf:
-            self.proc = track(subprocess.Popen([ROUTER_BIN, "--config", str(self.cfg)], stderr=logf, env=env))
-        self.port = None
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and self.proc.poll() is None and not self.port:
-            m = re.search(r"listening on [^:]+:(\d+)", self.log.read_text())
-            self.port = int(m.group(1)) if m else None
-            time.sleep(0.05)
-        assert self.port, self.log.read_text()
-
-    def status(self):
-        code, _, body = request(self.port, "GET", "/admin/status", bearer(ADMIN_TOKEN))
-        assert code == 200, body
-        return json.loads(body)
-
-    def wait_healthy(self, n, timeout=15):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if sum(p["healthy"] for p in self.status()["pools"]) >= n:
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"router never saw {n} healthy backends: {self.status()}")
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=20)
-        text = self.log.read_text(errors="replace")
-        assert not [m for m in SANITIZER_MARKERS if m in text], text[-4000:]
-        return code
+            f"{pool_extra}", tmp, status_headers=bearer(ADMIN_TOKEN))
 
 
 def check_assets(port, who):
@@ -190,9 +153,11 @@ class Page:
 
 
 def worker_status(w):
-    code, _, body = request(w.port, "GET", "/v2/status", bearer(WORKER_TOKEN))
-    assert code == 200, body
-    return json.loads(body)
+    return get_json(w, "/v2/status", bearer(WORKER_TOKEN))
+
+
+def llm_status(w):
+    return helpers.llm_status(w, "chat", bearer(WORKER_TOKEN))
 
 
 def check_no_leaks(snap):
@@ -328,20 +293,6 @@ class LongStream:
         self.thread.join(timeout=10)
 
 
-def wait_until(fn, what, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def llm_status(w):
-    return next(m for m in worker_status(w)["models"] if m["name"] == "chat")["llm"]
-
-
 def worker_metrics(w):
     code, _, body = request(w.port, "GET", "/metrics", bearer(WORKER_TOKEN))
     assert code == 200
@@ -409,7 +360,7 @@ def test_dashboard_shows_llm_serving(tmp_path):
         assert snap["found"], snap["cards"]
         stream.close()
         stream = None
-        wait_until(lambda: llm_status(w)["running"] == 0, "the cancelled sequence to leave")
+        wait_until(lambda: llm_status(w)["running"] == 0, what="the cancelled sequence to leave")
 
         # one short urgent stream, read to its end, and two inferences
         body = json.dumps({"model": "chat", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 12,

@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from conftest import SANITIZED, start_worker
+from helpers import metric, vm_bytes
 
 HTTP_TIMEOUT_S = 2
 MAX_BODY = 1 << 20
@@ -208,13 +209,7 @@ def u32(n):
 
 def proc_status(w):
     """VmRSS / VmHWM / VmPeak of the worker, in bytes."""
-    out = {}
-    with open(f"/proc/{w.proc.pid}/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("VmRSS", "VmHWM", "VmPeak"):
-                out[k] = int(v.split()[0]) * 1024
-    return out
+    return vm_bytes(w.proc.pid)
 
 
 def open_fds(w):
@@ -510,7 +505,7 @@ def test_malformed_request(serving, method, path, body, headers, status, needle)
     needles = needle if isinstance(needle, tuple) else (needle,)
     assert any(n.lower() in text for n in needles), f"error text does not name {needles}: {resp}"
     if status == 405:
-        assert resp[1].get("allow") in ("GET", "POST"), resp[1]
+        assert resp[1].get("allow") in ("GET, HEAD", "POST"), resp[1]
     assert time.monotonic() - t0 < 1.0 * SLOW, "a malformed request took over 1 s to refuse"
 
 
@@ -1197,12 +1192,8 @@ def test_sigterm_with_hostile_clients_connected(repo, tmp_path_factory):
 
 
 def _metric(w, name, **labels):
-    resp = exchange(w, http_bytes("GET", "/metrics"))
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    for line in resp[2].decode().splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no {name}{{{want}}} in /metrics")
+    """A series of the worker's /metrics (it must be there)."""
+    return metric(w, name, required=True, **labels)
 
 
 @pytest.fixture()

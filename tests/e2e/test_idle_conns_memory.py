@@ -19,17 +19,13 @@ import time
 import pytest
 
 from conftest import SANITIZED, start_worker
+from helpers import rss_kb
 from test_router import Router, pools_config
 from test_router_conns import read_reply as read_framed
 
 N = 200
 PAD = 56 << 10           # most of the 64 KiB a connection's read buffer was
 GROWTH_BOUND_KB = 4096   # the old code grew by N x 64 KiB = 12.5 MiB and more
-
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"^VmRSS:\s+(\d+)", f.read(), re.M).group(1))
 
 
 def big_request(kind):

@@ -5,7 +5,6 @@ One shared worker (conftest `server`, EXECUTION_MODE=cpu) on the generated test 
 (independent of tritonlike), except in the tritonlike section, which checks what a
 tritonclient.http-style client sees.
 """
-import http.client
 import json
 import re
 import struct
@@ -18,6 +17,7 @@ import gen_test_models
 import tritonlike
 from exactjson import decode_data, exact_json, nearest_float  # noqa: F401  (others import them from here)
 from promtext import parse_strict
+from helpers import request
 
 MODELS = gen_test_models.MODELS
 ALL_DTYPES = list(gen_test_models.IDENTITY_DTYPES)
@@ -135,16 +135,6 @@ class Reply:
         assert "data" in o, o
         exact = next(e for e in self.exact["outputs"] if e["name"] == name)
         return from_json_data(o["datatype"], exact["data"], o["shape"])
-
-
-def request(server, method, path, body=None, headers=None):
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        r = conn.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        conn.close()
 
 
 def get_json(server, path):

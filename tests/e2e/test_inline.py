@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, start_worker
+from helpers import metric
 from gen_demo import demo_reference
 
 X = np.random.default_rng(11).uniform(0, 8, (1, 4)).astype(np.float32)
@@ -36,13 +37,6 @@ def infer(w, model, x=X):
 
 def inline_runs(w):
     return json.loads(w.http("GET", "/v2/status")[2])["inline_runs"]
-
-
-def metric(w, name):
-    for line in w.http("GET", "/metrics")[2].decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} missing")
 
 
 def test_idle_worker_runs_fast_requests_inline_with_the_same_answers(repo, tmp_path):

@@ -160,7 +160,7 @@ def batch_worker(test_repo, tmp_path_factory):
 
 
 def batch_runs(w, model):
-    from test_batching import metric
+    from helpers import metric
     text = w.http("GET", "/metrics")[2].decode()
     lbl = f'model="{model}",version="1"'
     return (metric(text, "tierserve_batch_size_count", lbl) or 0,

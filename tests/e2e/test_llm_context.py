@@ -5,12 +5,11 @@ The tokenizer's early refusal (the prompt passes the context while it is encoded
 context; a prompt of exactly the context's tokens (encoded in full, no room left for an
 answer) names its count too. Through the router the worker's error passes unchanged.
 http.client, no retries."""
-import http.client
-import json
 
 import pytest
 
 from conftest import start_worker
+from helpers import post_json
 from llm_fixture import write_tiny_llm
 from test_router import Router, pools_config
 
@@ -30,12 +29,9 @@ def stack(tmp_path_factory):
 
 
 def post(host, port, path, body):
-    c = http.client.HTTPConnection(host, port, timeout=60)
-    c.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, json.loads(data)
+    """One JSON POST to host:port: (status, the reply's JSON)."""
+    code, _, out = post_json((host, port), path, body)
+    return code, out
 
 
 def words(k):

@@ -3,7 +3,6 @@
 a plain KServe model with a tokenizer.json beside it is still served over KServe v2, and a
 decoder whose signature does not hold fails its load naming the problem (it used to be
 taken for "not a decoder" and served over KServe). Raw http.client, no retries."""
-import http.client
 import json
 import shutil
 
@@ -12,6 +11,7 @@ import onnx
 import pytest
 
 from conftest import ROOT, start_worker
+from helpers import send_json
 from llm_fixture import write_tiny_llm
 
 
@@ -38,13 +38,9 @@ def worker(tmp_path_factory):
 
 
 def call(w, method, path, body=None):
-    c = http.client.HTTPConnection(w.host, w.port, timeout=60)
-    c.request(method, path, body=json.dumps(body).encode() if body is not None else None,
-              headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    out = r.status, r.read()
-    c.close()
-    return out
+    """One request with a JSON body: (status, raw body)."""
+    code, _, data = send_json(w, method, path, body)
+    return code, data
 
 
 def test_tokenizer_beside_a_kserve_model_still_serves_kserve(worker):

@@ -18,7 +18,8 @@ import pytest
 
 from conftest import start_worker
 from llm_fixture import MODELS, write_tiny_llm
-from test_llm_api import PROMPT, PROMPT_IDS, node_decode, post, post_json, sse_events
+from helpers import post, post_json, sse_events
+from test_llm_api import PROMPT, PROMPT_IDS, node_decode, text_of
 
 N = 16
 EOS_AT = 5  # the eos token is the 5th generated one
@@ -72,12 +73,6 @@ def cmpl(model, **kw):
     b = {"model": model, "prompt": PROMPT, "max_tokens": N}
     b.update(kw)
     return b
-
-
-def text_of(w, body):
-    code, _, a = post_json(w, "/v1/completions", body)
-    assert code == 200, a
-    return a["choices"][0]["text"]
 
 
 # ---- the end-of-sequence token --------------------------------------------------------------

@@ -2,12 +2,12 @@
 sequence ends with an error, /v2/health/live turns 503 and later /v1 requests get 503.
 TIERSERVE_FAULT_INJECT_GPU_RUN=N (test-only) fails the Nth Run(), KServe or LLM, with a
 CUDA-looking error on the CPU tier. Raw http.client, no retries."""
-import http.client
 import json
 
 import pytest
 
 from conftest import start_worker
+from helpers import send_json as call
 from llm_fixture import write_tiny_llm
 
 
@@ -20,16 +20,6 @@ def worker(tmp_path_factory):
                      env={"EXECUTION_MODE": "cpu", "TIERSERVE_FAULT_INJECT_GPU_RUN": "3"})
     yield w
     w.stop()
-
-
-def call(w, method, path, body=None):
-    c = http.client.HTTPConnection(w.host, w.port, timeout=60)
-    c.request(method, path, body=json.dumps(body).encode() if body is not None else None,
-              headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    out = r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    c.close()
-    return out
 
 
 def test_llm_step_fault_marks_the_worker_not_live(worker):

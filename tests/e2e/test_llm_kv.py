@@ -18,6 +18,7 @@ import time
 import pytest
 
 from conftest import BIN, sanitizer_env, start_worker
+from helpers import llm_status, model_status, post, sse_next
 from llm_fixture import write_tiny_llm
 from test_llm_api import MODELS, N, PROMPT, node_decode, PROMPT_IDS
 
@@ -49,12 +50,8 @@ def body(prompt, n, stream=False):
 
 
 def complete(w, prompt, n):
-    c = http.client.HTTPConnection(w.host, w.port, timeout=60)
-    c.request("POST", "/v1/completions", body=body(prompt, n), headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    assert r.status == 200, data
+    code, _, data = post(w, "/v1/completions", body(prompt, n))
+    assert code == 200, data
     return json.loads(data)["choices"][0]["text"]
 
 
@@ -73,17 +70,10 @@ class Stream:
         """Reads `events` more text events (None: to the end)."""
         want = None if events is None else self.events + events
         while not self.done and (want is None or self.events < want):
-            line = self.r.readline()
-            assert line, "the stream ended without [DONE]"
-            line = line.decode().rstrip("\n")
-            if not line:
-                continue
-            assert line.startswith("data: "), line
-            if line == "data: [DONE]":
+            ev = sse_next(self.r)
+            if ev is None:
                 self.done = True
                 break
-            ev = json.loads(line[len("data: "):])
-            assert "error" not in ev, ev
             self.text += ev["choices"][0]["text"]
             self.events += 1
         return self
@@ -93,37 +83,24 @@ class Stream:
         self.c.close()
 
 
-def status_model(w):
-    c = http.client.HTTPConnection(w.host, w.port, timeout=10)
-    c.request("GET", "/v2/status")
-    r = c.getresponse()
-    data = json.loads(r.read())
-    c.close()
-    return [m for m in data["models"] if m["name"] == "tiny"][0]
-
-
-def status_llm(w):
-    return status_model(w)["llm"]
-
-
 def wait_idle(w, timeout=20):
     deadline = time.time() + timeout
-    s = status_llm(w)
+    s = llm_status(w)
     while time.time() < deadline and s["running"]:
         time.sleep(0.05)
-        s = status_llm(w)
+        s = llm_status(w)
     return s
 
 
 def test_where_the_cache_lives(worker):
-    s = status_llm(worker)
+    s = llm_status(worker)
     want = "host" if worker.kv == "host" else "host-bound"  # the CPU tier: no device
     assert s["kv_cache"] == want and f"TIERSERVE_LLM_KV={worker.kv}" in s["kv_cache_note"]
     assert any("KV cache " + want in l.get("msg", "") for l in worker.log_lines())
     checked = "checked at load: 8 logits rows equal the host path's" in s["kv_cache_note"]
     assert checked == (worker.kv == "bound"), s["kv_cache_note"]
     # the check's runs are the LLM's warm-up; the host path runs none at load
-    m = status_model(worker)
+    m = model_status(worker, "tiny")
     assert m["warmed_up"] == (worker.kv == "bound") and (m["warmup_ms"] > 0) == (worker.kv == "bound"), m
 
 
@@ -174,7 +151,7 @@ def test_broken_bound_path_falls_back_to_host(repo, tmp_path):
     w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_KV": "auto",
                                           "TIERSERVE_FAULT_INJECT_KV_WRITEBACK": "1"})
     try:
-        s = status_llm(w)
+        s = llm_status(w)
         assert s["kv_cache"] == "host", s
         assert s["kv_cache_note"].startswith("host (fallback): the host-bound " + CHECK_FAILED), s
         assert "of their scale (tolerance 0.001)" in s["kv_cache_note"], s

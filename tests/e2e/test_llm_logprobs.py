@@ -10,7 +10,8 @@ import pytest
 
 from conftest import start_worker
 from llm_fixture import LLM_DIR, MODELS, node_encode, write_tiny_llm
-from test_llm_api import PROMPT, PROMPT_IDS, node_decode, post, post_json, sse_events
+from helpers import post, post_json, sse_events
+from test_llm_api import PROMPT, PROMPT_IDS, node_decode
 
 N = 12
 K = 5

@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from conftest import ROOT, start_worker
+from helpers import metrics_text
 from llm_fixture import write_tiny_llm
 from promtext import parse_strict
 
@@ -61,13 +62,7 @@ def test_two_versions_of_an_llm_scrape_cleanly(worker):
 
 
 def scrape(w):
-    c = http.client.HTTPConnection(w.host, w.port, timeout=60)
-    c.request("GET", "/metrics")
-    r = c.getresponse()
-    body = r.read()
-    c.close()
-    assert r.status == 200, body
-    return parse_strict(body.decode())
+    return parse_strict(metrics_text(w))
 
 
 def tiny(series, version):

@@ -16,6 +16,7 @@ import threading
 import pytest
 
 from conftest import start_worker
+from helpers import llm_status, sse_next
 from llm_fixture import MODELS
 
 PROMPTS = ["Hello world", "Once upon a time, in a land far away, there lived a", "1 2 3"]
@@ -32,12 +33,6 @@ def worker(tmp_path_factory):
                      env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_MAX_SEQUENCES": "4"})
     yield w
     assert w.stop() == 0, w.log_text()[-4000:]
-
-
-def status_llm(w):
-    code, js = w.get_json("/v2/status")
-    assert code == 200, js
-    return [m for m in js["models"] if m["name"] == "tiny"][0]["llm"]
 
 
 def request(w, prompt, stream):
@@ -61,24 +56,17 @@ def read_events(r, k=None):
     """Text of the next k events of a stream (None: to [DONE])."""
     text, n = "", 0
     while k is None or n < k:
-        line = r.readline()
-        assert line, "the stream ended without [DONE]"
-        line = line.decode().rstrip("\n")
-        if not line:
-            continue
-        assert line.startswith("data: "), line
-        if line == "data: [DONE]":
+        ev = sse_next(r)
+        if ev is None:
             assert k is None, "the stream ended early"
             break
-        ev = json.loads(line[len("data: "):])
-        assert "error" not in ev, ev
         text += ev["choices"][0]["text"]
         n += 1
     return text
 
 
 def test_said_at_load_and_in_status(worker):
-    s = status_llm(worker)
+    s = llm_status(worker)
     assert s["batch_limit"] == 1, s
     assert "no position_ids" in s["batch_note"] and "never batched" in s["batch_note"], s
     said = [l for l in worker.log_lines() if "never batched" in l.get("msg", "")]
@@ -97,11 +85,11 @@ def test_concurrent_streams_equal_alone_never_batched(worker):
         c, r = request(worker, p, True)
         open_.append((c, r, read_events(r, 1)))
         if len(open_) == 2:
-            assert status_llm(worker)["running"] >= 2
+            assert llm_status(worker)["running"] >= 2
     got = []
     for c, r, first in open_:
         got.append(first + read_events(r))
         c.close()
     assert got == alone
-    s = status_llm(worker)
+    s = llm_status(worker)
     assert s["max_batch"] == 1, s

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import start_worker
+from helpers import metric, post
 from llm_fixture import write_tiny_llm
 from rawhttp import read_to_close
 
@@ -55,7 +56,7 @@ EXPECTED = {
     'not_object': (400, {"error": {"message": "We could not parse the JSON body of your request: not an object", "type": "invalid_request_error", "param": None, "code": None}}),
     'dup_key': (400, {"error": {"message": "We could not parse the JSON body of your request: duplicate object key near '\"model\"'", "type": "invalid_request_error", "param": None, "code": None}}),
     'no_model': (400, {"error": {"message": "'model' is required (a string)", "type": "invalid_request_error", "param": "model", "code": None}}),
-    'unknown_model': (404, {"error": {"message": "The model 'nope' does not exist", "type": "invalid_request_error", "param": "model", "code": "model_not_found"}}),
+    'unknown_model': (404, {"error": {"message": "The model 'nope' does not exist", "type": "not_found_error", "param": "model", "code": "model_not_found"}}),
     'unrecognized': (400, {"error": {"message": "Unrecognized request argument supplied: bogus", "type": "invalid_request_error", "param": "bogus", "code": None}}),
     'stream_options': (400, {"error": {"message": "'stream_options' is only allowed when 'stream' is true", "type": "invalid_request_error", "param": "stream_options", "code": None}}),
     'temperature': (400, {"error": {"message": "'temperature' is 3; it must be in [0, 2]", "type": "invalid_request_error", "param": "temperature", "code": None}}),
@@ -95,15 +96,9 @@ def worker(tmp_path_factory):
 
 
 def send(w, path, body, headers=None, timeout=60):
-    c = http.client.HTTPConnection(w.host, w.port, timeout=timeout)
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    h = {"Content-Type": "application/json"}
-    h.update(headers or {})
-    c.request("POST", path, body=data, headers=h)
-    r = c.getresponse()
-    out = r.status, r.read()
-    c.close()
-    return out
+    """One JSON POST on a fresh connection: (status, raw body)."""
+    code, _, data = post(w, path, body, headers, timeout)
+    return code, data
 
 
 def test_every_refusal_unchanged(worker):
@@ -115,14 +110,6 @@ def test_every_refusal_unchanged(worker):
                                                     "temperature": 0})
     assert code == 200, data
     assert json.loads(data)["usage"]["completion_tokens"] == 4
-
-
-def metric(w, name, labels):
-    _, _, body = w.http("GET", "/metrics")
-    for line in body.decode().splitlines():
-        if line.startswith(name + "{") and all(l in line for l in labels):
-            return float(line.rsplit(" ", 1)[1])
-    return None
 
 
 def raw_post(w, path, body):

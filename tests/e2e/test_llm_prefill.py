@@ -18,6 +18,7 @@ import sys
 import pytest
 
 from conftest import BIN, sanitizer_env, start_worker
+from helpers import llm_status
 from llm_fixture import node_encode, write_tiny_llm
 from test_llm_api import MODELS, node_decode
 
@@ -55,14 +56,8 @@ def worker(request, repo, tmp_path_factory):
     assert w.stop() == 0, w.log_text()[-4000:]
 
 
-def status_llm(w):
-    code, st = w.get_json("/v2/status")
-    assert code == 200
-    return next(m for m in st["models"] if m["name"] == "tiny")["llm"]
-
-
 def test_status_and_log_show_the_chunk(worker):
-    assert status_llm(worker)["prefill_chunk"] == worker.chunk
+    assert llm_status(worker)["prefill_chunk"] == worker.chunk
     assert any(l.get("model") == "tiny" and f"prefill chunk {worker.chunk}" in l.get("msg", "")
                for l in worker.log_lines())
 
@@ -70,7 +65,7 @@ def test_status_and_log_show_the_chunk(worker):
 def test_greedy_equals_numpy_in_chunks(worker, reference):
     ids, want = reference
     assert len(ids) == 41, ids  # 41 = 5 chunks of 7 and one of 6
-    before = status_llm(worker)["prefill_runs"]
+    before = llm_status(worker)["prefill_runs"]
     c = http.client.HTTPConnection(worker.host, worker.port, timeout=60)
     c.request("POST", "/v1/completions", body=json.dumps({"model": "tiny", "prompt": TEXT, "max_tokens": N,
                                                           "temperature": 0}).encode(),
@@ -81,7 +76,7 @@ def test_greedy_equals_numpy_in_chunks(worker, reference):
     assert r.status == 200, out
     assert out["usage"]["prompt_tokens"] == len(ids)
     assert out["choices"][0]["text"] == want
-    assert status_llm(worker)["prefill_runs"] - before == math.ceil(len(ids) / worker.chunk)
+    assert llm_status(worker)["prefill_runs"] - before == math.ceil(len(ids) / worker.chunk)
 
 
 @pytest.mark.parametrize("value", ["-1", "8193", "x"])

@@ -21,22 +21,20 @@ What is held:
   compute time (a non-stream reply's Tierserve-Compute-Ms, a stream's `: tierserve-usage`
   line, which the client never sees); a client's deadline is not forwarded to the worker.
 """
-import http.client
 import json
 import re
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from conftest import start_worker
+from helpers import metric, post_json, sse_events, wait_for
 from rawhttp import dechunk, read_to_close
 from test_llm_api import (LLM_DIR, MODELS, chat_body, cmpl, expected_greedy, llm_repo,  # noqa: F401 (llm_repo: a fixture)
-                          node_decode, raw_request, read_until, sse_events)
+                          node_decode, raw_request, read_until)
 from test_router import Router, pools_config
-from test_router_v1 import metric as router_metric
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +59,8 @@ def fleet(llm_repo, tmp_path_factory):  # noqa: F811
 
 
 def post(host, port, path, body, headers=None):
-    c = http.client.HTTPConnection(host, port, timeout=60)
-    c.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json",
-                                                                     **(headers or {})})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, {k.lower(): v for k, v in r.getheaders()}, json.loads(data)
+    """One JSON POST to host:port: (status, headers, the reply's JSON)."""
+    return post_json((host, port), path, body, headers)
 
 
 def test_openai_sdk_through_the_router(fleet):
@@ -142,20 +135,8 @@ def acct(llm_repo, tmp_path_factory):  # noqa: F811
 
 
 def worker_metric(w, name, labels=('model="tiny"',)):
-    _, _, body = w.http("GET", "/metrics")
-    for line in body.decode().splitlines():
-        if line.startswith(name + "{") and all(l in line for l in labels):
-            return float(line.rsplit(" ", 1)[1])
-    return None
-
-
-def wait_for(fn, want, timeout=20):
-    deadline = time.time() + timeout
-    v = fn()
-    while v != want and time.time() < deadline:
-        time.sleep(0.05)
-        v = fn()
-    return v
+    """A series of the worker's /metrics, by default the tiny model's."""
+    return metric(w, name, labels)
 
 
 def router_raw(router, path, body, extra=b""):
@@ -183,7 +164,7 @@ def test_disconnect_through_the_router_frees_the_slot(acct):
     made = worker_metric(w, "tierserve_generation_tokens_total") - before
     # direct to the worker a handful more are made; read to its end by the router, all 2000
     assert made < 1000, made
-    assert wait_for(lambda: router_metric(router, "tierrouter_requests_total", pool="llm", priority="normal",
+    assert wait_for(lambda: metric(router, "tierrouter_requests_total", pool="llm", priority="normal",
                                           outcome="cancelled"), 1) == 1
     # the worker counted its client (the router's connection) gone, not a success
     assert wait_for(lambda: worker_metric(w, "tierserve_requests_total", ('model="tiny"', 'outcome="cancelled"')),
@@ -215,12 +196,12 @@ def stream_usage_direct(w, body):
 
 
 def router_tokens(router):
-    return tuple(router_metric(router, "tierrouter_tokens_total", pool="llm", priority="normal", kind=k)
+    return tuple(metric(router, "tierrouter_tokens_total", pool="llm", priority="normal", kind=k)
                  for k in ("prompt", "completion"))
 
 
 def router_cost(router):
-    return router_metric(router, "tierrouter_cost_usd_total", pool="llm", tenant="unknown", priority="normal") or 0.0
+    return metric(router, "tierrouter_cost_usd_total", pool="llm", tenant="unknown", priority="normal") or 0.0
 
 
 def test_exact_tokens_and_compute_cost_through_the_router(acct, llm_repo):  # noqa: F811

@@ -13,6 +13,7 @@ import random
 import pytest
 
 from conftest import SANITIZED, start_worker
+from helpers import rss_kb
 from llm_fixture import write_tiny_llm
 
 MB = 2
@@ -28,11 +29,6 @@ def worker(tmp_path_factory):
     assert w.stop() == 0, w.log_text()[-4000:]
 
 
-def vm_hwm_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
-
-
 def test_bpe_peak_memory_per_byte(worker):
     rng = random.Random(11)
     n = (1 if SANITIZED else MB) << 20
@@ -41,14 +37,14 @@ def test_bpe_peak_memory_per_byte(worker):
     pid = worker.proc.pid
     with open(f"/proc/{pid}/clear_refs", "w") as f:
         f.write("5")  # the peak RSS starts again from the current RSS
-    before = vm_hwm_kb(pid)
+    before = rss_kb(pid, peak=True)
     c = http.client.HTTPConnection(worker.host, worker.port, timeout=120)
     c.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
     r = c.getresponse()
     out = json.loads(r.read())
     c.close()
     assert r.status == 400 and out["error"]["code"] == "context_length_exceeded", out
-    grew = (vm_hwm_kb(pid) - before) * 1024
+    grew = (rss_kb(pid, peak=True) - before) * 1024
     print(f"peak grew {grew / 2**20:.0f} MB for a {n >> 20} MB prompt: {grew / n:.1f} bytes a byte")
     if not SANITIZED:
         assert grew < BOUND * n, (grew / n)

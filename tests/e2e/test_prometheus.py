@@ -15,11 +15,9 @@ checked with the real tools against a real worker and router.
 Tests that need promtool or prometheus skip, saying so, only when the binary is absent
 (Debian package `prometheus`, installed by scripts/setup.sh).
 """
-import http.client
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -28,6 +26,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, start_worker, track
+from helpers import free_port, get, post
 from llm_fixture import write_tiny_llm
 from test_router import DEMO, Router
 
@@ -416,46 +415,26 @@ INFER = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1
 
 
 def http_get(port, path, timeout=10):
-    """One GET, no retry."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        c.request("GET", path)
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
+    """One GET, no retry: (status, body)."""
+    r = get(port, path, timeout=timeout)
+    return r.status, r.body
 
 
 def stream_chat(port, priority, data_class=None):
     """One streamed /v1 chat completion of the tiny LLM, read to its end; no retry."""
-    headers = {"Content-Type": "application/json", "X-Priority": priority}
-    if data_class:
-        headers["X-Data-Class"] = data_class
-    body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 6,
-                       "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}).encode()
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        c.request("POST", "/v1/chat/completions", body=body, headers=headers)
-        r = c.getresponse()
-        text = r.read().decode()
-        assert r.status == 200, (priority, r.status, text)
-        assert text.rstrip().endswith("data: [DONE]"), text[-500:]
-    finally:
-        c.close()
+    headers = {"X-Priority": priority, **({"X-Data-Class": data_class} if data_class else {})}
+    code, _, body = post(port, "/v1/chat/completions", {
+        "model": "tiny", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 6,
+        "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}, headers)
+    text = body.decode()
+    assert code == 200, (priority, code, text)
+    assert text.rstrip().endswith("data: [DONE]"), text[-500:]
 
 
 def infer(port, priority, data_class=None):
-    headers = {"Content-Type": "application/json", "X-Priority": priority}
-    if data_class:
-        headers["X-Data-Class"] = data_class
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        c.request("POST", "/v2/models/demo/infer", body=INFER, headers=headers)
-        r = c.getresponse()
-        body = r.read()
-        assert r.status == 200, (priority, r.status, body)
-    finally:
-        c.close()
+    headers = {"X-Priority": priority, **({"X-Data-Class": data_class} if data_class else {})}
+    code, _, body = post(port, "/v2/models/demo/infer", INFER, headers, timeout=30)
+    assert code == 200, (priority, code, body)
 
 
 @pytest.fixture(scope="module")
@@ -498,12 +477,6 @@ def test_promtool_check_metrics_on_live_metrics(stack, who):
     code, out = run_promtool("check", "metrics", stdin=metrics_text(port))
     assert proc.poll() is None
     assert code == 0, f"promtool check metrics on {who}'s /metrics:\n{out}"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Prometheus:

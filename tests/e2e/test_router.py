@@ -21,63 +21,13 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env, start_worker, track
+from conftest import ROOT, sanitizer_env, start_worker
+from helpers import ROUTER_BIN, Router, metric, request, wait_until as wait_until_every
 import tritonlike
 from fakehttp import FakeHTTP, echo_id
 
-ROUTER_BIN = str(pathlib.Path(BIN).with_name("tierrouter"))
 DEMO = ROOT / "models"
 X = np.random.default_rng(5).uniform(0, 8, (2, 4)).astype(np.float32)
-
-
-class Router:
-    def __init__(self, cfg_text, tmp, env=None):
-        self.cfg = tmp / f"router-{time.monotonic_ns()}.yaml"
-        self.cfg.write_text(cfg_text)
-        self.log = tmp / f"router-{time.monotonic_ns()}.log"
-        env = {**os.environ, "TIERROUTER_PORT": "0", **sanitizer_env(), **(env or {})}
-        self.proc = track(subprocess.Popen([ROUTER_BIN, "--config", str(self.cfg)], stderr=open(self.log, "wb"),
-                                           env=env))
-        self.port = None
-        deadline = time.time() + 20
-        while time.time() < deadline and self.proc.poll() is None:
-            m = re.search(r"listening on [^:]+:(\d+)", self.log.read_text())
-            if m:
-                self.port = int(m.group(1))
-                break
-            time.sleep(0.05)
-        assert self.port, self.log.read_text()
-
-    @property
-    def url(self):
-        return f"127.0.0.1:{self.port}"
-
-    def status(self):
-        with urllib.request.urlopen(f"http://{self.url}/admin/status", timeout=5) as r:
-            return json.loads(r.read())
-
-    def backend(self, port):
-        for p in self.status()["pools"]:
-            for b in p["backends"]:
-                if b["address"].endswith(f":{port}"):
-                    return b
-        raise KeyError(port)
-
-    def wait_healthy(self, n, timeout=15):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            st = self.status()
-            if sum(p["healthy"] for p in st["pools"]) >= n:
-                return st
-            time.sleep(0.05)
-        raise AssertionError(f"router never saw {n} healthy backends: {self.status()}")
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=20)
-        text = self.log.read_text(errors="replace")
-        assert not [m for m in SANITIZER_MARKERS if m in text], text[-4000:]
-        return code
 
 
 def pools_config(pools, extra=""):
@@ -100,9 +50,8 @@ def config(gpu_ports, cpu_ports, gpu_min_tier="cpu", extra=""):
 
 
 def worker_requests(w, model="demo"):
-    text = w.http("GET", "/metrics")[2].decode()
-    m = re.search(r'tierserve_requests_total\{model="%s",version="1",outcome="success"\} (\d+)' % model, text)
-    return int(m.group(1))
+    """The worker's count of successful inferences of that model."""
+    return int(metric(w, "tierserve_requests_total", model=model, version="1", outcome="success", required=True))
 
 
 def slow_workers(tmp_path, test_repo, n=2):
@@ -155,47 +104,26 @@ def test_router_speaks_kserve_like_a_worker(stack):
     assert c.get_model_metadata("demo") == direct.get_model_metadata("demo")
     assert c.get_model_metadata("demo", "1") == direct.get_model_metadata("demo", "1")
     assert c.get_model_config("demo")["name"] == "demo"
-    assert _post(r, "demo/ready")[0] == 404  # POST to a model endpoint that is not infer
+    assert post_once(r, "demo/ready")[0] == 404  # POST to a model endpoint that is not infer
     # normal traffic stays on the GPU pool while it is healthy and unpressured
-    code, headers, _ = _post(r, "demo")
+    code, headers, _ = post_once(r, "demo")
     assert code == 200 and headers["X-Tierrouter-Pool"] == "gpu" and headers.get("X-Request-Id")
 
 
-def _post(r, model, headers=None, body=None):
-    body = body if body is not None else json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4],
-                                           "data": X.ravel().tolist()}]}).encode()
-    req = urllib.request.Request(f"http://{r.url}/v2/models/{model}/infer", data=body, method="POST",
-                                 headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, dict(resp.headers), resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
-
-
-def post_once(port, model, headers=None, body=None, timeout=30):
+def post_once(target, model, headers=None, body=None, timeout=30):
     """One inference request on a fresh connection, sent exactly once: no keep-alive, so no
     client-side re-send of a POST whose reused connection was closed (urllib and the
-    tritonlike client's pool would hide a dropped request that way). Returns (status,
-    headers, body); a transport failure raises."""
+    tritonlike client's pool would hide a dropped request that way). target: a router or a
+    port. Returns (status, headers, body); a transport failure raises."""
     body = body if body is not None else json.dumps(
         {"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4], "data": X.ravel().tolist()}]}).encode()
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("POST", f"/v2/models/{model}/infer", body=body, headers=headers or {})
-        resp = conn.getresponse()
-        return resp.status, dict(resp.getheaders()), resp.read()
-    finally:
-        conn.close()
+    return request(target, "POST", f"/v2/models/{model}/infer", body, headers, timeout)
 
 
 def wait_until(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    """helpers.wait_until polling every 5 ms: these waits catch short states (a backend
+    ejected under load) that a 50 ms poll could step over."""
+    return wait_until_every(pred, timeout, what, interval=0.005)
 
 
 def test_kill9_under_load_loses_nothing_and_readmits(stack, tmp_path):
@@ -255,7 +183,7 @@ def test_kill9_under_load_loses_nothing_and_readmits(stack, tmp_path):
         time.sleep(0.05)
     assert r.backend(port)["healthy"]
     for _ in range(30):
-        assert _post(r, "demo")[0] == 200
+        assert post_once(r, "demo")[0] == 200
     assert worker_requests(w) > 0
 
 
@@ -266,7 +194,7 @@ def test_gpu_fault_injection_ejects_the_worker(tmp_path):
     r = Router(config([faulty.port, good.port], [cpu.port]), tmp_path)
     try:
         r.wait_healthy(3)
-        codes = [_post(r, "demo")[0] for _ in range(40)]
+        codes = [post_once(r, "demo")[0] for _ in range(40)]
         assert all(c == 200 for c in codes), codes  # the faulted run is retried elsewhere
         deadline = time.time() + 2  # the next probes see live=false in its /v2/status
         while r.backend(faulty.port)["live"] and time.time() < deadline:
@@ -284,12 +212,12 @@ def test_sensitive_traffic_never_reaches_a_non_sensitive_pool(stack):
     r, gpus, cpu = stack
     cpu_before = worker_requests(cpu)
     hdr = {"X-Data-Class": "sensitive", "X-Priority": "urgent"}
-    codes = [_post(r, "demo", hdr)[0] for _ in range(20)]
+    codes = [post_once(r, "demo", hdr)[0] for _ in range(20)]
     # and under failover: every GPU worker gone
     for g in gpus:
         g.proc.send_signal(signal.SIGKILL)
         g.proc.wait()
-    codes += [_post(r, "demo", hdr)[0] for _ in range(20)]
+    codes += [post_once(r, "demo", hdr)[0] for _ in range(20)]
     assert all(c == 200 for c in codes), codes
     # counted on the workers' side: every sensitive request, before and during the
     # failover, was served by the sensitive (CPU) pool's worker
@@ -300,7 +228,7 @@ def test_sensitive_traffic_never_reaches_a_non_sensitive_pool(stack):
     deadline = time.time() + 5
     while r.status()["pools"][1]["healthy"] and time.time() < deadline:
         time.sleep(0.05)
-    code, _, body = _post(r, "demo", hdr)
+    code, _, body = post_once(r, "demo", hdr)
     assert code == 503 and "sensitive" in json.loads(body)["error"]
 
 
@@ -310,10 +238,10 @@ def test_sensitive_counted_on_live_gpu_workers(stack):
     before = [worker_requests(g) for g in gpus]
     hdr = {"X-Data-Class": "sensitive"}
     for _ in range(25):
-        assert _post(r, "demo", hdr)[0] == 200
+        assert post_once(r, "demo", hdr)[0] == 200
     assert [worker_requests(g) for g in gpus] == before
     for _ in range(10):  # normal traffic does reach them
-        assert _post(r, "demo")[0] == 200
+        assert post_once(r, "demo")[0] == 200
     assert sum(worker_requests(g) for g in gpus) > sum(before)
 
 
@@ -332,7 +260,7 @@ def test_cpu_fallback_worker_is_not_gpu_capacity(tmp_path):
         assert not b["tier_ok"] and not b["healthy"]
         st = r.status()
         assert st["hard_failover"] is True  # no GPU capacity at all: everything on the CPU pool
-        code, headers, _ = _post(r, "demo", {"X-Priority": "urgent"})
+        code, headers, _ = post_once(r, "demo", {"X-Priority": "urgent"})
         assert code == 200 and headers["X-Tierrouter-Pool"] == "cpu"
     finally:
         assert r.stop() == 0
@@ -390,7 +318,7 @@ _GOOD_HEAD = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4],
 def test_malformed_client_requests_never_reach_a_backend(stack, headers, body, code, needle):
     r, gpus, cpu = stack
     before = [worker_seen(w) for w in gpus + [cpu]]
-    got, hdrs, text = _post(r, "demo", headers, body=body)
+    got, hdrs, text = post_once(r, "demo", headers, body=body)
     assert got == code, text
     msg = json.loads(text)["error"]
     assert needle.lower() in msg.lower(), msg
@@ -402,9 +330,9 @@ def test_malformed_client_requests_never_reach_a_backend(stack, headers, body, c
 def test_malformed_paths_are_refused(stack):
     r, gpus, cpu = stack
     before = [worker_seen(w) for w in gpus + [cpu]]
-    code, _, _ = _post(r, "x" * 40 + "/versions/" + "9" * 40)
+    code, _, _ = post_once(r, "x" * 40 + "/versions/" + "9" * 40)
     assert code == 400
-    assert _post(r, "a/b/c/d/e/f/g/h")[0] == 400  # too many path segments: refused, not truncated
+    assert post_once(r, "a/b/c/d/e/f/g/h")[0] == 400  # too many path segments: refused, not truncated
     assert [worker_seen(w) for w in gpus + [cpu]] == before
 
 
@@ -425,7 +353,7 @@ def test_valid_bodies_in_every_encoding_pass_the_router(stack):
              ({"Content-Encoding": "deflate"}, zlib.compress(plain)),
              ({"Content-Encoding": "gzip", "Inference-Header-Content-Length": str(len(head))}, gzip.compress(binary))]
     for headers, body in cases:
-        code, hdrs, text = _post(r, "demo", headers, body=body)
+        code, hdrs, text = post_once(r, "demo", headers, body=body)
         assert code == 200, (headers, text)
         assert "X-Tierrouter-Backend" in hdrs
 
@@ -478,7 +406,7 @@ def test_misbehaving_backend_is_retried_or_answered_never_a_crash(tmp_path, mode
     r = Router(config([bad.port, good.port], [cpu.port], extra=extra), tmp_path)
     try:
         r.wait_healthy(3)
-        codes = [_post(r, "demo")[0] for _ in range(12)]
+        codes = [post_once(r, "demo")[0] for _ in range(12)]
         # every request that met the bad backend was retried on a good one
         assert all(c == 200 for c in codes), codes
         assert bad.hits >= 1
@@ -487,7 +415,7 @@ def test_misbehaving_backend_is_retried_or_answered_never_a_crash(tmp_path, mode
         r2 = Router(pools_config([("gpu", "gpu", True, [bad.port], None)], extra), tmp_path)
         try:
             r2.wait_healthy(1)
-            code, _, body = _post(r2, "demo", {"X-Data-Class": "sensitive"})
+            code, _, body = post_once(r2, "demo", {"X-Data-Class": "sensitive"})
             assert code == (504 if mode == "hang" else 502), (code, body)
             assert "error" in json.loads(body)
             assert r2.proc.poll() is None  # still running
@@ -538,19 +466,19 @@ pools:
             if sum(p["healthy"] for p in st["pools"]) == 2:
                 break
             time.sleep(0.05)
-        assert _post(r, "demo")[0] == 401                                   # no key
-        assert _post(r, "demo", {"X-Api-Key": "nope-nope-nope"})[0] == 401  # unknown key
-        code, h, _ = _post(r, "demo", {"X-Api-Key": "acme-key-0001"})
+        assert post_once(r, "demo")[0] == 401                                   # no key
+        assert post_once(r, "demo", {"X-Api-Key": "nope-nope-nope"})[0] == 401  # unknown key
+        code, h, _ = post_once(r, "demo", {"X-Api-Key": "acme-key-0001"})
         assert code == 200 and h["X-Tierrouter-Pool"] == "gpu"
         # a tenant marked sensitive is pinned to the sensitive pool without any header
-        code, h, _ = _post(r, "demo", {"X-Api-Key": "clinic-key-0001"})
+        code, h, _ = post_once(r, "demo", {"X-Api-Key": "clinic-key-0001"})
         assert code == 200 and h["X-Tierrouter-Pool"] == "cpu"
         # the worker reports what the request cost in compute time
         direct = gpu.http("POST", "/v2/models/demo/infer", json.dumps(
             {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}).encode())
         assert float(direct[1]["Tierserve-Compute-Ms"]) > 0
         for _ in range(20):
-            assert _post(r, "demo", {"X-Api-Key": "acme-key-0001", "X-Priority": "batch"})[0] == 200
+            assert post_once(r, "demo", {"X-Api-Key": "acme-key-0001", "X-Priority": "batch"})[0] == 200
         def cost_now():
             return json.loads(urllib.request.urlopen(urllib.request.Request(
                 f"http://{r.url}/admin/cost?window=60", headers=auth), timeout=5).read())
@@ -601,10 +529,10 @@ pools:
     try:
         r.wait_healthy(1)
         hdr, payload = slow_request(512)
-        assert _post(r, "slow", dict(hdr, **{"X-Deadline-Ms": "soon"}), payload)[0] == 400
-        code, _, raw = _post(r, "slow", dict(hdr, **{"X-Deadline-Ms": "5"}), payload)
+        assert post_once(r, "slow", dict(hdr, **{"X-Deadline-Ms": "soon"}), payload)[0] == 400
+        code, _, raw = post_once(r, "slow", dict(hdr, **{"X-Deadline-Ms": "5"}), payload)
         assert code == 504, raw
-        code, _, raw = _post(r, "slow", dict(hdr, **{"X-Deadline-Ms": "999999999"}), payload)
+        code, _, raw = post_once(r, "slow", dict(hdr, **{"X-Deadline-Ms": "999999999"}), payload)
         assert code == 200, raw  # a longer deadline is not an error, it is just not granted
     finally:
         assert r.stop() == 0
@@ -646,7 +574,7 @@ pools:
             while not stop.is_set():
                 sent_at = time.monotonic()
                 try:
-                    code, h, _ = _post(r, "slow", dict(hdr, **{"X-Priority": prio}), payload)
+                    code, h, _ = post_once(r, "slow", dict(hdr, **{"X-Priority": prio}), payload)
                     seen[prio].append((sent_at, code, h.get("X-Tierrouter-Pool")))
                 except Exception as e:  # noqa: BLE001 - recorded: fails the 200 check below
                     seen[prio].append((sent_at, f"{type(e).__name__}: {e}", None))
@@ -771,7 +699,7 @@ pools:
         assert list(backends()) == [f"127.0.0.3:{a.port}"]
         served_a = worker_requests(a)
         for _ in range(10):
-            assert _post(r, "demo")[0] == 200
+            assert post_once(r, "demo")[0] == 200
         assert worker_requests(a) == served_a and worker_requests(b) >= 10
         log = r.log.read_text()
         assert "joined from DNS name workers.test" in log and "left DNS name workers.test" in log
@@ -858,13 +786,13 @@ pools:
     try:
         r.wait_healthy(2)
         with cf.ThreadPoolExecutor(12) as ex:
-            normal = [ex.submit(_post, r, "slow", dict(hdr), payload) for _ in range(6)]
+            normal = [ex.submit(post_once, r, "slow", dict(hdr), payload) for _ in range(6)]
             # all six are in the router (2 sent, 4 in its admission queue) before the rest
             wait_until(lambda: r.status()["active"] == 6 or any(f.done() for f in normal), 10,
                        "the six normal requests to arrive")
             assert not any(f.done() for f in normal), "a 256-row request finished before the rest arrived"
-            batch = ex.submit(_post, r, "slow", dict(hdr, **{"X-Priority": "batch"}), payload)
-            extra = [ex.submit(_post, r, "slow", dict(hdr), payload) for _ in range(3)]
+            batch = ex.submit(post_once, r, "slow", dict(hdr, **{"X-Priority": "batch"}), payload)
+            extra = [ex.submit(post_once, r, "slow", dict(hdr), payload) for _ in range(3)]
             codes = [f.result()[0] for f in normal]
             bcode, bh, braw = batch.result()
             ecodes = [f.result()[0] for f in extra]

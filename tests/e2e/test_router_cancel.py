@@ -11,7 +11,7 @@ import pytest
 
 from fakehttp import FakeHTTP, echo_id
 from test_router import Router, pools_config
-from test_router_v1 import metric
+from helpers import metric, wait_until
 
 SIZE = 256 << 20  # far more than the socket buffers between the fake, the router and the client
 
@@ -63,12 +63,6 @@ def read_head(s):
         got += data
     assert got.startswith(b"HTTP/1.1 200"), got[:200]
     return got
-
-
-def wait_until(pred, secs=20):
-    deadline = time.time() + secs
-    while not pred() and time.time() < deadline:
-        time.sleep(0.05)
 
 
 def outcomes(r, pool="cpu"):

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from conftest import ROOT, SANITIZER_MARKERS, sanitizer_env, track
+from helpers import get
 from fakehttp import FakeHTTP
 from test_router import ROUTER_BIN, Router, pools_config
 
@@ -99,17 +100,6 @@ class Proc:
         text = self.log.read_text(errors="replace")
         assert not [m for m in SANITIZER_MARKERS if m in text], text[-4000:]
         return code
-
-
-def get(port, path, headers=None):
-    """One GET on a fresh connection, never retried: (status, body)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        c.request("GET", path, headers=headers or {})
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
 
 
 # ---- --help and the command line ---------------------------------------------------------
@@ -238,7 +228,7 @@ def test_budget_ratio_0_leaves_only_the_floor(tmp_path, retry, tries):
         c.close()
         assert rep.status >= 500
         assert sum(f.hits for f in fakes) == tries
-        metrics = get(r.port, "/metrics")[1].decode()
+        metrics = get(r.port, "/metrics").body.decode()
         assert re.search(r"^tierrouter_retries_total %d$" % (tries - 1), metrics, re.M), metrics
     finally:
         assert r.stop() == 0

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from conftest import BIN, sanitizer_env, track
+from helpers import free_port
 from test_router import ROUTER_BIN, Router, pools_config
 from test_tls import Router as TlsRouter, client_ctx, pki, router_config  # noqa: F401 (pki: a fixture)
 
@@ -54,14 +55,8 @@ def refused_metric(s):
     return int(m.group(1))
 
 
-def dead_port():
-    with socket.socket() as hole:
-        hole.bind(("127.0.0.1", 0))
-        return hole.getsockname()[1]
-
-
 def test_the_connection_past_max_connections_gets_a_503_naming_the_key(tmp_path):
-    r = Router(pools_config([("p", "cpu", False, [dead_port()], None)], extra=f"max_connections: {CAP}"),
+    r = Router(pools_config([("p", "cpu", False, [free_port()], None)], extra=f"max_connections: {CAP}"),
                tmp_path)
     conns = []
     try:
@@ -100,7 +95,7 @@ def test_the_connection_past_max_connections_gets_a_503_naming_the_key(tmp_path)
 
 def test_tls_connection_past_max_connections_is_closed_without_a_reply(pki, tmp_path):  # noqa: F811
     cap = 2
-    r = TlsRouter(router_config(pki, [dead_port()], extra=f"max_connections: {cap}"), tmp_path)
+    r = TlsRouter(router_config(pki, [free_port()], extra=f"max_connections: {cap}"), tmp_path)
     ctx = client_ctx(pki)
     conns = []
     try:
@@ -160,7 +155,7 @@ def stop(p):
 
 def router_cmd(tmp_path, cap):
     cfg = tmp_path / f"router-{time.monotonic_ns()}.yaml"
-    cfg.write_text(pools_config([("p", "cpu", False, [dead_port()], None)], extra=f"max_connections: {cap}"))
+    cfg.write_text(pools_config([("p", "cpu", False, [free_port()], None)], extra=f"max_connections: {cap}"))
     return [ROUTER_BIN, "--config", str(cfg)], {**os.environ, "TIERROUTER_PORT": "0", **sanitizer_env()}
 
 

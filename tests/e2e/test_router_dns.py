@@ -5,10 +5,9 @@ resolve, the router warns on the first failure and then at most once a minute (e
 saying how many were suppressed); when it resolves again it says so at info, and the next
 failure warns at once.
 """
-import json
-import time
 
 from test_router import Router, TinyDNS
+from helpers import wait_until
 
 NAME = "workers.test"
 
@@ -26,27 +25,8 @@ class CountingAddrs(dict):
         return super().get(key, default)
 
 
-def router_log(r):
-    out = []
-    for line in r.log.read_text(errors="replace").splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass
-    return out
-
-
 def failures_logged(r):
-    return [l for l in router_log(r) if l["msg"].startswith(f"resolving {NAME} failed")]
-
-
-def wait_for(cond, timeout=15):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
+    return [l for l in r.log_lines() if l["msg"].startswith(f"resolving {NAME} failed")]
 
 
 def test_failing_dns_name_warns_once_then_recovers(tmp_path):
@@ -63,21 +43,21 @@ pools:
     backends: ["{NAME}:9"]
 """, tmp_path)
     try:
-        assert wait_for(lambda: dns.addrs.asked >= 4), dns.addrs.asked  # 4 failed refreshes
-        assert wait_for(lambda: failures_logged(r))
+        assert wait_until(lambda: dns.addrs.asked >= 4, 15), dns.addrs.asked  # 4 failed refreshes
+        assert wait_until(lambda: failures_logged(r), 15)
         warns = failures_logged(r)
         assert len(warns) == 1, warns  # the first failure; the rest wait for the minute
         assert warns[0]["level"] == "warn" and warns[0]["dns_name"] == NAME
         assert "suppressed" not in warns[0]["msg"]
 
         dns.addrs[NAME] = ["127.0.0.2"]
-        assert wait_for(lambda: any("works again" in l["msg"] for l in router_log(r)))
-        again = [l for l in router_log(r) if "works again" in l["msg"]][0]
+        assert wait_until(lambda: any("works again" in l["msg"] for l in r.log_lines()), 15)
+        again = [l for l in r.log_lines() if "works again" in l["msg"]][0]
         assert again["level"] == "info" and again["dns_name"] == NAME
         assert f"resolving {NAME} works again after " in again["msg"]
 
         del dns.addrs[NAME]  # failing again: warned at once, not a minute later
-        assert wait_for(lambda: len(failures_logged(r)) == 2)
+        assert wait_until(lambda: len(failures_logged(r)) == 2, 15)
     finally:
         assert r.stop() == 0
         dns.close()

@@ -4,14 +4,14 @@ Every client here is http.client or a raw socket on one connection, never a clie
 re-sends behind the test's back: a request that was cut shows as an error, not as a retry.
 """
 import http.client
-import json
 import signal
 import socket
 import subprocess
 import threading
 import time
 
-from conftest import SANITIZER_MARKERS, sanitizer_env
+from conftest import SANITIZER_MARKERS, json_lines, sanitizer_env
+from helpers import wait_until
 from test_router import ROUTER_BIN, Router, slow_request, slow_workers
 
 ROWS = 2048  # one `slow` request: about half a second on this machine, longer when it is loaded
@@ -44,12 +44,8 @@ def _active(r):
 
 
 def _wait_active(r, n, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if _active(r) >= n:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"the router never had {n} requests in flight: {r.status()}")
+    wait_until(lambda: _active(r) >= n, timeout, lambda: f"{n} requests in flight at the router: {r.status()}",
+               interval=0.02)
 
 
 def _closed_by_peer(sock, timeout=10):
@@ -71,13 +67,7 @@ def _wait_exit(r, timeout):
 
 
 def _log_msgs(text):
-    out = []
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line)["msg"])
-        except (ValueError, KeyError):
-            pass
-    return out
+    return [line["msg"] for line in json_lines(text) if "msg" in line]
 
 
 def test_sigterm_drains_in_flight_requests_and_exits_0(tmp_path, test_repo):

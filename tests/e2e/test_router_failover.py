@@ -5,7 +5,6 @@ The "GPU" worker runs EXECUTION_MODE=cpu behind a pool with min_tier cpu (this m
 GPU); the policy cannot tell the difference.
 """
 import datetime
-import json
 import os
 import re
 import signal
@@ -30,18 +29,8 @@ def log_time(ts):
         tzinfo=datetime.timezone.utc).timestamp()
 
 
-def router_lines(r):
-    out = []
-    for line in r.log.read_text(errors="replace").splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass
-    return out
-
-
 def first_line(r, pattern, pool):
-    for line in router_lines(r):
+    for line in r.log_lines():
         if re.match(pattern, line.get("msg", "")) and line.get("pool") == pool:
             return line
     return None
@@ -56,7 +45,7 @@ def test_idle_gpu_pool_fails_over_within_one_probe_interval(tmp_path):
         r.wait_healthy(2)
         # The tick is a persistent timer added just before the "listening on" line: it fires
         # every interval from then on (libevent reschedules a timer from its last due time).
-        listening = next(line for line in router_lines(r) if line.get("msg", "").startswith("tierrouter "))
+        listening = next(line for line in r.log_lines() if line.get("msg", "").startswith("tierrouter "))
         started = log_time(listening["ts"])
         now = time.time()
         ticks = int((now - started) / INTERVAL_S) + 1

@@ -20,6 +20,8 @@ import time
 import pytest
 
 from conftest import sanitizer_env
+from helpers import wait_until
+from rawhttp import read_to_close
 from fakehttp import FakeHTTP, echo_id
 from test_router import ROUTER_BIN, Router, pools_config
 
@@ -81,14 +83,7 @@ def raw(port, method, path, headers=(), body=None, src="127.0.0.1"):
         out += b"Content-Length: %d\r\n" % len(body)
     with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(src, 0)) as s:
         s.sendall(out + b"\r\n" + (body or b""))
-        data = b""
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    return Reply(data)
+        return Reply(read_to_close(s, within=10))
 
 
 def head_values(head, name):
@@ -102,14 +97,12 @@ def infer(r, headers=(), src="127.0.0.1"):
 
 
 def wait_healthy(r, n, headers=()):
-    deadline = time.time() + 15
-    while time.time() < deadline:
+    """Waits until /admin/status, read over raw HTTP with those headers, counts n healthy backends."""
+    def healthy():
         rep = raw(r.port, "GET", "/admin/status", headers)
         assert rep.status == 200, rep.body
-        if sum(p["healthy"] for p in rep.json()["pools"]) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"router never saw {n} healthy backends")
+        return sum(p["healthy"] for p in rep.json()["pools"]) >= n
+    wait_until(healthy, 15, f"the router to see {n} healthy backends")
 
 
 @pytest.fixture()

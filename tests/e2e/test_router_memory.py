@@ -25,6 +25,7 @@ import time
 import pytest
 
 from conftest import SANITIZED
+from helpers import rss_kb
 from fakehttp import FakeHTTP, echo_id
 from test_router import Router, pools_config
 
@@ -60,11 +61,6 @@ class HeldReplies(FakeHTTP):
         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + echo_id(head) + extra +
                   b"Content-Length: %d\r\n\r\n" % len(payload) + payload)
         return True
-
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"^VmRSS:\s+(\d+)", f.read(), re.M).group(1))
 
 
 def infer_whole(port):

@@ -6,7 +6,6 @@ has no GPU); the policy and routing code cannot tell the difference.
 import concurrent.futures as cf
 import hashlib
 import json
-import re
 import socket
 import struct
 import threading
@@ -16,26 +15,10 @@ import urllib.request
 import pytest
 
 from conftest import SANITIZED, start_worker
+from helpers import metric, rss_kb, wait_until
+from rawhttp import read_to_close
 from fakehttp import FakeHTTP, echo_id
-from test_router import DEMO, Router, _post, pools_config, worker_requests
-
-
-def metric(r, name, **labels):
-    with urllib.request.urlopen(f"http://{r.url}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    lbl = r"\{%s\}" % re.escape(sel) if sel else ""
-    m = re.search(r"^%s%s ([0-9.e+-]+)$" % (re.escape(name), lbl), text, re.M)
-    return float(m.group(1)) if m else None
-
-
-def wait_for(pred, timeout=10, what=""):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+from test_router import DEMO, Router, pools_config, post_once, worker_requests
 
 
 def pool_status(r, name):
@@ -62,7 +45,7 @@ def test_sensitive_goes_only_to_the_pool_marked_for_it(four_pools):
     before = {n: worker_requests(w) for n, w in ws.items()}
     for prio in ("urgent", "normal", "batch"):
         for _ in range(5):
-            code, headers, _ = _post(r, "demo", {"X-Data-Class": "sensitive", "X-Priority": prio})
+            code, headers, _ = post_once(r, "demo", {"X-Data-Class": "sensitive", "X-Priority": prio})
             assert code == 200 and headers["X-Tierrouter-Pool"] == "vault"
     after = {n: worker_requests(w) for n, w in ws.items()}
     # counted where the work ran: only the vault's worker saw them
@@ -79,7 +62,7 @@ def test_repository_index_lists_what_pools_without_a_model_list_serve(four_pools
 def test_concurrent_traffic_uses_both_gpu_pools(four_pools):
     r, ws = four_pools
     with cf.ThreadPoolExecutor(8) as ex:
-        pools = list(ex.map(lambda _: _post(r, "demo")[1]["X-Tierrouter-Pool"], range(240)))
+        pools = list(ex.map(lambda _: post_once(r, "demo")[1]["X-Tierrouter-Pool"], range(240)))
     assert pools.count("gpu-a") > 0 and pools.count("gpu-b") > 0, pools
     assert pools.count("cpu") + pools.count("vault") == 0  # no pressure: GPU-first
 
@@ -87,10 +70,10 @@ def test_concurrent_traffic_uses_both_gpu_pools(four_pools):
 def test_losing_one_gpu_pool_keeps_urgent_on_the_other(four_pools):
     r, ws = four_pools
     ws["gpu-a"].proc.kill()
-    wait_for(lambda: pool_status(r, "gpu-a")["healthy"] == 0, what="gpu-a ejected")
-    wait_for(lambda: pool_status(r, "gpu-a")["policy"]["hard_failover"], what="gpu-a hard failover")
+    wait_until(lambda: pool_status(r, "gpu-a")["healthy"] == 0, 10, what="gpu-a ejected")
+    wait_until(lambda: pool_status(r, "gpu-a")["policy"]["hard_failover"], 10, what="gpu-a hard failover")
     for _ in range(10):
-        code, headers, _ = _post(r, "demo", {"X-Priority": "urgent"})
+        code, headers, _ = post_once(r, "demo", {"X-Priority": "urgent"})
         assert code == 200 and headers["X-Tierrouter-Pool"] == "gpu-b"  # still a GPU
     st = r.status()
     assert st["lead_gpu_pool"] == "gpu-a" and st["hard_failover"] is True
@@ -100,9 +83,9 @@ def test_losing_one_gpu_pool_keeps_urgent_on_the_other(four_pools):
     assert metric(r, "tierrouter_policy_events_total", pool="gpu-a", event="hard_failover") >= 1
     # and with no GPU pool left, urgent traffic fails over to the CPU pools
     ws["gpu-b"].proc.kill()
-    wait_for(lambda: pool_status(r, "gpu-b")["healthy"] == 0, what="gpu-b ejected")
+    wait_until(lambda: pool_status(r, "gpu-b")["healthy"] == 0, 10, what="gpu-b ejected")
     for _ in range(10):
-        code, headers, _ = _post(r, "demo", {"X-Priority": "urgent"})
+        code, headers, _ = post_once(r, "demo", {"X-Priority": "urgent"})
         assert code == 200 and headers["X-Tierrouter-Pool"] in ("cpu", "vault")
 
 
@@ -118,7 +101,7 @@ def test_pools_serve_only_their_models(tmp_path):
         for model, pool, w in (("demo", "gpu", a), ("demo-cheap", "cpu", b)):
             n0 = worker_requests(w)
             for _ in range(5):
-                code, headers, _ = _post(r, model)
+                code, headers, _ = post_once(r, model)
                 assert code == 200 and headers["X-Tierrouter-Pool"] == pool
             assert worker_requests(w) - n0 == 5
         # the repository index a Triton client reads lists the logical names
@@ -129,14 +112,14 @@ def test_pools_serve_only_their_models(tmp_path):
         assert all(e["state"] == "READY" and e["version"] == "1" for e in index.values()), index
         assert "model_repository" in c.get_server_metadata()["extensions"]
         a.proc.kill()  # the only pool serving "demo" is gone: 503, never the other pool
-        wait_for(lambda: pool_status(r, "gpu")["healthy"] == 0, what="gpu ejected")
+        wait_until(lambda: pool_status(r, "gpu")["healthy"] == 0, 10, what="gpu ejected")
         index = {e["name"]: e for e in c.get_model_repository_index()}
         assert index["demo"]["state"] == "UNAVAILABLE" and index["demo-cheap"]["state"] == "READY"
         n0 = worker_requests(b)
-        code, _, body = _post(r, "demo")
+        code, _, body = post_once(r, "demo")
         assert code == 503 and b"demo" in body
         assert worker_requests(b) == n0
-        assert _post(r, "nothing-serves-this")[0] == 404
+        assert post_once(r, "nothing-serves-this")[0] == 404
     finally:
         assert r.stop() == 0
         a.stop()
@@ -175,11 +158,6 @@ class BigBackend(FakeHTTP):
         return True
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
-
-
 def test_large_reply_streams_to_a_slow_client_in_bounded_memory(tmp_path):
     size = 48 << 20
     be = BigBackend(size)
@@ -188,7 +166,7 @@ def test_large_reply_streams_to_a_slow_client_in_bounded_memory(tmp_path):
                env={"ASAN_OPTIONS": "quarantine_size_mb=4:detect_leaks=1:halt_on_error=1"} if SANITIZED else None)
     try:
         r.wait_healthy(1)
-        rss0 = rss_kib(r.proc.pid)
+        rss0 = rss_kb(r.proc.pid)
         s = socket.create_connection(("127.0.0.1", r.port), timeout=30)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
         body = json.dumps({"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]}).encode()
@@ -206,7 +184,7 @@ def test_large_reply_streams_to_a_slow_client_in_bounded_memory(tmp_path):
 
         def sample():
             while not done.is_set():
-                peak[0] = max(peak[0], rss_kib(r.proc.pid) - rss0)
+                peak[0] = max(peak[0], rss_kb(r.proc.pid) - rss0)
                 time.sleep(0.005)
         sampler = threading.Thread(target=sample)
         sampler.start()
@@ -239,7 +217,7 @@ def test_backend_client_errors_pass_through_with_their_message(four_pools):
     r, ws = four_pools
     body = json.dumps({"inputs": [{"name": "no_such_input", "datatype": "FP32", "shape": [1, 4],
                                    "data": [1, 2, 3, 4]}]}).encode()
-    code, headers, text = _post(r, "demo", body=body)
+    code, headers, text = post_once(r, "demo", body=body)
     assert code == 400 and b"no_such_input" in text  # the worker's own words
     assert headers.get("X-Tierrouter-Pool") in ("gpu-a", "gpu-b")
     assert metric(r, "tierrouter_requests_total", pool=headers["X-Tierrouter-Pool"], priority="normal",
@@ -255,7 +233,7 @@ def test_hop_by_hop_headers_stop_at_the_router(tmp_path):
     r = Router(pools_config([("cpu", "cpu", False, [be.port], None)]), tmp_path)
     try:
         r.wait_healthy(1)
-        code, headers, body = _post(r, "blob")
+        code, headers, body = post_once(r, "blob")
         assert code == 200 and len(body) == 5
         names = {k.lower() for k in headers}
         assert "x-kept" in names and "x-hop-secret" not in names
@@ -314,14 +292,7 @@ def test_token_stream_to_an_http10_client(tmp_path):
             s = socket.create_connection(("127.0.0.1", r.port), timeout=10)
             body = b'{"inputs":[{"name":"prompt","datatype":"BYTES","shape":[1],"data":["hi"]}]}'
             s.sendall(b"POST /v2/models/llm/infer HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-            got = b""
-            while True:
-                data = s.recv(65536)
-                if not data:
-                    break
-                got += data
-            s.close()
-            head, _, rest = got.partition(b"\r\n\r\n")
+            head, _, rest = read_to_close(s).partition(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.0 200") or head.startswith(b"HTTP/1.1 200"), head
             assert b"chunked" not in head.lower()
             assert all(b"token%d" % k in rest for k in range(5)), rest
@@ -371,7 +342,7 @@ def test_a_failed_sensitive_try_is_retried_only_where_sensitive_data_may_go(tmp_
         before = {n: worker_requests(w) for n, w in ws.items()}
         retries0 = r.status()["retries"]
         hdr = {"X-Data-Class": "sensitive"}
-        got = [_post(r, "demo", hdr) for _ in range(4)]
+        got = [post_once(r, "demo", hdr) for _ in range(4)]
         assert bad.hits >= 1  # the first try did go to the failing sensitive backend
         assert r.status()["retries"] > retries0 or layout == "alone"
         after = {n: worker_requests(w) for n, w in ws.items()}

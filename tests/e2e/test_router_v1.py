@@ -13,11 +13,12 @@ import socket
 import struct
 import threading
 import time
-import urllib.request
 
 import pytest
 
 from fakehttp import FakeHTTP, echo_id
+import helpers
+from helpers import metric, rss_kb, sse_data
 from test_router import Router, pools_config
 
 
@@ -115,34 +116,8 @@ class FakeV1(FakeHTTP):
 
 
 def post(r, path, obj, headers=None, raw=None, timeout=20):
-    conn = http.client.HTTPConnection("127.0.0.1", r.port, timeout=timeout)
-    try:
-        body = raw if raw is not None else json.dumps(obj).encode()
-        conn.request("POST", path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-    finally:
-        conn.close()
-
-
-def sse_events(data):
-    """The data: payloads of a complete SSE body (strict: each event one data line)."""
-    out = []
-    for block in data.decode().split("\n\n"):
-        if not block:
-            continue
-        assert block.startswith("data: "), block
-        out.append(block[6:])
-    return out
-
-
-def metric(r, name, **labels):
-    with urllib.request.urlopen(f"http://{r.url}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    lbl = r"\{%s\}" % re.escape(sel) if sel else ""
-    m = re.search(r"^%s%s ([0-9.e+-]+)$" % (re.escape(name), lbl), text, re.M)
-    return float(m.group(1)) if m else None
+    """One POST of obj as JSON, or of the bytes raw instead: (status, headers, raw body)."""
+    return helpers.post(r, path, raw if raw is not None else obj, headers, timeout)
 
 
 MODELS_GPU = [("llama", "llama-fp16")]
@@ -249,7 +224,7 @@ def test_reset_before_any_byte_is_retried_into_one_clean_stream(tmp_path):
             for _ in range(4):
                 code, h, body = post(r, "/v1/chat/completions", {"model": "m", "stream": True, "messages": []})
                 assert code == 200, body
-                ev = sse_events(body)
+                ev = sse_data(body)
                 assert ev[-1] == "[DONE]" and ev.count("[DONE]") == 1
                 assert [strict_json(e)["choices"][0]["delta"].get("content") for e in ev[:-1]] == ["", "t0", "t1",
                                                                                                    "t2"]
@@ -356,8 +331,7 @@ def test_hostile_bodies_are_refused_before_a_worker(two):
     # a large body is scanned, not built into a tree: 16 MiB of numbers (8 M values; a JSON
     # tree of them would take hundreds of MiB) moves the router's peak memory little
     def peak_kib():
-        text = open(f"/proc/{r.proc.pid}/status").read()
-        return int(re.search(r"VmHWM:\s+(\d+) kB", text).group(1))
+        return rss_kb(r.proc.pid, peak=True)
     before = peak_kib()
     big = b'{"model": "nope", "prompt": [' + b"0," * (8 << 20) + b'0]}'
     code, _, body = post(r, "/v1/completions", None, raw=big, timeout=60)
@@ -382,13 +356,13 @@ def test_tokens_cost_ttft_and_itl(two):
     assert metric(r, "tierrouter_time_to_first_token_seconds_count", pool="gpu", priority="normal") is None
     # a stream without usage: one token per chunk with content (3), no prompt
     code, _, body = post(r, "/v1/chat/completions", {"model": "llama", "stream": True, "messages": []})
-    assert code == 200 and sse_events(body)[-1] == "[DONE]"
+    assert code == 200 and sse_data(body)[-1] == "[DONE]"
     assert metric(r, "tierrouter_tokens_total", pool="gpu", priority="normal", kind="prompt") == 7
     assert metric(r, "tierrouter_tokens_total", pool="gpu", priority="normal", kind="completion") == 6
     # a stream with include_usage: the final chunk's usage counts, not the chunks
     code, _, body = post(r, "/v1/chat/completions", {"model": "llama", "stream": True, "messages": [],
                                                      "stream_options": {"include_usage": True}})
-    assert code == 200 and strict_json(sse_events(body)[-2])["usage"]["prompt_tokens"] == 7
+    assert code == 200 and strict_json(sse_data(body)[-2])["usage"]["prompt_tokens"] == 7
     assert metric(r, "tierrouter_tokens_total", pool="gpu", priority="normal", kind="prompt") == 14
     assert metric(r, "tierrouter_tokens_total", pool="gpu", priority="normal", kind="completion") == 9
     assert metric(r, "tierrouter_cost_usd_total", pool="gpu", tenant="unknown", priority="normal") == \

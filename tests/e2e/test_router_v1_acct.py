@@ -16,7 +16,7 @@ import pytest
 from fakehttp import FakeHTTP, echo_id
 from rawhttp import dechunk, read_to_close
 from test_router import Router, pools_config
-from test_router_v1 import metric
+from helpers import metric, wait_for
 
 USD_PER_HOUR = 3600.0  # a dollar per compute second
 
@@ -255,10 +255,7 @@ def leave_after_first_chunk(r):
 
 
 def wait_reports(r, source, n=1):
-    deadline = time.time() + 10
-    while time.time() < deadline and metric(r, "tierrouter_v1_cancel_reports_total", source=source) != n:
-        time.sleep(0.05)
-    return metric(r, "tierrouter_v1_cancel_reports_total", source=source)
+    return wait_for(lambda: metric(r, "tierrouter_v1_cancel_reports_total", source=source), n, 10)
 
 
 def test_a_cancelled_stream_is_billed_what_its_worker_reports(tmp_path):

@@ -8,18 +8,16 @@ against a real worker and a real router (with an admin token, priced pools and a
 traffic), with the variables the pages name: MODEL_REPO, WORKER, ROUTER, ADMIN_TOKEN, HISTORY,
 and the built tierserve, tierrouter and tierbench first on PATH. Each must exit 0.
 """
-import http.client
 import json
 import os
 import pathlib
 import re
 import subprocess
-import time
 
 import pytest
 
 from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env, start_worker
-from test_router import DEMO, Router
+from test_router import DEMO, Router, post_once
 
 PAGES = ["deploy-gpu.md", "cost-review.md", "upgrading-drivers.md"]
 DOC_RUN = "# run by tests/e2e/test_runbooks.py"
@@ -48,18 +46,6 @@ def test_every_command_is_run_or_marked(page):
     assert not re.search(r"^```(bash|shell|console)\s*$", text, re.M), page
 
 
-def post(port, priority):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        c.request("POST", "/v2/models/demo/infer", body=BODY,
-                  headers={"Content-Type": "application/json", "X-Priority": priority})
-        r = c.getresponse()
-        assert r.status == 200, (r.status, r.read())
-        r.read()
-    finally:
-        c.close()
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("runbooks")
@@ -80,19 +66,11 @@ pools:
     sensitive: true
     backends: ["127.0.0.1:{cpu.port}"]
     cost: {{model: fixed, usd_per_hour: 0.4}}
-""", tmp)
-    deadline = time.time() + 15
-    while True:
-        c = http.client.HTTPConnection("127.0.0.1", router.port, timeout=5)
-        c.request("GET", "/admin/status", headers={"Authorization": f"Bearer {TOKEN}"})
-        st = json.loads(c.getresponse().read())
-        c.close()
-        if sum(p["healthy"] for p in st["pools"]) == 2:
-            break
-        assert time.time() < deadline, st
-        time.sleep(0.05)
+""", tmp, status_headers={"Authorization": f"Bearer {TOKEN}"})
+    router.wait_healthy(2)
     for prio in ("urgent", "normal", "batch") * 4:
-        post(router.port, prio)
+        code, _, body = post_once(router, "demo", {"Content-Type": "application/json", "X-Priority": prio}, BODY)
+        assert code == 200, (code, body)
     e = dict(os.environ, **sanitizer_env())
     e.update({"PATH": f"{pathlib.Path(BIN).parent}:{os.environ.get('PATH', '')}", "MODEL_REPO": str(DEMO),
               "WORKER": f"http://{gpu.url}", "ROUTER": f"http://{router.url}", "ADMIN_TOKEN": TOKEN,

@@ -24,7 +24,8 @@ import pytest
 
 from conftest import start_worker, run_tierbench as tierbench
 from test_router import DEMO, slow_workers
-from test_tierbench_load import Kserve, free_port
+from helpers import free_port
+from test_tierbench_load import Kserve
 
 WORKER_REL, WORKER_ABS_MS = 0.25, 3.0
 SIM_REL = 0.15

@@ -7,7 +7,6 @@ run, whatever did not move in between must be in the report exactly; the fixed p
 accrues each tick by the clock, must lie between the two.
 """
 import csv
-import http.client
 import io
 import json
 import threading
@@ -17,7 +16,8 @@ import pytest
 
 from conftest import start_worker
 from promtext import parse_strict
-from test_router import DEMO, Router
+from helpers import get_json, metrics_text
+from test_router import DEMO, Router, post_once
 from test_tierbench_load import tierbench
 
 TOKEN = "cost-admin-token-1"
@@ -28,30 +28,12 @@ BODY = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1,
                                "data": [5.1, 3.5, 1.4, 0.2]}]}).encode()
 
 
-def get(port, path, headers=None):
-    """One GET, no retry."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        c.request("GET", path, headers=headers or {})
-        r = c.getresponse()
-        body = r.read()
-        assert r.status == 200, (path, r.status, body)
-        return json.loads(body)
-    finally:
-        c.close()
-
-
 def post(port, key, priority):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        c.request("POST", "/v2/models/demo/infer", body=BODY,
-                  headers={"Content-Type": "application/json", "X-Api-Key": key, "X-Priority": priority})
-        r = c.getresponse()
-        body = r.read()
-        assert r.status == 200, (r.status, body)
-        return r.getheader("X-Tierrouter-Pool")
-    finally:
-        c.close()
+    """One inference as that tenant at that priority (it must succeed): the pool that served it."""
+    code, headers, body = post_once(port, "demo", {"Content-Type": "application/json", "X-Api-Key": key,
+                                                   "X-Priority": priority}, BODY)
+    assert code == 200, (code, body)
+    return headers.get("X-Tierrouter-Pool")
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +59,8 @@ pools:
     sensitive: true
     backends: ["127.0.0.1:{cpu.port}"]
     cost: {{model: fixed, usd_per_hour: 36}}
-""", tmp)
-    deadline = time.time() + 15
-    while sum(p["healthy"] for p in get(router.port, "/admin/status", AUTH)["pools"]) < 2:
-        assert time.time() < deadline, "router never saw both backends healthy"
-        time.sleep(0.05)
+""", tmp, status_headers=AUTH)
+    router.wait_healthy(2)
     # a little load: four clients at once, every priority, both tenants
     errors, sent = [], {"gpu": 0, "cpu": 0}
     lock = threading.Lock()
@@ -104,7 +83,7 @@ pools:
     assert not errors, errors
     # the fixed pool's cost lands at the next tick
     deadline = time.time() + 10
-    while {p["name"]: p for p in get(router.port, "/admin/cost?window=300", AUTH)["pools"]}["cpu"]["cost_usd"] == 0:
+    while {p["name"]: p for p in get_json(router.port, "/admin/cost?window=300", AUTH)["pools"]}["cpu"]["cost_usd"] == 0:
         assert time.time() < deadline, "the fixed pool never accrued"
         time.sleep(0.05)
     yield {"router": router, "sent": sent, "tmp": tmp}
@@ -118,8 +97,8 @@ def csv_rows(text):
 
 
 def figures(port):
-    cost = get(port, "/admin/cost?window=300", AUTH)
-    status = get(port, "/admin/status", AUTH)
+    cost = get_json(port, "/admin/cost?window=300", AUTH)
+    status = get_json(port, "/admin/status", AUTH)
     return cost, status
 
 
@@ -135,7 +114,13 @@ def run_report(stack, *extra):
 
 
 def test_report_figures_are_the_routers(stack):
-    before, after, text, md = run_report(stack)
+    # the fixed pool ticks by the clock: a tick between the two reads moves its pool, the
+    # tenants it served and their priorities. The figures are read again until one run falls
+    # between two ticks (how often one does not depends on the machine, not on the code)
+    for _ in range(5):
+        before, after, text, md = run_report(stack)
+        if all(before[0][k] == after[0][k] for k in ("pools", "tenants", "priorities")):
+            break
     assert text.splitlines()[0] == HEADER
     rows = csv_rows(text)
     got = {(r["section"], r["name"]): r for r in rows}
@@ -277,7 +262,7 @@ def test_fixed_pool_cost_is_shared_by_the_tenants_it_served(stack):
     """The fixed pool's cost goes to the requests it served in each tick, so the tenant
     that used it pays a share; the router's book starts at start-up, so nothing served
     before its first tick goes free."""
-    tenants = {t["name"]: t for t in get(stack["router"].port, "/admin/cost?window=300", AUTH)["tenants"]}
+    tenants = {t["name"]: t for t in get_json(stack["router"].port, "/admin/cost?window=300", AUTH)["tenants"]}
     assert stack["sent"]["cpu"] > 0
     assert tenants["clinic"]["cost_usd"] > 0, tenants
 
@@ -285,16 +270,8 @@ def test_fixed_pool_cost_is_shared_by_the_tenants_it_served(stack):
 def cost_series(port):
     """tierrouter_cost_usd_total from /metrics: {(pool, tenant, priority): USD} (totals since
     start, not windowed, so nothing ages out between two reads)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        c.request("GET", "/metrics", headers=AUTH)
-        r = c.getresponse()
-        text = r.read().decode()
-        assert r.status == 200, text[:300]
-    finally:
-        c.close()
     out = {}
-    for (name, labels), v in parse_strict(text).items():
+    for (name, labels), v in parse_strict(metrics_text(port, AUTH)).items():
         if name == "tierrouter_cost_usd_total":
             d = dict(labels)
             out[d["pool"], d["tenant"], d["priority"]] = v
@@ -344,6 +321,6 @@ def test_idle_fixed_pool_cost_goes_to_tenant_idle_at_the_pools_rate(stack):
         if k != idle:
             assert first.get(k, 0) == last.get(k, 0), (k, first.get(k), last.get(k))
     assert not [k for k in last if k[1] == "unknown"], last
-    tenants = {t["name"]: t for t in get(stack["router"].port, "/admin/cost?window=300", AUTH)["tenants"]}
+    tenants = {t["name"]: t for t in get_json(stack["router"].port, "/admin/cost?window=300", AUTH)["tenants"]}
     assert tenants["idle"]["cost_usd"] > 0 and tenants["idle"]["requests"] == 0, tenants
     assert tenants["unknown"]["cost_usd"] == 0, tenants

@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from conftest import ROOT, start_worker, run_tierbench as tierbench
+from helpers import free_port
 from fakehttp import FakeHTTP, echo_id
 from test_router import Router, config, worker_requests
 
@@ -74,14 +75,6 @@ class Kserve(FakeHTTP):
         c.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n" % (status, len(REPLY))
                   + echo_id(head) + b"\r\n" + REPLY)
         return True
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def write_trace(path, lines):

@@ -17,7 +17,8 @@ import pytest
 from conftest import ROOT, start_worker
 from fakehttp import FakeHTTP, echo_id
 from test_router import Router, pools_config
-from test_tierbench_load import free_port, tierbench
+from helpers import free_port
+from test_tierbench_load import tierbench
 
 sys.path.insert(0, str(ROOT / "models"))
 import variants  # noqa: E402

@@ -6,7 +6,6 @@ must hold exactly those requests, in order, at their offsets; `tierbench sim --t
 replays it and accounts for every arrival. The converter alone is checked on a synthetic log
 full of junk, and the access line on hostile names (no workers needed for those).
 """
-import http.client
 import json
 import time
 
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import start_worker, run_tierbench as tierbench
+from helpers import post
 from test_router import DEMO, Router, pools_config
 
 # A request's trace offset is the router's arrival time (the line's ts minus duration_ms);
@@ -23,26 +23,10 @@ OFFSET_TOLERANCE_S = 0.12
 TENANTS = "tenants:\n  - {name: acme}\n  - {name: beta}\n"
 
 
-def post(port, path, body, headers):
-    """One request on its own connection; no retry, strict decoding."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        c.request("POST", path, body=body, headers={"Content-Type": "application/json", **headers})
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
-
-
 def infer_body(rows):
     x = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
     return json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [rows, 4],
                                    "data": x.ravel().tolist()}]}).encode()
-
-
-def log_lines(router):
-    """Every line of the router's log, each parsed as JSON: one that does not parse fails."""
-    return [json.loads(l) for l in router.log.read_text(encoding="utf-8").splitlines() if l]
 
 
 def trace_rows(text):
@@ -90,14 +74,14 @@ def test_live_traffic_becomes_the_same_trace_and_replays(stack):
             h["X-Tenant"] = tenant
         t = time.monotonic()
         t_first = t_first if t_first is not None else t
-        code, _ = post(r.port, f"/v2/models/{model}/infer", body, h)
+        code, _, _ = post(r.port, f"/v2/models/{model}/infer", body, h)
         assert code == (404 if model == "nope" else 200), (i, code)
         sent.append((t - t_first, len(body)))
 
     # the access lines themselves: one per request, the fields the docs promise
     deadline = time.time() + 5
     while time.time() < deadline:
-        access = [l for l in log_lines(r) if l.get("msg") == "access" and l["request_id"].startswith("seq-")]
+        access = [l for l in r.log_lines(strict=True) if l.get("msg") == "access" and l["request_id"].startswith("seq-")]
         if len(access) == len(SEQUENCE):
             break
         time.sleep(0.05)
@@ -142,13 +126,13 @@ def test_access_line_survives_hostile_names(stack):
     id with quotes, a tenant header that is no tenant: the line stays one JSON object with
     the values intact, and the converter counts it bad (a trace cannot hold that name)."""
     r, tmp = stack
-    code, _ = post(r.port, "/v2/models/a%22b%5Cc%7D%7B%FF/infer", infer_body(1),
+    code, _, _ = post(r.port, "/v2/models/a%22b%5Cc%7D%7B%FF/infer", infer_body(1),
                    {"X-Request-Id": 'h"}{\\x', "X-Tenant": '"}\\', "X-Priority": "batch"})
     assert code == 404
     deadline = time.time() + 5
     mine = []
     while time.time() < deadline and not mine:
-        mine = [l for l in log_lines(r) if l.get("msg") == "access" and l["request_id"] == 'h"}{\\x']
+        mine = [l for l in r.log_lines(strict=True) if l.get("msg") == "access" and l["request_id"] == 'h"}{\\x']
         time.sleep(0.05)
     [l] = mine
     assert l["model"] == 'a"b\\c}{\ufffd' and l["tenant"] == "unknown" and l["priority"] == "batch"
@@ -164,10 +148,10 @@ def test_access_log_is_off_by_default_and_on_by_variable(tmp_path):
     for env, want in (({}, 0), ({"TIERROUTER_ACCESS_LOG": "true"}, 1)):
         r = Router(cfg, tmp_path, env=env)
         try:
-            code, _ = post(r.port, "/v2/models/m1/infer", infer_body(1), {})
+            code, _, _ = post(r.port, "/v2/models/m1/infer", infer_body(1), {})
             assert code in (404, 503), code
             time.sleep(0.2)  # the line is written before the reply; this is only slack
-            n = sum(1 for l in log_lines(r) if l.get("msg") == "access")
+            n = sum(1 for l in r.log_lines(strict=True) if l.get("msg") == "access")
         finally:
             assert r.stop() == 0
         assert n == want, (env, n, r.log.read_text())

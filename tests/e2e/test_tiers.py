@@ -14,6 +14,7 @@ import threading
 import pytest
 
 from conftest import BIN, ROOT, sanitizer_env, start_worker
+from helpers import free_port
 
 DEMO_REPO = ROOT / "models"
 UNAVAILABLE = re.compile(r"^EP (\w+) unavailable: .*lib\S+: cannot open shared object file")
@@ -21,14 +22,6 @@ UNAVAILABLE = re.compile(r"^EP (\w+) unavailable: .*lib\S+: cannot open shared o
 
 def msgs(worker):
     return [l["msg"] for l in worker.log_lines()]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def test_auto_falls_back_loudly(tmp_path):

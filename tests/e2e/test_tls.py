@@ -21,9 +21,9 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import BIN, ROOT, SANITIZER_MARKERS, sanitizer_env, start_worker, track
+from conftest import BIN, ROOT, sanitizer_env, start_worker
+from helpers import ROUTER_BIN, Router
 
-ROUTER_BIN = str(pathlib.Path(BIN).with_name("tierrouter"))
 DEMO = ROOT / "models"
 X = np.random.default_rng(7).uniform(0, 8, (2, 4)).astype(np.float32)
 BODY = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4],
@@ -71,42 +71,6 @@ def client_ctx(pki):
     ctx = ssl.create_default_context(cafile=str(pki / "ca.pem"))
     ctx.check_hostname = True
     return ctx
-
-
-class Router:
-    def __init__(self, cfg_text, tmp):
-        self.cfg = tmp / f"router-{time.monotonic_ns()}.yaml"
-        self.cfg.write_text(cfg_text)
-        self.log = tmp / f"router-{time.monotonic_ns()}.log"
-        env = {**os.environ, "TIERROUTER_PORT": "0", **sanitizer_env()}
-        self.proc = track(subprocess.Popen([ROUTER_BIN, "--config", str(self.cfg)], stderr=open(self.log, "wb"),
-                                           env=env))
-        self.port = None
-        deadline = time.time() + 20
-        while time.time() < deadline and self.proc.poll() is None:
-            m = re.search(r"listening on [^:]+:(\d+)", self.log.read_text())
-            if m:
-                self.port = int(m.group(1))
-                break
-            time.sleep(0.05)
-        assert self.port, self.log.read_text()
-
-    def text(self):
-        return self.log.read_text(errors="replace")
-
-    def wait_log(self, needle, timeout=10, after=0):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if needle in self.text()[after:]:
-                return True
-            time.sleep(0.05)
-        return False
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=20)
-        assert not [m for m in SANITIZER_MARKERS if m in self.text()], self.text()[-4000:]
-        return code
 
 
 def router_config(pki, backends, listener_tls=True, pool_tls=False, extra="", cert="server"):

@@ -14,6 +14,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from conftest import ROOT, start_worker
+from helpers import model_status
 
 MODEL = "reshape_by_request"
 
@@ -46,25 +47,19 @@ def make_repo(tmp_path, config=None):
     return repo
 
 
-def status_of(w, name):
-    code, st = w.get_json("/v2/status")
-    assert code == 200
-    return [m for m in st["models"] if m["name"] == name][0]
-
-
 def test_failed_synthesised_warmup_still_serves(tmp_path):
     # default settings: warm-up on, --exit-on-error=true, strict readiness
     w = start_worker(make_repo(tmp_path), tmp_path, env={"EXECUTION_MODE": "cpu"})
     try:
         assert w.http("GET", "/v2/health/ready")[0] == 200
         assert w.http("GET", f"/v2/models/{MODEL}/ready")[0] == 200
-        m = status_of(w, MODEL)
+        m = model_status(w, MODEL)
         assert m["ready"] is True and m["state"] == "READY", m
         assert m["warmed_up"] is False, m
         # ORT's own reason, naming the node that failed
         assert "reshape" in m["warmup_error"].lower() and "synthesised" in m["warmup_error"], m
         assert "warmup_ms" in m
-        demo = status_of(w, "demo")
+        demo = model_status(w, "demo")
         assert demo["warmed_up"] is True and demo["warmup_error"] is None, demo
 
         warns = [l for l in w.log_lines() if l["level"] == "warn" and l.get("model") == MODEL
@@ -93,7 +88,7 @@ def test_failed_synthesised_warmup_keeps_io_binding(tmp_path):
     w = start_worker(make_repo(tmp_path), tmp_path,
                      env={"EXECUTION_MODE": "cpu", "TIERSERVE_IO_BINDING": "on"})
     try:
-        m = status_of(w, MODEL)
+        m = model_status(w, MODEL)
         assert m["ready"] is True and m["warmed_up"] is False, m
         assert m["io_binding"] is True and m["io_binding_note"].startswith("on: "), m
         assert "requested shape" in m["warmup_error"], m  # ORT's whole reason, not cut short
@@ -113,7 +108,7 @@ def test_warmup_off_reports_not_warmed_up(tmp_path):
                      args=["--warmup=0"])
     try:
         for name in (MODEL, "demo"):
-            m = status_of(w, name)
+            m = model_status(w, name)
             assert m["ready"] is True and m["warmed_up"] is False and m["warmup_error"] is None, m
         assert not [l for l in w.log_lines() if l["level"] == "warn"], w.log_text()[-4000:]
     finally:
@@ -144,10 +139,10 @@ def test_failed_configured_warmup_unavailable_without_exit_on_error(tmp_path):
         assert w.wait_log("server ready")
         assert w.http("GET", "/v2/health/ready")[0] == 503  # strict readiness: a model is down
         assert w.http("GET", f"/v2/models/{MODEL}/ready")[0] != 200
-        m = status_of(w, MODEL)
+        m = model_status(w, MODEL)
         assert m["ready"] is False and m["state"] == "UNAVAILABLE", m
         assert "bad_shape" in m["reason"] and "reshape" in m["reason"].lower(), m
         assert m["warmed_up"] is False
-        assert status_of(w, "demo")["ready"] is True
+        assert model_status(w, "demo")["ready"] is True
     finally:
         assert w.stop() == 0

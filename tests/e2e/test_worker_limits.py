@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import SANITIZED, start_worker
+from helpers import metric as metric_value
 from test_hostile import (BASE_ENV, HTTP_TIMEOUT_S, INFER, SLOW, SOCK_TIMEOUT, Conn, J, _metric,
                           assert_serving, bin_inp, binary, error_text, exchange, http_bytes, inp,
                           make_worker, proc_status, repo, req, slow_request, stop_worker,
@@ -30,13 +31,11 @@ assert repo  # the module-scoped model repository fixture, shared with test_host
 
 
 def metric(w, name):
-    """An unlabelled metric's value."""
+    """An unlabelled metric's value, scraped on a raw connection (the worker may be at its
+    connection cap: a refusal fails here, which metric_or_none reads as "not yet")."""
     resp = exchange(w, http_bytes("GET", "/metrics"))
     assert resp is not None and resp[0] == 200, resp
-    for line in resp[2].decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no {name} in /metrics")
+    return metric_value(resp[2].decode(), name, required=True)
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
-/* server_llm: the worker's OpenAI-compatible /v1 API over the LLMs of its repository.
+/* v1: the worker's OpenAI-compatible /v1 API over the LLMs of its repository.
  *
- *   GET  /v1/models             the LLMs (OpenAI's list shape)
- *   POST /v1/completions        a prompt
- *   POST /v1/chat/completions   messages, rendered with the model's chat template
- * Both answer whole or as server-sent events (stream: true). docs/llm.md, "The /v1 API",
+ *   GET  /v1/models[/{m}]        the LLMs (OpenAI's list shape), or one
+ *   POST /v1/completions         a prompt
+ *   POST /v1/chat/completions    messages, rendered with the model's chat template
+ *   GET  /v1/accounting/{key}    the router's question after it cancelled a try (llm_acct.h)
+ * (the route table in v1_handlers.c). The two POSTs answer whole or as server-sent events (stream: true). docs/llm.md, "The /v1 API",
  * lists the fields supported and refused and the errors.
  *
  * A request's life: parsed, validated, rendered and tokenized on a decode thread (the
@@ -14,45 +15,38 @@
  * its sequence at once (the engine frees its slot and KV cache before the next step).
  *
  * Ownership: the LLM handles belong to the model repository (opened and freed through the
- * repo_options hooks server_llm_hooks sets); a request is freed on the loop once both its
+ * repo_options hooks v1_hooks sets); a request is freed on the loop once both its
  * HTTP request and its sequence are over. Loop thread only, except the open hook (loader
  * thread). */
-#ifndef TS_SERVER_LLM_H
-#define TS_SERVER_LLM_H
+#ifndef TS_V1_H
+#define TS_V1_H
 
 #include <stddef.h>
 
 #include "buf.h"
 #include "h1srv.h"
-#include "httppath.h"
 #include "model.h"
 #include "server.h"
 
 /* The doneq the generation threads hand tokens back through: created with the server,
  * flushed and destroyed after the repository (whose engines deliver their last
  * cancellations into it). */
-int server_llm_init(server *srv);
-void server_llm_shutdown(server *srv);
+int v1_init(server *srv);
+void v1_shutdown(server *srv);
 /* Sets ro's llm_open / llm_free / llm_ctx. */
-void server_llm_hooks(server *srv, repo_options *ro);
+void v1_hooks(server *srv, repo_options *ro);
 
-/* segs[0] is "v1". */
-void server_handle_v1(server *srv, h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n);
-/* An OpenAI-style error: {"error":{"message","type","param","code"}}; 503 with
- * Retry-After. param and code may be NULL (JSON null). */
-void server_llm_error(h1req *req, int status, const char *param, const char *code, const char *msg);
-
-/* h1_error_body_cb: the HTTP layer's own errors (413, 400 framing, 431) on /v1 paths in
- * the OpenAI shape above; false (the layer's {"error": msg}) elsewhere. */
-bool server_llm_error_body(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg);
+/* Answers a request on /v1: path is its decoded segments joined (server.c's on_request);
+ * 405 with Allow, or OpenAI's 404 (code unknown_url) for a path it does not serve. */
+void v1_route(server *srv, h1req *req, const char *path);
 
 /* /v2/status: ,"llm":{...} for an LLM (nothing for another model). */
-void server_llm_status(const ts_model *m, buf *b);
+void v1_status(const ts_model *m, buf *b);
 /* /metrics: the LLM families, one series per LLM version ({model,version}, as the KServe ones). */
-void server_llm_metrics(const model_repo *r, buf *b);
+void v1_metrics(const model_repo *r, buf *b);
 /* What a model has queued or running: for an LLM its sequences generating plus waiting for
  * a slot (it has no KServe scheduler), else model_queue_depth. /v2/status's queue_depth
  * (which the router reads as a pressure signal) and tierserve_queue_depth use it. */
-size_t server_llm_queue_depth(const ts_model *m);
+size_t v1_queue_depth(const ts_model *m);
 
 #endif

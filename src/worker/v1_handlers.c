@@ -1,0 +1,497 @@
+/* v1_handlers.c: the /v1 endpoints, and a generation request's way from its HTTP request to
+ * its sequence: refused at once where it can be, else parsed, rendered and tokenized on a
+ * decode thread, then joined to its model's engine on the loop. */
+#include <event2/event.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "budget_json.h"
+#include "clock.h"
+#include "health.h"
+#include "log.h"
+#include "v1_internal.h"
+
+/* Any thread: the repository's list and a READY model's handle no longer change. */
+static llm_served *find_llm(const model_repo *repo, const char *name, ts_model **mo)
+{
+    ts_err err = {0};
+    ts_model *m = repo ? model_repo_find(repo, name, NULL, &err) : NULL;
+    if (!m || model_state(m) != MODEL_READY || !model_llm(m)) return NULL;
+    *mo = m;
+    return model_llm(m);
+}
+
+static void put_model(buf *b, const char *name, double created)
+{
+    buf_puts(b, "{\"id\":");
+    buf_put_json_str(b, name, strlen(name));
+    buf_printf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"tierserve\"}", (long long)created);
+}
+
+static void handle_models(server *srv, h1req *req, const char *one)
+{
+    buf b;
+    buf_init(&b, REPLY_LIMIT);
+    long long created = (long long)time(NULL) - (long long)(ts_now() - srv->t_created);
+    if (one) {
+        ts_model *m;
+        if (!find_llm(srv->repo, one, &m)) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "The model '%.256s' does not exist", one);
+            h1req_reply_openai_error(req, TS_NOT_FOUND, NULL, msg, "model", "model_not_found");
+            buf_free(&b);
+            return;
+        }
+        put_model(&b, one, (double)created);
+    } else {
+        buf_puts(&b, "{\"object\":\"list\",\"data\":[");
+        bool first = true;
+        for (size_t i = 0; srv->repo && i < model_repo_count(srv->repo); i++) {
+            ts_model *m = model_repo_at(srv->repo, i);
+            if (model_state(m) != MODEL_READY || !model_llm(m)) continue;
+            /* one entry per name: the versions are one model to an OpenAI client */
+            ts_model *next = model_repo_at(srv->repo, i + 1);
+            if (next && strcmp(model_name(next), model_name(m)) == 0 && model_llm(next)) continue;
+            if (!first) buf_putc(&b, ',');
+            first = false;
+            put_model(&b, model_name(m), (double)created);
+        }
+        buf_puts(&b, "]}");
+    }
+    h1req_reply(req, 200, "application/json", &b);
+    buf_free(&b);
+}
+
+/* GET /v1/accounting/{key}: the router's question after it cancelled a try (llm_acct.h).
+ * 200 with the usage once the request is over; 202 while it is still winding down (its
+ * connection's end not seen yet, or its sequence not out of the engine yet: ask again);
+ * 404 when nothing is known (no such try, or its record expired or was overwritten). */
+static void handle_accounting(server *srv, h1req *req, const char *key)
+{
+    llm_acct_usage u = {0};
+    llm_acct_state st = llm_acct_key_ok(key) ? llm_acct_find(srv->llm_acct, key, ts_now(), &u) : LLM_ACCT_UNKNOWN;
+    if (st == LLM_ACCT_UNKNOWN) {
+        h1req_reply_openai_error(req, TS_NOT_FOUND, NULL, "no accounting for this key: unknown, or its record "
+                                 "expired", NULL, "accounting_not_found");
+        return;
+    }
+    buf b;
+    buf_init(&b, 1024);
+    buf_puts(&b, "{\"key\":");
+    buf_put_json_str(&b, key, strlen(key));
+    if (st == LLM_ACCT_RUNNING)
+        buf_puts(&b, ",\"state\":\"running\"}");
+    else
+        buf_printf(&b, ",\"state\":\"done\",\"prompt_tokens\":%llu,\"completion_tokens\":%llu,\"compute_ms\":%.3f}",
+                   (unsigned long long)u.prompt_tokens, (unsigned long long)u.completion_tokens, u.compute_ms);
+    h1req_reply(req, st == LLM_ACCT_RUNNING ? 202 : 200, "application/json", &b);
+    buf_free(&b);
+}
+
+/* X-Priority (the router's header): urgent 0, normal 1, batch 2. */
+static int parse_priority(h1req *req, int *out, v1_err *e)
+{
+    const char *p = h1req_header(req, "X-Priority");
+    *out = 1;
+    if (!p) return 0;
+    if (strcmp(p, "urgent") == 0) *out = 0;
+    else if (strcmp(p, "batch") == 0) *out = 2;
+    else if (strcmp(p, "normal") != 0) return v1_fail(e, TS_BAD_REQUEST, NULL, "X-Priority must be urgent, normal or batch");
+    return 0;
+}
+
+/* The deadline: TIERSERVE_LLM_REQUEST_TIMEOUT_MS, lowered (never raised) by X-Request-Timeout-Ms,
+ * as a KServe request's parameters.timeout lowers its own. A generation is not a KServe Run():
+ * 512 tokens at 10 tok/s on a CPU take 50 s, so the KServe default would cut it mid-stream. */
+static int parse_timeout(server *srv, h1req *req, double *ms, v1_err *e)
+{
+    *ms = (double)srv->set->llm_request_timeout_ms;
+    const char *h = h1req_header(req, "X-Request-Timeout-Ms");
+    if (!h) return 0;
+    char *end = NULL;
+    long long v = strtoll(h, &end, 10);
+    if (end == h || *end || v <= 0) return v1_fail(e, TS_BAD_REQUEST, NULL, "X-Request-Timeout-Ms must be a positive integer");
+    if ((double)v < *ms) *ms = (double)v;
+    return 0;
+}
+
+/* ---- errors ------------------------------------------------------------------------ */
+
+void v1_reply_error(h1req *req, const v1_err *e)
+{
+    h1req_reply_openai_error(req, e->err.http, NULL, e->err.msg, e->param[0] ? e->param : NULL, e->code);
+}
+
+/* ---- preparation (a decode thread) ------------------------------------------------- */
+
+/* Refuses message content that holds a special token's text: the tokenizer would read it
+ * as that control token (a user ending the turn or opening a system one). */
+static int check_specials(const llm_served *L, const char *s, size_t len, const char *param,
+                          const _Atomic bool *stop, v1_err *e)
+{
+    for (size_t i = 0; i < L->n_specials; i++)
+        if (atomic_load(stop)) /* a vocabulary may have hundreds of them, a message 8 MB */
+            return v1_fail(e, TS_TIMEOUT, param, "stopped");
+        else if (memmem(s, len, L->specials[i], strlen(L->specials[i])))
+            return v1_fail(e, TS_BAD_REQUEST, param, "message content contains the special token '%.64s', which "
+                           "this server refuses (the tokenizer would read it as a control token)", L->specials[i]);
+    return 0;
+}
+
+/* Chat: the messages, checked for special tokens, rendered with the model's template. */
+static int render_chat(const llm_served *L, const v1_model *vm, json_t *body, const _Atomic bool *stop, buf *prompt,
+                       v1_err *e)
+{
+    v1_messages ms;
+    int rc = -1;
+    if (v1_parse_messages(body, vm, LLM_PROMPT_LIMIT, &ms, e)) goto out;
+    for (size_t i = 0; i < ms.n; i++) {
+        char param[64];
+        snprintf(param, sizeof param, "messages[%zu].content", i);
+        if (check_specials(L, ms.v[i].content ? ms.v[i].content : "", ms.v[i].len, param, stop, e)) goto out;
+    }
+    ts_err err = {0};
+    if (chat_render(L->chat, ms.v, ms.n, true, prompt, &err)) {
+        v1_fail(e, err.http, "messages", "%s", err.msg);
+        goto out;
+    }
+    rc = 0;
+out:
+    v1_messages_free(&ms);
+    return rc;
+}
+
+/* The prompt's text into ids, up to the model's context (the encoder stops once past it). */
+static int encode_prompt(lreq *r, const buf *prompt, v1_err *e)
+{
+    const llm_served *L = r->L;
+    const char *param = r->chat ? "messages" : "prompt";
+    /* chat templates write their own BOS; a completion prompt gets the tokenizer's. A prompt
+     * of more ids than the context is refused whatever max_tokens says (max_tokens is cut to
+     * what the prompt leaves), so the context is the limit: the encoder stops once passed. */
+    r->ids.limit = (size_t)L->context;
+    r->ids.stop = &r->stop;
+    ts_err te = {0};
+    if (tok_encode(L->tok, prompt->data ? (const char *)prompt->data : "", prompt->len, !r->chat, &r->ids, &te)) {
+        if (atomic_load(&r->stop))
+            return v1_fail(e, TS_TIMEOUT, NULL, "stopped");
+        if (te.http == TS_PAYLOAD_TOO_LARGE) { /* the ids' limit: the prompt buf never passes the text limit */
+            v1_fail(e, TS_BAD_REQUEST, param, "the prompt is longer than the model's context of %lld tokens",
+                    (long long)L->context);
+            e->code = "context_length_exceeded";
+            return -1;
+        }
+        return v1_fail(e, te.http, param, "%s", te.msg);
+    }
+    /* OpenAI and vLLM answer a prompt over the context with 400 context_length_exceeded:
+     * clients (and SDKs) branch on that code, whichever way we found out */
+    if ((int64_t)r->ids.n >= L->context) {
+        v1_fail(e, TS_BAD_REQUEST, param, "the prompt is %zu tokens; the model's context is %lld tokens, "
+                "leaving no room for an answer", r->ids.n, (long long)L->context);
+        e->code = "context_length_exceeded";
+        return -1;
+    }
+    return 0;
+}
+
+/* What a sequence needs beside its ids: the parameters, the token buffers, the decoder. */
+static int setup_sequence(lreq *r, v1_args *a, v1_err *e)
+{
+    int64_t room = r->L->context - (int64_t)r->ids.n;
+    if (a->max_tokens <= 0 || a->max_tokens > room) a->max_tokens = room;
+    a->gp.max_new_tokens = a->max_tokens;
+    a->gp.on_join = v1_on_join;
+    r->gp = a->gp;
+    r->stream = a->stream;
+    r->include_usage = a->include_usage;
+    r->stops = a->stops;
+    r->n_prompt = r->ids.n;
+    r->cap = (size_t)a->max_tokens + 1;
+    r->pend = malloc(r->cap * sizeof *r->pend);
+    r->work = malloc(r->cap * sizeof *r->work);
+    r->ts = tok_stream_new(r->L->tok, true);
+    bool lp_oom = false;
+    if (a->gp.logprobs) { /* only asked for: a reply without logprobs holds none of this */
+        r->gp.on_logprobs = v1_on_logprobs;
+        r->lp_pend = malloc(r->cap * sizeof *r->lp_pend);
+        r->lp_work = malloc(r->cap * sizeof *r->lp_work);
+        r->lp_ents = malloc(r->cap * sizeof *r->lp_ents);
+        lp_oom = !r->lp_pend || !r->lp_work || !r->lp_ents;
+    }
+    if (!r->pend || !r->work || !r->ts || lp_oom) return v1_fail(e, TS_UNAVAILABLE, NULL, "out of memory");
+    return 0;
+}
+
+/* Everything a request needs before its sequence can join, from the body's bytes to the
+ * prompt's ids. The refusals, their order and their messages are those the loop answered
+ * when it did this work itself. Returns 0, or -1 with r->err set. */
+static int prepare(lreq *r)
+{
+    v1_err *e = &r->err;
+    server *srv = r->srv;
+    json_t *body = NULL;
+    buf prompt;
+    buf_init(&prompt, LLM_PROMPT_LIMIT);
+    int rc = -1;
+    const char *model = NULL;
+    budget_json_begin(srv->bodies);
+    int prc = v1_parse_body(r->body, r->body_len, &body, &model, e);
+    bool spent = budget_json_end();
+    /* the text is not needed past the tree: give its bytes back now */
+    free(r->body);
+    r->body = NULL;
+    budget_give(srv->bodies, r->held);
+    r->held = 0;
+    if (spent) {
+        v1_fail(e, TS_UNAVAILABLE, NULL, "request bodies in flight would pass the in-flight body budget; retry later");
+        goto out;
+    }
+    if (prc) goto out;
+    llm_served *L = find_llm(r->repo, model, &r->m);
+    if (!L) {
+        r->m = NULL; /* found, but not a ready LLM: counted nowhere, as before */
+        v1_fail(e, TS_NOT_FOUND, "model", "The model '%.256s' does not exist", model);
+        e->code = "model_not_found";
+        goto out;
+    }
+    r->L = L;
+    if (atomic_load(&r->stop)) { /* the model is known (a timeout counts there), the rest is moot */
+        v1_fail(e, TS_TIMEOUT, NULL, "stopped");
+        goto out;
+    }
+    v1_model vm = {.name = L->name, .gen = llm_model_gen(L->model), .has_chat = L->chat != NULL,
+                   .chat_note = L->chat_note};
+    v1_args a;
+    if (v1_parse_args(body, r->chat, &vm, &a, e)) goto out;
+    if (r->hdr_bad) { /* the headers were read on the loop; their refusal comes here, as before */
+        *e = r->hdr_err;
+        goto out;
+    }
+    a.gp.priority = r->priority;
+    if (r->chat ? render_chat(L, &vm, body, &r->stop, &prompt, e) : v1_parse_prompt(body, &prompt, e)) goto out;
+    if (encode_prompt(r, &prompt, e) || setup_sequence(r, &a, e)) goto out;
+    rc = 0;
+out:
+    /* a refusal while the reply was already decided (504 sent, client gone) says nothing: the
+     * work may have been cut short by the stop */
+    r->stopped = rc != 0 && atomic_load(&r->stop);
+    json_decref(body);
+    buf_free(&prompt);
+    return rc;
+}
+
+static void prepare_work(void *item, void *ctx)
+{
+    lreq *r = item;
+    server *srv = ctx;
+    if (!atomic_load(&r->gone) && prepare(r)) r->failed = true;
+    doneq_push(srv->llm_done, r); /* after this the loop owns r again */
+}
+
+/* ---- the join (loop) ---------------------------------------------------------------- */
+
+/* The counter a refusal adds to, as every refusal before a sequence exists. */
+static void count_refusal(ts_model *m, int status)
+{
+    if (m)
+        atomic_fetch_add(&model_stats_of(m)->outcomes[status == TS_UNAVAILABLE ? OUT_REJECTED
+                                                      : status >= TS_INTERNAL_ERROR ? OUT_ERROR
+                                                      : OUT_CLIENT_ERROR], 1);
+}
+
+void v1_on_prepared(lreq *r)
+{
+    server *srv = r->srv;
+    v1_err *e = &r->err;
+    r->preparing = false;
+    if (!srv->http) r->http = NULL; /* shutting down: the repository may be gone, count nothing */
+    r->busy++;
+    if (r->timed_out) {
+        /* its 504 went out (or is being written) meanwhile; counted as a deadline after a
+         * sequence is, at the time it went out; a body not parsed in time names no model */
+        if (srv->http && r->m && r->L) {
+            hist_observe(&r->L->e2e, r->t_end - r->t_arrive);
+            v1_record(r, OUT_TIMEOUT);
+        }
+        if (srv->http) LOG_DEBUG_(NULL, "/v1 request timed out while it was prepared; dropped");
+        goto out;
+    }
+    if (!r->http) {
+        /* the client left first; a body it left unparsed names no model and counts nowhere */
+        if (srv->http && r->m) {
+            if (r->failed && !r->stopped) count_refusal(r->m, e->err.http);
+            else v1_record(r, OUT_CANCELLED);
+        }
+        if (srv->http) LOG_DEBUG_(NULL, "client went away while its /v1 request was prepared; dropped");
+        goto out;
+    }
+    if (!r->failed && !health_live()) /* a fault latched meanwhile */
+        v1_fail(e, TS_UNAVAILABLE, NULL, "worker is not live after a GPU fault");
+    else if (!r->failed) {
+        ts_err te = {0};
+        if (llm_engine_add(r->L->engine, r->ids.v, r->ids.n, &r->gp, v1_on_token, r, &r->seq, &te) == 0) {
+            r->added = true;
+            atomic_fetch_add(&r->L->prompt_tokens, r->ids.n);
+            /* the deadline, armed at arrival, runs on */
+            if (r->stream) {
+                h1req_add_header(r->http, "Content-Type", "text/event-stream");
+                h1req_add_header(r->http, "Cache-Control", "no-cache");
+                h1req_stream_start(r->http, 200, -1);
+                if (r->chat) v1_sse_chunk(r, "", 0, true, NULL);
+            }
+            goto out;
+        }
+        if (te.http == TS_UNAVAILABLE) {
+            v1_fail(e, te.http, NULL, "model '%.64s': %.400s; retry later", r->L->name, te.msg);
+            e->code = "queue_full";
+        } else {
+            v1_fail(e, te.http, NULL, "%s", te.msg);
+        }
+    }
+    /* refused: the reply ends the request (at once, or once written), which frees r */
+    r->finished = true;
+    evtimer_del(r->timer);
+    count_refusal(r->m, e->err.http);
+    v1_reply_error(r->http, e);
+out:
+    r->busy--;
+    v1_maybe_free(r);
+}
+
+/* ---- admission (loop) --------------------------------------------------------------- */
+
+/* A new request with its deadline armed (it counts from arrival: a preparation that outlasts
+ * it, a multi-MB prompt or a full decode queue, is answered 504 when it passes, not after). */
+static lreq *new_req(server *srv, h1req *req, bool chat)
+{
+    lreq *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    pthread_mutex_init(&r->mu, NULL);
+    r->srv = srv;
+    r->repo = srv->repo;
+    r->chat = chat;
+    r->t_arrive = ts_now();
+    r->created = (long long)time(NULL);
+    tok_ids_init(&r->ids, 0);
+    buf_init(&r->text, LLM_OUT_LIMIT);
+    buf_init(&r->pending, LLM_OUT_LIMIT);
+    buf_init(&r->outq, LLM_OUT_LIMIT);
+    static _Atomic uint64_t next_id;
+    uint64_t rid = atomic_fetch_add(&next_id, 1) + 1;
+    snprintf(r->id, sizeof r->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)r->created,
+             (unsigned long long)rid);
+    r->timeout_ms = (double)srv->set->llm_request_timeout_ms; /* kept when X-Priority is refused first */
+    r->hdr_bad = parse_priority(req, &r->priority, &r->hdr_err) ||
+                 parse_timeout(srv, req, &r->timeout_ms, &r->hdr_err);
+    if (!(r->timer = evtimer_new(srv->base, v1_on_deadline, r))) {
+        v1_free_req(r);
+        return NULL;
+    }
+    struct timeval tv = {(time_t)(r->timeout_ms / 1e3), (suseconds_t)(fmod(r->timeout_ms, 1e3) * 1e3)};
+    evtimer_add(r->timer, &tv);
+    return r;
+}
+
+/* What can be refused at once is; the rest (parsing, validation, the chat template, the
+ * tokenizer: a few MB of prompt take a while) goes to the decode threads. */
+static void handle_generate(server *srv, h1req *req, bool chat)
+{
+    v1_err e = {0};
+    lreq *r = NULL;
+    size_t blen = 0;
+    (void)h1req_body(req, &blen);
+    if (srv->draining) {
+        v1_fail(&e, TS_UNAVAILABLE, NULL, "server is shutting down");
+        goto refuse;
+    }
+    if (!health_live()) {
+        v1_fail(&e, TS_UNAVAILABLE, NULL, "worker is not live after a GPU fault");
+        goto refuse;
+    }
+    if (blen > LLM_MAX_BODY) {
+        v1_fail(&e, TS_PAYLOAD_TOO_LARGE, NULL, "request body of %zu bytes is over the /v1 limit of %zu", blen,
+                LLM_MAX_BODY);
+        goto refuse;
+    }
+    if (!(r = new_req(srv, req, chat))) {
+        v1_fail(&e, TS_UNAVAILABLE, NULL, "out of memory");
+        goto refuse;
+    }
+    /* the body, and the bytes its admission holds, are the request's until parsed */
+    r->body = h1req_take_body(req, &r->body_len);
+    r->held = (size_t)(uintptr_t)h1req_user(req);
+    h1req_set_user(req, NULL);
+    if (workpool_submit_fn(srv->decoder, prepare_work, r) != 0) {
+        v1_fail(&e, TS_UNAVAILABLE, NULL, "the decode queue is full (%d request bodies wait to be parsed); retry later",
+                SERVER_DECODE_QUEUE);
+        e.code = "queue_full";
+        goto refuse;
+    }
+    r->preparing = true;
+    srv->in_flight++;
+    r->http = req;
+    h1req_on_end(req, v1_on_http_end, r);
+    /* the router's key for this try, when it asked for accounting: tracked for its report */
+    const char *key = h1req_header(req, "Tierserve-Accounting-Key");
+    if (v1_wants_accounting(r) && llm_acct_key_ok(key)) llm_acct_begin(srv->llm_acct, &r->acct, key);
+    return;
+refuse:
+    if (r) v1_free_req(r);
+    v1_reply_error(req, &e);
+}
+
+/* ---- routes ------------------------------------------------------------------------- */
+
+static void route_models(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    handle_models(ctx, req, NULL);
+}
+
+static void route_model(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)np;
+    char name[HTTPPATH_SEG_MAX];
+    server_param(&p[0], name);
+    handle_models(ctx, req, name);
+}
+
+static void route_accounting(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)np;
+    char key[HTTPPATH_SEG_MAX];
+    server_param(&p[0], key);
+    handle_accounting(ctx, req, key);
+}
+
+static void route_completions(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    handle_generate(ctx, req, false);
+}
+
+static void route_chat(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    handle_generate(ctx, req, true);
+}
+
+static const h1route k_routes[] = {
+    {H1ROUTE_GET, "/v1/models", route_models},
+    {H1ROUTE_GET, "/v1/models/{}", route_model},
+    {H1ROUTE_GET, "/v1/accounting/{}", route_accounting},
+    {H1ROUTE_POST, "/v1/completions", route_completions},
+    {H1ROUTE_POST, "/v1/chat/completions", route_chat},
+};
+
+void v1_route(server *srv, h1req *req, const char *path)
+{
+    if (!server_route(k_routes, sizeof k_routes / sizeof *k_routes, srv, req, path))
+        h1req_reply_openai_error(req, TS_NOT_FOUND, NULL, "unknown endpoint (this server has /v1/models, "
+                                 "/v1/completions and /v1/chat/completions)", NULL, "unknown_url");
+}

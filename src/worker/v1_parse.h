@@ -1,0 +1,86 @@
+/* v1_parse: a /v1 request's body, checked against the fields OpenAI's API defines, into what
+ * a generation needs. Pure: no HTTP, no engine, no clock, no globals; every refusal carries
+ * the status, OpenAI's `param` and `code`, and a message that names the problem, so
+ * tests/unit/test_v1_parse.c drives it without a server.
+ *
+ * The steps, in the order a request is refused (docs/llm.md, "The /v1 API"):
+ *   v1_parse_body      the bytes into a JSON object with a string "model"
+ *   v1_parse_args      every other argument but the text (unknown ones refused by name)
+ *   v1_parse_messages  chat: the messages' roles and texts (v1_parse_prompt: a prompt)
+ * The caller finds the model between the first two, and reads the request's headers (their
+ * refusals come after the arguments') between the last two.
+ *
+ * Ownership: what a step returns borrows nothing from the JSON tree except the chat_msg
+ * texts of a plain-string content (valid while the tree lives). Any thread. */
+#ifndef TS_V1_PARSE_H
+#define TS_V1_PARSE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "chat.h"
+#include "err.h"
+#include "gen_config.h"
+#include "llm_engine.h"
+
+#define V1_MAX_STOPS 4          /* OpenAI's limit */
+#define V1_MAX_STOP_BYTES 256
+#define V1_MAX_MESSAGES 4096
+#define V1_MAX_LOGPROBS 5       /* the legacy completions' logprobs */
+
+/* A refusal: err.http is the status (TS_*), err.msg the message; param empty is JSON null,
+ * code is static text or NULL (null). The ts_err convention of err.h plus OpenAI's two
+ * fields, which its error object carries and clients branch on. */
+typedef struct {
+    ts_err err;
+    char param[96];
+    const char *code;
+} v1_err;
+
+/* Fills e (param may be NULL) and returns -1: `return v1_fail(e, ...)`. */
+int v1_fail(v1_err *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* What the parser must know of the model a request names. */
+typedef struct {
+    const char *name;
+    const gen_config *gen;  /* generation_config.json: the sampling defaults and max_new_tokens */
+    bool has_chat;          /* a chat template is served */
+    const char *chat_note;  /* has_chat false: why the template the model ships is not ("": it ships none) */
+} v1_model;
+
+/* The stop strings, copied out of the body. */
+typedef struct {
+    char s[V1_MAX_STOPS][V1_MAX_STOP_BYTES + 1];
+    size_t len[V1_MAX_STOPS], n, max;
+} v1_stops;
+
+typedef struct {
+    bool stream, include_usage;
+    int64_t max_tokens;     /* 0: what the context leaves */
+    llm_gen_params gp;      /* sampling, seed, logprobs; the callbacks, priority and max_new_tokens are the caller's */
+    v1_stops stops;
+} v1_args;
+
+/* Chat's messages: v[i].content points into the JSON tree or into store. */
+typedef struct {
+    chat_msg *v;
+    size_t n;
+    buf store;              /* the joined text of contents given as lists of parts */
+} v1_messages;
+
+/* The body's bytes (JSON, duplicate keys refused) into an object (the caller's, json_decref)
+ * whose "model" is a string (*model points into it). */
+int v1_parse_body(const void *data, size_t len, json_t **out, const char **model, v1_err *e);
+/* Every argument of a chat (chat true) or completions body but its messages or prompt. */
+int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *out, v1_err *e);
+/* Chat: the body's messages, roles checked (developer is system) and list contents joined
+ * (text parts only), up to limit bytes of joined text. v1_messages_free on success or not. */
+int v1_parse_messages(json_t *body, const v1_model *m, size_t limit, v1_messages *out, v1_err *e);
+void v1_messages_free(v1_messages *ms);
+/* Completions: the prompt (a string, or a list of one) appended to prompt (a bounded buf). */
+int v1_parse_prompt(json_t *body, buf *prompt, v1_err *e);
+
+#endif

@@ -1,0 +1,350 @@
+/* v1_reply.c: a /v1 answer's bytes: the tokens decoded into text, held back while they may
+ * grow into a stop string, then sent whole as OpenAI's JSON or as server-sent events (with
+ * logprobs and usage when asked); a failure as an error object or a stream's error event. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "openai_err.h"
+#include "v1_internal.h"
+
+#define LLM_STREAM_HIGH ((size_t)64 << 10)  /* queued SSE bytes past which we hold them ourselves */
+#define LLM_STREAM_LOW ((size_t)16 << 10)
+
+static void on_drained(h1req *req, void *arg)
+{
+    lreq *r = arg;
+    (void)req;
+    if (!r->http) return;
+    r->busy++;
+    if (r->outq.len) h1req_stream_write(r->http, r->outq.data, r->outq.len);
+    r->outq.len = 0;
+    if (r->end_pending && r->http) h1req_stream_end(r->http);
+    r->busy--;
+    v1_maybe_free(r);
+}
+
+/* One SSE event. A slow reader's bytes wait in outq (bounded) until the layer drains, so the
+ * generation never waits for a reader and the layer's queue never grows past the mark. */
+static void sse_event(lreq *r, const buf *json)
+{
+    if (!r->http) return;
+    buf ev;
+    buf_init(&ev, LLM_OUT_LIMIT);
+    buf_puts(&ev, "data: ");
+    buf_put(&ev, json->data, json->len);
+    buf_puts(&ev, "\n\n");
+    if (r->outq.len || h1req_stream_queued(r->http) > LLM_STREAM_HIGH) {
+        bool first = r->outq.len == 0;
+        buf_put(&r->outq, ev.data, ev.len);
+        if (buf_failed(&r->outq)) { /* the reader took nothing for 64 MiB: cut it */
+            buf_free(&ev);
+            h1req_abort(r->http);
+            return;
+        }
+        if (first) h1req_on_drained(r->http, LLM_STREAM_LOW, on_drained, r);
+    } else {
+        h1req_stream_write(r->http, ev.data, ev.len);
+    }
+    buf_free(&ev);
+}
+
+static void put_head(lreq *r, buf *b, bool chunk)
+{
+    buf_puts(b, "{\"id\":");
+    buf_put_json_str(b, r->id, strlen(r->id));
+    buf_printf(b, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
+               r->chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion", r->created);
+    buf_put_json_str(b, r->L->name, strlen(r->L->name));
+    buf_puts(b, ",\"system_fingerprint\":null");
+}
+
+static void put_usage(lreq *r, buf *b)
+{
+    buf_printf(b, "{\"prompt_tokens\":%zu,\"completion_tokens\":%zu,\"total_tokens\":%zu}", r->n_prompt,
+               r->n_gen, r->n_prompt + r->n_gen);
+}
+
+/* A float for JSON: -inf (a logit of -inf) becomes OpenAI's -9999.0. */
+static void put_lp(buf *b, float v)
+{
+    if (isfinite(v)) buf_printf(b, "%.9g", (double)v);
+    else buf_puts(b, "-9999.0");
+}
+
+/* A token's text: its bytes as a JSON string (bytes that are not UTF-8 become U+FFFD). */
+static void put_tok_text(lreq *r, buf *b, int32_t id, bool with_bytes)
+{
+    size_t n = 0;
+    const unsigned char *p = tok_id_bytes(r->L->tok, id, &n);
+    buf_put_json_str(b, p ? (const char *)p : "", n);
+    if (!with_bytes) return;
+    buf_puts(b, ",\"bytes\":[");
+    for (size_t i = 0; i < n; i++) buf_printf(b, "%s%u", i ? "," : "", (unsigned)p[i]);
+    buf_putc(b, ']');
+}
+
+/* The logprobs object of entries [from, to): chat's {"content": [...], "refusal": null} or
+ * the legacy completions' four parallel lists. */
+static void put_logprobs(lreq *r, buf *b, size_t from, size_t to)
+{
+    if (r->chat) {
+        buf_puts(b, "{\"content\":[");
+        for (size_t i = from; i < to; i++) {
+            const llm_logprobs *lp = &r->lp_ents[i].lp;
+            buf_puts(b, i > from ? ",{\"token\":" : "{\"token\":");
+            put_tok_text(r, b, lp->id, true);
+            buf_puts(b, ",\"logprob\":");
+            put_lp(b, lp->logprob);
+            buf_puts(b, ",\"top_logprobs\":[");
+            for (int k = 0; k < lp->n_top; k++) {
+                buf_puts(b, k ? ",{\"token\":" : "{\"token\":");
+                put_tok_text(r, b, lp->top_id[k], true);
+                buf_puts(b, ",\"logprob\":");
+                put_lp(b, lp->top_lp[k]);
+                buf_puts(b, "}");
+            }
+            buf_puts(b, "]}");
+        }
+        buf_puts(b, "],\"refusal\":null}");
+        return;
+    }
+    buf_puts(b, "{\"tokens\":[");
+    for (size_t i = from; i < to; i++) {
+        if (i > from) buf_putc(b, ',');
+        put_tok_text(r, b, r->lp_ents[i].lp.id, false);
+    }
+    buf_puts(b, "],\"token_logprobs\":[");
+    for (size_t i = from; i < to; i++) {
+        if (i > from) buf_putc(b, ',');
+        put_lp(b, r->lp_ents[i].lp.logprob);
+    }
+    buf_puts(b, "],\"top_logprobs\":[");
+    for (size_t i = from; i < to; i++) {
+        const llm_logprobs *lp = &r->lp_ents[i].lp;
+        buf_puts(b, i > from ? ",{" : "{");
+        for (int k = 0; k < lp->n_top; k++) {
+            if (k) buf_putc(b, ',');
+            put_tok_text(r, b, lp->top_id[k], false);
+            buf_putc(b, ':');
+            put_lp(b, lp->top_lp[k]);
+        }
+        buf_putc(b, '}');
+    }
+    buf_puts(b, "],\"text_offset\":[");
+    for (size_t i = from; i < to; i++) buf_printf(b, "%s%zu", i > from ? "," : "", r->lp_ents[i].start);
+    buf_puts(b, "]}");
+}
+
+void v1_sse_chunk(lreq *r, const char *text, size_t len, bool role, const char *finish)
+{
+    buf b;
+    buf_init(&b, LLM_OUT_LIMIT);
+    put_head(r, &b, true);
+    buf_puts(&b, ",\"choices\":[{\"index\":0,");
+    if (r->chat) {
+        buf_puts(&b, "\"delta\":{");
+        if (role) buf_puts(&b, "\"role\":\"assistant\",\"content\":\"\"");
+        else if (!finish) {
+            buf_puts(&b, "\"content\":");
+            buf_put_json_str(&b, text, len);
+        }
+        buf_puts(&b, "},");
+    } else {
+        buf_puts(&b, "\"text\":");
+        buf_put_json_str(&b, text, len);
+        buf_putc(&b, ',');
+    }
+    /* a chunk that carries tokens carries their entries (see emit) */
+    if (r->gp.logprobs && !role && !finish) {
+        buf_puts(&b, "\"logprobs\":");
+        put_logprobs(r, &b, r->lp_chunk_from, r->n_lp_out);
+        buf_puts(&b, ",\"finish_reason\":");
+    } else {
+        buf_puts(&b, "\"logprobs\":null,\"finish_reason\":");
+    }
+    if (finish) buf_printf(&b, "\"%s\"", finish);
+    else buf_puts(&b, "null");
+    buf_puts(&b, "}]");
+    if (r->include_usage) buf_puts(&b, ",\"usage\":null");
+    buf_putc(&b, '}');
+    sse_event(r, &b);
+    buf_free(&b);
+}
+
+/* Emits len more bytes of answer text. With logprobs, the entries go out with the text: an
+ * entry leaves once its token's whole text has (end <= emitted; a token that decoded to no
+ * text yet leaves with the text before it); at a stop string (stop), the entries of the
+ * tokens with any text before the match leave and the rest are dropped with the stop text. */
+static void emit(lreq *r, const char *text, size_t len, bool stop)
+{
+    size_t from = r->n_lp_out;
+    r->emitted += len;
+    while (r->n_lp_out < r->n_lp &&
+           (r->lp_ents[r->n_lp_out].end <= r->emitted || (stop && r->lp_ents[r->n_lp_out].start < r->emitted)))
+        r->n_lp_out++;
+    if (stop) r->n_lp = r->n_lp_out;
+    if (!len && r->n_lp_out == from) return;
+    r->lp_chunk_from = from;
+    if (r->stream) v1_sse_chunk(r, text, len, false, NULL);
+    else buf_put(&r->text, text, len);
+}
+
+static void stream_end(lreq *r)
+{
+    if (!r->http) return;
+    if (r->outq.len) r->end_pending = true;
+    else h1req_stream_end(r->http);
+}
+
+/* Did the router ask for this request's accounting (Tierserve-Accounting: 1)? Then a
+ * non-stream reply carries Tierserve-Compute-Ms (as KServe replies do) and
+ *   Tierserve-Usage: prompt_tokens=N completion_tokens=M compute_ms=X
+ * in its head, and a stream the same words in one SSE comment line before data: [DONE]
+ * (SSE clients skip comments; the router takes it out):
+ *   : tierserve-usage prompt_tokens=N completion_tokens=M compute_ms=X
+ * A request the router also gave a Tierserve-Accounting-Key is reported, once it is over, at
+ * GET /v1/accounting/{key} (llm_acct.h): what the router asks after it cancelled it.
+ * N and M are the usage's own counts (the end-of-sequence token and tokens whose text was
+ * held back or cut at a stop string included), X the sequence's share of the Run()s it took
+ * part in: its own prefill chunks whole, each decode step divided by the sequences in it
+ * (waiting and the loop's own work are not compute). */
+bool v1_wants_accounting(const lreq *r)
+{
+    const char *h = r->http ? h1req_header(r->http, "Tierserve-Accounting") : NULL;
+    return h && strcmp(h, "1") == 0;
+}
+
+/* The answer, whole (non-stream) or its last chunks. */
+void v1_finish_reply(lreq *r, const char *reason)
+{
+    bool acct = v1_wants_accounting(r); /* read before the reply may end the request */
+    v1_settle(r, OUT_SUCCESS); /* first: writing the end may end the request at once */
+    if (r->stream) {
+        v1_sse_chunk(r, "", 0, false, reason);
+        if (r->include_usage) {
+            buf b;
+            buf_init(&b, 4096);
+            put_head(r, &b, true);
+            buf_puts(&b, ",\"choices\":[],\"usage\":");
+            put_usage(r, &b);
+            buf_putc(&b, '}');
+            sse_event(r, &b);
+            buf_free(&b);
+        }
+        if (r->http) {
+            char end[256];
+            int n = 0;
+            if (acct)
+                n = snprintf(end, sizeof end, ": tierserve-usage prompt_tokens=%zu completion_tokens=%zu "
+                             "compute_ms=%.3f\n", r->n_prompt, r->n_gen, v1_compute_ms(r));
+            if (n < 0 || (size_t)n >= sizeof end / 2) n = 0; /* cannot happen: counts are bounded */
+            n += snprintf(end + n, sizeof end - (size_t)n, "data: [DONE]\n\n");
+            if (r->outq.len) buf_put(&r->outq, end, (size_t)n);
+            else h1req_stream_write(r->http, end, (size_t)n);
+        }
+        stream_end(r);
+    } else if (r->http) {
+        buf b;
+        buf_init(&b, LLM_OUT_LIMIT);
+        put_head(r, &b, false);
+        buf_puts(&b, ",\"choices\":[{\"index\":0,");
+        if (r->chat) {
+            buf_puts(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
+            buf_put_json_str(&b, r->text.data ? (const char *)r->text.data : "", r->text.len);
+            buf_puts(&b, "},");
+        } else {
+            buf_puts(&b, "\"text\":");
+            buf_put_json_str(&b, r->text.data ? (const char *)r->text.data : "", r->text.len);
+            buf_putc(&b, ',');
+        }
+        if (r->gp.logprobs) {
+            buf_puts(&b, "\"logprobs\":");
+            put_logprobs(r, &b, 0, r->n_lp_out);
+            buf_printf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", reason);
+        } else {
+            buf_printf(&b, "\"logprobs\":null,\"finish_reason\":\"%s\"}],\"usage\":", reason);
+        }
+        put_usage(r, &b);
+        buf_putc(&b, '}');
+        if (acct) {
+            /* the compute time as KServe replies carry it, and the whole report in the
+             * stream line's words: the router bills from the head, never from the body */
+            char cms[32], usage[160];
+            snprintf(cms, sizeof cms, "%.3f", v1_compute_ms(r));
+            h1req_add_header(r->http, "Tierserve-Compute-Ms", cms);
+            snprintf(usage, sizeof usage, "prompt_tokens=%zu completion_tokens=%zu compute_ms=%s", r->n_prompt,
+                     r->n_gen, cms);
+            h1req_add_header(r->http, "Tierserve-Usage", usage);
+        }
+        h1req_reply(r->http, 200, "application/json", &b);
+        buf_free(&b);
+    }
+}
+
+/* A failure after admission: an error object, or inside a stream an error event (what the
+ * openai SDK raises as an APIError) and the stream's end. */
+void v1_fail_reply(lreq *r, int status, const char *code, const char *msg, req_outcome o)
+{
+    v1_settle(r, o);
+    if (r->http) {
+        if (r->stream) {
+            buf b;
+            buf_init(&b, 4096);
+            openai_err_json(&b, status, NULL, msg, NULL, code);
+            sse_event(r, &b);
+            buf_free(&b);
+            stream_end(r);
+        } else {
+            h1req_reply_openai_error(r->http, status, NULL, msg, NULL, code);
+        }
+    }
+}
+
+/* Finds the first stop string in pending; emits what is safe; true if a stop matched. */
+static bool scan_stops(lreq *r, bool final)
+{
+    const char *p = r->pending.data ? (const char *)r->pending.data : "";
+    size_t n = r->pending.len, at = SIZE_MAX;
+    for (size_t i = 0; i < r->stops.n; i++) {
+        const char *hit = r->stops.len[i] <= n ? memmem(p, n, r->stops.s[i], r->stops.len[i]) : NULL;
+        if (hit && (size_t)(hit - p) < at) at = (size_t)(hit - p);
+    }
+    if (at != SIZE_MAX) {
+        emit(r, p, at, true); /* the stop string itself is never sent */
+        r->pending.len = 0;
+        return true;
+    }
+    /* hold back the longest tail that may still grow into a stop string */
+    size_t hold = 0;
+    if (!final && r->stops.n)
+        for (size_t k = n < r->stops.max - 1 ? n : r->stops.max - 1; k > 0 && !hold; k--)
+            for (size_t i = 0; i < r->stops.n && !hold; i++)
+                if (k < r->stops.len[i] && memcmp(p + n - k, r->stops.s[i], k) == 0) hold = k;
+    emit(r, p, n - hold, false);
+    memmove(r->pending.data, p + n - hold, hold);
+    r->pending.len = hold;
+    return false;
+}
+
+/* An end-of-sequence token (eos) counts as generated but adds no text: vLLM drops its text,
+ * and an eos id that generation_config.json gives to an ordinary token would show otherwise. */
+void v1_take_token(lreq *r, int32_t tok, const llm_logprobs *lp, bool last, bool eos)
+{
+    r->n_gen++;
+    ts_err e = {0};
+    size_t start = r->emitted + r->pending.len;
+    if ((!eos && tok_stream_feed(r->ts, tok, &r->pending, &e)) ||
+        (last && tok_stream_finish(r->ts, &r->pending, &e))) {
+        v1_fail_reply(r, TS_INTERNAL_ERROR, NULL, e.msg, OUT_ERROR);
+        return;
+    }
+    if (lp && r->n_lp < r->cap) /* the entry waits with its text in pending */
+        r->lp_ents[r->n_lp++] = (struct lp_ent){*lp, start, r->emitted + r->pending.len};
+    if (buf_failed(&r->pending)) {
+        v1_fail_reply(r, TS_INTERNAL_ERROR, NULL, "decoded text over its bound", OUT_ERROR);
+        return;
+    }
+    if (scan_stops(r, last)) v1_finish_reply(r, "stop");
+}
+

@@ -1,0 +1,127 @@
+/* v1_status.c: the LLMs in /v2/status and /metrics (any thread that renders those). */
+#include <stdatomic.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "prom.h"
+#include "v1_internal.h"
+
+
+/* The LLM of a model that finished loading, else NULL: the loader thread sets the handle
+ * before it stores READY, so reading the state first orders the two for the threads that
+ * render /v2/status and /metrics while models still load. */
+static llm_served *ready_llm(const ts_model *m)
+{
+    return model_state(m) == MODEL_READY ? model_llm(m) : NULL;
+}
+
+void v1_status(const ts_model *m, buf *b)
+{
+    llm_served *L = ready_llm(m);
+    if (!L) return;
+    llm_engine_stats st;
+    llm_engine_stats_get(L->engine, &st);
+    const llm_sig *s = llm_model_sig(L->model);
+    buf_printf(b, ",\"llm\":{\"context\":%lld,\"layers\":%zu,\"kv_heads\":%zu,\"head_dim\":%zu,\"vocab\":%zu,"
+               "\"kv_dtype\":\"%s\",\"kv_bytes_per_token\":%zu,\"chat_template\":",
+               (long long)L->context, s->layers, s->kv_heads, s->head_dim, s->vocab, s->kv_fp16 ? "FP16" : "FP32",
+               llm_model_kv_bytes_per_token(L->model));
+    if (L->chat) buf_printf(b, "\"%s\"", chat_variant(L->chat));
+    else buf_puts(b, "null");
+    /* why a template the model ships is not served (chat refused, completions served) */
+    buf_puts(b, ",\"chat_template_note\":");
+    if (L->chat_note[0]) buf_put_json_str(b, L->chat_note, strlen(L->chat_note));
+    else buf_puts(b, "null");
+    buf_printf(b, ",\"running\":%zu,\"waiting\":%zu,\"kv_cache_bytes\":%zu,\"steps\":%llu,\"max_batch\":%zu"
+               ",\"prefill_chunk\":%zu,\"prefill_runs\":%llu",
+               st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch, L->prefill_chunk,
+               (unsigned long long)st.prefill_runs);
+    /* the engine's cap on a decode Run() and why it is below max_active (e.g. no position_ids) */
+    buf_printf(b, ",\"batch_limit\":%zu,\"batch_note\":", st.batch_limit);
+    if (st.batch_note) buf_put_json_str(b, st.batch_note, strlen(st.batch_note));
+    else buf_puts(b, "null");
+    /* where the cache lives and why (the GPU check greps "device"); the note is our own text */
+    buf_printf(b, ",\"kv_cache\":\"%s\",\"kv_cache_note\":", llm_model_kv_where(L->model));
+    buf_put_json_str(b, llm_model_kv_note(L->model), strlen(llm_model_kv_note(L->model)));
+    buf_puts(b, "}");
+}
+
+/* model="...",version="..." (the KServe series' labels: an LLM may have several versions). */
+static void put_labels(buf *b, const ts_model *m)
+{
+    buf_puts(b, "model=");
+    buf_put_label(b, model_name(m));
+    buf_puts(b, ",version=");
+    buf_put_label(b, model_version(m));
+}
+
+void v1_metrics(const model_repo *r, buf *b)
+{
+    size_t n = r ? model_repo_count(r) : 0, nl = 0;
+    for (size_t i = 0; i < n; i++) nl += ready_llm(model_repo_at(r, i)) != NULL;
+    if (nl == 0) return;
+    static const struct {
+        const char *name, *text;
+        size_t off;
+    } hists[] = {
+        {"tierserve_time_to_first_token_seconds", "LLM: arrival to the first generated token", offsetof(llm_served, ttft)},
+        {"tierserve_inter_token_latency_seconds", "LLM: between two tokens of one sequence", offsetof(llm_served, itl)},
+        {"tierserve_e2e_request_latency_seconds", "LLM: arrival to the answer's end", offsetof(llm_served, e2e)},
+        {"tierserve_request_queue_time_seconds", "LLM: arrival to a generation slot", offsetof(llm_served, queue)},
+    };
+    for (size_t h = 0; h < sizeof hists / sizeof *hists; h++) {
+        prom_family(b, hists[h].name, "histogram", hists[h].text);
+        for (size_t i = 0; i < n; i++) {
+            const ts_model *m = model_repo_at(r, i);
+            llm_served *L = ready_llm(m);
+            if (!L) continue;
+            buf lbl;
+            buf_init(&lbl, 1024);
+            put_labels(&lbl, m);
+            buf_putc(&lbl, '\0');
+            hist_render((const hist *)((const char *)L + hists[h].off), b, hists[h].name,
+                        buf_failed(&lbl) ? "model=\"?\"" : (const char *)lbl.data);
+            buf_free(&lbl);
+        }
+    }
+    static const char *const fams[][3] = {
+        {"tierserve_prompt_tokens_total", "counter", "LLM: prompt tokens of admitted requests"},
+        {"tierserve_generation_tokens_total", "counter", "LLM: tokens generated"},
+        {"tierserve_sequences", "gauge", "LLM: sequences generating (running) or waiting for a slot"},
+        /* the slots, so an alert can tell "every slot busy" from a count alone */
+        {"tierserve_sequence_slots", "gauge", "LLM: sequences that may generate at once (TIERSERVE_LLM_MAX_SEQUENCES)"},
+        {"tierserve_kv_cache_bytes", "gauge", "LLM: KV cache held by the running sequences"},
+    };
+    for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
+        prom_family(b, fams[f][0], fams[f][1], fams[f][2]);
+        for (size_t i = 0; i < n; i++) {
+            const ts_model *m = model_repo_at(r, i);
+            llm_served *L = ready_llm(m);
+            if (!L) continue;
+            llm_engine_stats st = {0};
+            if (f == 2 || f == 4) llm_engine_stats_get(L->engine, &st);
+            unsigned long long v[2] = {0, 0};
+            switch (f) {
+            case 0: v[0] = atomic_load(&L->prompt_tokens); break;
+            case 1: v[0] = atomic_load(&L->gen_tokens); break;
+            case 2: v[0] = st.active, v[1] = st.waiting; break;
+            case 3: v[0] = (unsigned long long)L->srv->set->llm_max_sequences; break;
+            default: v[0] = st.kv_bytes; break;
+            }
+            for (int k = 0; k < (f == 2 ? 2 : 1); k++) { /* tierserve_sequences: a series per state */
+                buf_printf(b, "%s{", fams[f][0]);
+                put_labels(b, m);
+                buf_printf(b, "%s} %llu\n", f != 2 ? "" : k ? ",state=\"waiting\"" : ",state=\"running\"", v[k]);
+            }
+        }
+    }
+}
+
+size_t v1_queue_depth(const ts_model *m)
+{
+    llm_served *L = ready_llm(m);
+    if (!L) return model_queue_depth(m);
+    llm_engine_stats st;
+    llm_engine_stats_get(L->engine, &st);
+    return st.active + st.waiting;
+}
