@@ -615,41 +615,39 @@ static void on_model(void *ctx, h1req *req, const h1route_param *p, size_t np)
 
 #define ANY (H1ROUTE_GET | H1ROUTE_POST | H1ROUTE_PUT | H1ROUTE_DELETE | H1ROUTE_OPTIONS | H1ROUTE_PATCH)
 
-static const h1route k_routes[] = {
-    {ANY, "/metrics", on_metrics},
-    {H1ROUTE_GET, "/dashboard", on_dashboard},
-    {H1ROUTE_GET, "/dashboard/*", on_dashboard},
-    {ANY, "/admin/cost", on_admin_cost},
-    {ANY, "/admin/status", on_admin_status},
-    {ANY, "/admin", on_unknown},
-    {ANY, "/admin/*", on_unknown},
-    {H1ROUTE_POST, "/v1/chat/completions", on_v1_chat},
-    {H1ROUTE_POST, "/v1/completions", on_v1_completions},
-    {H1ROUTE_GET, "/v1/models", on_v1_models},
-    {H1ROUTE_GET, "/v1/models/*", on_v1_models},
-    {ANY, "/v2", on_v2},
-    {H1ROUTE_POST, "/v2/repository/index", on_repository_index},
-    {ANY, "/v2/health/live", on_live},
-    {ANY, "/v2/health/ready", on_ready},
-    {ANY, "/v2/health/{}", on_unknown},
-    {H1ROUTE_GET, "/v2/models/{}", on_model},
-    {H1ROUTE_GET, "/v2/models/{}/ready", on_model},
-    {H1ROUTE_GET, "/v2/models/{}/config", on_model},
-    {H1ROUTE_POST, "/v2/models/{}/infer", on_model},
-    {H1ROUTE_GET, "/v2/models/{}/versions/{}", on_model},
-    {H1ROUTE_GET, "/v2/models/{}/versions/{}/ready", on_model},
-    {H1ROUTE_GET, "/v2/models/{}/versions/{}/config", on_model},
-    {H1ROUTE_POST, "/v2/models/{}/versions/{}/infer", on_model},
-};
+/* Each row: methods, pattern, handler, the credentials it asks for. Rows are tried in order:
+ * where two patterns match one path (/v2/health/{}, /admin/ and any rest) the named row
+ * comes first; otherwise the order is for speed alone, inference first. */
+#define FRONT_ROUTES(X)                                                                     \
+    X(H1ROUTE_POST, "/v2/models/{}/infer", on_model, EP_TENANT)                             \
+    X(H1ROUTE_POST, "/v2/models/{}/versions/{}/infer", on_model, EP_TENANT)                 \
+    X(H1ROUTE_POST, "/v1/chat/completions", on_v1_chat, EP_TENANT)                          \
+    X(H1ROUTE_POST, "/v1/completions", on_v1_completions, EP_TENANT)                        \
+    X(H1ROUTE_GET, "/v2/models/{}", on_model, EP_TENANT)                                    \
+    X(H1ROUTE_GET, "/v2/models/{}/ready", on_model, EP_TENANT)                              \
+    X(H1ROUTE_GET, "/v2/models/{}/config", on_model, EP_TENANT)                             \
+    X(H1ROUTE_GET, "/v2/models/{}/versions/{}", on_model, EP_TENANT)                        \
+    X(H1ROUTE_GET, "/v2/models/{}/versions/{}/ready", on_model, EP_TENANT)                  \
+    X(H1ROUTE_GET, "/v2/models/{}/versions/{}/config", on_model, EP_TENANT)                 \
+    X(H1ROUTE_GET, "/v1/models", on_v1_models, EP_TENANT_MODELS)                            \
+    X(H1ROUTE_GET, "/v1/models/*", on_v1_models, EP_TENANT_MODELS)                          \
+    X(ANY, "/v2/health/live", on_live, EP_OPEN)                                             \
+    X(ANY, "/v2/health/ready", on_ready, EP_OPEN)                                           \
+    X(ANY, "/v2/health/{}", on_unknown, EP_OPEN)                                            \
+    X(ANY, "/v2", on_v2, EP_OPEN)                                                           \
+    X(H1ROUTE_POST, "/v2/repository/index", on_repository_index, EP_INDEX)                  \
+    X(ANY, "/metrics", on_metrics, EP_METRICS)                                              \
+    X(H1ROUTE_GET, "/dashboard", on_dashboard, EP_OPEN)                                     \
+    X(H1ROUTE_GET, "/dashboard/*", on_dashboard, EP_OPEN)                                   \
+    X(ANY, "/admin/cost", on_admin_cost, EP_ADMIN)                                          \
+    X(ANY, "/admin/status", on_admin_status, EP_ADMIN)                                      \
+    X(ANY, "/admin", on_unknown, EP_ADMIN)                                                  \
+    X(ANY, "/admin/*", on_unknown, EP_ADMIN)
 
-/* The credentials each row asks for (k_routes[i]: k_route_kind[i]). */
-static const endpoint_kind k_route_kind[] = {
-    EP_METRICS, EP_OPEN,   EP_OPEN,   EP_ADMIN,  EP_ADMIN,  EP_ADMIN,  EP_ADMIN,  EP_TENANT,
-    EP_TENANT,  EP_TENANT_MODELS, EP_TENANT_MODELS, EP_OPEN, EP_INDEX, EP_OPEN, EP_OPEN, EP_OPEN,
-    EP_TENANT,  EP_TENANT, EP_TENANT, EP_TENANT, EP_TENANT, EP_TENANT, EP_TENANT, EP_TENANT,
-};
-_Static_assert(sizeof k_route_kind / sizeof k_route_kind[0] == sizeof k_routes / sizeof k_routes[0],
-               "a credentials kind for every route");
+#define ROUTE_ROW(methods, pattern, fn, kind) {methods, pattern, fn},
+#define ROUTE_KIND(methods, pattern, fn, kind) kind,
+static const h1route k_routes[] = {FRONT_ROUTES(ROUTE_ROW)};
+static const endpoint_kind k_route_kind[] = {FRONT_ROUTES(ROUTE_KIND)}; /* k_routes[i] asks k_route_kind[i] */
 
 #define N_ROUTES (sizeof k_routes / sizeof k_routes[0])
 
