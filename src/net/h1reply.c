@@ -164,7 +164,7 @@ int h1req_add_header(h1req *r, const char *name, const char *value)
     return 0;
 }
 
-bool h1req_has_reply_header(const h1req *r, const char *name)
+static bool h1req_has_reply_header(const h1req *r, const char *name)
 {
     if (!r->rh.len) return false;
     size_t nl = strlen(name);

@@ -150,7 +150,6 @@ void *h1req_user(const h1req *r);
  * header block. Content-Length, Transfer-Encoding and Date are the layer's to write (refused);
  * "Connection: close" is taken as h1req_close_after, any other Connection value dropped. */
 int h1req_add_header(h1req *r, const char *name, const char *value);
-bool h1req_has_reply_header(const h1req *r, const char *name);
 void h1req_close_after(h1req *r); /* Connection: close, and close once the reply is out */
 
 /* Replies with b's bytes (taken over without a copy; b is left empty) and a Content-Type

@@ -4,8 +4,8 @@
 
 void ring_add(lat_ring *r, double now, double secs)
 {
-    size_t i = (r->head + r->len) % RT_LAT_WINDOW;
-    if (r->len == RT_LAT_WINDOW) r->head = (r->head + 1) % RT_LAT_WINDOW;
+    size_t i = (r->head + r->len) % LAT_WINDOW;
+    if (r->len == LAT_WINDOW) r->head = (r->head + 1) % LAT_WINDOW;
     else r->len++;
     r->t[i] = now;
     r->v[i] = secs;
@@ -22,7 +22,7 @@ size_t ring_quantiles(lat_ring *r, double now, double window_s, const double *q,
     double *tmp = r->scratch;
     size_t n = 0;
     for (size_t k = 0; k < r->len; k++) {
-        size_t i = (r->head + k) % RT_LAT_WINDOW;
+        size_t i = (r->head + k) % LAT_WINDOW;
         if (now - r->t[i] <= window_s) tmp[n++] = r->v[i];
     }
     for (size_t j = 0; j < nq; j++) out[j] = -1;
@@ -44,7 +44,7 @@ double ring_share_within(const lat_ring *r, double now, double window_s, double 
 {
     size_t n = 0, ok = 0;
     for (size_t k = 0; k < r->len; k++) {
-        size_t i = (r->head + k) % RT_LAT_WINDOW;
+        size_t i = (r->head + k) % LAT_WINDOW;
         if (now - r->t[i] > window_s) continue;
         n++;
         ok += r->v[i] <= target_s;

@@ -5,14 +5,14 @@
 
 #include <stddef.h>
 
-#define RT_LAT_WINDOW 4096
+#define LAT_WINDOW 4096 /* samples a ring holds at most */
 
 /* Recent latencies (time, seconds), newest last; old ones fall out by count or age. The
  * scratch space the quantiles sort in is the ring's own: no shared static buffer. */
 typedef struct {
-    double t[RT_LAT_WINDOW], v[RT_LAT_WINDOW];
+    double t[LAT_WINDOW], v[LAT_WINDOW];
     size_t head, len;
-    double scratch[RT_LAT_WINDOW];
+    double scratch[LAT_WINDOW];
 } lat_ring;
 
 void ring_add(lat_ring *r, double now, double secs);

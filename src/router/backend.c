@@ -14,6 +14,7 @@
 #include "log.h"
 #include "clock.h"
 #include "router.h"
+#include "tick.h"
 #include "tier.h"
 
 static rt_backend *backend_new(rt_pool *p, const char *host, unsigned port, int dns_entry)
@@ -334,7 +335,7 @@ void rt_backend_result(router *r, rt_backend *b, bool ok, const char *why)
                    {"consecutive_failures", fails}),
               "ejected backend %s for %s ms after %s consecutive failures (last: %s)", b->addr, dur,
               fails, why);
-    rt_event_add(r, "ejection", b->pool->cfg->name, "backend %s ejected for %s ms after %s consecutive failures (last: %s)",
+    rt_event_add(&r->events, "ejection", b->pool->cfg->name, "backend %s ejected for %s ms after %s consecutive failures (last: %s)",
                  b->addr, dur, fails, why);
     b->consecutive_failures = 0;
 }
@@ -361,7 +362,7 @@ static void set_health(rt_backend *b, bool live, bool ready, bool tier_ok, const
                   "backend %s is now %s (%s)", b->addr, now ? "healthy" : "unhealthy", why);
     /* the timeline skips each backend's first healthy probe: a start is not news */
     if (was != now && probed_before)
-        rt_event_add(b->pool->r, now ? "backend_healthy" : "backend_unhealthy", b->pool->cfg->name,
+        rt_event_add(&b->pool->r->events, now ? "backend_healthy" : "backend_unhealthy", b->pool->cfg->name,
                      "backend %s is now %s (%s)", b->addr, now ? "healthy" : "unhealthy", why);
     /* the policy acts on the news now, not at the next tick: waiting would make a failover
      * take up to two probe intervals (on_probe has filled every signal of this answer) */

@@ -11,63 +11,36 @@
 #include <unistd.h>
 
 #include "authlimit.h"
+#include "classify.h"
+#include "h1route.h"
 #include "httppath.h"
 #include "clock.h"
 #include "h1srv.h"
 #include "infer.h"
 #include "jcheck.h"
 #include "log.h"
-#include "proxy.h"
+#include "openai_err.h"
+#include "drain.h"
+#include "front.h"
+#include "proxy_int.h"
+#include "rstatus.h"
 #include "secret.h"
 #include "webassets.h"
 #include "zcodec.h"
+
+/* Is this request on the /v1 API (its errors take OpenAI's shape)? */
+static bool v1_path(const h1req *req)
+{
+    const char *p = h1req_path(req);
+    return p && openai_path(p, strlen(p));
+}
 
 /* Every error the front answers: OpenAI's shape on /v1 paths (the clients there are OpenAI
  * SDKs), {"error": msg} everywhere else. */
 static void front_error(h1req *req, int code, const char *msg)
 {
-    if (rt_v1_path(req)) rt_v1_reply_error(req, code, msg, NULL, NULL);
+    if (v1_path(req)) h1req_reply_openai_error(req, code, NULL, msg, NULL, NULL);
     else h1req_reply_error(req, code, msg);
-}
-
-bool rt_front_error_body(const char *path, size_t path_len, int code, const char *msg, buf *b, void *arg)
-{
-    (void)arg;
-    if (path_len < 3 || memcmp(path, "/v1", 3) != 0 || (path_len > 3 && path[3] != '/')) return false;
-    /* the types rt_v1_reply_error gives these statuses */
-    const char *type = code == 401 ? "authentication_error" : code == 403 ? "permission_error"
-                       : code == 429 ? "rate_limit_error" : code >= 500 ? "server_error" : "invalid_request_error";
-    buf_puts(b, "{\"error\":{\"message\":");
-    buf_put_json_str(b, msg, strlen(msg));
-    buf_printf(b, ",\"type\":\"%s\",\"param\":null,\"code\":null}}", type);
-    return !buf_failed(b);
-}
-
-static priority_class parse_priority(const char *v)
-{
-    if (!v) return PRIO_NORMAL;
-    if (strcasecmp(v, "urgent") == 0) return PRIO_URGENT;
-    if (strcasecmp(v, "batch") == 0) return PRIO_BATCH;
-    if (strcasecmp(v, "normal") == 0) return PRIO_NORMAL;
-    return PRIO_COUNT;
-}
-
-/* The words the data class header may hold besides "sensitive". Anything else is refused:
- * a misspelt or combined value ("public, sensitive") read as "not sensitive" would send
- * sensitive data where it must not go. */
-static const char *const k_plain_classes[] = {"public", "internal", "normal"};
-
-static int parse_data_class(const char *v, bool *sensitive)
-{
-    *sensitive = false;
-    if (!v) return 0;
-    if (strcasecmp(v, "sensitive") == 0) {
-        *sensitive = true;
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof k_plain_classes / sizeof k_plain_classes[0]; i++)
-        if (strcasecmp(v, k_plain_classes[i]) == 0) return 0;
-    return -1;
 }
 
 /* The value of the header called name (case-insensitive) in *out, NULL when absent.
@@ -86,8 +59,6 @@ static int single_header(const h1req *req, const char *name, const char **out)
  * nothing of the configured one; wrong credentials are counted per client address, and an
  * address with too many is refused for a while (docs/router.md "Authentication"). */
 
-#define AUTH_SECRET_MAX 255 /* the config's longest key or token */
-
 int rt_front_init(router *r)
 {
     const router_config *c = r->cfg;
@@ -97,37 +68,6 @@ int rt_front_init(router *r)
     secret_hash(c->admin_token, &r->admin_digest);
     secret_hash(c->metrics_token, &r->metrics_digest);
     return 0;
-}
-
-/* The digest of a presented key or token. A longer one than any config allows cannot match:
- * it is not hashed (a digest equal to nothing), which bounds the work a client causes and
- * tells it nothing but its own length. */
-static void given_digest(const char *given, secret_digest *out)
-{
-    if (given && strlen(given) <= AUTH_SECRET_MAX) secret_hash(given, out);
-    else out->ok = false;
-}
-
-/* The tenant whose API key this is, or NULL. Every key is compared, so the time taken does
- * not tell which tenant's key came close. */
-static const rc_tenant *tenant_by_key(router *r, const char *key)
-{
-    const router_config *c = r->cfg;
-    secret_digest given;
-    given_digest(key, &given);
-    const rc_tenant *found = NULL;
-    for (unsigned i = 0; i < c->tenants_count; i++)
-        if (secret_digest_equal(&given, &r->key_digests[i])) found = &c->tenants[i];
-    return found;
-}
-
-/* The token of "Authorization: Bearer <token>" (scheme case-insensitive, RFC 7235), or NULL. */
-static const char *bearer_token(const char *auth)
-{
-    if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) return NULL;
-    auth += 7;
-    while (*auth == ' ') auth++;
-    return *auth ? auth : NULL;
 }
 
 typedef enum { CRED_NONE, CRED_BAD, CRED_OK } cred;
@@ -181,11 +121,11 @@ static int bearer_cred(h1req *req, const secret_digest *const *tokens, size_t n,
         snprintf(msg, len, "Authorization appears more than once");
         return TS_BAD_REQUEST;
     }
-    const char *given = bearer_token(auth);
-    secret_digest g;
-    given_digest(given, &g);
+    /* a token longer than any config allows is not hashed and matches nothing: that bounds the
+     * work a client causes and tells it nothing but its own length (n is 1 or 2) */
+    const char *given = secret_bearer(auth);
     bool ok = false;
-    for (size_t i = 0; i < n; i++) ok |= secret_digest_equal(&g, tokens[i]);
+    for (size_t i = 0; i < n; i++) ok |= secret_matches(given, RT_SECRET_MAX + 1, tokens[i]);
     *out = ok ? CRED_OK : given || auth ? CRED_BAD : CRED_NONE;
     return 0;
 }
@@ -200,15 +140,15 @@ static int tenant_cred(router *r, h1req *req, bool say_bearer, const rc_tenant *
         snprintf(msg, len, "%s appears more than once", c->api_key_header);
         return TS_BAD_REQUEST;
     }
-    if (!key && rt_v1_path(req)) {
+    if (!key && v1_path(req)) {
         const char *auth = NULL;
         if (single_header(req, "Authorization", &auth)) {
             snprintf(msg, len, "Authorization appears more than once");
             return TS_BAD_REQUEST;
         }
-        key = bearer_token(auth);
+        key = secret_bearer(auth);
     }
-    *tenant = tenant_by_key(r, key);
+    *tenant = rt_tenant_by_key(r->cfg, r->key_digests, key);
     char why[160];
     snprintf(why, sizeof why, "%s%s %s", c->api_key_header, say_bearer ? " (or Authorization: Bearer)" : "",
              key ? "is not a known key" : "is missing");
@@ -229,50 +169,6 @@ typedef enum {
     EP_ADMIN,         /* the admin token */
     EP_INDEX,         /* a tenant's key or the admin token */
 } endpoint_kind;
-
-static bool seg_is(char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n, size_t i, const char *s)
-{
-    return i < n && strcmp(segs[i], s) == 0;
-}
-
-/* Which endpoint is this, for a method it takes (ok) or not (*allow: the methods it takes,
- * for the 405 its handler answers). */
-static endpoint_kind endpoint_if(bool ok, endpoint_kind ep, const char *takes, const char **allow)
-{
-    if (ok) return ep;
-    *allow = takes;
-    return EP_OPEN;
-}
-
-/* The endpoint rt_on_request routes this path and method to, as far as credentials go;
- * *allow: set when the handler answers the method 405 (else NULL). */
-static endpoint_kind endpoint_of(h1_method cmd, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n,
-                                 const char **allow)
-{
-    bool get = cmd == H1_GET || cmd == H1_HEAD, post = cmd == H1_POST;
-    *allow = NULL;
-    if (n == 1 && seg_is(segs, n, 0, "metrics")) return EP_METRICS;
-    if (seg_is(segs, n, 0, "dashboard")) return endpoint_if(get, EP_OPEN, "GET, HEAD", allow);
-    if (seg_is(segs, n, 0, "admin")) return EP_ADMIN;
-    if (seg_is(segs, n, 0, "v1")) {
-        bool completions = (n == 3 && seg_is(segs, n, 1, "chat") && seg_is(segs, n, 2, "completions")) ||
-                           (n == 2 && seg_is(segs, n, 1, "completions"));
-        if (completions) return endpoint_if(post, EP_TENANT, "POST", allow);
-        if (seg_is(segs, n, 1, "models")) return endpoint_if(get, EP_TENANT_MODELS, "GET, HEAD", allow);
-        return EP_OPEN;
-    }
-    if (!seg_is(segs, n, 0, "v2")) return EP_OPEN;
-    if (n == 3 && seg_is(segs, n, 1, "repository") && seg_is(segs, n, 2, "index"))
-        return endpoint_if(post, EP_INDEX, "POST", allow);
-    if (n >= 3 && seg_is(segs, n, 1, "models")) {
-        size_t k = n >= 5 && seg_is(segs, n, 3, "versions") ? 5 : 3;
-        const char *verb = n == k ? "" : n == k + 1 ? segs[k] : NULL;
-        if (verb && strcmp(verb, "infer") == 0) return endpoint_if(post, EP_TENANT, "POST", allow);
-        if (verb && (!verb[0] || strcmp(verb, "ready") == 0 || strcmp(verb, "config") == 0))
-            return endpoint_if(get, EP_TENANT, "GET, HEAD", allow);
-    }
-    return EP_OPEN;
-}
 
 /* Lets a request go on to its endpoint (0; *tenant: the tenant its key names, when tenants
  * have keys), or says how to answer it: the status, its message in msg, its headers
@@ -311,7 +207,7 @@ static int front_gate(router *r, h1req *req, endpoint_kind ep, const rc_tenant *
             return TS_BAD_REQUEST;
         }
         if ((code = bearer_cred(req, (const secret_digest *const[]){&r->admin_digest}, 1, &cr, msg, len))) return code;
-        if (tenant_by_key(r, key)) cr = CRED_OK;
+        if (rt_tenant_by_key(r->cfg, r->key_digests, key)) cr = CRED_OK;
         else if (key && cr == CRED_NONE) cr = CRED_BAD;
         char why[160];
         snprintf(why, sizeof why, "/v2/repository/index needs %s or Authorization: Bearer <admin_token>",
@@ -319,48 +215,6 @@ static int front_gate(router *r, h1req *req, endpoint_kind ep, const rc_tenant *
         return authorize(r, req, cr, c->admin_token != NULL, why, msg, len);
     }
     }
-    return 0;
-}
-
-static bool has_credentials(const router_config *c)
-{
-    return c->admin_token || c->metrics_token || rconfig_tenant_keys(c);
-}
-
-int rt_front_admit(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
-{
-    router *r = arg;
-    char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX];
-    int n = httppath_request_h1(req, segs, msg, msglen);
-    /* a malformed path is no endpoint: with credentials configured its body is not read (the
-     * handler's 400, from the head); without, the handler answers it as before */
-    if (n < 0 && has_credentials(r->cfg)) return TS_BAD_REQUEST;
-    const char *allow = NULL;
-    endpoint_kind ep = n < 0 ? EP_OPEN : endpoint_of(h1req_method(req), segs, (size_t)n, &allow);
-    const rc_tenant *tenant = NULL;
-    int code = front_gate(r, req, ep, &tenant, msg, msglen);
-    if (code) return code;
-    if (ep == EP_OPEN && allow && has_credentials(r->cfg)) { /* the handler's 405, from the head */
-        h1req_add_header(req, "Allow", allow);
-        snprintf(msg, msglen, "%s", seg_is(segs, (size_t)n, 0, "dashboard")
-                                        ? "method not allowed for this endpoint: the dashboard takes GET"
-                                        : "method not allowed for this endpoint");
-        return TS_METHOD_NOT_ALLOWED;
-    }
-    if (ep == EP_OPEN && has_credentials(r->cfg)) {
-        snprintf(msg, msglen, "refusing the request body unread: %s %.60s takes none (bodies are read only for "
-                 "endpoints that take one, once the request's credentials pass)", h1req_method_name(req), h1req_path(req));
-        return TS_PAYLOAD_TOO_LARGE;
-    }
-    size_t want = len == SIZE_MAX ? (size_t)r->cfg->max_body_bytes : len;
-    if (!budget_take(r->bodies, want)) {
-        budget_note_refusal(r->bodies);
-        snprintf(msg, msglen, "request bodies in flight would pass the in-flight body budget of %zu bytes "
-                 "(max_inflight_body_bytes); retry later", budget_limit(r->bodies));
-        return TS_UNAVAILABLE;
-    }
-    h1req_set_user(req, (void *)(uintptr_t)want);
-    h1req_on_end(req, rt_front_on_end, r);
     return 0;
 }
 
@@ -457,44 +311,14 @@ static proxy_req *classify(router *r, h1req *req, const char *version, const rc_
             front_error(req, TS_BAD_REQUEST, msg);
             return NULL;
         }
-    const char *tname = vals[3], *dh = vals[4];
-    priority_class prio = parse_priority(vals[0]);
-    if (prio == PRIO_COUNT) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "%s must be urgent, normal or batch", c->priority_header);
-        front_error(req, TS_BAD_REQUEST, msg);
+    rt_class_in in = {.priority = vals[0], .data_class = vals[1], .tenant = vals[3], .deadline = vals[4],
+                      .version = version};
+    rt_class cl;
+    char msg[200];
+    int code = rt_classify(c, &in, keyed, &cl, msg, sizeof msg);
+    if (code) {
+        front_error(req, code, msg);
         return NULL;
-    }
-    bool sensitive;
-    if (parse_data_class(vals[1], &sensitive)) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "%s must be one value: sensitive, or public, internal or normal (not sensitive)",
-                 c->data_class_header);
-        front_error(req, TS_BAD_REQUEST, msg);
-        return NULL;
-    }
-    if (version && strlen(version) >= 32) {
-        front_error(req, TS_BAD_REQUEST, "model version is longer than 31 characters");
-        return NULL;
-    }
-    /* tenant: the one its API key names when tenants have keys (the gate checked it), else
-     * from the tenant header; a tenant may be marked sensitive as a whole */
-    const rc_tenant *tenant = keyed;
-    if (!rconfig_tenant_keys(c))
-        for (unsigned i = 0; tname && i < c->tenants_count; i++)
-            if (strcmp(c->tenants[i].name, tname) == 0) tenant = &c->tenants[i];
-    sensitive |= tenant && tenant->sensitive;
-    /* a request may shorten its priority's deadline, never extend it */
-    long deadline_override = -1;
-    if (dh) {
-        char *end = NULL;
-        deadline_override = strtol(dh, &end, 10);
-        if (end == dh || *end || deadline_override <= 0) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "%s must be a positive number of milliseconds", c->deadline_header);
-            front_error(req, TS_BAD_REQUEST, msg);
-            return NULL;
-        }
     }
     proxy_req *pr = calloc(1, sizeof *pr);
     if (!pr) {
@@ -503,15 +327,11 @@ static proxy_req *classify(router *r, h1req *req, const char *version, const rc_
     }
     pr->r = r;
     pr->client = req;
-    pr->prio = prio;
-    pr->sensitive = sensitive;
+    pr->prio = cl.prio;
+    pr->sensitive = cl.sensitive;
     pr->t0 = ts_now();
-    unsigned dl = prio == PRIO_URGENT ? r->cfg->deadline_ms.urgent
-                  : prio == PRIO_BATCH ? r->cfg->deadline_ms.batch
-                                       : r->cfg->deadline_ms.normal;
-    if (deadline_override > 0 && (unsigned long)deadline_override < dl) dl = (unsigned)deadline_override;
-    pr->deadline = pr->t0 + dl / 1e3;
-    snprintf(pr->tenant, sizeof pr->tenant, "%s", tenant ? tenant->name : "unknown");
+    pr->deadline = pr->t0 + cl.deadline_ms / 1e3;
+    snprintf(pr->tenant, sizeof pr->tenant, "%s", cl.tenant ? cl.tenant->name : "unknown");
     request_id(r, req, pr->request_id, sizeof pr->request_id);
     copy_header(req, "Content-Type", pr->ctype, sizeof pr->ctype);
     copy_header(req, "Inference-Header-Content-Length", pr->ihcl, sizeof pr->ihcl);
@@ -582,18 +402,11 @@ static void handle_v1_models(router *r, h1req *req, const char *id)
     if (!rt_v1_models(r, id, &b)) {
         char msg[400];
         snprintf(msg, sizeof msg, "the model '%.200s' does not exist: no pool serves it", id);
-        rt_v1_reply_error(req, TS_NOT_FOUND, msg, "model", "model_not_found");
+        h1req_reply_openai_error(req, TS_NOT_FOUND, NULL, msg, "model", "model_not_found");
     } else {
         h1req_reply(req, 200, "application/json", &b);
     }
     buf_free(&b);
-}
-
-/* 405 with the Allow header RFC 9110 15.5.6 requires. */
-static void method_not_allowed(h1req *req, const char *allow)
-{
-    h1req_add_header(req, "Allow", allow);
-    front_error(req, TS_METHOD_NOT_ALLOWED, "method not allowed for this endpoint");
 }
 
 static int hexval(char c)
@@ -661,25 +474,260 @@ static int cost_window(const char *query, double *out, char *msg, size_t len)
     return 0;
 }
 
-void rt_drain_mark(router *r, h1req *req)
+/* ---- the route table ------------------------------------------------------------------
+ * Every endpoint is a row: its methods, its path pattern (h1route.h) and its handler, with the
+ * credentials it asks for in a row of k_route_kind alongside. The gate (at the body's
+ * admission and at the request) and the dispatch read the same rows, and a 405's Allow is
+ * derived from them. Paths are matched as their decoded segments rejoined (httppath: empty
+ * segments dropped, none holding '/'), so "/v2/%6Dodels//m" is "/v2/models/m" as before. */
+
+/* What a handler gets: the router, the tenant the gate found by its API key, the segments. */
+typedef struct {
+    router *r;
+    const rc_tenant *keyed;
+    char (*segs)[HTTPPATH_SEG_MAX];
+    size_t n;
+} front_call;
+
+/* 200 with what fill writes about the router (bounded by cap). */
+static void reply_built(h1req *req, router *r, void (*fill)(router *, buf *), size_t cap, const char *ctype)
 {
-    if (r->draining) h1req_close_after(req);
+    buf b;
+    buf_init(&b, cap);
+    fill(r, &b);
+    h1req_reply(req, 200, ctype, &b);
+    buf_free(&b);
 }
 
-void rt_front_on_end(h1req *req, bool completed, void *arg)
+static void on_metrics(void *ctx, h1req *req, const h1route_param *p, size_t np)
 {
-    (void)completed;
+    (void)p, (void)np;
+    reply_built(req, ((front_call *)ctx)->r, rt_metrics, 1 << 24, "text/plain; version=0.0.4");
+}
+
+/* the dashboard's files hold no data and need no token: the page asks for admin_token */
+static void on_dashboard(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    const front_call *fc = ctx;
+    webassets_serve_h1(req, "tierrouter", fc->n, fc->n > 1 ? fc->segs[1] : NULL);
+}
+
+static void on_admin_cost(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    double window;
+    char msg[160];
+    if (cost_window(h1req_query(req), &window, msg, sizeof msg)) {
+        front_error(req, TS_BAD_REQUEST, msg);
+        return;
+    }
+    buf b;
+    buf_init(&b, 1 << 20);
+    cost_json(((front_call *)ctx)->r->cost, window, ts_now(), &b);
+    h1req_reply(req, 200, "application/json", &b);
+    buf_free(&b);
+}
+
+static void on_admin_status(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    reply_built(req, ((front_call *)ctx)->r, rt_status_json, 1 << 24, "application/json");
+}
+
+/* a path under a prefix with endpoints (/admin, /v2/health) that names none of them */
+static void on_unknown(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)ctx, (void)p, (void)np;
+    front_error(req, TS_NOT_FOUND, "unknown endpoint");
+}
+
+static void on_v1_chat(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    const front_call *fc = ctx;
+    handle_v1(fc->r, req, "/v1/chat/completions", fc->keyed);
+}
+
+static void on_v1_completions(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    const front_call *fc = ctx;
+    handle_v1(fc->r, req, "/v1/completions", fc->keyed);
+}
+
+/* GET /v1/models and /v1/models/{id}: a model id may hold '/' (org/name), so the id is the
+ * rest of the path (p[0]) */
+static void on_v1_models(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    char id[HTTPPATH_MAX_SEGS * HTTPPATH_SEG_MAX];
+    if (np) snprintf(id, sizeof id, "%.*s", (int)p[0].n, p[0].s);
+    handle_v1_models(((front_call *)ctx)->r, req, np ? id : NULL);
+}
+
+static void on_v2(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)ctx, (void)p, (void)np;
+    buf b;
+    buf_init(&b, 1024);
+    buf_printf(&b, "{\"name\":\"tierrouter\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\",\"model_repository\"]}",
+               TIERSERVE_VERSION);
+    h1req_reply(req, 200, "application/json", &b);
+    buf_free(&b);
+}
+
+static void on_repository_index(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    reply_built(req, ((front_call *)ctx)->r, rt_repository_index, 1 << 20, "application/json");
+}
+
+/* live stays 200 while draining: the process is fine, it only takes no new work */
+static void on_live(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)ctx, (void)p, (void)np;
+    h1req_reply(req, 200, NULL, NULL);
+}
+
+static void on_ready(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    router *r = ((front_call *)ctx)->r;
+    double now = ts_now();
+    bool ready = false;
+    for (size_t i = 0; i < r->n_pools; i++) ready |= rt_pool_healthy(&r->pools[i], now) > 0;
+    if (r->draining) front_error(req, TS_UNAVAILABLE, "not ready: draining for shutdown");
+    else if (ready) h1req_reply(req, 200, NULL, NULL);
+    else front_error(req, TS_UNAVAILABLE, "no healthy backend in any pool");
+}
+
+/* /v2/models/{m}[/versions/{v}][/ready|/config|/infer]: the model is segment 2, its version
+ * segment 4 when the path has one, the verb the last segment past them */
+static void on_model(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p;
+    const front_call *fc = ctx;
+    bool versioned = np == 2;
+    size_t k = versioned ? 5 : 3;
+    const char *verb = fc->n > k ? fc->segs[k] : "";
+    h1_method m = strcmp(verb, "infer") == 0 ? H1_POST : H1_GET;
+    handle_model(fc->r, req, fc->segs[2], versioned ? fc->segs[4] : NULL, verb, m, fc->keyed);
+}
+
+#define ANY (H1ROUTE_GET | H1ROUTE_POST | H1ROUTE_PUT | H1ROUTE_DELETE | H1ROUTE_OPTIONS | H1ROUTE_PATCH)
+
+/* Each row: methods, pattern, handler, the credentials it asks for. Rows are tried in order:
+ * where two patterns match one path (/v2/health/{}, /admin/ and any rest) the named row
+ * comes first; otherwise the order is for speed alone, inference first. */
+#define FRONT_ROUTES(X)                                                                     \
+    X(H1ROUTE_POST, "/v2/models/{}/infer", on_model, EP_TENANT)                             \
+    X(H1ROUTE_POST, "/v2/models/{}/versions/{}/infer", on_model, EP_TENANT)                 \
+    X(H1ROUTE_POST, "/v1/chat/completions", on_v1_chat, EP_TENANT)                          \
+    X(H1ROUTE_POST, "/v1/completions", on_v1_completions, EP_TENANT)                        \
+    X(H1ROUTE_GET, "/v2/models/{}", on_model, EP_TENANT)                                    \
+    X(H1ROUTE_GET, "/v2/models/{}/ready", on_model, EP_TENANT)                              \
+    X(H1ROUTE_GET, "/v2/models/{}/config", on_model, EP_TENANT)                             \
+    X(H1ROUTE_GET, "/v2/models/{}/versions/{}", on_model, EP_TENANT)                        \
+    X(H1ROUTE_GET, "/v2/models/{}/versions/{}/ready", on_model, EP_TENANT)                  \
+    X(H1ROUTE_GET, "/v2/models/{}/versions/{}/config", on_model, EP_TENANT)                 \
+    X(H1ROUTE_GET, "/v1/models", on_v1_models, EP_TENANT_MODELS)                            \
+    X(H1ROUTE_GET, "/v1/models/*", on_v1_models, EP_TENANT_MODELS)                          \
+    X(ANY, "/v2/health/live", on_live, EP_OPEN)                                             \
+    X(ANY, "/v2/health/ready", on_ready, EP_OPEN)                                           \
+    X(ANY, "/v2/health/{}", on_unknown, EP_OPEN)                                            \
+    X(ANY, "/v2", on_v2, EP_OPEN)                                                           \
+    X(H1ROUTE_POST, "/v2/repository/index", on_repository_index, EP_INDEX)                  \
+    X(ANY, "/metrics", on_metrics, EP_METRICS)                                              \
+    X(H1ROUTE_GET, "/dashboard", on_dashboard, EP_OPEN)                                     \
+    X(H1ROUTE_GET, "/dashboard/*", on_dashboard, EP_OPEN)                                   \
+    X(ANY, "/admin/cost", on_admin_cost, EP_ADMIN)                                          \
+    X(ANY, "/admin/status", on_admin_status, EP_ADMIN)                                      \
+    X(ANY, "/admin", on_unknown, EP_ADMIN)                                                  \
+    X(ANY, "/admin/*", on_unknown, EP_ADMIN)
+
+#define ROUTE_ROW(methods, pattern, fn, kind) {methods, pattern, fn},
+#define ROUTE_KIND(methods, pattern, fn, kind) kind,
+static const h1route k_routes[] = {FRONT_ROUTES(ROUTE_ROW)};
+static const endpoint_kind k_route_kind[] = {FRONT_ROUTES(ROUTE_KIND)}; /* k_routes[i] asks k_route_kind[i] */
+
+#define N_ROUTES (sizeof k_routes / sizeof k_routes[0])
+
+/* The segments rejoined ("/" for none): what the table matches, and what the parameters of
+ * a row point into, so it lives as long as the call that dispatches. On the stack: no
+ * allocation per request. */
+typedef char front_path[HTTPPATH_MAX_SEGS * HTTPPATH_SEG_MAX + 2];
+
+/* The row for this request's segments and method, with its parameters (spans of path), or
+ * NULL: then allow holds the methods the path takes (a 405), "" when no row has the path (a
+ * 404). *ep: the credentials the row asks for (a path without a row asks none). */
+static const h1route *front_route(const h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n,
+                                  front_path path, endpoint_kind *ep, h1route_param params[H1ROUTE_MAX_PARAMS],
+                                  size_t *np, char *allow, size_t allow_len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(segs[i]);
+        path[o++] = '/';
+        memcpy(path + o, segs[i], l);
+        o += l;
+    }
+    if (!o) path[o++] = '/';
+    path[o] = '\0';
+    const h1route *row = h1route_find(k_routes, N_ROUTES, path, h1req_method(req), params, np, allow, allow_len);
+    *ep = row ? k_route_kind[row - k_routes] : EP_OPEN;
+    return row;
+}
+
+static bool has_credentials(const router_config *c)
+{
+    return c->admin_token || c->metrics_token || rconfig_tenant_keys(c);
+}
+
+int rt_front_admit(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
+{
     router *r = arg;
-    /* a body the proxy did not take goes with its request: its share of the budget too */
-    budget_give(r->bodies, (size_t)(uintptr_t)h1req_user(req));
-    h1req_set_user(req, NULL);
-    rt_drain_poke(r); /* a reply is out (or its connection gone): a drain may be done */
+    char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX];
+    int n = httppath_request_h1(req, segs, msg, msglen);
+    /* a malformed path is no endpoint: with credentials configured its body is not read (the
+     * handler's 400, from the head); without, the handler answers it as before */
+    if (n < 0 && has_credentials(r->cfg)) return TS_BAD_REQUEST;
+    char allow[64] = "";
+    endpoint_kind ep = EP_OPEN;
+    h1route_param params[H1ROUTE_MAX_PARAMS];
+    size_t np = 0;
+    front_path path;
+    if (n >= 0) front_route(req, segs, (size_t)n, path, &ep, params, &np, allow, sizeof allow);
+    const rc_tenant *tenant = NULL;
+    int code = front_gate(r, req, ep, &tenant, msg, msglen);
+    if (code) return code;
+    if (ep == EP_OPEN && allow[0] && has_credentials(r->cfg)) { /* the handler's 405, from the head */
+        h1req_add_header(req, "Allow", allow);
+        snprintf(msg, msglen, "%s", strcmp(segs[0], "dashboard") == 0
+                                        ? "method not allowed for this endpoint: the dashboard takes GET"
+                                        : "method not allowed for this endpoint");
+        return TS_METHOD_NOT_ALLOWED;
+    }
+    if (ep == EP_OPEN && has_credentials(r->cfg)) {
+        snprintf(msg, msglen, "refusing the request body unread: %s %.60s takes none (bodies are read only for "
+                 "endpoints that take one, once the request's credentials pass)", h1req_method_name(req), h1req_path(req));
+        return TS_PAYLOAD_TOO_LARGE;
+    }
+    size_t want = len == SIZE_MAX ? (size_t)r->cfg->max_body_bytes : len;
+    if (!budget_take(r->bodies, want)) {
+        budget_note_refusal(r->bodies);
+        snprintf(msg, msglen, "request bodies in flight would pass the in-flight body budget of %zu bytes "
+                 "(max_inflight_body_bytes); retry later", budget_limit(r->bodies));
+        return TS_UNAVAILABLE;
+    }
+    h1req_set_user(req, (void *)(uintptr_t)want);
+    h1req_on_end(req, rt_proxy_on_end, r);
+    return 0;
 }
 
 void rt_on_request(h1req *req, void *arg)
 {
     router *r = arg;
-    h1req_on_end(req, rt_front_on_end, r);
+    h1req_on_end(req, rt_proxy_on_end, r);
     rt_drain_mark(r, req); /* a request that arrives while draining is its connection's last */
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], msg[160];
     int n_ = httppath_request_h1(req, segs, msg, sizeof msg);
@@ -688,7 +736,6 @@ void rt_on_request(h1req *req, void *arg)
         return;
     }
     size_t n = (size_t)n_;
-    h1_method cmd = h1req_method(req);
     /* a chunked body was admitted for the most it could grow to: the rest goes back */
     size_t held = (size_t)(uintptr_t)h1req_user(req), body_len = 0;
     (void)h1req_body(req, &body_len);
@@ -696,140 +743,33 @@ void rt_on_request(h1req *req, void *arg)
         budget_give(r->bodies, held - body_len);
         h1req_set_user(req, (void *)(uintptr_t)body_len);
     }
+    endpoint_kind ep;
+    h1route_param params[H1ROUTE_MAX_PARAMS];
+    size_t np = 0;
+    char allow[64];
+    front_path path; /* params point into it */
+    const h1route *row = front_route(req, segs, n, path, &ep, params, &np, allow, sizeof allow);
     /* credentials first (a request with a body had them checked before its body was read) */
-    const rc_tenant *keyed = NULL;
-    const char *allow = NULL; /* the endpoints below answer a method they do not take */
-    int code = front_gate(r, req, endpoint_of(cmd, segs, n, &allow), &keyed, msg, sizeof msg);
+    front_call fc = {r, NULL, segs, n};
+    int code = front_gate(r, req, ep, &fc.keyed, msg, sizeof msg);
     if (code) {
         front_error(req, code, msg);
         return;
     }
-    if (n == 1 && strcmp(segs[0], "metrics") == 0) {
-        buf b;
-        buf_init(&b, 1 << 24);
-        rt_metrics(r, &b);
-        h1req_reply(req, 200, "text/plain; version=0.0.4", &b);
-        buf_free(&b);
-        return;
-    }
-    /* the dashboard's files hold no data and need no token: the page asks for admin_token */
-    if (n >= 1 && strcmp(segs[0], "dashboard") == 0) {
-        webassets_serve_h1(req, "tierrouter", n, n > 1 ? segs[1] : NULL);
-        return;
-    }
-    if (n == 2 && strcmp(segs[0], "admin") == 0 && strcmp(segs[1], "cost") == 0) {
-        double window;
-        if (cost_window(h1req_query(req), &window, msg, sizeof msg)) {
-            front_error(req, TS_BAD_REQUEST, msg);
-            return;
-        }
-        buf b;
-        buf_init(&b, 1 << 20);
-        cost_json(r->cost, window, ts_now(), &b);
-        h1req_reply(req, 200, "application/json", &b);
-        buf_free(&b);
-        return;
-    }
-    if (n == 2 && strcmp(segs[0], "admin") == 0 && strcmp(segs[1], "status") == 0) {
-        buf b;
-        buf_init(&b, 1 << 24);
-        rt_status_json(r, &b);
-        h1req_reply(req, 200, "application/json", &b);
-        buf_free(&b);
-        return;
-    }
-    if (n >= 1 && strcmp(segs[0], "v1") == 0) {
-        if (n == 3 && strcmp(segs[1], "chat") == 0 && strcmp(segs[2], "completions") == 0) {
-            if (cmd != H1_POST) method_not_allowed(req, "POST");
-            else handle_v1(r, req, "/v1/chat/completions", keyed);
-            return;
-        }
-        if (n == 2 && strcmp(segs[1], "completions") == 0) {
-            if (cmd != H1_POST) method_not_allowed(req, "POST");
-            else handle_v1(r, req, "/v1/completions", keyed);
-            return;
-        }
-        if (n >= 2 && strcmp(segs[1], "models") == 0) {
-            if (cmd != H1_GET && cmd != H1_HEAD) {
-                method_not_allowed(req, "GET, HEAD");
-                return;
-            }
-            /* a model id may hold '/' (org/name): the segments after models/ are the id */
-            char id[HTTPPATH_MAX_SEGS * HTTPPATH_SEG_MAX] = "";
-            for (size_t i = 2; i < n; i++) {
-                size_t used = strlen(id);
-                snprintf(id + used, sizeof id - used, "%s%s", i > 2 ? "/" : "", segs[i]);
-            }
-            handle_v1_models(r, req, n > 2 ? id : NULL);
-            return;
-        }
+    if (row) {
+        row->fn(&fc, req, params, np);
+    } else if (allow[0] && strcmp(segs[0], "dashboard") == 0) {
+        on_dashboard(&fc, req, params, np); /* its own 405 (and headers), as for any page of it */
+    } else if (allow[0]) {
+        h1req_reply_method_not_allowed(req, allow);
+    } else if (n && strcmp(segs[0], "v1") == 0) {
         front_error(req, TS_NOT_FOUND, "unknown endpoint: the router serves POST /v1/chat/completions, "
                                        "POST /v1/completions, GET /v1/models");
-        return;
-    }
-    if (n == 0 || strcmp(segs[0], "v2") != 0) {
+    } else if (n && strcmp(segs[0], "v2") == 0) {
+        front_error(req, TS_NOT_FOUND, "the router serves /v2, /v2/health/*, /v2/repository/index, "
+                                       "/v2/models/{m}[/versions/{v}][/ready|/config|/infer], "
+                                       "/admin/status, /admin/cost, /metrics");
+    } else {
         front_error(req, TS_NOT_FOUND, "unknown endpoint");
-        return;
     }
-    double now = ts_now();
-    if (n == 1) {
-        buf b;
-        buf_init(&b, 1024);
-        buf_printf(&b, "{\"name\":\"tierrouter\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\",\"model_repository\"]}",
-                   TIERSERVE_VERSION);
-        h1req_reply(req, 200, "application/json", &b);
-        buf_free(&b);
-        return;
-    }
-    if (n == 3 && strcmp(segs[1], "repository") == 0 && strcmp(segs[2], "index") == 0) {
-        if (cmd != H1_POST) {
-            method_not_allowed(req, "POST");
-            return;
-        }
-        buf b;
-        buf_init(&b, 1 << 20);
-        rt_repository_index(r, &b);
-        h1req_reply(req, 200, "application/json", &b);
-        buf_free(&b);
-        return;
-    }
-    if (n == 3 && strcmp(segs[1], "health") == 0) {
-        bool ready = false;
-        for (size_t i = 0; i < r->n_pools; i++) ready |= rt_pool_healthy(&r->pools[i], now) > 0;
-        /* live stays 200 while draining: the process is fine, it only takes no new work */
-        if (strcmp(segs[2], "live") == 0) h1req_reply(req, 200, NULL, NULL);
-        else if (strcmp(segs[2], "ready") == 0 && r->draining) front_error(req, TS_UNAVAILABLE, "not ready: draining for shutdown");
-        else if (strcmp(segs[2], "ready") == 0 && ready) h1req_reply(req, 200, NULL, NULL);
-        else if (strcmp(segs[2], "ready") == 0) front_error(req, TS_UNAVAILABLE, "no healthy backend in any pool");
-        else front_error(req, TS_NOT_FOUND, "unknown endpoint");
-        return;
-    }
-    if (n >= 3 && strcmp(segs[1], "models") == 0) {
-        const char *version = NULL;
-        size_t k = 3;
-        if (n >= 5 && strcmp(segs[3], "versions") == 0) {
-            version = segs[4];
-            k = 5;
-        }
-        const char *verb = n == k ? "" : n == k + 1 ? segs[k] : NULL;
-        if (verb && strcmp(verb, "infer") == 0) {
-            if (cmd != H1_POST) {
-                method_not_allowed(req, "POST");
-                return;
-            }
-            handle_model(r, req, segs[2], version, "infer", H1_POST, keyed);
-            return;
-        }
-        if (verb && (!verb[0] || strcmp(verb, "ready") == 0 || strcmp(verb, "config") == 0)) {
-            if (cmd != H1_GET && cmd != H1_HEAD) {
-                method_not_allowed(req, "GET, HEAD");
-                return;
-            }
-            handle_model(r, req, segs[2], version, verb, H1_GET, keyed);
-            return;
-        }
-    }
-    front_error(req, TS_NOT_FOUND, "the router serves /v2, /v2/health/*, /v2/repository/index, "
-                             "/v2/models/{m}[/versions/{v}][/ready|/config|/infer], "
-                             "/admin/status, /admin/cost, /metrics");
 }

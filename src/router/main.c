@@ -1,6 +1,8 @@
-/* tierrouter: the gateway in front of tierserve pools. `tierrouter --config router.yaml` */
+/* tierrouter: the gateway in front of tierserve pools. `tierrouter --config router.yaml`
+ * Start-up only: the command line, the config, TLS files (and their SIGHUP reload), the
+ * listener, the signals and the loop. What the router does lives in the ts_router library:
+ * front.c (endpoints), proxy.c, backend.c, tick.c (probes, policy), drain.c (shutdown). */
 #include <malloc.h>
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,144 +10,21 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 
 #include <event2/dns.h>
 
 #include "log.h"
 #include "clock.h"
+#include "drain.h"
+#include "front.h"
 #include "router.h"
+#include "tick.h"
 #include "v1.h"
-
-static void log_events(router *r, rt_pool *p)
-{
-    const policy_state *st = &p->st;
-    for (size_t i = 0; i < st->n_events; i++) {
-        const policy_event *e = &st->events[i];
-        r->policy_events[rt_pool_index(p)][e->kind]++;
-        char sig[256];
-        size_t o = 0;
-        for (int s = 0; s < SIG_COUNT && o < sizeof sig; s++) {
-            if (e->value[s] < 0)
-                o += (size_t)snprintf(sig + o, sizeof sig - o, "%s%s=unknown", s ? " " : "", policy_signal_name((policy_signal)s));
-            else
-                o += (size_t)snprintf(sig + o, sizeof sig - o, "%s%s=%.3g%s", s ? " " : "",
-                                      policy_signal_name((policy_signal)s), e->value[s], e->hot[s] ? "(hot)" : "");
-        }
-        char from[16], to[16], healthy[16];
-        snprintf(from, sizeof from, "%zu", e->stage_from);
-        snprintf(to, sizeof to, "%zu", e->stage_to);
-        snprintf(healthy, sizeof healthy, "%zu", e->healthy);
-        LOG_WARN_(LOGF({"event", policy_event_name(e->kind)}, {"pool", p->cfg->name}, {"stage_from", from},
-                       {"stage_to", to}, {"healthy_gpu_backends", healthy}),
-                  "policy %s: pool %s stage %s -> %s (%s; healthy GPU backends %s)", policy_event_name(e->kind),
-                  p->cfg->name, from, to, sig, healthy);
-        rt_event_add(r, policy_event_name(e->kind), p->cfg->name, "stage %s -> %s (%s; healthy GPU backends %s)", from,
-                     to, sig, healthy);
-    }
-}
-
-/* The start-up guard: no policy before every backend has answered (or failed) a first probe,
- * for at most 5 probe intervals: a router that just started has not lost its GPU pool. */
-static bool policy_armed(const router *r, double now)
-{
-    bool all_probed = true;
-    for (size_t i = 0; i < r->n_pools; i++)
-        for (size_t k = 0; k < r->pools[i].n; k++) all_probed &= r->pools[i].backends[k]->probed;
-    return all_probed || now - r->started >= 5.0 * r->cfg->probe_interval_ms / 1e3;
-}
-
-void rt_pool_policy(router *r, rt_pool *p, double now)
-{
-    if (!p->pol || !policy_armed(r, now)) return;
-    rt_pool_signals(r, p, now, &p->sig);
-    policy_tick(p->pol, &p->sig, now, &p->st);
-    log_events(r, p);
-}
-
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    router *r = arg;
-    double now = ts_now();
-    rt_dns_refresh(r, now);
-    rt_reap(r);
-    rt_probe_all(r);
-    /* cost accrues from the start, before the policy is armed: backends cost money as soon
-     * as they exist, and requests served meanwhile share it */
-    size_t backends[RT_MAX_POOLS];
-    for (size_t i = 0; i < r->n_pools; i++) backends[i] = r->pools[i].n;
-    cost_tick(r->cost, backends, now);
-    if (!policy_armed(r, now)) return;
-    /* each GPU pool has its own policy over its own signals; the answers to the probes just
-     * sent are not in yet: a health change in them runs the pool's policy when it lands
-     * (backend.c set_health), so a dead backend is acted on within one interval, not two */
-    for (size_t i = 0; i < r->n_pools; i++) rt_pool_policy(r, &r->pools[i], now);
-}
-
-/* ---- shutdown: SIGTERM and SIGINT drain (docs/router.md "Shutdown") ------------------- */
-
-#define DRAIN_CHECK_MS 100        /* also notices replies whose client vanished mid-write */
-
-/* The drain ends once no request is in flight (retries and the admission queue included)
- * and every reply has been handed to the kernel: exiting with a reply still in a buffer
- * would cut it as surely as exiting mid-request. */
-static void on_drain_check(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    router *r = arg;
-    /* connections whose reply went out before the drain marked it "Connection: close" (a
-     * stream already under way) are idle now: closed like the others */
-    h1srv_close_idle(r->http);
-    /* (cancelled /v1 tries whose usage is being asked of their workers too: seconds at most) */
-    if (r->active || r->n_v1_asks || h1srv_unflushed(r->http)) return;
-    LOG_INFO_(NULL, "drained: no request in flight; exiting");
-    event_del(r->drain_check);
-    event_del(r->drain_timer);
-    event_base_loopexit(r->base, NULL);
-}
-
-void rt_drain_poke(router *r)
-{
-    if (r->draining && event_pending(r->drain_check, EV_TIMEOUT, NULL))
-        event_active(r->drain_check, EV_TIMEOUT, 0);
-}
-
-/* Same exit code as a clean drain (as the worker): after SIGTERM Kubernetes treats every
- * exit alike, and the warning says what was lost. */
-static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    router *r = arg;
-    size_t unwritten = h1srv_unflushed(r->http);
-    unsigned cut = rt_proxy_cut_all(r);
-    char n[16];
-    snprintf(n, sizeof n, "%u", cut);
-    LOG_WARN_(LOGF({"cut", n}), "drain timeout: exiting with %u request(s) still in flight after %u s; they are cut%s",
-              cut, r->cfg->drain_timeout_s, unwritten > cut ? " (and replies not yet written out)" : "");
-    event_del(r->drain_check);
-    event_base_loopexit(r->base, NULL);
-}
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
-    router *r = arg;
-    if (r->draining) return; /* the first signal's drain has its bound already */
-    r->draining = true;
-    /* no new connection: the port refuses them from now on, so a Service or client moves on
-     * to another router; ready answers 503 on connections already open */
-    h1srv_stop_listening(r->http);
-    LOG_INFO_(NULL, "%s received: not ready; draining %u request(s) in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-              r->active);
-    struct timeval bound = {(time_t)r->cfg->drain_timeout_s, 0};
-    struct timeval every = {0, DRAIN_CHECK_MS * 1000};
-    evtimer_add(r->drain_timer, &bound);
-    event_add(r->drain_check, &every);
-    event_active(r->drain_check, EV_TIMEOUT, 0); /* idle connections close now */
+    rt_drain_start(arg, sig == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
 /* ---- TLS: the listener's and the backends' contexts, reloaded on SIGHUP ----------------- */
@@ -366,21 +245,22 @@ int main(int argc, char **argv)
     if (r.http && r.tls_listen) h1srv_set_tls(r.http, r.tls_listen);
     /* credentials and the body budget from the head, before a byte of a body is read */
     if (r.http) h1srv_set_body_admit(r.http, rt_front_admit, &r);
-    if (r.http) h1srv_set_error_body(r.http, rt_front_error_body, NULL);
+    /* the layer's own errors (413, 400 framing, an admission's 401) in OpenAI's shape on /v1
+     * paths, like every other error there */
+    if (r.http) h1srv_set_error_body(r.http, h1_openai_error_body, NULL);
     if (r.http) h1srv_check_fd_limit(r.http, backend_fd_reserve(r.cfg));
     if (!r.http || h1srv_bind(r.http, r.cfg->address, r.cfg->port, &r.port, err, sizeof err)) {
         log_emit(LOG_ERROR, NULL, "%s", r.http ? err : "could not set up the HTTP server");
         return 1;
     }
-    r.tick = event_new(r.base, -1, EV_PERSIST, on_tick, &r);
-    struct timeval iv = {(time_t)(r.cfg->probe_interval_ms / 1000), (suseconds_t)(r.cfg->probe_interval_ms % 1000) * 1000};
-    event_add(r.tick, &iv);
+    if (rt_tick_start(&r) != 0) {
+        log_emit(LOG_ERROR, NULL, "could not set up the probe tick");
+        return 1;
+    }
     r.sigterm = evsignal_new(r.base, SIGTERM, on_signal, &r);
     r.sigint = evsignal_new(r.base, SIGINT, on_signal, &r);
     r.sighup = evsignal_new(r.base, SIGHUP, on_sighup, &r);
-    r.drain_check = event_new(r.base, -1, EV_PERSIST, on_drain_check, &r);
-    r.drain_timer = evtimer_new(r.base, on_drain_timeout, &r);
-    if (!r.drain_check || !r.drain_timer || !r.sighup) {
+    if (rt_drain_init(&r) != 0 || !r.sighup) {
         log_emit(LOG_ERROR, NULL, "could not set up the shutdown drain");
         return 1;
     }
@@ -406,8 +286,7 @@ int main(int argc, char **argv)
     event_free(r.sighup);
     tls_ctx_unref(r.tls_listen);
     tls_ctx_unref(r.tls_backend);
-    event_free(r.drain_check);
-    event_free(r.drain_timer);
+    rt_drain_free(&r);
     event_base_free(r.base);
     cost_destroy(r.cost);
     authlimit_destroy(r.auth);

@@ -7,7 +7,8 @@
 
 #include "clock.h"
 #include "log.h"
-#include "proxy.h"
+#include "drain.h"
+#include "proxy_int.h"
 
 /* The model's slot for the latency histograms: models the pools serve (rt_model_served) first
  * come, first served, RT_MAX_MODELS at most; the rest share "other" (index RT_MAX_MODELS). A
@@ -64,6 +65,16 @@ static void count(proxy_req *pr, int outcome, int status)
 
 static void admission_drain(router *r);
 
+void rt_proxy_on_end(h1req *req, bool completed, void *arg)
+{
+    (void)completed;
+    router *r = arg;
+    /* a body the proxy did not take goes with its request: its share of the budget too */
+    budget_give(r->bodies, (size_t)(uintptr_t)h1req_user(req));
+    h1req_set_user(req, NULL);
+    rt_drain_poke(r); /* a reply is out (or its connection gone): a drain may be done */
+}
+
 /* Takes the client's request away from pr before its final reply: h1srv may end and free
  * the request inside that call (when the reply goes out at once), so nothing may touch it
  * afterwards, and its end must not call back into a pr that is gone: it gets the front's
@@ -72,7 +83,7 @@ static h1req *detach_client(proxy_req *pr)
 {
     h1req *req = pr->client;
     if (!req) return NULL;
-    h1req_on_end(req, rt_front_on_end, pr->r);
+    h1req_on_end(req, rt_proxy_on_end, pr->r);
     pr->client = NULL;
     return req;
 }
@@ -120,8 +131,8 @@ static void proxy_free(proxy_req *pr)
 static void reply_error(const proxy_req *pr, h1req *client, int code, const char *msg)
 {
     if (!pr->v1.target) h1req_reply_error(client, code, msg);
-    else if (code == 404) rt_v1_reply_error(client, code, msg, "model", "model_not_found");
-    else rt_v1_reply_error(client, code, msg, pr->v1.param, NULL);
+    else if (code == 404) h1req_reply_openai_error(client, code, NULL, msg, "model", "model_not_found");
+    else h1req_reply_openai_error(client, code, NULL, msg, pr->v1.param, NULL);
 }
 
 static void finish_error(proxy_req *pr, int code, int outcome, const char *msg)
@@ -700,7 +711,7 @@ static bool dispatch(proxy_req *pr)
 static void queue_remove(router *r, proxy_req *pr)
 {
     for (int q = 0; q < 2; q++)
-        for (proxy_req **pp = (proxy_req **)&r->admq[q]; *pp; pp = &(*pp)->qnext)
+        for (proxy_req **pp = &r->admq[q]; *pp; pp = &(*pp)->qnext)
             if (*pp == pr) {
                 *pp = pr->qnext;
                 r->admq_len--;
@@ -739,7 +750,7 @@ static void admit(proxy_req *pr, const route_pool *view, const route_plan *plan)
         break;
     }
     int q = pr->prio == PRIO_URGENT ? 0 : 1;
-    proxy_req **pp = (proxy_req **)&r->admq[q];
+    proxy_req **pp = &r->admq[q];
     while (*pp) pp = &(*pp)->qnext;
     *pp = pr;
     pr->qnext = NULL;

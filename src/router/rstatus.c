@@ -1,11 +1,12 @@
 /* rstatus.c: /admin/status (what the dashboard reads) and /metrics for tierrouter. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "router.h"
+#include "rstatus.h"
 #include "clock.h"
+#include "prom.h"
 
 static const char *const k_prio[PRIO_COUNT] = {"urgent", "normal", "batch"};
 static const char *const k_out[OUT_N] = {"success", "client_error", "shed", "no_backend", "backend_error", "timeout",
@@ -41,40 +42,6 @@ static void policy_json(buf *b, const policy_config *pc, const policy_state *st,
     buf_puts(b, "],\"cpu_share\":{");
     for (int p = 0; p < PRIO_COUNT; p++) buf_printf(b, "%s\"%s\":%.3g", p ? "," : "", k_prio[p], st->cpu_share[p]);
     buf_puts(b, "}");
-}
-
-void rt_event_add(router *r, const char *kind, const char *pool, const char *fmt, ...)
-{
-    rt_event *e = &r->events[r->n_events % RT_EVENTS];
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    e->seq = ++r->n_events;
-    e->wall = (double)ts.tv_sec + ts.tv_nsec / 1e9;
-    snprintf(e->kind, sizeof e->kind, "%s", kind);
-    snprintf(e->pool, sizeof e->pool, "%s", pool);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->text, sizeof e->text, fmt, ap);
-    va_end(ap);
-}
-
-/* The ring, oldest first. */
-static void events_json(const router *r, buf *b)
-{
-    uint64_t first = r->n_events > RT_EVENTS ? r->n_events - RT_EVENTS : 0;
-    buf_puts(b, "\"events\":[");
-    for (uint64_t s = first; s < r->n_events; s++) {
-        const rt_event *e = &r->events[s % RT_EVENTS];
-        buf_printf(b, "%s{\"seq\":%llu,\"time\":%.3f,\"kind\":", s > first ? "," : "",
-                   (unsigned long long)e->seq, e->wall);
-        buf_put_json_str(b, e->kind, strlen(e->kind));
-        buf_puts(b, ",\"pool\":");
-        buf_put_json_str(b, e->pool, strlen(e->pool));
-        buf_puts(b, ",\"text\":");
-        buf_put_json_str(b, e->text, strlen(e->text));
-        buf_putc(b, '}');
-    }
-    buf_puts(b, "],");
 }
 
 static const policy_state k_calm;
@@ -242,7 +209,7 @@ void rt_status_json(router *r, buf *b)
         buf_putc(b, '}');
     }
     buf_puts(b, "},");
-    events_json(r, b);
+    rt_events_json(&r->events, b);
     buf_printf(b, "\"active\":%u,\"retries\":%llu,\"ejections\":%llu,\"pools\":[", r->active,
                (unsigned long long)r->retries, (unsigned long long)r->ejections_total);
     for (size_t i = 0; i < r->n_pools; i++) {
@@ -290,11 +257,17 @@ void rt_status_json(router *r, buf *b)
     buf_puts(b, "]}");
 }
 
+/* A counter family of one sample without labels. */
+static void counter(buf *b, const char *name, const char *help, uint64_t v)
+{
+    prom_family(b, name, "counter", help);
+    buf_printf(b, "%s %llu\n", name, (unsigned long long)v);
+}
+
 void rt_metrics(router *r, buf *b)
 {
     double now = ts_now();
-    buf_puts(b, "# HELP tierrouter_requests_total Inference requests by pool, priority and outcome\n"
-                "# TYPE tierrouter_requests_total counter\n");
+    prom_family(b, "tierrouter_requests_total", "counter", "Inference requests by pool, priority and outcome");
     /* pool "none": requests refused before a pool was chosen (bad headers, unknown model) */
     for (size_t i = 0; i <= r->n_pools; i++) {
         size_t pi = i < r->n_pools ? i : RT_POOL_NONE;
@@ -303,8 +276,7 @@ void rt_metrics(router *r, buf *b)
                 buf_printf(b, "tierrouter_requests_total{pool=\"%s\",priority=\"%s\",outcome=\"%s\"} %llu\n",
                            pool_name(r, pi), k_prio[p], k_out[o], (unsigned long long)r->requests[pi][p][o]);
     }
-    buf_puts(b, "# HELP tierrouter_request_duration_seconds Arrival to reply, by pool and priority\n"
-                "# TYPE tierrouter_request_duration_seconds histogram\n");
+    prom_family(b, "tierrouter_request_duration_seconds", "histogram", "Arrival to reply, by pool and priority");
     for (size_t k = 0; k <= r->n_models; k++) {
         const char *model = k < r->n_models ? r->model_names[k] : "other";
         size_t slot = k < r->n_models ? k : RT_MAX_MODELS;
@@ -332,7 +304,7 @@ void rt_metrics(router *r, buf *b)
     static const char *const tok_help[2] = {"/v1 streams: arrival to the first chunk with content, by pool and priority",
                                             "/v1 streams: gap between chunks with content, by pool and priority"};
     for (int t = 0; t < 2; t++) {
-        buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", tok_names[t], tok_help[t], tok_names[t]);
+        prom_family(b, tok_names[t], "histogram", tok_help[t]);
         for (size_t i = 0; i < r->n_pools; i++)
             for (int p = 0; p < PRIO_COUNT; p++) {
                 const hist *h = t == 0 ? &r->ttft[i][p] : &r->itl[i][p];
@@ -344,43 +316,38 @@ void rt_metrics(router *r, buf *b)
                 hist_render(h, b, tok_names[t], lbl);
             }
     }
-    buf_printf(b, "# HELP tierrouter_retries_total Requests retried on another backend\n"
-                  "# TYPE tierrouter_retries_total counter\ntierrouter_retries_total %llu\n"
-                  "# HELP tierrouter_retries_denied_total Retries refused by the retry budget\n"
-                  "# TYPE tierrouter_retries_denied_total counter\ntierrouter_retries_denied_total %llu\n"
-                  "# HELP tierrouter_ejections_total Backends ejected for consecutive failures\n"
-                  "# TYPE tierrouter_ejections_total counter\ntierrouter_ejections_total %llu\n"
-                  "# HELP tierrouter_stream_pauses_total Replies whose backend reads paused for a slow client\n"
-                  "# TYPE tierrouter_stream_pauses_total counter\ntierrouter_stream_pauses_total %llu\n"
-                  "# HELP tierrouter_backend_reply_mismatches_total Backend replies dropped for not echoing the request id\n"
-                  "# TYPE tierrouter_backend_reply_mismatches_total counter\ntierrouter_backend_reply_mismatches_total %llu\n"
-                  "# HELP tierrouter_connections_refused_total Connections closed on accept: max_connections were open\n"
-                  "# TYPE tierrouter_connections_refused_total counter\ntierrouter_connections_refused_total %llu\n"
-                  "# HELP tierrouter_v1_cancel_reports_total Cancelled /v1 tries billed by the worker's report (worker) "
-                  "or, without one, by what the router saw (router)\n"
-                  "# TYPE tierrouter_v1_cancel_reports_total counter\n"
-                  "tierrouter_v1_cancel_reports_total{source=\"worker\"} %llu\n"
+    counter(b, "tierrouter_retries_total", "Requests retried on another backend", r->retries);
+    counter(b, "tierrouter_retries_denied_total", "Retries refused by the retry budget", r->retries_denied);
+    counter(b, "tierrouter_ejections_total", "Backends ejected for consecutive failures", r->ejections_total);
+    counter(b, "tierrouter_stream_pauses_total", "Replies whose backend reads paused for a slow client",
+            r->stream_pauses);
+    counter(b, "tierrouter_backend_reply_mismatches_total", "Backend replies dropped for not echoing the request id",
+            r->reply_mismatches);
+    counter(b, "tierrouter_connections_refused_total", "Connections closed on accept: max_connections were open",
+            r->http ? h1srv_refused(r->http) : 0);
+    prom_family(b, "tierrouter_v1_cancel_reports_total", "counter",
+                "Cancelled /v1 tries billed by the worker's report (worker) or, without one, by what the router "
+                "saw (router)");
+    buf_printf(b, "tierrouter_v1_cancel_reports_total{source=\"worker\"} %llu\n"
                   "tierrouter_v1_cancel_reports_total{source=\"router\"} %llu\n",
-               (unsigned long long)r->retries, (unsigned long long)r->retries_denied,
-               (unsigned long long)r->ejections_total, (unsigned long long)r->stream_pauses,
-               (unsigned long long)r->reply_mismatches,
-               (unsigned long long)(r->http ? h1srv_refused(r->http) : 0), (unsigned long long)r->v1_reports[0],
-               (unsigned long long)r->v1_reports[1]);
-    buf_printf(b, "# HELP tierrouter_inflight_body_bytes Request body bytes held now, from each head's admission\n"
-                  "# TYPE tierrouter_inflight_body_bytes gauge\ntierrouter_inflight_body_bytes %zu\n"
-                  "# HELP tierrouter_inflight_body_limit_bytes max_inflight_body_bytes\n"
-                  "# TYPE tierrouter_inflight_body_limit_bytes gauge\ntierrouter_inflight_body_limit_bytes %zu\n"
-                  "# HELP tierrouter_inflight_body_refusals_total Requests refused with 503 because their bodies "
-                  "would pass max_inflight_body_bytes\n"
-                  "# TYPE tierrouter_inflight_body_refusals_total counter\ntierrouter_inflight_body_refusals_total %llu\n",
-               budget_held(r->bodies), budget_limit(r->bodies), (unsigned long long)budget_refusals(r->bodies));
+               (unsigned long long)r->v1_reports[0], (unsigned long long)r->v1_reports[1]);
+    prom_family(b, "tierrouter_inflight_body_bytes", "gauge",
+                "Request body bytes held now, from each head's admission");
+    buf_printf(b, "tierrouter_inflight_body_bytes %zu\n", budget_held(r->bodies));
+    prom_family(b, "tierrouter_inflight_body_limit_bytes", "gauge", "max_inflight_body_bytes");
+    buf_printf(b, "tierrouter_inflight_body_limit_bytes %zu\n", budget_limit(r->bodies));
+    counter(b, "tierrouter_inflight_body_refusals_total",
+            "Requests refused with 503 because their bodies would pass max_inflight_body_bytes",
+            budget_refusals(r->bodies));
     /* per GPU pool: its policy's stage, pressure, failover, CPU shares and decisions */
     static const char *const gauges[] = {"stage", "pressure", "hard_failover"};
     static const char *const gauge_help[] = {"Policy stage: index into policy.stages (0: all on the GPU pool)",
                                              "1 while the GPU pool is under pressure",
                                              "1 while the GPU pool has no healthy backend"};
     for (int g = 0; g < 3; g++) {
-        buf_printf(b, "# HELP tierrouter_%s %s\n# TYPE tierrouter_%s gauge\n", gauges[g], gauge_help[g], gauges[g]);
+        char name[48];
+        snprintf(name, sizeof name, "tierrouter_%s", gauges[g]);
+        prom_family(b, name, "gauge", gauge_help[g]);
         for (size_t i = 0; i < r->n_pools; i++) {
             const rt_pool *p = &r->pools[i];
             if (!p->pol) continue;
@@ -388,31 +355,27 @@ void rt_metrics(router *r, buf *b)
             buf_printf(b, "tierrouter_%s{pool=\"%s\"} %zu\n", gauges[g], p->cfg->name, v);
         }
     }
-    buf_puts(b, "# HELP tierrouter_cpu_share Share of a GPU pool's traffic sent to CPU, by priority\n"
-                "# TYPE tierrouter_cpu_share gauge\n");
+    prom_family(b, "tierrouter_cpu_share", "gauge", "Share of a GPU pool's traffic sent to CPU, by priority");
     for (size_t i = 0; i < r->n_pools; i++) {
         const rt_pool *p = &r->pools[i];
         for (int q = 0; p->pol && q < PRIO_COUNT; q++)
             buf_printf(b, "tierrouter_cpu_share{pool=\"%s\",priority=\"%s\"} %.3f\n", p->cfg->name, k_prio[q],
                        p->st.cpu_share[q]);
     }
-    buf_puts(b, "# HELP tierrouter_policy_events_total Policy decisions by GPU pool and event\n"
-                "# TYPE tierrouter_policy_events_total counter\n");
+    prom_family(b, "tierrouter_policy_events_total", "counter", "Policy decisions by GPU pool and event");
     for (size_t i = 0; i < r->n_pools; i++)
         for (int e = EV_PRESSURE_START; r->pools[i].pol && e <= EV_GPU_RECOVERED; e++)
             buf_printf(b, "tierrouter_policy_events_total{pool=\"%s\",event=\"%s\"} %llu\n", r->pools[i].cfg->name,
                        policy_event_name((policy_event_kind)e), (unsigned long long)r->policy_events[i][e]);
     cost_metrics(r->cost, b);
     const unsigned targets[PRIO_COUNT] = {r->cfg->slo_p95_ms.urgent, r->cfg->slo_p95_ms.normal, r->cfg->slo_p95_ms.batch};
-    buf_puts(b, "# HELP tierrouter_slo_p95_seconds p95 latency over the last 60 s, by priority\n"
-                "# TYPE tierrouter_slo_p95_seconds gauge\n");
+    prom_family(b, "tierrouter_slo_p95_seconds", "gauge", "p95 latency over the last 60 s, by priority");
     for (int p = 0; p < PRIO_COUNT; p++) {
         double p95 = ring_p95(&r->slo[p], now, 60.0);
         if (p95 >= 0) buf_printf(b, "tierrouter_slo_p95_seconds{priority=\"%s\"} %.6f\n", k_prio[p], p95);
     }
     /* one metric family per block: a sample under another family's TYPE line is untyped */
-    buf_puts(b, "# HELP tierrouter_slo_target_seconds p95 latency target by priority (slo_p95_ms)\n"
-                "# TYPE tierrouter_slo_target_seconds gauge\n");
+    prom_family(b, "tierrouter_slo_target_seconds", "gauge", "p95 latency target by priority (slo_p95_ms)");
     for (int p = 0; p < PRIO_COUNT; p++)
         if (targets[p])
             buf_printf(b, "tierrouter_slo_target_seconds{priority=\"%s\"} %.3f\n", k_prio[p], targets[p] / 1e3);
@@ -426,19 +389,19 @@ void rt_metrics(router *r, buf *b)
     static const char *const stream_help[2] = {"/v1 streams: p95 time-to-first-token target by priority (slo_ttft_ms)",
                                                "/v1 streams: p95 inter-token latency target by priority (slo_itl_ms)"};
     for (int t = 0; t < 2; t++) {
-        buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", stream_names[t], stream_help[t], stream_names[t]);
+        prom_family(b, stream_names[t], "gauge", stream_help[t]);
         for (int p = 0; p < PRIO_COUNT; p++)
             if (stream_targets[t][p])
                 buf_printf(b, "%s{priority=\"%s\"} %.3f\n", stream_names[t], k_prio[p], stream_targets[t][p] / 1e3);
     }
-    buf_puts(b, "# HELP tierrouter_slo_compliance_ratio Share of the last 60 s of requests within the p95 target\n"
-                "# TYPE tierrouter_slo_compliance_ratio gauge\n");
+    prom_family(b, "tierrouter_slo_compliance_ratio", "gauge",
+                "Share of the last 60 s of requests within the p95 target");
     for (int p = 0; p < PRIO_COUNT; p++)
         if (targets[p])
             buf_printf(b, "tierrouter_slo_compliance_ratio{priority=\"%s\"} %.4f\n", k_prio[p],
                        ring_share_within(&r->slo[p], now, 60.0, targets[p] / 1e3));
-    buf_puts(b, "# HELP tierrouter_backend_healthy 1 if the backend takes traffic (live, ready, tier ok, not ejected)\n"
-                "# TYPE tierrouter_backend_healthy gauge\n");
+    prom_family(b, "tierrouter_backend_healthy", "gauge",
+                "1 if the backend takes traffic (live, ready, tier ok, not ejected)");
     for (size_t i = 0; i < r->n_pools; i++)
         for (size_t k = 0; k < r->pools[i].n; k++) {
             rt_backend *be = r->pools[i].backends[k];

@@ -9,56 +9,8 @@
 
 #include "clock.h"
 #include "jcheck.h"
-#include "proxy.h"
+#include "proxy_int.h"
 #include "zcodec.h"
-
-bool rt_v1_path(const h1req *req)
-{
-    const char *p = h1req_path(req);
-    return p && strncmp(p, "/v1", 3) == 0 && (p[3] == '\0' || p[3] == '/');
-}
-
-/* OpenAI's error types by status (its API and SDKs read the status; the type is for people).
- * OpenAI answers an unknown model or URL with 404 invalid_request_error, as the worker does. */
-static const char *error_type(int status)
-{
-    switch (status) {
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 429: return "rate_limit_error";
-    default: return status >= 500 ? "server_error" : "invalid_request_error";
-    }
-}
-
-static void put_str_or_null(buf *b, const char *s)
-{
-    if (s) buf_put_json_str(b, s, strlen(s));
-    else buf_puts(b, "null");
-}
-
-void rt_v1_reply_error(h1req *req, int status, const char *msg, const char *param, const char *code)
-{
-    buf b;
-    buf_init(&b, 16384);
-    buf_puts(&b, "{\"error\":{\"message\":");
-    put_str_or_null(&b, msg);
-    buf_puts(&b, ",\"type\":");
-    put_str_or_null(&b, error_type(status));
-    buf_puts(&b, ",\"param\":");
-    put_str_or_null(&b, param);
-    buf_puts(&b, ",\"code\":");
-    put_str_or_null(&b, code);
-    buf_puts(&b, "}}");
-    if ((status == 429 || status == 503) && !h1req_has_reply_header(req, "Retry-After"))
-        h1req_add_header(req, "Retry-After", "1");
-    if (buf_failed(&b)) { /* cannot happen with a 16 KiB limit and messages cut to fit, but never send half */
-        buf_free(&b);
-        buf_init(&b, 256);
-        buf_puts(&b, "{\"error\":{\"message\":\"error\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
-    }
-    h1req_reply(req, status, "application/json", &b);
-    buf_free(&b);
-}
 
 /* ---- the request ------------------------------------------------------------------------ */
 
@@ -291,8 +243,6 @@ static bool carries_tokens(json_t *ev)
     return false;
 }
 
-static uint64_t cap_tokens(uint64_t n) { return n < RT_V1_TOKENS_CAP ? n : RT_V1_TOKENS_CAP; }
-
 /* "usage": {"prompt_tokens", "completion_tokens"}, when the object names it. */
 static void read_usage(rt_v1 *v, json_t *o)
 {
@@ -300,8 +250,8 @@ static void read_usage(rt_v1 *v, json_t *o)
     json_t *p = json_object_get(u, "prompt_tokens"), *c = json_object_get(u, "completion_tokens");
     if (!json_is_integer(p) || !json_is_integer(c) || json_integer_value(p) < 0 || json_integer_value(c) < 0) return;
     v->have_usage = true;
-    v->prompt = cap_tokens((uint64_t)json_integer_value(p));
-    v->completion = cap_tokens((uint64_t)json_integer_value(c));
+    v->prompt = rt_v1_cap_tokens((uint64_t)json_integer_value(p));
+    v->completion = rt_v1_cap_tokens((uint64_t)json_integer_value(c));
 }
 
 /* One "data:" line: [DONE], or a chunk. A chunk that is not JSON (or too long to read)
@@ -334,61 +284,16 @@ static void on_event(proxy_req *pr, const char *data, size_t n, bool unreadable)
     v->last_token = now;
 }
 
-/* A decimal count of at most 18 digits (no sign, no spaces), capped at RT_V1_TOKENS_CAP. */
-static bool read_count(const char *s, size_t n, uint64_t *out)
-{
-    if (n == 0 || n > 18) return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') return false;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    *out = cap_tokens(v);
-    return true;
-}
-
-bool rt_v1_read_ms(const char *s, size_t n, double *out)
-{
-    char tmp[25];
-    if (n == 0 || n >= sizeof tmp) return false;
-    /* s is not NUL-terminated (a stream's line buffer): nothing past its n bytes is read */
-    for (size_t i = 0; i < n; i++)
-        if ((s[i] < '0' || s[i] > '9') && s[i] != '.') return false;
-    memcpy(tmp, s, n);
-    tmp[n] = '\0';
-    char *end = NULL;
-    double v = strtod(tmp, &end); /* digits and dots only: a second '.' stops it short of the end */
-    if (end == tmp || *end || !(v >= 0 && v <= 86400e3)) return false;
-    *out = v;
-    return true;
-}
-
-/* The worker's accounting line after its prefix: space-separated key=value pairs, of which
- * prompt_tokens, completion_tokens and compute_ms must each be there and well-formed (other
- * keys are skipped, for workers that report more); else the line is ignored. */
+/* The worker's report (its Tierserve-Usage header, or the accounting line after its prefix):
+ * taken when well-formed (v1acct.h), else ignored. */
 static void on_acct(rt_v1 *v, const char *s, size_t n)
 {
-    bool got_p = false, got_c = false, got_ms = false;
-    uint64_t p = 0, c = 0;
-    double ms = 0;
-    for (size_t i = 0; i < n;) {
-        size_t w = i;
-        while (w < n && s[w] != ' ') w++;
-        const char *eq = memchr(s + i, '=', w - i);
-        if (eq) {
-            size_t klen = (size_t)(eq - (s + i)), vlen = w - i - klen - 1;
-            const char *val = eq + 1;
-            if (klen == 13 && memcmp(s + i, "prompt_tokens", 13) == 0) got_p = read_count(val, vlen, &p);
-            else if (klen == 17 && memcmp(s + i, "completion_tokens", 17) == 0) got_c = read_count(val, vlen, &c);
-            else if (klen == 10 && memcmp(s + i, "compute_ms", 10) == 0) got_ms = rt_v1_read_ms(val, vlen, &ms);
-        }
-        i = w + 1;
-    }
-    if (!got_p || !got_c || !got_ms) return;
+    rt_v1_usage u;
+    if (!rt_v1_usage_line(s, n, &u)) return;
     v->have_acct = true;
-    v->acct_prompt = p;
-    v->acct_completion = c;
-    v->acct_compute_ms = ms;
+    v->acct_prompt = u.prompt;
+    v->acct_completion = u.completion;
+    v->acct_compute_ms = u.compute_ms;
 }
 
 /* A complete SSE line (no line end). Each "data:" line is taken as one event: OpenAI-style

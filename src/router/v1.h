@@ -6,7 +6,7 @@
  * the model's value is spliced for a pool that serves the model under another name,
  * the reply is watched as it streams through (TTFT, inter-token gaps, token usage), and every
  * error the router itself answers on /v1 has OpenAI's shape
- * {"error":{"message","type","param","code"}}.
+ * {"error":{"message","type","param","code"}} (common/openai_err.h, h1req_reply_openai_error).
  *
  * Accounting: every /v1 try carries `Tierserve-Accounting: 1` and a key of its own,
  * `Tierserve-Accounting-Key: <key>` (a random prefix per router process and a counter:
@@ -37,6 +37,7 @@
 #include "buf.h"
 #include "h1cli.h"
 #include "h1srv.h"
+#include "v1acct.h"
 
 struct proxy_req;
 struct router;
@@ -44,9 +45,6 @@ struct router;
 #define RT_V1_LINE_MAX (64u << 10) /* an SSE line longer than this is passed on, not parsed */
 #define RT_V1_REPLY_MAX (1u << 20) /* a non-stream reply longer than this is passed on, not parsed */
 #define RT_V1_MODEL_MAX 255        /* the longest model name accepted (proxy_req.logical) */
-/* the most tokens of one kind a worker's reply may claim for one request: a hostile reply
- * cannot wrap the router's uint64 counters (2^64 / 2^32 requests to go) */
-#define RT_V1_TOKENS_CAP ((uint64_t)1 << 32)
 #define RT_V1_ACCT_PREFIX ": tierserve-usage "
 #define RT_V1_ACCT_PREFIX_LEN (sizeof RT_V1_ACCT_PREFIX - 1)
 #define RT_V1_USAGE_HEADER "Tierserve-Usage"
@@ -82,15 +80,6 @@ typedef struct {
 /* Where rt_v1_reply_body sends the bytes the client may see. */
 typedef void (*rt_v1_pass_fn)(struct proxy_req *pr, const uint8_t *data, size_t len);
 
-/* An error the router answers on a /v1 path, in OpenAI's shape; type from the status
- * (400 invalid_request_error, 401 authentication_error, 404 invalid_request_error, 429
- * rate_limit_error, 5xx server_error, ...). param and code may be NULL (JSON null). 429 and
- * 503 carry Retry-After: 1 unless the caller set one. */
-void rt_v1_reply_error(h1req *req, int status, const char *msg, const char *param, const char *code);
-
-/* Is this request's path under /v1 (its errors take OpenAI's shape)? */
-bool rt_v1_path(const h1req *req);
-
 /* Reads a /v1 request's body (pr->body, pr->cenc): inflated when it came compressed (the
  * plain bytes are what is forwarded), one JSON object nested at most 64 deep, a top-level
  * "model" (once) that is a string of 1..RT_V1_MODEL_MAX bytes with no control characters
@@ -115,10 +104,6 @@ void rt_v1_reply_body(struct proxy_req *pr, const uint8_t *data, size_t len, rt_
 /* The reply ended complete: bytes still held (a last line that had matched the prefix so far,
  * with no line end after it) go to pass. */
 void rt_v1_reply_flush(struct proxy_req *pr, rt_v1_pass_fn pass);
-/* A millisecond figure as workers write it (the accounting line's compute_ms, the
- * Tierserve-Compute-Ms header): exactly s[0..n) (no NUL needed), digits with at most one '.',
- * at most 24 bytes, from 0 to a day. Anything else (signs, spaces, 0x, exponents) is false. */
-bool rt_v1_read_ms(const char *s, size_t n, double *out);
 /* The compute time the worker reported (its Tierserve-Usage or accounting line), if any. */
 bool rt_v1_compute_ms(const struct proxy_req *pr, double *ms);
 /* Did the current try's worker report its usage (Tierserve-Usage, or the accounting line)? */

@@ -9,14 +9,14 @@
  * "prompt_tokens","completion_tokens","compute_ms"}, 202 while the request still winds down
  * (the worker has not seen the close yet, or the engine has not let the sequence go), 404
  * when it knows nothing. */
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
 #include "log.h"
-#include "proxy.h"
+#include "drain.h"
+#include "proxy_int.h"
 
 #define ASK_BODY_MAX 4096
 #define ASK_TIMEOUT_S 1.0
@@ -25,9 +25,9 @@
 static const unsigned k_delay_ms[] = {25, 50, 100, 200, 400, 800, 1600};
 #define ASK_TRIES (sizeof k_delay_ms / sizeof k_delay_ms[0])
 
-typedef struct ask {
+typedef struct rt_v1_ask {
     router *r;
-    struct ask *prev, *next; /* router.v1_asks */
+    struct rt_v1_ask *prev, *next; /* router.v1_asks */
     rt_backend *b;           /* kept alive by b->v1_asks */
     h1cli_req *q;            /* the question in flight, or NULL */
     struct event *timer;
@@ -83,25 +83,6 @@ static void arm(ask *a)
     evtimer_add(a->timer, &tv);
 }
 
-/* The worker's 200: a done report with counts and a time it may claim (v1.c's bounds). */
-static bool read_report(ask *a, uint64_t *prompt, uint64_t *completion, double *ms)
-{
-    json_t *doc = buf_failed(&a->body) ? NULL : json_loadb((const char *)a->body.data, a->body.len, 0, NULL);
-    json_t *p = json_object_get(doc, "prompt_tokens"), *c = json_object_get(doc, "completion_tokens");
-    json_t *t = json_object_get(doc, "compute_ms"), *st = json_object_get(doc, "state");
-    bool ok = json_is_string(st) && strcmp(json_string_value(st), "done") == 0 && json_is_integer(p) &&
-              json_is_integer(c) && json_is_number(t) && json_integer_value(p) >= 0 && json_integer_value(c) >= 0 &&
-              json_number_value(t) >= 0 && json_number_value(t) <= 86400e3;
-    if (ok) {
-        uint64_t cap = RT_V1_TOKENS_CAP;
-        *prompt = (uint64_t)json_integer_value(p) < cap ? (uint64_t)json_integer_value(p) : cap;
-        *completion = (uint64_t)json_integer_value(c) < cap ? (uint64_t)json_integer_value(c) : cap;
-        *ms = json_number_value(t);
-    }
-    json_decref(doc);
-    return ok;
-}
-
 static void on_body(h1cli_req *q, const uint8_t *data, size_t len, void *arg)
 {
     (void)q;
@@ -114,11 +95,11 @@ static void on_end(h1cli_req *q, h1cli_outcome o, void *arg)
     ask *a = arg;
     a->q = NULL; /* freed when this returns */
     int code = o == H1CLI_COMPLETE ? h1cli_resp_status(q) : 0;
-    uint64_t p = 0, c = 0;
-    double ms = 0;
     if (code == 200) {
-        bool ok = read_report(a, &p, &c, &ms); /* before p, c and ms are read as arguments */
-        settle(a, ok, p, c, ms);
+        /* the worker's 200: a done report with counts and a time it may claim */
+        rt_v1_usage u = {0, 0, 0};
+        bool ok = !buf_failed(&a->body) && rt_v1_usage_report((const char *)a->body.data, a->body.len, &u);
+        settle(a, ok, u.prompt, u.completion, u.compute_ms);
         return;
     }
     /* still winding down (202), or the worker may not have read the try yet when first

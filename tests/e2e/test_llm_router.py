@@ -75,7 +75,7 @@ def test_openai_sdk_through_the_router(fleet):
     assert out["chat_stream"]["usage"]["completion_tokens"] == out["chat"]["usage"]["completion_tokens"]
     assert out["completion"]["text"] == out["completion_stream"]["text"]
     assert out["error"] == {"is_api_error": True, "status": 404, "code": "model_not_found",
-                            "type": "invalid_request_error"}
+                            "type": "not_found_error"}
     assert out["error_n"] == {"is_api_error": True, "status": 400, "param": "n"}
     assert out["models"] == ["chat"]
 

@@ -283,11 +283,11 @@ def test_errors_the_router_answers_on_v1_have_openais_shape(two):
     code, _, body = post(r, "/v1/completions", {"model": "llama", "stream": "yes"})
     assert code == 400 and openai_error(body, "invalid_request_error", "stream")
     code, _, body = post(r, "/v1/chat/completions", {"model": "gpt-9", "messages": []})
-    assert code == 404 and "gpt-9" in openai_error(body, "invalid_request_error", "model", "model_not_found")
+    assert code == 404 and "gpt-9" in openai_error(body, "not_found_error", "model", "model_not_found")
     code, _, body = post(r, "/v1/chat/completions", {"model": "llama"}, {"X-Priority": "asap"})
     assert code == 400 and "X-Priority" in openai_error(body, "invalid_request_error")
     code, _, body = post(r, "/v1/embeddings", {"model": "llama"})
-    assert code == 404 and openai_error(body, "invalid_request_error")
+    assert code == 404 and openai_error(body, "not_found_error")
     conn = http.client.HTTPConnection("127.0.0.1", r.port, timeout=10)
     conn.request("GET", "/v1/chat/completions")
     resp = conn.getresponse()
@@ -335,7 +335,7 @@ def test_hostile_bodies_are_refused_before_a_worker(two):
     before = peak_kib()
     big = b'{"model": "nope", "prompt": [' + b"0," * (8 << 20) + b'0]}'
     code, _, body = post(r, "/v1/completions", None, raw=big, timeout=60)
-    assert code == 404 and openai_error(body, "invalid_request_error", "model", "model_not_found")
+    assert code == 404 and openai_error(body, "not_found_error", "model", "model_not_found")
     assert peak_kib() - before < 120 * 1024, (before, peak_kib())
     # and the router is fine afterwards
     code, _, _ = post(r, "/v1/chat/completions", {"model": "llama", "messages": []})
@@ -403,7 +403,7 @@ def test_models_lists_what_the_pools_serve(tmp_path):
         conn.request("GET", "/v1/models/nope")
         resp = conn.getresponse()
         assert resp.status == 404
-        openai_error(resp.read(), "invalid_request_error", "model", "model_not_found")
+        openai_error(resp.read(), "not_found_error", "model", "model_not_found")
         conn.close()
     finally:
         assert r.stop() == 0

@@ -1,4 +1,4 @@
-/* The router's cost book (src/router/cost.c) against its rule, on a virtual clock: who pays.
+/* The router's cost book (src/router/costbook.c) against its rule, on a virtual clock: who pays.
  * A usage pool bills usd_per_hour x compute time to the request's tenant; a fixed pool
  * accrues usd_per_hour x backends x time and, at each tick, shares it among the requests it
  * served since the last tick; a tick in which it served none bills tenant "idle" (never
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cost.h"
+#include "costbook.h"
 
 /* Pool 0 "gpu" usage-priced at 3600 USD/h (1 USD per compute second), pool 1 "cpu"
  * fixed-priced at 36 USD/h per backend; one configured tenant, "acme". */

@@ -1,12 +1,13 @@
-/* cost: what each request cost, by pool, tenant and priority, in total and over a window.
+/* costbook: the router's cost book (not tierbench's cost report): what each request cost,
+ * by pool, tenant and priority, in total and over a window.
  *
  * usage pools bill usd_per_hour x the compute time the worker reports per request
  * (Tierserve-Compute-Ms: its share of the Run() it was batched into; a /v1 stream reports it
  * in its accounting line, see v1.h); fixed pools accrue
  * usd_per_hour per backend whether used or not, spread at each tick over the requests the
  * pool served since the previous tick (an idle pool's cost goes to tenant "idle"). */
-#ifndef TS_COST_H
-#define TS_COST_H
+#ifndef TS_ROUTER_COSTBOOK_H
+#define TS_ROUTER_COSTBOOK_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,9 @@
-/* proxy.h: a request on its way through tierrouter, shared by the front (front.c: endpoints,
- * classification, validation) and the proxy (proxy.c: routing, admission, retries). */
-#ifndef TS_ROUTER_PROXY_H
-#define TS_ROUTER_PROXY_H
+/* proxy (private to the router library: the layout of a request in flight): a request on its
+ * way through tierrouter, shared by the front (front.c: endpoints, classification,
+ * validation), the proxy (proxy.c: routing, admission, retries), v1.c and v1ask.c. The front
+ * calls the proxy through the functions below; the proxy never calls the front. */
+#ifndef TS_ROUTER_PROXY_INT_H
+#define TS_ROUTER_PROXY_INT_H
 
 #include "router.h"
 #include "v1.h"
@@ -56,5 +58,12 @@ void rt_proxy_begin(proxy_req *pr);
 void rt_proxy_route(proxy_req *pr);
 /* Answers pr with an error, counts it and frees it. */
 void rt_proxy_fail(proxy_req *pr, int code, int outcome, const char *msg);
+/* The end callback (h1req_on_end, arg: the router) of every request the proxy does not
+ * hold (the front's own answers, and a request once the proxy lets go of it): its body's
+ * share of r->bodies goes back, and a reply out is what a drain waits for. */
+void rt_proxy_on_end(h1req *req, bool completed, void *arg);
+/* The drain has timed out: every request still in flight is cut (its client connection and
+ * its backend try closed) and freed. Returns how many. The loop must end right after. */
+unsigned rt_proxy_cut_all(router *r);
 
 #endif

@@ -1,4 +1,5 @@
-#include "cost.h"
+#include "costbook.h"
+#include "prom.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -209,11 +210,11 @@ static void tenant_series(const cost_book *b, buf *out, family f)
 
 void cost_metrics(const cost_book *b, buf *out)
 {
-    buf_puts(out, "# HELP tierrouter_cost_usd_total Cost attributed to requests, by pool, tenant and priority\n"
-                  "# TYPE tierrouter_cost_usd_total counter\n");
+    prom_family(out, "tierrouter_cost_usd_total", "counter",
+                "Cost attributed to requests, by pool, tenant and priority");
     tenant_series(b, out, FAM_USD);
-    buf_puts(out, "# HELP tierrouter_tokens_total Tokens of /v1 requests by pool, priority and kind (prompt, "
-                  "completion), as the workers report them\n# TYPE tierrouter_tokens_total counter\n");
+    prom_family(out, "tierrouter_tokens_total", "counter",
+                "Tokens of /v1 requests by pool, priority and kind (prompt, completion), as the workers report them");
     static const char *const kinds[2] = {"prompt", "completion"};
     for (size_t p = 0; p < b->pools && p < RC_MAX_POOLS; p++)
         for (int q = 0; q < PRIO_COUNT; q++)
@@ -222,11 +223,11 @@ void cost_metrics(const cost_book *b, buf *out)
                            b->cfg->pools[p].name, k_prio[q], kinds[k], (unsigned long long)b->tokens[p][q][k]);
     /* the same by tenant too (what a tenant is billed for), and the compute time behind the
      * usage pools' price */
-    buf_puts(out, "# HELP tierrouter_tenant_tokens_total Tokens of /v1 requests by pool, tenant, priority and kind, "
-                  "as billed\n# TYPE tierrouter_tenant_tokens_total counter\n");
+    prom_family(out, "tierrouter_tenant_tokens_total", "counter",
+                "Tokens of /v1 requests by pool, tenant, priority and kind, as billed");
     tenant_series(b, out, FAM_TOKENS);
-    buf_puts(out, "# HELP tierrouter_compute_seconds_total Compute time the workers reported for requests, by pool, "
-                  "tenant and priority\n# TYPE tierrouter_compute_seconds_total counter\n");
+    prom_family(out, "tierrouter_compute_seconds_total", "counter",
+                "Compute time the workers reported for requests, by pool, tenant and priority");
     tenant_series(b, out, FAM_COMPUTE);
 }
 
