@@ -66,12 +66,12 @@ const h1route *h1route_find(const h1route *table, size_t n, const char *path, h1
     return NULL;
 }
 
-bool h1route_dispatch(const h1route *table, size_t n, void *ctx, h1req *req)
+bool h1route_dispatch(const h1route *table, size_t n, void *ctx, h1req *req, const char *path)
 {
     h1route_param params[H1ROUTE_MAX_PARAMS];
     size_t np = 0;
     char allow[64];
-    const h1route *r = h1route_find(table, n, h1req_path(req), h1req_method(req), params, &np, allow, sizeof allow);
+    const h1route *r = h1route_find(table, n, path, h1req_method(req), params, &np, allow, sizeof allow);
     if (r) {
         r->fn(ctx, req, params, np);
         return true;

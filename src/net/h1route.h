@@ -46,9 +46,10 @@ typedef struct {
 const h1route *h1route_find(const h1route *table, size_t n, const char *path, h1_method method,
                             h1route_param params[H1ROUTE_MAX_PARAMS], size_t *nparams, char *allow, size_t allow_len);
 
-/* Finds the row and runs its handler with ctx; otherwise answers 405 with Allow (in the shape
- * the server's error_body gives the path) or, when no row matches the path, returns false and
- * leaves the 404 (and its wording) to the caller. */
-bool h1route_dispatch(const h1route *table, size_t n, void *ctx, h1req *req);
+/* Finds the row for path (the request's own, or its decoded segments joined: httppath_join)
+ * and req's method and runs its handler with ctx; otherwise answers 405 with the Allow the
+ * rows give (in the shape the request's path calls for) or, when no row matches the path,
+ * returns false and leaves the 404 (and its wording) to the caller. */
+bool h1route_dispatch(const h1route *table, size_t n, void *ctx, h1req *req, const char *path);
 
 #endif

@@ -96,3 +96,17 @@ int httppath_request_h1(h1req *req, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MA
 {
     return httppath_split(h1req_path(req), segs, msg, msglen);
 }
+
+size_t httppath_join(char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], size_t n, char out[HTTPPATH_JOINED_MAX])
+{
+    size_t off = 0;
+    for (size_t i = 0; i < n && i < HTTPPATH_MAX_SEGS; i++) {
+        size_t len = strnlen(segs[i], HTTPPATH_SEG_MAX - 1); /* each fits: the bound above */
+        out[off++] = '/';
+        memcpy(out + off, segs[i], len);
+        off += len;
+    }
+    if (off == 0) out[off++] = '/';
+    out[off] = '\0';
+    return off;
+}

@@ -655,7 +655,7 @@ static const endpoint_kind k_route_kind[] = {FRONT_ROUTES(ROUTE_KIND)}; /* k_rou
 /* The segments rejoined ("/" for none): what the table matches, and what the parameters of
  * a row point into, so it lives as long as the call that dispatches. On the stack: no
  * allocation per request. */
-typedef char front_path[HTTPPATH_MAX_SEGS * HTTPPATH_SEG_MAX + 2];
+typedef char front_path[HTTPPATH_JOINED_MAX];
 
 /* The row for this request's segments and method, with its parameters (spans of path), or
  * NULL: then allow holds the methods the path takes (a 405), "" when no row has the path (a
@@ -664,15 +664,7 @@ static const h1route *front_route(const h1req *req, char segs[HTTPPATH_MAX_SEGS]
                                   front_path path, endpoint_kind *ep, h1route_param params[H1ROUTE_MAX_PARAMS],
                                   size_t *np, char *allow, size_t allow_len)
 {
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t l = strlen(segs[i]);
-        path[o++] = '/';
-        memcpy(path + o, segs[i], l);
-        o += l;
-    }
-    if (!o) path[o++] = '/';
-    path[o] = '\0';
+    httppath_join(segs, n, path);
     const h1route *row = h1route_find(k_routes, N_ROUTES, path, h1req_method(req), params, np, allow, allow_len);
     *ep = row ? k_route_kind[row - k_routes] : EP_OPEN;
     return row;

@@ -102,17 +102,6 @@ void server_maybe_finish_drain(server *srv)
 
 /* ---- routing ----------------------------------------------------------------------- */
 
-bool server_route(const h1route *table, size_t n, server *srv, h1req *req, const char *path)
-{
-    h1route_param params[H1ROUTE_MAX_PARAMS];
-    size_t np = 0;
-    char allow[64];
-    const h1route *r = h1route_find(table, n, path, h1req_method(req), params, &np, allow, sizeof allow);
-    if (r) r->fn(srv, req, params, np);
-    else if (allow[0]) h1req_reply_method_not_allowed(req, allow);
-    return r || allow[0];
-}
-
 void server_param(const h1route_param *p, char out[HTTPPATH_SEG_MAX])
 {
     size_t n = p->n < HTTPPATH_SEG_MAX ? p->n : HTTPPATH_SEG_MAX - 1; /* a segment is never longer */
@@ -449,21 +438,13 @@ static void on_request(h1req *req, void *arg)
     }
     /* the table matches the decoded segments joined again: empty segments skipped and
      * percent-escapes decoded as they always were (a decoded segment never holds a '/') */
-    char path[HTTPPATH_MAX_SEGS * HTTPPATH_SEG_MAX + 2];
-    size_t off = 0;
-    for (int i = 0; i < n_; i++) { /* each segment is under HTTPPATH_SEG_MAX bytes: it fits */
-        size_t len = strlen(segs[i]);
-        path[off++] = '/';
-        memcpy(path + off, segs[i], len);
-        off += len;
-    }
-    if (off == 0) path[off++] = '/';
-    path[off] = '\0';
+    char path[HTTPPATH_JOINED_MAX];
+    httppath_join(segs, (size_t)n_, path);
     if (n_ >= 1 && strcmp(segs[0], "v1") == 0) { /* the OpenAI-compatible API of the LLMs */
         v1_route(srv, req, path);
         return;
     }
-    if (server_route(k_routes, sizeof k_routes / sizeof *k_routes, srv, req, path)) return;
+    if (h1route_dispatch(k_routes, sizeof k_routes / sizeof *k_routes, srv, req, path)) return;
     if (n_ == 0 || strcmp(segs[0], "v2") != 0)
         h1req_reply_error(req, TS_NOT_FOUND, "unknown endpoint (the API lives under /v2)");
     else if (n_ == 4 && strcmp(segs[1], "models") == 0 && strcmp(segs[3], "versions") == 0)

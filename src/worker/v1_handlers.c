@@ -491,7 +491,7 @@ static const h1route k_routes[] = {
 
 void v1_route(server *srv, h1req *req, const char *path)
 {
-    if (!server_route(k_routes, sizeof k_routes / sizeof *k_routes, srv, req, path))
+    if (!h1route_dispatch(k_routes, sizeof k_routes / sizeof *k_routes, srv, req, path))
         h1req_reply_openai_error(req, TS_NOT_FOUND, NULL, "unknown endpoint (this server has /v1/models, "
                                  "/v1/completions and /v1/chat/completions)", NULL, "unknown_url");
 }

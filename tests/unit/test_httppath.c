@@ -90,6 +90,29 @@ static void test_bounds(void **state)
     assert_string_equal(msg, "request path segment 1 is longer than 255 bytes");
 }
 
+/* What both route tables match: the decoded segments joined again. */
+static void test_join(void **state)
+{
+    (void)state;
+    char out[HTTPPATH_JOINED_MAX];
+    assert_int_equal(split("//v2//models/m%2Dx/infer/"), 4);
+    assert_int_equal(httppath_join(segs, 4, out), strlen("/v2/models/m-x/infer"));
+    assert_string_equal(out, "/v2/models/m-x/infer");
+    assert_int_equal(httppath_join(segs, 0, out), 1);
+    assert_string_equal(out, "/");
+    /* the longest path split accepts fits */
+    char longest[HTTPPATH_MAX_SEGS * (HTTPPATH_SEG_MAX + 1) + 1], *p = longest;
+    for (int i = 0; i < HTTPPATH_MAX_SEGS; i++) {
+        *p++ = '/';
+        memset(p, 'a', HTTPPATH_SEG_MAX - 1);
+        p += HTTPPATH_SEG_MAX - 1;
+    }
+    *p = '\0';
+    assert_int_equal(split(longest), HTTPPATH_MAX_SEGS);
+    assert_int_equal(httppath_join(segs, HTTPPATH_MAX_SEGS, out), strlen(longest));
+    assert_string_equal(out, longest);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -97,6 +120,7 @@ int main(void)
         cmocka_unit_test(test_bad_escapes_kept),
         cmocka_unit_test(test_unsafe_decodings_refused),
         cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_join),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -61,10 +61,6 @@ struct server {
 };
 
 
-/* Runs the row of table that path (a request's decoded segments joined by '/') and req's
- * method match, with srv as its context; answers 405 with the Allow the rows give when only
- * the method is wrong; false when no row matches the path (the caller answers 404). */
-bool server_route(const h1route *table, size_t n, server *srv, h1req *req, const char *path);
 /* A route parameter (a decoded segment) as a C string. */
 void server_param(const h1route_param *p, char out[HTTPPATH_SEG_MAX]);
 
