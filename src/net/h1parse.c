@@ -204,14 +204,13 @@ static int on_headers_complete(http_parser *p)
     size_t announced = r->chunked ? SIZE_MAX : has_len ? (size_t)p->content_length : 0;
     if (announced == 0) return 0;
     if (s->admit) {
-        char msg[sizeof c->err];
-        msg[0] = '\0';
+        ts_err refusal = {.http = TS_BAD_REQUEST, .msg = ""};
         c->busy++;
-        int code = s->admit(r, announced, msg, sizeof msg, s->admit_arg);
+        bool ok = s->admit(r, announced, &refusal, s->admit_arg);
         c->busy--;
-        if (code) {
-            c->err_code = code;
-            return ts_fail(c->err, sizeof c->err, "%s", msg[0] ? msg : "request body refused");
+        if (!ok) {
+            c->err_code = refusal.http;
+            return ts_fail(c->err, sizeof c->err, "%s", refusal.msg[0] ? refusal.msg : "request body refused");
         }
     }
     r->body_want = r->chunked ? 0 : announced;

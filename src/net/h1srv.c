@@ -749,12 +749,12 @@ h1srv *h1srv_create(struct event_base *base, const h1srv_limits *lim, h1_request
 /* Between the parser and the program's admission: a refusal keeps the reply headers the
  * callback added (WWW-Authenticate, Retry-After), which the layer's error reply would
  * otherwise drop as a handler's. */
-static int admit_call(h1req *r, size_t content_length, char *msg, size_t msglen, void *arg)
+static bool admit_call(h1req *r, size_t content_length, ts_err *refusal, void *arg)
 {
     h1srv *s = arg;
-    int code = s->user_admit(r, content_length, msg, msglen, s->user_admit_arg);
-    r->admit_refused = code != 0;
-    return code;
+    bool ok = s->user_admit(r, content_length, refusal, s->user_admit_arg);
+    r->admit_refused = !ok;
+    return ok;
 }
 
 void h1srv_set_body_admit(h1srv *s, h1_body_admit_cb *cb, void *arg)

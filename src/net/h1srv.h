@@ -66,13 +66,13 @@ typedef void h1_request_cb(h1req *req, void *arg);
 
 /* Optional: called when a request's header block is parsed and it announces a body,
  * before any byte of the body is read and before "100 Continue". content_length is the
- * announced length, or SIZE_MAX for a chunked body. Return 0 to read the body, or an HTTP
- * status (401 for missing credentials, 503 when a memory budget is spent) with a message in
- * msg to refuse it; the layer answers with that JSON error (the error-body hook's shape),
+ * announced length, or SIZE_MAX for a chunked body. Return true to read the body, or false
+ * with the refusal in *refusal (401 for missing credentials, 503 when a memory budget is
+ * spent, and a message); the layer answers with that error (the error-body hook's shape),
  * keeping the reply headers the callback added (WWW-Authenticate, Retry-After), and closes
  * the connection without reading the body. The handler may keep state on the request with
  * h1req_set_user. The request's head (method, path, headers) may be read here. */
-typedef int h1_body_admit_cb(h1req *req, size_t content_length, char *msg, size_t msglen, void *arg);
+typedef bool h1_body_admit_cb(h1req *req, size_t content_length, ts_err *refusal, void *arg);
 
 /* Optional, the budget for read-ahead: while a request is handled its connection reads on,
  * up to max_header_bytes + max_body_bytes (the next request, and behind it a hang-up), in a

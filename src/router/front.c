@@ -81,12 +81,11 @@ static void client_key(const h1req *req, uint8_t key[AUTHLIMIT_KEY])
     authlimit_key(host, key);
 }
 
-/* Lets a request that needs credentials go on (0), or says how to answer it: 429 +
+/* Lets a request that needs credentials go on (true), or says how to answer it in *e: 429 +
  * Retry-After while its address is blocked (good credentials too: the penalty is the
- * address's), 401 without good credentials; the message goes to msg and the headers onto
- * req. A wrong credential counts towards the block; a missing one does not (it guesses
- * nothing). */
-static int authorize(router *r, h1req *req, cred c, bool www_bearer, const char *why, char *msg, size_t len)
+ * address's), 401 without good credentials; the headers go onto req. A wrong credential
+ * counts towards the block; a missing one does not (it guesses nothing). */
+static bool authorize(router *r, h1req *req, cred c, bool www_bearer, const char *why, ts_err *e)
 {
     const rc_auth_limit *lim = &r->cfg->auth_limit;
     uint8_t key[AUTHLIMIT_KEY];
@@ -95,11 +94,12 @@ static int authorize(router *r, h1req *req, cred c, bool www_bearer, const char 
     if (authlimit_blocked(r->auth, key, now, &left)) {
         char after[24];
         snprintf(after, sizeof after, "%.0f", ceil(left));
-        snprintf(msg, len, "too many failed authentication attempts from this address: retry after %s s", after);
+        ts_err_set(e, TS_TOO_MANY_REQUESTS, "too many failed authentication attempts from this address: retry after %s s",
+                   after);
         h1req_add_header(req, "Retry-After", after);
-        return TS_TOO_MANY_REQUESTS;
+        return false;
     }
-    if (c == CRED_OK) return 0;
+    if (c == CRED_OK) return true;
     if (c == CRED_BAD && authlimit_failed(r->auth, key, now)) {
         char n[16];
         snprintf(n, sizeof n, "%u", lim->max_failures);
@@ -107,19 +107,19 @@ static int authorize(router *r, h1req *req, cred c, bool www_bearer, const char 
                   n, lim->window_s, lim->block_s);
     }
     if (www_bearer) h1req_add_header(req, "WWW-Authenticate", "Bearer");
-    snprintf(msg, len, "%s", why);
-    return TS_UNAUTHORIZED;
+    ts_err_set(e, TS_UNAUTHORIZED, "%s", why);
+    return false;
 }
 
 /* Bearer credentials for an endpoint taking any of tokens (digests of unset ones match
- * nothing), checked against every one of them. Returns 400 (message in msg) for two
+ * nothing), checked against every one of them into *out. False (a 400 in *e) for two
  * Authorization headers. */
-static int bearer_cred(h1req *req, const secret_digest *const *tokens, size_t n, cred *out, char *msg, size_t len)
+static bool bearer_cred(h1req *req, const secret_digest *const *tokens, size_t n, cred *out, ts_err *e)
 {
     const char *auth = NULL;
     if (single_header(req, "Authorization", &auth)) {
-        snprintf(msg, len, "Authorization appears more than once");
-        return TS_BAD_REQUEST;
+        ts_err_set(e, TS_BAD_REQUEST, "Authorization appears more than once");
+        return false;
     }
     /* a token longer than any config allows is not hashed and matches nothing: that bounds the
      * work a client causes and tells it nothing but its own length (n is 1 or 2) */
@@ -127,24 +127,24 @@ static int bearer_cred(h1req *req, const secret_digest *const *tokens, size_t n,
     bool ok = false;
     for (size_t i = 0; i < n; i++) ok |= secret_matches(given, RT_SECRET_MAX + 1, tokens[i]);
     *out = ok ? CRED_OK : given || auth ? CRED_BAD : CRED_NONE;
-    return 0;
+    return true;
 }
 
 /* A tenant's API key, once tenants have keys: in api_key_header, or on /v1 (where OpenAI's
  * SDKs send it so) as "Authorization: Bearer <key>". *tenant: the tenant it names. */
-static int tenant_cred(router *r, h1req *req, bool say_bearer, const rc_tenant **tenant, char *msg, size_t len)
+static bool tenant_cred(router *r, h1req *req, bool say_bearer, const rc_tenant **tenant, ts_err *e)
 {
     const router_config *c = r->cfg;
     const char *key = NULL;
     if (single_header(req, c->api_key_header, &key)) {
-        snprintf(msg, len, "%s appears more than once", c->api_key_header);
-        return TS_BAD_REQUEST;
+        ts_err_set(e, TS_BAD_REQUEST, "%s appears more than once", c->api_key_header);
+        return false;
     }
     if (!key && v1_path(req)) {
         const char *auth = NULL;
         if (single_header(req, "Authorization", &auth)) {
-            snprintf(msg, len, "Authorization appears more than once");
-            return TS_BAD_REQUEST;
+            ts_err_set(e, TS_BAD_REQUEST, "Authorization appears more than once");
+            return false;
         }
         key = secret_bearer(auth);
     }
@@ -152,7 +152,7 @@ static int tenant_cred(router *r, h1req *req, bool say_bearer, const rc_tenant *
     char why[160];
     snprintf(why, sizeof why, "%s%s %s", c->api_key_header, say_bearer ? " (or Authorization: Bearer)" : "",
              key ? "is not a known key" : "is missing");
-    return authorize(r, req, *tenant ? CRED_OK : key ? CRED_BAD : CRED_NONE, false, why, msg, len);
+    return authorize(r, req, *tenant ? CRED_OK : key ? CRED_BAD : CRED_NONE, false, why, e);
 }
 
 /* ---- the gate: credentials from the request's head -----------------------------------
@@ -170,52 +170,50 @@ typedef enum {
     EP_INDEX,         /* a tenant's key or the admin token */
 } endpoint_kind;
 
-/* Lets a request go on to its endpoint (0; *tenant: the tenant its key names, when tenants
- * have keys), or says how to answer it: the status, its message in msg, its headers
- * (WWW-Authenticate, Retry-After) added to req. */
-static int front_gate(router *r, h1req *req, endpoint_kind ep, const rc_tenant **tenant, char *msg, size_t len)
+/* Lets a request go on to its endpoint (true; *tenant: the tenant its key names, when
+ * tenants have keys), or says how to answer it: the status and its message in *e, its
+ * headers (WWW-Authenticate, Retry-After) added to req. */
+static bool front_gate(router *r, h1req *req, endpoint_kind ep, const rc_tenant **tenant, ts_err *e)
 {
     const router_config *c = r->cfg;
     cred cr = CRED_NONE;
-    int code;
     *tenant = NULL;
     switch (ep) {
     case EP_OPEN:
-        return 0;
+        return true;
     case EP_TENANT:
     case EP_TENANT_MODELS:
-        if (!rconfig_tenant_keys(c)) return 0;
-        return tenant_cred(r, req, ep == EP_TENANT_MODELS, tenant, msg, len);
+        if (!rconfig_tenant_keys(c)) return true;
+        return tenant_cred(r, req, ep == EP_TENANT_MODELS, tenant, e);
     case EP_METRICS: {
         /* tenant names and what each spent: the admin token's, or the scrape token's alone */
-        if (!c->admin_token && !c->metrics_token) return 0;
+        if (!c->admin_token && !c->metrics_token) return true;
         const secret_digest *tokens[] = {&r->admin_digest, &r->metrics_digest};
-        if ((code = bearer_cred(req, tokens, 2, &cr, msg, len))) return code;
-        return authorize(r, req, cr, true, "/metrics needs Authorization: Bearer <metrics_token or admin_token>", msg,
-                         len);
+        if (!bearer_cred(req, tokens, 2, &cr, e)) return false;
+        return authorize(r, req, cr, true, "/metrics needs Authorization: Bearer <metrics_token or admin_token>", e);
     }
     case EP_ADMIN:
-        if (!c->admin_token) return 0;
-        if ((code = bearer_cred(req, (const secret_digest *const[]){&r->admin_digest}, 1, &cr, msg, len))) return code;
-        return authorize(r, req, cr, true, "admin endpoints need Authorization: Bearer <admin_token>", msg, len);
+        if (!c->admin_token) return true;
+        if (!bearer_cred(req, (const secret_digest *const[]){&r->admin_digest}, 1, &cr, e)) return false;
+        return authorize(r, req, cr, true, "admin endpoints need Authorization: Bearer <admin_token>", e);
     case EP_INDEX: {
         /* the fleet's model names: clients need them (an API key will do), strangers not */
-        if (!c->admin_token && !rconfig_tenant_keys(c)) return 0;
+        if (!c->admin_token && !rconfig_tenant_keys(c)) return true;
         const char *key = NULL;
         if (single_header(req, c->api_key_header, &key)) {
-            snprintf(msg, len, "%s appears more than once", c->api_key_header);
-            return TS_BAD_REQUEST;
+            ts_err_set(e, TS_BAD_REQUEST, "%s appears more than once", c->api_key_header);
+            return false;
         }
-        if ((code = bearer_cred(req, (const secret_digest *const[]){&r->admin_digest}, 1, &cr, msg, len))) return code;
+        if (!bearer_cred(req, (const secret_digest *const[]){&r->admin_digest}, 1, &cr, e)) return false;
         if (rt_tenant_by_key(r->cfg, r->key_digests, key)) cr = CRED_OK;
         else if (key && cr == CRED_NONE) cr = CRED_BAD;
         char why[160];
         snprintf(why, sizeof why, "/v2/repository/index needs %s or Authorization: Bearer <admin_token>",
                  c->api_key_header);
-        return authorize(r, req, cr, c->admin_token != NULL, why, msg, len);
+        return authorize(r, req, cr, c->admin_token != NULL, why, e);
     }
     }
-    return 0;
+    return true;
 }
 
 static void copy_header(const h1req *req, const char *name, char *out, size_t len)
@@ -228,36 +226,34 @@ static void copy_header(const h1req *req, const char *name, char *out, size_t le
  * answered here and never costs a backend anything: the Content-Encoding (inflated into a
  * scratch copy, bounded by max_body_bytes; the original bytes are what is forwarded), the
  * Inference-Header-Content-Length, and the JSON part's syntax and request shape (jcheck: one
- * pass, no tree). Returns 0, or the status to answer with and a message naming the problem. */
-static int check_infer_body(const proxy_req *pr, char *msg, size_t len)
+ * pass, no tree). True, or false with the status to answer with and a message naming the problem in *err. */
+static bool check_infer_body(const proxy_req *pr, ts_err *err)
 {
     zc_kind enc;
-    ts_err err = {0};
     const uint8_t *body = pr->body;
     size_t n = pr->body_len;
     uint8_t *plain = NULL;
-    if (!zcodec_request_encoding(pr->cenc[0] ? pr->cenc : NULL, &enc, &err) ||
+    if (!zcodec_request_encoding(pr->cenc[0] ? pr->cenc : NULL, &enc, err) ||
         (enc != ZC_NONE &&
-         !zcodec_request_inflate(enc, pr->body, pr->body_len, pr->r->cfg->max_body_bytes, &plain, &n, &err))) {
-        snprintf(msg, len, "%s", err.msg);
-        return err.http;
-    }
+         !zcodec_request_inflate(enc, pr->body, pr->body_len, pr->r->cfg->max_body_bytes, &plain, &n, err)))
+        return false;
     if (enc != ZC_NONE) body = plain;
-    int code = 0;
+    bool ok = false;
     int64_t jlen;
-    if (infer_header_len(pr->ihcl[0] ? pr->ihcl : NULL, &jlen, &err) && jlen == -1) jlen = (int64_t)n;
-    if (jlen >= 0 && (uint64_t)jlen > n)
-        ts_err_set(&err, TS_BAD_REQUEST, "Inference-Header-Content-Length %lld is larger than the %zu-byte body", (long long)jlen, n);
-    else if (jlen == 0)
-        ts_err_set(&err, TS_BAD_REQUEST, "empty request body: expected a JSON inference request");
-    if (err.http) {
-        snprintf(msg, len, "%s", err.msg);
-        code = err.http;
-    } else if (jcheck_infer_request((const char *)body, (size_t)jlen, msg, len) != 0) {
-        code = 400;
+    if (!infer_header_len(pr->ihcl[0] ? pr->ihcl : NULL, &jlen, err)) {
+        /* err says why */
+    } else if (jlen != -1 && (uint64_t)jlen > n) {
+        ts_err_set(err, TS_BAD_REQUEST, "Inference-Header-Content-Length %lld is larger than the %zu-byte body",
+                   (long long)jlen, n);
+    } else if ((jlen == -1 ? n : (size_t)jlen) == 0) {
+        ts_err_set(err, TS_BAD_REQUEST, "empty request body: expected a JSON inference request");
+    } else if (jcheck_infer_request((const char *)body, jlen == -1 ? n : (size_t)jlen, err->msg, sizeof err->msg) != 0) {
+        err->http = TS_BAD_REQUEST;
+    } else {
+        ok = true;
     }
     free(plain);
-    return code;
+    return ok;
 }
 
 /* The client's request id when it is one header of visible ASCII (0x21-0x7e) that fits,
@@ -364,10 +360,9 @@ static void handle_model(router *r, h1req *req, const char *model, const char *v
     pr->method = method;
     pr->is_infer = strcmp(verb, "infer") == 0;
     rt_proxy_begin(pr);
-    char msg[sizeof(((ts_err *)0)->msg)];
-    int code = pr->is_infer ? check_infer_body(pr, msg, sizeof msg) : 0;
-    if (code) {
-        rt_proxy_fail(pr, code, OUT_CLIENT_ERR, msg);
+    ts_err err;
+    if (pr->is_infer && !check_infer_body(pr, &err)) {
+        rt_proxy_fail(pr, err.http, OUT_CLIENT_ERR, err.msg);
         return;
     }
     rt_proxy_route(pr);
@@ -675,14 +670,17 @@ static bool has_credentials(const router_config *c)
     return c->admin_token || c->metrics_token || rconfig_tenant_keys(c);
 }
 
-int rt_front_admit(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
+bool rt_front_admit(h1req *req, size_t len, ts_err *refusal, void *arg)
 {
     router *r = arg;
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX];
-    int n = httppath_request_h1(req, segs, msg, msglen);
+    int n = httppath_request_h1(req, segs, refusal->msg, sizeof refusal->msg);
     /* a malformed path is no endpoint: with credentials configured its body is not read (the
      * handler's 400, from the head); without, the handler answers it as before */
-    if (n < 0 && has_credentials(r->cfg)) return TS_BAD_REQUEST;
+    if (n < 0 && has_credentials(r->cfg)) {
+        refusal->http = TS_BAD_REQUEST;
+        return false;
+    }
     char allow[64] = "";
     endpoint_kind ep = EP_OPEN;
     h1route_param params[H1ROUTE_MAX_PARAMS];
@@ -690,30 +688,30 @@ int rt_front_admit(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
     front_path path;
     if (n >= 0) front_route(req, segs, (size_t)n, path, &ep, params, &np, allow, sizeof allow);
     const rc_tenant *tenant = NULL;
-    int code = front_gate(r, req, ep, &tenant, msg, msglen);
-    if (code) return code;
+    if (!front_gate(r, req, ep, &tenant, refusal)) return false;
     if (ep == EP_OPEN && allow[0] && has_credentials(r->cfg)) { /* the handler's 405, from the head */
         h1req_add_header(req, "Allow", allow);
-        snprintf(msg, msglen, "%s", strcmp(segs[0], "dashboard") == 0
-                                        ? "method not allowed for this endpoint: the dashboard takes GET"
-                                        : "method not allowed for this endpoint");
-        return TS_METHOD_NOT_ALLOWED;
+        ts_err_set(refusal, TS_METHOD_NOT_ALLOWED, "%s",
+                   strcmp(segs[0], "dashboard") == 0 ? "method not allowed for this endpoint: the dashboard takes GET"
+                                                     : "method not allowed for this endpoint");
+        return false;
     }
     if (ep == EP_OPEN && has_credentials(r->cfg)) {
-        snprintf(msg, msglen, "refusing the request body unread: %s %.60s takes none (bodies are read only for "
-                 "endpoints that take one, once the request's credentials pass)", h1req_method_name(req), h1req_path(req));
-        return TS_PAYLOAD_TOO_LARGE;
+        ts_err_set(refusal, TS_PAYLOAD_TOO_LARGE,
+                   "refusing the request body unread: %s %.60s takes none (bodies are read only for endpoints that "
+                   "take one, once the request's credentials pass)", h1req_method_name(req), h1req_path(req));
+        return false;
     }
     size_t want = len == SIZE_MAX ? (size_t)r->cfg->max_body_bytes : len;
     if (!budget_take(r->bodies, want)) {
         budget_note_refusal(r->bodies);
-        snprintf(msg, msglen, "request bodies in flight would pass the in-flight body budget of %zu bytes "
-                 "(max_inflight_body_bytes); retry later", budget_limit(r->bodies));
-        return TS_UNAVAILABLE;
+        ts_err_set(refusal, TS_UNAVAILABLE, "request bodies in flight would pass the in-flight body budget of %zu bytes "
+                   "(max_inflight_body_bytes); retry later", budget_limit(r->bodies));
+        return false;
     }
     h1req_set_user(req, (void *)(uintptr_t)want);
     h1req_on_end(req, rt_proxy_on_end, r);
-    return 0;
+    return true;
 }
 
 void rt_on_request(h1req *req, void *arg)
@@ -743,9 +741,9 @@ void rt_on_request(h1req *req, void *arg)
     const h1route *row = front_route(req, segs, n, path, &ep, params, &np, allow, sizeof allow);
     /* credentials first (a request with a body had them checked before its body was read) */
     front_call fc = {r, NULL, segs, n};
-    int code = front_gate(r, req, ep, &fc.keyed, msg, sizeof msg);
-    if (code) {
-        front_error(req, code, msg);
+    ts_err refusal;
+    if (!front_gate(r, req, ep, &fc.keyed, &refusal)) {
+        front_error(req, refusal.http, refusal.msg);
         return;
     }
     if (row) {

@@ -18,5 +18,5 @@ void rt_on_request(h1req *req, void *arg);
 /* h1srv's body admission (arg: the router): the request's credentials from its head (the
  * status and message its endpoint would answer), then its body's share of r->bodies (503
  * past it), before a byte of the body is read or "100 Continue" sent. */
-int rt_front_admit(h1req *req, size_t len, char *msg, size_t msglen, void *arg);
+bool rt_front_admit(h1req *req, size_t len, ts_err *refusal, void *arg);
 #endif

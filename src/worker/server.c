@@ -374,7 +374,7 @@ static void note_unauthorized(server *srv, h1req *req, const char *why)
  * none from a client without the token. Then the announced bytes are held against the
  * in-flight body budget (a chunked body: the most it may grow to), so that bodies still being
  * read count too. */
-static int admit_body(h1req *req, size_t len, char *msg, size_t msglen, void *arg)
+static bool admit_body(h1req *req, size_t len, ts_err *refusal, void *arg)
 {
     server *srv = arg;
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], pmsg[160];
@@ -383,30 +383,32 @@ static int admit_body(h1req *req, size_t len, char *msg, size_t msglen, void *ar
     gate g = request_gate(srv, req, n, segs, &why);
     if (g == GATE_REFUSED) {
         note_unauthorized(srv, req, why);
-        snprintf(msg, msglen, "%s", why);
-        return TS_UNAUTHORIZED;
+        ts_err_set(refusal, TS_UNAUTHORIZED, "%s", why);
+        return false;
     }
     if (g == GATE_OPEN && n >= 1 && strcmp(segs[0], "dashboard") == 0 && !method_is(req, H1_GET)) {
         h1req_add_header(req, "Allow", "GET, HEAD"); /* webassets' 405, from the head */
-        snprintf(msg, msglen, "method not allowed for this endpoint: the dashboard takes GET");
-        return TS_METHOD_NOT_ALLOWED;
+        ts_err_set(refusal, TS_METHOD_NOT_ALLOWED, "method not allowed for this endpoint: the dashboard takes GET");
+        return false;
     }
     if (g == GATE_OPEN) {
-        snprintf(msg, msglen, "refusing a request body unread: the health probes and the dashboard take none, "
-                 "and other endpoints need Authorization: Bearer <token> (TIERSERVE_AUTH_TOKEN)");
-        return TS_PAYLOAD_TOO_LARGE;
+        ts_err_set(refusal, TS_PAYLOAD_TOO_LARGE,
+                   "refusing a request body unread: the health probes and the dashboard take none, "
+                   "and other endpoints need Authorization: Bearer <token> (TIERSERVE_AUTH_TOKEN)");
+        return false;
     }
     size_t want = len == SIZE_MAX ? (size_t)srv->set->max_body_bytes : len;
     if (!budget_take(srv->bodies, want)) {
         budget_note_refusal(srv->bodies);
-        snprintf(msg, msglen, "request bodies in flight would pass the in-flight body budget of %zu bytes "
-                 "(TIERSERVE_MAX_INFLIGHT_BODY_BYTES; %zu held now); retry later",
-                 budget_limit(srv->bodies), budget_held(srv->bodies));
-        return TS_UNAVAILABLE;
+        ts_err_set(refusal, TS_UNAVAILABLE,
+                   "request bodies in flight would pass the in-flight body budget of %zu bytes "
+                   "(TIERSERVE_MAX_INFLIGHT_BODY_BYTES; %zu held now); retry later",
+                   budget_limit(srv->bodies), budget_held(srv->bodies));
+        return false;
     }
     h1req_set_user(req, (void *)(uintptr_t)want);
     h1req_on_end(req, server_request_end, srv);
-    return 0;
+    return true;
 }
 
 static void on_request(h1req *req, void *arg)

@@ -101,15 +101,15 @@ static void on_request(h1req *r, void *arg)
     else answer(r);
 }
 
-static int admit(h1req *r, size_t len, char *msg, size_t msglen, void *arg)
+static bool admit(h1req *r, size_t len, ts_err *refusal, void *arg)
 {
     (void)r;
     (void)arg;
     if (len != SIZE_MAX && len > 3000) {
-        snprintf(msg, msglen, "over the fuzz budget");
-        return 503;
+        ts_err_set(refusal, TS_UNAVAILABLE, "over the fuzz budget");
+        return false;
     }
-    return 0;
+    return true;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

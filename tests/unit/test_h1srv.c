@@ -143,18 +143,18 @@ static void admit_end(h1req *r, bool completed, void *arg)
     f->released += f->admitted_len;
 }
 
-static int admit(h1req *r, size_t len, char *msg, size_t msglen, void *arg)
+static bool admit(h1req *r, size_t len, ts_err *refusal, void *arg)
 {
     fx *f = arg;
     f->admits++;
     if (f->admit_header) h1req_add_header(r, "WWW-Authenticate", "Bearer");
     if (f->admit_status) {
-        snprintf(msg, msglen, "body budget spent (test)");
-        return f->admit_status;
+        ts_err_set(refusal, f->admit_status, "body budget spent (test)");
+        return false;
     }
     f->admitted_len = len;
     h1req_on_end(r, admit_end, f);
-    return 0;
+    return true;
 }
 
 static fx *fx_new(int mode, size_t max_body, double timeout_s, size_t max_conns)
