@@ -22,35 +22,34 @@ static priority_class parse_priority(const char *v)
  * sensitive data where it must not go. */
 static const char *const k_plain_classes[] = {"public", "internal", "normal"};
 
-static int parse_data_class(const char *v, bool *sensitive)
+static bool parse_data_class(const char *v, bool *sensitive)
 {
     *sensitive = false;
-    if (!v) return 0;
+    if (!v) return true;
     if (strcasecmp(v, "sensitive") == 0) {
         *sensitive = true;
-        return 0;
+        return true;
     }
     for (size_t i = 0; i < sizeof k_plain_classes / sizeof k_plain_classes[0]; i++)
-        if (strcasecmp(v, k_plain_classes[i]) == 0) return 0;
-    return -1;
+        if (strcasecmp(v, k_plain_classes[i]) == 0) return true;
+    return false;
 }
 
-int rt_classify(const router_config *c, const rt_class_in *in, const rc_tenant *keyed, rt_class *out, char *msg,
-                size_t len)
+bool rt_classify(const router_config *c, const rt_class_in *in, const rc_tenant *keyed, rt_class *out, ts_err *e)
 {
     out->prio = parse_priority(in->priority);
     if (out->prio == PRIO_COUNT) {
-        snprintf(msg, len, "%s must be urgent, normal or batch", c->priority_header);
-        return TS_BAD_REQUEST;
+        ts_err_set(e, TS_BAD_REQUEST, "%s must be urgent, normal or batch", c->priority_header);
+        return false;
     }
-    if (parse_data_class(in->data_class, &out->sensitive)) {
-        snprintf(msg, len, "%s must be one value: sensitive, or public, internal or normal (not sensitive)",
-                 c->data_class_header);
-        return TS_BAD_REQUEST;
+    if (!parse_data_class(in->data_class, &out->sensitive)) {
+        ts_err_set(e, TS_BAD_REQUEST, "%s must be one value: sensitive, or public, internal or normal (not sensitive)",
+                   c->data_class_header);
+        return false;
     }
     if (in->version && strlen(in->version) >= 32) {
-        snprintf(msg, len, "model version is longer than 31 characters");
-        return TS_BAD_REQUEST;
+        ts_err_set(e, TS_BAD_REQUEST, "model version is longer than 31 characters");
+        return false;
     }
     /* tenant: the one its API key names when tenants have keys (the gate checked it), else
      * from the tenant header; a tenant may be marked sensitive as a whole */
@@ -67,12 +66,12 @@ int rt_classify(const router_config *c, const rt_class_in *in, const rc_tenant *
         char *end = NULL;
         long ms = strtol(in->deadline, &end, 10);
         if (end == in->deadline || *end || ms <= 0) {
-            snprintf(msg, len, "%s must be a positive number of milliseconds", c->deadline_header);
-            return TS_BAD_REQUEST;
+            ts_err_set(e, TS_BAD_REQUEST, "%s must be a positive number of milliseconds", c->deadline_header);
+            return false;
         }
         if ((unsigned long)ms < out->deadline_ms) out->deadline_ms = (unsigned)ms;
     }
-    return 0;
+    return true;
 }
 
 const rc_tenant *rt_tenant_by_key(const router_config *c, const secret_digest *digests, const char *key)

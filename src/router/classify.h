@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "err.h"
 #include "policy.h"
 #include "rconfig.h"
 #include "secret.h"
@@ -30,10 +31,9 @@ typedef struct {
 } rt_class;
 
 /* Classifies a request. keyed: the tenant its API key named when tenants have keys (then
- * the tenant header is not read), else NULL. Returns 0, or 400 with a message naming the
- * header and what it may hold. */
-int rt_classify(const router_config *c, const rt_class_in *in, const rc_tenant *keyed, rt_class *out, char *msg,
-                size_t len);
+ * the tenant header is not read), else NULL. True, or false with a 400 in *e whose message
+ * names the header and what it may hold. */
+bool rt_classify(const router_config *c, const rt_class_in *in, const rc_tenant *keyed, rt_class *out, ts_err *e);
 
 /* The tenant whose API key this is (NULL: none, or no key), comparing the key's digest with
  * every tenant's (digests[i]: cfg->tenants[i].api_key's, secret_hash), so the time taken

@@ -310,10 +310,9 @@ static proxy_req *classify(router *r, h1req *req, const char *version, const rc_
     rt_class_in in = {.priority = vals[0], .data_class = vals[1], .tenant = vals[3], .deadline = vals[4],
                       .version = version};
     rt_class cl;
-    char msg[200];
-    int code = rt_classify(c, &in, keyed, &cl, msg, sizeof msg);
-    if (code) {
-        front_error(req, code, msg);
+    ts_err err;
+    if (!rt_classify(c, &in, keyed, &cl, &err)) {
+        front_error(req, err.http, err.msg);
         return NULL;
     }
     proxy_req *pr = calloc(1, sizeof *pr);
@@ -378,10 +377,9 @@ static void handle_v1(router *r, h1req *req, const char *target, const rc_tenant
     pr->method = H1_POST;
     pr->is_infer = true;
     rt_proxy_begin(pr);
-    char msg[400];
-    int code = rt_v1_parse(pr, msg, sizeof msg, &pr->v1.param);
-    if (code) {
-        rt_proxy_fail(pr, code, OUT_CLIENT_ERR, msg);
+    ts_err err;
+    if (!rt_v1_parse(pr, &err, &pr->v1.param)) {
+        rt_proxy_fail(pr, err.http, OUT_CLIENT_ERR, err.msg);
         return;
     }
     rt_proxy_route(pr);

@@ -14,11 +14,11 @@
 
 /* ---- the request ------------------------------------------------------------------------ */
 
-static int fail(char *msg, size_t len, const char **param, const char *which, const char *text)
+static bool fail(ts_err *e, const char **param, const char *which, const char *text)
 {
-    snprintf(msg, len, "%s", text);
+    ts_err_set(e, TS_BAD_REQUEST, "%s", text);
     *param = which;
-    return 400;
+    return false;
 }
 
 /* A scan over JSON that jcheck_syntax() has passed: well-formed, so it needs no error paths,
@@ -82,37 +82,34 @@ static bool span_is(const char *s, span v, const char *word)
     return v.end - v.start == strlen(word) && memcmp(s + v.start, word, v.end - v.start) == 0;
 }
 
-int rt_v1_parse(proxy_req *pr, char *msg, size_t len, const char **param)
+bool rt_v1_parse(proxy_req *pr, ts_err *e, const char **param)
 {
     *param = NULL;
     zc_kind enc;
-    ts_err zerr;
     uint8_t *plain = NULL;
     size_t plain_len = 0;
-    if (!zcodec_request_encoding(pr->cenc[0] ? pr->cenc : NULL, &enc, &zerr) ||
+    if (!zcodec_request_encoding(pr->cenc[0] ? pr->cenc : NULL, &enc, e) ||
         (enc != ZC_NONE &&
-         !zcodec_request_inflate(enc, pr->body, pr->body_len, pr->r->cfg->max_body_bytes, &plain, &plain_len, &zerr))) {
-        snprintf(msg, len, "%s", zerr.msg);
-        return zerr.http;
-    }
+         !zcodec_request_inflate(enc, pr->body, pr->body_len, pr->r->cfg->max_body_bytes, &plain, &plain_len, e)))
+        return false;
     if (enc != ZC_NONE) { /* read and forwarded plain: the model may have to be rewritten */
         free(pr->body);
         pr->body = plain;
         pr->body_len = plain_len;
         pr->cenc[0] = '\0';
     }
-    if (pr->body_len == 0) return fail(msg, len, param, NULL, "empty request body: expected a JSON object");
+    if (pr->body_len == 0) return fail(e, param, NULL, "empty request body: expected a JSON object");
     /* jcheck: one bounded, non-recursive pass (syntax, UTF-8, nesting at most 64) that lets the
      * scan below trust the text; no tree is built of a body that may be megabytes of prompt */
     char jerr_text[160];
     const char *s = (const char *)pr->body;
     size_t n = pr->body_len;
     if (jcheck_syntax(s, n, jerr_text, sizeof jerr_text) != 0) {
-        snprintf(msg, len, "the request body is not valid JSON: %s", jerr_text);
-        return 400;
+        ts_err_set(e, TS_BAD_REQUEST, "the request body is not valid JSON: %s", jerr_text);
+        return false;
     }
     size_t i = skip_ws(s, n, 0);
-    if (i >= n || s[i] != '{') return fail(msg, len, param, NULL, "the request body must be a JSON object");
+    if (i >= n || s[i] != '{') return fail(e, param, NULL, "the request body must be a JSON object");
     span model = {0, 0}, stream = {0, 0};
     for (i = skip_ws(s, n, i + 1); i < n && s[i] == '"';) {
         size_t k = i;
@@ -124,44 +121,44 @@ int rt_v1_parse(proxy_req *pr, char *msg, size_t len, const char **param)
         i = skip_value(s, n, i);
         span *which = key && strcmp(key, "model") == 0 ? &model : key && strcmp(key, "stream") == 0 ? &stream : NULL;
         if (which && which->end) { /* the router and the worker must read the same one */
-            snprintf(msg, len, "%s is given more than once (a duplicate key)", key);
+            ts_err_set(e, TS_BAD_REQUEST, "%s is given more than once (a duplicate key)", key);
             *param = key;
-            return 400;
+            return false;
         }
         if (which) *which = (span){v, i};
         i = skip_ws(s, n, i);
         if (i < n && s[i] == ',') i = skip_ws(s, n, i + 1);
     }
-    if (!model.end) return fail(msg, len, param, "model", "you must provide a model parameter");
-    if (s[model.start] != '"') return fail(msg, len, param, "model", "model must be a string");
+    if (!model.end) return fail(e, param, "model", "you must provide a model parameter");
+    if (s[model.start] != '"') return fail(e, param, "model", "model must be a string");
     /* a name of RT_V1_MODEL_MAX bytes takes at most 6 x that as JSON (\uXXXX each) */
     if (model.end - model.start > 6 * RT_V1_MODEL_MAX + 2) {
-        snprintf(msg, len, "model is longer than %u bytes", RT_V1_MODEL_MAX);
+        ts_err_set(e, TS_BAD_REQUEST, "model is longer than %u bytes", RT_V1_MODEL_MAX);
         *param = "model";
-        return 400;
+        return false;
     }
     json_t *jm = json_loadb(s + model.start, model.end - model.start, JSON_DECODE_ANY, NULL);
     const char *m = json_string_value(jm);
     size_t mlen = m ? json_string_length(jm) : 0;
-    int code = 0;
-    if (!m) code = fail(msg, len, param, "model", "model must be a string without \\u0000");
-    else if (mlen == 0) code = fail(msg, len, param, "model", "model must not be empty");
+    bool ok = true;
+    if (!m) ok = fail(e, param, "model", "model must be a string without \\u0000");
+    else if (mlen == 0) ok = fail(e, param, "model", "model must not be empty");
     else if (mlen > RT_V1_MODEL_MAX) {
-        snprintf(msg, len, "model is %zu bytes long; at most %u are allowed", mlen, RT_V1_MODEL_MAX);
+        ts_err_set(e, TS_BAD_REQUEST, "model is %zu bytes long; at most %u are allowed", mlen, RT_V1_MODEL_MAX);
         *param = "model";
-        code = 400;
+        ok = false;
     }
-    for (size_t c = 0; !code && c < mlen; c++) /* it goes into logs and metric labels */
+    for (size_t c = 0; ok && c < mlen; c++) /* it goes into logs and metric labels */
         if ((unsigned char)m[c] < 0x20 || (unsigned char)m[c] == 0x7f)
-            code = fail(msg, len, param, "model", "model must not contain control characters");
-    if (!code) memcpy(pr->logical, m, mlen + 1);
+            ok = fail(e, param, "model", "model must not contain control characters");
+    if (ok) memcpy(pr->logical, m, mlen + 1);
     json_decref(jm);
-    if (code) return code;
+    if (!ok) return false;
     if (stream.end && !span_is(s, stream, "true") && !span_is(s, stream, "false") && !span_is(s, stream, "null"))
-        return fail(msg, len, param, "stream", "stream must be true or false");
+        return fail(e, param, "stream", "stream must be true or false");
     pr->v1.model_at = model.start;
     pr->v1.model_end = model.end;
-    return 0;
+    return true;
 }
 
 int rt_v1_body_for(proxy_req *pr, const uint8_t **body, size_t *len)

@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "err.h"
 #include "h1cli.h"
 #include "h1srv.h"
 #include "v1acct.h"
@@ -83,9 +84,9 @@ typedef void (*rt_v1_pass_fn)(struct proxy_req *pr, const uint8_t *data, size_t 
 /* Reads a /v1 request's body (pr->body, pr->cenc): inflated when it came compressed (the
  * plain bytes are what is forwarded), one JSON object nested at most 64 deep, a top-level
  * "model" (once) that is a string of 1..RT_V1_MODEL_MAX bytes with no control characters
- * (into pr->logical), "stream" (once) true, false or null when present. Returns 0, or the status to answer
- * with, a message, and the offending parameter (NULL when none). */
-int rt_v1_parse(struct proxy_req *pr, char *msg, size_t len, const char **param);
+ * (into pr->logical), "stream" (once) true, false or null when present. True, or false with
+ * the status to answer with and a message in *e and the offending parameter (NULL when none). */
+bool rt_v1_parse(struct proxy_req *pr, ts_err *e, const char **param);
 
 /* The body to send to pr->pool: the client's bytes when the pool serves the model under its
  * own name, else the same bytes with the model's value replaced by the pool's name for it

@@ -39,7 +39,10 @@ static void free_req(proxy_req *pr)
 static int parse(const char *body, proxy_req **out, char *msg, const char **param)
 {
     *out = new_req(body);
-    return rt_v1_parse(*out, msg, 400, param);
+    ts_err e;
+    if (rt_v1_parse(*out, &e, param)) return 0;
+    snprintf(msg, 400, "%.399s", e.msg);
+    return e.http;
 }
 
 static void test_parse_model(void **state)
