@@ -17,6 +17,7 @@ import time
 import pytest
 
 from fakehttp import FakeHTTP, echo_id
+from rawhttp import read_to_close
 import helpers
 from helpers import metric, rss_kb, sse_data
 from test_router import Router, pools_config
@@ -294,6 +295,19 @@ def test_errors_the_router_answers_on_v1_have_openais_shape(two):
     assert resp.status == 405 and resp.getheader("Allow") == "POST"
     openai_error(resp.read(), "invalid_request_error")
     conn.close()
+    # the HTTP layer's own refusal (a body announced over max_body_bytes, refused unread) has
+    # the same shape on /v1 and the plain one elsewhere
+    for path, shape in (("/v1/chat/completions", "openai"), ("/v2/models/llama/infer", "plain")):
+        with socket.create_connection(("127.0.0.1", r.port), timeout=10) as s:
+            s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      f"Content-Length: 99999999999\r\n\r\n".encode())
+            raw = read_to_close(s)
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413 "), raw[:200]
+        if shape == "openai":
+            assert "larger than the limit" in openai_error(body, "invalid_request_error")
+        else:
+            assert "larger than the limit" in json.loads(body)["error"]
     assert g.requests == [] and c.requests == []  # none of it cost a worker anything
     assert metric(r, "tierrouter_requests_total", pool="none", priority="normal", outcome="client_error") >= 5
 
