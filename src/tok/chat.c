@@ -421,6 +421,9 @@ chat_tmpl *chat_load_override(const char *path, const char *template_file, ts_er
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
         ts_err_set(err, err->http, "TIERSERVE_CHAT_TEMPLATE %s: %s", template_file, msg);
+    } else if (strncmp(t->label, template_file, sizeof t->label - 1) == 0) {
+        /* no well-known text: the setting's name (chat_source has the path, the label is short) */
+        snprintf(t->label, sizeof t->label, "TIERSERVE_CHAT_TEMPLATE");
     }
 out:
     json_decref(cfg);

@@ -362,6 +362,7 @@ static void test_override(void **state)
     chat_tmpl *t = chat_load_override(dir, file, &err);
     assert_non_null(t);
     assert_string_equal(chat_source(t), file);
+    assert_string_equal(chat_variant(t), "TIERSERVE_CHAT_TEMPLATE");
     assert_false(chat_has_tool_use(t));
     chat_msg m[] = {msg(CHAT_USER, "x")};
     render_ok(t, m, 1, "<s>mine:x");
