@@ -277,14 +277,32 @@ static const char *chat_token(json_t *cfg, const char *key)
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+/* tokenizer_config.json parsed: an object, or NULL with err set naming the file. */
+static json_t *chat_read_config(const char *cfg_path, ts_err *err)
+{
+    size_t len = 0;
+    char *data = chat_read(cfg_path, CHAT_MAX_CONFIG_BYTES, &len, err);
+    if (!data)
+        return NULL;
+    json_error_t jerr;
+    json_t *cfg = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
+    free(data);
+    if (!json_is_object(cfg)) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "%s: not a JSON object (%s, line %d)", cfg_path,
+                   cfg ? "top level" : jerr.text, jerr.line);
+        json_decref(cfg);
+        return NULL;
+    }
+    return cfg;
+}
+
 chat_tmpl *chat_load(const char *path, ts_err *err)
 {
     chat_tmpl *t = NULL;
     json_t *cfg = NULL;
-    char *data = NULL, *jinja = NULL;
+    char *jinja = NULL;
     char cfg_path[4096], dir[4096];
     struct stat st;
-    size_t len = 0;
     /* room for "/chat_template.jinja" after dir: a longer path is refused, never cut */
     if (strlen(path) + 32 > sizeof dir) {
         ts_err_set(err, TS_INTERNAL_ERROR, "%.200s...: path too long", path);
@@ -301,15 +319,8 @@ chat_tmpl *chat_load(const char *path, ts_err *err)
         else
             snprintf(dir, sizeof dir, ".");
     }
-    if (!(data = chat_read(cfg_path, CHAT_MAX_CONFIG_BYTES, &len, err)))
+    if (!(cfg = chat_read_config(cfg_path, err)))
         goto out;
-    json_error_t jerr;
-    cfg = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
-    if (!json_is_object(cfg)) {
-        ts_err_set(err, TS_INTERNAL_ERROR, "%s: not a JSON object (%s, line %d)", cfg_path,
-                   cfg ? "top level" : jerr.text, jerr.line);
-        goto out;
-    }
     json_t *ct = json_object_get(cfg, "chat_template");
     const char *src = NULL, *tool_src = NULL;
     size_t src_len = 0, tool_len = 0;
@@ -381,7 +392,6 @@ chat_tmpl *chat_load(const char *path, ts_err *err)
     }
 out:
     json_decref(cfg);
-    free(data);
     free(jinja);
     return t;
 }
@@ -391,9 +401,9 @@ chat_tmpl *chat_load_override(const char *path, const char *template_file, ts_er
     char cfg_path[4096];
     struct stat st;
     json_t *cfg = NULL;
-    char *data = NULL, *src = NULL;
+    char *src = NULL;
     chat_tmpl *t = NULL;
-    size_t len = 0, src_len = 0;
+    size_t src_len = 0;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", path);
     else
@@ -404,17 +414,9 @@ chat_tmpl *chat_load_override(const char *path, const char *template_file, ts_er
         ts_err_set(err, TS_INTERNAL_ERROR, "TIERSERVE_CHAT_TEMPLATE %s", ferr.msg);
         goto out;
     }
-    if (stat(cfg_path, &st) == 0) { /* bos_token / eos_token; a model may ship no config */
-        if (!(data = chat_read(cfg_path, CHAT_MAX_CONFIG_BYTES, &len, err)))
-            goto out;
-        json_error_t jerr;
-        cfg = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
-        if (!json_is_object(cfg)) {
-            ts_err_set(err, TS_INTERNAL_ERROR, "%s: not a JSON object (%s, line %d)", cfg_path,
-                       cfg ? "top level" : jerr.text, jerr.line);
-            goto out;
-        }
-    }
+    /* bos_token / eos_token; a model may ship no config */
+    if (stat(cfg_path, &st) == 0 && !(cfg = chat_read_config(cfg_path, err)))
+        goto out;
     t = chat_compile_named(src, src_len, chat_token(cfg, "bos_token"), chat_token(cfg, "eos_token"),
                            template_file, err);
     if (!t) {
@@ -427,7 +429,6 @@ chat_tmpl *chat_load_override(const char *path, const char *template_file, ts_er
     }
 out:
     json_decref(cfg);
-    free(data);
     free(src);
     return t;
 }
