@@ -11,7 +11,6 @@
 
 #include "chat.h"
 #include "jinja.h"
-#include "tokenizer.h"
 
 struct chat_tmpl {
     jinja_tpl *tpl;
@@ -472,18 +471,4 @@ int chat_override_for(const char *setting, const char *model, char *out, size_t 
     memcpy(out, fallback, fallback_len);
     out[fallback_len] = '\0';
     return 1;
-}
-
-void chat_status_json(const chat_tmpl *t, const tokenizer *tok, buf *b)
-{
-    buf_puts(b, ",\"chat_template_source\":");
-    if (t) buf_put_json_str(b, t->source, strlen(t->source));
-    else buf_puts(b, "null");
-    buf_printf(b, ",\"chat_template_tool_use\":%s,\"tokenizer\":{", t && t->tool_tpl ? "true" : "false");
-    for (int k = 0; k < TOK_NPARTS; k++) {
-        const char *v = tok_part(tok, (tok_part_kind)k);
-        buf_printf(b, "%s\"%s\":", k ? "," : "", tok_part_name((tok_part_kind)k));
-        buf_put_json_str(b, v, strlen(v));
-    }
-    buf_puts(b, "}");
 }

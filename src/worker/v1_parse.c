@@ -588,7 +588,8 @@ int v1_parse_messages(json_t *body, const v1_model *m, size_t limit, v1_messages
     for (size_t i = 0; i < n; i++)
         if (one_message(json_array_get(msgs, i), i, ms, &ms->v[i], &in_store[i], e)) goto out;
     for (size_t i = 0; i < n; i++)
-        if (in_store[i]) ms->v[i].content = (const char *)ms->store.data + (size_t)(uintptr_t)ms->v[i].content;
+        if (in_store[i]) /* an empty list of parts may leave the store unallocated */
+            ms->v[i].content = ms->store.data ? (const char *)ms->store.data + (size_t)(uintptr_t)ms->v[i].content : "";
     ms->n = n;
     /* checked by v1_parse_args; null is absent */
     json_t *v;

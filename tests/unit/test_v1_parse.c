@@ -423,6 +423,11 @@ static void test_chat_tools_reach_the_template(void **state)
     assert_null(p.ms.opts.tools);
     assert_null(p.ms.opts.template_kwargs);
     done(&p);
+    /* an empty list of parts leaves the store unallocated (fuzz_v1_parse: UBSan's NULL + 0) */
+    parse(&p, true, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[]}]}");
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.ms.v[0].len, 0);
+    done(&p);
 }
 
 static void test_chat_tools_refused(void **state)
