@@ -77,7 +77,8 @@ static bool take_token(llm_engine *e, llm_seq *s, float *row, struct ended *late
     /* row is this sequence's own row of e->logits: penalizing it touches no other one */
     const float *raw = row; /* logprobs read the model's own row, before the penalties */
     bool lp = s->params.logprobs && s->params.on_logprobs;
-    if (lp && s->counts) {
+    bool adjust = llm_sample_adjusts(&s->params.sample);
+    if (lp && (s->counts || adjust)) {
         if (!e->lp_row) e->lp_row = malloc(e->m->sig.vocab * sizeof *e->lp_row);
         if (e->lp_row) {
             memcpy(e->lp_row, row, e->m->sig.vocab * sizeof *row);
@@ -85,6 +86,9 @@ static bool take_token(llm_engine *e, llm_seq *s, float *row, struct ended *late
         }
     }
     if (s->counts) llm_counts_penalize(s->counts, row, &s->params.sample);
+    if (adjust) /* logit_bias, min_tokens (llm_sample.h) */
+        llm_sample_adjust(&s->params.sample, row, e->m->sig.vocab, (int64_t)(s->n_tokens - s->n_prompt),
+                          e->m->gen.eos, e->m->gen.n_eos);
     int32_t tok = llm_sample(e->sampler, row, &s->params.sample, &s->rng);
     if (lp) {
         llm_logprobs out;
@@ -95,7 +99,8 @@ static bool take_token(llm_engine *e, llm_seq *s, float *row, struct ended *late
     /* never full: the map holds as many distinct ids as the sequence may generate */
     if (s->counts) (void)llm_counts_add(s->counts, tok);
     llm_finish fin = LLM_FIN_NONE;
-    if (!s->params.ignore_eos && gen_config_is_eos(&e->m->gen, tok)) fin = LLM_FIN_EOS;
+    if ((!s->params.ignore_eos && gen_config_is_eos(&e->m->gen, tok)) || llm_sample_stop_id(&s->params.sample, tok))
+        fin = LLM_FIN_EOS;
     else if ((int64_t)(s->n_tokens - s->n_prompt) >= s->params.max_new_tokens || s->n_tokens >= s->cap)
         fin = LLM_FIN_LENGTH;
     if (fin == LLM_FIN_NONE) {

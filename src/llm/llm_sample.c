@@ -164,6 +164,27 @@ bool llm_sample_penalized(const llm_sample_params *p)
     return p->presence_penalty != 0 || p->frequency_penalty != 0;
 }
 
+bool llm_sample_adjusts(const llm_sample_params *p) { return p->n_bias > 0 || p->min_tokens > 0; }
+
+void llm_sample_adjust(const llm_sample_params *p, float *row, size_t vocab, int64_t generated,
+                       const int32_t *eos, size_t n_eos)
+{
+    for (size_t i = 0; i < p->n_bias && i < LLM_MAX_LOGIT_BIAS; i++)
+        if (p->bias[i].id >= 0 && (size_t)p->bias[i].id < vocab) row[p->bias[i].id] += p->bias[i].bias;
+    if (generated >= p->min_tokens) return;
+    for (size_t i = 0; i < n_eos; i++)
+        if (eos[i] >= 0 && (size_t)eos[i] < vocab) row[eos[i]] = -INFINITY;
+    for (size_t i = 0; i < p->n_stop_ids && i < LLM_MAX_STOP_IDS; i++)
+        if (p->stop_ids[i] >= 0 && (size_t)p->stop_ids[i] < vocab) row[p->stop_ids[i]] = -INFINITY;
+}
+
+bool llm_sample_stop_id(const llm_sample_params *p, int32_t id)
+{
+    for (size_t i = 0; i < p->n_stop_ids && i < LLM_MAX_STOP_IDS; i++)
+        if (p->stop_ids[i] == id) return true;
+    return false;
+}
+
 /* Open addressing with linear probing over a power-of-two table at most half full; the
  * distinct ids sit densely in first-seen order, so penalizing walks only them. */
 struct llm_counts {

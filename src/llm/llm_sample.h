@@ -21,16 +21,47 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* logit_bias (OpenAI's): a value in [-100, 100] added to one id's logit after the penalties
+ * and before temperature, top-k and top-p (so +100 all but forces the id, -100 all but forbids
+ * it, greedy or not); at most LLM_MAX_LOGIT_BIAS ids (OpenAI documents no bound; vLLM none). */
+#define LLM_MAX_LOGIT_BIAS 300
+/* stop_token_ids (vLLM's): ids that end the sequence as its end-of-sequence ids do. */
+#define LLM_MAX_STOP_IDS 32
+
+typedef struct {
+    int32_t id;
+    float bias;
+} llm_bias;
+
 typedef struct {
     double temperature; /* 0: greedy */
     int64_t top_k;      /* 0: off */
     double top_p;       /* 1 (or more): off */
     double presence_penalty;  /* [-2, 2]; both 0: no penalty, no llm_counts */
     double frequency_penalty; /* [-2, 2] */
+    /* min_tokens (vLLM's): until this many tokens were generated, the end-of-sequence ids
+     * and stop_ids are masked (-inf), so the sequence cannot end by them (it still may by
+     * length). 0: off. */
+    int64_t min_tokens;
+    size_t n_bias;
+    llm_bias bias[LLM_MAX_LOGIT_BIAS];
+    size_t n_stop_ids;
+    int32_t stop_ids[LLM_MAX_STOP_IDS];
 } llm_sample_params;
 
 /* True when either penalty is non-zero (only then does a sequence keep an llm_counts). */
 bool llm_sample_penalized(const llm_sample_params *p);
+
+/* True when llm_sample_adjust may change a row (a logit_bias or min_tokens is set): then a
+ * caller that reports logprobs of the model's own row keeps a copy first. */
+bool llm_sample_adjusts(const llm_sample_params *p);
+/* The request's own edits of one row of vocab logits, in the order vLLM applies them after
+ * the penalties: logit_bias added (ids outside the vocabulary skipped), then, while fewer than
+ * min_tokens were generated, the n_eos end ids and the stop_ids set to -inf. */
+void llm_sample_adjust(const llm_sample_params *p, float *row, size_t vocab, int64_t generated,
+                       const int32_t *eos, size_t n_eos);
+/* True when id is one of p's stop_ids. */
+bool llm_sample_stop_id(const llm_sample_params *p, int32_t id);
 
 typedef struct {
     uint64_t s[4];

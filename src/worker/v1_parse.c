@@ -56,11 +56,13 @@ static int check_known(json_t *body, bool chat, v1_err *e)
                                           "max_completion_tokens", "temperature", "top_p", "top_k", "seed",
                                           "stop", "n", "user", "presence_penalty", "frequency_penalty",
                                           "logprobs", "top_logprobs", "logit_bias", "tools", "tool_choice",
-                                          "parallel_tool_calls", "chat_template_kwargs", "documents", NULL};
+                                          "parallel_tool_calls", "chat_template_kwargs", "documents", "min_tokens",
+                                          "ignore_eos", "stop_token_ids", NULL};
     static const char *const k_cmpl[] = {"model", "prompt", "stream", "stream_options", "max_tokens",
                                           "temperature", "top_p", "top_k", "seed", "stop", "n", "user",
                                           "presence_penalty", "frequency_penalty", "logprobs", "logit_bias",
-                                          "echo", "suffix", "best_of", NULL};
+                                          "echo", "suffix", "best_of", "min_tokens", "ignore_eos", "stop_token_ids",
+                                          NULL};
     const char *const *known = chat ? k_chat : k_cmpl;
     const char *key;
     json_t *v;
@@ -374,6 +376,65 @@ static int parse_template_args(json_t *body, v1_err *e)
     return 0;
 }
 
+/* A token id of the model's vocabulary (vocab 0: any id >= 0) from a JSON integer or, for
+ * logit_bias's keys, a decimal string. */
+static bool token_id_ok(long long id, size_t vocab) { return id >= 0 && id <= INT32_MAX && (!vocab || (size_t)id < vocab); }
+
+/* logit_bias: {"<token id>": bias in [-100, 100], ...} (OpenAI's shape: the keys are strings). */
+static int parse_logit_bias(json_t *v, size_t vocab, llm_sample_params *sp, v1_err *e)
+{
+    static const char P[] = "logit_bias";
+    if (!json_is_object(v)) return v1_fail(e, TS_BAD_REQUEST, P, "'%s' must be an object of token ids to numbers", P);
+    if (json_object_size(v) > LLM_MAX_LOGIT_BIAS)
+        return v1_fail(e, TS_BAD_REQUEST, P, "'%s' holds %zu tokens; at most %d", P, json_object_size(v),
+                       LLM_MAX_LOGIT_BIAS);
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x) {
+        char *end = NULL;
+        long long id = (k[0] >= '0' && k[0] <= '9' && strlen(k) <= 10) ? strtoll(k, &end, 10) : -1;
+        if (id < 0 || !end || *end || !token_id_ok(id, vocab))
+            return v1_fail(e, TS_BAD_REQUEST, P, "'%s' key '%.32s' is not a token id of this model (0 to %zu)", P, k,
+                           vocab ? vocab - 1 : (size_t)INT32_MAX);
+        if (!json_is_number(x) || !(json_number_value(x) >= -100 && json_number_value(x) <= 100))
+            return v1_fail(e, TS_BAD_REQUEST, P, "'%s[\"%s\"]' must be a number in [-100, 100]", P, k);
+        sp->bias[sp->n_bias++] = (llm_bias){(int32_t)id, (float)json_number_value(x)};
+    }
+    return 0;
+}
+
+/* vLLM's extensions: min_tokens, ignore_eos, stop_token_ids. */
+static int parse_vllm(json_t *body, size_t vocab, v1_args *a, v1_err *e)
+{
+    json_t *v;
+    if ((v = json_object_get(body, "min_tokens")) && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return v1_fail(e, TS_BAD_REQUEST, "min_tokens", "'min_tokens' must be an integer of at least 0");
+        if (a->max_tokens > 0 && json_integer_value(v) > a->max_tokens)
+            return v1_fail(e, TS_BAD_REQUEST, "min_tokens", "'min_tokens' (%lld) must not be more than max_tokens (%lld)",
+                           (long long)json_integer_value(v), (long long)a->max_tokens);
+        a->gp.sample.min_tokens = json_integer_value(v);
+    }
+    if ((v = json_object_get(body, "ignore_eos")) && !json_is_null(v)) {
+        if (!json_is_boolean(v)) return v1_fail(e, TS_BAD_REQUEST, "ignore_eos", "'ignore_eos' must be a boolean");
+        a->gp.ignore_eos = json_is_true(v);
+    }
+    if ((v = json_object_get(body, "stop_token_ids")) && !json_is_null(v)) {
+        if (!json_is_array(v) || json_array_size(v) > LLM_MAX_STOP_IDS)
+            return v1_fail(e, TS_BAD_REQUEST, "stop_token_ids", "'stop_token_ids' must be a list of at most %d token ids",
+                           LLM_MAX_STOP_IDS);
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) {
+            if (!json_is_integer(x) || !token_id_ok(json_integer_value(x), vocab))
+                return v1_fail(e, TS_BAD_REQUEST, "stop_token_ids", "'stop_token_ids[%zu]' is not a token id of this "
+                               "model (0 to %zu)", i, vocab ? vocab - 1 : (size_t)INT32_MAX);
+            a->gp.sample.stop_ids[a->gp.sample.n_stop_ids++] = (int32_t)json_integer_value(x);
+        }
+    }
+    return 0;
+}
+
 int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *a, v1_err *e)
 {
     *a = (v1_args){0};
@@ -386,8 +447,8 @@ int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *a, v1_err
     if (parse_stream(body, a, e) || parse_sampling(body, chat, a, e) || parse_logprobs(body, chat, a, e)) return -1;
     if (chat && parse_template_args(body, e)) return -1;
     json_t *v;
-    if (GET("logit_bias") && !(json_is_object(v) && json_object_size(v) == 0))
-        return v1_fail(e, TS_BAD_REQUEST, "logit_bias", "'logit_bias' is not supported");
+    if (GET("logit_bias") && parse_logit_bias(v, m->vocab, &a->gp.sample, e)) return -1;
+    if (parse_vllm(body, m->vocab, a, e)) return -1;
     if (GET("echo") && !json_is_false(v)) return v1_fail(e, TS_BAD_REQUEST, "echo", "'echo' is not supported");
     if (GET("suffix") && !(json_is_string(v) && json_string_length(v) == 0))
         return v1_fail(e, TS_BAD_REQUEST, "suffix", "'suffix' is not supported");

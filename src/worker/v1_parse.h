@@ -57,6 +57,7 @@ typedef struct {
     const gen_config *gen;  /* generation_config.json: the sampling defaults and max_new_tokens */
     bool has_chat;          /* a chat template is served */
     const char *chat_note;  /* has_chat false: why the template the model ships is not ("": it ships none) */
+    size_t vocab;           /* the logits' ids: logit_bias and stop_token_ids must name one (0: unchecked) */
 } v1_model;
 
 /* The stop strings, copied out of the body. */
@@ -68,7 +69,9 @@ typedef struct {
 typedef struct {
     bool stream, include_usage;
     int64_t max_tokens;     /* 0: what the context leaves */
-    llm_gen_params gp;      /* sampling, seed, logprobs; the callbacks, priority and max_new_tokens are the caller's */
+    /* sampling, seed, logprobs, logit_bias, min_tokens, ignore_eos, stop_token_ids; the
+     * callbacks, priority and max_new_tokens are the caller's */
+    llm_gen_params gp;
     v1_stops stops;
 } v1_args;
 

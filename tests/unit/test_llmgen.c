@@ -169,6 +169,34 @@ static void test_greedy_and_ties(void **state)
     llm_sampler_free(s);
 }
 
+/* logit_bias adds to the ids it names (others, and ids past the vocabulary, untouched);
+ * min_tokens masks the end ids and the stop ids until that many were generated. */
+static void test_adjust(void **state)
+{
+    (void)state;
+    llm_sample_params p = {.temperature = 0, .top_p = 1};
+    assert_false(llm_sample_adjusts(&p));
+    float l[5] = {0, 1, 2, 3, 4};
+    p.bias[p.n_bias++] = (llm_bias){0, 100};
+    p.bias[p.n_bias++] = (llm_bias){4, -100};
+    p.bias[p.n_bias++] = (llm_bias){9, 50}; /* outside: skipped, not written */
+    assert_true(llm_sample_adjusts(&p));
+    int32_t eos[1] = {3};
+    llm_sample_adjust(&p, l, 5, 0, eos, 1);
+    assert_true(l[0] == 100 && l[1] == 1 && l[2] == 2 && l[3] == 3 && l[4] == -96);
+    p.n_bias = 0;
+    p.min_tokens = 2;
+    p.stop_ids[p.n_stop_ids++] = 2;
+    assert_true(llm_sample_adjusts(&p));
+    llm_sample_adjust(&p, l, 5, 1, eos, 1); /* one generated: still held off */
+    assert_true(isinf(l[3]) && l[3] < 0 && isinf(l[2]) && l[1] == 1);
+    float m[5] = {0, 1, 2, 3, 4};
+    llm_sample_adjust(&p, m, 5, 2, eos, 1); /* two: free */
+    assert_true(m[2] == 2 && m[3] == 3);
+    assert_true(llm_sample_stop_id(&p, 2));
+    assert_false(llm_sample_stop_id(&p, 3));
+}
+
 /* Draw counts follow softmax(l / T) restricted by top_k and top_p; the same seed gives the
  * same draws. */
 static void test_distribution(void **state)
@@ -408,6 +436,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sig_optimum),     cmocka_unit_test(test_sig_refusals),
         cmocka_unit_test(test_greedy_and_ties), cmocka_unit_test(test_distribution),
+        cmocka_unit_test(test_adjust),
         cmocka_unit_test(test_rng_fixed),       cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_gen_config),      cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_new_sequence_counts_no_prompt_token),

@@ -14,7 +14,7 @@
 #define LIMIT ((size_t)1 << 20)
 
 static gen_config greedy = {.bos = -1, .do_sample = false, .temperature = 1, .top_p = 1};
-static const v1_model model_chat = {.name = "m", .gen = &greedy, .has_chat = true, .chat_note = ""};
+static const v1_model model_chat = {.name = "m", .gen = &greedy, .has_chat = true, .chat_note = "", .vocab = 1000};
 
 /* The parser's steps in the handler's order: body, arguments, then messages or prompt. */
 typedef struct {
@@ -213,8 +213,27 @@ static void test_refusals_arguments(void **state)
     expect_refused(false, C "\"logprobs\":6}", TS_BAD_REQUEST, "logprobs", NULL);
     expect_refused(false, C "\"logprobs\":-1}", TS_BAD_REQUEST, "logprobs", NULL);
     expect_refused(false, C "\"logprobs\":true}", TS_BAD_REQUEST, "logprobs", NULL);
-    /* what is accepted only in its empty form */
+    /* logit_bias: ids of the vocabulary (1000 here) as decimal strings, values in [-100, 100] */
     expect_refused(false, C "\"logit_bias\":{\"50256\":-100}}", TS_BAD_REQUEST, "logit_bias", NULL);
+    expect_refused(false, C "\"logit_bias\":{\"-1\":5}}", TS_BAD_REQUEST, "logit_bias", NULL);
+    expect_refused(false, C "\"logit_bias\":{\"7x\":5}}", TS_BAD_REQUEST, "logit_bias", NULL);
+    expect_refused(false, C "\"logit_bias\":{\"\":5}}", TS_BAD_REQUEST, "logit_bias", NULL);
+    expect_refused(true, H "\"logit_bias\":{\"7\":100.5}}", TS_BAD_REQUEST, "logit_bias", NULL);
+    expect_refused(true, H "\"logit_bias\":{\"7\":\"5\"}}", TS_BAD_REQUEST, "logit_bias", NULL);
+    expect_refused(true, H "\"logit_bias\":[5]}", TS_BAD_REQUEST, "logit_bias", NULL);
+    /* vLLM's min_tokens (at most max_tokens), ignore_eos, stop_token_ids (ids, at most 32) */
+    expect_refused(false, C "\"min_tokens\":-1}", TS_BAD_REQUEST, "min_tokens", NULL);
+    expect_refused(false, C "\"min_tokens\":1.5}", TS_BAD_REQUEST, "min_tokens", NULL);
+    expect_refused(true, H "\"max_tokens\":4,\"min_tokens\":5}", TS_BAD_REQUEST, "min_tokens", NULL);
+    expect_refused(true, H "\"ignore_eos\":1}", TS_BAD_REQUEST, "ignore_eos", NULL);
+    expect_refused(true, H "\"stop_token_ids\":[1000]}", TS_BAD_REQUEST, "stop_token_ids", NULL);
+    expect_refused(true, H "\"stop_token_ids\":[\"2\"]}", TS_BAD_REQUEST, "stop_token_ids", NULL);
+    expect_refused(true, H "\"stop_token_ids\":2}", TS_BAD_REQUEST, "stop_token_ids", NULL);
+    char many[400] = C "\"stop_token_ids\":[1";
+    for (int i = 0; i < 32; i++) strcat(many, ",1");
+    strcat(many, "]}");
+    expect_refused(false, many, TS_BAD_REQUEST, "stop_token_ids", NULL);
+    /* what is accepted only in its empty form */
     expect_refused(false, C "\"echo\":true}", TS_BAD_REQUEST, "echo", NULL);
     expect_refused(false, C "\"suffix\":\"end\"}", TS_BAD_REQUEST, "suffix", NULL);
     /* stop lists: at most 4 strings of 1..256 bytes */
@@ -234,6 +253,34 @@ static void test_refusals_arguments(void **state)
     done(&p);
 #undef C
 #undef H
+}
+
+/* logit_bias, min_tokens, ignore_eos and stop_token_ids reach the sampler's parameters. */
+static void test_bias_and_vllm_args(void **state)
+{
+    (void)state;
+    parsed p;
+    parse(&p, true, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+          "\"logit_bias\":{\"7\":100,\"999\":-100,\"0\":2.5},\"min_tokens\":3,\"max_tokens\":3,"
+          "\"ignore_eos\":true,\"stop_token_ids\":[5,6]}");
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.a.gp.sample.n_bias, 3);
+    assert_int_equal(p.a.gp.sample.bias[0].id, 7);
+    assert_true(p.a.gp.sample.bias[0].bias == 100);
+    assert_int_equal(p.a.gp.sample.bias[1].id, 999);
+    assert_true(p.a.gp.sample.bias[1].bias == -100);
+    assert_true(p.a.gp.sample.bias[2].bias == 2.5f);
+    assert_int_equal(p.a.gp.sample.min_tokens, 3);
+    assert_true(p.a.gp.ignore_eos);
+    assert_int_equal(p.a.gp.sample.n_stop_ids, 2);
+    assert_int_equal(p.a.gp.sample.stop_ids[1], 6);
+    done(&p);
+    parse(&p, false, "{\"model\":\"m\",\"prompt\":\"x\",\"logit_bias\":null,\"min_tokens\":null,\"stop_token_ids\":[]}");
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.a.gp.sample.n_bias, 0);
+    assert_int_equal(p.a.gp.sample.n_stop_ids, 0);
+    assert_false(p.a.gp.ignore_eos);
+    done(&p);
 }
 
 static void test_refusals_messages_and_prompt(void **state)
@@ -565,6 +612,7 @@ int main(void)
         cmocka_unit_test(test_chat_messages_and_logprobs),
         cmocka_unit_test(test_defaults_from_generation_config),
         cmocka_unit_test(test_refusals_arguments),
+        cmocka_unit_test(test_bias_and_vllm_args),
         cmocka_unit_test(test_refusals_messages_and_prompt),
         cmocka_unit_test(test_refusals_body),
         cmocka_unit_test(test_hostile),
