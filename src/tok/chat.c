@@ -18,6 +18,7 @@ struct chat_tmpl {
     char *bos, *eos;  /* owned; NULL when the config names none */
     char label[64];   /* chat_variant */
     char source[1100]; /* chat_source: a file's path fits (SETTINGS_STR_MAX) */
+    toolcall_format tool_format; /* the tool-call syntax the template shows (toolcall.h) */
 };
 
 static const char *const CHAT_RESERVED[] = {"messages", "tools", "documents", "add_generation_prompt",
@@ -40,6 +41,7 @@ const char *chat_reserved_list(void)
 
 const char *chat_source(const chat_tmpl *t) { return t->source; }
 bool chat_has_tool_use(const chat_tmpl *t) { return t->tool_tpl != NULL; }
+toolcall_format chat_tool_format(const chat_tmpl *t) { return t ? t->tool_format : TOOLCALL_NONE; }
 
 /* Well-known templates by their exact text, for a familiar name in logs and /v2/status
  * only: rendering never depends on it. FNV-1a 64 of the template's bytes. */
@@ -125,6 +127,7 @@ static chat_tmpl *chat_compile_named(const char *src, size_t len, const char *bo
     }
     snprintf(t->label, sizeof t->label, "%s", source);
     snprintf(t->source, sizeof t->source, "%s", source);
+    t->tool_format = toolcall_detect(src, len);
     for (size_t i = 0; i < sizeof CHAT_NAMED / sizeof CHAT_NAMED[0]; i++)
         if (CHAT_NAMED[i].fnv == h)
             snprintf(t->label, sizeof t->label, "%s", CHAT_NAMED[i].name);
@@ -381,6 +384,8 @@ chat_tmpl *chat_load(const char *path, ts_err *err)
             ts_err_set(err, TS_INTERNAL_ERROR, "the tool_use chat template does not parse: %s", je.msg);
             chat_tmpl_free(t);
             t = NULL;
+        } else if (toolcall_detect(tool_src, tool_len) != TOOLCALL_NONE) {
+            t->tool_format = toolcall_detect(tool_src, tool_len); /* the one requests with tools render */
         }
     }
     if (!t) {

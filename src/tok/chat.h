@@ -26,6 +26,7 @@
 
 #include "buf.h"
 #include "err.h"
+#include "toolcall.h"
 
 /* tokenizer_config.json files larger than this are refused (Gemma-3's is 1.1 MB). */
 #define CHAT_MAX_CONFIG_BYTES ((size_t)16 << 20)
@@ -100,6 +101,9 @@ void chat_tmpl_free(chat_tmpl *t);
 const char *chat_source(const chat_tmpl *t);
 /* Whether requests with tools render with the config's template named "tool_use". */
 bool chat_has_tool_use(const chat_tmpl *t);
+/* The tool-call syntax the template shows the model (toolcall_detect over its text, the
+ * tool_use template's when that one names a family); TOOLCALL_NONE for t NULL. */
+toolcall_format chat_tool_format(const chat_tmpl *t);
 
 /* /v2/status' fields of a model's template and tokenizer, each after a comma:
  * "chat_template_source" (chat_source, null without a template), "chat_template_tool_use",

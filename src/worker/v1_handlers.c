@@ -254,6 +254,8 @@ static int setup_sequence(lreq *r, v1_args *a, v1_err *e)
         r->lp_ents = malloc(r->cap * sizeof *r->lp_ents);
         lp_oom = !r->lp_pend || !r->lp_work || !r->lp_ents;
     }
+    toolcall_format tf = r->chat && a->tools_on ? chat_tool_format(r->L->chat) : TOOLCALL_NONE;
+    if (tf != TOOLCALL_NONE && !(r->tc = v1_toolcall_new(r, tf))) lp_oom = true;
     if (!r->pend || !r->work || !r->ts || lp_oom) return v1_fail(e, TS_UNAVAILABLE, NULL, "out of memory");
     return 0;
 }
@@ -412,6 +414,7 @@ static lreq *new_req(server *srv, h1req *req, bool chat)
     buf_init(&r->text, LLM_OUT_LIMIT);
     buf_init(&r->pending, LLM_OUT_LIMIT);
     buf_init(&r->outq, LLM_OUT_LIMIT);
+    buf_init(&r->calls, LLM_OUT_LIMIT);
     static _Atomic uint64_t next_id;
     uint64_t rid = atomic_fetch_add(&next_id, 1) + 1;
     snprintf(r->id, sizeof r->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)r->created,

@@ -300,7 +300,7 @@ static int parse_tools(json_t *v, v1_err *e)
 
 /* tool_choice: what the model may do with the tools. Choosing for it needs constrained
  * decoding (issue 23's), so only "auto" and "none" (a hint the template may show) pass. */
-static int parse_tool_choice(json_t *body, v1_err *e)
+static int parse_tool_choice(json_t *body, bool *tools_on, v1_err *e)
 {
     json_t *tc = json_object_get(body, "tool_choice"), *tools = json_object_get(body, "tools");
     json_t *ptc = json_object_get(body, "parallel_tool_calls");
@@ -312,14 +312,18 @@ static int parse_tool_choice(json_t *body, v1_err *e)
             return v1_fail(e, TS_BAD_REQUEST, "parallel_tool_calls",
                            "'parallel_tool_calls' is only allowed when 'tools' are specified");
     }
+    *tools_on = have_tools;
     if (!tc || json_is_null(tc)) return 0;
     if (!have_tools)
         return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' is only allowed when 'tools' are specified");
     const char *s = json_string_value(tc);
-    if (s && (strcmp(s, "auto") == 0 || strcmp(s, "none") == 0)) return 0;
+    if (s && (strcmp(s, "auto") == 0 || strcmp(s, "none") == 0)) {
+        *tools_on = strcmp(s, "auto") == 0;
+        return 0;
+    }
     if ((s && strcmp(s, "required") == 0) || json_is_object(tc))
-        return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' %s is not supported yet: this server renders "
-                       "the tools into the prompt and returns the model's output as text; use \"auto\" or \"none\"",
+        return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' %s is not supported yet: it needs constrained "
+                       "decoding, which this server does not do yet; use \"auto\" or \"none\"",
                        s ? "\"required\"" : "naming a function");
     return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                    "{\"type\": \"function\", \"function\": {\"name\": ...}}");
@@ -365,11 +369,11 @@ static int parse_documents(json_t *v, v1_err *e)
     return check_size(v, "documents", e);
 }
 
-static int parse_template_args(json_t *body, v1_err *e)
+static int parse_template_args(json_t *body, v1_args *a, v1_err *e)
 {
     json_t *v;
     if ((v = json_object_get(body, "tools")) && !json_is_null(v) && parse_tools(v, e)) return -1;
-    if (parse_tool_choice(body, e)) return -1;
+    if (parse_tool_choice(body, &a->tools_on, e)) return -1;
     if ((v = json_object_get(body, "chat_template_kwargs")) && !json_is_null(v) && parse_template_kwargs(v, e))
         return -1;
     if ((v = json_object_get(body, "documents")) && !json_is_null(v) && parse_documents(v, e)) return -1;
@@ -445,7 +449,7 @@ int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *a, v1_err
     a->gp.sample.top_k = g->do_sample ? g->top_k : 0;
     a->max_tokens = g->max_new_tokens;
     if (parse_stream(body, a, e) || parse_sampling(body, chat, a, e) || parse_logprobs(body, chat, a, e)) return -1;
-    if (chat && parse_template_args(body, e)) return -1;
+    if (chat && parse_template_args(body, a, e)) return -1;
     json_t *v;
     if (GET("logit_bias") && parse_logit_bias(v, m->vocab, &a->gp.sample, e)) return -1;
     if (parse_vllm(body, m->vocab, a, e)) return -1;

@@ -73,6 +73,7 @@ typedef struct {
      * callbacks, priority and max_new_tokens are the caller's */
     llm_gen_params gp;
     v1_stops stops;
+    bool tools_on;          /* chat with tools and tool_choice not "none": calls are parsed out of the answer */
 } v1_args;
 
 /* Chat's messages: v[i].content points into the JSON tree or into store; v[i].tool_calls

@@ -4,7 +4,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 
+#include "clock.h"
 #include "openai_err.h"
 #include "v1_internal.h"
 
@@ -172,6 +174,98 @@ void v1_sse_chunk(lreq *r, const char *text, size_t len, bool role, const char *
     buf_free(&b);
 }
 
+/* ---- tool calls (r->tc): the parser's content and calls into the answer ---------------- */
+
+/* OpenAI's call ids: "call_" and 24 hex digits of the system's randomness (a clock-derived
+ * fallback only if getrandom fails, which it does not on Linux 3.17+). */
+static void call_id(lreq *r, char out[32])
+{
+    unsigned char rnd[12];
+    if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd) {
+        uint64_t x = (uint64_t)(ts_now() * 1e9) ^ ((uint64_t)r->n_calls << 48) ^ (uint64_t)(uintptr_t)r;
+        for (size_t i = 0; i < sizeof rnd; i++, x = x * 6364136223846793005ULL + 1442695040888963407ULL)
+            rnd[i] = (unsigned char)(x >> 56);
+    }
+    memcpy(out, "call_", 5);
+    for (size_t i = 0; i < sizeof rnd; i++) snprintf(out + 5 + 2 * i, 3, "%02x", rnd[i]);
+}
+
+/* One chat.completion.chunk whose delta is {"tool_calls": [entry]}. */
+static void sse_tool_delta(lreq *r, const buf *entry)
+{
+    buf b;
+    buf_init(&b, LLM_OUT_LIMIT);
+    put_head(r, &b, true);
+    buf_puts(&b, ",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[");
+    buf_put(&b, entry->data, entry->len);
+    buf_puts(&b, "]},\"logprobs\":null,\"finish_reason\":null}]");
+    if (r->include_usage) buf_puts(&b, ",\"usage\":null");
+    buf_putc(&b, '}');
+    sse_event(r, &b);
+    buf_free(&b);
+}
+
+#define TOOL_ARGS_PIECE 32 /* bytes of arguments per streamed delta (never inside a UTF-8 character) */
+
+/* A call streamed as OpenAI does: its index, id, type and name first (arguments ""), then
+ * the arguments in pieces, which the SDKs concatenate. */
+static void sse_tool_call(lreq *r, size_t idx, const char *id, const char *name, size_t nl, const char *args, size_t al)
+{
+    buf e;
+    buf_init(&e, LLM_OUT_LIMIT);
+    buf_printf(&e, "{\"index\":%zu,\"id\":\"%s\",\"type\":\"function\",\"function\":{\"name\":", idx, id);
+    buf_put_json_str(&e, name, nl);
+    buf_puts(&e, ",\"arguments\":\"\"}}");
+    sse_tool_delta(r, &e);
+    for (size_t at = 0; at < al;) {
+        size_t k = al - at > TOOL_ARGS_PIECE ? TOOL_ARGS_PIECE : al - at;
+        while (at + k < al && k > 1 && ((unsigned char)args[at + k] & 0xC0) == 0x80) k--;
+        e.len = 0;
+        buf_printf(&e, "{\"index\":%zu,\"function\":{\"arguments\":", idx);
+        buf_put_json_str(&e, args + at, k);
+        buf_puts(&e, "}}");
+        sse_tool_delta(r, &e);
+        at += k;
+    }
+    buf_free(&e);
+}
+
+static void on_tool_text(void *ctx, const char *s, size_t n)
+{
+    lreq *r = ctx;
+    if (!r->stream) {
+        buf_put(&r->text, s, n);
+        return;
+    }
+    r->lp_chunk_from = r->lp_sent; /* the entries of the text fed so far that have not gone out */
+    v1_sse_chunk(r, s, n, false, NULL);
+    r->lp_sent = r->n_lp_out;
+}
+
+static void on_tool_call(void *ctx, const char *name, size_t nl, const char *args, size_t al)
+{
+    lreq *r = ctx;
+    char id[32];
+    call_id(r, id);
+    size_t idx = r->n_calls++;
+    if (r->stream) {
+        sse_tool_call(r, idx, id, name, nl, args, al);
+        return;
+    }
+    buf *b = &r->calls;
+    buf_printf(b, "%s{\"id\":\"%s\",\"type\":\"function\",\"function\":{\"name\":", idx ? "," : "", id);
+    buf_put_json_str(b, name, nl);
+    buf_puts(b, ",\"arguments\":");
+    buf_put_json_str(b, args, al);
+    buf_puts(b, "}}");
+}
+
+toolcall_parser *v1_toolcall_new(lreq *r, toolcall_format f)
+{
+    toolcall_sink k = {on_tool_text, on_tool_call, r};
+    return toolcall_new(f, LLM_OUT_LIMIT, &k);
+}
+
 /* Emits len more bytes of answer text. With logprobs, the entries go out with the text: an
  * entry leaves once its token's whole text has (end <= emitted; a token that decoded to no
  * text yet leaves with the text before it); at a stop string (stop), the entries of the
@@ -185,6 +279,11 @@ static void emit(lreq *r, const char *text, size_t len, bool stop)
         r->n_lp_out++;
     if (stop) r->n_lp = r->n_lp_out;
     if (!len && r->n_lp_out == from) return;
+    /* its bound is the answer text's own, which pending reaches first: it never fails here */
+    if (r->tc) {
+        (void)toolcall_feed(r->tc, text, len);
+        return;
+    }
     r->lp_chunk_from = from;
     if (r->stream) v1_sse_chunk(r, text, len, false, NULL);
     else buf_put(&r->text, text, len);
@@ -219,6 +318,10 @@ bool v1_wants_accounting(const lreq *r)
 void v1_finish_reply(lreq *r, const char *reason)
 {
     bool acct = v1_wants_accounting(r); /* read before the reply may end the request */
+    if (r->tc) { /* what the parser held: the end of the text, or a call the answer ended in */
+        (void)toolcall_finish(r->tc);
+        if (r->n_calls && strcmp(reason, "stop") == 0) reason = "tool_calls";
+    }
     v1_settle(r, OUT_SUCCESS); /* first: writing the end may end the request at once */
     if (r->stream) {
         v1_sse_chunk(r, "", 0, false, reason);
@@ -251,7 +354,16 @@ void v1_finish_reply(lreq *r, const char *reason)
         buf_puts(&b, ",\"choices\":[{\"index\":0,");
         if (r->chat) {
             buf_puts(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
-            buf_put_json_str(&b, r->text.data ? (const char *)r->text.data : "", r->text.len);
+            const char *t = r->text.data ? (const char *)r->text.data : "";
+            size_t blank = 0;
+            while (blank < r->text.len && strchr(" \t\r\n", t[blank])) blank++;
+            if (r->n_calls && blank == r->text.len) buf_puts(&b, "null"); /* the whole answer is calls */
+            else buf_put_json_str(&b, t, r->text.len);
+            if (r->n_calls) {
+                buf_puts(&b, ",\"tool_calls\":[");
+                buf_put(&b, r->calls.data, r->calls.len);
+                buf_putc(&b, ']');
+            }
             buf_puts(&b, "},");
         } else {
             buf_puts(&b, "\"text\":");

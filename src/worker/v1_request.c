@@ -28,6 +28,8 @@ void v1_free_req(lreq *r)
     buf_free(&r->text);
     buf_free(&r->pending);
     buf_free(&r->outq);
+    toolcall_free(r->tc);
+    buf_free(&r->calls);
     free(r->pend);
     free(r->work);
     free(r->lp_pend);

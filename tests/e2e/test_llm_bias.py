@@ -95,7 +95,7 @@ def test_plus_100_forces_a_token(llm):
     assert "".join(e["choices"][0]["delta"].get("content", "") for e in ev) == node_decode([X] * N)
 
 
-def test_min_tokens_holds_eos_off(llm):
+def test_min_tokens_holds_eos_off(llm, repo):
     """EOS forced by +100 ends the answer at once; min_tokens 5 masks it for five tokens, so
     the sixth is EOS; ignore_eos runs on to the length."""
     assert gen(llm, logit_bias={str(EOS): 100}) == ("", "stop", 1)
@@ -103,8 +103,10 @@ def test_min_tokens_holds_eos_off(llm):
     assert (fin, n) == ("stop", 6) and text, text
     text, fin, n = gen(llm, logit_bias={str(EOS): 100}, ignore_eos=True, max_tokens=4)
     assert (fin, n) == ("length", 4)
-    # min_tokens holds off the stop ids too
-    assert gen(llm, logit_bias={str(X): 100}, stop_token_ids=[X], min_tokens=3) == (node_decode([X] * 3), "stop", 4)
+    # min_tokens masks the stop ids too, over their bias: the model's own three greedy tokens,
+    # then the forced stop id
+    assert gen(llm, logit_bias={str(X): 100}, stop_token_ids=[X], min_tokens=3) == (
+        node_decode(repo[1][:3]), "stop", 4)
 
 
 @pytest.mark.parametrize("extra,param", [

@@ -87,6 +87,12 @@ typedef struct lreq {
     size_t n_lp, n_lp_out, lp_chunk_from;
     size_t emitted;           /* bytes of answer text emitted so far */
     v1_stops stops;
+    /* tools on and the template shows a call syntax: the emitted text goes through the
+     * tool-call parser, whose content and calls make the answer (v1_reply.c) */
+    toolcall_parser *tc;
+    buf calls;                /* non-stream: the tool_calls entries' JSON, comma-joined */
+    size_t n_calls;
+    size_t lp_sent;           /* stream with tc: logprobs entries [0, lp_sent) went out */
     size_t n_prompt, n_gen;
     _Atomic uint64_t compute_ns; /* its share of the engine's Run()s (llm_gen_params.compute_ns) */
     _Atomic uint64_t made;       /* tokens its sequence generated (the loop may take fewer) */
@@ -118,6 +124,9 @@ typedef struct lreq {
     llm_gen_params gp;
     tok_ids ids;
 } lreq;
+
+/* v1_reply.c: r's tool-call parser over format f (NULL when out of memory). */
+toolcall_parser *v1_toolcall_new(lreq *r, toolcall_format f);
 
 /* An OpenAI error object answering req: e's status, message, param and code. */
 void v1_reply_error(h1req *req, const v1_err *e);
