@@ -115,7 +115,14 @@ static bool call_of(json_t *o, one_call *out)
     } else if (!json_is_object(a)) {
         return false;
     }
-    out->args = json_dumps(a, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    /* json_dumpb into our own malloc: the worker may give jansson its own allocator
+     * (budget_json.c), so a json_dumps result must not reach free() */
+    size_t need = json_dumpb(a, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    out->args = need ? malloc(need + 1) : NULL;
+    if (out->args) {
+        json_dumpb(a, out->args, need, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        out->args[need] = '\0';
+    }
     out->name = strdup(json_string_value(name));
     json_decref(parsed);
     if (!out->args || !out->name) {

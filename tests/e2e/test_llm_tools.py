@@ -1,10 +1,15 @@
 """Tool calls in the answer (issue 23, the API side): the worker names the call syntax each
 model's template shows in /v2/status (`tool_call_format`), and with `tools` and
 `tool_choice` "auto" it passes the answer's text through the tool-call parser
-(src/tok/toolcall.c), which must leave an answer that holds no call exactly as it was, whole
-and streamed. The random-weight tiny decoder never writes a call by itself (forcing one needs
-the constrained decoder: `tool_choice` "required", not done yet), so the parser's calls are
-tested by tests/unit/test_toolcall.c, every family's syntax split at every byte."""
+(src/tok/toolcall.c):
+- an answer that holds no call is left exactly as it was, whole and streamed (the random-weight
+  tiny decoder with Qwen2.5's and Llama-3.1's templates);
+- an answer that holds calls comes back in OpenAI's shapes: message.tool_calls, content null
+  when the answer is only calls, finish_reason "tool_calls"; streamed as OpenAI's deltas, which
+  the openai SDK's stream helper assembles into the same calls. The random decoder never writes
+  a call, so a "script" decoder (tests/models/gen_script_llm.py) writes a fixed one for the
+  one prompt it is made for (Qwen2.5's Hermes syntax).
+The parser itself: tests/unit/test_toolcall.c, every family's syntax split at every byte."""
 import json
 import shutil
 import subprocess
@@ -13,9 +18,15 @@ import pytest
 
 from conftest import start_worker
 from helpers import model_status, post, post_json, sse_events
-from llm_fixture import LLM_DIR, write_tiny_llm
+from llm_fixture import LLM_DIR, MODELS, node_encode, write_tiny_llm
 
 TEMPLATES = {"llama31": "library/llama3.1:8b", "qwen25": "library/qwen2.5:0.5b"}
+CALL = '{"name": "lookup_order", "arguments": {"order_id": 42}}'
+SCRIPTS = {
+    "onecall": f"<tool_call>\n{CALL}\n</tool_call>",
+    "twocalls": f"Checking <both>.\n<tool_call>\n{CALL}\n</tool_call>\n<tool_call>\n"
+                '{"name": "lookup_order", "arguments": {"order_id": 7, "note": "Zürich"}}\n</tool_call>',
+}
 TOOLS = [{"type": "function", "function": {"name": "lookup_order", "parameters": {
     "type": "object", "properties": {"order_id": {"type": "integer"}}, "required": ["order_id"]}}}]
 Q = [{"role": "user", "content": "Where is my order 42?"}]
@@ -34,6 +45,24 @@ def worker(tmp_path_factory):
         shutil.copytree(base, repo / name / "1")
         (tdir / f"{name}.jinja").write_text(sources[hub])
         pairs.append(f"{name}={tdir / name}.jinja")
+    # the script decoders: Q with TOOLS under Qwen2.5's template, answered by each SCRIPTS text
+    job = [{"template": sources[TEMPLATES["qwen25"]], "vars": {
+        "messages": Q, "tools": TOOLS, "add_generation_prompt": True, "bos_token": "<s>", "eos_token": "</s>"}}]
+    r = subprocess.run(["node", "render_request.mjs", "render"], cwd=LLM_DIR, input=json.dumps(job),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    prompt_len = json.loads(r.stdout)[0]["ids"]  # a count
+    for name, text in SCRIPTS.items():
+        d = repo / name / "1"
+        shutil.copytree(base, d)
+        ids = node_encode(text, False)
+        r = subprocess.run(["/usr/bin/python3", str(MODELS / "gen_script_llm.py"), str(d / "model.onnx"),
+                            str(prompt_len), ",".join(map(str, ids))], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        cfg = json.loads((d / "config.json").read_text())
+        cfg["num_hidden_layers"] = 1
+        (d / "config.json").write_text(json.dumps(cfg))
+        pairs.append(f"{name}={tdir / 'qwen25'}.jinja")
     w = start_worker(repo, tmp_path_factory.mktemp("tc-w"), env={"EXECUTION_MODE": "cpu",
                                                                   "TIERSERVE_CHAT_TEMPLATE": ",".join(pairs)})
     yield w
@@ -84,3 +113,106 @@ def test_stop_strings_still_apply_with_tools(worker):
     cut = full[3:6]
     got = whole(worker, body("qwen25", "auto", seed=5, stop=[cut]))
     assert (got["message"]["content"], got["finish_reason"]) == (full[:full.index(cut)], "stop")
+
+
+def validate(args, schema):
+    """The subset of JSON Schema TOOLS uses: an object, its required keys, integer types."""
+    assert isinstance(args, dict)
+    for k in schema.get("required", []):
+        assert k in args, (k, args)
+    for k, v in args.items():
+        if schema["properties"].get(k, {}).get("type") == "integer":
+            assert isinstance(v, int) and not isinstance(v, bool), (k, v)
+
+
+def calls_of(msg):
+    return [(c["type"], c["function"]["name"], c["function"]["arguments"]) for c in msg["tool_calls"]]
+
+
+def test_script_prompt_is_the_one_the_script_is_made_for(worker):
+    r = post_json(worker, "/v1/chat/completions", body("onecall", "none", max_tokens=1))
+    assert r.status == 200, r
+    ch = whole(worker, body("onecall", "none", max_tokens=200))
+    assert ch["message"]["content"].strip() == SCRIPTS["onecall"] and ch["finish_reason"] == "stop", ch
+
+
+def test_a_call_comes_back_as_tool_calls(worker):
+    ch = whole(worker, body("onecall", "auto", max_tokens=200))
+    msg = ch["message"]
+    assert ch["finish_reason"] == "tool_calls" and msg["content"] is None, ch
+    assert calls_of(msg) == [("function", "lookup_order", '{"order_id":42}')], msg
+    assert msg["tool_calls"][0]["id"].startswith("call_") and len(msg["tool_calls"][0]["id"]) == 29, msg
+    validate(json.loads(msg["tool_calls"][0]["function"]["arguments"]), TOOLS[0]["function"]["parameters"])
+    # the same answer without the parser is its text, markers and all
+    off = whole(worker, body("onecall", "none", max_tokens=200))
+    assert "<tool_call>" in off["message"]["content"] and "tool_calls" not in off["message"], off
+
+
+def test_text_and_two_calls(worker):
+    ch = whole(worker, body("twocalls", "auto", max_tokens=200))
+    msg = ch["message"]
+    assert ch["finish_reason"] == "tool_calls" and msg["content"].strip() == "Checking <both>.", ch
+    assert calls_of(msg) == [("function", "lookup_order", '{"order_id":42}'),
+                             ("function", "lookup_order", '{"order_id":7,"note":"Zürich"}')], msg
+    ids = [c["id"] for c in msg["tool_calls"]]
+    assert len(set(ids)) == 2, ids
+    # cut by max_tokens inside the second call: the first is a call, the cut body is text, finish "length"
+    n = len(node_encode(SCRIPTS["twocalls"], False))
+    cut = whole(worker, body("twocalls", "auto", max_tokens=n - 8))
+    assert cut["finish_reason"] == "length" and calls_of(cut["message"]) == calls_of(msg)[:1], cut
+    assert "<tool_call>" not in (cut["message"]["content"] or ""), cut
+
+
+@pytest.mark.parametrize("model", list(SCRIPTS))
+def test_streamed_calls_are_openai_deltas(worker, model):
+    """By hand: the first delta of a call carries its index, id, type and name (arguments ""),
+    the rest its arguments in pieces; joined they are the whole answer's calls. No marker in
+    any content delta."""
+    want = whole(worker, body(model, "auto", max_tokens=200))["message"]
+    r = post(worker, "/v1/chat/completions", dict(body(model, "auto", max_tokens=200), stream=True))
+    assert r.status == 200, r
+    ev = sse_events(r.body)
+    content, calls, pieces = "", {}, 0
+    for e in ev:
+        if not e["choices"]:
+            continue
+        d = e["choices"][0]["delta"]
+        content += d.get("content") or ""
+        for tc in d.get("tool_calls", []):
+            if "id" in tc:
+                assert tc["index"] == len(calls) and tc["type"] == "function" and tc["function"]["arguments"] == ""
+                calls[tc["index"]] = [tc["function"]["name"], ""]
+            else:
+                calls[tc["index"]][1] += tc["function"]["arguments"]
+                pieces += 1
+    assert "<tool_call" not in content and "</tool_call" not in content, content
+    assert content.strip() == (want["content"] or "").strip()
+    assert [("function", n, a) for n, a in calls.values()] == calls_of(want)
+    assert pieces >= len(calls)
+    assert ev[-1]["choices"][0]["finish_reason"] == "tool_calls", ev[-1]
+
+
+SDK = """
+import OpenAI from "openai";
+const [baseURL, model, body] = process.argv.slice(1);
+const client = new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0, timeout: 60_000 });
+const req = JSON.parse(body);
+const whole = await client.chat.completions.create(req);
+const stream = client.chat.completions.stream(req);
+const done = await stream.finalChatCompletion();
+const strip = (m) => ({ content: m.content, calls: (m.tool_calls || []).map((c) => [c.type, c.function.name, c.function.arguments]) });
+console.log(JSON.stringify({ whole: strip(whole.choices[0].message), whole_finish: whole.choices[0].finish_reason,
+                             streamed: strip(done.choices[0].message), streamed_finish: done.choices[0].finish_reason }));
+"""
+
+
+@pytest.mark.parametrize("model", list(SCRIPTS))
+def test_the_openai_sdk_assembles_the_same_calls(worker, model):
+    b = body(model, "auto", max_tokens=200, seed=11)
+    r = subprocess.run(["node", "--input-type=module", "-e", SDK, f"http://{worker.host}:{worker.port}/v1", model,
+                        json.dumps(b)], cwd=LLM_DIR, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["whole"]["calls"] and got["whole_finish"] == "tool_calls", got
+    assert (got["streamed"]["calls"], got["streamed_finish"]) == (got["whole"]["calls"], "tool_calls"), got
+    assert (got["streamed"]["content"] or "").strip() == (got["whole"]["content"] or "").strip(), got
