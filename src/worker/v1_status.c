@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "prom.h"
+#include "embed.h"
 #include "v1_internal.h"
 
 
@@ -12,12 +13,19 @@
  * render /v2/status and /metrics while models still load. */
 static llm_served *ready_llm(const ts_model *m)
 {
-    return model_state(m) == MODEL_READY ? model_llm(m) : NULL;
+    return v1_served(m, V1_LLM);
+}
+
+void *v1_served(const ts_model *m, v1_kind kind)
+{
+    void *h = model_state(m) == MODEL_READY ? model_llm(m) : NULL;
+    return h && *(const v1_kind *)h == kind ? h : NULL;
 }
 
 void v1_status(const ts_model *m, buf *b)
 {
     llm_served *L = ready_llm(m);
+    v1_embed_status(m, b);
     if (!L) return;
     llm_engine_stats st;
     llm_engine_stats_get(L->engine, &st);
@@ -120,6 +128,7 @@ void v1_metrics(const model_repo *r, buf *b)
 size_t v1_queue_depth(const ts_model *m)
 {
     llm_served *L = ready_llm(m);
+    if (v1_served(m, V1_EMBED)) return v1_embed_depth(m);
     if (!L) return model_queue_depth(m);
     llm_engine_stats st;
     llm_engine_stats_get(L->engine, &st);
