@@ -368,3 +368,14 @@ def test_sensitive_lands_on_the_cpu_pool_and_is_billed_its_tokens(fleet, repo):
     usd = metric(router, "tierrouter_cost_usd_total", pool="cpu", tenant="acme", priority="normal")
     assert tok - tok0 == n
     assert usd - usd0 == pytest.approx(n * PRICE / 1000, rel=1e-6)
+
+
+def test_the_router_is_told_the_usage_in_the_head(worker):
+    """A reply too big for the router to read is billed from Tierserve-Usage (router/v1.h)."""
+    code, h, out = embed(worker, {"model": "emb", "input": TEXTS}, {"Tierserve-Accounting": "1"})
+    assert code == 200, out
+    n = out["usage"]["prompt_tokens"]
+    assert h["tierserve-usage"].startswith(f"prompt_tokens={n} completion_tokens=0 compute_ms="), h
+    assert float(h["tierserve-compute-ms"]) > 0
+    code, h, out = embed(worker, {"model": "emb", "input": TEXTS})
+    assert code == 200 and "tierserve-usage" not in h
