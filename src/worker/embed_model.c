@@ -244,6 +244,7 @@ static bool read_signature(emb_served *E, const emb_io *in, size_t nin, const em
 }
 
 static bool any_rows(const sched_item *a, const sched_item *b);
+static void embed_run(sched_item **items, size_t n, size_t runner, void *ctx);
 
 void embed_free(emb_served *E)
 {
@@ -429,7 +430,9 @@ out:
     return rc;
 }
 
-void embed_run(sched_item **items, size_t n, size_t runner, void *ctx)
+/* Runner thread: the items' rows in Run()s, pooled into each request's vec, whose reply is
+ * written and handed back through srv->embed_done. */
+static void embed_run(sched_item **items, size_t n, size_t runner, void *ctx)
 {
     (void)runner;
     emb_served *E = ctx;

@@ -95,9 +95,6 @@ typedef struct ereq {
     double t_arrive, compute_ms;
 } ereq;
 
-/* Runner thread: the items' rows in Run()s, pooled into each request's vec, whose reply is
- * written and handed back through srv->embed_done. */
-void embed_run(sched_item **items, size_t n, size_t runner, void *ctx);
 /* The reply body of a request whose vectors are in (runner thread). */
 void embed_reply_body(ereq *r);
 
