@@ -63,11 +63,34 @@ static void put_labels(buf *b, const ts_model *m)
     buf_put_label(b, model_version(m));
 }
 
+/* tierserve_prompt_tokens_total: an LLM's admitted prompts, an embedding model's inputs. */
+static void prompt_tokens_family(const model_repo *r, buf *b, size_t n)
+{
+    prom_family(b, "tierserve_prompt_tokens_total", "counter",
+                "LLM: prompt tokens of admitted requests; embeddings: tokens of the inputs embedded");
+    for (size_t i = 0; i < n; i++) {
+        const ts_model *m = model_repo_at(r, i);
+        const llm_served *L = ready_llm(m);
+        const emb_served *E = v1_served(m, V1_EMBED);
+        if (!L && !E) continue;
+        buf_puts(b, "tierserve_prompt_tokens_total{");
+        put_labels(b, m);
+        buf_printf(b, "} %llu\n", (unsigned long long)(L ? atomic_load(&L->prompt_tokens) : atomic_load(&E->prompt_tokens)));
+    }
+}
+
 void v1_metrics(const model_repo *r, buf *b)
 {
-    size_t n = r ? model_repo_count(r) : 0, nl = 0;
-    for (size_t i = 0; i < n; i++) nl += ready_llm(model_repo_at(r, i)) != NULL;
-    if (nl == 0) return;
+    size_t n = r ? model_repo_count(r) : 0, nl = 0, ne = 0;
+    for (size_t i = 0; i < n; i++) {
+        nl += ready_llm(model_repo_at(r, i)) != NULL;
+        ne += v1_served(model_repo_at(r, i), V1_EMBED) != NULL;
+    }
+    if (nl == 0) {
+        /* embedding models alone: their prompt tokens, in the family the LLMs count theirs in */
+        if (ne) prompt_tokens_family(r, b, n);
+        return;
+    }
     static const struct {
         const char *name, *text;
         size_t off;
@@ -101,6 +124,10 @@ void v1_metrics(const model_repo *r, buf *b)
         {"tierserve_kv_cache_bytes", "gauge", "LLM: KV cache held by the running sequences"},
     };
     for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
+        if (f == 0) {
+            prompt_tokens_family(r, b, n);
+            continue;
+        }
         prom_family(b, fams[f][0], fams[f][1], fams[f][2]);
         for (size_t i = 0; i < n; i++) {
             const ts_model *m = model_repo_at(r, i);

@@ -92,12 +92,14 @@ def test_texts_single_and_batched_equal_the_reference(worker, repo, name):
         code, _, out = embed(worker, {"model": name, "input": t})
         assert code == 200, out
         close(vectors(out), [want[i]])
+    before = metric(worker, "tierserve_prompt_tokens_total", model=name, version="1", required=True)
     code, _, out = embed(worker, {"model": name, "input": TEXTS})
     assert code == 200, out
     assert out["object"] == "list" and out["model"] == name
     close(vectors(out), want)
     n = sum(len(ref.tokenize(t)) for t in TEXTS)
     assert out["usage"] == {"prompt_tokens": n, "total_tokens": n}
+    assert metric(worker, "tierserve_prompt_tokens_total", model=name, version="1") - before == n
 
 
 def test_normalize_and_pooling_are_the_models_own(worker, repo):
