@@ -234,7 +234,6 @@ static void prepare_work(void *item, void *ctx)
         r->failed = true;
     } else {
         r->item.rows = (int64_t)r->n_rows;
-        r->item.level = 2;
         int rc = sched_submit(r->E->s, &r->item);
         if (rc == 0) return; /* the runner pushes it back */
         r->failed = true;
@@ -359,11 +358,13 @@ void v1_handle_embeddings(server *srv, h1req *req)
     v1_err e = {0};
     size_t blen = 0;
     (void)h1req_body(req, &blen);
+    int prio = 1;
     if (srv->draining) v1_fail(&e, TS_UNAVAILABLE, NULL, "server is shutting down");
     else if (!health_live()) v1_fail(&e, TS_UNAVAILABLE, NULL, "worker is not live after a GPU fault");
     else if (blen > LLM_MAX_BODY)
         v1_fail(&e, TS_PAYLOAD_TOO_LARGE, NULL, "request body of %zu bytes is over the /v1 limit of %zu", blen,
                 LLM_MAX_BODY);
+    else (void)v1_parse_priority(req, &prio, &e);
     if (e.err.http) {
         v1_reply_error(req, &e);
         return;
@@ -375,6 +376,7 @@ void v1_handle_embeddings(server *srv, h1req *req)
     }
     r->srv = srv;
     r->t_arrive = ts_now();
+    r->item.level = prio + 1; /* the scheduler's levels: 1 urgent, 2 normal, 3 batch */
     buf_init(&r->reply, REPLY_LIMIT);
     r->body = h1req_take_body(req, &r->body_len);
     r->held = (size_t)(uintptr_t)h1req_user(req);

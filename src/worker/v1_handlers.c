@@ -128,7 +128,7 @@ static void handle_accounting(server *srv, h1req *req, const char *key)
 }
 
 /* X-Priority (the router's header): urgent 0, normal 1, batch 2. */
-static int parse_priority(h1req *req, int *out, v1_err *e)
+int v1_parse_priority(h1req *req, int *out, v1_err *e)
 {
     const char *p = h1req_header(req, "X-Priority");
     *out = 1;
@@ -428,7 +428,7 @@ static lreq *new_req(server *srv, h1req *req, bool chat)
     snprintf(r->id, sizeof r->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)r->created,
              (unsigned long long)rid);
     r->timeout_ms = (double)srv->set->llm_request_timeout_ms; /* kept when X-Priority is refused first */
-    r->hdr_bad = parse_priority(req, &r->priority, &r->hdr_err) ||
+    r->hdr_bad = v1_parse_priority(req, &r->priority, &r->hdr_err) ||
                  parse_timeout(srv, req, &r->timeout_ms, &r->hdr_err);
     if (!(r->timer = evtimer_new(srv->base, v1_on_deadline, r))) {
         v1_free_req(r);

@@ -259,6 +259,13 @@ def test_total_tokens_bounded(worker):
     assert code == 413 and "limit" in out["error"]["message"], str(out)[:300]
 
 
+def test_priority_header(worker):
+    code, _, out = embed(worker, {"model": "emb", "input": "hello"}, {"X-Priority": "batch"})
+    assert code == 200, out
+    code, _, out = embed(worker, {"model": "emb", "input": "hello"}, {"X-Priority": "soon"})
+    assert code == 400 and "X-Priority" in out["error"]["message"], out
+
+
 def test_not_json_and_no_model(worker):
     code, _, out = post_json((worker.host, worker.port), "/v1/embeddings", {"input": "x"})
     assert code == 400 and out["error"]["param"] == "model", out

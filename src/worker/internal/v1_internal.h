@@ -150,6 +150,9 @@ void *v1_served(const ts_model *m, v1_kind kind);
 bool v1_capabilities(const ts_model *m, buf *caps, int64_t *context);
 
 /* v1_handlers.c */
+/* X-Priority (the router's header): urgent 0, normal 1 (also when absent), batch 2; -1 with a
+ * 400 in e for another value. */
+int v1_parse_priority(h1req *req, int *out, v1_err *e);
 /* The preparation is over (from the llm_done doneq): the sequence joins, or the refusal goes out. */
 void v1_on_prepared(lreq *r);
 
