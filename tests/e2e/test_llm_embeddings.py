@@ -16,6 +16,7 @@ What is held:
 import base64
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -257,6 +258,21 @@ def test_total_tokens_bounded(worker):
     assert code == 200 and out["usage"]["prompt_tokens"] == 65536, str(out)[:300]
     code, _, out = embed(worker, {"model": "emb", "input": ["hello " * 1000] * 2048})  # 12 MB
     assert code == 413 and "limit" in out["error"]["message"], str(out)[:300]
+
+
+def test_clients_that_leave_cost_nothing_lasting(worker, repo):
+    """Requests whose clients hang up (while parsed, queued or run) are dropped; the next is
+    served, and the sanitizer build finds nothing at exit."""
+    body = json.dumps({"model": "emb", "input": [[7] * 32] * 2048}).encode()
+    for _ in range(6):
+        s = socket.create_connection((worker.host, worker.port), timeout=30)
+        s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        s.close()
+    ref = repo[1]["emb"]
+    code, _, out = embed(worker, {"model": "emb", "input": TEXTS})
+    assert code == 200, out
+    close(vectors(out), ref.embed([ref.tokenize(t) for t in TEXTS]))
 
 
 def test_priority_header(worker):
