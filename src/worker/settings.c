@@ -120,6 +120,10 @@ static const setting_def k_settings[] = {
     {"TIERSERVE_LLM_PREFILL_CHUNK", "llm-prefill-chunk", ST_INT, OFF(llm_prefill_chunk), 0, "0", 0, 8192,
      "per LLM: prompt tokens per prefill Run(); ORT materialises the chunk's whole [chunk, vocab] "
      "logits (0: auto, the largest chunk up to 512 whose logits fit 64 MiB, at least 16)"},
+    {"TIERSERVE_CHAT_TEMPLATE", "chat-template", ST_STR, OFF(chat_template), SZ(chat_template), "", 0, 0,
+     "a Jinja chat template file used instead of the model folder's (llama.cpp's --chat-template-file): "
+     "FILE for every LLM, or MODEL=FILE,MODEL=FILE,... per model (an entry without '=' for the models not "
+     "named); a file that is missing or does not parse fails that model's load"},
     {"TIERSERVE_FAULT_INJECT_GPU_RUN", "fault-inject-gpu-run", ST_INT, OFF(fault_inject_gpu_run),
      0, "0", 0, INT64_C(1000000000),
      "testing only: make the Nth Run() (a KServe batch or an LLM step) report a CUDA error (0: off)"},

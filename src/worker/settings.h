@@ -54,6 +54,7 @@ typedef struct {
     int64_t llm_queue_size;    /* an LLM's sequences waiting for a slot (503 past it) */
     char llm_kv[8];            /* auto|host|bound: where an LLM's KV cache lives between steps */
     int64_t llm_prefill_chunk; /* prompt tokens per prefill Run() (0: by the vocabulary's logits size) */
+    char chat_template[SETTINGS_STR_MAX]; /* FILE or MODEL=FILE,...: chat templates over the folders' */
 } ts_settings;
 
 /* Fills defaults, then the environment, then argv (from index `first`). On a bad value,
