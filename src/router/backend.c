@@ -308,6 +308,8 @@ void rt_route_view(router *r, const char *logical, double now, route_pool *view)
                                .max_in_flight = p->cfg->max_in_flight,
                                .pool_max_in_flight = p->cfg->pool_max_in_flight,
                                .st = p->pol ? &p->st : NULL,
+                               .urgent_reserve = r->cfg->admission.urgent_reserve,
+                               .normal_reserve = r->cfg->admission.normal_reserve,
                                .backends = p->view,
                                .n = p->n};
     }

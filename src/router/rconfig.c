@@ -166,7 +166,19 @@ static const rc_key k_keys[] = {
     {T_("admission.queue_size", admission.queue_size), UINT_("256", 0, 100000),
      .help = "urgent/normal requests that may wait for a full pool (0: none wait: 503 at once)"},
     {T_("admission.queue_timeout_ms", admission.queue_timeout_ms), UINT_("200", 0, 600000),
-     .help = "how long one may wait, then 503 + Retry-After (0: not at all)"},
+     .help = "how long a normal request may wait, then 503 + Retry-After (0: not at all)"},
+    {T_("admission.urgent_queue_timeout_ms", admission.urgent_queue_timeout_ms), UINT_("1000", 0, 600000),
+     .help = "how long an urgent request may wait (never less than queue_timeout_ms); urgent is "
+             "served from the queue before normal and batch"},
+    {T_("admission.batch_queue_timeout_ms", admission.batch_queue_timeout_ms), UINT_("0", 0, 600000),
+     .help = "how long a batch request may wait (at most queue_timeout_ms; 0: 429 at once when "
+             "every pool is full)"},
+    {T_("admission.urgent_reserve", admission.urgent_reserve), DBL_("0.1", 0, 0.9),
+     .help = "the share of each pool's in-flight capacity that only urgent requests may fill "
+             "(rounded down to whole slots)"},
+    {T_("admission.normal_reserve", admission.normal_reserve), DBL_("0.1", 0, 0.9),
+     .help = "a further share that batch may not fill: a saturated pool refuses batch, then "
+             "normal, then urgent"},
     {T_("ejection.consecutive_failures", ejection.consecutive_failures), UINT_("3", 1, 1000),
      .help = "failures in a row that eject a backend"},
     {T_("ejection.base_ms", ejection.base_ms), UINT_("1000", 1, MS_MAX),
@@ -300,7 +312,11 @@ static const cyaml_schema_value_t k_tenant = {CYAML_VALUE_MAPPING(CYAML_FLAG_DEF
 
 static const cyaml_schema_field_t k_admission_fields[] = {
     CYAML_FIELD_UINT("queue_size", CYAML_FLAG_OPTIONAL, rc_admission, queue_size),
-    CYAML_FIELD_UINT("queue_timeout_ms", CYAML_FLAG_OPTIONAL, rc_admission, queue_timeout_ms), CYAML_FIELD_END};
+    CYAML_FIELD_UINT("queue_timeout_ms", CYAML_FLAG_OPTIONAL, rc_admission, queue_timeout_ms),
+    CYAML_FIELD_UINT("urgent_queue_timeout_ms", CYAML_FLAG_OPTIONAL, rc_admission, urgent_queue_timeout_ms),
+    CYAML_FIELD_UINT("batch_queue_timeout_ms", CYAML_FLAG_OPTIONAL, rc_admission, batch_queue_timeout_ms),
+    CYAML_FIELD_FLOAT("urgent_reserve", CYAML_FLAG_OPTIONAL, rc_admission, urgent_reserve),
+    CYAML_FIELD_FLOAT("normal_reserve", CYAML_FLAG_OPTIONAL, rc_admission, normal_reserve), CYAML_FIELD_END};
 
 #define FILE_STR(k, t, f) CYAML_FIELD_STRING_PTR(k, CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, t, f, 0, RC_STR_READ_MAX)
 static const cyaml_schema_field_t k_tls_fields[] = {
@@ -813,6 +829,9 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
     if (c->ejection.max_ms < c->ejection.base_ms)
         return ts_fail(err, errlen, "%s: ejection.max_ms: %u is below ejection.base_ms (%u)", path, c->ejection.max_ms,
                     c->ejection.base_ms);
+    if (c->admission.urgent_reserve + c->admission.normal_reserve > 0.9)
+        return ts_fail(err, errlen, "%s: admission.urgent_reserve + normal_reserve: %g is above 0.9 (batch would "
+                       "have almost nothing)", path, c->admission.urgent_reserve + c->admission.normal_reserve);
 
     policy_config pc;
     rconfig_policy(c, &pc);

@@ -81,7 +81,9 @@ typedef struct {
 
 typedef struct {
     unsigned queue_size;       /* requests that may wait for capacity, all pools together */
-    unsigned queue_timeout_ms; /* how long one may wait */
+    unsigned queue_timeout_ms; /* how long a normal request may wait */
+    unsigned urgent_queue_timeout_ms, batch_queue_timeout_ms; /* route_queue_wait_ms */
+    double urgent_reserve, normal_reserve; /* route_pool: shares of a pool kept from lower priorities */
 } rc_admission;
 
 typedef struct {

@@ -47,6 +47,9 @@ void sim_config_defaults(sim_config *c)
     c->p95_window_s = 10;
     c->queue_size = 256;
     c->queue_timeout_s = 0.200;
+    c->urgent_queue_timeout_s = 1.0;
+    c->batch_queue_timeout_s = 0;
+    c->urgent_reserve = 0.1, c->normal_reserve = 0.1;
     c->deadline_s[PRIO_URGENT] = 5, c->deadline_s[PRIO_NORMAL] = 15, c->deadline_s[PRIO_BATCH] = 60;
     c->retry_ratio = 0.2;
     c->retry_min_concurrency = 3;
@@ -96,6 +99,11 @@ int sim_config_check(const sim_config *c, char *err, size_t errlen)
     if (!(c->p95_window_s > 0)) return ts_fail(err, errlen, "p95_window_s must be > 0");
     if (c->queue_size > 1000000) return ts_fail(err, errlen, "admission queue_size must be at most 1000000");
     if (!(c->queue_timeout_s >= 0) || c->queue_timeout_s > 3600) return ts_fail(err, errlen, "admission queue_timeout_ms must be in [0, 3600000]");
+    if (!(c->urgent_queue_timeout_s >= 0) || c->urgent_queue_timeout_s > 3600 || !(c->batch_queue_timeout_s >= 0) ||
+        c->batch_queue_timeout_s > 3600)
+        return ts_fail(err, errlen, "admission urgent/batch_queue_timeout_ms must be in [0, 3600000]");
+    if (!(c->urgent_reserve >= 0) || !(c->normal_reserve >= 0) || c->urgent_reserve + c->normal_reserve >= 1)
+        return ts_fail(err, errlen, "admission urgent_reserve and normal_reserve must be >= 0 and add up to below 1");
     for (int p = 0; p < PRIO_COUNT; p++)
         if (!(c->deadline_s[p] >= 0.001) || c->deadline_s[p] > 3600)
             return ts_fail(err, errlen, "deadline_ms.%s must be in [1, 3600000]", trace_prio_name((priority_class)p));
@@ -119,7 +127,7 @@ int sim_config_check(const sim_config *c, char *err, size_t errlen)
 
 static const char *const k_outcome[SIM_OUTCOMES] = {"served", "refused", "queue_timeout", "deadline", "failed"};
 static const char *const k_refusal[SIM_REFUSALS] = {"unknown_model", "no_sensitive_pool", "no_backend",
-                                                    "shed_batch", "queue_full"};
+                                                    "shed_batch", "queue_full", "displaced"};
 const char *sim_outcome_name(sim_outcome o) { return k_outcome[o]; }
 const char *sim_refusal_name(sim_refusal r) { return k_refusal[r]; }
 
@@ -190,8 +198,8 @@ typedef struct {
     route_rng rng_route, rng_svc;
     double now, end_at;
     unsigned active, retries_active;
-    uint32_t admq_head[2], admq_tail[2];
-    unsigned admq_len;
+    uint32_t admq_head[PRIO_COUNT], admq_tail[PRIO_COUNT]; /* one queue per priority */
+    size_t admq_n[PRIO_COUNT];
     size_t unfinished;
     size_t ev_cap, tl_cap;
     bool *ticked;
@@ -325,6 +333,8 @@ static void view_of(sim *s, uint8_t model, route_pool *v)
                             .max_in_flight = p->cfg->max_in_flight,
                             .pool_max_in_flight = p->cfg->pool_max_in_flight,
                             .st = p->pol ? &p->st : NULL,
+                            .urgent_reserve = s->c->urgent_reserve,
+                            .normal_reserve = s->c->normal_reserve,
                             .backends = p->view,
                             .n = p->cfg->backends};
     }
@@ -436,7 +446,7 @@ static bool send_by_plan(sim *s, uint32_t i, const route_pool *view, const route
     for (size_t j = 0; j < plan->n_order; j++) {
         size_t pi = plan->order[j];
         const route_pool *v = &view[pi];
-        if (!route_pool_can_take(v)) continue;
+        if (!route_pool_can_take(v, (priority_class)s->tr->a[i].prio)) continue;
         int av = (int)pi == avoid_pool ? avoid_back : -1;
         int k = route_pick_backend(v, av, &s->pools[pi].cursor);
         if (k < 0) continue;
@@ -463,55 +473,70 @@ static bool dispatch(sim *s, uint32_t i)
 
 static void queue_remove(sim *s, uint32_t i)
 {
-    for (int q = 0; q < 2; q++) {
-        uint32_t prev = NONE;
-        for (uint32_t cur = s->admq_head[q]; cur != NONE; prev = cur, cur = s->rq[cur].qnext) {
-            if (cur != i) continue;
-            if (prev == NONE) s->admq_head[q] = s->rq[cur].qnext;
-            else s->rq[prev].qnext = s->rq[cur].qnext;
-            if (s->admq_tail[q] == cur) s->admq_tail[q] = prev;
-            s->admq_len--;
-            return;
-        }
+    int q = s->tr->a[i].prio;
+    uint32_t prev = NONE;
+    for (uint32_t cur = s->admq_head[q]; cur != NONE; prev = cur, cur = s->rq[cur].qnext) {
+        if (cur != i) continue;
+        if (prev == NONE) s->admq_head[q] = s->rq[cur].qnext;
+        else s->rq[prev].qnext = s->rq[cur].qnext;
+        if (s->admq_tail[q] == cur) s->admq_tail[q] = prev;
+        s->admq_n[q]--;
+        return;
     }
 }
 
-/* A slot freed up somewhere: the queue's head gets it, urgent first; the first that still
- * finds no room stops the drain (proxy.c admission_drain). */
+/* A slot freed up somewhere: the queue's head gets it, urgent first, then normal, then
+ * batch; a head that still finds no room stops its priority's drain (proxy.c). */
 static void admission_drain(sim *s)
 {
-    for (int q = 0; q < 2; q++) {
+    for (int q = 0; q < PRIO_COUNT; q++) {
         while (s->admq_head[q] != NONE) {
             uint32_t i = s->admq_head[q];
-            if (!dispatch(s, i)) return;
+            if (!dispatch(s, i)) break; /* the next priority may still fit (proxy.c) */
             queue_remove(s, i);
         }
     }
 }
 
+static double wait_of(const sim *s, priority_class prio)
+{
+    const sim_config *c = s->c;
+    return route_queue_wait_ms(prio, c->urgent_queue_timeout_s * 1e3, c->queue_timeout_s * 1e3,
+                               c->batch_queue_timeout_s * 1e3) / 1e3;
+}
+
 static void admit(sim *s, uint32_t i)
 {
     if (dispatch(s, i)) return;
-    priority_class prio = (priority_class)s->tr->a[i].prio;
-    switch (route_admission(prio, s->admq_len, s->c->queue_size)) {
+    priority_class prio = (priority_class)s->tr->a[i].prio, victim;
+    double wait = wait_of(s, prio);
+    switch (route_admission(prio, s->admq_n, s->c->queue_size, wait * 1e3, &victim)) {
     case ADMIT_SHED_BATCH:
         finish(s, i, SIM_REFUSED, SIM_REF_SHED_BATCH);
         return;
     case ADMIT_QUEUE_FULL:
         finish(s, i, SIM_REFUSED, SIM_REF_QUEUE_FULL);
         return;
+    case ADMIT_EVICT: {
+        uint32_t v = s->admq_tail[victim]; /* the newest of the lowest priority waiting */
+        queue_remove(s, v);
+        finish(s, v, SIM_REFUSED, SIM_REF_DISPLACED);
+        break;
+    }
     case ADMIT_QUEUE:
         break;
     }
-    int q = prio == PRIO_URGENT ? 0 : 1;
+    int q = prio;
     sreq *r = &s->rq[i];
     r->state = ST_QUEUED;
     r->qnext = NONE;
     if (s->admq_tail[q] == NONE) s->admq_head[q] = i;
     else s->rq[s->admq_tail[q]].qnext = i;
     s->admq_tail[q] = i;
-    if (++s->admq_len > s->res->queue_peak) s->res->queue_peak = s->admq_len;
-    double wait = s->c->queue_timeout_s, left = r->deadline - s->now;
+    s->admq_n[q]++;
+    size_t len = s->admq_n[0] + s->admq_n[1] + s->admq_n[2];
+    if (len > s->res->queue_peak) s->res->queue_peak = (unsigned)len;
+    double left = r->deadline - s->now;
     if (left < wait) wait = left > 0 ? left : 0;
     push(s, s->now + wait, K_QUEUE_TIMEOUT, i, 0, 0, 0);
 }
@@ -827,7 +852,7 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
     s->res = res;
     s->np = c->n_pools;
     s->n = t->n;
-    s->admq_head[0] = s->admq_head[1] = s->admq_tail[0] = s->admq_tail[1] = NONE;
+    for (int q = 0; q < PRIO_COUNT; q++) s->admq_head[q] = s->admq_tail[q] = NONE;
     route_rng_seed(&s->rng_route, c->seed);
     /* a stream of its own for service times: a routing change does not reshuffle them */
     route_rng_seed(&s->rng_svc, c->seed ^ 0x5deece66dULL);

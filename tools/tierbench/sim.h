@@ -60,7 +60,10 @@ typedef struct {
     policy_config policy;
     double probe_interval_s, probe_rtt_s, p95_window_s;
     unsigned queue_size;
-    double queue_timeout_s;
+    double queue_timeout_s;        /* normal's wait (the router's admission.queue_timeout_ms) */
+    double urgent_queue_timeout_s; /* admission.urgent_queue_timeout_ms (route_queue_wait_ms) */
+    double batch_queue_timeout_s;  /* admission.batch_queue_timeout_ms (0: batch is shed at once) */
+    double urgent_reserve, normal_reserve; /* admission.urgent_reserve / normal_reserve */
     double deadline_s[PRIO_COUNT];
     double per_try_timeout_s; /* 0: half of what is left of the deadline */
     double retry_ratio;
@@ -91,6 +94,7 @@ typedef enum {
     SIM_REF_NO_BACKEND,
     SIM_REF_SHED_BATCH,
     SIM_REF_QUEUE_FULL,
+    SIM_REF_DISPLACED, /* waited, then gave its place to a higher priority (queue full) */
     SIM_REFUSALS
 } sim_refusal;
 

@@ -270,6 +270,14 @@ int simcfg_option(simcfg *c, const char *key, const char *value, char *err, size
     if (!strcmp(key, "probe-interval-ms")) return ms_opt(key, value, &s->probe_interval_s, err, errlen);
     if (!strcmp(key, "probe-rtt-ms")) return ms_opt(key, value, &s->probe_rtt_s, err, errlen);
     if (!strcmp(key, "queue-timeout-ms")) return ms_opt(key, value, &s->queue_timeout_s, err, errlen);
+    if (!strcmp(key, "urgent-queue-timeout-ms")) return ms_opt(key, value, &s->urgent_queue_timeout_s, err, errlen);
+    if (!strcmp(key, "batch-queue-timeout-ms")) return ms_opt(key, value, &s->batch_queue_timeout_s, err, errlen);
+    if (!strcmp(key, "urgent-reserve") || !strcmp(key, "normal-reserve")) {
+        if (num(value, &d) != 0 || d < 0 || d >= 1)
+            return ts_fail(err, errlen, "--%s: '%.40s' is not a share in [0, 1)", key, value ? value : "");
+        *(key[0] == 'u' ? &s->urgent_reserve : &s->normal_reserve) = d;
+        return 0;
+    }
     if (!strcmp(key, "connect-fail-ms")) return ms_opt(key, value, &s->connect_fail_s, err, errlen);
     if (!strcmp(key, "queue-size")) {
         if (uint_of(value, 1000000, &s->queue_size) != 0)
@@ -353,6 +361,10 @@ const char *simcfg_help(void)
            "                         rollback_hold_s\n"
            "  --probe-interval-ms N  250      --probe-rtt-ms N  2 (the probe's answer lands after)\n"
            "  --queue-size N         256      --queue-timeout-ms N  200 (the admission queue)\n"
+           "  --urgent-queue-timeout-ms N  1000 (urgent waits at least as long as normal)\n"
+           "  --batch-queue-timeout-ms N   0 (batch is shed at once when every pool is full)\n"
+           "  --urgent-reserve S     0.1  a share of each pool's in-flight capacity only urgent fills\n"
+           "  --normal-reserve S     0.1  a further share batch may not fill\n"
            "  --deadline-ms urgent=5000,normal=15000,batch=60000\n"
            "  --retry budget_ratio=0.2,min_concurrency=3,per_try_timeout_ms=0\n"
            "  --ejection consecutive_failures=3,base_ms=1000,max_ms=30000\n"
