@@ -14,6 +14,7 @@
 #include "log.h"
 #include "clock.h"
 #include "router.h"
+#include "scaler.h"
 #include "tick.h"
 #include "tier.h"
 
@@ -551,6 +552,32 @@ double rt_pool_p95_ms(rt_pool *p, double now, double window_s)
 }
 
 /* The three signals of a pool (route_pool_signals), p95 over the last 10 s. */
+unsigned rt_pool_desired_backends(router *r, rt_pool *p, double now)
+{
+    pool_signals s;
+    rt_pool_signals(r, p, now, &s);
+    /* the queue signal is load per healthy backend; with none healthy it is the load */
+    double load = s.healthy ? s.value[SIG_QUEUE] * (double)s.healthy : s.value[SIG_QUEUE];
+    /* requests waiting for capacity wait for every pool; each pool is asked for its share,
+     * by its configured capacity */
+    size_t queued = r->admq_n[PRIO_URGENT] + r->admq_n[PRIO_NORMAL] + r->admq_n[PRIO_BATCH];
+    if (queued) {
+        double mine = 0, all = 0;
+        for (size_t i = 0; i < r->n_pools; i++) {
+            double cap = (double)r->pools[i].n * r->pools[i].cfg->max_in_flight;
+            all += cap;
+            if (&r->pools[i] == p) mine = cap;
+        }
+        if (all > 0) load += (double)queued * mine / all;
+    }
+    const rc_admission *a = &r->cfg->admission;
+    double target = p->cfg->scale_target > 0
+                        ? p->cfg->scale_target
+                        : p->cfg->max_in_flight * (1.0 - a->urgent_reserve - a->normal_reserve);
+    if (target < 1) target = 1;
+    return scaler_desired_backends((unsigned)s.healthy, load, target, 0.1);
+}
+
 void rt_pool_signals(router *r, rt_pool *p, double now, pool_signals *s)
 {
     (void)r;

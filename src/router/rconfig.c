@@ -221,6 +221,9 @@ static const rc_key k_keys[] = {
     {P_("max_in_flight", max_in_flight), UINT_("64", 1, 4096), .help = "requests in flight per backend"},
     {P_("pool_max_in_flight", pool_max_in_flight), UINT_("0", 0, 1000000),
      .help = "requests in flight in the whole pool (0: no limit beyond the backends')"},
+    {P_("scale_target", scale_target), DBL_("0", 0, 1e6),
+     .help = "requests in flight or waiting per backend that tierrouter_pool_desired_backends aims "
+             "at (0: what batch may fill, max_in_flight x (1 - urgent_reserve - normal_reserve))"},
     {P_("models", models), .type = RK_LIST, .count_off = offsetof(rc_pool, models_count), .min = 0, .max = 256,
      .help = "{name, serve} each: logical name -> the model its workers load (absent: every name as itself)"},
     {P_("tls", tls), .type = RK_BOOL, .def = "false",
@@ -268,6 +271,7 @@ static const cyaml_schema_field_t k_pool_fields[] = {
     CYAML_FIELD_SEQUENCE("backends", CYAML_FLAG_POINTER, rc_pool, backends, &k_backend, 1, 256),
     CYAML_FIELD_UINT("max_in_flight", CYAML_FLAG_OPTIONAL, rc_pool, max_in_flight),
     CYAML_FIELD_UINT("pool_max_in_flight", CYAML_FLAG_OPTIONAL, rc_pool, pool_max_in_flight),
+    CYAML_FIELD_FLOAT("scale_target", CYAML_FLAG_OPTIONAL, rc_pool, scale_target),
     CYAML_FIELD_SEQUENCE("models", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, rc_pool, models, &k_model, 0, 256),
     CYAML_FIELD_MAPPING("cost", CYAML_FLAG_OPTIONAL, rc_pool, cost, k_cost_fields),
     CYAML_FIELD_BOOL("tls", CYAML_FLAG_OPTIONAL, rc_pool, tls),
