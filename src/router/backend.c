@@ -570,11 +570,9 @@ unsigned rt_pool_desired_backends(router *r, rt_pool *p, double now)
         }
         if (all > 0) load += (double)queued * mine / all;
     }
-    const rc_admission *a = &r->cfg->admission;
-    double target = p->cfg->scale_target > 0
-                        ? p->cfg->scale_target
-                        : p->cfg->max_in_flight * (1.0 - a->urgent_reserve - a->normal_reserve);
-    if (target < 1) target = 1;
+    /* in flight cannot pass max_in_flight, so a target below it is what lets a saturated
+     * pool ask for more: half by default, as an HPA aims at half a CPU */
+    double target = p->cfg->scale_target > 0 ? p->cfg->scale_target : 0.5 * p->cfg->max_in_flight;
     return scaler_desired_backends((unsigned)s.healthy, load, target, 0.1);
 }
 

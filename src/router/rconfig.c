@@ -223,7 +223,8 @@ static const rc_key k_keys[] = {
      .help = "requests in flight in the whole pool (0: no limit beyond the backends')"},
     {P_("scale_target", scale_target), DBL_("0", 0, 1e6),
      .help = "requests in flight or waiting per backend that tierrouter_pool_desired_backends aims "
-             "at (0: what batch may fill, max_in_flight x (1 - urgent_reserve - normal_reserve))"},
+             "at (0: half of max_in_flight; in flight never passes max_in_flight, so the target must "
+             "sit below it for a saturated pool to ask for more)"},
     {P_("models", models), .type = RK_LIST, .count_off = offsetof(rc_pool, models_count), .min = 0, .max = 256,
      .help = "{name, serve} each: logical name -> the model its workers load (absent: every name as itself)"},
     {P_("tls", tls), .type = RK_BOOL, .def = "false",

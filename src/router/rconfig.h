@@ -46,7 +46,7 @@ typedef struct {
     unsigned backends_count;
     unsigned max_in_flight;/* per backend */
     unsigned pool_max_in_flight; /* the whole pool (0: backends x max_in_flight) */
-    double scale_target;   /* load per backend its desired-backends gauge aims at (0: the batch limit) */
+    double scale_target;   /* load per backend its desired-backends gauge aims at (0: max_in_flight / 2) */
     rc_model *models;
     unsigned models_count;
     rc_cost cost;
