@@ -818,6 +818,19 @@ static void gone_if_drained(sim *s, uint32_t pi, uint32_t k)
 
 static double draw_exp(sim *s, double rate) { return -log(1.0 - route_rng_uniform(&s->rng_svc)) / rate; }
 
+/* A spot backend's preemption (Poisson, preempt_per_h) and the notice before it. The first
+ * `reserved` backend slots are the reserved ones: never preempted. */
+static void spot_schedule(sim *s, uint32_t pi, uint32_t k)
+{
+    const sim_pool_cfg *c = s->pools[pi].cfg;
+    if (!c->spot || !(c->preempt_per_h > 0) || k < c->reserved) return;
+    uint32_t ep = s->pools[pi].b[k].life_epoch;
+    double at = s->now + draw_exp(s, c->preempt_per_h / 3600);
+    if (at > s->end_at) return; /* nothing after the trace's end: the clock must stop */
+    push(s, at - c->notice_s > s->now ? at - c->notice_s : s->now, K_NOTICE, 0, pi, k, ep);
+    push(s, at, K_PREEMPT, 0, pi, k, ep);
+}
+
 /* Ready: it answers probes from now on; a spot one may be preempted. */
 static void on_ready(sim *s, const sev *e)
 {
@@ -830,20 +843,25 @@ static void on_ready(sim *s, const sev *e)
     b->qhead = b->qtail = NONE;
     b->reported_queue = 0;
     b->reported_mem = mem_of(p, b);
-    const sim_pool_cfg *c = p->cfg;
-    if (c->spot && c->preempt_per_h > 0) {
-        double at = s->now + draw_exp(s, c->preempt_per_h / 3600);
-        push(s, at - c->notice_s > s->now ? at - c->notice_s : s->now, K_NOTICE, 0, e->pool, e->back, b->life_epoch);
-        push(s, at, K_PREEMPT, 0, e->pool, e->back, b->life_epoch);
-    }
+    spot_schedule(s, e->pool, e->back);
 }
 
-/* The provider's notice: the router drains it (no new tries) until the preemption. */
+static void start_backend(sim *s, uint32_t pi, uint32_t k);
+
+/* The provider's notice: the router drains it (no new tries) until the preemption, and the
+ * Deployment's ReplicaSet starts its replacement at once (the replicas wanted do not change). */
 static void on_notice(sim *s, const sev *e)
 {
-    sback *b = &s->pools[e->pool].b[e->back];
+    spool *p = &s->pools[e->pool];
+    sback *b = &p->b[e->back];
     if (e->epoch != b->life_epoch || b->life != B_READY) return;
+    s->res->pool[e->pool].preemptions++;
     b->life = B_DRAINING;
+    for (unsigned k = 0; k < p->nb; k++)
+        if (p->b[k].life == B_ABSENT) {
+            start_backend(s, e->pool, k);
+            break;
+        }
     gone_if_drained(s, e->pool, e->back);
 }
 
@@ -851,8 +869,20 @@ static void on_preempt(sim *s, const sev *e)
 {
     sback *b = &s->pools[e->pool].b[e->back];
     if (e->epoch != b->life_epoch || b->life == B_ABSENT) return;
-    s->res->pool[e->pool].preemptions++;
     backend_leave(s, e->pool, e->back);
+}
+
+/* A new backend: ready after its cold start (provisioning, image pull, model load, warm-up). */
+static void start_backend(sim *s, uint32_t pi, uint32_t k)
+{
+    spool *p = &s->pools[pi];
+    const sim_pool_cfg *c = p->cfg;
+    sback *b = &p->b[k];
+    b->life = B_STARTING;
+    b->alive = b->seen_live = false;
+    b->in_flight = b->running = b->waiting = 0;
+    push(s, s->now + c->provision_s + c->pull_s + c->load_s + c->warmup_s, K_READY, 0, pi, k, b->life_epoch);
+    present_changed(s, pi, +1);
 }
 
 /* One sync of the pool's scaler: the metric as the HPA (or KEDA) would read it, the HPA's
@@ -891,11 +921,7 @@ static void on_scale(sim *s, const sev *e)
     for (unsigned k = 0; k < p->nb && next > current; k++) {
         sback *b = &p->b[k];
         if (b->life != B_ABSENT) continue;
-        b->life = B_STARTING;
-        b->alive = b->seen_live = false;
-        b->in_flight = b->running = b->waiting = 0;
-        push(s, s->now + c->provision_s + c->pull_s + c->load_s + c->warmup_s, K_READY, 0, e->pool, k, b->life_epoch);
-        present_changed(s, e->pool, +1);
+        start_backend(s, e->pool, k);
         ps->scale_ups++;
         current++;
     }
@@ -1060,6 +1086,7 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
     s->np = c->n_pools;
     s->n = t->n;
     for (int q = 0; q < PRIO_COUNT; q++) s->admq_head[q] = s->admq_tail[q] = NONE;
+    s->end_at = trace_span(t) > c->until_s ? trace_span(t) : c->until_s;
     route_rng_seed(&s->rng_route, c->seed);
     /* a stream of its own for service times: a routing change does not reshuffle them */
     route_rng_seed(&s->rng_svc, c->seed ^ 0x5deece66dULL);
@@ -1088,6 +1115,7 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
         }
         for (unsigned k = p->cfg->backends; k < p->nb; k++) p->b[k].qhead = p->b[k].qtail = NONE; /* absent */
         p->present = p->cfg->backends;
+        for (unsigned k = 0; k < p->cfg->backends; k++) spot_schedule(s, (uint32_t)i, k);
         res->pool[i].peak_backends = res->pool[i].low_backends = p->present;
         if (p->cfg->kind == POOL_GPU && !(p->pol = policy_create(&pc))) return ts_fail(err, errlen, "out of memory");
         /* a router that has been up a while: every backend probed, healthy, idle */
@@ -1118,7 +1146,6 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
                         s->pools[pi].nb, ev->backend);
         push(s, ev->t, K_TRACE_EVENT, (uint32_t)e, (uint32_t)pi, 0, 0);
     }
-    s->end_at = trace_span(t) > c->until_s ? trace_span(t) : c->until_s;
     res->span_s = trace_span(t);
     res->n_pools = s->np;
     push(s, c->probe_interval_s, K_TICK, 0, 0, 0, 0);
