@@ -53,6 +53,9 @@ static void usage(FILE *out)
     fprintf(out, "\noutputs (sim): the summary goes to stdout unless --quiet\n"
                  "  --json FILE   --csv FILE   --timeline FILE (CSV per step)   --svg FILE   (FILE - : stdout)\n"
                  "  --events N             policy events listed in the summary (default %d)\n"
+                 "  --row LABEL            one markdown row: served %% and P95 per priority, what was not\n"
+                 "                         served per priority, stage changes, cost (--row-header: the\n"
+                 "                         header first); runs of several fleets make one table\n"
                  "outputs (gen): --out FILE (default stdout)\n",
             MAX_EVENTS_SHOWN);
 }
@@ -62,8 +65,8 @@ typedef struct {
     trace_gen gen;
     bool generate, is_sim;
     const char *trace_path;
-    const char *json, *csv, *timeline, *svg, *out;
-    bool quiet;
+    const char *json, *csv, *timeline, *svg, *out, *row;
+    bool quiet, row_header;
     size_t max_events;
 } cmd;
 
@@ -73,6 +76,15 @@ static int output_opt(cmd *c, const char *key, const char *value, char *err, siz
     if (c->is_sim) {
         if (!strcmp(key, "quiet")) {
             c->quiet = true;
+            return 0;
+        }
+        if (!strcmp(key, "row-header")) {
+            c->row_header = true;
+            return 0;
+        }
+        if (!strcmp(key, "row")) {
+            if (!value || !*value || strlen(value) > 80) return ts_fail(err, errlen, "--row: needs a label (1..80 bytes)");
+            c->row = value;
             return 0;
         }
         if (!strcmp(key, "trace")) slot = &c->trace_path;
@@ -120,7 +132,8 @@ static int apply(void *ctx, const char *key, const char *value, char *err, size_
 
 static bool is_flag(const char *key)
 {
-    return !strcmp(key, "fixed") || !strcmp(key, "poisson") || !strcmp(key, "quiet") || !strcmp(key, "sweep-all");
+    return !strcmp(key, "fixed") || !strcmp(key, "poisson") || !strcmp(key, "quiet") || !strcmp(key, "sweep-all") ||
+           !strcmp(key, "row-header");
 }
 
 static int parse(cmd *c, int argc, char **argv, char *err, size_t errlen)
@@ -206,6 +219,7 @@ static int cmd_sim(cmd *c)
         return EXIT_USAGE;
     }
     if (!c->quiet) report_text(&c->cfg.sim, g_source, &r, c->max_events, stdout);
+    if (c->row) report_row(&c->cfg.sim, &r, c->row, c->row_header, stdout);
     if (c->json && write_to(c->json, w_json, c, &r) != 0) rc = 1;
     if (c->csv && write_to(c->csv, w_csv, c, &r) != 0) rc = 1;
     if (c->timeline && write_to(c->timeline, w_timeline, c, &r) != 0) rc = 1;

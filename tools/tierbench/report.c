@@ -309,6 +309,27 @@ static void cnum(FILE *out, double v)
     else fprintf(out, ",%.6g", v);
 }
 
+void report_row(const sim_config *c, const sim_result *r, const char *label, bool header, FILE *out)
+{
+    (void)c;
+    if (header)
+        fprintf(out, "| fleet | urgent served | urgent P95 | normal served | normal P95 | batch served | not served "
+                     "(urgent / normal / batch) | stage changes | cost |\n|---|---|---|---|---|---|---|---|---|\n");
+    const sim_prio_stats *p = r->prio;
+    uint64_t lost[PRIO_COUNT];
+    double pct[PRIO_COUNT];
+    for (int i = 0; i < PRIO_COUNT; i++) {
+        lost[i] = p[i].arrivals - served(&p[i]);
+        pct[i] = p[i].arrivals ? 100.0 * (double)served(&p[i]) / (double)p[i].arrivals : 100.0;
+    }
+    char a[16], b[16];
+    fprintf(out, "| %s | %.2f %% | %s ms | %.2f %% | %s ms | %.1f %% | %" PRIu64 " / %" PRIu64 " / %" PRIu64 " | %" PRIu64
+                 " | %.2f |\n",
+            label, pct[PRIO_URGENT], ms_col(p[PRIO_URGENT].lat.p95, a, sizeof a), pct[PRIO_NORMAL],
+            ms_col(p[PRIO_NORMAL].lat.p95, b, sizeof b), pct[PRIO_BATCH], lost[PRIO_URGENT], lost[PRIO_NORMAL],
+            lost[PRIO_BATCH], r->stage_ups + r->stage_downs, total_cost(r, false));
+}
+
 void report_csv(const sim_config *c, const sim_result *r, FILE *out)
 {
     const sim_prio_stats *all = &r->prio[PRIO_COUNT];
