@@ -107,6 +107,13 @@ unsigned scaler_desired_backends(unsigned healthy, double load, double target, d
     return scaler_raw(healthy, load / (double)healthy, target, tolerance);
 }
 
+double scaler_pool_load(double held, double queued, double capacity, double all_capacity)
+{
+    return held + (all_capacity > 0 ? queued * capacity / all_capacity : 0);
+}
+
+double scaler_default_target(unsigned max_in_flight) { return 0.5 * max_in_flight; }
+
 scaler *scaler_create(const scaler_config *c)
 {
     scaler *s = calloc(1, sizeof *s);

@@ -67,5 +67,12 @@ unsigned scaler_step(scaler *s, double now, unsigned current, double metric_avg)
  * waiting for it) over `healthy` backends, each meant to carry `target` (> 0). Raw: an
  * autoscaler applies its own windows and bounds. */
 unsigned scaler_desired_backends(unsigned healthy, double load, double target, double tolerance);
+/* The load the gauge counts on a pool: what it holds (in flight, or queued in its workers)
+ * plus its capacity's share of the requests waiting in the admission queue (they wait for
+ * every pool). */
+double scaler_pool_load(double held, double queued, double capacity, double all_capacity);
+/* The target per backend when none is configured: half of max_in_flight (in flight never
+ * passes max_in_flight, so a target at it would never ask for more). */
+double scaler_default_target(unsigned max_in_flight);
 
 #endif

@@ -558,21 +558,11 @@ unsigned rt_pool_desired_backends(router *r, rt_pool *p, double now)
     rt_pool_signals(r, p, now, &s);
     /* the queue signal is load per healthy backend; with none healthy it is the load */
     double load = s.healthy ? s.value[SIG_QUEUE] * (double)s.healthy : s.value[SIG_QUEUE];
-    /* requests waiting for capacity wait for every pool; each pool is asked for its share,
-     * by its configured capacity */
     size_t queued = r->admq_n[PRIO_URGENT] + r->admq_n[PRIO_NORMAL] + r->admq_n[PRIO_BATCH];
-    if (queued) {
-        double mine = 0, all = 0;
-        for (size_t i = 0; i < r->n_pools; i++) {
-            double cap = (double)r->pools[i].n * r->pools[i].cfg->max_in_flight;
-            all += cap;
-            if (&r->pools[i] == p) mine = cap;
-        }
-        if (all > 0) load += (double)queued * mine / all;
-    }
-    /* in flight cannot pass max_in_flight, so a target below it is what lets a saturated
-     * pool ask for more: half by default, as an HPA aims at half a CPU */
-    double target = p->cfg->scale_target > 0 ? p->cfg->scale_target : 0.5 * p->cfg->max_in_flight;
+    double all = 0;
+    for (size_t i = 0; i < r->n_pools; i++) all += (double)r->pools[i].n * r->pools[i].cfg->max_in_flight;
+    load = scaler_pool_load(load, (double)queued, (double)p->n * p->cfg->max_in_flight, all);
+    double target = p->cfg->scale_target > 0 ? p->cfg->scale_target : scaler_default_target(p->cfg->max_in_flight);
     return scaler_desired_backends((unsigned)s.healthy, load, target, 0.1);
 }
 

@@ -908,10 +908,10 @@ static void on_scale(sim *s, const sev *e)
         /* tierrouter_pool_desired_backends (rt_pool_desired_backends), read by KEDA as an
          * AverageValue of 1: the HPA's desired = the gauge */
         size_t queued = s->admq_n[0] + s->admq_n[1] + s->admq_n[2];
-        double mine = (double)p->nb * c->max_in_flight, all = 0;
+        double all = 0;
         for (size_t i = 0; i < s->np; i++) all += (double)s->pools[i].nb * s->pools[i].cfg->max_in_flight;
-        if (all > 0) load += (double)queued * mine / all;
-        double target = c->scale_target > 0 ? c->scale_target : 0.5 * c->max_in_flight;
+        load = scaler_pool_load(load, (double)queued, (double)p->nb * c->max_in_flight, all);
+        double target = c->scale_target > 0 ? c->scale_target : scaler_default_target(c->max_in_flight);
         unsigned want = scaler_desired_backends(ready, load, target, 0.1);
         /* KEDA's AverageValue target: the HPA's ratio metric / target is want / current */
         metric = (current ? (double)want / current : (double)want) * c->scaler.target;
