@@ -210,6 +210,9 @@ void rt_status_json(router *r, buf *b)
     }
     buf_puts(b, "},");
     rt_events_json(&r->events, b);
+    /* who waits for capacity now, by priority (proxy.c's admission queue) */
+    buf_printf(b, "\"admission_queue\":{\"urgent\":%zu,\"normal\":%zu,\"batch\":%zu},", r->admq_n[PRIO_URGENT],
+               r->admq_n[PRIO_NORMAL], r->admq_n[PRIO_BATCH]);
     buf_printf(b, "\"active\":%u,\"retries\":%llu,\"ejections\":%llu,\"pools\":[", r->active,
                (unsigned long long)r->retries, (unsigned long long)r->ejections_total);
     for (size_t i = 0; i < r->n_pools; i++) {

@@ -110,3 +110,72 @@ pools:
             t.join(timeout=deadline_ms * 5 / 1e3)
         assert r.stop() == 0
         w.stop()
+
+
+def test_full_queue_gives_a_normal_place_to_urgent(tmp_path, test_repo):
+    """A full admission queue: an urgent request takes the place of the newest waiting normal
+    one (that one gets 503 saying so), and is served before the normal ones that wait."""
+    (w,) = slow_workers(tmp_path, test_repo, 1)
+    hdr, body = slow_request(ROWS)
+    for _ in range(2):
+        assert post_once(w.port, "slow", hdr, body)[0] == 200
+    t0 = time.monotonic()
+    assert post_once(w.port, "slow", hdr, body)[0] == 200
+    service = time.monotonic() - t0
+    wait_ms = int(max(20000, 200 * service * 1000))  # nobody times out while the test looks
+    r = Router(f"""
+address: 127.0.0.1
+probe_interval_ms: 100
+deadline_ms: {{urgent: {wait_ms * 2}, normal: {wait_ms * 2}, batch: {wait_ms * 2}}}
+admission:
+  queue_size: 2
+  queue_timeout_ms: {wait_ms}
+  urgent_reserve: 0
+  normal_reserve: 0
+pools:
+  - name: gpu
+    kind: gpu
+    min_tier: cpu
+    max_in_flight: 2
+    backends: ["127.0.0.1:{w.port}"]
+""", tmp_path)
+    replies, order = {}, []
+
+    def send(tag, prio):
+        replies[tag] = post_once(r, "slow", dict(hdr, **{"X-Priority": prio}), body, timeout=wait_ms * 3 / 1e3)
+        order.append(tag)
+
+    def queued():
+        return r.status()["admission_queue"]
+
+    threads = []
+    try:
+        r.wait_healthy(1)
+        # two in flight, then two waiting, one at a time so "newest" is known
+        for i, want in enumerate([None, None, {"urgent": 0, "normal": 1, "batch": 0},
+                                  {"urgent": 0, "normal": 2, "batch": 0}]):
+            t = threading.Thread(target=send, args=(f"n{i}", "normal"))
+            t.start()
+            threads.append(t)
+            if want is None:
+                wait_until(lambda: in_flight(r) == i + 1, wait_ms / 1e3, what=f"n{i} in flight")
+            else:
+                wait_until(lambda: queued() == want, wait_ms / 1e3, what=f"n{i} queued")
+        # the queue is full: urgent displaces n3, the newest normal, at once
+        t = threading.Thread(target=send, args=("u", "urgent"))
+        t.start()
+        threads.append(t)
+        wait_until(lambda: "n3" in replies, wait_ms / 1e3, what="n3 displaced")
+        code, _, raw = replies["n3"]
+        assert code == 503 and b"higher-priority" in raw, (code, raw)
+        assert queued() == {"urgent": 1, "normal": 1, "batch": 0}
+        for t in threads:
+            t.join(wait_ms * 3 / 1e3)
+        assert [replies[k][0] for k in ("n0", "n1", "n2", "u")] == [200] * 4
+        # urgent left the queue before n2, which had waited longer
+        assert order.index("u") < order.index("n2"), order
+    finally:
+        for t in threads:
+            t.join(wait_ms * 3 / 1e3)
+        assert r.stop() == 0
+        w.stop()
