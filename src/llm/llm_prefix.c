@@ -242,8 +242,6 @@ void llm_prefix_free(llm_prefix *p)
     free(p);
 }
 
-size_t llm_prefix_block(const llm_prefix *p) { return p->block; }
-
 void *llm_prefix_get(llm_prefix *p, llm_pkey parent, llm_pkey key, const int32_t *toks)
 {
     entry *e = find(p, key);

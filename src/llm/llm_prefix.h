@@ -43,7 +43,6 @@ typedef struct {
 llm_prefix *llm_prefix_new(size_t block, size_t block_bytes, size_t budget, llm_prefix_free_fn free_fn,
                            void *ctx);
 void llm_prefix_free(llm_prefix *p);
-size_t llm_prefix_block(const llm_prefix *p);
 
 /* The root key of a model and scope (both NUL-terminated, any bytes). */
 llm_pkey llm_prefix_root(const llm_prefix *p, const char *model, const char *scope);
