@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import start_worker
-from helpers import llm_status, metric, metrics_text, post_json, post, sse_events
+from helpers import llm_status, metric, metrics_text, post_json, post, sse_events, wait_until
 from llm_fixture import MODELS, node_encode, write_tiny_llm
 
 B = 16   # LLM_PREFIX_BLOCK
@@ -177,12 +177,19 @@ def test_status_and_metrics(w):
         assert metric(text, name, required=True, model_name="tiny") == 0, name
 
 
+def kv_bytes_per_token(repo, tmp_path_factory):
+    """What the worker says one token's KV takes (a worker started for the question)."""
+    probe = start_worker(repo, tmp_path_factory.mktemp("probe"), env={"EXECUTION_MODE": "cpu"})
+    try:
+        return llm_status(probe)["kv_bytes_per_token"]
+    finally:
+        assert probe.stop() == 0
+
+
 def test_small_cache_evicts_and_stays_correct(repo, tmp_path_factory):
     """Room for 6 blocks: prompts of 6+ blocks each push the others out; every answer still
     equals numpy's cold one."""
-    probe = start_worker(repo, tmp_path_factory.mktemp("pcp"), env={"EXECUTION_MODE": "cpu"})
-    per_tok = llm_status(probe)["kv_bytes_per_token"]
-    assert probe.stop() == 0
+    per_tok = kv_bytes_per_token(repo, tmp_path_factory)
     wk = start_worker(repo, tmp_path_factory.mktemp("pcs"),
                       env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_PREFIX_CACHE_BYTES": str(6 * B * per_tok)})
     try:
@@ -203,9 +210,7 @@ def test_kv_budget_queues_refuses_and_reports(repo, tmp_path_factory):
     """A budget of one sequence's cache: a second sequence waits for the first (usage 1.0
     meanwhile), one that could never fit is refused with 400, and with no queue room the 503
     names the KV budget (code kv_cache_full, Retry-After)."""
-    probe = start_worker(repo, tmp_path_factory.mktemp("kvp"), env={"EXECUTION_MODE": "cpu"})
-    per_tok = llm_status(probe)["kv_bytes_per_token"]
-    assert probe.stop() == 0
+    per_tok = kv_bytes_per_token(repo, tmp_path_factory)
     n_prompt, maxt = 2, 2000   # "Hello": BOS + one token; 2000 of the 2048 context
     need = (n_prompt + maxt) * per_tok
     wk = start_worker(repo, tmp_path_factory.mktemp("kvb"),
@@ -225,7 +230,6 @@ def test_kv_budget_queues_refuses_and_reports(repo, tmp_path_factory):
                for _ in range(2)]
         for t in ths:
             t.start()
-        from helpers import wait_until
         st = wait_until(lambda: (lambda s: s if s["running"] == 1 and s["waiting"] == 1 else None)(llm_status(wk)),
                         timeout=60, what="one running, one waiting for KV memory")
         assert st["kv_cache_usage"] == 1.0 and st["kv_reserved_bytes"] == need
