@@ -560,7 +560,8 @@ int llm_engine_add(llm_engine *e, const int32_t *prompt, size_t n, const llm_gen
     pthread_mutex_lock(&e->mu);
     if (e->stop || e->w_n >= e->opt.max_waiting) {
         size_t w = e->w_n;
-        bool kv = e->opt.kv_budget && e->n_active < e->opt.max_active;
+        /* slots are free, yet sequences wait: the budget holds them (a queue of 0 refuses all) */
+        bool kv = e->opt.kv_budget && e->n_active < e->opt.max_active && w > 0;
         size_t res = e->st.kv_reserved;
         pthread_mutex_unlock(&e->mu);
         llm_seq_free(s);
