@@ -115,12 +115,12 @@ int main(int argc, char **argv)
     static chat_msg cm[2 * TURNS + 1];
     static char text[2 * TURNS + 1][160];
     snprintf(text[0], sizeof text[0], "You are a support agent for an online shop. Answer briefly and politely.");
-    cm[0] = (chat_msg){CHAT_SYSTEM, text[0], strlen(text[0])};
+    cm[0] = (chat_msg){.role = CHAT_SYSTEM, .content = text[0], .len = strlen(text[0])};
     for (int i = 1; i <= 2 * TURNS; i++) {
         bool user = i % 2 == 1;
         snprintf(text[i], sizeof text[i], user ? "Turn %d: where is my order #%d? It was due on Monday." :
                                                  "Turn %d: order #%d left our warehouse yesterday and arrives tomorrow.", i, 1000 + i);
-        cm[i] = (chat_msg){user ? CHAT_USER : CHAT_ASSISTANT, text[i], strlen(text[i])};
+        cm[i] = (chat_msg){.role = user ? CHAT_USER : CHAT_ASSISTANT, .content = text[i], .len = strlen(text[i])};
     }
     b.msgs = cm;
     b.nmsgs = 2 * TURNS + 1;

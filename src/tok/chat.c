@@ -17,7 +17,29 @@ struct chat_tmpl {
     jinja_tpl *tool_tpl; /* the config's "tool_use" template, or NULL */
     char *bos, *eos;  /* owned; NULL when the config names none */
     char label[64];   /* chat_variant */
+    char source[1100]; /* chat_source: a file's path fits (SETTINGS_STR_MAX) */
 };
+
+static const char *const CHAT_RESERVED[] = {"messages", "tools", "documents", "add_generation_prompt",
+                                            "bos_token", "eos_token", "raise_exception", "strftime_now",
+                                            "namespace", "range", NULL};
+
+bool chat_reserved_var(const char *name)
+{
+    for (size_t i = 0; CHAT_RESERVED[i]; i++)
+        if (strcmp(name, CHAT_RESERVED[i]) == 0)
+            return true;
+    return false;
+}
+
+const char *chat_reserved_list(void)
+{
+    return "messages, tools, documents, add_generation_prompt, bos_token, eos_token, raise_exception, "
+           "strftime_now, namespace, range";
+}
+
+const char *chat_source(const chat_tmpl *t) { return t->source; }
+bool chat_has_tool_use(const chat_tmpl *t) { return t->tool_tpl != NULL; }
 
 /* Well-known templates by their exact text, for a familiar name in logs and /v2/status
  * only: rendering never depends on it. FNV-1a 64 of the template's bytes. */
@@ -102,6 +124,7 @@ static chat_tmpl *chat_compile_named(const char *src, size_t len, const char *bo
         h *= 1099511628211ULL;
     }
     snprintf(t->label, sizeof t->label, "%s", source);
+    snprintf(t->source, sizeof t->source, "%s", source);
     for (size_t i = 0; i < sizeof CHAT_NAMED / sizeof CHAT_NAMED[0]; i++)
         if (CHAT_NAMED[i].fnv == h)
             snprintf(t->label, sizeof t->label, "%s", CHAT_NAMED[i].name);
@@ -149,12 +172,21 @@ int chat_render_opts(const chat_tmpl *t, const chat_msg *msgs, size_t n, const c
     }
     json_object_set_new(vars, "messages", list);
     for (size_t i = 0; i < n; i++) {
-        json_t *m = json_pack("{s:s, s:s%}", "role", chat_role_name(msgs[i].role), "content",
-                              msgs[i].content ? msgs[i].content : "", msgs[i].content ? msgs[i].len : 0);
+        const chat_msg *cm = &msgs[i];
+        json_t *m = json_pack("{s:s, s:s%}", "role", chat_role_name(cm->role), "content",
+                              cm->content ? cm->content : "", cm->content ? cm->len : 0);
         if (!m || json_array_append_new(list, m))
+            goto nomem;
+        /* transformers' order after role and content (vLLM's: tool_calls, tool_call_id, name) */
+        if ((cm->tool_calls && json_object_set(m, "tool_calls", cm->tool_calls)) ||
+            (cm->tool_call_id && json_object_set(m, "tool_call_id", cm->tool_call_id)) ||
+            (cm->name && json_object_set(m, "name", cm->name)) ||
+            (cm->reasoning_content && json_object_set(m, "reasoning_content", cm->reasoning_content)))
             goto nomem;
     }
     if (opts->tools && json_object_set(vars, "tools", opts->tools))
+        goto nomem;
+    if (opts->documents && json_object_set(vars, "documents", opts->documents))
         goto nomem;
     if (json_object_set_new(vars, "add_generation_prompt", json_boolean(opts->add_generation_prompt)))
         goto nomem;
@@ -168,7 +200,7 @@ int chat_render_opts(const chat_tmpl *t, const chat_msg *msgs, size_t n, const c
         const char *k;
         json_t *v;
         json_object_foreach(opts->template_kwargs, k, v) {
-            if (strcmp(k, "messages") == 0 || strcmp(k, "bos_token") == 0 || strcmp(k, "eos_token") == 0) {
+            if (chat_reserved_var(k)) {
                 ts_err_set(err, TS_BAD_REQUEST, "chat_template_kwargs may not set '%s'", k);
                 goto out;
             }
@@ -244,14 +276,32 @@ static const char *chat_token(json_t *cfg, const char *key)
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+/* tokenizer_config.json parsed: an object, or NULL with err set naming the file. */
+static json_t *chat_read_config(const char *cfg_path, ts_err *err)
+{
+    size_t len = 0;
+    char *data = chat_read(cfg_path, CHAT_MAX_CONFIG_BYTES, &len, err);
+    if (!data)
+        return NULL;
+    json_error_t jerr;
+    json_t *cfg = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
+    free(data);
+    if (!json_is_object(cfg)) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "%s: not a JSON object (%s, line %d)", cfg_path,
+                   cfg ? "top level" : jerr.text, jerr.line);
+        json_decref(cfg);
+        return NULL;
+    }
+    return cfg;
+}
+
 chat_tmpl *chat_load(const char *path, ts_err *err)
 {
     chat_tmpl *t = NULL;
     json_t *cfg = NULL;
-    char *data = NULL, *jinja = NULL;
+    char *jinja = NULL;
     char cfg_path[4096], dir[4096];
     struct stat st;
-    size_t len = 0;
     /* room for "/chat_template.jinja" after dir: a longer path is refused, never cut */
     if (strlen(path) + 32 > sizeof dir) {
         ts_err_set(err, TS_INTERNAL_ERROR, "%.200s...: path too long", path);
@@ -268,15 +318,8 @@ chat_tmpl *chat_load(const char *path, ts_err *err)
         else
             snprintf(dir, sizeof dir, ".");
     }
-    if (!(data = chat_read(cfg_path, CHAT_MAX_CONFIG_BYTES, &len, err)))
+    if (!(cfg = chat_read_config(cfg_path, err)))
         goto out;
-    json_error_t jerr;
-    cfg = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
-    if (!json_is_object(cfg)) {
-        ts_err_set(err, TS_INTERNAL_ERROR, "%s: not a JSON object (%s, line %d)", cfg_path,
-                   cfg ? "top level" : jerr.text, jerr.line);
-        goto out;
-    }
     json_t *ct = json_object_get(cfg, "chat_template");
     const char *src = NULL, *tool_src = NULL;
     size_t src_len = 0, tool_len = 0;
@@ -348,7 +391,84 @@ chat_tmpl *chat_load(const char *path, ts_err *err)
     }
 out:
     json_decref(cfg);
-    free(data);
     free(jinja);
     return t;
+}
+
+chat_tmpl *chat_load_override(const char *path, const char *template_file, ts_err *err)
+{
+    char cfg_path[4096];
+    struct stat st;
+    json_t *cfg = NULL;
+    char *src = NULL;
+    chat_tmpl *t = NULL;
+    size_t src_len = 0;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", path);
+    else
+        snprintf(cfg_path, sizeof cfg_path, "%s", path);
+    /* the template file first: its problems are what the operator must hear about */
+    ts_err ferr = {0};
+    if (!(src = chat_read(template_file, CHAT_MAX_TEMPLATE_BYTES, &src_len, &ferr))) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "TIERSERVE_CHAT_TEMPLATE %s", ferr.msg);
+        goto out;
+    }
+    /* bos_token / eos_token; a model may ship no config */
+    if (stat(cfg_path, &st) == 0 && !(cfg = chat_read_config(cfg_path, err)))
+        goto out;
+    t = chat_compile_named(src, src_len, chat_token(cfg, "bos_token"), chat_token(cfg, "eos_token"),
+                           template_file, err);
+    if (!t) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        ts_err_set(err, err->http, "TIERSERVE_CHAT_TEMPLATE %s: %s", template_file, msg);
+    } else if (strncmp(t->label, template_file, sizeof t->label - 1) == 0) {
+        /* no well-known text: the setting's name (chat_source has the path, the label is short) */
+        snprintf(t->label, sizeof t->label, "TIERSERVE_CHAT_TEMPLATE");
+    }
+out:
+    json_decref(cfg);
+    free(src);
+    return t;
+}
+
+int chat_override_for(const char *setting, const char *model, char *out, size_t cap)
+{
+    const char *fallback = NULL, *p = setting;
+    size_t fallback_len = 0, mlen = strlen(model);
+    out[0] = '\0';
+    if (!setting || !*setting)
+        return 0;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', n);
+        if (n == 0 || (eq && (eq == p || eq + 1 == p + n))) {
+            snprintf(out, cap, "TIERSERVE_CHAT_TEMPLATE: an empty entry or name or file in '%.200s'", setting);
+            return -1;
+        }
+        if (!eq) {
+            fallback = p;
+            fallback_len = n;
+        } else if ((size_t)(eq - p) == mlen && memcmp(p, model, mlen) == 0) {
+            size_t flen = n - (size_t)(eq + 1 - p);
+            if (flen >= cap) {
+                snprintf(out, cap, "TIERSERVE_CHAT_TEMPLATE: the file for '%.64s' is too long a path", model);
+                return -1;
+            }
+            memcpy(out, eq + 1, flen);
+            out[flen] = '\0';
+            return 1;
+        }
+        p += n + (end ? 1 : 0);
+    }
+    if (!fallback)
+        return 0;
+    if (fallback_len >= cap) {
+        snprintf(out, cap, "TIERSERVE_CHAT_TEMPLATE: the file is too long a path");
+        return -1;
+    }
+    memcpy(out, fallback, fallback_len);
+    out[fallback_len] = '\0';
+    return 1;
 }

@@ -34,11 +34,18 @@
 
 typedef enum { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT, CHAT_TOOL } chat_role;
 
-/* One message; content is UTF-8 of len bytes (it may hold NUL bytes). */
+/* One message; content is UTF-8 of len bytes (it may hold NUL bytes). The rest are what
+ * transformers hands a template beside role and content, NULL when the message has none:
+ * an assistant's tool_calls (a JSON array of {id, type, function: {name, arguments}},
+ * arguments an object as the templates expect it), a tool result's tool_call_id, a name,
+ * an assistant's reasoning_content (Qwen3's templates show it). The template sees them
+ * in that order after role and content. Borrowed for the call only. */
 typedef struct {
     chat_role role;
     const char *content;
     size_t len;
+    json_t *tool_calls;
+    json_t *tool_call_id, *name, *reasoning_content; /* JSON strings */
 } chat_msg;
 
 typedef enum { CHAT_THINK_DEFAULT = 0, CHAT_THINK_ON, CHAT_THINK_OFF } chat_think;
@@ -49,8 +56,18 @@ typedef struct {
     json_t *tools;              /* the request's tools (a JSON array) or NULL; with tools the
                                    config's template named "tool_use" is used where there is one */
     json_t *template_kwargs;    /* chat_template_kwargs: more variables, or NULL (neither is
-                                   modified; a reference is held during the call) */
+                                   modified; a reference is held during the call); none may
+                                   be a name chat_reserved_var refuses */
+    json_t *documents;          /* the request's documents (a JSON array) or NULL */
 } chat_opts;
+
+/* True for a name chat_template_kwargs may not set: the variables the renderer sets itself
+ * (messages, tools, documents, add_generation_prompt, bos_token, eos_token) and the
+ * functions templates call (raise_exception, strftime_now, namespace, range); a request
+ * that shadows one would change what the template means rather than tune it. */
+bool chat_reserved_var(const char *name);
+/* The reserved names, ", "-separated, for error messages and docs. */
+const char *chat_reserved_list(void);
 
 typedef struct chat_tmpl chat_tmpl;
 
@@ -69,7 +86,33 @@ chat_tmpl *chat_compile(const char *chat_template, const char *bos, const char *
  * has none. bos_token / eos_token are strings or {"content": ...} objects. NULL with err
  * set (500) naming the file and the problem. */
 chat_tmpl *chat_load(const char *path, ts_err *err);
+/* chat_load with the template read from template_file instead (TIERSERVE_CHAT_TEMPLATE,
+ * llama.cpp's --chat-template-file): the whole file is the Jinja source; bos/eos still come
+ * from path's tokenizer_config.json (a config that is missing or holds no template is fine).
+ * NULL with err set (500) naming template_file and the problem (missing, unreadable, too
+ * large, or the parser's complaint). */
+chat_tmpl *chat_load_override(const char *path, const char *template_file, ts_err *err);
 void chat_tmpl_free(chat_tmpl *t);
+
+/* Where the template came from, for /v2/status: "tokenizer_config.json",
+ * "tokenizer_config.json (default)" (a named list), "chat_template.jinja", the
+ * TIERSERVE_CHAT_TEMPLATE file's path, or "custom" (chat_compile). */
+const char *chat_source(const chat_tmpl *t);
+/* Whether requests with tools render with the config's template named "tool_use". */
+bool chat_has_tool_use(const chat_tmpl *t);
+
+/* /v2/status' fields of a model's template and tokenizer, each after a comma:
+ * "chat_template_source" (chat_source, null without a template), "chat_template_tool_use",
+ * and "tokenizer": {"normalizer": ..., "pre_tokenizer": ..., "model": ...,
+ * "post_processor": ..., "decoder": ...} (tok_part). t may be NULL. */
+struct tokenizer;
+void chat_status_json(const chat_tmpl *t, const struct tokenizer *tok, buf *b);
+
+/* TIERSERVE_CHAT_TEMPLATE's value for one model: "FILE" (every LLM of the worker) or
+ * "MODEL=FILE,MODEL=FILE,..." (an entry without '=' is the file for the models not named).
+ * Copies the file for model into out (cap bytes) and returns 1, 0 when the setting names none
+ * for it, -1 when an entry is empty or does not fit (out then holds the reason). */
+int chat_override_for(const char *setting, const char *model, char *out, size_t cap);
 
 /* A name for logs and /v2/status: a well-known template's own ("llama3-instruct",
  * "llama2-chat", "qwen3", "gemma3", recognised by its exact text for the name only), else

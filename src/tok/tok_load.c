@@ -1166,6 +1166,55 @@ static void set_bound(tokenizer *t)
         t->bound_bytes = longest;
 }
 
+const char *tok_part_name(tok_part_kind k)
+{
+    static const char *const names[TOK_NPARTS] = {"normalizer", "pre_tokenizer", "model", "post_processor",
+                                                  "decoder"};
+    return k < TOK_NPARTS ? names[k] : "?";
+}
+
+const char *tok_part(const tokenizer *t, tok_part_kind k) { return k < TOK_NPARTS ? t->parts[k] : "?"; }
+
+/* A part's type name into b (from *at): a Sequence lists its members' (one level deeper,
+ * bounded by the loader's own step limit); the model's type may be absent in older files
+ * (BPE then). Past the end: "..." and the rest dropped. */
+static void part_describe(const json_t *v, const char *model_kind, char *b, size_t cap, size_t *at, int depth)
+{
+    const char *type = json_string_value(json_object_get(v, "type"));
+    if (!v || json_is_null(v))
+        type = "none";
+    else if (!type)
+        type = model_kind ? model_kind : "?";
+    int n = snprintf(b + *at, cap - *at, "%s", type);
+    *at = n < 0 || (size_t)n >= cap - *at ? cap - 1 : *at + (size_t)n;
+    static const char *const lists[] = {"normalizers", "pretokenizers", "processors", "decoders"};
+    const json_t *members = NULL;
+    for (size_t i = 0; i < sizeof lists / sizeof *lists && !members; i++)
+        members = json_object_get(v, lists[i]);
+    if (strcmp(type, "Sequence") != 0 || !json_is_array(members) || depth > 4)
+        return;
+    for (size_t i = 0; i < json_array_size(members); i++) {
+        n = snprintf(b + *at, cap - *at, "%c", i ? ',' : '[');
+        *at = n < 0 || (size_t)n >= cap - *at ? cap - 1 : *at + (size_t)n;
+        part_describe(json_array_get(members, i), NULL, b, cap, at, depth + 1);
+    }
+    n = snprintf(b + *at, cap - *at, "]");
+    *at = n < 0 || (size_t)n >= cap - *at ? cap - 1 : *at + (size_t)n;
+}
+
+static void describe_parts(tokenizer *t, const json_t *root)
+{
+    static const char *const model_kinds[] = {"BPE", "WordPiece", "Unigram"};
+    for (int k = 0; k < TOK_NPARTS; k++) {
+        size_t at = 0;
+        char *b = t->parts[k];
+        part_describe(json_object_get(root, tok_part_name((tok_part_kind)k)),
+                      k == TOK_PART_MODEL ? model_kinds[t->model] : NULL, b, TOK_PART_BYTES, &at, 0);
+        if (at >= TOK_PART_BYTES - 1)
+            memcpy(b + TOK_PART_BYTES - 4, "...", 4);
+    }
+}
+
 tokenizer *tok_load(const char *path, ts_err *err)
 {
     char file[PATH_MAX], cfgpath[PATH_MAX];
@@ -1234,6 +1283,7 @@ tokenizer *tok_load(const char *path, ts_err *err)
     t->cleanup = !json_is_false(json_object_get(config, "clean_up_tokenization_spaces"));
     t->bos = config_token(t, config, "bos_token");
     t->eos = config_token(t, config, "eos_token");
+    describe_parts(t, root);
     ok = true;
 out:
     json_decref(root);

@@ -84,6 +84,16 @@ int32_t tok_eos(const tokenizer *t);
 size_t tok_vocab_size(const tokenizer *t);
 bool tok_is_special(const tokenizer *t, int32_t id);
 
+/* The pipeline's parts as tokenizer.json names them, for /v2/status and logs: a part's
+ * "type", a Sequence with its members' ("Sequence[ByteLevel,TemplateProcessing]"), "none"
+ * for an absent part; cut with "..." past TOK_PART_BYTES. */
+typedef enum { TOK_PART_NORMALIZER, TOK_PART_PRE_TOKENIZER, TOK_PART_MODEL, TOK_PART_POST_PROCESSOR,
+               TOK_PART_DECODER, TOK_NPARTS } tok_part_kind;
+#define TOK_PART_BYTES 160
+const char *tok_part(const tokenizer *t, tok_part_kind k);
+/* "normalizer", "pre_tokenizer", "model", "post_processor", "decoder": tokenizer.json's keys. */
+const char *tok_part_name(tok_part_kind k);
+
 /* Streaming decode for one sequence: feed ids as they are generated; each call appends to
  * out only text that is final, i.e. never half a UTF-8 character (a multi-byte character
  * split over byte-level tokens or byte-fallback <0xNN> tokens is held back until complete)

@@ -130,6 +130,10 @@ static const setting_def k_settings[] = {
      SZ(llm_prefix_scope), "tenant", 0, 0, "tenant|shared|off: tenant: a cached prompt prefix is reused "
      "only by its tenant (the router's Tierserve-Tenant); shared: by every tenant, except sensitive "
      "requests, always kept to their tenant; off: no prefix cache"},
+    {"TIERSERVE_CHAT_TEMPLATE", "chat-template", ST_STR, OFF(chat_template), SZ(chat_template), "", 0, 0,
+     "a Jinja chat template file used instead of the model folder's (llama.cpp's --chat-template-file): "
+     "FILE for every LLM, or MODEL=FILE,MODEL=FILE,... per model (an entry without '=' for the models not "
+     "named); a file that is missing or does not parse fails that model's load"},
     {"TIERSERVE_FAULT_INJECT_GPU_RUN", "fault-inject-gpu-run", ST_INT, OFF(fault_inject_gpu_run),
      0, "0", 0, INT64_C(1000000000),
      "testing only: make the Nth Run() (a KServe batch or an LLM step) report a CUDA error (0: off)"},

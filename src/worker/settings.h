@@ -57,6 +57,7 @@ typedef struct {
     int64_t llm_kv_budget;     /* per LLM: KV bytes its sequences and prefix cache may hold (0: auto) */
     int64_t llm_prefix_cache;  /* per LLM: the prefix cache's bytes (0: a quarter of the KV budget) */
     char llm_prefix_scope[8];  /* tenant|shared|off: who may reuse whose cached prefix */
+    char chat_template[SETTINGS_STR_MAX]; /* FILE or MODEL=FILE,...: chat templates over the folders' */
 } ts_settings;
 
 /* Fills defaults, then the environment, then argv (from index `first`). On a bad value,

@@ -161,7 +161,23 @@ static int check_specials(const llm_served *L, const char *s, size_t len, const 
     return 0;
 }
 
-/* Chat: the messages, checked for special tokens, rendered with the model's template. */
+/* check_specials over every string of a JSON value the template may print */
+typedef struct {
+    const llm_served *L;
+    const char *param;
+    const _Atomic bool *stop;
+    v1_err *e;
+} specials_ctx;
+
+static int json_specials(const char *s, size_t len, void *ctx)
+{
+    specials_ctx *c = ctx;
+    return check_specials(c->L, s, len, c->param, c->stop, c->e);
+}
+
+/* Chat: the messages and what the template renders beside them (tools, tool calls, names,
+ * chat_template_kwargs, documents), checked for special tokens, rendered with the model's
+ * template. */
 static int render_chat(const llm_served *L, const v1_model *vm, json_t *body, const _Atomic bool *stop, buf *prompt,
                        v1_err *e)
 {
@@ -171,10 +187,25 @@ static int render_chat(const llm_served *L, const v1_model *vm, json_t *body, co
     for (size_t i = 0; i < ms.n; i++) {
         char param[64];
         snprintf(param, sizeof param, "messages[%zu].content", i);
-        if (check_specials(L, ms.v[i].content ? ms.v[i].content : "", ms.v[i].len, param, stop, e)) goto out;
+        const chat_msg *m = &ms.v[i];
+        if (check_specials(L, m->content ? m->content : "", m->len, param, stop, e)) goto out;
+        const struct { json_t *v; const char *key; } extra[] = {
+            {m->tool_calls, "tool_calls"}, {m->tool_call_id, "tool_call_id"}, {m->name, "name"},
+            {m->reasoning_content, "reasoning_content"}};
+        for (size_t k = 0; k < sizeof extra / sizeof *extra; k++) {
+            snprintf(param, sizeof param, "messages[%zu].%s", i, extra[k].key);
+            specials_ctx c = {L, param, stop, e};
+            if (extra[k].v && v1_json_strings(extra[k].v, V1_MAX_JSON_DEPTH + 4, json_specials, &c)) goto out;
+        }
+    }
+    const struct { json_t *v; const char *param; } opts[] = {
+        {ms.opts.tools, "tools"}, {ms.opts.template_kwargs, "chat_template_kwargs"}, {ms.opts.documents, "documents"}};
+    for (size_t k = 0; k < sizeof opts / sizeof *opts; k++) {
+        specials_ctx c = {L, opts[k].param, stop, e};
+        if (opts[k].v && v1_json_strings(opts[k].v, V1_MAX_JSON_DEPTH, json_specials, &c)) goto out;
     }
     ts_err err = {0};
-    if (chat_render(L->chat, ms.v, ms.n, true, prompt, &err)) {
+    if (chat_render_opts(L->chat, ms.v, ms.n, &ms.opts, prompt, &err)) {
         v1_fail(e, err.http, "messages", "%s", err.msg);
         goto out;
     }

@@ -127,7 +127,15 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     L->prefill_chunk = prefill_chunk(srv->set->llm_prefill_chunk, llm_model_sig(L->model));
     L->tok = tok_load(dir, &e);
     if (!L->tok) goto fail;
-    if (has_chat_template(dir) && !(L->chat = chat_load(dir, &e))) {
+    /* the operator's template file: its failure fails the model (they asked for it) */
+    char tfile[SETTINGS_STR_MAX];
+    int ov = chat_override_for(srv->set->chat_template, name, tfile, sizeof tfile);
+    if (ov < 0) {
+        ts_err_set(&e, TS_INTERNAL_ERROR, "%s", tfile);
+        goto fail;
+    }
+    if (ov > 0 && !(L->chat = chat_load_override(dir, tfile, &e))) goto fail;
+    if (ov == 0 && has_chat_template(dir) && !(L->chat = chat_load(dir, &e))) {
         /* only chat needs the template: a model whose template we do not render (a Llama-3.1
          * export) still serves /v1/completions, rather than failing the model and, with
          * --exit-on-error, the worker. The note drops the model folder: clients see it */

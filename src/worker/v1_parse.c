@@ -55,7 +55,8 @@ static int check_known(json_t *body, bool chat, v1_err *e)
     static const char *const k_chat[] = {"model", "messages", "stream", "stream_options", "max_tokens",
                                           "max_completion_tokens", "temperature", "top_p", "top_k", "seed",
                                           "stop", "n", "user", "presence_penalty", "frequency_penalty",
-                                          "logprobs", "top_logprobs", "logit_bias", NULL};
+                                          "logprobs", "top_logprobs", "logit_bias", "tools", "tool_choice",
+                                          "parallel_tool_calls", "chat_template_kwargs", "documents", NULL};
     static const char *const k_cmpl[] = {"model", "prompt", "stream", "stream_options", "max_tokens",
                                           "temperature", "top_p", "top_k", "seed", "stop", "n", "user",
                                           "presence_penalty", "frequency_penalty", "logprobs", "logit_bias",
@@ -66,6 +67,9 @@ static int check_known(json_t *body, bool chat, v1_err *e)
     json_object_foreach(body, key, v) {
         bool ok = false;
         for (size_t i = 0; known[i] && !ok; i++) ok = strcmp(key, known[i]) == 0;
+        if (!ok && chat && strcmp(key, "enable_thinking") == 0) /* what Qwen3's and vLLM's docs send */
+            return v1_fail(e, TS_BAD_REQUEST, key, "Unrecognized request argument supplied: enable_thinking "
+                           "(pass it as \"chat_template_kwargs\": {\"enable_thinking\": false})");
         if (!ok) return v1_fail(e, TS_BAD_REQUEST, key, "Unrecognized request argument supplied: %.64s", key);
     }
     return 0;
@@ -201,6 +205,175 @@ static int parse_stops(json_t *body, v1_stops *st, v1_err *e)
     return 0;
 }
 
+/* ---- what the template sees beside the messages ----------------------------------- */
+
+int v1_json_strings(json_t *v, int max_depth, int (*fn)(const char *s, size_t len, void *ctx), void *ctx)
+{
+    if (json_is_string(v)) return fn(json_string_value(v), json_string_length(v), ctx);
+    if (!json_is_array(v) && !json_is_object(v)) return 0;
+    if (max_depth <= 0) return -2;
+    int rc = 0;
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) if ((rc = v1_json_strings(x, max_depth - 1, fn, ctx))) return rc;
+        return 0;
+    }
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x) {
+        if ((rc = fn(k, strlen(k), ctx)) || (rc = v1_json_strings(x, max_depth - 1, fn, ctx))) return rc;
+    }
+    return 0;
+}
+
+static int count_bytes(const char *s, size_t len, void *ctx)
+{
+    (void)s;
+    size_t *n = ctx;
+    *n += len;
+    return *n > V1_MAX_JSON_BYTES ? -1 : 0;
+}
+
+/* v's nesting and string bytes within the bounds every rendered JSON value has. */
+static int check_size(json_t *v, const char *param, v1_err *e)
+{
+    size_t n = 0;
+    int rc = v1_json_strings(v, V1_MAX_JSON_DEPTH, count_bytes, &n);
+    if (rc == -2) return v1_fail(e, TS_BAD_REQUEST, param, "'%s' is nested deeper than %d levels", param, V1_MAX_JSON_DEPTH);
+    if (rc) return v1_fail(e, TS_BAD_REQUEST, param, "'%s' holds more than %zu bytes of text", param, V1_MAX_JSON_BYTES);
+    return 0;
+}
+
+/* OpenAI's rule for a function's name. */
+static bool tool_name_ok(json_t *n)
+{
+    size_t len = json_string_length(n);
+    const char *s = json_string_value(n);
+    if (!s || len == 0 || len > 64) return false;
+    for (size_t i = 0; i < len; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+              s[i] == '_' || s[i] == '-'))
+            return false;
+    return true;
+}
+
+/* tools: [{"type": "function", "function": {name, description?, parameters?, strict?}}],
+ * passed to the template as given. */
+static int parse_tools(json_t *v, v1_err *e)
+{
+    if (!json_is_array(v)) return v1_fail(e, TS_BAD_REQUEST, "tools", "'tools' must be a list of tools");
+    if (json_array_size(v) > V1_MAX_TOOLS)
+        return v1_fail(e, TS_BAD_REQUEST, "tools", "'tools' holds %zu tools; at most %d", json_array_size(v), V1_MAX_TOOLS);
+    size_t i;
+    json_t *t;
+    char param[64];
+    json_array_foreach(v, i, t) {
+        snprintf(param, sizeof param, "tools[%zu]", i);
+        json_t *type = json_object_get(t, "type"), *f = json_object_get(t, "function");
+        if (!json_is_object(t) || !json_is_string(type) || strcmp(json_string_value(type), "function") != 0 ||
+            !json_is_object(f) || json_object_size(t) != 2)
+            return v1_fail(e, TS_BAD_REQUEST, "tools", "'%s' must be {\"type\": \"function\", \"function\": {...}}",
+                           param);
+        const char *k;
+        json_t *x;
+        json_object_foreach(f, k, x) {
+            bool ok = (strcmp(k, "name") == 0 && tool_name_ok(x)) ||
+                      (strcmp(k, "description") == 0 && json_is_string(x)) ||
+                      (strcmp(k, "parameters") == 0 && json_is_object(x)) ||
+                      (strcmp(k, "strict") == 0 && (json_is_boolean(x) || json_is_null(x)));
+            if (!ok && strcmp(k, "name") && strcmp(k, "description") && strcmp(k, "parameters") && strcmp(k, "strict"))
+                return v1_fail(e, TS_BAD_REQUEST, "tools", "'%s.function.%.32s' is not supported", param, k);
+            if (!ok)
+                return v1_fail(e, TS_BAD_REQUEST, "tools", "'%s.function.%s' must be %s", param, k,
+                               strcmp(k, "name") == 0 ? "1 to 64 of a-z, A-Z, 0-9, _ and -"
+                               : strcmp(k, "description") == 0 ? "a string"
+                               : strcmp(k, "parameters") == 0 ? "an object (a JSON Schema)" : "a boolean");
+        }
+        if (!json_object_get(f, "name"))
+            return v1_fail(e, TS_BAD_REQUEST, "tools", "'%s.function.name' is required", param);
+    }
+    return check_size(v, "tools", e);
+}
+
+/* tool_choice: what the model may do with the tools. Choosing for it needs constrained
+ * decoding (issue 23's), so only "auto" and "none" (a hint the template may show) pass. */
+static int parse_tool_choice(json_t *body, v1_err *e)
+{
+    json_t *tc = json_object_get(body, "tool_choice"), *tools = json_object_get(body, "tools");
+    json_t *ptc = json_object_get(body, "parallel_tool_calls");
+    bool have_tools = tools && !json_is_null(tools);
+    if (ptc && !json_is_null(ptc)) {
+        if (!json_is_boolean(ptc))
+            return v1_fail(e, TS_BAD_REQUEST, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+        if (!have_tools)
+            return v1_fail(e, TS_BAD_REQUEST, "parallel_tool_calls",
+                           "'parallel_tool_calls' is only allowed when 'tools' are specified");
+    }
+    if (!tc || json_is_null(tc)) return 0;
+    if (!have_tools)
+        return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' is only allowed when 'tools' are specified");
+    const char *s = json_string_value(tc);
+    if (s && (strcmp(s, "auto") == 0 || strcmp(s, "none") == 0)) return 0;
+    if ((s && strcmp(s, "required") == 0) || json_is_object(tc))
+        return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' %s is not supported yet: this server renders "
+                       "the tools into the prompt and returns the model's output as text; use \"auto\" or \"none\"",
+                       s ? "\"required\"" : "naming a function");
+    return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                   "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+}
+
+/* chat_template_kwargs: the template's own variables (enable_thinking, ...), never one the
+ * renderer sets (chat_reserved_var). */
+static int parse_template_kwargs(json_t *v, v1_err *e)
+{
+    static const char P[] = "chat_template_kwargs";
+    if (!json_is_object(v)) return v1_fail(e, TS_BAD_REQUEST, P, "'%s' must be an object", P);
+    if (json_object_size(v) > V1_MAX_KWARGS)
+        return v1_fail(e, TS_BAD_REQUEST, P, "'%s' holds %zu keys; at most %d", P, json_object_size(v), V1_MAX_KWARGS);
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x) {
+        if (chat_reserved_var(k))
+            return v1_fail(e, TS_BAD_REQUEST, P, "'%s' may not set '%.64s': the server sets it (reserved: %s)", P, k,
+                           chat_reserved_list());
+        if (strcmp(k, "enable_thinking") == 0 && !json_is_boolean(x))
+            return v1_fail(e, TS_BAD_REQUEST, P, "'%s.enable_thinking' must be a boolean", P);
+    }
+    return check_size(v, P, e);
+}
+
+/* documents: [{"title": ..., "text": ...}, ...] (string values), for templates with a
+ * retrieval section (Command-R, Granite); passed as given. */
+static int parse_documents(json_t *v, v1_err *e)
+{
+    if (!json_is_array(v) || json_array_size(v) > V1_MAX_DOCUMENTS)
+        return v1_fail(e, TS_BAD_REQUEST, "documents", "'documents' must be a list of at most %d objects",
+                       V1_MAX_DOCUMENTS);
+    size_t i;
+    json_t *d;
+    json_array_foreach(v, i, d) {
+        const char *k;
+        json_t *x;
+        bool ok = json_is_object(d);
+        json_object_foreach(d, k, x) ok = ok && json_is_string(x);
+        if (!ok)
+            return v1_fail(e, TS_BAD_REQUEST, "documents", "'documents[%zu]' must be an object of strings", i);
+    }
+    return check_size(v, "documents", e);
+}
+
+static int parse_template_args(json_t *body, v1_err *e)
+{
+    json_t *v;
+    if ((v = json_object_get(body, "tools")) && !json_is_null(v) && parse_tools(v, e)) return -1;
+    if (parse_tool_choice(body, e)) return -1;
+    if ((v = json_object_get(body, "chat_template_kwargs")) && !json_is_null(v) && parse_template_kwargs(v, e))
+        return -1;
+    if ((v = json_object_get(body, "documents")) && !json_is_null(v) && parse_documents(v, e)) return -1;
+    return 0;
+}
+
 int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *a, v1_err *e)
 {
     *a = (v1_args){0};
@@ -211,6 +384,7 @@ int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *a, v1_err
     a->gp.sample.top_k = g->do_sample ? g->top_k : 0;
     a->max_tokens = g->max_new_tokens;
     if (parse_stream(body, a, e) || parse_sampling(body, chat, a, e) || parse_logprobs(body, chat, a, e)) return -1;
+    if (chat && parse_template_args(body, e)) return -1;
     json_t *v;
     if (GET("logit_bias") && !(json_is_object(v) && json_object_size(v) == 0))
         return v1_fail(e, TS_BAD_REQUEST, "logit_bias", "'logit_bias' is not supported");
@@ -256,20 +430,99 @@ static int message_text(json_t *c, size_t i, buf *store, const char **s, size_t 
     return 1;
 }
 
-/* messages[i]: an object of role, content and (ignored) name. */
-static int one_message(json_t *m, size_t i, buf *store, chat_msg *out, bool *in_store, v1_err *e)
+/* messages[i].tool_calls[j] copied, its function.arguments string parsed: templates write
+ * `tool_call.arguments | tojson` and expect the object (vLLM and transformers hand it so). */
+static json_t *one_tool_call(json_t *c, size_t i, size_t j, v1_err *e)
+{
+    char param[96];
+    snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu]", i, j);
+    json_t *f = json_object_get(c, "function"), *type = json_object_get(c, "type"), *id = json_object_get(c, "id");
+    if (!json_is_object(c) || !json_is_object(f) || (type && !(json_is_string(type) &&
+        strcmp(json_string_value(type), "function") == 0)) || (id && !json_is_string(id))) {
+        v1_fail(e, TS_BAD_REQUEST, param, "'%s' must be {\"id\": ..., \"type\": \"function\", \"function\": "
+                "{\"name\": ..., \"arguments\": ...}}", param);
+        return NULL;
+    }
+    if (id && json_string_length(id) > V1_MAX_ID_BYTES) {
+        v1_fail(e, TS_BAD_REQUEST, param, "'%s.id' is longer than %d bytes", param, V1_MAX_ID_BYTES);
+        return NULL;
+    }
+    json_t *name = json_object_get(f, "name"), *args = json_object_get(f, "arguments"), *parsed = NULL;
+    if (!json_is_string(name) || json_string_length(name) > V1_MAX_ID_BYTES) {
+        v1_fail(e, TS_BAD_REQUEST, param, "'%s.function.name' must be a string of at most %d bytes", param,
+                V1_MAX_ID_BYTES);
+        return NULL;
+    }
+    if (json_is_string(args)) {
+        json_error_t jerr;
+        parsed = json_loadb(json_string_value(args), json_string_length(args), JSON_REJECT_DUPLICATES, &jerr);
+    } else if (json_is_object(args)) {
+        parsed = json_incref(args);
+    }
+    if (!json_is_object(parsed)) {
+        json_decref(parsed);
+        v1_fail(e, TS_BAD_REQUEST, param, "'%s.function.arguments' must be a JSON object encoded as a string", param);
+        return NULL;
+    }
+    json_t *copy = json_deep_copy(c);
+    if (!copy || json_object_set_new(json_object_get(copy, "function"), "arguments", parsed)) {
+        json_decref(copy);
+        v1_fail(e, TS_INTERNAL_ERROR, NULL, "out of memory");
+        return NULL;
+    }
+    return copy;
+}
+
+static int tool_calls(json_t *v, size_t i, json_t *owned, chat_msg *out, v1_err *e)
+{
+    char param[64];
+    snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+    if (!json_is_array(v) || json_array_size(v) > V1_MAX_TOOL_CALLS)
+        return v1_fail(e, TS_BAD_REQUEST, param, "'%s' must be a list of at most %d tool calls", param, V1_MAX_TOOL_CALLS);
+    json_t *list = json_array();
+    if (!list || json_array_append_new(owned, list)) return v1_fail(e, TS_INTERNAL_ERROR, NULL, "out of memory");
+    size_t j;
+    json_t *c;
+    json_array_foreach(v, j, c) {
+        json_t *copy = one_tool_call(c, i, j, e);
+        if (!copy) return -1;
+        if (json_array_append_new(list, copy)) return v1_fail(e, TS_INTERNAL_ERROR, NULL, "out of memory");
+    }
+    if (check_size(list, param, e)) return -1;
+    out->tool_calls = list;
+    return 0;
+}
+
+/* A string field of messages[i] (name, tool_call_id, reasoning_content) into *out. */
+static int msg_string(json_t *v, size_t i, const char *key, size_t max, json_t **out, v1_err *e)
+{
+    char param[64];
+    snprintf(param, sizeof param, "messages[%zu].%s", i, key);
+    if (!json_is_string(v) || json_string_length(v) > max)
+        return v1_fail(e, TS_BAD_REQUEST, param, "'%s' must be a string of at most %zu bytes", param, max);
+    *out = v;
+    return 0;
+}
+
+/* The keys a message may carry for its role; an OpenAI SDK's own message object, sent back
+ * as it came, also carries these as null. */
+static bool key_allowed(const char *key, json_t *v, chat_role r)
+{
+    static const char *const nullable[] = {"refusal", "annotations", "audio", "function_call", NULL};
+    if (!strcmp(key, "role") || !strcmp(key, "content") || !strcmp(key, "name")) return true;
+    if (r == CHAT_ASSISTANT && (!strcmp(key, "tool_calls") || !strcmp(key, "reasoning_content"))) return true;
+    if (r == CHAT_TOOL && !strcmp(key, "tool_call_id")) return true;
+    for (size_t i = 0; nullable[i]; i++)
+        if (!strcmp(key, nullable[i]) && json_is_null(v)) return true;
+    return false;
+}
+
+/* messages[i]: an object of role, content, name and the role's own keys. */
+static int one_message(json_t *m, size_t i, v1_messages *ms, chat_msg *out, bool *in_store, v1_err *e)
 {
     char param[64];
     snprintf(param, sizeof param, "messages[%zu]", i);
     if (!json_is_object(m)) return v1_fail(e, TS_BAD_REQUEST, param, "'%s' must be an object", param);
-    const char *key;
-    json_t *v;
-    json_object_foreach(m, key, v) {
-        if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "name")) {
-            snprintf(param, sizeof param, "messages[%zu].%.32s", i, key);
-            return v1_fail(e, TS_BAD_REQUEST, param, "'%s' is not supported", param);
-        }
-    }
     json_t *role = json_object_get(m, "role");
     const char *rs = json_is_string(role) ? json_string_value(role) : "";
     if (strcmp(rs, "developer") == 0) rs = "system";
@@ -279,7 +532,30 @@ static int one_message(json_t *m, size_t i, buf *store, chat_msg *out, bool *in_
         return v1_fail(e, TS_BAD_REQUEST, param, "'%s' must be system, developer, user, assistant or tool", param);
     }
     out->role = (chat_role)r;
-    int k = message_text(json_object_get(m, "content"), i, store, &out->content, &out->len, e);
+    const char *key;
+    json_t *v;
+    json_object_foreach(m, key, v) {
+        if (!key_allowed(key, v, out->role)) {
+            snprintf(param, sizeof param, "messages[%zu].%.32s", i, key);
+            return v1_fail(e, TS_BAD_REQUEST, param, "'%s' is not supported%s", param,
+                           strcmp(key, "tool_calls") == 0 ? " (only an assistant message carries tool_calls)"
+                           : strcmp(key, "tool_call_id") == 0 ? " (only a tool message carries tool_call_id)" : "");
+        }
+    }
+    if ((v = json_object_get(m, "name")) && !json_is_null(v) && msg_string(v, i, "name", V1_MAX_ID_BYTES, &out->name, e))
+        return -1;
+    if ((v = json_object_get(m, "reasoning_content")) && !json_is_null(v) &&
+        msg_string(v, i, "reasoning_content", ms->store.limit, &out->reasoning_content, e))
+        return -1;
+    /* OpenAI requires it; a template that needs it (Mistral's) says so itself */
+    if ((v = json_object_get(m, "tool_call_id")) && !json_is_null(v) &&
+        msg_string(v, i, "tool_call_id", V1_MAX_ID_BYTES, &out->tool_call_id, e))
+        return -1;
+    if ((v = json_object_get(m, "tool_calls")) && !json_is_null(v)) {
+        if (!ms->owned && !(ms->owned = json_array())) return v1_fail(e, TS_INTERNAL_ERROR, NULL, "out of memory");
+        if (tool_calls(v, i, ms->owned, out, e)) return -1;
+    }
+    int k = message_text(json_object_get(m, "content"), i, &ms->store, &out->content, &out->len, e);
     *in_store = k == 1;
     return k < 0 ? -1 : 0;
 }
@@ -310,10 +586,17 @@ int v1_parse_messages(json_t *body, const v1_model *m, size_t limit, v1_messages
         goto out;
     }
     for (size_t i = 0; i < n; i++)
-        if (one_message(json_array_get(msgs, i), i, &ms->store, &ms->v[i], &in_store[i], e)) goto out;
+        if (one_message(json_array_get(msgs, i), i, ms, &ms->v[i], &in_store[i], e)) goto out;
     for (size_t i = 0; i < n; i++)
-        if (in_store[i]) ms->v[i].content = (const char *)ms->store.data + (size_t)(uintptr_t)ms->v[i].content;
+        if (in_store[i]) /* an empty list of parts may leave the store unallocated */
+            ms->v[i].content = ms->store.data ? (const char *)ms->store.data + (size_t)(uintptr_t)ms->v[i].content : "";
     ms->n = n;
+    /* checked by v1_parse_args; null is absent */
+    json_t *v;
+    ms->opts.add_generation_prompt = true;
+    if ((v = json_object_get(body, "tools")) && !json_is_null(v)) ms->opts.tools = v;
+    if ((v = json_object_get(body, "chat_template_kwargs")) && !json_is_null(v)) ms->opts.template_kwargs = v;
+    if ((v = json_object_get(body, "documents")) && !json_is_null(v)) ms->opts.documents = v;
     rc = 0;
 out:
     free(in_store);
@@ -323,6 +606,7 @@ out:
 void v1_messages_free(v1_messages *ms)
 {
     free(ms->v);
+    json_decref(ms->owned);
     buf_free(&ms->store);
     *ms = (v1_messages){0};
 }

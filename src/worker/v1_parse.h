@@ -30,6 +30,14 @@
 #define V1_MAX_STOP_BYTES 256
 #define V1_MAX_MESSAGES 4096
 #define V1_MAX_LOGPROBS 5       /* the legacy completions' logprobs */
+#define V1_MAX_TOOLS 128        /* OpenAI's limit */
+#define V1_MAX_TOOL_CALLS 128   /* an assistant message's tool_calls */
+#define V1_MAX_KWARGS 64        /* chat_template_kwargs' keys */
+#define V1_MAX_DOCUMENTS 256
+#define V1_MAX_JSON_DEPTH 32    /* nesting inside tools, arguments, kwargs, documents */
+/* string bytes (keys included) of tools, of chat_template_kwargs, of documents, each */
+#define V1_MAX_JSON_BYTES ((size_t)1 << 20)
+#define V1_MAX_ID_BYTES 256     /* a tool_call_id, a name */
 
 /* A refusal: err.http is the status (TS_*), err.msg the message; param empty is JSON null,
  * code is static text or NULL (null). The ts_err convention of err.h plus OpenAI's two
@@ -64,20 +72,31 @@ typedef struct {
     v1_stops stops;
 } v1_args;
 
-/* Chat's messages: v[i].content points into the JSON tree or into store. */
+/* Chat's messages: v[i].content points into the JSON tree or into store; v[i].tool_calls
+ * into owned (a copy whose arguments strings are parsed into objects, as vLLM hands them to
+ * templates); the rest of v[i] and opts' tools, template_kwargs and documents into the tree. */
 typedef struct {
     chat_msg *v;
     size_t n;
     buf store;              /* the joined text of contents given as lists of parts */
+    json_t *owned;          /* the tool_calls copies (an array), or NULL */
+    chat_opts opts;         /* add_generation_prompt, tools, chat_template_kwargs, documents */
 } v1_messages;
+
+/* Calls fn on every string (object keys too) in v, depth-first, up to max_depth levels of
+ * arrays and objects. Returns 0, what fn returned when it was not 0, or -2 past max_depth.
+ * The worker checks every text the template may print for special tokens with it. */
+int v1_json_strings(json_t *v, int max_depth, int (*fn)(const char *s, size_t len, void *ctx), void *ctx);
 
 /* The body's bytes (JSON, duplicate keys refused) into an object (the caller's, json_decref)
  * whose "model" is a string (*model points into it). */
 int v1_parse_body(const void *data, size_t len, json_t **out, const char **model, v1_err *e);
 /* Every argument of a chat (chat true) or completions body but its messages or prompt. */
 int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *out, v1_err *e);
-/* Chat: the body's messages, roles checked (developer is system) and list contents joined
- * (text parts only), up to limit bytes of joined text. v1_messages_free on success or not. */
+/* Chat: the body's messages, roles checked (developer is system), list contents joined
+ * (text parts only, up to limit bytes of joined text), an assistant's tool_calls, a tool
+ * result's tool_call_id, names; and the options the template renders with (the tools,
+ * chat_template_kwargs, documents v1_parse_args checked). v1_messages_free on success or not. */
 int v1_parse_messages(json_t *body, const v1_model *m, size_t limit, v1_messages *out, v1_err *e);
 void v1_messages_free(v1_messages *ms);
 /* Completions: the prompt (a string, or a list of one) appended to prompt (a bounded buf). */

@@ -38,6 +38,7 @@ void v1_status(const ts_model *m, buf *b)
     buf_puts(b, ",\"chat_template_note\":");
     if (L->chat_note[0]) buf_put_json_str(b, L->chat_note, strlen(L->chat_note));
     else buf_puts(b, "null");
+    chat_status_json(L->chat, L->tok, b); /* the template's source, the tokenizer's parts */
     buf_printf(b, ",\"running\":%zu,\"waiting\":%zu,\"kv_cache_bytes\":%zu,\"steps\":%llu,\"max_batch\":%zu"
                ",\"prefill_chunk\":%zu,\"prefill_runs\":%llu",
                st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch, L->prefill_chunk,

@@ -69,7 +69,7 @@ EXPECTED = {
     'messages_empty': (400, {"error": {"message": "'messages' must be a non-empty list", "type": "invalid_request_error", "param": "messages", "code": None}}),
     'message_not_object': (400, {"error": {"message": "'messages[0]' must be an object", "type": "invalid_request_error", "param": "messages[0]", "code": None}}),
     'role': (400, {"error": {"message": "'messages[0].role' must be system, developer, user, assistant or tool", "type": "invalid_request_error", "param": "messages[0].role", "code": None}}),
-    'message_key': (400, {"error": {"message": "'messages[0].tool_calls' is not supported", "type": "invalid_request_error", "param": "messages[0].tool_calls", "code": None}}),
+    'message_key': (400, {"error": {"message": "'messages[0].tool_calls' is not supported (only an assistant message carries tool_calls)", "type": "invalid_request_error", "param": "messages[0].tool_calls", "code": None}}),
     'parts': (400, {"error": {"message": "'messages[0].content' parts must be {\"type\": \"text\", \"text\": ...} (no images or audio)", "type": "invalid_request_error", "param": "messages[0].content", "code": None}}),
     'special': (400, {"error": {"message": "message content contains the special token '</s>', which this server refuses (the tokenizer would read it as a control token)", "type": "invalid_request_error", "param": "messages[0].content", "code": None}}),
     'prompt_type': (400, {"error": {"message": "'prompt' must be a string (or a list of one string)", "type": "invalid_request_error", "param": "prompt", "code": None}}),

@@ -48,7 +48,7 @@ static bool check_case(const chat_tmpl *t, const char *label, json_t *c, json_t 
             printf("%s / %s: role '%s' is not one chat.h knows\n", label, name, role);
             return false;
         }
-        msgs[i] = (chat_msg){(chat_role)r, json_string_value(content), json_string_length(content)};
+        msgs[i] = (chat_msg){.role = (chat_role)r, .content = json_string_value(content), .len = json_string_length(content)};
     }
     json_t *think = json_object_get(c, "enable_thinking");
     chat_opts o = {.add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt")),

@@ -14,7 +14,7 @@
 // the zone is UTC (the ctest sets TZ), so both sides see the same clock.
 import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 export const FROZEN_NOW = Date.UTC(2025, 6, 26, 12, 34, 56); // jinja_golden passes the same time
 const RealDate = Date;
@@ -31,7 +31,7 @@ const { Template } = await import("@huggingface/jinja");
 const here = dirname(fileURLToPath(import.meta.url));
 const nm = (...p) => join(here, "node_modules", ...p);
 
-function ollamaTemplates() {
+export function ollamaTemplates() {
   // The package exports no list; its shipped source holds the array as a literal.
   const src = readFileSync(nm("@huggingface", "ollama-utils", "src", "chat-template-automap.ts"), "utf8");
   const start = src.indexOf("[", src.indexOf("OLLAMA_CHAT_TEMPLATE_MAPPING"));
@@ -358,10 +358,13 @@ function fuzz(outPath, seed, ms) {
   console.log(`jinja_golden.mjs fuzz: seed ${seed}, ${pairs.length} pairs in ${RealDate.now() - t0} ms`);
 }
 
-const [mode, out, seed, ms] = process.argv.slice(2);
-if (mode === "golden") golden(out);
-else if (mode === "fuzz") fuzz(out, Number(seed), Number(ms));
-else {
-  console.error("usage: node jinja_golden.mjs golden|fuzz <out.json> [seed ms]");
-  process.exit(64);
+// run as a script; render_request.mjs imports ollamaTemplates (and the frozen clock) only
+if (import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const [mode, out, seed, ms] = process.argv.slice(2);
+  if (mode === "golden") golden(out);
+  else if (mode === "fuzz") fuzz(out, Number(seed), Number(ms));
+  else {
+    console.error("usage: node jinja_golden.mjs golden|fuzz <out.json> [seed ms]");
+    process.exit(64);
+  }
 }

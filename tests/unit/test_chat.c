@@ -51,7 +51,7 @@ static const char LLAMA2[] =
     "+ ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' "
     "+ eos_token }}{% endif %}{% endfor %}";
 
-static chat_msg msg(chat_role r, const char *s) { return (chat_msg){r, s, strlen(s)}; }
+static chat_msg msg(chat_role r, const char *s) { return (chat_msg){.role = r, .content = s, .len = strlen(s)}; }
 
 static void render_ok(const chat_tmpl *t, const chat_msg *m, size_t n, const char *want)
 {
@@ -169,6 +169,10 @@ static void test_options(void **state)
     assert_int_equal(chat_render_opts(t, m, 1, &o, &out, &err), -1);
     assert_int_equal(err.http, 400);
     assert_string_equal(err.msg, "chat_template_kwargs may not set 'messages'");
+    json_decref(o.template_kwargs);
+    o.template_kwargs = json_loads("{\"raise_exception\": \"x\"}", 0, NULL); /* a function the template calls */
+    assert_int_equal(chat_render_opts(t, m, 1, &o, &out, &err), -1);
+    assert_string_equal(err.msg, "chat_template_kwargs may not set 'raise_exception'");
     json_decref(o.template_kwargs);
     json_decref(o.tools);
     buf_free(&out);
@@ -291,6 +295,94 @@ static int teardown(void **state)
     return rmdir(dir);
 }
 
+/* An assistant's tool_calls, a tool result's tool_call_id and name, reasoning_content and
+ * documents reach the template as transformers passes them: after role and content, in that
+ * order, absent where the message has none. */
+static void test_message_fields(void **state)
+{
+    (void)state;
+    ts_err err = {0};
+    chat_tmpl *t = chat_compile("{{ messages | tojson }}|{{ documents | tojson if documents is defined else '-' }}",
+                                NULL, NULL, &err);
+    assert_non_null(t);
+    json_t *calls = json_loads("[{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"f\", "
+                               "\"arguments\": {\"x\": 1}}}]", 0, NULL);
+    json_t *id = json_string("c1"), *name = json_string("f"), *why = json_string("think");
+    chat_msg m[] = {msg(CHAT_USER, "q"), msg(CHAT_ASSISTANT, ""), msg(CHAT_TOOL, "42")};
+    m[1].tool_calls = calls;
+    m[1].reasoning_content = why;
+    m[2].tool_call_id = id;
+    m[2].name = name;
+    chat_opts o = {.add_generation_prompt = true, .documents = json_loads("[{\"text\": \"d\"}]", 0, NULL)};
+    buf out;
+    buf_init(&out, 4096);
+    assert_int_equal(chat_render_opts(t, m, 3, &o, &out, &err), 0);
+    buf_putc(&out, '\0');
+    assert_string_equal((const char *)out.data,
+                        "[{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"\", "
+                        "\"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"f\", "
+                        "\"arguments\": {\"x\": 1}}}], \"reasoning_content\": \"think\"}, {\"role\": \"tool\", "
+                        "\"content\": \"42\", \"tool_call_id\": \"c1\", \"name\": \"f\"}]|[{\"text\": \"d\"}]");
+    buf_free(&out);
+    json_decref(o.documents);
+    json_decref(calls);
+    json_decref(id);
+    json_decref(name);
+    json_decref(why);
+    chat_tmpl_free(t);
+}
+
+/* TIERSERVE_CHAT_TEMPLATE: FILE for every model, MODEL=FILE pairs, an entry without '=' for
+ * the rest; a file that is missing or does not parse is named; bos/eos from the folder. */
+static void test_override(void **state)
+{
+    (void)state;
+    char out[64];
+    assert_int_equal(chat_override_for("", "m", out, sizeof out), 0);
+    assert_int_equal(chat_override_for("/t.jinja", "m", out, sizeof out), 1);
+    assert_string_equal(out, "/t.jinja");
+    assert_int_equal(chat_override_for("a=/a.jinja,b=/b.jinja", "b", out, sizeof out), 1);
+    assert_string_equal(out, "/b.jinja");
+    assert_int_equal(chat_override_for("a=/a.jinja,b=/b.jinja", "c", out, sizeof out), 0);
+    assert_int_equal(chat_override_for("a=/a.jinja,/rest.jinja", "c", out, sizeof out), 1);
+    assert_string_equal(out, "/rest.jinja");
+    assert_int_equal(chat_override_for("ab=/x,a=/a", "a", out, sizeof out), 1); /* a name, not a prefix */
+    assert_string_equal(out, "/a");
+    assert_int_equal(chat_override_for("a=,b=/b", "b", out, sizeof out), -1);
+    assert_non_null(strstr(out, "TIERSERVE_CHAT_TEMPLATE"));
+    assert_int_equal(chat_override_for("=/x", "m", out, sizeof out), -1);
+    assert_int_equal(chat_override_for("a=/a,,b=/b", "b", out, sizeof out), -1);
+    char longv[200];
+    snprintf(longv, sizeof longv, "m=/%0100d", 0);
+    assert_int_equal(chat_override_for(longv, "m", out, sizeof out), -1);
+
+    ts_err err = {0};
+    test_write_text(dir, "tokenizer_config.json", "{\"bos_token\": \"<s>\", \"chat_template\": \"folder's\"}");
+    const char *file = test_write_text(dir, "mine.jinja", "{{ bos_token }}mine:{{ messages[0].content }}");
+    chat_tmpl *t = chat_load_override(dir, file, &err);
+    assert_non_null(t);
+    assert_string_equal(chat_source(t), file);
+    assert_string_equal(chat_variant(t), "TIERSERVE_CHAT_TEMPLATE");
+    assert_false(chat_has_tool_use(t));
+    chat_msg m[] = {msg(CHAT_USER, "x")};
+    render_ok(t, m, 1, "<s>mine:x");
+    chat_tmpl_free(t);
+    test_write_text(dir, "bad.jinja", "{% for m in messages %}");
+    char bad[160];
+    snprintf(bad, sizeof bad, "%s/bad.jinja", dir);
+    assert_null(chat_load_override(dir, bad, &err));
+    assert_int_equal(err.http, 500);
+    char want[256];
+    snprintf(want, sizeof want, "TIERSERVE_CHAT_TEMPLATE %s: chat template does not parse: ", bad);
+    assert_true(strncmp(err.msg, want, strlen(want)) == 0);
+    snprintf(bad, sizeof bad, "%s/none.jinja", dir);
+    assert_null(chat_load_override(dir, bad, &err));
+    assert_non_null(strstr(err.msg, bad));
+    assert_non_null(strstr(err.msg, "No such file"));
+    assert_null(chat_load_override(dir, dir, &err)); /* a folder */
+    assert_non_null(strstr(err.msg, "not a regular file"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -299,6 +391,8 @@ int main(void)
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_roles),
         cmocka_unit_test(test_load_config_forms),
+        cmocka_unit_test(test_message_fields),
+        cmocka_unit_test(test_override),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -172,7 +172,7 @@ static void test_refusals_arguments(void **state)
 #define H "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
     /* unknown arguments, named; each endpoint's own list */
     expect_refused(false, C "\"foo\":1}", TS_BAD_REQUEST, "foo", NULL);
-    expect_refused(true, H "\"tools\":[]}", TS_BAD_REQUEST, "tools", NULL);
+    expect_refused(true, H "\"functions\":[]}", TS_BAD_REQUEST, "functions", NULL);
     expect_refused(true, H "\"echo\":false}", TS_BAD_REQUEST, "echo", NULL);
     expect_refused(false, C "\"max_completion_tokens\":5}", TS_BAD_REQUEST, "max_completion_tokens", NULL);
     expect_refused(false, C "\"top_logprobs\":1}", TS_BAD_REQUEST, "top_logprobs", NULL);
@@ -252,7 +252,7 @@ static void test_refusals_messages_and_prompt(void **state)
                    "\"image_url\":{\"url\":\"x\"}}]}]}", TS_BAD_REQUEST, "messages[0].content", NULL);
     expect_refused(true, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[\"a\"]}]}", TS_BAD_REQUEST,
                    "messages[0].content", NULL);
-    expect_refused(true, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[]}]}",
+    expect_refused(true, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":{}}]}",
                    TS_BAD_REQUEST, "messages[0].tool_calls", NULL);
     /* the most messages, and one more */
     buf b;
@@ -368,6 +368,196 @@ static void test_hostile(void **state)
     done(&p);
 }
 
+
+/* What the template sees beside the messages: a body with tools, an assistant's tool_calls
+ * (its arguments string parsed into the object templates expect), a tool result's id and
+ * name, chat_template_kwargs and documents; the tree is kept until the checks are done. */
+static void test_chat_tools_reach_the_template(void **state)
+{
+    (void)state;
+    static const char body[] =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"refusal\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
+        "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Z\\u00fcrich\\\"}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"name\":\"get_weather\",\"content\":\"sunny\"}],"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"d\","
+        "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}],"
+        "\"tool_choice\":\"auto\",\"parallel_tool_calls\":false,"
+        "\"chat_template_kwargs\":{\"enable_thinking\":false,\"date_string\":\"1 Dec 2026\"},"
+        "\"documents\":[{\"title\":\"t\",\"text\":\"x\"}]}";
+    json_t *j = NULL;
+    const char *name = NULL;
+    v1_err e = {0};
+    v1_args a;
+    v1_messages ms;
+    assert_int_equal(v1_parse_body(body, sizeof body - 1, &j, &name, &e), 0);
+    assert_int_equal(v1_parse_args(j, true, &model_chat, &a, &e), 0);
+    if (v1_parse_messages(j, &model_chat, LIMIT, &ms, &e)) fail_msg("%s (%s)", e.err.msg, e.param);
+    assert_int_equal(ms.n, 3);
+    assert_int_equal(ms.v[1].len, 0); /* content null with tool_calls: "" as vLLM passes it */
+    json_t *call = json_array_get(ms.v[1].tool_calls, 0);
+    json_t *args = json_object_get(json_object_get(call, "function"), "arguments");
+    assert_true(json_is_object(args));
+    assert_string_equal(json_string_value(json_object_get(args, "city")), "Z\xc3\xbcrich");
+    assert_string_equal(json_string_value(json_object_get(call, "id")), "call_1");
+    assert_string_equal(json_string_value(ms.v[2].tool_call_id), "call_1");
+    assert_string_equal(json_string_value(ms.v[2].name), "get_weather");
+    assert_null(ms.v[0].tool_calls);
+    assert_null(ms.v[0].name);
+    assert_true(ms.opts.add_generation_prompt);
+    assert_ptr_equal(ms.opts.tools, json_object_get(j, "tools"));
+    assert_ptr_equal(ms.opts.template_kwargs, json_object_get(j, "chat_template_kwargs"));
+    assert_ptr_equal(ms.opts.documents, json_object_get(j, "documents"));
+    /* the request's own string is left as it was: the parsed copy is the parser's */
+    json_t *orig = json_object_get(json_object_get(json_array_get(json_object_get(json_array_get(
+        json_object_get(j, "messages"), 1), "tool_calls"), 0), "function"), "arguments");
+    assert_true(json_is_string(orig));
+    v1_messages_free(&ms);
+    json_decref(j);
+    /* arguments given as an object pass as they are; null options are absent */
+    parsed p;
+    parse(&p, true, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"type\":"
+          "\"function\",\"function\":{\"name\":\"f\",\"arguments\":{\"x\":1}}}]}],\"tools\":null,\"tool_choice\":null,"
+          "\"chat_template_kwargs\":null,\"documents\":null}");
+    assert_int_equal(p.rc, 0);
+    assert_null(p.ms.opts.tools);
+    assert_null(p.ms.opts.template_kwargs);
+    done(&p);
+    /* an empty list of parts leaves the store unallocated (fuzz_v1_parse: UBSan's NULL + 0) */
+    parse(&p, true, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[]}]}");
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.ms.v[0].len, 0);
+    done(&p);
+}
+
+static void test_chat_tools_refused(void **state)
+{
+    (void)state;
+#define H "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+#define T "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+    /* tools: a list of {"type":"function","function":{name, description, parameters, strict}} */
+    expect_refused(true, H "\"tools\":{}}", TS_BAD_REQUEST, "tools", NULL);
+    expect_refused(true, H "\"tools\":[1]}", TS_BAD_REQUEST, "tools", NULL);
+    expect_refused(true, H "\"tools\":[{\"type\":\"retrieval\",\"function\":{\"name\":\"f\"}}]}", TS_BAD_REQUEST, "tools", NULL);
+    expect_refused(true, H "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"},\"x\":1}]}", TS_BAD_REQUEST,
+                   "tools", NULL);
+    expect_refused(true, H "\"tools\":[{\"type\":\"function\",\"function\":{\"description\":\"d\"}}]}", TS_BAD_REQUEST,
+                   "tools", NULL);
+    expect_refused(true, H "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}", TS_BAD_REQUEST,
+                   "tools", NULL);
+    expect_refused(true, H "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]}",
+                   TS_BAD_REQUEST, "tools", NULL);
+    expect_refused(true, H "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"extra\":1}}]}",
+                   TS_BAD_REQUEST, "tools", NULL);
+    /* tool_choice: auto and none only; choosing for the model waits for constrained decoding */
+    expect_refused(true, H "\"tool_choice\":\"auto\"}", TS_BAD_REQUEST, "tool_choice", NULL);
+    expect_refused(true, H T "\"tool_choice\":\"required\"}", TS_BAD_REQUEST, "tool_choice", NULL);
+    expect_refused(true, H T "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", TS_BAD_REQUEST,
+                   "tool_choice", NULL);
+    expect_refused(true, H T "\"tool_choice\":\"sometimes\"}", TS_BAD_REQUEST, "tool_choice", NULL);
+    expect_refused(true, H T "\"parallel_tool_calls\":1}", TS_BAD_REQUEST, "parallel_tool_calls", NULL);
+    expect_refused(true, H "\"parallel_tool_calls\":true}", TS_BAD_REQUEST, "parallel_tool_calls", NULL);
+    /* chat_template_kwargs: an object; no key the renderer sets; enable_thinking a boolean */
+    expect_refused(true, H "\"chat_template_kwargs\":[\"enable_thinking\"]}", TS_BAD_REQUEST, "chat_template_kwargs", NULL);
+    expect_refused(true, H "\"chat_template_kwargs\":\"x\"}", TS_BAD_REQUEST, "chat_template_kwargs", NULL);
+    static const char *const reserved[] = {"messages", "tools", "documents", "add_generation_prompt", "bos_token",
+                                           "eos_token", "raise_exception", "strftime_now", "namespace", "range"};
+    for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++) {
+        char b[256];
+        snprintf(b, sizeof b, H "\"chat_template_kwargs\":{\"%s\":[]}}", reserved[i]);
+        expect_refused(true, b, TS_BAD_REQUEST, "chat_template_kwargs", NULL);
+    }
+    expect_refused(true, H "\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}", TS_BAD_REQUEST,
+                   "chat_template_kwargs", NULL);
+    /* top-level enable_thinking: refused with the way to send it */
+    parsed p;
+    parse(&p, true, H "\"enable_thinking\":false}");
+    assert_int_equal(p.rc, -1);
+    assert_string_equal(p.e.param, "enable_thinking");
+    assert_non_null(strstr(p.e.err.msg, "chat_template_kwargs"));
+    done(&p);
+    /* documents: a list of objects of strings */
+    expect_refused(true, H "\"documents\":{}}", TS_BAD_REQUEST, "documents", NULL);
+    expect_refused(true, H "\"documents\":[{\"text\":1}]}", TS_BAD_REQUEST, "documents", NULL);
+    /* messages: tool_calls only on an assistant, tool_call_id only on a tool; their shapes */
+#define M(x) "{\"model\":\"m\",\"messages\":[" x "]}"
+    expect_refused(true, M("{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}"), TS_BAD_REQUEST,
+                   "messages[0].tool_calls", NULL);
+    expect_refused(true, M("{\"role\":\"user\",\"content\":\"x\",\"tool_call_id\":\"c\"}"), TS_BAD_REQUEST,
+                   "messages[0].tool_call_id", NULL);
+    expect_refused(true, M("{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":"
+                           "{\"name\":\"f\",\"arguments\":\"{not json\"}}]}"), TS_BAD_REQUEST,
+                   "messages[0].tool_calls[0]", NULL);
+    expect_refused(true, M("{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":"
+                           "{\"name\":\"f\",\"arguments\":\"[1]\"}}]}"), TS_BAD_REQUEST, "messages[0].tool_calls[0]", NULL);
+    expect_refused(true, M("{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":"
+                           "{\"arguments\":\"{}\"}}]}"), TS_BAD_REQUEST, "messages[0].tool_calls[0]", NULL);
+    expect_refused(true, M("{\"role\":\"assistant\",\"tool_calls\":[{\"id\":7,\"type\":\"function\",\"function\":"
+                           "{\"name\":\"f\",\"arguments\":\"{}\"}}]}"), TS_BAD_REQUEST, "messages[0].tool_calls[0]", NULL);
+    expect_refused(true, M("{\"role\":\"tool\",\"tool_call_id\":5,\"content\":\"x\"}"), TS_BAD_REQUEST,
+                   "messages[0].tool_call_id", NULL);
+    expect_refused(true, M("{\"role\":\"user\",\"name\":[],\"content\":\"x\"}"), TS_BAD_REQUEST, "messages[0].name", NULL);
+    expect_refused(true, M("{\"role\":\"assistant\",\"refusal\":\"no\",\"content\":\"x\"}"), TS_BAD_REQUEST,
+                   "messages[0].refusal", NULL);
+#undef M
+#undef T
+#undef H
+}
+
+/* Hostile sizes: a huge tools list, deep nesting in parameters, in arguments, in kwargs. */
+static void test_chat_tools_hostile(void **state)
+{
+    (void)state;
+    size_t cap = V1_MAX_JSON_BYTES + (V1_MAX_JSON_BYTES >> 1);
+    char *b = malloc(cap);
+    assert_non_null(b);
+    for (int count = V1_MAX_TOOLS; count <= V1_MAX_TOOLS + 1; count++) { /* the most pass, one more does not */
+        size_t n = (size_t)snprintf(b, cap, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                    "\"tools\":[");
+        for (int i = 0; i < count; i++)
+            n += (size_t)snprintf(b + n, cap - n, "%s{\"type\":\"function\",\"function\":{\"name\":\"f%d\"}}", i ? "," : "", i);
+        snprintf(b + n, cap - n, "]}");
+        if (count > V1_MAX_TOOLS) {
+            expect_refused(true, b, TS_BAD_REQUEST, "tools", NULL);
+        } else {
+            parsed p;
+            parse(&p, true, b);
+            assert_int_equal(p.rc, 0);
+            done(&p);
+        }
+    }
+    size_t n;
+    /* nesting past V1_MAX_JSON_DEPTH inside parameters (the JSON reader takes it) */
+    int depth = V1_MAX_JSON_DEPTH + 2;
+    n = (size_t)snprintf(b, cap, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+                         "\"function\",\"function\":{\"name\":\"f\",\"parameters\":");
+    for (int i = 0; i < depth; i++) n += (size_t)snprintf(b + n, cap - n, "{\"a\":");
+    n += (size_t)snprintf(b + n, cap - n, "1");
+    for (int i = 0; i < depth; i++) b[n++] = '}';
+    snprintf(b + n, cap - n, "}}]}");
+    expect_refused(true, b, TS_BAD_REQUEST, "tools", NULL);
+    /* the same depth in chat_template_kwargs and in a tool call's arguments */
+    n = (size_t)snprintf(b, cap, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                         "\"chat_template_kwargs\":{\"k\":");
+    for (int i = 0; i < depth; i++) b[n++] = '[';
+    for (int i = 0; i < depth; i++) b[n++] = ']';
+    snprintf(b + n, cap - n, "}}");
+    expect_refused(true, b, TS_BAD_REQUEST, "chat_template_kwargs", NULL);
+    n = (size_t)snprintf(b, cap, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\","
+                         "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"k\\\":");
+    for (int i = 0; i < depth; i++) b[n++] = '[';
+    for (int i = 0; i < depth; i++) b[n++] = ']';
+    snprintf(b + n, cap - n, "}\"}}]}]}");
+    expect_refused(true, b, TS_BAD_REQUEST, "messages[0].tool_calls", NULL);
+    /* more than V1_MAX_JSON_BYTES of text in kwargs, in pieces each small */
+    n = (size_t)snprintf(b, cap, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                         "\"chat_template_kwargs\":{\"k\":[");
+    for (int i = 0; n + 64 < cap - 16; i++) n += (size_t)snprintf(b + n, cap - n, "%s\"%040d\"", i ? "," : "", i);
+    snprintf(b + n, cap - n, "]}}");
+    expect_refused(true, b, TS_BAD_REQUEST, "chat_template_kwargs", NULL);
+    free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -378,6 +568,9 @@ int main(void)
         cmocka_unit_test(test_refusals_messages_and_prompt),
         cmocka_unit_test(test_refusals_body),
         cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_chat_tools_reach_the_template),
+        cmocka_unit_test(test_chat_tools_refused),
+        cmocka_unit_test(test_chat_tools_hostile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

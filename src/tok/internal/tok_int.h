@@ -176,6 +176,7 @@ struct tokenizer {
     uint32_t strip_start, strip_stop; /* Strip decoder (of ' ') after Fuse */
     bool cleanup;                     /* clean_up_tokenization_spaces */
     int32_t bos, eos;
+    char parts[TOK_NPARTS][TOK_PART_BYTES]; /* tok_part: the file's type names, for /v2/status */
 };
 
 #define TOK_ID_SPECIAL 1u /* skipped by skip_special */
