@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import start_worker
-from helpers import llm_status, metric, metrics_text, post_json, post, sse_events, wait_until
+from helpers import Router, llm_status, metric, metrics_text, post_json, post, sse_events, wait_until
 from llm_fixture import MODELS, node_encode, write_tiny_llm
 
 B = 16   # LLM_PREFIX_BLOCK
@@ -244,4 +244,37 @@ def test_kv_budget_queues_refuses_and_reports(repo, tmp_path_factory):
         assert [x.status for x in results] == [200, 200]
         assert results[0].body["choices"][0]["text"] == results[1].body["choices"][0]["text"]
     finally:
+        assert wk.stop() == 0, wk.log_text()[-4000:]
+
+
+def test_the_router_names_the_tenant(repo, tmp_path_factory):
+    """Through the router (tenants named by X-Tenant, no keys), the worker scopes the cache by
+    the tenant the router classified: acme's second request reuses acme's blocks, globex's
+    reuses none of them; a sensitive acme request keeps to acme under scope shared too."""
+    from test_router import pools_config
+    tmp = tmp_path_factory.mktemp("pcrouter")
+    wk = start_worker(repo, tmp, env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_PREFIX_CACHE_SCOPE": "shared"})
+    router = Router(pools_config([("cpu", "cpu", True, [wk.port], None)],
+                                 "tenants:\n  - {name: acme}\n  - {name: globex}"), tmp)
+    try:
+        host, port = router.url.rsplit(":", 1)
+        target = (host, int(port))
+        text = HIST + " Routed:"
+        n = len(node_encode(text, True))
+
+        def ask(tenant, data_class="public"):
+            body = {"model": "tiny", "prompt": text, "max_tokens": 2, "temperature": 0}
+            code, _, a = post_json(target, "/v1/completions", body, {"X-Tenant": tenant, "X-Data-Class": data_class})
+            assert code == 200, a
+            return cached(a)
+
+        # sensitive: kept to acme even under scope shared
+        assert ask("acme", "sensitive") == 0
+        assert ask("globex", "sensitive") == 0
+        assert ask("acme", "sensitive") == (n - 1) // B * B
+        # public under scope shared: one cache for both (the public blocks are new here)
+        assert ask("acme") == 0
+        assert ask("globex") == (n - 1) // B * B
+    finally:
+        assert router.stop() == 0
         assert wk.stop() == 0, wk.log_text()[-4000:]
