@@ -637,6 +637,10 @@ static int v1_request(proxy_req *pr, char *uri, size_t len, h1cli_header *h, siz
      * sends, so a client's own Tierserve-Accounting never reaches a worker */
     h[(*n)++] = (h1cli_header){"Tierserve-Accounting", "1"};
     h[(*n)++] = (h1cli_header){RT_V1_KEY_HEADER, pr->v1.key}; /* for a report after a cancel */
+    /* the worker's prefix cache scope (docs/llm.md "Prefix caching"): whose cached prompts
+     * this request may reuse */
+    h[(*n)++] = (h1cli_header){"Tierserve-Tenant", pr->tenant};
+    h[(*n)++] = (h1cli_header){"Tierserve-Data-Class", pr->sensitive ? "sensitive" : "public"};
     return 0;
 }
 
@@ -659,7 +663,7 @@ static int send_to_backend(proxy_req *pr)
     }
     if (left < 0.001) left = 0.001;
     char uri[1200];
-    h1cli_header h[8];
+    h1cli_header h[10];
     size_t n = 0;
     const uint8_t *body = pr->body;
     size_t body_len = pr->body_len;

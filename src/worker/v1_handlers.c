@@ -139,6 +139,24 @@ int v1_parse_priority(h1req *req, int *out, v1_err *e)
     return 0;
 }
 
+/* The prefix cache's scope (docs/llm.md "Prefix caching"), from what the router says of the
+ * request: Tierserve-Tenant (its tenant) and Tierserve-Data-Class (sensitive or public).
+ * Under TIERSERVE_LLM_PREFIX_CACHE_SCOPE tenant a request reuses only its tenant's
+ * prefixes; under shared everyone's, except a sensitive request, which is always kept to its
+ * tenant; a request that names no tenant (straight to the worker) is "shared", unless it is
+ * sensitive: then it is not cached at all. Empty: not cached. */
+static void cache_scope(const server *srv, h1req *req, char *out, size_t len)
+{
+    const char *mode = srv->set->llm_prefix_scope, *tenant = h1req_header(req, "Tierserve-Tenant");
+    const char *dc = h1req_header(req, "Tierserve-Data-Class");
+    bool sensitive = dc && strcmp(dc, "sensitive") == 0;
+    out[0] = '\0';
+    if (strcmp(mode, "off") == 0) return;
+    if (tenant && (!*tenant || strlen(tenant) > 64)) tenant = NULL; /* never cut: two would merge */
+    if (tenant && (sensitive || strcmp(mode, "tenant") == 0)) snprintf(out, len, "tenant:%s", tenant);
+    else if (!sensitive) snprintf(out, len, "shared");
+}
+
 /* The deadline: TIERSERVE_LLM_REQUEST_TIMEOUT_MS, lowered (never raised) by X-Request-Timeout-Ms,
  * as a KServe request's parameters.timeout lowers its own. A generation is not a KServe Run():
  * 512 tokens at 10 tok/s on a CPU take 50 s, so the KServe default would cut it mid-stream. */
@@ -272,6 +290,8 @@ static int setup_sequence(lreq *r, v1_args *a, v1_err *e)
     a->gp.max_new_tokens = a->max_tokens;
     a->gp.on_join = v1_on_join;
     r->gp = a->gp;
+    memcpy(r->gp.cache_scope, r->scope, sizeof r->gp.cache_scope);
+    r->gp.cached_tokens = &r->cached;
     r->stream = a->stream;
     r->include_usage = a->include_usage;
     r->stops = a->stops;
@@ -421,7 +441,7 @@ void v1_on_prepared(lreq *r)
         }
         if (te.http == TS_UNAVAILABLE) {
             v1_fail(e, te.http, NULL, "model '%.64s': %.400s; retry later", r->L->name, te.msg);
-            e->code = "queue_full";
+            e->code = llm_engine_kv_full(r->L->engine) ? "kv_cache_full" : "queue_full";
         } else {
             v1_fail(e, te.http, NULL, "%s", te.msg);
         }
@@ -459,6 +479,7 @@ static lreq *new_req(server *srv, h1req *req, bool chat)
     snprintf(r->id, sizeof r->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)r->created,
              (unsigned long long)rid);
     r->timeout_ms = (double)srv->set->llm_request_timeout_ms; /* kept when X-Priority is refused first */
+    cache_scope(srv, req, r->scope, sizeof r->scope);
     r->hdr_bad = v1_parse_priority(req, &r->priority, &r->hdr_err) ||
                  parse_timeout(srv, req, &r->timeout_ms, &r->hdr_err);
     if (!(r->timer = evtimer_new(srv->base, v1_on_deadline, r))) {

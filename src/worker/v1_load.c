@@ -162,11 +162,19 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     llm_engine_opts eo = {.max_active = (size_t)srv->set->llm_max_sequences,
                           .max_waiting = (size_t)srv->set->llm_queue_size,
                           .prefill_chunk = L->prefill_chunk,
-                          .hooks = {.before_run = llm_before_run, .on_run_error = llm_on_run_error, .ctx = L}};
+                          .hooks = {.before_run = llm_before_run, .on_run_error = llm_on_run_error, .ctx = L},
+                          .model_id = dir}; /* the folder names the model and its version */
+    char how[200] = "set";
+    eo.kv_budget = srv->set->llm_kv_budget ? (size_t)srv->set->llm_kv_budget
+                                           : llm_model_kv_budget_auto(L->model, how, sizeof how);
+    if (strcmp(srv->set->llm_prefix_scope, "off") != 0)
+        eo.prefix_cache_bytes = srv->set->llm_prefix_cache ? (size_t)srv->set->llm_prefix_cache
+                                : eo.kv_budget ? eo.kv_budget / 4 : (size_t)1 << 30;
     if (llm_engine_new(L->model, &eo, &L->engine, &e)) goto fail;
     LOG_INFO_(LOGF({"model", name}), "LLM: context %lld, chat template %s, %zu sequences, %zu waiting, "
-              "prefill chunk %zu", (long long)L->context, L->chat ? chat_variant(L->chat) : "none", eo.max_active,
-              eo.max_waiting, eo.prefill_chunk);
+              "prefill chunk %zu, KV budget %zu MiB (%s), prefix cache %zu MiB (scope %s)", (long long)L->context,
+              L->chat ? chat_variant(L->chat) : "none", eo.max_active, eo.max_waiting, eo.prefill_chunk,
+              eo.kv_budget >> 20, how, eo.prefix_cache_bytes >> 20, srv->set->llm_prefix_scope);
     *out = L;
     *warmup_ms = llm_model_check_ms(L->model);
     return 1;

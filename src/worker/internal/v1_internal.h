@@ -95,6 +95,8 @@ typedef struct lreq {
     _Atomic uint64_t compute_ns; /* its share of the engine's Run()s (llm_gen_params.compute_ns) */
     _Atomic uint64_t made;       /* tokens its sequence generated (the loop may take fewer) */
     _Atomic bool joined;         /* its sequence left the wait queue: the prefill began */
+    _Atomic uint64_t cached;     /* prompt tokens the prefix cache gave it (set at the join) */
+    char scope[96];              /* its prefix cache scope (llm_gen_params.cache_scope) */
     llm_acct_live acct;          /* tracked for the router's cancel report (llm_acct.h) */
     double t_arrive;
     struct event *timer;      /* the deadline, armed at arrival */
