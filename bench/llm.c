@@ -7,10 +7,20 @@
  * fed back as pasts while the batch is unchanged).
  *
  *   bench_llm MODELDIR [REQUESTS [NEW_TOKENS [PROMPT_TOKENS]]]   (defaults 48 64 32)
+ *   bench_llm --multiturn MODELDIR [HISTORY [TURNS [NEW_TOKENS [USER_TOKENS [CONVERSATIONS]]]]]
+ *                                                           (defaults 400 3 32 24 5)
+ *
+ * --multiturn: issue 25's conversation. Each conversation starts with a HISTORY-token
+ * history plus a USER_TOKENS-token question; each turn re-sends everything so far (the
+ * previous prompt, the answer's NEW_TOKENS tokens, a new question), one request at a time.
+ * The time to first token of every turn is measured with the automatic prefix cache off
+ * and on, on both KV paths, in the same process (the median over CONVERSATIONS distinct
+ * conversations), then the last turn's ratio (off / on) is printed.
  *
  * Greedy, ignore_eos (every request generates exactly NEW_TOKENS), CPU tier unless
  * EXECUTION_MODE says otherwise. Prints one line per configuration. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,15 +138,141 @@ static void run(llm_model *m, const char *label, size_t slots, size_t conc, size
     g_itl = NULL;
 }
 
+/* ---- --multiturn ---- */
+
+typedef struct {
+    double t_first;
+    int32_t *out;
+    size_t n, cap;
+    bool done;
+    uint64_t cached;
+} turn_req;
+
+static void on_turn_token(void *ud, uint64_t id, int32_t tok, llm_finish fin, const ts_err *err)
+{
+    (void)id;
+    turn_req *r = ud;
+    double now = ts_now();
+    pthread_mutex_lock(&g_mu);
+    if (fin == LLM_FIN_ERROR) fprintf(stderr, "error: %s\n", err ? err->msg : "?");
+    if (tok >= 0) {
+        if (r->n == 0) r->t_first = now;
+        if (r->n < r->cap) r->out[r->n++] = tok;
+    }
+    if (fin != LLM_FIN_NONE) {
+        r->done = true;
+        pthread_cond_signal(&g_cv);
+    }
+    pthread_mutex_unlock(&g_mu);
+}
+
+static void fill(int32_t *v, size_t n, uint64_t *x, size_t vocab)
+{
+    for (size_t i = 0; i < n; i++) {
+        *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
+        v[i] = (int32_t)(3 + (*x >> 33) % (vocab - 3));
+    }
+}
+
+/* conv conversations of `turns` turns on one engine; ttft[c * turns + t] in seconds, cached
+ * tokens of each turn's prompt in cached[] (the same layout). */
+static void conversations(llm_model *m, bool cache, size_t hist, size_t turns, int64_t new_tokens, size_t user,
+                          size_t conv, double *ttft, uint64_t *cached)
+{
+    llm_engine_opts o = {.max_active = 1, .max_waiting = 4, .prefill_chunk = 512, .model_id = "bench",
+                         .prefix_cache_bytes = cache ? (size_t)256 << 20 : 0};
+    llm_engine *e = NULL;
+    ts_err err = {0};
+    if (llm_engine_new(m, &o, &e, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    size_t vocab = llm_model_sig(m)->vocab, cap = hist + turns * (user + (size_t)new_tokens) + 1;
+    int32_t *prompt = calloc(cap, sizeof *prompt), *out = calloc((size_t)new_tokens, sizeof *out);
+    for (size_t c = 0; c < conv; c++) {
+        uint64_t x = 777 + c; /* the same conversations with and without the cache */
+        size_t len = 1;
+        prompt[0] = 1;
+        fill(prompt + len, hist, &x, vocab);
+        len += hist;
+        for (size_t t = 0; t < turns; t++) {
+            fill(prompt + len, user, &x, vocab);
+            len += user;
+            _Atomic uint64_t got = 0;
+            llm_gen_params gp = {.max_new_tokens = new_tokens, .sample = {.temperature = 0, .top_p = 1},
+                                 .ignore_eos = true, .cache_scope = "bench", .cached_tokens = &got};
+            turn_req r = {.out = out, .cap = (size_t)new_tokens};
+            uint64_t id;
+            double t0 = ts_now();
+            if (llm_engine_add(e, prompt, len, &gp, on_turn_token, &r, &id, &err)) {
+                fprintf(stderr, "%s\n", err.msg);
+                exit(1);
+            }
+            pthread_mutex_lock(&g_mu);
+            while (!r.done) pthread_cond_wait(&g_cv, &g_mu);
+            pthread_mutex_unlock(&g_mu);
+            ttft[c * turns + t] = r.t_first - t0;
+            cached[c * turns + t] = atomic_load(&got);
+            memcpy(prompt + len, out, r.n * sizeof *out); /* the answer is part of the next turn */
+            len += r.n;
+        }
+    }
+    free(prompt);
+    free(out);
+    llm_engine_free(e);
+}
+
+/* a[0..n): HISTORY TURNS NEW_TOKENS USER_TOKENS CONVERSATIONS, each optional */
+static int multiturn(int n, char **a, llm_model *m, llm_model *mb)
+{
+    size_t hist = n > 0 ? (size_t)atol(a[0]) : 400, turns = n > 1 ? (size_t)atol(a[1]) : 3;
+    int64_t new_tokens = n > 2 ? atoll(a[2]) : 32;
+    size_t user = n > 3 ? (size_t)atol(a[3]) : 24, conv = n > 4 ? (size_t)atol(a[4]) : 5;
+    if (hist < 1 || turns < 1 || turns > 64 || new_tokens < 1 || new_tokens > 4096 || user < 1 || conv < 1 ||
+        conv > 1000 || hist + turns * (user + (size_t)new_tokens) + 1 >= (size_t)llm_model_max_context(m))
+        return 64;
+    printf("bench_llm --multiturn: %zu conversations, history %zu tokens, %zu turns of %zu question + %lld "
+           "answer tokens, one request at a time, prefill chunk 512\n", conv, hist, turns, user,
+           (long long)new_tokens);
+    double *ttft = calloc(conv * turns, sizeof *ttft), *col = calloc(conv, sizeof *col), last[2][2] = {{0}};
+    uint64_t *cached = calloc(conv * turns, sizeof *cached);
+    for (int kv = 0; kv < 2; kv++)
+        for (int cache = 0; cache < 2; cache++) {
+            conversations(kv ? mb : m, cache, hist, turns, new_tokens, user, conv, ttft, cached);
+            printf("%-11s prefix cache %-3s", kv ? "KV bound" : "KV host", cache ? "on" : "off");
+            for (size_t t = 0; t < turns; t++) {
+                for (size_t c = 0; c < conv; c++) col[c] = ttft[c * turns + t];
+                double p50 = pct(col, conv, 0.5);
+                printf(" | turn %zu TTFT p50 %7.2f ms (cached %llu of %zu)", t + 1, 1e3 * p50,
+                       (unsigned long long)cached[t], 1 + hist + t * ((size_t)new_tokens + user) + user);
+                if (t + 1 == turns) last[kv][cache] = p50;
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+    for (int kv = 0; kv < 2; kv++)
+        printf("%s: turn %zu TTFT without / with the prefix cache = %.2f / %.2f ms = %.1fx\n",
+               kv ? "KV bound" : "KV host", turns, 1e3 * last[kv][0], 1e3 * last[kv][1], last[kv][0] / last[kv][1]);
+    free(ttft);
+    free(col);
+    free(cached);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    bool mt = argc > 1 && strcmp(argv[1], "--multiturn") == 0;
+    if (mt) { /* the model is argv[1] below; the multi-turn arguments follow it */
+        argv++;
+        argc--;
+    }
     if (argc < 2) {
         fprintf(stderr, "usage: bench_llm MODELDIR [REQUESTS [NEW_TOKENS [PROMPT_TOKENS]]]\n");
         return 64;
     }
-    size_t nreq = argc > 2 ? (size_t)atol(argv[2]) : 48;
-    int64_t new_tokens = argc > 3 ? atoll(argv[3]) : 64;
-    size_t plen = argc > 4 ? (size_t)atol(argv[4]) : 32;
+    size_t nreq = argc > 2 && !mt ? (size_t)atol(argv[2]) : 48;
+    int64_t new_tokens = argc > 3 && !mt ? atoll(argv[3]) : 64;
+    size_t plen = argc > 4 && !mt ? (size_t)atol(argv[4]) : 32;
     if (nreq < 1 || nreq > MAX_REQ || new_tokens < 1 || plen < 1 || plen > 1024) return 64;
     char msg[1024];
     if (ortenv_init(LOG_ERROR, msg, sizeof msg)) {
@@ -162,6 +298,15 @@ int main(int argc, char **argv)
     if (llm_model_open(argv[1], &mo, &mb, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
+    }
+    if (mt) {
+        int rc = multiturn(argc - 2, argv + 2, m, mb); /* after MODELDIR */
+        llm_model_free(m);
+        llm_model_free(mb);
+        ortenv_shutdown();
+        if (rc == 64) fprintf(stderr, "usage: bench_llm --multiturn MODELDIR [HISTORY [TURNS [NEW_TOKENS "
+                              "[USER_TOKENS [CONVERSATIONS]]]]] (within the model's context)\n");
+        return rc;
     }
     int32_t *prompt = calloc(plen, sizeof *prompt);
     uint64_t x = 12345;

@@ -420,6 +420,7 @@ function poolCard(p) {
     bad ? alerts([['bad', 'NO HEALTHY BACKEND']]) : null,
     kv([
       ['Healthy backends', p.healthy + ' of ' + total],
+      ['Desired backends', String(p.desired_backends ?? '—'), 'desired-backends'],
       ['Ejected now', String(ejected)],
       ['In flight', String(inflight)],
       ['p95 (10 s)', fmt(p.p95_ms, 1, ' ms')],

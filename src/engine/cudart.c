@@ -16,6 +16,7 @@ static struct {
     cuda_error (*memset_async)(void *, int, size_t, cuda_stream);
     cuda_error (*device_sync)(void);
     const char *(*error_string)(cuda_error);
+    cuda_error (*mem_get_info)(size_t *, size_t *); /* optional: only cudart_mem_free needs it */
 } g;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static bool g_ok;
@@ -46,6 +47,7 @@ static void load(void)
     *(void **)&g.memset_async = dlsym(h, "cudaMemsetAsync");
     *(void **)&g.device_sync = dlsym(h, "cudaDeviceSynchronize");
     *(void **)&g.error_string = dlsym(h, "cudaGetErrorString");
+    *(void **)&g.mem_get_info = dlsym(h, "cudaMemGetInfo");
     if (!g.set_device || !g.memcpy2d_async || !g.memset_async || !g.device_sync || !g.error_string) {
         snprintf(g_reason, sizeof g_reason, "%s lacks cudaMemcpy2DAsync, cudaMemsetAsync, "
                  "cudaDeviceSynchronize, cudaSetDevice or cudaGetErrorString", g_name);
@@ -103,4 +105,15 @@ int cudart_sync(int device, char *err, size_t errlen)
     if (on_device(device, err, errlen)) return -1;
     cuda_error rc = g.device_sync();
     return rc ? fail("cudaDeviceSynchronize", rc, err, errlen) : 0;
+}
+
+int cudart_mem_free(int device, size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen)
+{
+    if (on_device(device, err, errlen)) return -1;
+    if (!g.mem_get_info) {
+        if (err && errlen) snprintf(err, errlen, "%s lacks cudaMemGetInfo", g_name);
+        return -1;
+    }
+    cuda_error rc = g.mem_get_info(free_bytes, total_bytes);
+    return rc ? fail("cudaMemGetInfo", rc, err, errlen) : 0;
 }

@@ -28,5 +28,7 @@ int cudart_copy2d(int device, void *dst, size_t dpitch, const void *src, size_t 
 int cudart_zero(int device, void *dst, size_t bytes, char *err, size_t errlen);
 /* Waits for everything queued on the device (ours and ORT's). */
 int cudart_sync(int device, char *err, size_t errlen);
+/* The device's free and total memory (cudaMemGetInfo). 0, or -1 with err. */
+int cudart_mem_free(int device, size_t *free_bytes, size_t *total_bytes, char *err, size_t errlen);
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "clock.h"
 #include "llm_int.h"
+#include "llm_prefix.h"
 #include "log.h"
 
 struct llm_engine {
@@ -33,6 +34,8 @@ struct llm_engine {
     bool one_per_run;         /* no position_ids: one sequence per decode Run() (see decode_set) */
     uint64_t turn;            /* decode steps taken: whose turn it is when one_per_run */
     struct ended { llm_seq *s; int32_t tok; llm_finish fin; } *ended; /* max_active: decode's */
+    llm_prefix *pc;           /* the prefix cache (NULL: off); its blocks are llm_kv_blocks */
+    char *model_id;
 };
 
 static const char k_no_position_ids[] =
@@ -57,6 +60,7 @@ static void drop_active(llm_engine *e, llm_seq *s)
             break;
         }
     if (s->kv) e->st.kv_bytes -= s->kv_bytes;
+    e->st.kv_reserved -= s->kv_bytes; /* reserved when it took the slot (reshuffle) */
     e->st.active = e->n_active;
     pthread_mutex_unlock(&e->mu);
 }
@@ -109,6 +113,7 @@ static bool take_token(llm_engine *e, llm_seq *s, float *row, struct ended *late
     }
     if (later) { /* it still holds its slot: the caller settles the batch first */
         s->state = SEQ_DONE;
+        s->keep_kv = e->pc && s->params.cache_scope[0]; /* its generated tokens' blocks too */
         *later = (struct ended){s, tok, fin};
         return true;
     }
@@ -119,6 +124,95 @@ static bool take_token(llm_engine *e, llm_seq *s, float *row, struct ended *late
 
 static size_t decode_set(llm_engine *e);
 static int settle(llm_engine *e, size_t n);
+
+/* ---- the prefix cache (generation thread) ---- */
+
+static void pc_free_block(void *ctx, void *payload)
+{
+    (void)ctx;
+    llm_kv_block_free(payload);
+}
+
+/* The stats' copy of the cache's counters. */
+static void pc_sync(llm_engine *e)
+{
+    llm_prefix_stats ps;
+    llm_prefix_stats_get(e->pc, &ps);
+    pthread_mutex_lock(&e->mu);
+    e->st.pc_bytes = ps.bytes;
+    e->st.pc_blocks = ps.blocks;
+    e->st.pc_lookups = ps.lookups;
+    e->st.pc_hits = ps.hits;
+    e->st.pc_hit_tokens = ps.hit_tokens;
+    e->st.pc_stores = ps.stores;
+    e->st.pc_evictions = ps.evictions;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* What the KV budget leaves the prefix cache now (the active caches come first). */
+static size_t pc_room(llm_engine *e)
+{
+    if (!e->opt.kv_budget) return SIZE_MAX;
+    pthread_mutex_lock(&e->mu);
+    size_t used = e->st.kv_reserved;
+    pthread_mutex_unlock(&e->mu);
+    return used < e->opt.kv_budget ? e->opt.kv_budget - used : 0;
+}
+
+/* A joining sequence takes the cached blocks its prompt starts with: their KV is copied into
+ * its cache and its prefill starts after them. At least the prompt's last token is always
+ * computed (its logits give the first token), so a prompt of n tokens reuses at most
+ * (n - 1) / B blocks. */
+static void pc_attach(llm_engine *e, llm_seq *s)
+{
+    if (!e->pc || !s->params.cache_scope[0]) return;
+    size_t B = LLM_PREFIX_BLOCK, usable = (s->n_prompt - 1) / B, got = 0;
+    llm_pkey parent = llm_prefix_root(e->pc, e->model_id, s->params.cache_scope);
+    for (; got < usable; got++) {
+        llm_pkey key = llm_prefix_next(e->pc, parent, s->tokens + got * B);
+        llm_kv_block *b = llm_prefix_get(e->pc, parent, key, s->tokens + got * B);
+        char msg[300];
+        if (!b) break;
+        if (llm_kv_block_copy(e->m, s, got * B, B, b, true, msg, sizeof msg)) {
+            /* the tokens before it are whole; the rest is computed as if it had missed */
+            LOG_WARN_(LOGF({"component", "llm"}), "prefix cache: attaching a block: %s", msg);
+            break;
+        }
+        parent = key;
+    }
+    llm_prefix_count(e->pc, usable, got);
+    s->n_cached = s->n_synced = s->n_reused = got * B;
+    pc_sync(e);
+}
+
+/* The whole blocks of s's first `upto` tokens (their KV in s's cache) that the cache lacks
+ * are copied in, as far as the budgets allow. */
+static void pc_store(llm_engine *e, llm_seq *s, size_t upto)
+{
+    if (!e->pc || !s->params.cache_scope[0]) return;
+    size_t B = LLM_PREFIX_BLOCK;
+    if (upto > s->n_synced) upto = s->n_synced;
+    llm_pkey parent = llm_prefix_root(e->pc, e->model_id, s->params.cache_scope);
+    for (size_t i = 0; i + 1 <= upto / B; i++) {
+        llm_pkey key = llm_prefix_next(e->pc, parent, s->tokens + i * B);
+        if (!llm_prefix_has(e->pc, key)) {
+            if (!llm_prefix_make_room(e->pc, pc_room(e))) break;
+            ts_err err = {0};
+            char msg[300] = "";
+            llm_kv_block *b = llm_kv_block_new(e->m, B, &err);
+            if (!b || llm_kv_block_copy(e->m, s, i * B, B, b, false, msg, sizeof msg) ||
+                !llm_prefix_put(e->pc, parent, key, s->tokens + i * B, b)) {
+                if (b || err.msg[0])
+                    LOG_WARN_(LOGF({"component", "llm"}), "prefix cache: storing a block: %s",
+                              msg[0] ? msg : err.msg[0] ? err.msg : "not taken");
+                llm_kv_block_free(b);
+                break;
+            }
+        }
+        parent = key;
+    }
+    pc_sync(e);
+}
 
 /* Between steps: cancelled sequences leave, waiting ones join while slots are free. */
 static void reshuffle(llm_engine *e)
@@ -150,9 +244,15 @@ static void reshuffle(llm_engine *e)
         llm_seq *s = NULL;
         /* from the wait queue straight into a slot under one lock, so that a cancel always
          * finds the sequence in one of the two */
+        size_t left = 0; /* what the budget leaves the prefix cache once s holds its cache */
         pthread_mutex_lock(&e->mu);
-        if (e->n_active < e->opt.max_active && e->w_n > 0) {
+        /* the head of the queue joins when its cache fits beside the active ones' (the
+         * prefix cache gives way below); it is never passed over, so priority order holds */
+        if (e->n_active < e->opt.max_active && e->w_n > 0 &&
+            (!e->opt.kv_budget || e->st.kv_reserved + e->wait[e->w_head]->kv_bytes <= e->opt.kv_budget)) {
             s = e->wait[e->w_head];
+            e->st.kv_reserved += s->kv_bytes;
+            left = e->opt.kv_budget ? e->opt.kv_budget - e->st.kv_reserved : SIZE_MAX;
             e->w_head = (e->w_head + 1) % e->opt.max_waiting;
             e->w_n--;
             e->st.waiting = e->w_n;
@@ -162,9 +262,10 @@ static void reshuffle(llm_engine *e)
         }
         pthread_mutex_unlock(&e->mu);
         if (!s) break;
-        if (s->params.on_join) s->params.on_join(s->ud, s->id);
+        if (e->pc && left != SIZE_MAX && llm_prefix_shrink(e->pc, left)) pc_sync(e);
         ts_err err = {0};
         if (llm_seq_alloc_kv(e->m, s, &err)) {
+            if (s->params.on_join) s->params.on_join(s->ud, s->id);
             drop_active(e, s);
             finish(s, -1, LLM_FIN_ERROR, &err);
             continue;
@@ -172,6 +273,9 @@ static void reshuffle(llm_engine *e)
         pthread_mutex_lock(&e->mu);
         e->st.kv_bytes += s->kv_bytes;
         pthread_mutex_unlock(&e->mu);
+        pc_attach(e, s);
+        if (s->params.cached_tokens) atomic_store(s->params.cached_tokens, s->n_reused);
+        if (s->params.on_join) s->params.on_join(s->ud, s->id);
     }
 }
 
@@ -215,6 +319,7 @@ static void prefill(llm_engine *e)
         pthread_mutex_unlock(&e->mu);
         if (s->n_cached < s->n_prompt) continue;
         s->state = SEQ_DECODE;
+        pc_store(e, s, s->n_prompt); /* the next turn of a conversation starts with these */
         take_token(e, s, e->logits, NULL);
     }
 }
@@ -300,8 +405,14 @@ static void decode(llm_engine *e)
         if (take_token(e, e->batch[i], e->logits + i * e->m->sig.vocab, &e->ended[n_ended])) n_ended++;
     /* a finished sequence's rows leave the batch before it leaves its slot: once the
      * running gauge has dropped, the KV gauge counts none of its memory */
-    if (n_ended) (void)settle(e, decode_set(e));
+    if (n_ended && settle(e, decode_set(e))) {
+        /* the sequences still decoding ended with the error; the written-back rows of the
+         * ended ones may be incomplete: store nothing of them */
+        for (size_t i = 0; i < n_ended; i++) e->ended[i].s->keep_kv = false;
+    }
     for (size_t i = 0; i < n_ended; i++) {
+        /* a reply's blocks: the next turn re-sends it as part of its prompt */
+        if (e->ended[i].s->keep_kv) pc_store(e, e->ended[i].s, e->ended[i].s->n_cached);
         drop_active(e, e->ended[i].s);
         finish(e->ended[i].s, e->ended[i].tok, e->ended[i].fin, NULL);
     }
@@ -339,6 +450,8 @@ int llm_engine_new(llm_model *m, const llm_engine_opts *opt, llm_engine **out, t
     e->next_id = 1;
     e->one_per_run = !m->sig.position_ids;
     e->st.batch_limit = e->one_per_run ? 1 : opt->max_active;
+    e->st.kv_budget = opt->kv_budget;
+    e->opt.model_id = NULL; /* the engine's own copy below */
     if (e->one_per_run) e->st.batch_note = k_no_position_ids;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
@@ -349,6 +462,13 @@ int llm_engine_new(llm_model *m, const llm_engine_opts *opt, llm_engine **out, t
     e->logits = malloc(opt->max_active * m->sig.vocab * sizeof *e->logits);
     e->sampler = llm_sampler_new(m->sig.vocab);
     if (!e->wait || !e->active || !e->batch || !e->ended || !e->logits || !e->sampler) goto oom;
+    if (opt->prefix_cache_bytes) {
+        size_t bb = llm_kv_block_bytes(m, LLM_PREFIX_BLOCK);
+        e->model_id = strdup(opt->model_id ? opt->model_id : "");
+        e->pc = llm_prefix_new(LLM_PREFIX_BLOCK, bb, opt->prefix_cache_bytes, pc_free_block, NULL);
+        if (!e->model_id || !e->pc) goto oom;
+        e->st.pc_budget = opt->prefix_cache_bytes;
+    }
     if (llm_model_kv_bound(m) && llm_kv_ctx_new(m, &e->kv, err)) {
         llm_engine_free(e);
         return -1;
@@ -382,6 +502,8 @@ void llm_engine_free(llm_engine *e)
     for (size_t i = 0; e->wait && i < e->w_n; i++)
         finish(e->wait[(e->w_head + i) % e->opt.max_waiting], -1, LLM_FIN_CANCELLED, NULL);
     llm_kv_ctx_free(e->kv);
+    llm_prefix_free(e->pc); /* after the generation thread: its blocks may be device memory */
+    free(e->model_id);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e->wait);
@@ -430,15 +552,29 @@ int llm_engine_add(llm_engine *e, const int32_t *prompt, size_t n, const llm_gen
     if (check_params(p, err)) return -1;
     llm_seq *s = llm_seq_new(e->m, prompt, n, p, err);
     if (!s) return -1;
+    if (e->opt.kv_budget && s->kv_bytes > e->opt.kv_budget) {
+        ts_err_set(err, TS_BAD_REQUEST, "the prompt plus max_tokens need a KV cache of %zu bytes (%zu tokens); "
+                   "this model's KV budget is %zu bytes: lower max_tokens or the prompt", s->kv_bytes, s->cap,
+                   e->opt.kv_budget);
+        llm_seq_free(s);
+        return -1;
+    }
     s->cb = cb;
     s->ud = ud;
     s->t_added = ts_now();
     pthread_mutex_lock(&e->mu);
     if (e->stop || e->w_n >= e->opt.max_waiting) {
         size_t w = e->w_n;
+        /* slots are free, yet sequences wait: the budget holds them (a queue of 0 refuses all) */
+        bool kv = e->opt.kv_budget && e->n_active < e->opt.max_active && w > 0;
+        size_t res = e->st.kv_reserved;
         pthread_mutex_unlock(&e->mu);
         llm_seq_free(s);
-        ts_err_set(err, TS_UNAVAILABLE, "the LLM wait queue is full (%zu sequences waiting)", w);
+        if (kv)
+            ts_err_set(err, TS_UNAVAILABLE, "the KV cache budget is full (%zu of %zu bytes reserved by the running "
+                       "sequences) and %zu sequences wait for it", res, e->opt.kv_budget, w);
+        else
+            ts_err_set(err, TS_UNAVAILABLE, "the LLM wait queue is full (%zu sequences waiting)", w);
         return -1;
     }
     s->id = e->next_id++;
@@ -470,6 +606,14 @@ void llm_engine_cancel(llm_engine *e, uint64_t id)
     }
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
+}
+
+bool llm_engine_kv_full(llm_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    bool full = e->opt.kv_budget && e->n_active < e->opt.max_active && e->w_n > 0;
+    pthread_mutex_unlock(&e->mu);
+    return full;
 }
 
 void llm_engine_stats_get(llm_engine *e, llm_engine_stats *out)

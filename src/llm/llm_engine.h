@@ -82,6 +82,13 @@ typedef struct {
      * to): a prefill chunk's whole time, a decode step's time divided by the sequences in
      * it. What the worker bills the request by. */
     _Atomic uint64_t *compute_ns;
+    /* The prefix cache's scope (docs/llm.md "Prefix caching"): its blocks are reused only by
+     * sequences of the same scope, e.g. "shared" or "tenant:NAME". Empty: the sequence
+     * neither reuses nor leaves blocks. */
+    char cache_scope[96];
+    /* Optional: set on the generation thread when the sequence joins (before on_join) to
+     * the prompt tokens whose KV came from the prefix cache (OpenAI's cached_tokens). */
+    _Atomic uint64_t *cached_tokens;
 } llm_gen_params;
 
 /* The error hook, on the generation thread, around every Run() (a prefill chunk or a decode
@@ -100,7 +107,23 @@ typedef struct {
     size_t max_waiting;   /* queued before 503 (0..LLM_MAX_WAITING) */
     size_t prefill_chunk; /* prompt tokens per Run() (1..LLM_MAX_PREFILL_CHUNK) */
     llm_engine_hooks hooks;
+    /* KV memory as the admission unit: a waiting sequence joins only when its cache (prompt
+     * plus max_new_tokens) fits in kv_budget beside the active ones' (the prefix cache's
+     * blocks give way); llm_engine_add refuses one that could never fit. 0: no budget. */
+    size_t kv_budget;
+    /* The prefix cache: bytes its blocks may hold at most (0: off), within what kv_budget
+     * leaves; blocks of LLM_PREFIX_BLOCK tokens. model_id names the weights (name and
+     * version): part of every key. */
+    size_t prefix_cache_bytes;
+    const char *model_id;
 } llm_engine_opts;
+
+/* Tokens per prefix cache block: 16, as vLLM's default. A prompt reuses whole blocks only,
+ * so a smaller block reuses more of a prefix (a conversation's next turn diverges mid-block:
+ * on average block/2 tokens are recomputed), while each block costs a hash, a look-up and
+ * 2 x layers copies (one per past) to attach: at 16 tokens that is still a few microseconds
+ * against a prefill chunk of milliseconds. */
+#define LLM_PREFIX_BLOCK 16
 
 typedef struct {
     size_t active, waiting;
@@ -112,6 +135,11 @@ typedef struct {
     size_t batch_limit;   /* the most it may carry: max_active, or 1 for a model without
                              position_ids (never batched: decode_set in llm_engine.c) */
     const char *batch_note; /* why batch_limit is below max_active (static text), or NULL */
+    size_t kv_budget;     /* opts.kv_budget (0: none) */
+    size_t kv_reserved;   /* the active sequences' caches (each sized for prompt + max tokens) */
+    /* the prefix cache (all 0 when off) */
+    size_t pc_budget, pc_bytes, pc_blocks;
+    uint64_t pc_lookups, pc_hits, pc_hit_tokens, pc_stores, pc_evictions;
 } llm_engine_stats;
 
 /* Starts the generation thread. Returns 0, or -1 with err set (500). */
@@ -120,13 +148,16 @@ int llm_engine_new(llm_model *m, const llm_engine_opts *opt, llm_engine **out, t
 void llm_engine_free(llm_engine *e);
 
 /* Queues a sequence. prompt is copied. Returns 0 and its id, or -1 with err: 400 for an
- * empty prompt, an id outside the vocabulary, bad params or a prompt that leaves no room in
- * the context; 503 when max_waiting are already waiting; 500 out of memory. */
+ * empty prompt, an id outside the vocabulary, bad params, a prompt that leaves no room in
+ * the context or a cache larger than the whole KV budget; 503 when max_waiting are already
+ * waiting; 500 out of memory. */
 int llm_engine_add(llm_engine *e, const int32_t *prompt, size_t n, const llm_gen_params *p,
                    llm_token_fn cb, void *ud, uint64_t *id, ts_err *err);
 /* Ends a sequence: it leaves before the next step and its final callback says
  * LLM_FIN_CANCELLED (unless it already finished). Unknown ids are ignored. */
 void llm_engine_cancel(llm_engine *e, uint64_t id);
 void llm_engine_stats_get(llm_engine *e, llm_engine_stats *out);
+/* Is the KV budget what holds the waiting sequences back (slots are free, memory is not)? */
+bool llm_engine_kv_full(llm_engine *e);
 
 #endif

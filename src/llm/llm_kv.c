@@ -52,6 +52,87 @@ static int settle_device(const llm_model *m, char *msg, size_t len)
     return m->kv_cuda ? cudart_sync(m->device, msg, len) : 0;
 }
 
+/* ---- the default KV budget ---- */
+
+static size_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (size_t)kb * 1024;
+}
+
+size_t llm_model_kv_budget_auto(const llm_model *m, char *how, size_t howlen)
+{
+    if (m->kv_cuda) {
+        size_t free_b = 0, total = 0;
+        char msg[200] = "";
+        if (cudart_mem_free(m->device, &free_b, &total, msg, sizeof msg) == 0) {
+            snprintf(how, howlen, "3/4 of the %zu MiB free on CUDA device %d", free_b >> 20, m->device);
+            return free_b / 4 * 3;
+        }
+        snprintf(how, howlen, "no budget: the device's free memory is unknown (%s)", msg);
+        return 0;
+    }
+    size_t avail = mem_available();
+    if (!avail) {
+        snprintf(how, howlen, "no budget: /proc/meminfo has no MemAvailable");
+        return 0;
+    }
+    snprintf(how, howlen, "1/2 of the %zu MiB MemAvailable", avail >> 20);
+    return avail / 2;
+}
+
+/* ---- the prefix cache's blocks ---- */
+
+size_t llm_kv_block_bytes(const llm_model *m, size_t B)
+{
+    return 2 * m->sig.layers * m->sig.kv_heads * B * m->sig.head_dim * m->elem;
+}
+
+llm_kv_block *llm_kv_block_new(const llm_model *m, size_t B, ts_err *err)
+{
+    llm_kv_block *b = calloc(1, sizeof *b);
+    if (!b) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
+        return NULL;
+    }
+    if (llm_kv_mem_new(m, llm_kv_block_bytes(m, B), &b->data, &b->val, err)) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void llm_kv_block_free(llm_kv_block *b)
+{
+    if (!b) return;
+    llm_kv_mem_free(b->data, b->val);
+    free(b);
+}
+
+int llm_kv_block_copy(const llm_model *m, llm_seq *s, size_t t0, size_t B, llm_kv_block *b, bool to_seq,
+                      char *msg, size_t len)
+{
+    size_t H = m->sig.kv_heads, row = m->sig.head_dim * m->elem;
+    if (t0 + B > s->cap) return ts_fail(msg, len, "block [%zu, %zu) is past the cache's %zu slots", t0, t0 + B, s->cap);
+    if (settle_device(m, msg, len)) return -1; /* a Run() may still be writing the cache */
+    for (size_t t = 0; t < 2 * m->sig.layers; t++) {
+        uint8_t *seq = llm_seq_kv_at(m, s, t / 2, (int)(t % 2), 0, t0), *blk = b->data + t * H * B * row;
+        int rc = to_seq ? cp2d(m, seq, s->cap * row, blk, B * row, B * row, H, msg, len)
+                        : cp2d(m, blk, B * row, seq, s->cap * row, B * row, H, msg, len);
+        if (rc) {
+            (void)settle_device(m, NULL, 0);
+            return -1;
+        }
+    }
+    return settle_device(m, msg, len);
+}
+
 /* ---- batches ---- */
 
 static void batch_release(kv_batch *b)
@@ -179,7 +260,7 @@ int llm_kv_settle(const llm_model *m, llm_kv_ctx *c, llm_seq *const *live, size_
     llm_seq *rows[LLM_MAX_ACTIVE] = {0}; /* the live sequence of each row, or NULL */
     for (size_t r = 0; r < b->n; r++)
         for (size_t j = 0; j < nlive; j++)
-            if (live[j]->id == b->ids[r] && live[j]->state != SEQ_DONE) rows[r] = live[j];
+            if (live[j]->id == b->ids[r] && (live[j]->state != SEQ_DONE || live[j]->keep_kv)) rows[r] = live[j];
     int rc = settle_device(m, msg, sizeof msg);
     for (size_t r = 0; !rc && r < b->n; r++)
         if (rows[r]) rc = write_back(m, b, r, rows[r], msg, sizeof msg);

@@ -114,5 +114,10 @@ const char *llm_model_kv_where(const llm_model *m);
 double llm_model_check_ms(const llm_model *m);
 /* One line: where the cache lives, why, and on a fallback what failed (never empty). */
 const char *llm_model_kv_note(const llm_model *m);
+/* The default KV budget (docs/llm.md "KV memory"), from the memory the KV cache lives in,
+ * measured now: 3/4 of the device's free memory (cudaMemGetInfo) when the caches are CUDA
+ * memory, else half of /proc/meminfo's MemAvailable. how: one line saying which (for the
+ * load log). 0 when it cannot be measured (then no budget). */
+size_t llm_model_kv_budget_auto(const llm_model *m, char *how, size_t howlen);
 
 #endif

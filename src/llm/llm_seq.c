@@ -51,33 +51,45 @@ oom:
     return NULL;
 }
 
+int llm_kv_mem_new(const llm_model *m, size_t bytes, uint8_t **data, OrtValue **val, ts_err *err)
+{
+    *data = NULL;
+    *val = NULL;
+    if (bytes == 0) bytes = 1;
+    if (!m->kv_bound) {
+        *data = malloc(bytes);
+        if (*data) return 0;
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory for a KV cache of %zu bytes", bytes);
+        return -1;
+    }
+    /* the bound path's caches come from the session's allocator for kv_mi (device memory on
+     * the GPU tiers), as a flat byte tensor: CreateTensorAsOrtValue reports a failed
+     * allocation as a status, where OrtAllocator::Alloc may throw through the C ABI */
+    int64_t shape[1] = {(int64_t)bytes};
+    char msg[300];
+    void *p = NULL;
+    if (!ort_check(g_ort->CreateTensorAsOrtValue(m->kv_alloc, shape, 1, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, val),
+                   msg, sizeof msg) &&
+        !ort_check(g_ort->GetTensorMutableData(*val, &p), msg, sizeof msg)) {
+        *data = p;
+        return 0;
+    }
+    if (*val) g_ort->ReleaseValue(*val);
+    *val = NULL;
+    ts_err_set(err, TS_INTERNAL_ERROR, "KV cache of %zu bytes: %s", bytes, msg);
+    return -1;
+}
+
+void llm_kv_mem_free(uint8_t *data, OrtValue *val)
+{
+    if (val) g_ort->ReleaseValue(val);
+    else free(data);
+}
+
 int llm_seq_alloc_kv(const llm_model *m, llm_seq *s, ts_err *err)
 {
     if (s->kv) return 0;
-    size_t bytes = s->kv_bytes ? s->kv_bytes : 1;
-    if (!m->kv_bound) {
-        s->kv = malloc(bytes);
-        if (s->kv) return 0;
-    } else {
-        /* the bound path's caches come from the session's allocator for kv_mi (device memory
-         * on the GPU tiers), as a flat byte tensor: CreateTensorAsOrtValue reports a failed
-         * allocation as a status, where OrtAllocator::Alloc may throw through the C ABI */
-        int64_t shape[1] = {(int64_t)bytes};
-        char msg[300];
-        void *p = NULL;
-        if (!ort_check(g_ort->CreateTensorAsOrtValue(m->kv_alloc, shape, 1, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
-                                                     &s->kv_val), msg, sizeof msg) &&
-            !ort_check(g_ort->GetTensorMutableData(s->kv_val, &p), msg, sizeof msg)) {
-            s->kv = p;
-            return 0;
-        }
-        if (s->kv_val) g_ort->ReleaseValue(s->kv_val);
-        s->kv_val = NULL;
-        ts_err_set(err, TS_INTERNAL_ERROR, "KV cache of %zu bytes: %s", s->kv_bytes, msg);
-        return -1;
-    }
-    ts_err_set(err, TS_INTERNAL_ERROR, "out of memory for a KV cache of %zu bytes", s->kv_bytes);
-    return -1;
+    return llm_kv_mem_new(m, s->kv_bytes, &s->kv, &s->kv_val, err);
 }
 
 void llm_seq_free(llm_seq *s)
@@ -85,8 +97,7 @@ void llm_seq_free(llm_seq *s)
     if (!s) return;
     free(s->tokens);
     llm_counts_free(s->counts);
-    if (s->kv_val) g_ort->ReleaseValue(s->kv_val);
-    else free(s->kv);
+    llm_kv_mem_free(s->kv, s->kv_val);
     free(s);
 }
 

@@ -127,7 +127,12 @@ void policy_tick(policy *p, const pool_signals *s, double now, policy_state *st)
         else if (v > c->high[i]) p->hot[i] = true;
         else if (v < c->low[i]) p->hot[i] = false;
         n_hot += p->hot[i];
-        all_cold &= !p->hot[i] && (v < 0 || v < c->low[i]);
+        /* cold: not hot. A signal that went hot stays hot until it falls below its low mark
+         * (the hysteresis above); one that sits between the marks without having crossed the
+         * high one is cold. Asking every value to be below its low mark instead kept a pool at
+         * the top stage for hours: with normal and batch gone to the CPU, a GPU pool's p95
+         * over a few urgent requests wanders across the low mark and restarts the cooldown */
+        all_cold &= !p->hot[i];
     }
 
     /* the first healthy GPU backend ends a failover that began before there was any (GPU
@@ -156,7 +161,7 @@ void policy_tick(policy *p, const pool_signals *s, double now, policy_state *st)
         event(st, EV_GPU_RECOVERED, p->stage, p->stage, s, p->hot);
     }
 
-    /* pressure: `require` hot for `sustain`; ends when all cold for `cooldown` */
+    /* pressure: `require` hot for `sustain`; ends when none has been hot for `cooldown` */
     if (n_hot >= c->require) {
         if (p->enough_hot_since < 0) p->enough_hot_since = now;
     } else {

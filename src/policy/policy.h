@@ -4,7 +4,8 @@
  * memory used fraction, and how many backends are healthy. A signal is hot above its high
  * mark and cold below its low mark; in between it keeps its state (hysteresis). Pressure
  * starts when at least `require` signals have been hot for `sustain` seconds and ends when
- * all have been cold for `cooldown` seconds: one signal alone never moves traffic. Under
+ * none has been hot for `cooldown` seconds (each hot one fell below its low mark): one
+ * signal alone never moves traffic. Under
  * pressure, normal traffic moves to the CPU pool through `stages` (shares, e.g. 0, .25,
  * .5, 1), one stage per `stage_hold`; batch traffic runs one stage ahead. After pressure,
  * back one stage per `rollback_hold`. Losing every healthy GPU backend is a hard failover:

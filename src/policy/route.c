@@ -110,7 +110,21 @@ void route_plan_retry(const route_pool *pools, size_t n, const route_req *rq, si
                                out->order + out->n_order);
 }
 
-bool route_pool_can_take(const route_pool *p)
+unsigned route_pool_limit(const route_pool *p, priority_class prio)
+{
+    unsigned cap = 0;
+    for (size_t k = 0; k < p->n; k++) cap += p->backends[k].healthy ? p->max_in_flight : 0;
+    if (p->pool_max_in_flight && cap > p->pool_max_in_flight) cap = p->pool_max_in_flight;
+    double keep = prio == PRIO_URGENT ? 0 : p->urgent_reserve + (prio == PRIO_BATCH ? p->normal_reserve : 0);
+    if (!(keep > 0) || cap == 0) return cap;
+    if (keep > 1) keep = 1;
+    /* what is kept rounds down (a pool too small to keep a whole slot keeps none), and every
+     * priority keeps one slot of its own: a one-slot pool still serves batch when idle */
+    unsigned kept = (unsigned)floor(keep * (double)cap + 1e-9);
+    return kept >= cap ? 1 : cap - kept;
+}
+
+bool route_pool_can_take(const route_pool *p, priority_class prio)
 {
     unsigned busy = 0;
     bool usable = false;
@@ -119,6 +133,7 @@ bool route_pool_can_take(const route_pool *p)
         usable |= p->backends[k].healthy && p->backends[k].in_flight < p->max_in_flight;
     }
     if (p->pool_max_in_flight && busy >= p->pool_max_in_flight) return false;
+    if (prio != PRIO_URGENT && busy >= route_pool_limit(p, prio)) return false;
     return usable;
 }
 
@@ -136,10 +151,27 @@ int route_pick_backend(const route_pool *p, int avoid, size_t *cursor)
     return best;
 }
 
-route_admit route_admission(priority_class prio, size_t queue_len, size_t queue_size)
+route_admit route_admission(priority_class prio, const size_t queued[PRIO_COUNT], size_t queue_size, double wait_ms,
+                            priority_class *victim)
 {
-    if (prio == PRIO_BATCH) return ADMIT_SHED_BATCH;
-    return queue_len < queue_size ? ADMIT_QUEUE : ADMIT_QUEUE_FULL;
+    *victim = PRIO_COUNT;
+    if (prio == PRIO_BATCH && !(wait_ms > 0)) return ADMIT_SHED_BATCH;
+    size_t len = queued[PRIO_URGENT] + queued[PRIO_NORMAL] + queued[PRIO_BATCH];
+    if (len < queue_size) return ADMIT_QUEUE;
+    /* full: the lowest priority below this one that waits gives up its place */
+    for (int p = PRIO_BATCH; p > (int)prio; p--)
+        if (queued[p] > 0) {
+            *victim = (priority_class)p;
+            return ADMIT_EVICT;
+        }
+    return prio == PRIO_BATCH ? ADMIT_SHED_BATCH : ADMIT_QUEUE_FULL;
+}
+
+double route_queue_wait_ms(priority_class prio, double urgent_ms, double normal_ms, double batch_ms)
+{
+    if (prio == PRIO_URGENT) return urgent_ms > normal_ms ? urgent_ms : normal_ms;
+    if (prio == PRIO_BATCH) return batch_ms < normal_ms ? batch_ms : normal_ms;
+    return normal_ms;
 }
 
 bool route_retry_allowed(double ratio, unsigned min_concurrency, unsigned active, unsigned retries_active)

@@ -3,9 +3,11 @@
  * class), the pressure policy's state and a seeded random source.
  *
  *   route_plan_request()  which pools to try, in order, or the refusal (404, 503, 429)
- *   route_pool_can_take() may a pool take one more request now (in-flight limits)
+ *   route_pool_can_take() may a pool take one more request of a priority now (in-flight
+ *                         limits, and the headroom kept for higher priorities)
  *   route_pick_backend()  which backend of a pool
- *   route_admission()     what happens when every pool in the plan is full
+ *   route_admission()     what happens when every pool in the plan is full (per priority)
+ *   route_queue_wait_ms() how long a request of a priority may wait in the admission queue
  *   route_plan_retry()    where a failed try goes next; route_retry_allowed(): the budget
  *   route_pool_signals()  the three pressure signals of a GPU pool, from its backends
  *
@@ -41,6 +43,10 @@ typedef struct {
     unsigned max_in_flight;      /* per backend */
     unsigned pool_max_in_flight; /* the whole pool; 0: no limit beyond the backends' */
     const policy_state *st;      /* GPU pools: their pressure state (NULL: calm) */
+    /* priority protection: shares of the pool's in-flight capacity (healthy backends x
+     * max_in_flight, capped by pool_max_in_flight) that only urgent requests may fill, and
+     * that only urgent and normal may fill; 0: none kept */
+    double urgent_reserve, normal_reserve;
     const route_backend *backends;
     size_t n;
 } route_pool;
@@ -78,18 +84,35 @@ void route_plan_request(const route_pool *pools, size_t n, const route_req *rq, 
  * 0 (nothing to retry on). */
 void route_plan_retry(const route_pool *pools, size_t n, const route_req *rq, size_t current, route_plan *out);
 
-/* Has the pool a backend under its in-flight limit, and the pool room under its own? */
-bool route_pool_can_take(const route_pool *p);
+/* Has the pool a backend under its in-flight limit, and the pool room under its own, for a
+ * request of this priority? Batch may fill the pool up to (1 - urgent_reserve -
+ * normal_reserve) of its capacity, normal up to (1 - urgent_reserve), urgent all of it: a
+ * saturated pool refuses batch first, then normal, and urgent last (never while it has a
+ * free slot). Every priority may use at least one slot of a pool that has any. */
+bool route_pool_can_take(const route_pool *p, priority_class prio);
+/* The in-flight count up to which a request of prio may fill the pool (see above). */
+unsigned route_pool_limit(const route_pool *p, priority_class prio);
 
 /* The usable backend (healthy, under max_in_flight) with the fewest in flight, never the
  * one at index avoid (-1: none). Ties go to the first at or after *cursor, which then moves
  * on by one: the pool's own round robin. Returns the index, or -1. */
 int route_pick_backend(const route_pool *p, int avoid, size_t *cursor);
 
-/* Every pool in the plan is at its limit: batch is shed (429), the others wait in the
- * admission queue while it has room (queue_len < queue_size), else 503. */
-typedef enum { ADMIT_QUEUE = 0, ADMIT_SHED_BATCH, ADMIT_QUEUE_FULL } route_admit;
-route_admit route_admission(priority_class prio, size_t queue_len, size_t queue_size);
+/* Every pool in the plan is at its limit. queued[p]: how many of priority p wait now (one
+ * queue, drained urgent first, then normal, then batch); wait_ms: how long this priority may
+ * wait (route_queue_wait_ms). Batch with no wait is shed at once (429). Otherwise the
+ * request waits while the queue has room; when it is full, a lower priority waiting makes
+ * room: ADMIT_EVICT, *victim = the lowest priority queued (the caller refuses the newest
+ * request of that priority and queues this one). Else batch is shed (429), and the others
+ * get 503 (ADMIT_QUEUE_FULL). */
+typedef enum { ADMIT_QUEUE = 0, ADMIT_SHED_BATCH, ADMIT_QUEUE_FULL, ADMIT_EVICT } route_admit;
+route_admit route_admission(priority_class prio, const size_t queued[PRIO_COUNT], size_t queue_size, double wait_ms,
+                            priority_class *victim);
+
+/* How long a request of prio may wait for capacity: normal waits normal_ms, urgent the
+ * longer of urgent_ms and normal_ms (urgent never gives up before normal does), batch the
+ * shorter of batch_ms and normal_ms. */
+double route_queue_wait_ms(priority_class prio, double urgent_ms, double normal_ms, double batch_ms);
 
 /* The retry budget: retries in flight stay under ratio x active requests, with a floor of
  * min_concurrency (Envoy's min_retry_concurrency), so a dead backend's in-flight requests

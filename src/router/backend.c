@@ -14,6 +14,7 @@
 #include "log.h"
 #include "clock.h"
 #include "router.h"
+#include "scaler.h"
 #include "tick.h"
 #include "tier.h"
 
@@ -308,6 +309,8 @@ void rt_route_view(router *r, const char *logical, double now, route_pool *view)
                                .max_in_flight = p->cfg->max_in_flight,
                                .pool_max_in_flight = p->cfg->pool_max_in_flight,
                                .st = p->pol ? &p->st : NULL,
+                               .urgent_reserve = r->cfg->admission.urgent_reserve,
+                               .normal_reserve = r->cfg->admission.normal_reserve,
                                .backends = p->view,
                                .n = p->n};
     }
@@ -549,6 +552,20 @@ double rt_pool_p95_ms(rt_pool *p, double now, double window_s)
 }
 
 /* The three signals of a pool (route_pool_signals), p95 over the last 10 s. */
+unsigned rt_pool_desired_backends(router *r, rt_pool *p, double now)
+{
+    pool_signals s;
+    rt_pool_signals(r, p, now, &s);
+    /* the queue signal is load per healthy backend; with none healthy it is the load */
+    double load = s.healthy ? s.value[SIG_QUEUE] * (double)s.healthy : s.value[SIG_QUEUE];
+    size_t queued = r->admq_n[PRIO_URGENT] + r->admq_n[PRIO_NORMAL] + r->admq_n[PRIO_BATCH];
+    double all = 0;
+    for (size_t i = 0; i < r->n_pools; i++) all += (double)r->pools[i].n * r->pools[i].cfg->max_in_flight;
+    load = scaler_pool_load(load, (double)queued, (double)p->n * p->cfg->max_in_flight, all);
+    double target = p->cfg->scale_target > 0 ? p->cfg->scale_target : scaler_default_target(p->cfg->max_in_flight);
+    return scaler_desired_backends((unsigned)s.healthy, load, target, 0.1);
+}
+
 void rt_pool_signals(router *r, rt_pool *p, double now, pool_signals *s)
 {
     (void)r;

@@ -129,6 +129,11 @@ void rt_reap(struct router *r);
 void rt_backends_set_tls(struct router *r, tls_ctx *ctx);
 size_t rt_pool_healthy(const rt_pool *p, double now);
 void rt_pool_record_latency(rt_pool *p, double now, double secs);
+/* The backends the pool needs for the load the router sees on it now (issue 26): requests in
+ * flight on it (or queued in its workers) plus its capacity's share of the admission queue,
+ * over its scale_target per backend (scaler_desired_backends). The metric
+ * tierrouter_pool_desired_backends; an autoscaler (KEDA) applies its own windows. */
+unsigned rt_pool_desired_backends(struct router *r, rt_pool *p, double now);
 double rt_pool_p95_ms(rt_pool *p, double now, double window_s);
 void rt_pool_signals(struct router *r, rt_pool *p, double now, pool_signals *out);
 /* The GPU pool whose policy has moved the most traffic (highest stage, then hard failover),

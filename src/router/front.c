@@ -367,7 +367,7 @@ static void handle_model(router *r, h1req *req, const char *model, const char *v
     rt_proxy_route(pr);
 }
 
-/* POST /v1/chat/completions and /v1/completions (target): classified and routed like
+/* POST /v1/chat/completions, /v1/completions and /v1/embeddings (target): classified and routed like
  * inference; the model comes from the body (v1.c). */
 static void handle_v1(router *r, h1req *req, const char *target, const rc_tenant *keyed)
 {
@@ -549,6 +549,13 @@ static void on_v1_completions(void *ctx, h1req *req, const h1route_param *p, siz
     handle_v1(fc->r, req, "/v1/completions", fc->keyed);
 }
 
+static void on_v1_embeddings(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    const front_call *fc = ctx;
+    handle_v1(fc->r, req, "/v1/embeddings", fc->keyed);
+}
+
 /* GET /v1/models and /v1/models/{id}: a model id may hold '/' (org/name), so the id is the
  * rest of the path (p[0]) */
 static void on_v1_models(void *ctx, h1req *req, const h1route_param *p, size_t np)
@@ -617,6 +624,7 @@ static void on_model(void *ctx, h1req *req, const h1route_param *p, size_t np)
     X(H1ROUTE_POST, "/v2/models/{}/versions/{}/infer", on_model, EP_TENANT)                 \
     X(H1ROUTE_POST, "/v1/chat/completions", on_v1_chat, EP_TENANT)                          \
     X(H1ROUTE_POST, "/v1/completions", on_v1_completions, EP_TENANT)                        \
+    X(H1ROUTE_POST, "/v1/embeddings", on_v1_embeddings, EP_TENANT)                          \
     X(H1ROUTE_GET, "/v2/models/{}", on_model, EP_TENANT)                                    \
     X(H1ROUTE_GET, "/v2/models/{}/ready", on_model, EP_TENANT)                              \
     X(H1ROUTE_GET, "/v2/models/{}/config", on_model, EP_TENANT)                             \
@@ -752,7 +760,7 @@ void rt_on_request(h1req *req, void *arg)
         h1req_reply_method_not_allowed(req, allow);
     } else if (n && strcmp(segs[0], "v1") == 0) {
         front_error(req, TS_NOT_FOUND, "unknown endpoint: the router serves POST /v1/chat/completions, "
-                                       "POST /v1/completions, GET /v1/models");
+                                       "POST /v1/completions, POST /v1/embeddings, GET /v1/models");
     } else if (n && strcmp(segs[0], "v2") == 0) {
         front_error(req, TS_NOT_FOUND, "the router serves /v2, /v2/health/*, /v2/repository/index, "
                                        "/v2/models/{m}[/versions/{v}][/ready|/config|/infer], "

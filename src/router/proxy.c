@@ -225,7 +225,7 @@ static bool send_by_plan(proxy_req *pr, const route_pool *view, const route_plan
     for (size_t i = 0; i < plan->n_order; i++) {
         rt_pool *p = &r->pools[plan->order[i]];
         const route_pool *v = &view[plan->order[i]];
-        if (!route_pool_can_take(v)) continue;
+        if (!route_pool_can_take(v, pr->prio)) continue;
         int av = -1;
         for (size_t k = 0; avoid && k < p->n; k++)
             if (p->backends[k] == avoid) av = (int)k;
@@ -637,6 +637,10 @@ static int v1_request(proxy_req *pr, char *uri, size_t len, h1cli_header *h, siz
      * sends, so a client's own Tierserve-Accounting never reaches a worker */
     h[(*n)++] = (h1cli_header){"Tierserve-Accounting", "1"};
     h[(*n)++] = (h1cli_header){RT_V1_KEY_HEADER, pr->v1.key}; /* for a report after a cancel */
+    /* the worker's prefix cache scope (docs/llm.md "Prefix caching"): whose cached prompts
+     * this request may reuse */
+    h[(*n)++] = (h1cli_header){"Tierserve-Tenant", pr->tenant};
+    h[(*n)++] = (h1cli_header){"Tierserve-Data-Class", pr->sensitive ? "sensitive" : "public"};
     return 0;
 }
 
@@ -659,7 +663,7 @@ static int send_to_backend(proxy_req *pr)
     }
     if (left < 0.001) left = 0.001;
     char uri[1200];
-    h1cli_header h[8];
+    h1cli_header h[10];
     size_t n = 0;
     const uint8_t *body = pr->body;
     size_t body_len = pr->body_len;
@@ -710,15 +714,22 @@ static bool dispatch(proxy_req *pr)
 
 static void queue_remove(router *r, proxy_req *pr)
 {
-    for (int q = 0; q < 2; q++)
+    for (int q = 0; q < PRIO_COUNT; q++)
         for (proxy_req **pp = &r->admq[q]; *pp; pp = &(*pp)->qnext)
             if (*pp == pr) {
                 *pp = pr->qnext;
-                r->admq_len--;
+                r->admq_n[q]--;
                 if (pr->qtimer) event_free(pr->qtimer);
                 pr->qtimer = NULL;
                 return;
             }
+}
+
+/* How long a request of this priority may wait (route_queue_wait_ms over the config). */
+static double queue_wait_ms(const router *r, priority_class prio)
+{
+    const rc_admission *a = &r->cfg->admission;
+    return route_queue_wait_ms(prio, a->urgent_queue_timeout_ms, a->queue_timeout_ms, a->batch_queue_timeout_ms);
 }
 
 static void on_queue_timeout(evutil_socket_t fd, short what, void *arg)
@@ -727,10 +738,10 @@ static void on_queue_timeout(evutil_socket_t fd, short what, void *arg)
     (void)what;
     proxy_req *pr = arg;
     queue_remove(pr->r, pr);
-    char msg[160];
-    snprintf(msg, sizeof msg, "no capacity for model '%.64s' within %u ms: every pool is at its in-flight limit",
-             pr->logical, pr->r->cfg->admission.queue_timeout_ms);
-    finish_error(pr, TS_UNAVAILABLE, OUT_SHED, msg);
+    char msg[200];
+    snprintf(msg, sizeof msg, "no capacity for model '%.64s' within %.0f ms (%s): every pool is at its in-flight limit",
+             pr->logical, queue_wait_ms(pr->r, pr->prio), k_access_prio[pr->prio]);
+    finish_error(pr, pr->prio == PRIO_BATCH ? TS_TOO_MANY_REQUESTS : TS_UNAVAILABLE, OUT_SHED, msg);
 }
 
 /* The first try of a request just planned (view and plan are fresh: no second view is
@@ -739,34 +750,49 @@ static void admit(proxy_req *pr, const route_pool *view, const route_plan *plan)
 {
     router *r = pr->r;
     if (send_by_plan(pr, view, plan, NULL, false)) return;
-    switch (route_admission(pr->prio, r->admq_len, r->cfg->admission.queue_size)) {
+    double wait_ms = queue_wait_ms(r, pr->prio);
+    priority_class victim;
+    switch (route_admission(pr->prio, r->admq_n, r->cfg->admission.queue_size, wait_ms, &victim)) {
     case ADMIT_SHED_BATCH:
         finish_error(pr, TS_TOO_MANY_REQUESTS, OUT_SHED, "every pool is saturated: batch traffic is shed first");
         return;
     case ADMIT_QUEUE_FULL:
         finish_error(pr, TS_UNAVAILABLE, OUT_SHED, "every pool is saturated and the admission queue is full");
         return;
+    case ADMIT_EVICT: {
+        /* the newest waiting request of the lowest priority gives its place up */
+        proxy_req *v = r->admq[victim];
+        while (v && v->qnext) v = v->qnext;
+        if (v) {
+            queue_remove(r, v);
+            finish_error(v, victim == PRIO_BATCH ? TS_TOO_MANY_REQUESTS : TS_UNAVAILABLE, OUT_SHED,
+                         "every pool is saturated and a higher-priority request took this one's place in the "
+                         "admission queue");
+        }
+        break;
+    }
     case ADMIT_QUEUE:
         break;
     }
-    int q = pr->prio == PRIO_URGENT ? 0 : 1;
+    int q = pr->prio;
     proxy_req **pp = &r->admq[q];
     while (*pp) pp = &(*pp)->qnext;
     *pp = pr;
     pr->qnext = NULL;
-    r->admq_len++;
+    r->admq_n[q]++;
     pr->qtimer = evtimer_new(r->base, on_queue_timeout, pr);
-    double wait = r->cfg->admission.queue_timeout_ms / 1e3;
+    double wait = wait_ms / 1e3;
     double left = pr->deadline - ts_now();
     if (left < wait) wait = left > 0 ? left : 0;
     struct timeval tv = {(time_t)wait, (suseconds_t)((wait - (double)(time_t)wait) * 1e6)};
     if (pr->qtimer) evtimer_add(pr->qtimer, &tv);
 }
 
-/* A slot freed up somewhere: the queue's head gets it, urgent first. */
+/* A slot freed up somewhere: the queue's head gets it, urgent first, then normal, then
+ * batch. */
 static void admission_drain(router *r)
 {
-    for (int q = 0; q < 2; q++) {
+    for (int q = 0; q < PRIO_COUNT; q++) {
         while (r->admq[q]) {
             proxy_req *pr = r->admq[q];
             if (!pr->client) { /* left while queued */
@@ -776,7 +802,7 @@ static void admission_drain(router *r)
                 continue;
             }
             r->admq[q] = pr->qnext;
-            r->admq_len--;
+            r->admq_n[q]--;
             if (dispatch(pr)) {
                 if (pr->qtimer) event_free(pr->qtimer);
                 pr->qtimer = NULL;
@@ -785,8 +811,9 @@ static void admission_drain(router *r)
             /* still no room: back to the head, stop for now */
             pr->qnext = r->admq[q];
             r->admq[q] = pr;
-            r->admq_len++;
-            return;
+            r->admq_n[q]++;
+            break; /* the next priority may still fit: a sensitive head waits for pools the
+                      others need not (one kept from more never fits where this did not) */
         }
     }
 }
@@ -831,7 +858,7 @@ void rt_proxy_fail(proxy_req *pr, int code, int outcome, const char *msg) { fini
 unsigned rt_proxy_cut_all(router *r)
 {
     /* the queue first, so that no request freed below hands its slot to a queued one */
-    for (int q = 0; q < 2; q++)
+    for (int q = 0; q < PRIO_COUNT; q++)
         while (r->admq[q]) queue_remove(r, r->admq[q]);
     unsigned n = 0;
     while (r->live) {

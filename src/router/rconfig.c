@@ -166,7 +166,19 @@ static const rc_key k_keys[] = {
     {T_("admission.queue_size", admission.queue_size), UINT_("256", 0, 100000),
      .help = "urgent/normal requests that may wait for a full pool (0: none wait: 503 at once)"},
     {T_("admission.queue_timeout_ms", admission.queue_timeout_ms), UINT_("200", 0, 600000),
-     .help = "how long one may wait, then 503 + Retry-After (0: not at all)"},
+     .help = "how long a normal request may wait, then 503 + Retry-After (0: not at all)"},
+    {T_("admission.urgent_queue_timeout_ms", admission.urgent_queue_timeout_ms), UINT_("1000", 0, 600000),
+     .help = "how long an urgent request may wait (never less than queue_timeout_ms); urgent is "
+             "served from the queue before normal and batch"},
+    {T_("admission.batch_queue_timeout_ms", admission.batch_queue_timeout_ms), UINT_("0", 0, 600000),
+     .help = "how long a batch request may wait (at most queue_timeout_ms; 0: 429 at once when "
+             "every pool is full)"},
+    {T_("admission.urgent_reserve", admission.urgent_reserve), DBL_("0.1", 0, 0.9),
+     .help = "the share of each pool's in-flight capacity that only urgent requests may fill "
+             "(rounded down to whole slots)"},
+    {T_("admission.normal_reserve", admission.normal_reserve), DBL_("0.1", 0, 0.9),
+     .help = "a further share that batch may not fill: a saturated pool refuses batch, then "
+             "normal, then urgent"},
     {T_("ejection.consecutive_failures", ejection.consecutive_failures), UINT_("3", 1, 1000),
      .help = "failures in a row that eject a backend"},
     {T_("ejection.base_ms", ejection.base_ms), UINT_("1000", 1, MS_MAX),
@@ -209,6 +221,10 @@ static const rc_key k_keys[] = {
     {P_("max_in_flight", max_in_flight), UINT_("64", 1, 4096), .help = "requests in flight per backend"},
     {P_("pool_max_in_flight", pool_max_in_flight), UINT_("0", 0, 1000000),
      .help = "requests in flight in the whole pool (0: no limit beyond the backends')"},
+    {P_("scale_target", scale_target), DBL_("0", 0, 1e6),
+     .help = "requests in flight or waiting per backend that tierrouter_pool_desired_backends aims "
+             "at (0: half of max_in_flight; in flight never passes max_in_flight, so the target must "
+             "sit below it for a saturated pool to ask for more)"},
     {P_("models", models), .type = RK_LIST, .count_off = offsetof(rc_pool, models_count), .min = 0, .max = 256,
      .help = "{name, serve} each: logical name -> the model its workers load (absent: every name as itself)"},
     {P_("tls", tls), .type = RK_BOOL, .def = "false",
@@ -256,6 +272,7 @@ static const cyaml_schema_field_t k_pool_fields[] = {
     CYAML_FIELD_SEQUENCE("backends", CYAML_FLAG_POINTER, rc_pool, backends, &k_backend, 1, 256),
     CYAML_FIELD_UINT("max_in_flight", CYAML_FLAG_OPTIONAL, rc_pool, max_in_flight),
     CYAML_FIELD_UINT("pool_max_in_flight", CYAML_FLAG_OPTIONAL, rc_pool, pool_max_in_flight),
+    CYAML_FIELD_FLOAT("scale_target", CYAML_FLAG_OPTIONAL, rc_pool, scale_target),
     CYAML_FIELD_SEQUENCE("models", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, rc_pool, models, &k_model, 0, 256),
     CYAML_FIELD_MAPPING("cost", CYAML_FLAG_OPTIONAL, rc_pool, cost, k_cost_fields),
     CYAML_FIELD_BOOL("tls", CYAML_FLAG_OPTIONAL, rc_pool, tls),
@@ -300,7 +317,11 @@ static const cyaml_schema_value_t k_tenant = {CYAML_VALUE_MAPPING(CYAML_FLAG_DEF
 
 static const cyaml_schema_field_t k_admission_fields[] = {
     CYAML_FIELD_UINT("queue_size", CYAML_FLAG_OPTIONAL, rc_admission, queue_size),
-    CYAML_FIELD_UINT("queue_timeout_ms", CYAML_FLAG_OPTIONAL, rc_admission, queue_timeout_ms), CYAML_FIELD_END};
+    CYAML_FIELD_UINT("queue_timeout_ms", CYAML_FLAG_OPTIONAL, rc_admission, queue_timeout_ms),
+    CYAML_FIELD_UINT("urgent_queue_timeout_ms", CYAML_FLAG_OPTIONAL, rc_admission, urgent_queue_timeout_ms),
+    CYAML_FIELD_UINT("batch_queue_timeout_ms", CYAML_FLAG_OPTIONAL, rc_admission, batch_queue_timeout_ms),
+    CYAML_FIELD_FLOAT("urgent_reserve", CYAML_FLAG_OPTIONAL, rc_admission, urgent_reserve),
+    CYAML_FIELD_FLOAT("normal_reserve", CYAML_FLAG_OPTIONAL, rc_admission, normal_reserve), CYAML_FIELD_END};
 
 #define FILE_STR(k, t, f) CYAML_FIELD_STRING_PTR(k, CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, t, f, 0, RC_STR_READ_MAX)
 static const cyaml_schema_field_t k_tls_fields[] = {
@@ -813,6 +834,9 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
     if (c->ejection.max_ms < c->ejection.base_ms)
         return ts_fail(err, errlen, "%s: ejection.max_ms: %u is below ejection.base_ms (%u)", path, c->ejection.max_ms,
                     c->ejection.base_ms);
+    if (c->admission.urgent_reserve + c->admission.normal_reserve > 0.9)
+        return ts_fail(err, errlen, "%s: admission.urgent_reserve + normal_reserve: %g is above 0.9 (batch would "
+                       "have almost nothing)", path, c->admission.urgent_reserve + c->admission.normal_reserve);
 
     policy_config pc;
     rconfig_policy(c, &pc);

@@ -46,6 +46,7 @@ typedef struct {
     unsigned backends_count;
     unsigned max_in_flight;/* per backend */
     unsigned pool_max_in_flight; /* the whole pool (0: backends x max_in_flight) */
+    double scale_target;   /* load per backend its desired-backends gauge aims at (0: max_in_flight / 2) */
     rc_model *models;
     unsigned models_count;
     rc_cost cost;
@@ -81,7 +82,9 @@ typedef struct {
 
 typedef struct {
     unsigned queue_size;       /* requests that may wait for capacity, all pools together */
-    unsigned queue_timeout_ms; /* how long one may wait */
+    unsigned queue_timeout_ms; /* how long a normal request may wait */
+    unsigned urgent_queue_timeout_ms, batch_queue_timeout_ms; /* route_queue_wait_ms */
+    double urgent_reserve, normal_reserve; /* route_pool: shares of a pool kept from lower priorities */
 } rc_admission;
 
 typedef struct {

@@ -71,8 +71,8 @@ typedef struct router {
     secret_digest *key_digests, admin_digest, metrics_digest;
     budget *bodies;     /* request bodies held, from their head's admission to the request's
                          * end (cfg->max_inflight_body_bytes; docs/router.md "Bodies") */
-    struct proxy_req *admq[2]; /* admission queue heads: urgent, normal (proxy.c) */
-    unsigned admq_len;
+    struct proxy_req *admq[PRIO_COUNT]; /* admission queue heads: urgent, normal, batch (proxy.c) */
+    size_t admq_n[PRIO_COUNT];          /* how many wait in each */
     struct proxy_req *live;    /* every proxy_req from rt_proxy_begin to its end (a list), so a
                                 * drain that times out can cut and free what is left */
     /* shutdown (docs/router.md "Shutdown"): from SIGTERM/SIGINT on, no new connection is

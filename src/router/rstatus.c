@@ -210,6 +210,9 @@ void rt_status_json(router *r, buf *b)
     }
     buf_puts(b, "},");
     rt_events_json(&r->events, b);
+    /* who waits for capacity now, by priority (proxy.c's admission queue) */
+    buf_printf(b, "\"admission_queue\":{\"urgent\":%zu,\"normal\":%zu,\"batch\":%zu},", r->admq_n[PRIO_URGENT],
+               r->admq_n[PRIO_NORMAL], r->admq_n[PRIO_BATCH]);
     buf_printf(b, "\"active\":%u,\"retries\":%llu,\"ejections\":%llu,\"pools\":[", r->active,
                (unsigned long long)r->retries, (unsigned long long)r->ejections_total);
     for (size_t i = 0; i < r->n_pools; i++) {
@@ -217,9 +220,10 @@ void rt_status_json(router *r, buf *b)
         buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
         buf_put_json_str(b, p->cfg->name, strlen(p->cfg->name));
         static const char *const tiers[] = {"", "cpu", "cuda", "tensorrt"};
-        buf_printf(b, ",\"kind\":\"%s\",\"sensitive\":%s,\"min_tier\":\"%s\",\"healthy\":%zu,\"p95_ms\":",
+        buf_printf(b, ",\"kind\":\"%s\",\"sensitive\":%s,\"min_tier\":\"%s\",\"healthy\":%zu,"
+                      "\"desired_backends\":%u,\"p95_ms\":",
                    p->cfg->kind == POOL_GPU ? "gpu" : "cpu", p->cfg->sensitive ? "true" : "false",
-                   tiers[p->cfg->min_tier], rt_pool_healthy(p, now));
+                   tiers[p->cfg->min_tier], rt_pool_healthy(p, now), rt_pool_desired_backends(r, p, now));
         put_num(b, rt_pool_p95_ms(p, now, 10.0));
         /* what the pool costs: its price model, and the last 5 minutes' spend per request */
         static const char *const models[] = {"none", "usage", "fixed"};
@@ -362,6 +366,13 @@ void rt_metrics(router *r, buf *b)
             buf_printf(b, "tierrouter_cpu_share{pool=\"%s\",priority=\"%s\"} %.3f\n", p->cfg->name, k_prio[q],
                        p->st.cpu_share[q]);
     }
+    prom_family(b, "tierrouter_pool_desired_backends", "gauge",
+                "Backends the pool needs for the load the router sees on it now (in flight, queued in its "
+                "workers, its share of the admission queue) at its scale_target per backend: for KEDA/HPA");
+    double now_d = ts_now();
+    for (size_t i = 0; i < r->n_pools; i++)
+        buf_printf(b, "tierrouter_pool_desired_backends{pool=\"%s\"} %u\n", r->pools[i].cfg->name,
+                   rt_pool_desired_backends(r, &r->pools[i], now_d));
     prom_family(b, "tierrouter_policy_events_total", "counter", "Policy decisions by GPU pool and event");
     for (size_t i = 0; i < r->n_pools; i++)
         for (int e = EV_PRESSURE_START; r->pools[i].pol && e <= EV_GPU_RECOVERED; e++)

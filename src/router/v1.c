@@ -240,15 +240,18 @@ static bool carries_tokens(json_t *ev)
     return false;
 }
 
-/* "usage": {"prompt_tokens", "completion_tokens"}, when the object names it. */
+/* "usage": {"prompt_tokens", "completion_tokens"}, when the object names it; an embeddings
+ * reply's usage has no completion_tokens (prompt_tokens and total_tokens): none made. */
 static void read_usage(rt_v1 *v, json_t *o)
 {
     json_t *u = json_object_get(o, "usage");
     json_t *p = json_object_get(u, "prompt_tokens"), *c = json_object_get(u, "completion_tokens");
-    if (!json_is_integer(p) || !json_is_integer(c) || json_integer_value(p) < 0 || json_integer_value(c) < 0) return;
+    bool embed = !c && json_is_integer(json_object_get(u, "total_tokens"));
+    if (!json_is_integer(p) || json_integer_value(p) < 0) return;
+    if (!embed && (!json_is_integer(c) || json_integer_value(c) < 0)) return;
     v->have_usage = true;
     v->prompt = rt_v1_cap_tokens((uint64_t)json_integer_value(p));
-    v->completion = rt_v1_cap_tokens((uint64_t)json_integer_value(c));
+    v->completion = embed ? 0 : rt_v1_cap_tokens((uint64_t)json_integer_value(c));
 }
 
 /* One "data:" line: [DONE], or a chunk. A chunk that is not JSON (or too long to read)

@@ -1,6 +1,6 @@
 /* v1: tierrouter's OpenAI-style /v1 traffic (docs/router.md "/v1 (LLM) traffic").
  *
- * POST /v1/chat/completions and /v1/completions are classified and routed exactly like KServe
+ * POST /v1/chat/completions, /v1/completions and /v1/embeddings are classified and routed exactly like KServe
  * inference (front.c, proxy.c, route.h); what differs lives here: the body is read for its
  * "model" (jcheck's one bounded pass, then a scan of the top-level keys: no tree is built),
  * the model's value is spliced for a pool that serves the model under another name,
@@ -53,7 +53,7 @@ struct router;
 #define RT_V1_KEY_MAX 48 /* "<16 hex>-<counter in hex>" and its NUL */
 
 typedef struct {
-    const char *target;       /* "/v1/chat/completions" or "/v1/completions"; NULL: not /v1 */
+    const char *target;       /* "/v1/chat/completions", "/v1/completions" or "/v1/embeddings"; NULL: not /v1 */
     size_t model_at, model_end; /* where the body's "model" value lies: [model_at, model_end) */
     buf sent;                 /* the body with that value replaced, for sent_for */
     const void *sent_for;     /* the rt_pool it was rewritten for */

@@ -563,6 +563,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     srv->done = doneq_create(srv->base, server_on_job_done, srv);
     srv->decoded = doneq_create(srv->base, server_on_job_decoded, srv);
     (void)v1_init(srv); /* checked just below */
+    (void)v1_embed_init(srv);
     srv->decoder = workpool_create(SERVER_DECODE_THREADS, SERVER_DECODE_QUEUE, server_decode_work, srv);
     srv->split_ok = parfor_pool_init(&srv->split_pool, srv->decoder, SERVER_DECODE_THREADS) == 0;
     srv->split = parfor_pool_for(&srv->split_pool);
@@ -571,7 +572,7 @@ server *server_create(const ts_settings *s, const ep_result *ep, char *err, size
     srv->sighup = evsignal_new(srv->base, SIGHUP, on_sighup, srv);
     srv->drain_timer = evtimer_new(srv->base, on_drain_timeout, srv);
     srv->loaded_ev = event_new(srv->base, -1, 0, on_loaded, srv);
-    if (!srv->split_ok || !srv->done || !srv->decoded || !srv->llm_done || !srv->bodies || !srv->decoder || !srv->sigterm ||
+    if (!srv->split_ok || !srv->done || !srv->decoded || !srv->llm_done || !srv->embed_done || !srv->bodies || !srv->decoder || !srv->sigterm ||
         !srv->sigint || !srv->sighup || !srv->drain_timer || !srv->loaded_ev) {
         snprintf(err, errlen, "could not set up loop events");
         server_destroy(srv);
@@ -632,6 +633,7 @@ void server_destroy(server *srv)
     if (srv->decoded) doneq_flush(srv->decoded); /* jobs decoded after the loop ended */
     if (srv->done) doneq_flush(srv->done); /* jobs the runners finished after the loop ended */
     v1_shutdown(srv); /* the engines' last cancellations, after the repository */
+    v1_embed_shutdown(srv); /* the embedding runners' last requests, likewise */
     doneq_destroy(srv->done);
     doneq_destroy(srv->decoded);
     budget_destroy(srv->bodies);             /* every job, and the bytes it held, is gone */

@@ -390,8 +390,8 @@ static ts_model *admit(server *srv, h1req *req, const char *name, const char *ve
         return NULL;
     }
     if (model_llm(m)) {
-        h1req_reply_error(req, TS_BAD_REQUEST, "this model is an LLM: it is served by /v1/completions and "
-                          "/v1/chat/completions, not KServe v2 infer");
+        h1req_reply_error(req, TS_BAD_REQUEST, "this model is served by the /v1 API (/v1/models says what it "
+                          "can do: chat, completions or embeddings), not KServe v2 infer");
         return NULL;
     }
     if (model_state(m) != MODEL_READY) {

@@ -120,6 +120,16 @@ static const setting_def k_settings[] = {
     {"TIERSERVE_LLM_PREFILL_CHUNK", "llm-prefill-chunk", ST_INT, OFF(llm_prefill_chunk), 0, "0", 0, 8192,
      "per LLM: prompt tokens per prefill Run(); ORT materialises the chunk's whole [chunk, vocab] "
      "logits (0: auto, the largest chunk up to 512 whose logits fit 64 MiB, at least 16)"},
+    {"TIERSERVE_LLM_KV_BUDGET_BYTES", "llm-kv-budget-bytes", ST_INT, OFF(llm_kv_budget), 0, "0", 0,
+     INT64_C(1) << 50, "per LLM: KV memory its running sequences (each prompt + max_tokens) and its prefix "
+     "cache may hold; a sequence waits until its cache fits (0: auto, half of MemAvailable, or 3/4 of "
+     "the device's free memory for a device KV cache, measured at load)"},
+    {"TIERSERVE_LLM_PREFIX_CACHE_BYTES", "llm-prefix-cache-bytes", ST_INT, OFF(llm_prefix_cache), 0, "0", 0,
+     INT64_C(1) << 50, "per LLM: the prefix cache's bytes at most, within the KV budget (0: a quarter of it)"},
+    {"TIERSERVE_LLM_PREFIX_CACHE_SCOPE", "llm-prefix-cache-scope", ST_STR, OFF(llm_prefix_scope),
+     SZ(llm_prefix_scope), "tenant", 0, 0, "tenant|shared|off: tenant: a cached prompt prefix is reused "
+     "only by its tenant (the router's Tierserve-Tenant); shared: by every tenant, except sensitive "
+     "requests, always kept to their tenant; off: no prefix cache"},
     {"TIERSERVE_CHAT_TEMPLATE", "chat-template", ST_STR, OFF(chat_template), SZ(chat_template), "", 0, 0,
      "a Jinja chat template file used instead of the model folder's (llama.cpp's --chat-template-file): "
      "FILE for every LLM, or MODEL=FILE,MODEL=FILE,... per model (an entry without '=' for the models not "
@@ -269,6 +279,12 @@ int settings_load(ts_settings *s, int argc, char **argv, int first, char *err, s
     }
     if (strcmp(s->llm_kv, "auto") != 0 && strcmp(s->llm_kv, "host") != 0 && strcmp(s->llm_kv, "bound") != 0) {
         snprintf(err, errlen, "TIERSERVE_LLM_KV: \"%s\" is not one of auto|host|bound", s->llm_kv);
+        return -1;
+    }
+    if (strcmp(s->llm_prefix_scope, "tenant") != 0 && strcmp(s->llm_prefix_scope, "shared") != 0 &&
+        strcmp(s->llm_prefix_scope, "off") != 0) {
+        snprintf(err, errlen, "TIERSERVE_LLM_PREFIX_CACHE_SCOPE: \"%s\" is not one of tenant|shared|off",
+                 s->llm_prefix_scope);
         return -1;
     }
     if (s->max_inflight_body_bytes < s->max_body_bytes) {

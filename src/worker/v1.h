@@ -3,6 +3,7 @@
  *   GET  /v1/models[/{m}]        the LLMs (OpenAI's list shape), or one
  *   POST /v1/completions         a prompt
  *   POST /v1/chat/completions    messages, rendered with the model's chat template
+ *   POST /v1/embeddings          vectors of an embedding model (embed.h)
  *   GET  /v1/accounting/{key}    the router's question after it cancelled a try (llm_acct.h)
  * (the route table in v1_handlers.c). The two POSTs answer whole or as server-sent events (stream: true). docs/llm.md, "The /v1 API",
  * lists the fields supported and refused and the errors.
@@ -33,6 +34,10 @@
  * cancellations into it). */
 int v1_init(server *srv);
 void v1_shutdown(server *srv);
+/* The doneq /v1/embeddings requests come back through (v1_embed.c), made and destroyed beside
+ * v1_init's: after the repository (whose runners push their last requests into it). */
+int v1_embed_init(server *srv);
+void v1_embed_shutdown(server *srv);
 /* Sets ro's llm_open / llm_free / llm_ctx. */
 void v1_hooks(server *srv, repo_options *ro);
 

@@ -13,6 +13,7 @@
 #include "budget_json.h"
 #include "clock.h"
 #include "health.h"
+#include "embed.h"
 #include "log.h"
 #include "v1_internal.h"
 
@@ -21,16 +22,48 @@ static llm_served *find_llm(const model_repo *repo, const char *name, ts_model *
 {
     ts_err err = {0};
     ts_model *m = repo ? model_repo_find(repo, name, NULL, &err) : NULL;
-    if (!m || model_state(m) != MODEL_READY || !model_llm(m)) return NULL;
-    *mo = m;
-    return model_llm(m);
+    llm_served *L = m ? v1_served(m, V1_LLM) : NULL;
+    if (L) *mo = m;
+    return L;
 }
 
-static void put_model(buf *b, const char *name, double created)
+bool v1_capabilities(const ts_model *m, buf *caps, int64_t *context)
 {
-    buf_puts(b, "{\"id\":");
-    buf_put_json_str(b, name, strlen(name));
-    buf_printf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"tierserve\"}", (long long)created);
+    const llm_served *L = v1_served(m, V1_LLM);
+    const emb_served *E = v1_served(m, V1_EMBED);
+    if (L) {
+        buf_puts(caps, L->chat ? "[\"chat\",\"completions\"]" : "[\"completions\"]");
+        *context = L->context;
+    } else if (E) {
+        buf_puts(caps, "[\"embeddings\"]");
+        *context = E->max_len;
+    }
+    return L || E;
+}
+
+/* One model: OpenAI's fields, what it can do, and its context under our name and vLLM's
+ * (max_model_len), so clients written for either read it (docs/llm.md, "/v1/models"). */
+static bool put_model(buf *b, const ts_model *m, double created)
+{
+    buf caps;
+    buf_init(&caps, 256);
+    int64_t ctx = 0;
+    bool ok = v1_capabilities(m, &caps, &ctx);
+    if (ok) {
+        buf_puts(b, "{\"id\":");
+        buf_put_json_str(b, model_name(m), strlen(model_name(m)));
+        buf_printf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"tierserve\",\"capabilities\":",
+                   (long long)created);
+        buf_put(b, caps.data, caps.len);
+        buf_printf(b, ",\"context_length\":%lld,\"max_model_len\":%lld}", (long long)ctx, (long long)ctx);
+    }
+    buf_free(&caps);
+    return ok;
+}
+
+static bool is_v1_model(const ts_model *m)
+{
+    return v1_served(m, V1_LLM) || v1_served(m, V1_EMBED);
 }
 
 static void handle_models(server *srv, h1req *req, const char *one)
@@ -39,27 +72,28 @@ static void handle_models(server *srv, h1req *req, const char *one)
     buf_init(&b, REPLY_LIMIT);
     long long created = (long long)time(NULL) - (long long)(ts_now() - srv->t_created);
     if (one) {
-        ts_model *m;
-        if (!find_llm(srv->repo, one, &m)) {
+        ts_err err = {0};
+        ts_model *m = srv->repo ? model_repo_find(srv->repo, one, NULL, &err) : NULL;
+        if (!m || !is_v1_model(m)) {
             char msg[400];
             snprintf(msg, sizeof msg, "The model '%.256s' does not exist", one);
             h1req_reply_openai_error(req, TS_NOT_FOUND, NULL, msg, "model", "model_not_found");
             buf_free(&b);
             return;
         }
-        put_model(&b, one, (double)created);
+        put_model(&b, m, (double)created);
     } else {
         buf_puts(&b, "{\"object\":\"list\",\"data\":[");
         bool first = true;
         for (size_t i = 0; srv->repo && i < model_repo_count(srv->repo); i++) {
             ts_model *m = model_repo_at(srv->repo, i);
-            if (model_state(m) != MODEL_READY || !model_llm(m)) continue;
+            if (!is_v1_model(m)) continue;
             /* one entry per name: the versions are one model to an OpenAI client */
             ts_model *next = model_repo_at(srv->repo, i + 1);
-            if (next && strcmp(model_name(next), model_name(m)) == 0 && model_llm(next)) continue;
+            if (next && strcmp(model_name(next), model_name(m)) == 0 && is_v1_model(next)) continue;
             if (!first) buf_putc(&b, ',');
             first = false;
-            put_model(&b, model_name(m), (double)created);
+            put_model(&b, m, (double)created);
         }
         buf_puts(&b, "]}");
     }
@@ -94,7 +128,7 @@ static void handle_accounting(server *srv, h1req *req, const char *key)
 }
 
 /* X-Priority (the router's header): urgent 0, normal 1, batch 2. */
-static int parse_priority(h1req *req, int *out, v1_err *e)
+int v1_parse_priority(h1req *req, int *out, v1_err *e)
 {
     const char *p = h1req_header(req, "X-Priority");
     *out = 1;
@@ -103,6 +137,24 @@ static int parse_priority(h1req *req, int *out, v1_err *e)
     else if (strcmp(p, "batch") == 0) *out = 2;
     else if (strcmp(p, "normal") != 0) return v1_fail(e, TS_BAD_REQUEST, NULL, "X-Priority must be urgent, normal or batch");
     return 0;
+}
+
+/* The prefix cache's scope (docs/llm.md "Prefix caching"), from what the router says of the
+ * request: Tierserve-Tenant (its tenant) and Tierserve-Data-Class (sensitive or public).
+ * Under TIERSERVE_LLM_PREFIX_CACHE_SCOPE tenant a request reuses only its tenant's
+ * prefixes; under shared everyone's, except a sensitive request, which is always kept to its
+ * tenant; a request that names no tenant (straight to the worker) is "shared", unless it is
+ * sensitive: then it is not cached at all. Empty: not cached. */
+static void cache_scope(const server *srv, h1req *req, char *out, size_t len)
+{
+    const char *mode = srv->set->llm_prefix_scope, *tenant = h1req_header(req, "Tierserve-Tenant");
+    const char *dc = h1req_header(req, "Tierserve-Data-Class");
+    bool sensitive = dc && strcmp(dc, "sensitive") == 0;
+    out[0] = '\0';
+    if (strcmp(mode, "off") == 0) return;
+    if (tenant && (!*tenant || strlen(tenant) > 64)) tenant = NULL; /* never cut: two would merge */
+    if (tenant && (sensitive || strcmp(mode, "tenant") == 0)) snprintf(out, len, "tenant:%s", tenant);
+    else if (!sensitive) snprintf(out, len, "shared");
 }
 
 /* The deadline: TIERSERVE_LLM_REQUEST_TIMEOUT_MS, lowered (never raised) by X-Request-Timeout-Ms,
@@ -238,6 +290,8 @@ static int setup_sequence(lreq *r, v1_args *a, v1_err *e)
     a->gp.max_new_tokens = a->max_tokens;
     a->gp.on_join = v1_on_join;
     r->gp = a->gp;
+    memcpy(r->gp.cache_scope, r->scope, sizeof r->gp.cache_scope);
+    r->gp.cached_tokens = &r->cached;
     r->stream = a->stream;
     r->include_usage = a->include_usage;
     r->stops = a->stops;
@@ -288,8 +342,16 @@ static int prepare(lreq *r)
     llm_served *L = find_llm(r->repo, model, &r->m);
     if (!L) {
         r->m = NULL; /* found, but not a ready LLM: counted nowhere, as before */
-        v1_fail(e, TS_NOT_FOUND, "model", "The model '%.256s' does not exist", model);
-        e->code = "model_not_found";
+        ts_err ferr = {0};
+        ts_model *other = r->repo ? model_repo_find(r->repo, model, NULL, &ferr) : NULL;
+        if (other && v1_served(other, V1_EMBED)) { /* an embedding model: say what it can do */
+            v1_fail(e, TS_BAD_REQUEST, "model", "model '%.256s' does not serve %s (its capabilities: "
+                    "[\"embeddings\"]; use /v1/embeddings)", model, r->chat ? "chat" : "completions");
+            e->code = "model_not_supported";
+        } else {
+            v1_fail(e, TS_NOT_FOUND, "model", "The model '%.256s' does not exist", model);
+            e->code = "model_not_found";
+        }
         goto out;
     }
     r->L = L;
@@ -381,7 +443,7 @@ void v1_on_prepared(lreq *r)
         }
         if (te.http == TS_UNAVAILABLE) {
             v1_fail(e, te.http, NULL, "model '%.64s': %.400s; retry later", r->L->name, te.msg);
-            e->code = "queue_full";
+            e->code = llm_engine_kv_full(r->L->engine) ? "kv_cache_full" : "queue_full";
         } else {
             v1_fail(e, te.http, NULL, "%s", te.msg);
         }
@@ -420,7 +482,8 @@ static lreq *new_req(server *srv, h1req *req, bool chat)
     snprintf(r->id, sizeof r->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)r->created,
              (unsigned long long)rid);
     r->timeout_ms = (double)srv->set->llm_request_timeout_ms; /* kept when X-Priority is refused first */
-    r->hdr_bad = parse_priority(req, &r->priority, &r->hdr_err) ||
+    cache_scope(srv, req, r->scope, sizeof r->scope);
+    r->hdr_bad = v1_parse_priority(req, &r->priority, &r->hdr_err) ||
                  parse_timeout(srv, req, &r->timeout_ms, &r->hdr_err);
     if (!(r->timer = evtimer_new(srv->base, v1_on_deadline, r))) {
         v1_free_req(r);
@@ -515,17 +578,24 @@ static void route_chat(void *ctx, h1req *req, const h1route_param *p, size_t np)
     handle_generate(ctx, req, true);
 }
 
+static void route_embeddings(void *ctx, h1req *req, const h1route_param *p, size_t np)
+{
+    (void)p, (void)np;
+    v1_handle_embeddings(ctx, req);
+}
+
 static const h1route k_routes[] = {
     {H1ROUTE_GET, "/v1/models", route_models},
     {H1ROUTE_GET, "/v1/models/{}", route_model},
     {H1ROUTE_GET, "/v1/accounting/{}", route_accounting},
     {H1ROUTE_POST, "/v1/completions", route_completions},
     {H1ROUTE_POST, "/v1/chat/completions", route_chat},
+    {H1ROUTE_POST, "/v1/embeddings", route_embeddings},
 };
 
 void v1_route(server *srv, h1req *req, const char *path)
 {
     if (!h1route_dispatch(k_routes, sizeof k_routes / sizeof *k_routes, srv, req, path))
         h1req_reply_openai_error(req, TS_NOT_FOUND, NULL, "unknown endpoint (this server has /v1/models, "
-                                 "/v1/completions and /v1/chat/completions)", NULL, "unknown_url");
+                                 "/v1/completions, /v1/chat/completions and /v1/embeddings)", NULL, "unknown_url");
 }

@@ -9,6 +9,7 @@
 
 #include "health.h"
 #include "log.h"
+#include "embed.h"
 #include "v1_internal.h"
 
 #define LLM_PREFILL_CHUNK_MAX 512                    /* auto: longer chunks gain little */
@@ -106,6 +107,7 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     *out = NULL;
     llm_served *L = calloc(1, sizeof *L);
     if (!L) return ts_fail(err, errlen, "out of memory");
+    L->kind = V1_LLM;
     snprintf(L->name, sizeof L->name, "%s", name);
     L->srv = srv;
     hist_init(&L->ttft, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
@@ -120,8 +122,15 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     if (res != LLM_OPEN_OK) {
         snprintf(err, errlen, "%s", e.msg);
         llm_served_free(L);
-        /* not a decoder at all: the folder is a KServe model (a classifier with a tokenizer) */
-        return res == LLM_OPEN_NOT_DECODER ? 0 : -1;
+        if (res != LLM_OPEN_NOT_DECODER) return -1;
+        /* not a decoder: an encoder (embeddings), else a KServe model (a classifier with a
+         * tokenizer); the decoder's complaint is kept for the KServe case's log line */
+        emb_served *E = NULL;
+        char why[1024];
+        int erc = embed_open(srv, dir, name, cfg, ep, &E, why, sizeof why);
+        if (erc != 0) snprintf(err, errlen, "%s", why);
+        if (erc == 1) *out = E;
+        return erc;
     }
     L->context = llm_model_max_context(L->model);
     L->prefill_chunk = prefill_chunk(srv->set->llm_prefill_chunk, llm_model_sig(L->model));
@@ -153,11 +162,19 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     llm_engine_opts eo = {.max_active = (size_t)srv->set->llm_max_sequences,
                           .max_waiting = (size_t)srv->set->llm_queue_size,
                           .prefill_chunk = L->prefill_chunk,
-                          .hooks = {.before_run = llm_before_run, .on_run_error = llm_on_run_error, .ctx = L}};
+                          .hooks = {.before_run = llm_before_run, .on_run_error = llm_on_run_error, .ctx = L},
+                          .model_id = dir}; /* the folder names the model and its version */
+    char how[200] = "set";
+    eo.kv_budget = srv->set->llm_kv_budget ? (size_t)srv->set->llm_kv_budget
+                                           : llm_model_kv_budget_auto(L->model, how, sizeof how);
+    if (strcmp(srv->set->llm_prefix_scope, "off") != 0)
+        eo.prefix_cache_bytes = srv->set->llm_prefix_cache ? (size_t)srv->set->llm_prefix_cache
+                                : eo.kv_budget ? eo.kv_budget / 4 : (size_t)1 << 30;
     if (llm_engine_new(L->model, &eo, &L->engine, &e)) goto fail;
     LOG_INFO_(LOGF({"model", name}), "LLM: context %lld, chat template %s, %zu sequences, %zu waiting, "
-              "prefill chunk %zu", (long long)L->context, L->chat ? chat_variant(L->chat) : "none", eo.max_active,
-              eo.max_waiting, eo.prefill_chunk);
+              "prefill chunk %zu, KV budget %zu MiB (%s), prefix cache %zu MiB (scope %s)", (long long)L->context,
+              L->chat ? chat_variant(L->chat) : "none", eo.max_active, eo.max_waiting, eo.prefill_chunk,
+              eo.kv_budget >> 20, how, eo.prefix_cache_bytes >> 20, srv->set->llm_prefix_scope);
     *out = L;
     *warmup_ms = llm_model_check_ms(L->model);
     return 1;
@@ -167,9 +184,16 @@ fail:
     return -1;
 }
 
+/* The repository's free hook: an LLM's or an embedding model's handle. */
+static void served_free(void *p)
+{
+    if (p && *(const v1_kind *)p == V1_EMBED) embed_free(p);
+    else llm_served_free(p);
+}
+
 void v1_hooks(server *srv, repo_options *ro)
 {
     ro->llm_open = llm_open;
-    ro->llm_free = llm_served_free;
+    ro->llm_free = served_free;
     ro->llm_ctx = srv;
 }

@@ -63,8 +63,11 @@ static void put_head(lreq *r, buf *b, bool chunk)
 
 static void put_usage(lreq *r, buf *b)
 {
-    buf_printf(b, "{\"prompt_tokens\":%zu,\"completion_tokens\":%zu,\"total_tokens\":%zu}", r->n_prompt,
-               r->n_gen, r->n_prompt + r->n_gen);
+    /* cached_tokens as OpenAI reports it: prompt tokens whose KV the prefix cache gave (0
+     * when none; the object is always there, as in OpenAI's replies) */
+    buf_printf(b, "{\"prompt_tokens\":%zu,\"completion_tokens\":%zu,\"total_tokens\":%zu,"
+               "\"prompt_tokens_details\":{\"cached_tokens\":%llu}}", r->n_prompt, r->n_gen, r->n_prompt + r->n_gen,
+               (unsigned long long)atomic_load(&r->cached));
 }
 
 /* A float for JSON: -inf (a logit of -inf) becomes OpenAI's -9999.0. */

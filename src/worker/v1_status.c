@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "prom.h"
+#include "embed.h"
 #include "v1_internal.h"
 
 
@@ -12,12 +13,25 @@
  * render /v2/status and /metrics while models still load. */
 static llm_served *ready_llm(const ts_model *m)
 {
-    return model_state(m) == MODEL_READY ? model_llm(m) : NULL;
+    return v1_served(m, V1_LLM);
+}
+
+void *v1_served(const ts_model *m, v1_kind kind)
+{
+    void *h = model_state(m) == MODEL_READY ? model_llm(m) : NULL;
+    return h && *(const v1_kind *)h == kind ? h : NULL;
+}
+
+/* The fraction of the KV budget the running sequences hold (0 without a budget). */
+static double kv_usage(const llm_engine_stats *st)
+{
+    return st->kv_budget ? (double)st->kv_reserved / (double)st->kv_budget : 0.0;
 }
 
 void v1_status(const ts_model *m, buf *b)
 {
     llm_served *L = ready_llm(m);
+    v1_embed_status(m, b);
     if (!L) return;
     llm_engine_stats st;
     llm_engine_stats_get(L->engine, &st);
@@ -46,6 +60,18 @@ void v1_status(const ts_model *m, buf *b)
     /* where the cache lives and why (the GPU check greps "device"); the note is our own text */
     buf_printf(b, ",\"kv_cache\":\"%s\",\"kv_cache_note\":", llm_model_kv_where(L->model));
     buf_put_json_str(b, llm_model_kv_note(L->model), strlen(llm_model_kv_note(L->model)));
+    /* KV memory as the admission unit: the running sequences' reserved caches against the
+     * budget (the prefix cache's blocks are evictable: free, as vLLM counts its cached blocks) */
+    buf_printf(b, ",\"kv_budget_bytes\":%zu,\"kv_reserved_bytes\":%zu,\"kv_cache_usage\":%.6f", st.kv_budget,
+               st.kv_reserved, kv_usage(&st));
+    buf_printf(b, ",\"prefix_cache\":{\"scope\":\"%s\",\"block_tokens\":%d,\"budget_bytes\":%zu,\"bytes\":%zu,"
+               "\"blocks\":%zu,\"lookups\":%llu,\"hits\":%llu,\"hit_rate\":%.6f,\"cached_tokens\":%llu,"
+               "\"stores\":%llu,\"evictions\":%llu}",
+               st.pc_budget ? L->srv->set->llm_prefix_scope : "off", LLM_PREFIX_BLOCK, st.pc_budget, st.pc_bytes,
+               st.pc_blocks, (unsigned long long)st.pc_lookups, (unsigned long long)st.pc_hits,
+               st.pc_lookups ? (double)st.pc_hits / (double)st.pc_lookups : 0.0,
+               (unsigned long long)st.pc_hit_tokens, (unsigned long long)st.pc_stores,
+               (unsigned long long)st.pc_evictions);
     buf_puts(b, "}");
 }
 
@@ -58,11 +84,34 @@ static void put_labels(buf *b, const ts_model *m)
     buf_put_label(b, model_version(m));
 }
 
+/* tierserve_prompt_tokens_total: an LLM's admitted prompts, an embedding model's inputs. */
+static void prompt_tokens_family(const model_repo *r, buf *b, size_t n)
+{
+    prom_family(b, "tierserve_prompt_tokens_total", "counter",
+                "LLM: prompt tokens of admitted requests; embeddings: tokens of the inputs embedded");
+    for (size_t i = 0; i < n; i++) {
+        const ts_model *m = model_repo_at(r, i);
+        const llm_served *L = ready_llm(m);
+        const emb_served *E = v1_served(m, V1_EMBED);
+        if (!L && !E) continue;
+        buf_puts(b, "tierserve_prompt_tokens_total{");
+        put_labels(b, m);
+        buf_printf(b, "} %llu\n", (unsigned long long)(L ? atomic_load(&L->prompt_tokens) : atomic_load(&E->prompt_tokens)));
+    }
+}
+
 void v1_metrics(const model_repo *r, buf *b)
 {
-    size_t n = r ? model_repo_count(r) : 0, nl = 0;
-    for (size_t i = 0; i < n; i++) nl += ready_llm(model_repo_at(r, i)) != NULL;
-    if (nl == 0) return;
+    size_t n = r ? model_repo_count(r) : 0, nl = 0, ne = 0;
+    for (size_t i = 0; i < n; i++) {
+        nl += ready_llm(model_repo_at(r, i)) != NULL;
+        ne += v1_served(model_repo_at(r, i), V1_EMBED) != NULL;
+    }
+    if (nl == 0) {
+        /* embedding models alone: their prompt tokens, in the family the LLMs count theirs in */
+        if (ne) prompt_tokens_family(r, b, n);
+        return;
+    }
     static const struct {
         const char *name, *text;
         size_t off;
@@ -87,34 +136,73 @@ void v1_metrics(const model_repo *r, buf *b)
             buf_free(&lbl);
         }
     }
-    static const char *const fams[][3] = {
-        {"tierserve_prompt_tokens_total", "counter", "LLM: prompt tokens of admitted requests"},
-        {"tierserve_generation_tokens_total", "counter", "LLM: tokens generated"},
-        {"tierserve_sequences", "gauge", "LLM: sequences generating (running) or waiting for a slot"},
+    /* gauges and counters, one series per LLM (tierserve_sequences: one per state); the
+     * vllm:* names are the Gateway API Inference Extension's model server protocol (and
+     * llm-d's scheduler): what a standard inference gateway scrapes to route (docs/llm.md) */
+    static const struct {
+        const char *name, *type, *text;
+        int what;
+    } fams[] = {
+        {"tierserve_prompt_tokens_total", "counter", "LLM: prompt tokens of admitted requests", 0},
+        {"tierserve_generation_tokens_total", "counter", "LLM: tokens generated", 1},
+        {"tierserve_sequences", "gauge", "LLM: sequences generating (running) or waiting for a slot", 2},
         /* the slots, so an alert can tell "every slot busy" from a count alone */
-        {"tierserve_sequence_slots", "gauge", "LLM: sequences that may generate at once (TIERSERVE_LLM_MAX_SEQUENCES)"},
-        {"tierserve_kv_cache_bytes", "gauge", "LLM: KV cache held by the running sequences"},
+        {"tierserve_sequence_slots", "gauge", "LLM: sequences that may generate at once (TIERSERVE_LLM_MAX_SEQUENCES)", 3},
+        {"tierserve_kv_cache_bytes", "gauge", "LLM: KV cache held by the running sequences", 4},
+        {"tierserve_kv_cache_budget_bytes", "gauge", "LLM: the KV budget (0: none)", 5},
+        {"tierserve_kv_cache_usage", "gauge", "LLM: fraction of the KV budget the running sequences reserve", 6},
+        {"tierserve_prefix_cache_bytes", "gauge", "LLM: bytes the prefix cache's blocks hold", 7},
+        {"tierserve_prefix_cache_lookups_total", "counter", "LLM: prompt blocks the prefix cache was asked for", 8},
+        {"tierserve_prefix_cache_hits_total", "counter", "LLM: prompt blocks found in the prefix cache", 9},
+        {"tierserve_prefix_cache_cached_tokens_total", "counter", "LLM: prompt tokens whose KV came from the prefix cache", 10},
+        {"tierserve_prefix_cache_evictions_total", "counter", "LLM: prefix cache blocks evicted", 11},
+        {"vllm:num_requests_running", "gauge", "Model server protocol: requests generating", 12},
+        {"vllm:num_requests_waiting", "gauge", "Model server protocol: requests waiting", 13},
+        {"vllm:kv_cache_usage_perc", "gauge", "Model server protocol: KV cache usage, 1 = full", 6},
+        {"vllm:gpu_cache_usage_perc", "gauge", "Model server protocol (its earlier name): KV cache usage, 1 = full", 6},
     };
     for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
-        prom_family(b, fams[f][0], fams[f][1], fams[f][2]);
+        if (f == 0) { /* embedding models count their prompt tokens here too */
+            prompt_tokens_family(r, b, n);
+            continue;
+        }
+        prom_family(b, fams[f].name, fams[f].type, fams[f].text);
+        bool msp = strncmp(fams[f].name, "vllm:", 5) == 0;
         for (size_t i = 0; i < n; i++) {
             const ts_model *m = model_repo_at(r, i);
             llm_served *L = ready_llm(m);
             if (!L) continue;
             llm_engine_stats st = {0};
-            if (f == 2 || f == 4) llm_engine_stats_get(L->engine, &st);
-            unsigned long long v[2] = {0, 0};
-            switch (f) {
-            case 0: v[0] = atomic_load(&L->prompt_tokens); break;
-            case 1: v[0] = atomic_load(&L->gen_tokens); break;
-            case 2: v[0] = st.active, v[1] = st.waiting; break;
-            case 3: v[0] = (unsigned long long)L->srv->set->llm_max_sequences; break;
-            default: v[0] = st.kv_bytes; break;
+            llm_engine_stats_get(L->engine, &st);
+            double v[2] = {0, 0};
+            switch (fams[f].what) {
+            case 0: v[0] = (double)atomic_load(&L->prompt_tokens); break;
+            case 1: v[0] = (double)atomic_load(&L->gen_tokens); break;
+            case 2: v[0] = (double)st.active, v[1] = (double)st.waiting; break;
+            case 3: v[0] = (double)L->srv->set->llm_max_sequences; break;
+            case 4: v[0] = (double)st.kv_bytes; break;
+            case 5: v[0] = (double)st.kv_budget; break;
+            case 6: v[0] = kv_usage(&st); break;
+            case 7: v[0] = (double)st.pc_bytes; break;
+            case 8: v[0] = (double)st.pc_lookups; break;
+            case 9: v[0] = (double)st.pc_hits; break;
+            case 10: v[0] = (double)st.pc_hit_tokens; break;
+            case 11: v[0] = (double)st.pc_evictions; break;
+            case 12: v[0] = (double)st.active; break;
+            default: v[0] = (double)st.waiting; break;
             }
-            for (int k = 0; k < (f == 2 ? 2 : 1); k++) { /* tierserve_sequences: a series per state */
-                buf_printf(b, "%s{", fams[f][0]);
-                put_labels(b, m);
-                buf_printf(b, "%s} %llu\n", f != 2 ? "" : k ? ",state=\"waiting\"" : ",state=\"running\"", v[k]);
+            for (int k = 0; k < (fams[f].what == 2 ? 2 : 1); k++) { /* tierserve_sequences: a series per state */
+                buf_printf(b, "%s{", fams[f].name);
+                if (msp) { /* vLLM's label, and the version: two versions must not repeat a series */
+                    buf_puts(b, "model_name=");
+                    buf_put_label(b, model_name(m));
+                    buf_puts(b, ",version=");
+                    buf_put_label(b, model_version(m));
+                } else {
+                    put_labels(b, m);
+                }
+                buf_printf(b, "%s} %.17g\n", fams[f].what != 2 ? "" : k ? ",state=\"waiting\"" : ",state=\"running\"",
+                           v[k]);
             }
         }
     }
@@ -123,6 +211,7 @@ void v1_metrics(const model_repo *r, buf *b)
 size_t v1_queue_depth(const ts_model *m)
 {
     llm_served *L = ready_llm(m);
+    if (v1_served(m, V1_EMBED)) return v1_embed_depth(m);
     if (!L) return model_queue_depth(m);
     llm_engine_stats st;
     llm_engine_stats_get(L->engine, &st);

@@ -1091,3 +1091,46 @@ def test_router_pod_on_the_real_router(overlay, tmp_path):
     rc, _, log = _check_config(cfg["text"], tuple(sorted(
         {**env_of(container(d)), "TIERROUTER_PORT": "tcp://10.0.0.1:9000"}.items())))
     assert rc == 64 and "TIERROUTER_PORT" in log, log
+
+
+KEDA = K8S / "keda"
+
+
+def test_keda_scaledobjects_match_the_hpas_and_what_the_router_exports(tmp_path):
+    """deploy/k8s/keda: each ScaledObject is the KEDA variant of its pool's HPA (issue 26):
+    same Deployment, bounds and behavior; a Prometheus trigger on a router metric that a live
+    tierrouter exports for a pool of that name in the overlay's router config; AverageValue 1
+    (replicas = the gauge)."""
+    from helpers import Router, metrics_text
+    objs = render("hybrid")
+    hpas = {h["spec"]["scaleTargetRef"]["name"]: h["spec"] for h in kind(objs, "HorizontalPodAutoscaler")}
+    deployments = {name(d) for d in workers(objs)}
+    cfg = router_config(objs, routers(objs)[0])["doc"]
+    pool_names = [p["name"] for p in cfg["pools"]]
+    # what a router with these pools exports (backends that answer nothing: the series exist)
+    r = Router("address: 127.0.0.1\npools:\n" + "".join(
+        f"  - name: {p['name']}\n    kind: {p['kind']}\n    backends: [\"127.0.0.1:9\"]\n" for p in cfg["pools"]), tmp_path)
+    try:
+        exported = metrics_text(r)
+    finally:
+        assert r.stop() == 0
+    sos = [yaml.safe_load(p.read_text()) for p in sorted(KEDA.glob("*.yaml"))]
+    assert len(sos) >= 2
+    for so in sos:
+        assert so["apiVersion"] == "keda.sh/v1alpha1" and so["kind"] == "ScaledObject"
+        spec = so["spec"]
+        target = spec["scaleTargetRef"]["name"]
+        assert target in deployments, (target, deployments)
+        h = hpas[target]
+        assert spec["minReplicaCount"] == h["minReplicas"] and spec["maxReplicaCount"] == h["maxReplicas"], target
+        assert spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"] == h["behavior"], target
+        assert spec["pollingInterval"] == 15  # the HPA controller's sync period
+        (t,) = spec["triggers"]
+        assert t["type"] == "prometheus" and t["metricType"] == "AverageValue" and t["metadata"]["threshold"] == "1"
+        m = re.fullmatch(r'sum\((tierrouter_[a-z_]+)\{pool="([^"]+)"\}\)', t["metadata"]["query"])
+        assert m, t["metadata"]["query"]
+        series, pool = m.groups()
+        assert pool in pool_names, (pool, pool_names)
+        assert target == f"tierserve-{pool}"
+        assert re.search(rf'^{series}\{{pool="{re.escape(pool)}"\}} \d+$', exported, re.M), \
+            f"{series} for pool {pool} is not in the router's /metrics"

@@ -51,3 +51,40 @@ def test_bench_llm_prints_every_row_with_positive_figures(tmp_path):
         assert tokens == REQUESTS * NEW and wall >= 0, m.group(0)  # ignore_eos: every token made
         slots = 1 if label.startswith("one at a time") else conc
         assert 1 <= batch <= slots, m.group(0)
+
+
+MT_ROW = re.compile(r"^(KV host|KV bound)\s+prefix cache (on|off)((?:\s+\| turn \d+ TTFT p50\s+" + NUM +
+                    r" ms \(cached \d+ of \d+\))+)$")
+MT_TURN = re.compile(r"turn (\d+) TTFT p50\s+" + NUM + r" ms \(cached (\d+) of (\d+)\)")
+
+
+def test_bench_llm_multiturn_prints_turns_and_the_ratio(tmp_path):
+    """--multiturn (issue 25's conversation): every turn's TTFT with the prefix cache off and
+    on, on both KV paths; with it on, turns 2 and 3 reuse exactly the whole 16-token blocks
+    of the conversation so far; the last lines give turn 3's ratio. Timing is not asserted."""
+    model = write_tiny_llm(tmp_path / "tiny")
+    hist, turns, new, user = 40, 3, 8, 8
+    p = subprocess.run([str(BENCH), "--multiturn", str(model), str(hist), str(turns), str(new), str(user), "2"],
+                       capture_output=True, timeout=300, env=dict(os.environ, EXECUTION_MODE="cpu", **sanitizer_env()))
+    out, err = p.stdout.decode(), p.stderr.decode()
+    assert p.returncode == 0, out + err
+    lines = out.splitlines()
+    assert lines[0].startswith("bench_llm --multiturn: 2 conversations, history 40 tokens, 3 turns"), out
+    rows = [MT_ROW.match(x) for x in lines[1:5]]
+    assert all(rows), out
+    assert [(m.group(1), m.group(2)) for m in rows] == [("KV host", "off"), ("KV host", "on"),
+                                                        ("KV bound", "off"), ("KV bound", "on")], out
+    for m in rows:
+        turns_seen = MT_TURN.findall(m.group(3))
+        assert [int(t[0]) for t in turns_seen] == [1, 2, 3], m.group(0)
+        for t, ms, cached, total in turns_seen:
+            t, cached, total = int(t), int(cached), int(total)
+            assert float(ms) > 0 and total == 1 + hist + (t - 1) * (new + user) + user, m.group(0)
+            # turn t re-sends turn t-1's prompt and its answer, whose last token was never fed:
+            # the blocks of all but that token are cached, the prompt's last token computed
+            prev = 1 + hist + (t - 2) * (new + user) + user + new - 1 if t > 1 else 0
+            want = min(prev // 16, (total - 1) // 16) * 16 if m.group(2) == "on" else 0
+            assert cached == want, (m.group(0), t, cached, want)
+    assert re.match(r"^KV host: turn 3 TTFT without / with the prefix cache = [\d.]+ / [\d.]+ ms = [\d.]+x$",
+                    lines[5]), out
+    assert lines[6].startswith("KV bound: turn 3 TTFT without / with the prefix cache = "), out

@@ -68,8 +68,11 @@ def test_a_prompt_of_exactly_the_context(stack):
         "type": "invalid_request_error", "param": "prompt", "code": "context_length_exceeded"}})
     # one token less still generates (cut to the one token left)
     code, out = post(w.host, w.port, "/v1/completions", {"model": "tiny", "prompt": words(CONTEXT - 2)})
+    # (cached_tokens: whatever earlier requests of this worker left in its prefix cache)
+    details = out.get("usage", {}).pop("prompt_tokens_details", None)
     assert code == 200 and out["usage"] == {"prompt_tokens": CONTEXT - 1, "completion_tokens": 1,
                                             "total_tokens": CONTEXT}, out
+    assert 0 <= details["cached_tokens"] < CONTEXT - 1, details
 
 
 def test_through_the_router(stack):

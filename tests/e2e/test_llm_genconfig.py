@@ -84,7 +84,7 @@ def test_eos_ends_with_stop_counting_the_eos_token(llm, texts):
     assert ch["finish_reason"] == "stop"
     assert ch["text"] == texts[EOS_AT - 1]  # the tokens before it; the eos token's own text is not sent
     assert a["usage"] == {"prompt_tokens": len(PROMPT_IDS), "completion_tokens": EOS_AT,
-                          "total_tokens": len(PROMPT_IDS) + EOS_AT}
+                          "total_tokens": len(PROMPT_IDS) + EOS_AT, "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 def test_eos_streamed(llm, texts):

@@ -86,7 +86,8 @@ def greedy(w, model):
                                                        "temperature": 0})
     assert code == 200, body[:300]
     out = json.loads(body)
-    assert out["usage"] == {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6}, out
+    assert out["usage"] == {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6,
+                            "prompt_tokens_details": {"cached_tokens": 0}}, out
     return out["choices"][0]["text"]
 
 

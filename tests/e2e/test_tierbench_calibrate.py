@@ -87,6 +87,10 @@ def test_demo_worker(tmp_path):
     assert pool["slots"] == "1" and pool["row_cost"] == "0", pool
     assert "the worker's own compute time" in out, out
     check_real(conf, pool, worker_ms)
+    # the cold start's warm-up part is the worker's own (issue 26: the sim's autoscaling)
+    _, status = w.get_json("/v2/status")
+    want = next(m["warmup_ms"] for m in status["models"] if m["name"] == "demo") / 1e3
+    assert abs(float(pool["warmup_s"]) - want) < 0.0011, (pool, want)
 
 
 def test_slow_worker(tmp_path, test_repo):

@@ -21,7 +21,8 @@
 # then the worker with EXECUTION_MODE=cuda and with cpu on the tiny decoder: /v2/status must
 # say kv_cache "device" on CUDA (its load-time check passed), the load log "KV cache device",
 # and a few greedy /v1
-# completions (concurrent, different lengths) must give the same text on both.
+# completions (concurrent, different lengths) must give the same text on both; a long prompt
+# sent twice must hit the prefix cache (its blocks in device memory on CUDA) and answer the same.
 #
 #   tests/gpu/run.sh [path/to/tierserve]
 #   (tests/gpu/bundle.sh packs all of it, binaries and libraries included, for a machine
@@ -258,6 +259,10 @@ for mode, port in (("cuda", 18441), ("cpu", 18442)):
         alone = [complete(port, q, n) for q, n in prompts]
         with cf.ThreadPoolExecutor(len(prompts)) as ex:  # they join and leave one batch
             together = list(ex.map(lambda a: complete(port, *a), prompts))
+        # the prefix cache: the same long prompt twice, the second from cached blocks (device
+        # memory on the GPU tier, copied by cudart), must answer as the first did
+        long_q = "The quick brown fox jumps over the lazy dog near the river bank. " * 6
+        cold, warm = complete(port, long_q, 8), complete(port, long_q, 8)
         st = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/status").read())
     finally:
         p.terminate(); p.wait(timeout=60)
@@ -266,7 +271,9 @@ for mode, port in (("cuda", 18441), ("cpu", 18442)):
     print(f"[{mode}] tier={st['tier']} kv_cache={llm.get('kv_cache')} note={llm.get('kv_cache_note')}")
     if alone != together:
         fail(f"{mode}: batched completions differ from one at a time")
-    texts[mode] = alone
+    if cold != warm or llm.get("prefix_cache", {}).get("hits", 0) < 1:
+        fail(f"{mode}: prefix cache: {cold!r} then {warm!r}, {llm.get('prefix_cache')}")
+    texts[mode] = alone + [cold]
     if mode == "cuda":
         if st["tier"] != "cuda":
             fail(f"EXECUTION_MODE=cuda ended on tier {st['tier']}")

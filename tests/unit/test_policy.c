@@ -142,6 +142,29 @@ static void test_escalation_and_rollback_walk_the_stages(void **state)
     policy_destroy(p);
 }
 
+/* Issue 26: at the top stage only urgent traffic is left on the GPU pool, and its p95 over
+ * a few requests wanders between the marks. Once every hot signal has fallen below its low
+ * mark, wandering inside the band (never above the high mark) must not hold the pressure:
+ * the pool walks back down within cooldown + stages x rollback_hold, not hours later. */
+static void test_top_stage_returns_when_signals_wander_inside_the_band(void **state)
+{
+    (void)state;
+    policy *p = make();
+    run_log log = {0};
+    policy_state st;
+    run(p, sig(20, 400, 0.5, 4), 0, 60, &log, &st); /* to the top stage */
+    assert_int_equal(st.stage, 3);
+    run(p, sig(0, 100, 0.5, 4), 60, 62, &log, &st); /* both fall below their low marks */
+    assert_false(st.hot[SIG_QUEUE]);
+    assert_false(st.hot[SIG_P95]);
+    /* then p95 swings 100 <-> 200 ms every 5 s (low 120, high 250) for ten minutes */
+    for (double t = 62; t < 662; t += 5) run(p, sig(0, fmod(t, 10) < 5 ? 100 : 200, 0.5, 4), t, t + 5, &log, &st);
+    assert_int_equal(log.events[EV_PRESSURE_END], 1);
+    assert_int_equal(st.stage, 0);
+    assert_int_equal(log.events[EV_STAGE_DOWN], 3);
+    policy_destroy(p);
+}
+
 static void test_batch_moves_first(void **state)
 {
     (void)state;
@@ -279,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_two_of_three_sustained_switch_after_sustain),
         cmocka_unit_test(test_oscillation_inside_the_band_changes_nothing),
         cmocka_unit_test(test_escalation_and_rollback_walk_the_stages),
+        cmocka_unit_test(test_top_stage_returns_when_signals_wander_inside_the_band),
         cmocka_unit_test(test_batch_moves_first),
         cmocka_unit_test(test_hard_failover_is_immediate_and_returns_staged),
         cmocka_unit_test(test_first_healthy_gpu_ends_startup_failover_at_once),

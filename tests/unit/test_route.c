@@ -195,7 +195,7 @@ static void test_pick_backend_least_in_flight_round_robin_avoid(void **state)
     f.b[g][2].in_flight = 4;
     f.b[g][0].healthy = false;
     assert_int_equal(route_pick_backend(&f.pools[g], 1, &cursor), -1);
-    assert_false(route_pool_can_take(&(route_pool){.max_in_flight = 4, .backends = f.b[g], .n = 1}));
+    assert_false(route_pool_can_take(&(route_pool){.max_in_flight = 4, .backends = f.b[g], .n = 1}, PRIO_URGENT));
     /* pools keep their own cursors: one pool's picks do not move another's */
     size_t c2 = 0;
     fleet h = {0};
@@ -210,21 +210,98 @@ static void test_pool_limits(void **state)
     (void)state;
     fleet f = {0};
     size_t g = add(&f, POOL_GPU, false, 2, 2, 1);
-    assert_true(route_pool_can_take(&f.pools[g]));
+    assert_true(route_pool_can_take(&f.pools[g], PRIO_URGENT));
     f.pools[g].pool_max_in_flight = 2; /* 2 in flight already */
-    assert_false(route_pool_can_take(&f.pools[g]));
+    assert_false(route_pool_can_take(&f.pools[g], PRIO_URGENT));
     f.pools[g].pool_max_in_flight = 0;
     f.b[g][0].in_flight = f.b[g][1].in_flight = 4;
-    assert_false(route_pool_can_take(&f.pools[g]));
+    assert_false(route_pool_can_take(&f.pools[g], PRIO_URGENT));
+}
+
+static route_admit admit3(priority_class prio, size_t u, size_t n, size_t b, size_t size, double wait_ms,
+                          priority_class *victim)
+{
+    size_t q[PRIO_COUNT] = {u, n, b};
+    return route_admission(prio, q, size, wait_ms, victim);
 }
 
 static void test_admission_sheds_batch_and_bounds_the_queue(void **state)
 {
     (void)state;
-    assert_int_equal(route_admission(PRIO_BATCH, 0, 10), ADMIT_SHED_BATCH);
-    assert_int_equal(route_admission(PRIO_URGENT, 9, 10), ADMIT_QUEUE);
-    assert_int_equal(route_admission(PRIO_NORMAL, 10, 10), ADMIT_QUEUE_FULL);
-    assert_int_equal(route_admission(PRIO_NORMAL, 0, 0), ADMIT_QUEUE_FULL);
+    priority_class v;
+    assert_int_equal(admit3(PRIO_BATCH, 0, 0, 0, 10, 0, &v), ADMIT_SHED_BATCH);
+    assert_int_equal(admit3(PRIO_URGENT, 4, 5, 0, 10, 200, &v), ADMIT_QUEUE);
+    assert_int_equal(admit3(PRIO_NORMAL, 5, 5, 0, 10, 200, &v), ADMIT_QUEUE_FULL);
+    assert_int_equal(admit3(PRIO_NORMAL, 0, 0, 0, 0, 200, &v), ADMIT_QUEUE_FULL);
+    /* batch given a wait queues like the others, and is shed when the queue is full */
+    assert_int_equal(admit3(PRIO_BATCH, 0, 0, 3, 10, 50, &v), ADMIT_QUEUE);
+    assert_int_equal(admit3(PRIO_BATCH, 0, 7, 3, 10, 50, &v), ADMIT_SHED_BATCH);
+}
+
+/* A full queue gives way upwards only: urgent displaces batch first, then normal; normal
+ * displaces batch; nothing displaces urgent, and nothing displaces its own priority. */
+static void test_full_queue_gives_way_to_higher_priority(void **state)
+{
+    (void)state;
+    priority_class v = PRIO_URGENT;
+    assert_int_equal(admit3(PRIO_URGENT, 2, 4, 4, 10, 1000, &v), ADMIT_EVICT);
+    assert_int_equal(v, PRIO_BATCH);
+    assert_int_equal(admit3(PRIO_URGENT, 2, 8, 0, 10, 1000, &v), ADMIT_EVICT);
+    assert_int_equal(v, PRIO_NORMAL);
+    assert_int_equal(admit3(PRIO_URGENT, 10, 0, 0, 10, 1000, &v), ADMIT_QUEUE_FULL);
+    assert_int_equal(admit3(PRIO_NORMAL, 2, 4, 4, 10, 200, &v), ADMIT_EVICT);
+    assert_int_equal(v, PRIO_BATCH);
+    assert_int_equal(admit3(PRIO_NORMAL, 2, 8, 0, 10, 200, &v), ADMIT_QUEUE_FULL);
+    assert_int_equal(admit3(PRIO_BATCH, 2, 0, 8, 10, 200, &v), ADMIT_SHED_BATCH);
+}
+
+/* Urgent never gives up waiting before normal; batch never waits longer than normal. */
+static void test_queue_wait_per_priority(void **state)
+{
+    (void)state;
+    assert_true(route_queue_wait_ms(PRIO_URGENT, 1000, 200, 0) == 1000);
+    assert_true(route_queue_wait_ms(PRIO_URGENT, 100, 200, 0) == 200);
+    assert_true(route_queue_wait_ms(PRIO_NORMAL, 1000, 200, 0) == 200);
+    assert_true(route_queue_wait_ms(PRIO_BATCH, 1000, 200, 0) == 0);
+    assert_true(route_queue_wait_ms(PRIO_BATCH, 1000, 200, 500) == 200);
+}
+
+/* The headroom: on a saturating pool batch is refused first, normal next, urgent only when
+ * no slot is left. Two backends of 5 (10 slots), 0.2 kept for urgent, 0.1 more from batch. */
+static void test_saturation_refuses_batch_then_normal_then_urgent(void **state)
+{
+    (void)state;
+    fleet f = {0};
+    size_t g = add(&f, POOL_GPU, false, 2, 2, 0);
+    route_pool *p = &f.pools[g];
+    p->max_in_flight = 5;
+    p->urgent_reserve = 0.2, p->normal_reserve = 0.1;
+    assert_int_equal(route_pool_limit(p, PRIO_URGENT), 10);
+    assert_int_equal(route_pool_limit(p, PRIO_NORMAL), 8);
+    assert_int_equal(route_pool_limit(p, PRIO_BATCH), 7);
+    /* fill it one request at a time, as the router would: who is still taken at each level */
+    int refused_at[PRIO_COUNT] = {-1, -1, -1};
+    for (int busy = 0; busy <= 10; busy++) {
+        f.b[g][0].in_flight = (unsigned)(busy + 1) / 2, f.b[g][1].in_flight = (unsigned)busy / 2;
+        for (int prio = 0; prio < PRIO_COUNT; prio++)
+            if (refused_at[prio] < 0 && !route_pool_can_take(p, (priority_class)prio)) refused_at[prio] = busy;
+    }
+    assert_int_equal(refused_at[PRIO_BATCH], 7);
+    assert_int_equal(refused_at[PRIO_NORMAL], 8);
+    assert_int_equal(refused_at[PRIO_URGENT], 10);
+    /* the reserve follows health: one backend down, 5 slots, 1 kept (a part-slot rounds down) */
+    f.b[g][1].healthy = false;
+    assert_int_equal(route_pool_limit(p, PRIO_NORMAL), 4);
+    assert_int_equal(route_pool_limit(p, PRIO_BATCH), 4);
+    p->urgent_reserve = 0.4;
+    assert_int_equal(route_pool_limit(p, PRIO_NORMAL), 3);
+    assert_int_equal(route_pool_limit(p, PRIO_BATCH), 3);
+    p->urgent_reserve = 0.2;
+    /* a one-slot pool still serves every priority when idle */
+    fleet h = {0};
+    size_t c = add(&h, POOL_CPU, true, 1, 1, 0);
+    h.pools[c].max_in_flight = 1, h.pools[c].urgent_reserve = 0.5, h.pools[c].normal_reserve = 0.4;
+    assert_true(route_pool_can_take(&h.pools[c], PRIO_BATCH));
 }
 
 static void test_retry_budget_has_a_floor(void **state)
@@ -299,6 +376,9 @@ int main(void)
         cmocka_unit_test(test_pick_backend_least_in_flight_round_robin_avoid),
         cmocka_unit_test(test_pool_limits),
         cmocka_unit_test(test_admission_sheds_batch_and_bounds_the_queue),
+        cmocka_unit_test(test_full_queue_gives_way_to_higher_priority),
+        cmocka_unit_test(test_queue_wait_per_priority),
+        cmocka_unit_test(test_saturation_refuses_batch_then_normal_then_urgent),
         cmocka_unit_test(test_retry_budget_has_a_floor),
         cmocka_unit_test(test_ejection_doubles_up_to_the_cap),
         cmocka_unit_test(test_pool_signals),

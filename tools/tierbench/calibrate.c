@@ -3,6 +3,7 @@
 #include "opts.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -381,6 +382,30 @@ out:
     return rc;
 }
 
+/* The worker's own warm-up time for the model (its /v2/status models[].warmup_ms), in
+ * seconds, or -1: what the simulator's cold start takes for warm-up (issue 26). */
+static double worker_warmup_s(const cal_opts *o)
+{
+    lb_reply rep;
+    char err[300];
+    if (lb_http(o->host, o->port, "GET", "/v2/status", NULL, NULL, 0, CAL_METRICS_MAX, o->timeout_s, &rep, err,
+                sizeof err) != 0)
+        return -1;
+    double out = -1;
+    json_t *doc = rep.status == 200 && rep.body ? json_loads(rep.body, 0, NULL) : NULL;
+    json_t *models = json_object_get(doc, "models");
+    for (size_t i = 0; i < json_array_size(models); i++) {
+        json_t *m = json_array_get(models, i);
+        json_t *w = json_object_get(m, "warmup_ms");
+        const char *name = json_string_value(json_object_get(m, "name"));
+        if (name && !strcmp(name, o->model) && json_is_number(w) && json_number_value(w) >= 0)
+            out = json_number_value(w) / 1e3;
+    }
+    json_decref(doc);
+    lb_reply_free(&rep);
+    return out;
+}
+
 /* ---- the fit --------------------------------------------------------------------------- */
 
 static double quantile(const double *s, size_t n, double q)
@@ -494,7 +519,7 @@ static void report(FILE *f, const char *pfx, const cal_opts *o, const cal_level 
 }
 
 static int write_config(const cal_opts *o, const cal_level *lv, size_t n_lv, const cal_fit *ft, double worker_mean,
-                        size_t slots_at, bool still_growing)
+                        size_t slots_at, bool still_growing, double warmup_s)
 {
     bool std = !o->out || !strcmp(o->out, "-");
     FILE *f = std ? stdout : fopen(o->out, "w");
@@ -505,9 +530,15 @@ static int write_config(const cal_opts *o, const cal_level *lv, size_t n_lv, con
     report(f, "# ", o, lv, n_lv, ft, worker_mean, slots_at, still_growing);
     fprintf(f, "# mean_ms and p95_ms are for requests of %u row%s (row_cost=0): replay traces of that size\n", o->rows,
             o->rows == 1 ? "" : "s");
-    fprintf(f, "pool kind=%s,name=%s,backends=%u,slots=%u,dist=%s,mean_ms=%.4f,p95_ms=%.4f,row_cost=0\n", o->kind,
+    if (warmup_s >= 0)
+        fprintf(f, "# warmup_s: the worker's own warm-up of %s (/v2/status warmup_ms), the last part of an "
+                   "autoscaled backend's cold start; provision_s, pull_s and load_s stay the simulator's defaults\n",
+                o->model);
+    fprintf(f, "pool kind=%s,name=%s,backends=%u,slots=%u,dist=%s,mean_ms=%.4f,p95_ms=%.4f,row_cost=0", o->kind,
             o->pool_name, o->backends, lv[slots_at].conc, ft->lognormal ? "lognormal" : "exp", ft->mean * 1e3,
             ft->p95 * 1e3);
+    if (warmup_s >= 0) fprintf(f, ",warmup_s=%.3f", warmup_s);
+    fputc('\n', f);
     int bad = ferror(f);
     bad |= std ? fflush(f) : fclose(f);
     if (bad) {
@@ -575,7 +606,7 @@ int calibrate_main(int argc, char **argv)
     fit(lv[0].lat, lv[0].n, &ft);
     bool still_growing;
     size_t slots_at = knee(lv, n_lv, &still_growing);
-    rc = write_config(&o, lv, n_lv, &ft, worker_mean, slots_at, still_growing);
+    rc = write_config(&o, lv, n_lv, &ft, worker_mean, slots_at, still_growing, worker_warmup_s(&o));
 out:
     for (size_t k = 0; k < n_lv; k++) free(lv[k].lat);
     return rc;

@@ -42,6 +42,9 @@ static void usage(FILE *out)
                  "  --poisson | --fixed    exponential gaps (default) or evenly spaced\n"
                  "  --surge START:LEN:FACTOR          the rate x FACTOR for LEN seconds (repeatable)\n"
                  "  --wave START:LEN:PERIOD:HIGH:LOW  the rate x HIGH, then x LOW, each half a PERIOD\n"
+                 "  --day HOUR_S           a support desk's day: the rate is the peak; night trough 0.08x,\n"
+                 "                         morning ramp, lunch and evening peaks 1x; one hour = HOUR_S s\n"
+                 "                         (with --duration 24xHOUR_S; add the incident with --surge)\n"
                  "  --mix urgent=0.1,normal=0.7,batch=0.2   --sensitive SHARE (default 0)\n"
                  "  --tenants a,b   --model NAME (default demo)   --size-max N (sizes 1..N, default 1)\n"
                  "  --kill T:POOL[:INDEX]  --revive T:POOL[:INDEX]   backend events (every backend without INDEX)\n"
@@ -50,6 +53,9 @@ static void usage(FILE *out)
     fprintf(out, "\noutputs (sim): the summary goes to stdout unless --quiet\n"
                  "  --json FILE   --csv FILE   --timeline FILE (CSV per step)   --svg FILE   (FILE - : stdout)\n"
                  "  --events N             policy events listed in the summary (default %d)\n"
+                 "  --row LABEL            one markdown row: served %% and P95 per priority, what was not\n"
+                 "                         served per priority, stage changes, cost (--row-header: the\n"
+                 "                         header first); runs of several fleets make one table\n"
                  "outputs (gen): --out FILE (default stdout)\n",
             MAX_EVENTS_SHOWN);
 }
@@ -59,8 +65,8 @@ typedef struct {
     trace_gen gen;
     bool generate, is_sim;
     const char *trace_path;
-    const char *json, *csv, *timeline, *svg, *out;
-    bool quiet;
+    const char *json, *csv, *timeline, *svg, *out, *row;
+    bool quiet, row_header;
     size_t max_events;
 } cmd;
 
@@ -70,6 +76,15 @@ static int output_opt(cmd *c, const char *key, const char *value, char *err, siz
     if (c->is_sim) {
         if (!strcmp(key, "quiet")) {
             c->quiet = true;
+            return 0;
+        }
+        if (!strcmp(key, "row-header")) {
+            c->row_header = true;
+            return 0;
+        }
+        if (!strcmp(key, "row")) {
+            if (!value || !*value || strlen(value) > 80) return ts_fail(err, errlen, "--row: needs a label (1..80 bytes)");
+            c->row = value;
             return 0;
         }
         if (!strcmp(key, "trace")) slot = &c->trace_path;
@@ -117,7 +132,8 @@ static int apply(void *ctx, const char *key, const char *value, char *err, size_
 
 static bool is_flag(const char *key)
 {
-    return !strcmp(key, "fixed") || !strcmp(key, "poisson") || !strcmp(key, "quiet") || !strcmp(key, "sweep-all");
+    return !strcmp(key, "fixed") || !strcmp(key, "poisson") || !strcmp(key, "quiet") || !strcmp(key, "sweep-all") ||
+           !strcmp(key, "row-header");
 }
 
 static int parse(cmd *c, int argc, char **argv, char *err, size_t errlen)
@@ -203,6 +219,7 @@ static int cmd_sim(cmd *c)
         return EXIT_USAGE;
     }
     if (!c->quiet) report_text(&c->cfg.sim, g_source, &r, c->max_events, stdout);
+    if (c->row) report_row(&c->cfg.sim, &r, c->row, c->row_header, stdout);
     if (c->json && write_to(c->json, w_json, c, &r) != 0) rc = 1;
     if (c->csv && write_to(c->csv, w_csv, c, &r) != 0) rc = 1;
     if (c->timeline && write_to(c->timeline, w_timeline, c, &r) != 0) rc = 1;

@@ -29,7 +29,8 @@ static double busy_fraction(const sim_config *c, const sim_result *r, size_t i)
 {
     const sim_pool_cfg *p = &c->pools[i];
     double slots = p->slots ? p->slots : p->max_in_flight;
-    double cap = p->backends * slots * r->duration_s;
+    /* an autoscaled pool's capacity is what it paid for */
+    double cap = (p->max ? r->pool[i].backend_h * 3600 : p->backends * r->duration_s) * slots;
     return cap > 0 ? r->pool[i].busy_s / cap : 0;
 }
 
@@ -112,6 +113,16 @@ void report_text(const sim_config *c, const char *source, const sim_result *r, s
         fprintf(out, "%-8s %8" PRIu64 " %6.1f%% %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %6.1f%% %9s %9s %9.4f %9.4f %9.4f\n",
                 c->pools[i].name, s->served, 100 * share, s->tries, s->dead_tries, s->ejections,
                 100 * busy_fraction(c, r, i), ms_col(s->lat.p50, a, sizeof a), ms_col(s->lat.p95, b, sizeof b), s->backend_h, s->cost, s->usage_cost);
+    }
+    for (size_t i = 0; i < c->n_pools; i++) {
+        const sim_pool_cfg *p = &c->pools[i];
+        const sim_pool_stats *s = &r->pool[i];
+        if (!p->max && !s->preemptions) continue;
+        fprintf(out, "autoscaled %s: %u..%u backends on %s (peak %u, low %u), %" PRIu64 " started, %" PRIu64
+                     " removed, %" PRIu64 " preempted; %u reserved%s\n",
+                p->name, p->min, p->max, p->scale_metric == SCALE_QUEUE ? "the workers' queue" : "the router's desired backends",
+                s->peak_backends, s->low_backends, s->scale_ups, s->scale_downs, s->preemptions, p->reserved,
+                p->spot ? ", the rest spot" : ", the rest on demand");
     }
     double cost = total_cost(r, false), usage = total_cost(r, true);
     fprintf(out, "cost (CPU backend-hours): %.4f provisioned, %.4f busy; per 1000 served: %.4f provisioned, %.4f busy\n",
@@ -221,8 +232,29 @@ void report_json(const sim_config *c, const char *source, const sim_result *r, F
         jlat(out, &s->lat);
         fputs(", \"last_dead_try_t\": ", out);
         jnum(out, s->last_dead_try);
-        fprintf(out, ", \"cost_per_backend_hour\": %.6g, \"backend_hours\": %.6g, \"cost\": %.6g, \"usage_cost\": %.6g}",
+        fprintf(out, ", \"cost_per_backend_hour\": %.6g, \"backend_hours\": %.6g, \"cost\": %.6g, \"usage_cost\": %.6g",
                 p->cost, s->backend_h, s->cost, s->usage_cost);
+        if (p->max) {
+            const scaler_config *sc = &p->scaler;
+            fprintf(out, ", \"autoscale\": {\"min\": %u, \"max\": %u, \"metric\": \"%s\", \"target\": %.6g, "
+                         "\"tolerance\": %.6g, \"up_window_s\": %.6g, \"down_window_s\": %.6g, \"sync_s\": %.6g, "
+                         "\"cold_start_s\": %.6g, \"peak_backends\": %u, \"low_backends\": %u, \"started\": %" PRIu64
+                         ", \"removed\": %" PRIu64 ", \"preempted\": %" PRIu64,
+                    p->min, p->max, p->scale_metric == SCALE_QUEUE ? "queue" : "desired", sc->target, sc->tolerance,
+                    sc->up_window_s, sc->down_window_s, sc->sync_s, p->provision_s + p->pull_s + p->load_s + p->warmup_s,
+                    s->peak_backends, s->low_backends, s->scale_ups, s->scale_downs, s->preemptions);
+            for (int d = 0; d < 2; d++) {
+                const scaler_rate *rt = d ? sc->down : sc->up;
+                size_t n = d ? sc->n_down : sc->n_up;
+                fprintf(out, ", \"%s\": [", d ? "down" : "up");
+                for (size_t k = 0; k < n; k++)
+                    fprintf(out, "%s{\"type\": \"%s\", \"value\": %.6g, \"period_s\": %.6g}", k ? ", " : "",
+                            rt[k].kind == SCALER_PODS ? "Pods" : "Percent", rt[k].value, rt[k].period_s);
+                fputc(']', out);
+            }
+            fputc('}', out);
+        }
+        fputc('}', out);
     }
     double cost = total_cost(r, false), usage = total_cost(r, true);
     fprintf(out, "],\n \"cost\": {\"unit\": \"cpu_backend_hour\", \"provisioned\": %.6g, \"usage\": %.6g, "
@@ -275,6 +307,27 @@ static void cnum(FILE *out, double v)
 {
     if (v < 0) fputs(",", out);
     else fprintf(out, ",%.6g", v);
+}
+
+void report_row(const sim_config *c, const sim_result *r, const char *label, bool header, FILE *out)
+{
+    (void)c;
+    if (header)
+        fprintf(out, "| fleet | urgent served | urgent P95 | normal served | normal P95 | batch served | not served "
+                     "(urgent / normal / batch) | stage changes | cost |\n|---|---|---|---|---|---|---|---|---|\n");
+    const sim_prio_stats *p = r->prio;
+    uint64_t lost[PRIO_COUNT];
+    double pct[PRIO_COUNT];
+    for (int i = 0; i < PRIO_COUNT; i++) {
+        lost[i] = p[i].arrivals - served(&p[i]);
+        pct[i] = p[i].arrivals ? 100.0 * (double)served(&p[i]) / (double)p[i].arrivals : 100.0;
+    }
+    char a[16], b[16];
+    fprintf(out, "| %s | %.2f %% | %s ms | %.2f %% | %s ms | %.1f %% | %" PRIu64 " / %" PRIu64 " / %" PRIu64 " | %" PRIu64
+                 " | %.2f |\n",
+            label, pct[PRIO_URGENT], ms_col(p[PRIO_URGENT].lat.p95, a, sizeof a), pct[PRIO_NORMAL],
+            ms_col(p[PRIO_NORMAL].lat.p95, b, sizeof b), pct[PRIO_BATCH], lost[PRIO_URGENT], lost[PRIO_NORMAL],
+            lost[PRIO_BATCH], r->stage_ups + r->stage_downs, total_cost(r, false));
 }
 
 void report_csv(const sim_config *c, const sim_result *r, FILE *out)

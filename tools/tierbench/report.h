@@ -15,6 +15,8 @@ void report_text(const sim_config *c, const char *source, const sim_result *r, s
 void report_json(const sim_config *c, const char *source, const sim_result *r, FILE *out);
 /* One row per priority (and "all") and per pool, the same columns. */
 void report_csv(const sim_config *c, const sim_result *r, FILE *out);
+/* One markdown row (header: the header lines first) to compare fleets on one trace. */
+void report_row(const sim_config *c, const sim_result *r, const char *label, bool header, FILE *out);
 /* One row per timeline step. */
 void report_timeline_csv(const sim_result *r, FILE *out);
 /* Arrivals, the lead GPU pool's p95, the share served on CPU and the stage over time. */

@@ -27,6 +27,14 @@ void sim_pool_defaults(sim_pool_cfg *p, pool_kind kind)
         p->mean_s = 0.045, p->p95_s = 0.080;
         p->row_cost = 0.1; /* rows batch well on a GPU */
         p->cost = 8;
+        /* deploy/k8s/base/pool-gpu/hpa.yaml (test_tierbench_scale.py holds them equal) */
+        p->min = 2, p->max = 0; /* max 0: a fixed pool unless max= is given (hpa.yaml: 8) */
+        p->scaler.target = 4;
+        p->scaler.up_window_s = 60, p->scaler.down_window_s = 600;
+        p->scaler.up[0] = (scaler_rate){SCALER_PODS, 1, 120};
+        p->scaler.down[0] = (scaler_rate){SCALER_PODS, 1, 300};
+        /* a GPU node: provisioning, a large image, the model and its engine build */
+        p->provision_s = 120, p->pull_s = 60, p->load_s = 20, p->warmup_s = 30;
     } else {
         snprintf(p->name, sizeof p->name, "cpu");
         p->sensitive_ok = true;
@@ -34,7 +42,20 @@ void sim_pool_defaults(sim_pool_cfg *p, pool_kind kind)
         p->mean_s = 0.200, p->p95_s = 0.400;
         p->row_cost = 1.0;
         p->cost = 1;
+        /* deploy/k8s/base/pool-cpu/hpa.yaml */
+        p->min = 2, p->max = 0;
+        p->scaler.target = 4;
+        p->scaler.up_window_s = 30, p->scaler.down_window_s = 300;
+        p->scaler.up[0] = (scaler_rate){SCALER_PODS, 4, 60};
+        p->scaler.down[0] = (scaler_rate){SCALER_PODS, 1, 120};
+        p->provision_s = 30, p->pull_s = 15, p->load_s = 2, p->warmup_s = 1;
     }
+    p->scaler.n_up = p->scaler.n_down = 1;
+    p->scaler.tolerance = 0.1;
+    p->scaler.sync_s = 15;
+    p->reserved_cost = -1; /* < 0: 0.6 x cost, a reservation's usual discount */
+    p->spot_cost = -1;     /* < 0: 0.35 x cost */
+    p->notice_s = 120;
 }
 
 void sim_config_defaults(sim_config *c)
@@ -47,6 +68,9 @@ void sim_config_defaults(sim_config *c)
     c->p95_window_s = 10;
     c->queue_size = 256;
     c->queue_timeout_s = 0.200;
+    c->urgent_queue_timeout_s = 1.0;
+    c->batch_queue_timeout_s = 0;
+    c->urgent_reserve = 0.1, c->normal_reserve = 0.1;
     c->deadline_s[PRIO_URGENT] = 5, c->deadline_s[PRIO_NORMAL] = 15, c->deadline_s[PRIO_BATCH] = 60;
     c->retry_ratio = 0.2;
     c->retry_min_concurrency = 3;
@@ -80,6 +104,22 @@ static int pool_check(const sim_pool_cfg *p, char *err, size_t errlen)
     }
     if (!(p->row_cost >= 0) || p->row_cost > 1000) return ts_fail(err, errlen, "pool %s: row_cost must be in [0, 1000]", n);
     if (!(p->cost >= 0) || p->cost > 1e6) return ts_fail(err, errlen, "pool %s: cost must be in [0, 1e6]", n);
+    if (p->max) {
+        if (p->max > SIM_MAX_BACKENDS || p->min > p->max || p->backends < p->min || p->backends > p->max)
+            return ts_fail(err, errlen, "pool %s: need min <= backends <= max <= %d (min %u, backends %u, max %u)", n,
+                           SIM_MAX_BACKENDS, p->min, p->backends, p->max);
+        scaler_config sc = p->scaler;
+        sc.min = p->min, sc.max = p->max;
+        char serr[160];
+        if (scaler_config_check(&sc, serr, sizeof serr) != 0) return ts_fail(err, errlen, "pool %s: scaler: %s", n, serr);
+        double starts[4] = {p->provision_s, p->pull_s, p->load_s, p->warmup_s};
+        for (int i = 0; i < 4; i++)
+            if (!(starts[i] >= 0) || starts[i] > 86400)
+                return ts_fail(err, errlen, "pool %s: provision_s/pull_s/load_s/warmup_s must be in [0, 86400]", n);
+    }
+    if (isnan(p->reserved_cost) || isnan(p->spot_cost) || !(p->preempt_per_h >= 0) || p->preempt_per_h > 3600 ||
+        !(p->notice_s >= 0) || !(p->scale_target >= 0))
+        return ts_fail(err, errlen, "pool %s: notice_s and scale_target must be >= 0 and preempt_per_h in [0, 3600]", n);
     if (p->mem_base >= 0 && (p->mem_base > 1 || !(p->mem_per_job >= 0) || p->mem_per_job > 1))
         return ts_fail(err, errlen, "pool %s: mem_base must be in [0, 1] (or < 0: unknown) and mem_per_job in [0, 1]", n);
     return 0;
@@ -96,6 +136,11 @@ int sim_config_check(const sim_config *c, char *err, size_t errlen)
     if (!(c->p95_window_s > 0)) return ts_fail(err, errlen, "p95_window_s must be > 0");
     if (c->queue_size > 1000000) return ts_fail(err, errlen, "admission queue_size must be at most 1000000");
     if (!(c->queue_timeout_s >= 0) || c->queue_timeout_s > 3600) return ts_fail(err, errlen, "admission queue_timeout_ms must be in [0, 3600000]");
+    if (!(c->urgent_queue_timeout_s >= 0) || c->urgent_queue_timeout_s > 3600 || !(c->batch_queue_timeout_s >= 0) ||
+        c->batch_queue_timeout_s > 3600)
+        return ts_fail(err, errlen, "admission urgent/batch_queue_timeout_ms must be in [0, 3600000]");
+    if (!(c->urgent_reserve >= 0) || !(c->normal_reserve >= 0) || c->urgent_reserve + c->normal_reserve >= 1)
+        return ts_fail(err, errlen, "admission urgent_reserve and normal_reserve must be >= 0 and add up to below 1");
     for (int p = 0; p < PRIO_COUNT; p++)
         if (!(c->deadline_s[p] >= 0.001) || c->deadline_s[p] > 3600)
             return ts_fail(err, errlen, "deadline_ms.%s must be in [1, 3600000]", trace_prio_name((priority_class)p));
@@ -119,13 +164,14 @@ int sim_config_check(const sim_config *c, char *err, size_t errlen)
 
 static const char *const k_outcome[SIM_OUTCOMES] = {"served", "refused", "queue_timeout", "deadline", "failed"};
 static const char *const k_refusal[SIM_REFUSALS] = {"unknown_model", "no_sensitive_pool", "no_backend",
-                                                    "shed_batch", "queue_full"};
+                                                    "shed_batch", "queue_full", "displaced"};
 const char *sim_outcome_name(sim_outcome o) { return k_outcome[o]; }
 const char *sim_refusal_name(sim_refusal r) { return k_refusal[r]; }
 
 /* ---- the simulation's state ------------------------------------------------------------ */
 
-enum { K_TICK = 0, K_PROBE, K_DONE, K_FAIL, K_TRY_TIMEOUT, K_QUEUE_TIMEOUT, K_TRACE_EVENT };
+enum { K_TICK = 0, K_PROBE, K_DONE, K_FAIL, K_TRY_TIMEOUT, K_QUEUE_TIMEOUT, K_TRACE_EVENT, K_SCALE, K_READY, K_NOTICE,
+       K_PREEMPT };
 
 typedef struct {
     double t;
@@ -150,8 +196,13 @@ typedef struct {
     bool retried;
 } sreq;
 
+/* A backend's life in an autoscaled pool (a fixed pool's are all B_READY). */
+enum { B_ABSENT = 0, B_STARTING, B_READY, B_DRAINING };
+
 typedef struct {
     bool alive, seen_live;
+    uint8_t life;          /* B_* */
+    uint32_t life_epoch;   /* bumped when it leaves: its pending K_READY/K_NOTICE/K_PREEMPT are void */
     double ejected_until;
     unsigned ejections, consec_fail, in_flight, running, waiting;
     uint32_t qhead, qtail; /* the worker's FIFO of job ids */
@@ -161,6 +212,10 @@ typedef struct {
 
 typedef struct {
     const sim_pool_cfg *cfg;
+    unsigned nb;      /* backend slots: max for an autoscaled pool, else backends */
+    unsigned present; /* starting, ready or draining: what is paid for */
+    double cost_mark, extra_s; /* backend-seconds beyond the reserved ones, integrated to cost_mark */
+    scaler *sc;
     unsigned slots;
     double mu, sigma;
     sback *b;
@@ -190,8 +245,8 @@ typedef struct {
     route_rng rng_route, rng_svc;
     double now, end_at;
     unsigned active, retries_active;
-    uint32_t admq_head[2], admq_tail[2];
-    unsigned admq_len;
+    uint32_t admq_head[PRIO_COUNT], admq_tail[PRIO_COUNT]; /* one queue per priority */
+    size_t admq_n[PRIO_COUNT];
     size_t unfinished;
     size_t ev_cap, tl_cap;
     bool *ticked;
@@ -315,8 +370,8 @@ static void view_of(sim *s, uint8_t model, route_pool *v)
 {
     for (size_t i = 0; i < s->np; i++) {
         spool *p = &s->pools[i];
-        for (unsigned k = 0; k < p->cfg->backends; k++) {
-            p->view[k].healthy = healthy(&p->b[k], s->now);
+        for (unsigned k = 0; k < p->nb; k++) {
+            p->view[k].healthy = p->b[k].life == B_READY && healthy(&p->b[k], s->now);
             p->view[k].in_flight = p->b[k].in_flight;
         }
         v[i] = (route_pool){.kind = p->cfg->kind,
@@ -325,8 +380,10 @@ static void view_of(sim *s, uint8_t model, route_pool *v)
                             .max_in_flight = p->cfg->max_in_flight,
                             .pool_max_in_flight = p->cfg->pool_max_in_flight,
                             .st = p->pol ? &p->st : NULL,
+                            .urgent_reserve = s->c->urgent_reserve,
+                            .normal_reserve = s->c->normal_reserve,
                             .backends = p->view,
-                            .n = p->cfg->backends};
+                            .n = p->nb};
     }
 }
 
@@ -366,6 +423,7 @@ static sim_tl_row *tl_row(sim *s, double t)
 }
 
 static void admission_drain(sim *s);
+static void gone_if_drained(sim *s, uint32_t pi, uint32_t k);
 
 static void finish(sim *s, uint32_t i, sim_outcome o, int refusal)
 {
@@ -436,7 +494,7 @@ static bool send_by_plan(sim *s, uint32_t i, const route_pool *view, const route
     for (size_t j = 0; j < plan->n_order; j++) {
         size_t pi = plan->order[j];
         const route_pool *v = &view[pi];
-        if (!route_pool_can_take(v)) continue;
+        if (!route_pool_can_take(v, (priority_class)s->tr->a[i].prio)) continue;
         int av = (int)pi == avoid_pool ? avoid_back : -1;
         int k = route_pick_backend(v, av, &s->pools[pi].cursor);
         if (k < 0) continue;
@@ -463,55 +521,70 @@ static bool dispatch(sim *s, uint32_t i)
 
 static void queue_remove(sim *s, uint32_t i)
 {
-    for (int q = 0; q < 2; q++) {
-        uint32_t prev = NONE;
-        for (uint32_t cur = s->admq_head[q]; cur != NONE; prev = cur, cur = s->rq[cur].qnext) {
-            if (cur != i) continue;
-            if (prev == NONE) s->admq_head[q] = s->rq[cur].qnext;
-            else s->rq[prev].qnext = s->rq[cur].qnext;
-            if (s->admq_tail[q] == cur) s->admq_tail[q] = prev;
-            s->admq_len--;
-            return;
-        }
+    int q = s->tr->a[i].prio;
+    uint32_t prev = NONE;
+    for (uint32_t cur = s->admq_head[q]; cur != NONE; prev = cur, cur = s->rq[cur].qnext) {
+        if (cur != i) continue;
+        if (prev == NONE) s->admq_head[q] = s->rq[cur].qnext;
+        else s->rq[prev].qnext = s->rq[cur].qnext;
+        if (s->admq_tail[q] == cur) s->admq_tail[q] = prev;
+        s->admq_n[q]--;
+        return;
     }
 }
 
-/* A slot freed up somewhere: the queue's head gets it, urgent first; the first that still
- * finds no room stops the drain (proxy.c admission_drain). */
+/* A slot freed up somewhere: the queue's head gets it, urgent first, then normal, then
+ * batch; a head that still finds no room stops its priority's drain (proxy.c). */
 static void admission_drain(sim *s)
 {
-    for (int q = 0; q < 2; q++) {
+    for (int q = 0; q < PRIO_COUNT; q++) {
         while (s->admq_head[q] != NONE) {
             uint32_t i = s->admq_head[q];
-            if (!dispatch(s, i)) return;
+            if (!dispatch(s, i)) break; /* the next priority may still fit (proxy.c) */
             queue_remove(s, i);
         }
     }
 }
 
+static double wait_of(const sim *s, priority_class prio)
+{
+    const sim_config *c = s->c;
+    return route_queue_wait_ms(prio, c->urgent_queue_timeout_s * 1e3, c->queue_timeout_s * 1e3,
+                               c->batch_queue_timeout_s * 1e3) / 1e3;
+}
+
 static void admit(sim *s, uint32_t i)
 {
     if (dispatch(s, i)) return;
-    priority_class prio = (priority_class)s->tr->a[i].prio;
-    switch (route_admission(prio, s->admq_len, s->c->queue_size)) {
+    priority_class prio = (priority_class)s->tr->a[i].prio, victim;
+    double wait = wait_of(s, prio);
+    switch (route_admission(prio, s->admq_n, s->c->queue_size, wait * 1e3, &victim)) {
     case ADMIT_SHED_BATCH:
         finish(s, i, SIM_REFUSED, SIM_REF_SHED_BATCH);
         return;
     case ADMIT_QUEUE_FULL:
         finish(s, i, SIM_REFUSED, SIM_REF_QUEUE_FULL);
         return;
+    case ADMIT_EVICT: {
+        uint32_t v = s->admq_tail[victim]; /* the newest of the lowest priority waiting */
+        queue_remove(s, v);
+        finish(s, v, SIM_REFUSED, SIM_REF_DISPLACED);
+        break;
+    }
     case ADMIT_QUEUE:
         break;
     }
-    int q = prio == PRIO_URGENT ? 0 : 1;
+    int q = prio;
     sreq *r = &s->rq[i];
     r->state = ST_QUEUED;
     r->qnext = NONE;
     if (s->admq_tail[q] == NONE) s->admq_head[q] = i;
     else s->rq[s->admq_tail[q]].qnext = i;
     s->admq_tail[q] = i;
-    if (++s->admq_len > s->res->queue_peak) s->res->queue_peak = s->admq_len;
-    double wait = s->c->queue_timeout_s, left = r->deadline - s->now;
+    s->admq_n[q]++;
+    size_t len = s->admq_n[0] + s->admq_n[1] + s->admq_n[2];
+    if (len > s->res->queue_peak) s->res->queue_peak = (unsigned)len;
+    double left = r->deadline - s->now;
     if (left < wait) wait = left > 0 ? left : 0;
     push(s, s->now + wait, K_QUEUE_TIMEOUT, i, 0, 0, 0);
 }
@@ -622,8 +695,12 @@ static void on_done(sim *s, const sev *e)
     r->jstate[e->id % 2] = J_NONE;
     s->res->pool[e->pool].busy_s += s->now - r->jstart[e->id % 2];
     worker_next(s, e->pool, e->back);
-    if (!current(s, e->id)) return; /* the router gave up on this try: work wasted */
+    if (!current(s, e->id)) { /* the router gave up on this try: work wasted */
+        gone_if_drained(s, e->pool, e->back);
+        return;
+    }
     try_ended(s, e->id);
+    gone_if_drained(s, e->pool, e->back);
     backend_result(s, e->pool, e->back, true);
     r->lat = s->now - r->t0;
     ring_add(&p->lat, s->now, r->lat);
@@ -637,6 +714,7 @@ static void on_fail(sim *s, const sev *e)
 {
     if (!current(s, e->id)) return;
     try_ended(s, e->id);
+    gone_if_drained(s, e->pool, e->back);
     backend_result(s, e->pool, e->back, false);
     try_again(s, e->id / 2, true, false);
 }
@@ -645,6 +723,7 @@ static void on_try_timeout(sim *s, const sev *e)
 {
     if (!current(s, e->id)) return;
     try_ended(s, e->id);
+    gone_if_drained(s, e->pool, e->back);
     backend_result(s, e->pool, e->back, false);
     try_again(s, e->id / 2, false, true);
 }
@@ -683,8 +762,9 @@ static void on_trace_event(sim *s, const sev *e)
 {
     const trace_event *ev = &s->tr->ev[e->id];
     spool *p = &s->pools[e->pool];
-    for (unsigned k = 0; k < p->cfg->backends; k++) {
+    for (unsigned k = 0; k < p->nb; k++) {
         if (ev->backend >= 0 && (unsigned)ev->backend != k) continue;
+        if (p->b[k].life == B_ABSENT || p->b[k].life == B_STARTING) continue;
         if (ev->kill) {
             kill_backend(s, e->pool, k);
         } else if (!p->b[k].alive) {
@@ -692,6 +772,182 @@ static void on_trace_event(sim *s, const sev *e)
             p->alive++;
         }
     }
+}
+
+/* ---- autoscaling (issue 26): the HPA's algorithm over a pool, cold starts, drains, spot ---- */
+
+/* Backend-seconds beyond the reserved ones, integrated up to now (before `present` changes). */
+static void cost_mark(sim *s, spool *p)
+{
+    unsigned extra = p->present > p->cfg->reserved ? p->present - p->cfg->reserved : 0;
+    p->extra_s += (s->now - p->cost_mark) * extra;
+    p->cost_mark = s->now;
+}
+
+static void present_changed(sim *s, size_t pi, int delta)
+{
+    spool *p = &s->pools[pi];
+    cost_mark(s, p);
+    p->present = (unsigned)((int)p->present + delta);
+    sim_pool_stats *ps = &s->res->pool[pi];
+    if (p->present > ps->peak_backends) ps->peak_backends = p->present;
+    if (p->present < ps->low_backends) ps->low_backends = p->present;
+}
+
+/* A backend leaves the pool: what it still holds is lost (a preemption), or nothing is (a
+ * finished drain). */
+static void backend_leave(sim *s, uint32_t pi, uint32_t k)
+{
+    spool *p = &s->pools[pi];
+    sback *b = &p->b[k];
+    if (b->life == B_ABSENT) return;
+    kill_backend(s, pi, k);
+    b->life = B_ABSENT;
+    b->life_epoch++;
+    b->seen_live = false;
+    b->ejected_until = 0, b->ejections = 0, b->consec_fail = 0;
+    present_changed(s, pi, -1);
+}
+
+/* A draining backend leaves once nothing is on it (drain.c: no new tries, the last one ends). */
+static void gone_if_drained(sim *s, uint32_t pi, uint32_t k)
+{
+    sback *b = &s->pools[pi].b[k];
+    if (b->life == B_DRAINING && b->in_flight == 0 && b->running == 0 && b->waiting == 0) backend_leave(s, pi, k);
+}
+
+static double draw_exp(sim *s, double rate) { return -log(1.0 - route_rng_uniform(&s->rng_svc)) / rate; }
+
+/* A spot backend's preemption (Poisson, preempt_per_h) and the notice before it. The first
+ * `reserved` backend slots are the reserved ones: never preempted. */
+static void spot_schedule(sim *s, uint32_t pi, uint32_t k)
+{
+    const sim_pool_cfg *c = s->pools[pi].cfg;
+    if (!c->spot || !(c->preempt_per_h > 0) || k < c->reserved) return;
+    uint32_t ep = s->pools[pi].b[k].life_epoch;
+    double at = s->now + draw_exp(s, c->preempt_per_h / 3600);
+    if (at > s->end_at) return; /* nothing after the trace's end: the clock must stop */
+    push(s, at - c->notice_s > s->now ? at - c->notice_s : s->now, K_NOTICE, 0, pi, k, ep);
+    push(s, at, K_PREEMPT, 0, pi, k, ep);
+}
+
+/* Ready: it answers probes from now on; a spot one may be preempted. */
+static void on_ready(sim *s, const sev *e)
+{
+    spool *p = &s->pools[e->pool];
+    sback *b = &p->b[e->back];
+    if (b->life != B_STARTING || e->epoch != b->life_epoch) return;
+    b->life = B_READY;
+    b->alive = true;
+    p->alive++;
+    b->qhead = b->qtail = NONE;
+    b->reported_queue = 0;
+    b->reported_mem = mem_of(p, b);
+    spot_schedule(s, e->pool, e->back);
+}
+
+static void start_backend(sim *s, uint32_t pi, uint32_t k);
+
+/* The provider's notice: the router drains it (no new tries) until the preemption, and the
+ * Deployment's ReplicaSet starts its replacement at once (the replicas wanted do not change). */
+static void on_notice(sim *s, const sev *e)
+{
+    spool *p = &s->pools[e->pool];
+    sback *b = &p->b[e->back];
+    if (e->epoch != b->life_epoch || b->life != B_READY) return;
+    s->res->pool[e->pool].preemptions++;
+    b->life = B_DRAINING;
+    for (unsigned k = 0; k < p->nb; k++)
+        if (p->b[k].life == B_ABSENT) {
+            start_backend(s, e->pool, k);
+            break;
+        }
+    gone_if_drained(s, e->pool, e->back);
+}
+
+static void on_preempt(sim *s, const sev *e)
+{
+    sback *b = &s->pools[e->pool].b[e->back];
+    if (e->epoch != b->life_epoch || b->life == B_ABSENT) return;
+    backend_leave(s, e->pool, e->back);
+}
+
+/* A new backend: ready after its cold start (provisioning, image pull, model load, warm-up). */
+static void start_backend(sim *s, uint32_t pi, uint32_t k)
+{
+    spool *p = &s->pools[pi];
+    const sim_pool_cfg *c = p->cfg;
+    sback *b = &p->b[k];
+    b->life = B_STARTING;
+    b->alive = b->seen_live = false;
+    b->in_flight = b->running = b->waiting = 0;
+    push(s, s->now + c->provision_s + c->pull_s + c->load_s + c->warmup_s, K_READY, 0, pi, k, b->life_epoch);
+    present_changed(s, pi, +1);
+}
+
+/* One sync of the pool's scaler: the metric as the HPA (or KEDA) would read it, the HPA's
+ * decision, then backends started (cold start) or drained. */
+static void on_scale(sim *s, const sev *e)
+{
+    spool *p = &s->pools[e->pool];
+    const sim_pool_cfg *c = p->cfg;
+    unsigned current = 0, ready = 0;
+    double queue = 0, load = 0;
+    for (unsigned k = 0; k < p->nb; k++) {
+        const sback *b = &p->b[k];
+        if (b->life == B_STARTING || b->life == B_READY) current++; /* the Deployment's replicas */
+        if (b->life != B_READY) continue;
+        ready++;
+        queue += b->reported_queue;
+        load += b->reported_queue > b->in_flight ? b->reported_queue : b->in_flight;
+    }
+    double metric;
+    if (c->scale_metric == SCALE_QUEUE) {
+        metric = ready ? queue / ready : 0; /* tierserve_queue_depth, averaged over the pods that report */
+    } else {
+        /* tierrouter_pool_desired_backends (rt_pool_desired_backends), read by KEDA as an
+         * AverageValue of 1: the HPA's desired = the gauge */
+        size_t queued = s->admq_n[0] + s->admq_n[1] + s->admq_n[2];
+        double all = 0;
+        for (size_t i = 0; i < s->np; i++) all += (double)s->pools[i].nb * s->pools[i].cfg->max_in_flight;
+        load = scaler_pool_load(load, (double)queued, (double)p->nb * c->max_in_flight, all);
+        double target = c->scale_target > 0 ? c->scale_target : scaler_default_target(c->max_in_flight);
+        unsigned want = scaler_desired_backends(ready, load, target, 0.1);
+        /* KEDA's AverageValue target: the HPA's ratio metric / target is want / current */
+        metric = (current ? (double)want / current : (double)want) * c->scaler.target;
+    }
+    unsigned next = scaler_step(p->sc, s->now, current, metric);
+    sim_pool_stats *ps = &s->res->pool[e->pool];
+    for (unsigned k = 0; k < p->nb && next > current; k++) {
+        sback *b = &p->b[k];
+        if (b->life != B_ABSENT) continue;
+        start_backend(s, e->pool, k);
+        ps->scale_ups++;
+        current++;
+    }
+    /* down: a starting one is cancelled first, then the ready one with the fewest in flight drains */
+    while (next < current) {
+        int pick = -1;
+        for (unsigned k = 0; k < p->nb; k++) {
+            const sback *b = &p->b[k];
+            if (b->life == B_STARTING) {
+                pick = (int)k;
+                break;
+            }
+            if (b->life == B_READY && (pick < 0 || b->in_flight < p->b[pick].in_flight)) pick = (int)k;
+        }
+        if (pick < 0) break;
+        ps->scale_downs++;
+        current--;
+        if (p->b[pick].life == B_STARTING) {
+            backend_leave(s, e->pool, (uint32_t)pick);
+        } else {
+            p->b[pick].life = B_DRAINING;
+            gone_if_drained(s, e->pool, (uint32_t)pick);
+        }
+    }
+    if (s->next < s->n || s->unfinished > 0 || s->now + c->scaler.sync_s <= s->end_at)
+        push(s, s->now + c->scaler.sync_s, K_SCALE, 0, e->pool, 0, 0);
 }
 
 /* The most escalated GPU pool (highest stage, then hard failover), or -1. */
@@ -754,16 +1010,18 @@ static void pool_policy(sim *s, size_t i)
     spool *p = &s->pools[i];
     if (!p->pol) return;
     route_signal_backend v[SIM_MAX_BACKENDS];
-    for (unsigned k = 0; k < p->cfg->backends; k++) {
+    size_t n = 0;
+    for (unsigned k = 0; k < p->nb; k++) {
         const sback *b = &p->b[k];
-        v[k] = (route_signal_backend){.live = b->seen_live,
-                                      .healthy = healthy(b, s->now),
+        if (b->life == B_ABSENT || b->life == B_STARTING) continue; /* not in the router's list yet */
+        v[n++] = (route_signal_backend){.live = b->seen_live,
+                                      .healthy = b->life == B_READY && healthy(b, s->now),
                                       .worker_queue = b->reported_queue,
                                       .in_flight = b->in_flight,
                                       .gpu_mem = b->seen_live ? b->reported_mem : -1};
     }
     double p95 = ring_p95(&p->lat, s->now, s->c->p95_window_s);
-    route_pool_signals(v, p->cfg->backends, p95 < 0 ? -1 : p95 * 1e3, &p->sig);
+    route_pool_signals(v, n, p95 < 0 ? -1 : p95 * 1e3, &p->sig);
     policy_tick(p->pol, &p->sig, s->now, &p->st);
     record_events(s, i);
 }
@@ -809,8 +1067,8 @@ static void on_tick(sim *s)
     const sim_config *c = s->c;
     s->res->ticks++;
     for (size_t i = 0; i < s->np; i++)
-        for (unsigned k = 0; k < s->pools[i].cfg->backends; k++)
-            push(s, s->now + c->probe_rtt_s, K_PROBE, 0, (uint32_t)i, k, 0);
+        for (unsigned k = 0; k < s->pools[i].nb; k++)
+            if (s->pools[i].b[k].life != B_ABSENT) push(s, s->now + c->probe_rtt_s, K_PROBE, 0, (uint32_t)i, k, 0);
     for (size_t i = 0; i < s->np; i++) pool_policy(s, i);
     tl_policy(s);
     s->res->duration_s = s->now;
@@ -827,7 +1085,8 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
     s->res = res;
     s->np = c->n_pools;
     s->n = t->n;
-    s->admq_head[0] = s->admq_head[1] = s->admq_tail[0] = s->admq_tail[1] = NONE;
+    for (int q = 0; q < PRIO_COUNT; q++) s->admq_head[q] = s->admq_tail[q] = NONE;
+    s->end_at = trace_span(t) > c->until_s ? trace_span(t) : c->until_s;
     route_rng_seed(&s->rng_route, c->seed);
     /* a stream of its own for service times: a routing change does not reshuffle them */
     route_rng_seed(&s->rng_svc, c->seed ^ 0x5deece66dULL);
@@ -844,14 +1103,26 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
             p->sigma = Z95 - sqrt(Z95 * Z95 - 2 * d);
             p->mu = log(p->cfg->mean_s) - p->sigma * p->sigma / 2;
         }
-        p->b = calloc(p->cfg->backends, sizeof *p->b);
-        p->view = calloc(p->cfg->backends, sizeof *p->view);
+        p->nb = p->cfg->max ? p->cfg->max : p->cfg->backends;
+        p->b = calloc(p->nb, sizeof *p->b);
+        p->view = calloc(p->nb, sizeof *p->view);
         if (!p->b || !p->view) return ts_fail(err, errlen, "out of memory for pool %s", p->cfg->name);
+        if (p->cfg->max) {
+            scaler_config sc = p->cfg->scaler;
+            sc.min = p->cfg->min, sc.max = p->cfg->max;
+            if (!(p->sc = scaler_create(&sc))) return ts_fail(err, errlen, "out of memory");
+            push(s, sc.sync_s, K_SCALE, 0, (uint32_t)i, 0, 0);
+        }
+        for (unsigned k = p->cfg->backends; k < p->nb; k++) p->b[k].qhead = p->b[k].qtail = NONE; /* absent */
+        p->present = p->cfg->backends;
+        for (unsigned k = 0; k < p->cfg->backends; k++) spot_schedule(s, (uint32_t)i, k);
+        res->pool[i].peak_backends = res->pool[i].low_backends = p->present;
         if (p->cfg->kind == POOL_GPU && !(p->pol = policy_create(&pc))) return ts_fail(err, errlen, "out of memory");
         /* a router that has been up a while: every backend probed, healthy, idle */
         for (unsigned k = 0; k < p->cfg->backends; k++) {
             sback *b = &p->b[k];
             b->alive = b->seen_live = true;
+            b->life = B_READY;
             b->qhead = b->qtail = NONE;
             b->reported_mem = mem_of(p, b);
         }
@@ -870,12 +1141,11 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
         size_t pi = 0;
         while (pi < s->np && strcmp(c->pools[pi].name, ev->pool) != 0) pi++;
         if (pi == s->np) return ts_fail(err, errlen, "trace event at t=%g: no pool named '%s'", ev->t, ev->pool);
-        if (ev->backend >= 0 && (unsigned)ev->backend >= c->pools[pi].backends)
+        if (ev->backend >= 0 && (unsigned)ev->backend >= s->pools[pi].nb)
             return ts_fail(err, errlen, "trace event at t=%g: pool %s has %u backends, no index %d", ev->t, ev->pool,
-                        c->pools[pi].backends, ev->backend);
+                        s->pools[pi].nb, ev->backend);
         push(s, ev->t, K_TRACE_EVENT, (uint32_t)e, (uint32_t)pi, 0, 0);
     }
-    s->end_at = trace_span(t) > c->until_s ? trace_span(t) : c->until_s;
     res->span_s = trace_span(t);
     res->n_pools = s->np;
     push(s, c->probe_interval_s, K_TICK, 0, 0, 0, 0);
@@ -928,8 +1198,15 @@ static int figures(sim *s, char *err, size_t errlen)
         sim_pool_stats *ps = &res->pool[pi];
         lat_of(x, m, &ps->lat);
         const sim_pool_cfg *pc = s->pools[pi].cfg;
-        ps->backend_h = pc->backends * res->duration_s / 3600;
-        ps->cost = ps->backend_h * pc->cost;
+        spool *p = &s->pools[pi];
+        s->now = res->duration_s;
+        cost_mark(s, p);
+        double reserved_h = pc->reserved * res->duration_s / 3600, extra_h = p->extra_s / 3600;
+        /* paid: the reserved backends always, the rest while they exist */
+        ps->backend_h = reserved_h + extra_h;
+        double rc = pc->reserved_cost >= 0 ? pc->reserved_cost : 0.6 * pc->cost;
+        double sc = pc->spot_cost >= 0 ? pc->spot_cost : 0.35 * pc->cost;
+        ps->cost = reserved_h * rc + extra_h * (pc->spot ? sc : pc->cost);
         ps->usage_cost = ps->busy_s / s->pools[pi].slots / 3600 * pc->cost;
     }
     free(x);
@@ -957,6 +1234,7 @@ static void teardown(sim *s)
         free(s->pools[i].b);
         free(s->pools[i].view);
         policy_destroy(s->pools[i].pol);
+        scaler_destroy(s->pools[i].sc);
     }
     free(s->pools);
     free(s->rq);
@@ -987,6 +1265,10 @@ int sim_run(const sim_config *c, const trace *t, sim_result *res, char *err, siz
             case K_TRY_TIMEOUT: on_try_timeout(&s, &e); break;
             case K_QUEUE_TIMEOUT: on_queue_timeout(&s, &e); break;
             case K_TRACE_EVENT: on_trace_event(&s, &e); break;
+            case K_SCALE: on_scale(&s, &e); break;
+            case K_READY: on_ready(&s, &e); break;
+            case K_NOTICE: on_notice(&s, &e); break;
+            case K_PREEMPT: on_preempt(&s, &e); break;
             default: break;
             }
         }

@@ -28,6 +28,7 @@
 
 #include "policy.h"
 #include "route.h"
+#include "scaler.h"
 #include "trace.h"
 
 #define SIM_MAX_POOLS ROUTE_MAX_POOLS
@@ -38,6 +39,9 @@
 #define SIM_MAX_TIMELINE 1000000   /* timeline rows */
 
 typedef enum { DIST_EXP = 0, DIST_LOGNORMAL } sim_dist;
+/* What a pool's scaler reads: the workers' queue depth per backend (deploy/k8s's HPAs on
+ * tierserve_queue_depth), or the router's tierrouter_pool_desired_backends (the KEDA variant). */
+typedef enum { SCALE_QUEUE = 0, SCALE_DESIRED } sim_scale_metric;
 
 typedef struct {
     char name[TRACE_NAME_LEN];
@@ -54,13 +58,29 @@ typedef struct {
     double mem_base, mem_per_job; /* GPU memory fraction = base + per_job x jobs held; base < 0: unknown */
     char models[SIM_MAX_POOL_MODELS][TRACE_NAME_LEN];
     size_t n_models;             /* 0: serves every model */
+    /* autoscaling (issue 26): with max > 0 the pool starts at `backends` and a scaler (the HPA's
+     * algorithm, scaler.h) moves it within min..max every scaler.sync_s */
+    unsigned min, max;
+    scaler_config scaler;        /* min/max copied in at check time */
+    sim_scale_metric scale_metric;
+    double scale_target;         /* SCALE_DESIRED: load per backend of the router's gauge (0: batch limit) */
+    double provision_s, pull_s, load_s, warmup_s; /* a new backend's cold start, in that order */
+    /* prices: `reserved` backends are paid always at reserved_cost per backend-hour; the rest,
+     * while they exist (cold start included), at `cost` (on-demand) or spot_cost (spot) */
+    unsigned reserved;
+    double reserved_cost, spot_cost;
+    bool spot;
+    double preempt_per_h, notice_s; /* spot: preemptions per backend-hour, the notice before one */
 } sim_pool_cfg;
 
 typedef struct {
     policy_config policy;
     double probe_interval_s, probe_rtt_s, p95_window_s;
     unsigned queue_size;
-    double queue_timeout_s;
+    double queue_timeout_s;        /* normal's wait (the router's admission.queue_timeout_ms) */
+    double urgent_queue_timeout_s; /* admission.urgent_queue_timeout_ms (route_queue_wait_ms) */
+    double batch_queue_timeout_s;  /* admission.batch_queue_timeout_ms (0: batch is shed at once) */
+    double urgent_reserve, normal_reserve; /* admission.urgent_reserve / normal_reserve */
     double deadline_s[PRIO_COUNT];
     double per_try_timeout_s; /* 0: half of what is left of the deadline */
     double retry_ratio;
@@ -91,6 +111,7 @@ typedef enum {
     SIM_REF_NO_BACKEND,
     SIM_REF_SHED_BATCH,
     SIM_REF_QUEUE_FULL,
+    SIM_REF_DISPLACED, /* waited, then gave its place to a higher priority (queue full) */
     SIM_REFUSALS
 } sim_refusal;
 
@@ -112,7 +133,9 @@ typedef struct {
     double last_dead_try; /* when the last try went to a dead backend (-1: never) */
     double busy_s;      /* slot-seconds spent serving (work the router abandoned included) */
     double backend_h;   /* backend-hours provisioned: backends x duration */
-    double cost, usage_cost; /* backend_h x cost; busy hours (per slot) x cost */
+    double cost, usage_cost; /* what the backends cost (reserved + on-demand/spot); busy hours (per slot) x cost */
+    unsigned peak_backends, low_backends; /* present (ready, starting or draining) */
+    uint64_t scale_ups, scale_downs, preemptions; /* backends added, removed, preempted */
     sim_lat lat;
 } sim_pool_stats;
 

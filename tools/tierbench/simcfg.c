@@ -80,10 +80,72 @@ static int pool_models(sim_pool_cfg *p, const char *v, char *err, size_t errlen)
     return 0;
 }
 
+/* "pods:1:120/percent:100:15": the HPA's scaleUp/scaleDown policies. */
+static int scaler_rates(const char *key, const char *v, scaler_rate *out, size_t *n, char *err, size_t errlen)
+{
+    char buf[200];
+    if (strlen(v) >= sizeof buf) return ts_fail(err, errlen, "%s: too long", key);
+    snprintf(buf, sizeof buf, "%s", v);
+    *n = 0;
+    char *save = NULL;
+    for (char *r = strtok_r(buf, "/", &save); r; r = strtok_r(NULL, "/", &save)) {
+        char kind[16];
+        double value, period;
+        if (*n == SCALER_MAX_RATES || sscanf(r, "%15[a-z]:%lf:%lf", kind, &value, &period) != 3 ||
+            (strcmp(kind, "pods") && strcmp(kind, "percent")) || !(value > 0) || !(period > 0))
+            return ts_fail(err, errlen, "%s: '%.40s' is not pods|percent:VALUE:PERIOD_S[/...] (at most %d)", key, r,
+                           SCALER_MAX_RATES);
+        out[(*n)++] = (scaler_rate){kind[1] == 'o' ? SCALER_PODS : SCALER_PERCENT, value, period};
+    }
+    return *n ? 0 : ts_fail(err, errlen, "%s: none given", key);
+}
+
+/* The autoscaling and price keys of --pool (issue 26); 1 when k is not one of them. */
+static int pool_scale_kv(sim_pool_cfg *p, const char *k, const char *v, char *err, size_t errlen)
+{
+    double d;
+    static const char *const secs[] = {"up_window_s", "down_window_s", "sync_s", "provision_s", "pull_s", "load_s",
+                                       "warmup_s", "notice_s"};
+    double *const sec_dst[] = {&p->scaler.up_window_s, &p->scaler.down_window_s, &p->scaler.sync_s, &p->provision_s,
+                               &p->pull_s, &p->load_s, &p->warmup_s, &p->notice_s};
+    for (size_t i = 0; i < sizeof secs / sizeof secs[0]; i++)
+        if (!strcmp(k, secs[i])) {
+            if (num(v, &d) != 0 || d < 0) return ts_fail(err, errlen, "%s: '%.40s' is not seconds >= 0", k, v);
+            *sec_dst[i] = d;
+            return 0;
+        }
+    static const char *const nums[] = {"scale_target", "tolerance", "reserved_cost", "spot_cost", "preempt_per_h",
+                                       "target"};
+    double *const num_dst[] = {&p->scale_target, &p->scaler.tolerance, &p->reserved_cost, &p->spot_cost,
+                               &p->preempt_per_h, &p->scaler.target};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+        if (!strcmp(k, nums[i])) {
+            if (num(v, &d) != 0 || d < 0) return ts_fail(err, errlen, "%s: '%.40s' is not a number >= 0", k, v);
+            *num_dst[i] = d;
+            return 0;
+        }
+    if (!strcmp(k, "min") || !strcmp(k, "max") || !strcmp(k, "reserved")) {
+        unsigned *dst = k[1] == 'i' ? &p->min : k[1] == 'a' ? &p->max : &p->reserved;
+        if (uint_of(v, SIM_MAX_BACKENDS, dst) != 0) return ts_fail(err, errlen, "%s: '%.40s' is not 0..%d", k, v, SIM_MAX_BACKENDS);
+        return 0;
+    }
+    if (!strcmp(k, "spot")) return bool_of(v, &p->spot) ? ts_fail(err, errlen, "spot: '%.40s' is not 0 or 1", v) : 0;
+    if (!strcmp(k, "scale_metric")) {
+        if (!strcmp(v, "queue")) p->scale_metric = SCALE_QUEUE;
+        else if (!strcmp(v, "desired")) p->scale_metric = SCALE_DESIRED;
+        else return ts_fail(err, errlen, "scale_metric: '%.40s' is not queue or desired", v);
+        return 0;
+    }
+    if (!strcmp(k, "up")) return scaler_rates(k, v, p->scaler.up, &p->scaler.n_up, err, errlen);
+    if (!strcmp(k, "down")) return scaler_rates(k, v, p->scaler.down, &p->scaler.n_down, err, errlen);
+    return 1;
+}
+
 static int pool_kv(void *ctx, const char *k, const char *v, char *err, size_t errlen)
 {
     sim_pool_cfg *p = ctx;
     double d;
+    int rc;
     if (!strcmp(k, "kind")) return 0; /* read first, by the caller */
     if (!strcmp(k, "name")) {
         if (!*v || strlen(v) >= sizeof p->name) return ts_fail(err, errlen, "name: 1..63 characters");
@@ -121,10 +183,15 @@ static int pool_kv(void *ctx, const char *k, const char *v, char *err, size_t er
         if (num(v, &p->mem_per_job) != 0) return ts_fail(err, errlen, "mem_per_job: '%.40s' is not a number", v);
     } else if (!strcmp(k, "models")) {
         return pool_models(p, v, err, errlen);
+    } else if ((rc = pool_scale_kv(p, k, v, err, errlen)) != 1) {
+        return rc;
     } else {
         return ts_fail(err, errlen, "unknown key '%.40s' (name, kind, sensitive, backends, max_in_flight, "
                                  "pool_max_in_flight, slots, dist, mean_ms, p95_ms, row_cost, cost, mem_base, "
-                                 "mem_per_job, models)", k);
+                                 "mem_per_job, models; autoscaling: min, max, target, scale_metric, scale_target, "
+                                 "up, down, up_window_s, down_window_s, sync_s, tolerance, provision_s, pull_s, "
+                                 "load_s, warmup_s; prices: reserved, reserved_cost, spot, spot_cost, preempt_per_h, "
+                                 "notice_s)", k);
     }
     return 0;
 }
@@ -270,6 +337,14 @@ int simcfg_option(simcfg *c, const char *key, const char *value, char *err, size
     if (!strcmp(key, "probe-interval-ms")) return ms_opt(key, value, &s->probe_interval_s, err, errlen);
     if (!strcmp(key, "probe-rtt-ms")) return ms_opt(key, value, &s->probe_rtt_s, err, errlen);
     if (!strcmp(key, "queue-timeout-ms")) return ms_opt(key, value, &s->queue_timeout_s, err, errlen);
+    if (!strcmp(key, "urgent-queue-timeout-ms")) return ms_opt(key, value, &s->urgent_queue_timeout_s, err, errlen);
+    if (!strcmp(key, "batch-queue-timeout-ms")) return ms_opt(key, value, &s->batch_queue_timeout_s, err, errlen);
+    if (!strcmp(key, "urgent-reserve") || !strcmp(key, "normal-reserve")) {
+        if (num(value, &d) != 0 || d < 0 || d >= 1)
+            return ts_fail(err, errlen, "--%s: '%.40s' is not a share in [0, 1)", key, value ? value : "");
+        *(key[0] == 'u' ? &s->urgent_reserve : &s->normal_reserve) = d;
+        return 0;
+    }
     if (!strcmp(key, "connect-fail-ms")) return ms_opt(key, value, &s->connect_fail_s, err, errlen);
     if (!strcmp(key, "queue-size")) {
         if (uint_of(value, 1000000, &s->queue_size) != 0)
@@ -348,11 +423,26 @@ const char *simcfg_help(void)
            "                         mean 45 p95 80 ms,row_cost=0.1,cost=8; cpu: sensitive=1,\n"
            "                         backends=4,max_in_flight=8,slots=1,mean 200 p95 400 ms,\n"
            "                         row_cost=1,cost=1 (cost: per backend-hour, CPU = 1)\n"
+           "                         autoscaling (max > 0 turns it on; defaults = deploy/k8s's HPAs):\n"
+           "                         min=N,max=N,target=X (the metric per backend),\n"
+           "                         scale_metric=queue (workers' queue, the HPA) | desired (the\n"
+           "                         router's desired-backends gauge, KEDA),scale_target=X,\n"
+           "                         up=pods:1:120[/percent:100:15],down=...,up_window_s,\n"
+           "                         down_window_s,sync_s (15),tolerance (0.1); cold start =\n"
+           "                         provision_s+pull_s+load_s+warmup_s (gpu 120+60+20+30,\n"
+           "                         cpu 30+15+2+1); prices: reserved=N (paid always at\n"
+           "                         reserved_cost, default 0.6 x cost), the rest on demand at\n"
+           "                         cost, or spot=1 at spot_cost (0.35 x cost), preempted\n"
+           "                         preempt_per_h times per backend-hour after notice_s (120)\n"
            "  --policy K=V,...       queue.high/low, p95_ms.high/low, gpu_memory.high/low, require,\n"
            "                         sustain_s, cooldown_s, stages=0/0.25/0.5/1, stage_hold_s,\n"
            "                         rollback_hold_s\n"
            "  --probe-interval-ms N  250      --probe-rtt-ms N  2 (the probe's answer lands after)\n"
            "  --queue-size N         256      --queue-timeout-ms N  200 (the admission queue)\n"
+           "  --urgent-queue-timeout-ms N  1000 (urgent waits at least as long as normal)\n"
+           "  --batch-queue-timeout-ms N   0 (batch is shed at once when every pool is full)\n"
+           "  --urgent-reserve S     0.1  a share of each pool's in-flight capacity only urgent fills\n"
+           "  --normal-reserve S     0.1  a further share batch may not fill\n"
            "  --deadline-ms urgent=5000,normal=15000,batch=60000\n"
            "  --retry budget_ratio=0.2,min_concurrency=3,per_try_timeout_ms=0\n"
            "  --ejection consecutive_failures=3,base_ms=1000,max_ms=30000\n"

@@ -363,6 +363,10 @@ int trace_gen_option(trace_gen *g, const char *key, const char *value, char *err
         g->wave[g->n_wave].start = v[0], g->wave[g->n_wave].len = v[1], g->wave[g->n_wave].period = v[2];
         g->wave[g->n_wave].high = v[3], g->wave[g->n_wave].low = v[4];
         g->n_wave++;
+    } else if (strcmp(key, "day") == 0) {
+        if (parse_double(value, &v[0]) != 0 || v[0] < 0.01 || v[0] > 3600)
+            return ts_fail(err, errlen, "--day: '%.40s' is not the seconds one hour takes, in [0.01, 3600]", value);
+        g->day_hour_s = v[0];
     } else if (strcmp(key, "mix") == 0) {
         return gen_mix(g, value, err, errlen);
     } else if (strcmp(key, "sensitive") == 0) {
@@ -389,10 +393,33 @@ int trace_gen_option(trace_gen *g, const char *key, const char *value, char *err
     return 0;
 }
 
+/* A support desk's day, per hour from midnight, as a share of the day's peak: a night
+ * trough, a morning ramp, a lunch peak, an afternoon dip and an evening peak. */
+static const double k_day[24] = {0.15, 0.10, 0.08, 0.08, 0.10, 0.15, 0.30, 0.50, 0.70, 0.80, 0.85, 0.95,
+                                 1.00, 0.95, 0.80, 0.75, 0.75, 0.80, 0.90, 1.00, 0.95, 0.75, 0.50, 0.30};
+#define DAY_STEPS_PER_HOUR 12 /* the profile is interpolated in 5-minute steps */
+
+double trace_day_factor(double hour)
+{
+    double h = fmod(hour, 24.0);
+    if (h < 0) h += 24;
+    size_t a = (size_t)h % 24, b = (a + 1) % 24;
+    double w = h - floor(h);
+    return k_day[a] * (1 - w) + k_day[b] * w;
+}
+
 /* The rate multiplier at t, and the next time it may change (piecewise constant). */
 static double rate_factor(const trace_gen *g, double t, double *next_change)
 {
     double f = 1, next = g->duration_s;
+    if (g->day_hour_s > 0) {
+        double step = g->day_hour_s / DAY_STEPS_PER_HOUR;
+        double k = floor(t / step);
+        f *= trace_day_factor((k + 0.5) / DAY_STEPS_PER_HOUR);
+        double edge = (k + 1) * step;
+        if (edge <= t) edge = t + step; /* rounding: never stand still */
+        if (edge < next) next = edge;
+    }
     for (size_t i = 0; i < g->n_surge; i++) {
         double a = g->surge[i].start, b = a + g->surge[i].len;
         if (t >= a && t < b) f *= g->surge[i].factor;

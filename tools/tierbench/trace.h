@@ -68,6 +68,7 @@ typedef struct {
     size_t n_surge;
     struct { double start, len, period, high, low; } wave[TRACE_MAX_SHAPES];
     size_t n_wave;
+    double day_hour_s; /* > 0: a support desk's day (trace_day_factor), one hour = this many seconds */
     double mix[PRIO_COUNT];          /* share of each priority (normalised) */
     double sensitive;                /* share of sensitive requests */
     char tenants[8][TRACE_NAME_LEN];
@@ -83,11 +84,15 @@ typedef struct {
  * tenant "acme", model "demo", size 1, seed 1. */
 void trace_gen_defaults(trace_gen *g);
 /* Sets one generator option: key is the option name without "--" (rate, duration, fixed,
- * poisson, surge START:LEN:FACTOR, wave START:LEN:PERIOD:HIGH:LOW, mix urgent=..,normal=..,
+ * poisson, surge START:LEN:FACTOR, wave START:LEN:PERIOD:HIGH:LOW, day HOUR_S, mix urgent=..,normal=..,
  * batch=.., sensitive SHARE, tenants a,b, model NAME, size-max N, seed N, kill T:POOL[:IDX],
  * revive T:POOL[:IDX]). Returns 1 if the key is not a generator option, 0 when set, -1 with
  * a message naming the option on a bad value. */
 int trace_gen_option(trace_gen *g, const char *key, const char *value, char *err, size_t errlen);
+
+/* The daily profile of --day at an hour from midnight (wraps at 24): a share of the peak in
+ * (0, 1], linear between the hourly anchors (night 0.08, lunch and evening 1.0). */
+double trace_day_factor(double hour);
 
 /* 0 or -1 with a message (the spec would exceed TRACE_MAX_REQUESTS, or a name is bad). */
 int trace_generate(const trace_gen *g, trace *out, char *err, size_t errlen);

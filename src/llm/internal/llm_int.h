@@ -51,6 +51,9 @@ typedef struct llm_seq {
     OrtValue *kv_val;         /* the bound path's cache: a byte tensor from the model's
                                  kv_alloc, kv its data (NULL: kv is malloc'd) */
     size_t kv_bytes;          /* its size once allocated */
+    size_t n_reused;          /* prompt tokens whose KV came from the prefix cache */
+    bool keep_kv;             /* ended normally with the prefix cache on: the bound path's
+                                 settle writes its rows back so the engine can store its blocks */
     llm_gen_params params;
     llm_rng rng;
     llm_counts *counts;       /* the generated tokens' counts; NULL when both penalties are 0 */
@@ -60,6 +63,11 @@ typedef struct llm_seq {
     void *ud;
     double t_added;           /* ts_now() at llm_engine_add */
 } llm_seq;
+
+/* Memory for KV bytes: malloc on the host path; on the bound path a flat byte tensor from the
+ * model's kv_alloc (device memory on the GPU tiers; *val owns it). 0, or -1 with err (500). */
+int llm_kv_mem_new(const llm_model *m, size_t bytes, uint8_t **data, OrtValue **val, ts_err *err);
+void llm_kv_mem_free(uint8_t *data, OrtValue *val);
 
 /* NULL with err set (400: empty prompt or one that leaves no room in the context). */
 llm_seq *llm_seq_new(const llm_model *m, const int32_t *prompt, size_t n, const llm_gen_params *p,
@@ -99,8 +107,9 @@ size_t llm_kv_batch_bytes(const llm_kv_ctx *c);
 /* Before a decode step, and after one: unless the decode batch holds exactly next[0..n) in
  * that order, it is dissolved: the rows of the sequences in live[0..nlive) are written back
  * into their caches (only the tokens computed since the batch was built) and the tensors
- * are released. Rows of sequences not in live (finished, cancelled: their caches are gone)
- * are dropped with the tensors. Returns 0, or -1 with err (500, the copy's error). */
+ * are released. Rows of sequences not in live, or done (unless keep_kv: the prefix cache
+ * stores their blocks), are dropped with the tensors (their caches are gone or going).
+ * Returns 0, or -1 with err (500, the copy's error). */
 int llm_kv_settle(const llm_model *m, llm_kv_ctx *c, llm_seq *const *live, size_t nlive,
                   llm_seq *const *next, size_t n, ts_err *err);
 /* llm_step_run's contract on the bound path. keep: the decode batch (built from the
@@ -108,6 +117,24 @@ int llm_kv_settle(const llm_model *m, llm_kv_ctx *c, llm_seq *const *live, size_
  * are written back into the caches and which is released before returning. */
 int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *seqs, size_t n,
                 size_t s_new, float *logits, ts_err *err);
+
+/* ---- the prefix cache's blocks (llm_kv.c; the index is llm_prefix.c) ----
+ * One block of B tokens' keys and values, laid out [layer][key|value][kv_head][B][head_dim],
+ * in the same memory as the sequences' caches (llm_kv_mem_new), so a GPU tier's blocks stay
+ * on the device and every copy goes through the copy backend. */
+typedef struct {
+    uint8_t *data;
+    OrtValue *val;
+} llm_kv_block;
+
+size_t llm_kv_block_bytes(const llm_model *m, size_t B);
+/* NULL with err set. */
+llm_kv_block *llm_kv_block_new(const llm_model *m, size_t B, ts_err *err);
+void llm_kv_block_free(llm_kv_block *b);
+/* Tokens [t0, t0 + B) of s's cache into the block (to_seq false) or from it (true). The
+ * sequence's cache must hold those tokens (n_synced) when saving. 0, or -1 with msg. */
+int llm_kv_block_copy(const llm_model *m, llm_seq *s, size_t t0, size_t B, llm_kv_block *b, bool to_seq,
+                      char *msg, size_t len);
 
 /* Shared by both paths (llm_step.c). ids, pos: n x s_new; mask: n x (past + s_new) with
  * pad[i] = past - n_cached[i] zeros first. */

@@ -36,6 +36,7 @@ struct server {
     doneq *done;                /* jobs back from the runners */
     doneq *decoded;             /* jobs back from the decode pool */
     doneq *llm_done;            /* LLM requests with tokens from a generation thread (v1_request.c) */
+    doneq *embed_done;          /* /v1/embeddings requests back from a decode thread or a runner (v1_embed.c) */
     struct llm_acct *llm_acct;  /* /v1 usage of cancelled requests, for the router (v1_request.c) */
     workpool *decoder;
     parfor_pool split_pool;        /* the decode pool, for splitting one big tensor's numbers */

@@ -30,8 +30,12 @@
 #define LLM_PROMPT_LIMIT TOK_MAX_TEXT_BYTES /* a rendered prompt */
 #define LLM_OUT_LIMIT ((size_t)64 << 20)    /* a reply's text, or SSE bytes waiting for a slow reader */
 
+/* What a model's /v1 handle (model_llm) is: its first field says. */
+typedef enum { V1_LLM = 1, V1_EMBED } v1_kind;
+
 /* One LLM of the repository (v1_load.c). */
 typedef struct {
+    v1_kind kind;             /* V1_LLM; first (an embedding model's handle starts alike: embed.h) */
     char name[TS_NAME_MAX];
     server *srv;
     llm_model *model;
@@ -97,6 +101,8 @@ typedef struct lreq {
     _Atomic uint64_t compute_ns; /* its share of the engine's Run()s (llm_gen_params.compute_ns) */
     _Atomic uint64_t made;       /* tokens its sequence generated (the loop may take fewer) */
     _Atomic bool joined;         /* its sequence left the wait queue: the prefill began */
+    _Atomic uint64_t cached;     /* prompt tokens the prefix cache gave it (set at the join) */
+    char scope[96];              /* its prefix cache scope (llm_gen_params.cache_scope) */
     llm_acct_live acct;          /* tracked for the router's cancel report (llm_acct.h) */
     double t_arrive;
     struct event *timer;      /* the deadline, armed at arrival */
@@ -148,7 +154,16 @@ void v1_on_token(void *ud, uint64_t seq, int32_t tok, llm_finish fin, const ts_e
 void v1_on_logprobs(void *ud, uint64_t seq, const llm_logprobs *lp);
 void v1_on_join(void *ud, uint64_t seq);
 
+/* The model's /v1 handle of this kind once READY, else NULL (any thread). */
+void *v1_served(const ts_model *m, v1_kind kind);
+/* ["chat","completions"], ["completions"] or ["embeddings"] as a JSON array, and the
+ * model's context (tokens per input for an embedding model); false: not a /v1 model. */
+bool v1_capabilities(const ts_model *m, buf *caps, int64_t *context);
+
 /* v1_handlers.c */
+/* X-Priority (the router's header): urgent 0, normal 1 (also when absent), batch 2; -1 with a
+ * 400 in e for another value. */
+int v1_parse_priority(h1req *req, int *out, v1_err *e);
 /* The preparation is over (from the llm_done doneq): the sequence joins, or the refusal goes out. */
 void v1_on_prepared(lreq *r);
 
