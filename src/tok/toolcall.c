@@ -133,10 +133,28 @@ static bool call_of(json_t *o, one_call *out)
     return true;
 }
 
+static void free_calls(one_call *c, int n)
+{
+    for (int k = 0; k < n; k++) {
+        free(c[k].name);
+        free(c[k].args);
+    }
+}
+
+static int deepseek_parse(const char *s, size_t n, one_call *out, int max, int *made);
+
 /* DeepSeek-V3's calls between its calls markers: each
  *   <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>
- * with white space between. Fills out[] (at most max); returns the count or -1. */
+ * with white space between. Fills out[] (at most max); returns the count, or -1 with nothing
+ * held (all or none: a body that breaks after its first call is text). */
 static int deepseek_calls(const char *s, size_t n, one_call *out, int max)
+{
+    int made = 0, rc = deepseek_parse(s, n, out, max, &made);
+    if (rc < 0) free_calls(out, made);
+    return rc;
+}
+
+static int deepseek_parse(const char *s, size_t n, one_call *out, int max, int *made)
 {
     int c = 0;
     size_t i = 0;
@@ -162,14 +180,13 @@ static int deepseek_calls(const char *s, size_t n, one_call *out, int max)
         if (j - i < 3 || memcmp(s + j - 3, "```", 3) != 0) return -1;
         json_t *args = json_loadb(s + i, j - 3 - i, 0, NULL);
         json_t *o = json_object();
-        json_t *nm = json_stringn(s + name_at, name_len);
-        bool ok = o && nm && json_is_object(args) && !json_object_set_new(o, "name", nm) &&
+        /* set_new takes nm whether it succeeds or not */
+        bool ok = o && json_is_object(args) && !json_object_set_new(o, "name", json_stringn(s + name_at, name_len)) &&
                   !json_object_set(o, "arguments", args) && call_of(o, &out[c]);
-        if (!o) json_decref(nm);
         json_decref(o);
         json_decref(args);
         if (!ok) return -1;
-        c++;
+        *made = ++c;
         i = (size_t)(end - s) + le; /* past the call's end marker */
     }
 }
@@ -191,7 +208,7 @@ static void take_body(toolcall_parser *p, const char *s, size_t n)
             for (size_t i = 0; i < json_array_size(v) && nc >= 0; i++) {
                 if (call_of(json_array_get(v, i), &c[nc])) nc++;
                 else {
-                    for (int k = 0; k < nc; k++) free(c[k].name), free(c[k].args);
+                    free_calls(c, nc);
                     nc = -1;
                 }
             }
