@@ -82,6 +82,9 @@ void gram_masker_stats(gram_masker *m, size_t *hits, size_t *misses, size_t *ent
 
 gram_matcher *gram_matcher_new(gram_masker *m, ts_err *err);
 void gram_matcher_free(gram_matcher *s);
+/* dst takes src's state (both of one masker): n > 1 sequences fork from one prompt, a
+ * checker tries a token without moving src. false with err set when out of memory. */
+bool gram_matcher_copy(gram_matcher *dst, const gram_matcher *src, ts_err *err);
 /* Bit i of mask (words uint64_t, at least gram_mask_words) is set when token i may come
  * next. false with err set when the step passes a limit (400). */
 bool gram_fill_mask(gram_matcher *s, uint64_t *mask, size_t words, ts_err *err);

@@ -527,6 +527,27 @@ void gram_matcher_free(gram_matcher *s)
     free(s);
 }
 
+bool gram_matcher_copy(gram_matcher *dst, const gram_matcher *src, ts_err *err)
+{
+    if (dst->m != src->m) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "grammar: matchers of different maskers");
+        return false;
+    }
+    gram_sset_clear(&dst->cur);
+    for (size_t i = 0; i < src->cur.n; i++) {
+        memcpy(dst->scratch, src->cur.pool + src->cur.off[i], src->cur.len[i] * sizeof *dst->scratch);
+        /* already expanded: expand only re-adds it */
+        gram_expand(src->m->g, &dst->cur, dst->scratch, src->cur.len[i], src->m->lim.max_stack,
+                    src->m->lim.max_stacks, dst->scratch + src->m->lim.max_stack + 1);
+    }
+    dst->ended = src->ended;
+    if (dst->cur.overflow) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "grammar: out of memory copying a matcher");
+        return false;
+    }
+    return true;
+}
+
 bool gram_can_end(const gram_matcher *s)
 {
     if (s->ended)
