@@ -334,7 +334,8 @@ gram_grammar *gb_finish(gb *b, int32_t root)
         gb_fail(b, "out of memory compiling the grammar");
         return NULL;
     }
-    memcpy(g->cls, b->cls, b->n_cls * sizeof *g->cls);
+    if (b->n_cls)
+        memcpy(g->cls, b->cls, b->n_cls * sizeof *g->cls);
     g->n_cls = b->n_cls;
     for (size_t i = 0; i < b->n_alts; i++)
         g->rule_alt[b->alts[i]->rule + 1]++;
@@ -351,7 +352,8 @@ gram_grammar *gb_finish(gb *b, int32_t root)
     for (size_t i = 0; i < b->n_alts; i++) {
         gb_alt *a = b->alts[i];
         g->alt_start[g->rule_alt[a->rule] + fill[a->rule]++] = (uint32_t)pos;
-        memcpy(g->el + pos, a->el, a->n * sizeof *a->el);
+        if (a->n)
+            memcpy(g->el + pos, a->el, a->n * sizeof *a->el);
         pos += a->n;
         g->el[pos++] = GE_MAKE(GE_END, 0);
     }

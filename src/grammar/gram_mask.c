@@ -535,7 +535,8 @@ bool gram_matcher_copy(gram_matcher *dst, const gram_matcher *src, ts_err *err)
     }
     gram_sset_clear(&dst->cur);
     for (size_t i = 0; i < src->cur.n; i++) {
-        memcpy(dst->scratch, src->cur.pool + src->cur.off[i], src->cur.len[i] * sizeof *dst->scratch);
+        if (src->cur.len[i])
+            memcpy(dst->scratch, src->cur.pool + src->cur.off[i], src->cur.len[i] * sizeof *dst->scratch);
         /* already expanded: expand only re-adds it */
         gram_expand(src->m->g, &dst->cur, dst->scratch, src->cur.len[i], src->m->lim.max_stack,
                     src->m->lim.max_stacks, dst->scratch + src->m->lim.max_stack + 1);

@@ -179,7 +179,10 @@ static int esc_char(tp *t)
         }
         return -1;
     default:
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        /* a regex takes JavaScript's "u" mode rules (ajv's): only syntax characters may be
+         * escaped ('-' also inside a class) */
+        if (t->regex ? !strchr("^$\\.*+?()[]{}|/-", c) || !c
+                     : (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
             return -1;
         return (unsigned char)c;
     }

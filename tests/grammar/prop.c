@@ -40,7 +40,7 @@ static double now_s(void)
 
 static const char *const WORDS[] = {"id", "name", "status", "qty", "a b", "caf\xc3\xa9", "x\"y", "tags", "n\\m", "\xe6\x97\xa5"};
 static const char *const PATTERNS[] = {"^[A-Z]{2}-\\d{3}$", "^(ab|cd)+x?$", "[a-f0-9]{4,6}", "^\\w+@\\w+\\.com$",
-                                       "^[^\"\\\\]{1,4}$", "^\\d{1,3}(\\.\\d{2})?$", "^caf\xc3\xa9|t\\.e\\\"a$"};
+                                       "^[^\"\\\\]{1,4}$", "^\\d{1,3}(\\.\\d{2})?$", "^caf\xc3\xa9|t\\.e\"a$"};
 static const char *const FORMATS[] = {"date", "date-time", "uuid", "email"};
 
 static json_t *gen(int depth, bool *used_ref);
@@ -53,8 +53,11 @@ static json_t *gen_scalar(void)
         json_object_set_new(s, "type", json_string("string"));
         if (pick(2))
             json_object_set_new(s, "maxLength", json_integer(pick(8)));
-        if (pick(3) == 0)
-            json_object_set_new(s, "minLength", json_integer(pick(3)));
+        if (pick(3) == 0) {
+            json_t *mx = json_object_get(s, "maxLength");
+            int most = mx ? (int)json_integer_value(mx) : 3;
+            json_object_set_new(s, "minLength", json_integer(pick(most < 3 ? most + 1 : 3)));
+        }
         if (!json_object_get(s, "maxLength") && !json_object_get(s, "minLength"))
             json_object_set_new(s, "maxLength", json_integer(10 + pick(10)));
         break;
