@@ -44,7 +44,7 @@ int32_t gram_utf8_multi(gb *b)
     return b->memo[GB_MEMO_UTF8MB] = r;
 }
 
-int32_t gram_json_char(gb *b)
+static int32_t gram_json_char(gb *b)
 {
     if (b->memo[GB_MEMO_CHAR] >= 0)
         return b->memo[GB_MEMO_CHAR];
@@ -90,7 +90,7 @@ static int32_t string_len(gb *b, int min, int max)
     return r;
 }
 
-int32_t gram_json_string(gb *b)
+static int32_t gram_json_string(gb *b)
 {
     if (b->memo[GB_MEMO_STRING] < 0)
         b->memo[GB_MEMO_STRING] = string_len(b, 0, -1);
@@ -104,7 +104,7 @@ static void digits(gb *b, gb_alt *a, int min, int max)
     gb_add_ref(b, a, gb_repeat(b, gb_elem_class(b, &d), min, max));
 }
 
-int32_t gram_json_integer(gb *b)
+static int32_t gram_json_integer(gb *b)
 {
     if (b->memo[GB_MEMO_INTEGER] >= 0)
         return b->memo[GB_MEMO_INTEGER];
@@ -130,7 +130,7 @@ static int32_t fraction(gb *b)
     return r;
 }
 
-int32_t gram_json_number(gb *b)
+static int32_t gram_json_number(gb *b)
 {
     if (b->memo[GB_MEMO_NUMBER] >= 0)
         return b->memo[GB_MEMO_NUMBER];
@@ -164,7 +164,7 @@ static int32_t json_list(gb *b, const char *name, char open, char close, int32_t
     return r;
 }
 
-int32_t gram_json_value(gb *b)
+static int32_t gram_json_value(gb *b)
 {
     if (b->memo[GB_MEMO_VALUE] >= 0)
         return b->memo[GB_MEMO_VALUE];

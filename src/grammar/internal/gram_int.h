@@ -84,14 +84,6 @@ gram_grammar *gb_finish(gb *b, int32_t root);
 /* compiles a regex (the documented subset) into a rule matching JSON string content whose
  * decoded text the regex matches; -1 with the builder failed */
 int32_t gram_regex(gb *b, const char *re, size_t n, const char *where);
-/* the JSON building blocks (gram_json.c), each made once per builder */
-int32_t gram_json_value(gb *b);   /* any JSON value */
-int32_t gram_json_string(gb *b);
-int32_t gram_json_number(gb *b);  /* -?(0|[1-9][0-9]{0,14})(.[0-9]{1,15})? */
-int32_t gram_json_integer(gb *b); /* -?(0|[1-9][0-9]{0,14}) */
-/* one character of JSON string content: a UTF-8 character other than " \ and the controls,
- * or an escape (not a \u surrogate) */
-int32_t gram_json_char(gb *b);
 /* one UTF-8 character of two to four bytes (well-formed: no overlongs, no surrogates) */
 int32_t gram_utf8_multi(gb *b);
 
