@@ -313,10 +313,23 @@ static void t_mask(void **st)
     gram_masker_stats(m, &hits, &misses, &entries);
     assert_true(entries > 0);
     gram_matcher_free(s);
-    free(mask);
     gram_masker_free(m);
-    gram_vocab_free(v);
     gram_free(g);
+    /* inside a string any text fits, a control token's text too: still never the token */
+    g = gram_compile_any_json(NULL, &err);
+    m = gram_masker_new(g, v, NULL, &err);
+    s = gram_matcher_new(m, &err);
+    assert_true(gram_accept_bytes(s, (const unsigned char *)"{\"", 2, &err));
+    assert_true(gram_fill_mask(s, mask, words, &err));
+    assert_true((mask['<' >> 6] >> ('<' & 63)) & 1);
+    assert_false((mask[EOT >> 6] >> (EOT & 63)) & 1);
+    assert_false((mask[EOS >> 6] >> (EOS & 63)) & 1);
+    assert_false(gram_accept_token(s, EOT, &err));
+    gram_matcher_free(s);
+    gram_masker_free(m);
+    gram_free(g);
+    free(mask);
+    gram_vocab_free(v);
 }
 
 int main(void)
