@@ -166,9 +166,18 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("compile: json_object %.2f ms, support-bot schema %.2f ms\n", 1e3 * t_any, 1e3 * t_sup);
+    /* a long bounded string: each of its 1000 counts is a grammar position of its own */
+    static const char NOTE[] = "{\"type\":\"object\",\"properties\":{\"note\":{\"type\":\"string\","
+                               "\"maxLength\":1000}},\"required\":[\"note\"],\"additionalProperties\":false}";
+    gram_grammar *note = gram_compile_schema(NOTE, strlen(NOTE), NULL, &err);
+    if (!note) {
+        fprintf(stderr, "bench_grammar: %s\n", err.msg);
+        return 1;
+    }
     run("json_object", any, v, walks, steps);
     run("support-bot", sup, v, walks, steps);
-    gram_free(any), gram_free(sup);
+    run("note<=1000", note, v, walks, steps);
+    gram_free(any), gram_free(sup), gram_free(note);
     gram_vocab_free(v);
     free(bytes), free(lens), free(special);
     tok_free(t);

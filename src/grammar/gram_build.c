@@ -36,6 +36,7 @@ void gb_free(gb *b)
     for (size_t i = 0; i < b->n_rules; i++)
         free(b->names[i]);
     free(b->names);
+    free(b->chain), free(b->cidx), free(b->chain_elem);
     for (size_t i = 0; i < b->n_alts; i++) {
         free(b->alts[i]->el);
         free(b->alts[i]);
@@ -86,8 +87,22 @@ int32_t gb_rule(gb *b, const char *name)
         gb_fail(b, "grammar too large: more than %zu rules", b->lim.max_rules);
         return -1;
     }
+    size_t cap = b->cap_rules;
     if (!grow(b, (void **)&b->names, &b->cap_rules, b->n_rules + 1, sizeof *b->names))
         return -1;
+    if (cap != b->cap_rules) {
+        int32_t *c = realloc(b->chain, b->cap_rules * sizeof *c);
+        if (c)
+            b->chain = c;
+        uint32_t *i = realloc(b->cidx, b->cap_rules * sizeof *i);
+        if (i)
+            b->cidx = i;
+        if (!c || !i) {
+            gb_fail(b, "out of memory compiling the grammar");
+            return -1;
+        }
+    }
+    b->chain[b->n_rules] = -1, b->cidx[b->n_rules] = 0;
     b->names[b->n_rules] = strdup(name ? name : "");
     return (int32_t)b->n_rules++;
 }
@@ -158,34 +173,63 @@ void gb_add_lit(gb *b, gb_alt *a, const char *s, size_t n)
 
 void gb_add_ref(gb *b, gb_alt *a, int32_t rule) { gb_add_elem(b, a, gb_elem_ref(rule)); }
 
+static void gb_chain(gb *b, int32_t rule, uint32_t chain, uint32_t idx)
+{
+    if (rule >= 0)
+        b->chain[rule] = (int32_t)chain, b->cidx[rule] = idx;
+}
+
+static uint32_t new_chain(gb *b, uint32_t elem)
+{
+    if (!grow(b, (void **)&b->chain_elem, &b->cap_chains, b->n_chains + 1, sizeof *b->chain_elem))
+        return 0;
+    b->chain_elem[b->n_chains] = elem;
+    return (uint32_t)b->n_chains++;
+}
+
 int32_t gb_repeat(gb *b, uint32_t elem, int min, int max)
 {
-    /* x{min,max}: min copies, then (max-min) nested optionals O_k ::= x O_{k-1} | "",
-     * or for an unbounded tail R ::= x R | "" (right recursion: a tail call, no stack) */
+    /* x{min,max} as two chains of rules, each a tail call (no stack grows):
+     *   O_k ::= x O_{k-1} | ""   (k = 1 .. max-min: up to k more), or for no max R ::= x R | ""
+     *   M_j ::= x M_{j-1}        (j = 1 .. min: j more needed; M_0 is the O chain's head)
+     * Rules of one chain with an index beyond any token's length are alike for a mask: the
+     * masker folds them into one (gram_grammar's chain tables). */
     int32_t tail = -1;
     if (max < 0) {
         tail = gb_rule(b, "repeat*");
         gb_add_elem(b, gb_alt_new(b, tail), elem);
         gb_add_ref(b, b->alts[b->n_alts - 1], tail);
         gb_alt_new(b, tail);
-    } else {
-        for (int k = 0; k < max - min; k++) {
+    } else if (max > min) {
+        uint32_t c = new_chain(b, elem);
+        for (int k = 1; k <= max - min && gb_ok(b); k++) {
             int32_t o = gb_rule(b, "repeat?");
             gb_alt *a = gb_alt_new(b, o);
             gb_add_elem(b, a, elem);
             if (tail >= 0)
                 gb_add_ref(b, a, tail);
             gb_alt_new(b, o);
+            gb_chain(b, o, c, (uint32_t)k);
             tail = o;
         }
     }
-    int32_t r = gb_rule(b, "repeat");
-    gb_alt *a = gb_alt_new(b, r);
-    for (int k = 0; k < min && gb_ok(b); k++)
-        gb_add_elem(b, a, elem);
-    if (tail >= 0)
-        gb_add_ref(b, a, tail);
-    return gb_ok(b) ? r : -1;
+    if (min > 0) {
+        uint32_t c = new_chain(b, elem);
+        for (int j = 1; j <= min && gb_ok(b); j++) {
+            int32_t m = gb_rule(b, "repeat");
+            gb_alt *a = gb_alt_new(b, m);
+            gb_add_elem(b, a, elem);
+            if (tail >= 0)
+                gb_add_ref(b, a, tail);
+            gb_chain(b, m, c, (uint32_t)j);
+            tail = m;
+        }
+    }
+    if (tail < 0) { /* x{0,0}: the empty string */
+        tail = gb_rule(b, "repeat0");
+        gb_alt_new(b, tail);
+    }
+    return gb_ok(b) ? tail : -1;
 }
 
 /* rules whose every alternative needs some rule that cannot finish: a parse entering one
@@ -218,16 +262,11 @@ static bool check_productive(gb *b, const uint8_t *has_alt)
     return true;
 }
 
-/* left recursion: rule A reaches A again through elements that can all match nothing;
- * the matcher expands before it consumes, so such a grammar would never stop expanding */
-static bool check_left_recursion(gb *b)
+/* which rules can match the empty string (NULL when out of memory) */
+static uint8_t *gb_nullable(gb *b)
 {
-    size_t n = b->n_rules, ne = 0;
-    uint8_t *nullable = calloc(n ? n : 1, 1), *state = calloc(n ? n : 1, 1);
-    uint32_t *first = calloc(n + 1, sizeof *first), *stack = malloc((n ? n : 1) * 2 * sizeof *stack);
-    uint32_t *to = NULL;
-    bool ok = nullable && state && first && stack;
-    for (bool changed = ok; changed;) {
+    uint8_t *nullable = calloc(b->n_rules ? b->n_rules : 1, 1);
+    for (bool changed = nullable != NULL; changed;) {
         changed = false;
         for (size_t i = 0; i < b->n_alts; i++) {
             gb_alt *a = b->alts[i];
@@ -238,6 +277,18 @@ static bool check_left_recursion(gb *b)
                 nullable[a->rule] = changed = true;
         }
     }
+    return nullable;
+}
+
+/* left recursion: rule A reaches A again through elements that can all match nothing;
+ * the matcher expands before it consumes, so such a grammar would never stop expanding */
+static bool check_left_recursion(gb *b)
+{
+    size_t n = b->n_rules, ne = 0;
+    uint8_t *nullable = gb_nullable(b), *state = calloc(n ? n : 1, 1);
+    uint32_t *first = calloc(n + 1, sizeof *first), *stack = malloc((n ? n : 1) * 2 * sizeof *stack);
+    uint32_t *to = NULL;
+    bool ok = nullable && state && first && stack;
     /* the left edges A -> B, grouped by A (counted, then filled) */
     for (int pass = 0; ok && pass < 2; pass++) {
         uint32_t *fill = pass ? calloc(n + 1, sizeof *fill) : NULL;
@@ -326,10 +377,16 @@ gram_grammar *gb_finish(gb *b, int32_t root)
     g->n_rules = b->n_rules;
     g->n_el = 1 + b->n_el + b->n_alts;
     g->el = malloc(g->n_el * sizeof *g->el);
+    g->el_rule = malloc(g->n_el * sizeof *g->el_rule);
+    g->rule_chain = malloc((b->n_rules ? b->n_rules : 1) * sizeof *g->rule_chain);
+    g->rule_cidx = malloc((b->n_rules ? b->n_rules : 1) * sizeof *g->rule_cidx);
+    g->chain_off = calloc(b->n_chains + 1, sizeof *g->chain_off);
+    g->chain_rules = malloc((b->n_rules ? b->n_rules : 1) * sizeof *g->chain_rules);
     g->alt_start = malloc((b->n_alts ? b->n_alts : 1) * sizeof *g->alt_start);
     g->rule_alt = calloc(b->n_rules + 1, sizeof *g->rule_alt);
     g->cls = malloc((b->n_cls ? b->n_cls : 1) * sizeof *g->cls);
-    if (!g->el || !g->alt_start || !g->rule_alt || !g->cls) {
+    if (!g->el || !g->alt_start || !g->rule_alt || !g->cls || !g->el_rule || !g->rule_chain || !g->rule_cidx ||
+        !g->chain_off || !g->chain_rules) {
         gram_free(g);
         gb_fail(b, "out of memory compiling the grammar");
         return NULL;
@@ -347,10 +404,38 @@ gram_grammar *gb_finish(gb *b, int32_t root)
         gb_fail(b, "out of memory compiling the grammar");
         return NULL;
     }
+    /* chains whose element can match nothing are not folded (a rule's index would not bound
+     * how far a token reaches) */
+    uint8_t *nullable = gb_nullable(b);
+    if (!nullable) {
+        free(fill);
+        gram_free(g);
+        gb_fail(b, "out of memory compiling the grammar");
+        return NULL;
+    }
+    g->n_chains = b->n_chains;
+    for (size_t r = 0; r < b->n_rules; r++) {
+        int32_t c = b->chain[r];
+        uint32_t e = c >= 0 ? b->chain_elem[c] : 0;
+        if (c >= 0 && GE_KIND(e) == GE_REF && nullable[GE_ARG(e)])
+            c = -1;
+        g->rule_chain[r] = c, g->rule_cidx[r] = b->cidx[r];
+        if (c >= 0 && b->cidx[r] > g->chain_off[c + 1])
+            g->chain_off[c + 1] = b->cidx[r]; /* the chain's length, for now */
+    }
+    free(nullable);
+    for (size_t c = 0; c < b->n_chains; c++)
+        g->chain_off[c + 1] += g->chain_off[c];
+    for (size_t r = 0; r < b->n_rules; r++)
+        if (g->rule_chain[r] >= 0)
+            g->chain_rules[g->chain_off[g->rule_chain[r]] + g->rule_cidx[r] - 1] = (uint32_t)r;
     size_t pos = 0;
+    g->el_rule[pos] = 0;
     g->el[pos++] = GE_MAKE(GE_SENT, 0);
     for (size_t i = 0; i < b->n_alts; i++) {
         gb_alt *a = b->alts[i];
+        for (size_t k = 0; k <= a->n; k++)
+            g->el_rule[pos + k] = a->rule;
         g->alt_start[g->rule_alt[a->rule] + fill[a->rule]++] = (uint32_t)pos;
         if (a->n)
             memcpy(g->el + pos, a->el, a->n * sizeof *a->el);
@@ -370,5 +455,6 @@ void gram_free(gram_grammar *g)
     free(g->alt_start);
     free(g->rule_alt);
     free(g->cls);
+    free(g->el_rule), free(g->rule_chain), free(g->rule_cidx), free(g->chain_off), free(g->chain_rules);
     free(g);
 }

@@ -26,6 +26,7 @@ enum { TOK_SPECIAL = 1, TOK_END = 2 };
 
 struct gram_vocab {
     size_t n;
+    size_t max_len; /* the longest token's bytes */
     uint8_t *flags;
     int32_t *end_ids;
     size_t n_end;
@@ -170,6 +171,8 @@ gram_vocab *gram_vocab_new(size_t n, const unsigned char *const *bytes, const si
             continue; /* never inside the output */
         memcpy(v->bytes + pos, bytes[i], lens[i]);
         v->blen[i] = (uint32_t)lens[i];
+        if (lens[i] > v->max_len)
+            v->max_len = lens[i];
         pos += lens[i];
         uint32_t node = 0;
         for (size_t k = 0; k < lens[i] && !oom; k++)
@@ -434,13 +437,28 @@ static bool walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc)
     return !acc->oom && !unc->oom;
 }
 
+/* A position in a counted repetition's rule whose index is above far (no token reaches past
+ * far - 1 more repetitions: each takes a byte at least) masks like the same position in the
+ * chain's rule of index far: maxLength 1000 costs far trie walks, not 1000. */
+static uint32_t canon(const gram_grammar *g, uint32_t pos, uint32_t far)
+{
+    if (!pos)
+        return pos;
+    uint32_t r = g->el_rule[pos];
+    if (g->rule_chain[r] < 0 || g->rule_cidx[r] <= far)
+        return pos;
+    uint32_t r2 = g->chain_rules[g->chain_off[g->rule_chain[r]] + far - 1];
+    return g->alt_start[g->rule_alt[r2]] + (pos - g->alt_start[g->rule_alt[r]]);
+}
+
 static mentry *entry_for(gram_matcher *s, const uint32_t *stk, size_t len, bool *owned, ts_err *err)
 {
     gram_masker *m = s->m;
     mentry k = {0};
     k.whole = len <= GRAM_KEY_DEPTH;
     k.klen = (uint8_t)(k.whole ? len : GRAM_KEY_DEPTH);
-    memcpy(k.key, stk + len - k.klen, k.klen * sizeof *stk);
+    for (size_t i = 0; i < k.klen; i++)
+        k.key[i] = canon(m->g, stk[len - k.klen + i], (uint32_t)m->v->max_len + 1);
     if (!k.whole) {
         size_t room = m->lim.max_stack > len ? m->lim.max_stack - len : 0;
         k.budget = (uint8_t)(room < GRAM_KEY_BUDGET ? room : GRAM_KEY_BUDGET);

@@ -35,6 +35,13 @@ struct gram_grammar {
     size_t n_cls;
     uint32_t root;
     gram_limits lim;
+    /* counted repetitions (gb_repeat): rule r is index rule_cidx[r] of chain rule_chain[r]
+     * (-1: none); chain c's rule of index i is chain_rules[chain_off[c] + i - 1]; the rule
+     * holding each element: el_rule */
+    uint32_t *el_rule;
+    int32_t *rule_chain;
+    uint32_t *rule_cidx, *chain_off, *chain_rules;
+    size_t n_chains;
 };
 
 /* ---- the builder ---- */
@@ -58,6 +65,10 @@ typedef struct {
     ts_err *err;
     bool failed; /* err is set */
     int32_t memo[GB_MEMO_N]; /* shared building blocks, made once (-1: not yet) */
+    int32_t *chain;     /* per rule: its counted-repetition chain, or -1 */
+    uint32_t *cidx;     /* per rule: its index in that chain */
+    uint32_t *chain_elem; /* per chain: the repeated element */
+    size_t n_chains, cap_chains;
 } gb;
 
 void gb_init(gb *b, const gram_limits *lim, ts_err *err);
