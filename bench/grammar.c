@@ -13,17 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "gram.h"
 #include "tokenizer.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -81,12 +74,12 @@ static void run(const char *label, const gram_grammar *g, const gram_vocab *v, i
     for (int w = 0; w < walks; w++) {
         gram_matcher *s = gram_matcher_new(m, &err);
         for (int k = 0; k < steps; k++) {
-            double t0 = now_s();
+            double t0 = ts_now();
             if (!gram_fill_mask(s, mask, words, &err)) {
                 fprintf(stderr, "%s: %s\n", label, err.msg);
                 exit(1);
             }
-            double t1 = now_s();
+            double t1 = ts_now();
             if (w == 0)
                 cold[n_cold++] = t1 - t0, t_first += t1 - t0;
             else
@@ -98,12 +91,12 @@ static void run(const char *label, const gram_grammar *g, const gram_vocab *v, i
             if (!na)
                 break;
             int32_t id = allowed[next_rand() % na];
-            double t2 = now_s();
+            double t2 = ts_now();
             if (!gram_accept_token(s, id, &err)) {
                 fprintf(stderr, "%s: a masked-in token was refused: %s\n", label, err.msg);
                 exit(1);
             }
-            acc[n_acc++] = now_s() - t2;
+            acc[n_acc++] = ts_now() - t2;
             if (gram_ended(s)) {
                 ends++;
                 break;
@@ -147,20 +140,20 @@ int main(int argc, char **argv)
         ends[n_end++] = tok_eos(t);
     if (tok_token_id(t, "<|eot_id|>") >= 0 && tok_token_id(t, "<|eot_id|>") != tok_eos(t))
         ends[n_end++] = tok_token_id(t, "<|eot_id|>");
-    double t0 = now_s();
+    double t0 = ts_now();
     gram_vocab *v = gram_vocab_new(n, bytes, lens, special, ends, n_end, &err);
-    double t_vocab = now_s() - t0;
+    double t_vocab = ts_now() - t0;
     if (!v) {
         fprintf(stderr, "bench_grammar: %s\n", err.msg);
         return 1;
     }
     printf("vocabulary: %zu tokens, trie built in %.0f ms\n", n, 1e3 * t_vocab);
-    t0 = now_s();
+    t0 = ts_now();
     gram_grammar *any = gram_compile_any_json(NULL, &err);
-    double t_any = now_s() - t0;
-    t0 = now_s();
+    double t_any = ts_now() - t0;
+    t0 = ts_now();
     gram_grammar *sup = gram_compile_schema(SUPPORT, strlen(SUPPORT), NULL, &err);
-    double t_sup = now_s() - t0;
+    double t_sup = ts_now() - t0;
     if (!any || !sup) {
         fprintf(stderr, "bench_grammar: %s\n", err.msg);
         return 1;

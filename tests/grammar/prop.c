@@ -18,8 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "gram.h"
 #include "tokenizer.h"
 
@@ -32,13 +32,6 @@ static uint64_t rnd(void)
     return rng;
 }
 static int pick(int n) { return (int)(rnd() % (uint64_t)n); }
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static const char *const WORDS[] = {"id", "name", "status", "qty", "a b", "caf\xc3\xa9", "x\"y", "tags", "n\\m", "\xe6\x97\xa5"};
 static const char *const PATTERNS[] = {"^[A-Z]{2}-\\d{3}$", "^(ab|cd)+x?$", "[a-f0-9]{4,6}", "^\\w+@\\w+\\.com$",
@@ -355,10 +348,10 @@ int main(int argc, char **argv)
     vc[0].v = llama_vocab(argv[1], &vc[0].end), vc[0].name = "llama3", vc[0].naive_every = naive_every;
     vc[1].v = small_vocab(&vc[1].end), vc[1].name = "bytes", vc[1].naive_every = 2;
     g_vc[0] = &vc[0], g_vc[1] = &vc[1];
-    double t0 = now_s();
+    double t0 = ts_now();
     bool ok = true;
     size_t refused = 0;
-    while (ok && now_s() - t0 < budget && n_cases < max_cases) {
+    while (ok && ts_now() - t0 < budget && n_cases < max_cases) {
         ts_err err;
         char *schema_text = NULL;
         gram_grammar *g;
@@ -395,6 +388,6 @@ int main(int argc, char **argv)
     }
     printf("grammar_prop: %zu schemas, %zu generations (%zu finished and written, %zu cut at %d tokens), %zu steps, "
            "%zu naive scans (%zu tokens checked) in %.1f s\n",
-           n_cases, n_walks, n_done, n_cut, MAX_STEPS, n_steps, n_naive, n_naive_tokens, now_s() - t0);
+           n_cases, n_walks, n_done, n_cut, MAX_STEPS, n_steps, n_naive, n_naive_tokens, ts_now() - t0);
     return ok ? 0 : 1;
 }
