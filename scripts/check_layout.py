@@ -32,6 +32,7 @@ ALLOWED = {
     "src/kserve": {"src/common"},
     "src/policy": {"src/common"},
     "src/jinja": {"src/common"},
+    "src/grammar": {"src/common"},
     "src/tok": {"src/common", "src/jinja"},
     "src/engine": {"src/common", "src/kserve"},
     "src/llm": {"src/common", "src/engine", "src/kserve"},

@@ -228,8 +228,11 @@ def test_kv_budget_queues_refuses_and_reports(repo, tmp_path_factory):
         results = []
         ths = [threading.Thread(target=lambda: results.append(post_json(wk, "/v1/completions", body)))
                for _ in range(2)]
-        for t in ths:
-            t.start()
+        # one at a time: with a queue of one, a second request that arrives before the engine
+        # has taken the first from the queue would find it full (503 queue_full)
+        ths[0].start()
+        wait_until(lambda: llm_status(wk)["running"] == 1, timeout=60, what="the first sequence running")
+        ths[1].start()
         st = wait_until(lambda: (lambda s: s if s["running"] == 1 and s["waiting"] == 1 else None)(llm_status(wk)),
                         timeout=60, what="one running, one waiting for KV memory")
         assert st["kv_cache_usage"] == 1.0 and st["kv_reserved_bytes"] == need

@@ -476,7 +476,13 @@ def test_promtool_check_metrics_on_live_metrics(stack, who):
     port = stack[who].port
     code, out = run_promtool("check", "metrics", stdin=metrics_text(port))
     assert proc.poll() is None
-    assert code == 0, f"promtool check metrics on {who}'s /metrics:\n{out}"
+    # The model server protocol's names (vllm:num_requests_waiting, ...) are what inference
+    # gateways scrape, colon and all; the lint's "should not contain ':'" is the one finding
+    # allowed, and only for them.
+    lines = [l for l in out.splitlines() if l.strip()]
+    allowed = [l for l in lines if l.startswith("vllm:") and "should not contain ':'" in l]
+    rest = [l for l in lines if l not in allowed]
+    assert code == 0 or (allowed and not rest), f"promtool check metrics on {who}'s /metrics:\n{out}"
 
 
 class Prometheus:

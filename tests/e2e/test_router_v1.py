@@ -287,7 +287,7 @@ def test_errors_the_router_answers_on_v1_have_openais_shape(two):
     assert code == 404 and "gpt-9" in openai_error(body, "not_found_error", "model", "model_not_found")
     code, _, body = post(r, "/v1/chat/completions", {"model": "llama"}, {"X-Priority": "asap"})
     assert code == 400 and "X-Priority" in openai_error(body, "invalid_request_error")
-    code, _, body = post(r, "/v1/embeddings", {"model": "llama"})
+    code, _, body = post(r, "/v1/audio/speech", {"model": "llama"})
     assert code == 404 and openai_error(body, "not_found_error")
     conn = http.client.HTTPConnection("127.0.0.1", r.port, timeout=10)
     conn.request("GET", "/v1/chat/completions")

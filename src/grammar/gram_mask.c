@@ -1,0 +1,712 @@
+/* Token masks. The vocabulary's byte strings go into a trie once per tokenizer; a mask is
+ * the set of tokens whose bytes the recogniser can read from the current state, found by
+ * walking the trie and the recogniser together (a subtree is cut as soon as no parse
+ * survives its prefix).
+ *
+ * The walk is cached per stack "key": the stack's top GRAM_KEY_DEPTH positions (or the whole
+ * stack when it is that short). Walking from a key alone, a parse that pops below the key
+ * reaches the SENT element: the rest of the real stack is unknown there. A token is then
+ *   - accepted when some parse reads all its bytes (a parse ending on SENT counts: the frames
+ *     below always continue, as every rule can finish);
+ *   - rejected when every parse dies without having reached SENT before its end;
+ *   - uncertain otherwise: it is checked against the whole real stack at each step.
+ * This is xgrammar's context-independent / context-dependent split; with four frames of
+ * context the uncertain lists are short (a token must close several nested rules at once). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gram_int.h"
+
+#define GRAM_KEY_DEPTH 4
+#define GRAM_KEY_BUDGET 64 /* pushes a walk may make above the key (more: the token is refused) */
+#define GRAM_MAX_TOKEN 1024 /* longer tokens are never allowed */
+
+enum { TOK_SPECIAL = 1, TOK_END = 2 };
+
+struct gram_vocab {
+    size_t n;
+    size_t max_len; /* the longest token's bytes */
+    uint8_t *flags;
+    int32_t *end_ids;
+    size_t n_end;
+    uint8_t *bytes;
+    uint32_t *boff, *blen;
+    /* trie: node 0 the root; children as a first-child / next-sibling list */
+    uint32_t *first, *next;
+    uint8_t *byte;
+    size_t n_nodes;
+    /* tokens in preorder: the tokens ending at node i are order[tok_lo[i] .. tok_hi[i]),
+     * those of its subtree order[tok_lo[i] .. sub_hi[i]) */
+    int32_t *order;
+    uint32_t *tok_lo, *tok_hi, *sub_hi;
+};
+
+typedef struct {
+    uint32_t key[GRAM_KEY_DEPTH];
+    uint8_t klen, whole, budget;
+    uint32_t hash;
+    uint64_t *acc;     /* bitmap (NULL when acc_ids is used) */
+    int32_t *acc_ids;  /* or a list, when few are accepted */
+    size_t n_acc;
+    int32_t *unc;
+    size_t n_unc;
+} mentry;
+
+struct gram_masker {
+    const gram_grammar *g;
+    const gram_vocab *v;
+    gram_limits lim;
+    pthread_mutex_t mu;
+    mentry **slot;
+    size_t cap, n;
+    size_t hits, misses;
+};
+
+/* one depth of the trie walk: the node, the child being tried, whether a parse reached SENT
+ * on the way here, the bytes some parse can read next */
+typedef struct {
+    uint32_t node, child;
+    bool sent;
+    gram_set u;
+} wframe;
+
+struct gram_matcher {
+    gram_masker *m;
+    wframe *fr; /* GRAM_MAX_TOKEN + 1 of them, made on the first walk */
+    gram_sset cur, t1, t2;
+    uint32_t *scratch;
+    gram_sset *lv; /* the walk's state per trie depth */
+    size_t n_lv;
+    bool ended;
+};
+
+/* ---------------------------------------------------------------- vocabulary and trie */
+
+static uint32_t trie_child(gram_vocab *v, uint32_t node, uint8_t c, size_t *cap, bool *oom)
+{
+    for (uint32_t k = v->first[node]; k; k = v->next[k])
+        if (v->byte[k] == c)
+            return k;
+    if (v->n_nodes == *cap) {
+        size_t nc = *cap * 2;
+        uint32_t *f = realloc(v->first, nc * sizeof *f);
+        if (f)
+            v->first = f;
+        uint32_t *x = realloc(v->next, nc * sizeof *x);
+        if (x)
+            v->next = x;
+        uint8_t *b = realloc(v->byte, nc);
+        if (b)
+            v->byte = b;
+        if (!f || !x || !b) {
+            *oom = true;
+            return 0;
+        }
+        *cap = nc;
+    }
+    uint32_t k = (uint32_t)v->n_nodes++;
+    v->first[k] = 0;
+    v->byte[k] = c;
+    v->next[k] = v->first[node];
+    v->first[node] = k;
+    return k;
+}
+
+void gram_vocab_free(gram_vocab *v)
+{
+    if (!v)
+        return;
+    free(v->flags), free(v->end_ids), free(v->bytes), free(v->boff), free(v->blen);
+    free(v->first), free(v->next), free(v->byte), free(v->order), free(v->tok_lo), free(v->tok_hi), free(v->sub_hi);
+    free(v);
+}
+
+gram_vocab *gram_vocab_new(size_t n, const unsigned char *const *bytes, const size_t *lens, const bool *special,
+                           const int32_t *end_ids, size_t n_end, ts_err *err)
+{
+    if (n == 0 || n > (1u << 24) || !bytes || !lens) {
+        ts_err_set(err, TS_BAD_REQUEST, "vocabulary: between 1 and 16777216 tokens with their bytes");
+        return NULL;
+    }
+    gram_vocab *v = calloc(1, sizeof *v);
+    size_t total = 0, cap = 1024;
+    for (size_t i = 0; i < n; i++)
+        total += lens[i] <= GRAM_MAX_TOKEN ? lens[i] : 0;
+    bool oom = !v;
+    if (v) {
+        v->n = n;
+        v->flags = calloc(n, 1);
+        v->end_ids = malloc((n_end ? n_end : 1) * sizeof *v->end_ids);
+        v->bytes = malloc(total ? total : 1);
+        v->boff = malloc(n * sizeof *v->boff), v->blen = calloc(n, sizeof *v->blen);
+        v->first = malloc(cap * sizeof *v->first), v->next = malloc(cap * sizeof *v->next), v->byte = malloc(cap);
+        oom = !v->flags || !v->end_ids || !v->bytes || !v->boff || !v->blen || !v->first || !v->next || !v->byte;
+    }
+    if (oom) {
+        gram_vocab_free(v);
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory building the vocabulary trie");
+        return NULL;
+    }
+    for (size_t i = 0; i < n_end; i++) {
+        if (end_ids[i] < 0 || (size_t)end_ids[i] >= n) {
+            gram_vocab_free(v);
+            ts_err_set(err, TS_BAD_REQUEST, "vocabulary: end id %d outside the vocabulary", (int)end_ids[i]);
+            return NULL;
+        }
+        v->end_ids[v->n_end++] = end_ids[i];
+        v->flags[end_ids[i]] |= TOK_END;
+    }
+    v->n_nodes = 1;
+    v->first[0] = 0, v->next[0] = 0, v->byte[0] = 0;
+    uint32_t *tok_node = calloc(n, sizeof *tok_node);
+    if (!tok_node)
+        oom = true;
+    size_t pos = 0;
+    for (size_t i = 0; i < n && !oom; i++) {
+        v->boff[i] = (uint32_t)pos;
+        if (special && special[i])
+            v->flags[i] |= TOK_SPECIAL;
+        if (!bytes[i] || lens[i] == 0 || lens[i] > GRAM_MAX_TOKEN || (v->flags[i] & (TOK_SPECIAL | TOK_END)))
+            continue; /* never inside the output */
+        memcpy(v->bytes + pos, bytes[i], lens[i]);
+        v->blen[i] = (uint32_t)lens[i];
+        if (lens[i] > v->max_len)
+            v->max_len = lens[i];
+        pos += lens[i];
+        uint32_t node = 0;
+        for (size_t k = 0; k < lens[i] && !oom; k++)
+            node = trie_child(v, node, bytes[i][k], &cap, &oom);
+        tok_node[i] = node;
+    }
+    /* preorder numbering of the tokens: count per node, then an iterative DFS */
+    uint32_t *cnt = oom ? NULL : calloc(v->n_nodes, sizeof *cnt);
+    uint32_t *stack = oom ? NULL : malloc(v->n_nodes * sizeof *stack);
+    v->order = malloc(n * sizeof *v->order);
+    v->tok_lo = malloc(v->n_nodes * sizeof *v->tok_lo), v->tok_hi = malloc(v->n_nodes * sizeof *v->tok_hi);
+    v->sub_hi = malloc(v->n_nodes * sizeof *v->sub_hi);
+    if (oom || !cnt || !stack || !v->order || !v->tok_lo || !v->tok_hi || !v->sub_hi) {
+        free(tok_node), free(cnt), free(stack);
+        gram_vocab_free(v);
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory building the vocabulary trie");
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (tok_node[i])
+            cnt[tok_node[i]]++;
+    /* first pass: tok_lo by preorder; subtree ends after children are done */
+    uint32_t at = 0;
+    size_t sp = 0;
+    stack[sp++] = 0;
+    uint32_t *post = calloc(v->n_nodes, sizeof *post); /* 0: enter, 1: leave */
+    if (!post) {
+        free(tok_node), free(cnt), free(stack);
+        gram_vocab_free(v);
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory building the vocabulary trie");
+        return NULL;
+    }
+    while (sp) {
+        uint32_t x = stack[sp - 1];
+        if (!post[x]) {
+            post[x] = 1;
+            v->tok_lo[x] = at;
+            at += cnt[x];
+            v->tok_hi[x] = at;
+            for (uint32_t k = v->first[x]; k; k = v->next[k])
+                stack[sp++] = k;
+        } else {
+            v->sub_hi[x] = at;
+            sp--;
+        }
+    }
+    /* sub_hi must be the end of the subtree: a node is left only after every child was left */
+    memset(cnt, 0, v->n_nodes * sizeof *cnt);
+    for (size_t i = 0; i < n; i++)
+        if (tok_node[i])
+            v->order[v->tok_lo[tok_node[i]] + cnt[tok_node[i]]++] = (int32_t)i;
+    free(post), free(tok_node), free(cnt), free(stack);
+    return v;
+}
+
+size_t gram_vocab_size(const gram_vocab *v) { return v->n; }
+size_t gram_mask_words(const gram_vocab *v) { return (v->n + 63) / 64; }
+
+/* ---------------------------------------------------------------- the masker's cache */
+
+gram_masker *gram_masker_new(const gram_grammar *g, const gram_vocab *v, const gram_limits *lim, ts_err *err)
+{
+    gram_masker *m = calloc(1, sizeof *m);
+    if (!m) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
+        return NULL;
+    }
+    m->g = g, m->v = v;
+    m->lim = lim ? *lim : g->lim;
+    pthread_mutex_init(&m->mu, NULL);
+    return m;
+}
+
+static void entry_free(mentry *e)
+{
+    if (!e)
+        return;
+    free(e->acc), free(e->acc_ids), free(e->unc);
+    free(e);
+}
+
+void gram_masker_free(gram_masker *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->cap; i++)
+        entry_free(m->slot[i]);
+    free(m->slot);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void gram_masker_stats(gram_masker *m, size_t *hits, size_t *misses, size_t *entries)
+{
+    pthread_mutex_lock(&m->mu);
+    *hits = m->hits, *misses = m->misses, *entries = m->n;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static bool key_eq(const mentry *a, const mentry *b)
+{
+    return a->hash == b->hash && a->klen == b->klen && a->whole == b->whole && a->budget == b->budget &&
+           !memcmp(a->key, b->key, a->klen * sizeof a->key[0]);
+}
+
+static mentry *cache_find(gram_masker *m, const mentry *k)
+{
+    if (!m->cap)
+        return NULL;
+    for (size_t i = k->hash & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (!m->slot[i])
+            return NULL;
+        if (key_eq(m->slot[i], k))
+            return m->slot[i];
+    }
+}
+
+/* false when the cache is full (the caller then owns e) */
+static bool cache_put(gram_masker *m, mentry *e)
+{
+    if (m->n >= m->lim.max_cache)
+        return false;
+    if ((m->n + 1) * 2 > m->cap) {
+        size_t nc = m->cap ? m->cap * 2 : 256;
+        mentry **s = calloc(nc, sizeof *s);
+        if (!s)
+            return false;
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->slot[i]) {
+                size_t j = m->slot[i]->hash & (nc - 1);
+                while (s[j])
+                    j = (j + 1) & (nc - 1);
+                s[j] = m->slot[i];
+            }
+        free(m->slot);
+        m->slot = s, m->cap = nc;
+    }
+    size_t j = e->hash & (m->cap - 1);
+    while (m->slot[j])
+        j = (j + 1) & (m->cap - 1);
+    m->slot[j] = e;
+    m->n++;
+    return true;
+}
+
+/* ---------------------------------------------------------------- matcher */
+
+static size_t scratch_words(unsigned max_stack) { return (size_t)(max_stack + 9) * (max_stack + 1); }
+
+static bool has_sent(const gram_grammar *g, const gram_sset *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (s->len[i] && GE_KIND(g->el[s->pool[s->off[i] + s->len[i] - 1]]) == GE_SENT)
+            return true;
+    return false;
+}
+
+static void top_union(const gram_grammar *g, const gram_sset *s, gram_set *u)
+{
+    memset(u, 0, sizeof *u);
+    for (size_t i = 0; i < s->n; i++) {
+        if (!s->len[i])
+            continue;
+        uint32_t e = g->el[s->pool[s->off[i] + s->len[i] - 1]];
+        if (GE_KIND(e) == GE_CLASS)
+            for (int w = 0; w < 4; w++)
+                u->w[w] |= g->cls[GE_ARG(e)].w[w];
+    }
+}
+
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+    bool oom;
+} idlist;
+
+static void idl_push(idlist *l, int32_t id)
+{
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 64;
+        int32_t *p = realloc(l->v, nc * sizeof *p);
+        if (!p) {
+            l->oom = true;
+            return;
+        }
+        l->v = p, l->cap = nc;
+    }
+    l->v[l->n++] = id;
+}
+
+static bool ensure_levels(gram_matcher *s, size_t n)
+{
+    if (n <= s->n_lv)
+        return true;
+    gram_sset *p = realloc(s->lv, n * sizeof *p);
+    if (!p)
+        return false;
+    memset(p + s->n_lv, 0, (n - s->n_lv) * sizeof *p);
+    s->lv = p, s->n_lv = n;
+    return true;
+}
+
+/* the trie walk from one key (see the top of this file); fills acc and unc */
+static bool walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc)
+{
+    const gram_grammar *g = s->m->g;
+    const gram_vocab *v = s->m->v;
+    uint32_t stk[GRAM_KEY_DEPTH + 1];
+    size_t len = 0;
+    if (!k->whole)
+        stk[len++] = 0; /* SENT */
+    for (size_t i = 0; i < k->klen; i++)
+        stk[len++] = k->key[i];
+    unsigned max_stack = k->whole ? s->m->lim.max_stack : (unsigned)(len + k->budget);
+    if (max_stack > s->m->lim.max_stack)
+        max_stack = s->m->lim.max_stack;
+    if (!ensure_levels(s, 2))
+        return false;
+    gram_sset_clear(&s->lv[0]);
+    /* the key's stack is already expanded: its top is a class */
+    gram_expand(g, &s->lv[0], stk, len, max_stack, s->m->lim.max_stacks, s->scratch);
+    /* iterative DFS, one frame per depth */
+    if (!s->fr && !(s->fr = malloc((GRAM_MAX_TOKEN + 1) * sizeof *s->fr)))
+        return false;
+    wframe *fr = s->fr;
+    size_t d = 0;
+    fr[0].node = 0, fr[0].child = v->first[0], fr[0].sent = has_sent(g, &s->lv[0]);
+    top_union(g, &s->lv[0], &fr[0].u);
+    for (;;) {
+        wframe *f = &fr[d];
+        if (!f->child) {
+            if (d == 0)
+                break;
+            d--;
+            continue;
+        }
+        uint32_t c = f->child;
+        f->child = v->next[c];
+        bool live = false;
+        if (gram_set_has(&f->u, v->byte[c])) {
+            if (!ensure_levels(s, d + 2))
+                return false;
+            gram_advance(g, &s->lv[d], v->byte[c], &s->lv[d + 1], max_stack, s->m->lim.max_stacks, s->scratch);
+            live = s->lv[d + 1].n > 0;
+        }
+        if (!live) {
+            if (f->sent)
+                for (uint32_t t = v->tok_lo[c]; t < v->sub_hi[c]; t++)
+                    idl_push(unc, v->order[t]);
+            continue;
+        }
+        for (uint32_t t = v->tok_lo[c]; t < v->tok_hi[c]; t++)
+            idl_push(acc, v->order[t]);
+        if (!v->first[c])
+            continue;
+        wframe *nf = &fr[d + 1];
+        nf->node = c, nf->child = v->first[c];
+        nf->sent = f->sent || has_sent(g, &s->lv[d + 1]);
+        top_union(g, &s->lv[d + 1], &nf->u);
+        d++;
+    }
+    return !acc->oom && !unc->oom;
+}
+
+/* A position in a counted repetition's rule whose index is above far (no token reaches past
+ * far - 1 more repetitions: each takes a byte at least) masks like the same position in the
+ * chain's rule of index far: maxLength 1000 costs far trie walks, not 1000. */
+static uint32_t canon(const gram_grammar *g, uint32_t pos, uint32_t far)
+{
+    if (!pos)
+        return pos;
+    uint32_t r = g->el_rule[pos];
+    if (g->rule_chain[r] < 0 || g->rule_cidx[r] <= far)
+        return pos;
+    uint32_t r2 = g->chain_rules[g->chain_off[g->rule_chain[r]] + far - 1];
+    return g->alt_start[g->rule_alt[r2]] + (pos - g->alt_start[g->rule_alt[r]]);
+}
+
+static mentry *entry_for(gram_matcher *s, const uint32_t *stk, size_t len, bool *owned, ts_err *err)
+{
+    gram_masker *m = s->m;
+    mentry k = {0};
+    k.whole = len <= GRAM_KEY_DEPTH;
+    k.klen = (uint8_t)(k.whole ? len : GRAM_KEY_DEPTH);
+    for (size_t i = 0; i < k.klen; i++)
+        k.key[i] = canon(m->g, stk[len - k.klen + i], (uint32_t)m->v->max_len + 1);
+    if (!k.whole) {
+        size_t room = m->lim.max_stack > len ? m->lim.max_stack - len : 0;
+        k.budget = (uint8_t)(room < GRAM_KEY_BUDGET ? room : GRAM_KEY_BUDGET);
+    }
+    uint32_t h = 2166136261u ^ k.klen ^ ((uint32_t)k.whole << 8) ^ ((uint32_t)k.budget << 16);
+    for (size_t i = 0; i < k.klen; i++)
+        h = (h ^ k.key[i]) * 16777619u;
+    k.hash = h ^ (h >> 15);
+    *owned = false;
+    pthread_mutex_lock(&m->mu);
+    mentry *e = cache_find(m, &k);
+    if (e)
+        m->hits++;
+    else
+        m->misses++;
+    pthread_mutex_unlock(&m->mu);
+    if (e)
+        return e;
+    idlist acc = {0}, unc = {0};
+    e = calloc(1, sizeof *e);
+    if (!e || !walk(s, &k, &acc, &unc)) {
+        free(e), free(acc.v), free(unc.v);
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory computing a token mask");
+        return NULL;
+    }
+    *e = k;
+    e->unc = unc.v, e->n_unc = unc.n;
+    e->n_acc = acc.n;
+    if (acc.n < m->v->n / 32) {
+        e->acc_ids = acc.v;
+    } else {
+        e->acc = calloc(gram_mask_words(m->v), sizeof *e->acc);
+        if (!e->acc) {
+            free(acc.v);
+            entry_free(e);
+            ts_err_set(err, TS_INTERNAL_ERROR, "out of memory computing a token mask");
+            return NULL;
+        }
+        for (size_t i = 0; i < acc.n; i++)
+            e->acc[acc.v[i] >> 6] |= 1ull << (acc.v[i] & 63);
+        free(acc.v);
+    }
+    pthread_mutex_lock(&m->mu);
+    mentry *other = cache_find(m, &k);
+    bool put = !other && cache_put(m, e);
+    pthread_mutex_unlock(&m->mu);
+    if (other) { /* another thread got there first */
+        entry_free(e);
+        return other;
+    }
+    if (!put)
+        *owned = true;
+    return e;
+}
+
+gram_matcher *gram_matcher_new(gram_masker *m, ts_err *err)
+{
+    gram_matcher *s = calloc(1, sizeof *s);
+    if (s)
+        s->scratch = malloc(scratch_words(m->lim.max_stack) * sizeof *s->scratch);
+    if (!s || !s->scratch) {
+        free(s);
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
+        return NULL;
+    }
+    s->m = m;
+    const gram_grammar *g = m->g;
+    for (uint32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++) {
+        uint32_t stk[1] = {g->alt_start[a]};
+        gram_expand(g, &s->cur, stk, 1, m->lim.max_stack, m->lim.max_stacks, s->scratch);
+    }
+    if (s->cur.overflow || !s->cur.n) {
+        gram_matcher_free(s);
+        ts_err_set(err, TS_BAD_REQUEST, "grammar is too deep or too ambiguous at its start (max_stack %u, max_stacks %u)",
+                   m->lim.max_stack, m->lim.max_stacks);
+        return NULL;
+    }
+    return s;
+}
+
+void gram_matcher_free(gram_matcher *s)
+{
+    if (!s)
+        return;
+    gram_sset_free(&s->cur), gram_sset_free(&s->t1), gram_sset_free(&s->t2);
+    for (size_t i = 0; i < s->n_lv; i++)
+        gram_sset_free(&s->lv[i]);
+    free(s->lv);
+    free(s->fr);
+    free(s->scratch);
+    free(s);
+}
+
+bool gram_matcher_copy(gram_matcher *dst, const gram_matcher *src, ts_err *err)
+{
+    if (dst->m != src->m) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "grammar: matchers of different maskers");
+        return false;
+    }
+    gram_sset_clear(&dst->cur);
+    for (size_t i = 0; i < src->cur.n; i++) {
+        if (src->cur.len[i])
+            memcpy(dst->scratch, src->cur.pool + src->cur.off[i], src->cur.len[i] * sizeof *dst->scratch);
+        /* already expanded: expand only re-adds it */
+        gram_expand(src->m->g, &dst->cur, dst->scratch, src->cur.len[i], src->m->lim.max_stack,
+                    src->m->lim.max_stacks, dst->scratch + src->m->lim.max_stack + 1);
+    }
+    dst->ended = src->ended;
+    if (dst->cur.overflow) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "grammar: out of memory copying a matcher");
+        return false;
+    }
+    return true;
+}
+
+bool gram_can_end(const gram_matcher *s)
+{
+    if (s->ended)
+        return false;
+    for (size_t i = 0; i < s->cur.n; i++)
+        if (!s->cur.len[i])
+            return true;
+    return false;
+}
+
+bool gram_is_done(const gram_matcher *s) { return s->ended || (s->cur.n == 1 && s->cur.len[0] == 0); }
+bool gram_ended(const gram_matcher *s) { return s->ended; }
+
+/* reads bytes from the single stack stk (or from cur when stk is NULL) into *res; res
+ * ends up empty when they do not fit */
+static const gram_sset *run_bytes(gram_matcher *s, const gram_sset *from, const unsigned char *p, size_t n)
+{
+    const gram_grammar *g = s->m->g;
+    const gram_sset *in = from;
+    gram_sset *out = &s->t1;
+    for (size_t i = 0; i < n; i++) {
+        gram_advance(g, in, p[i], out, s->m->lim.max_stack, s->m->lim.max_stacks, s->scratch);
+        if (!out->n || out->overflow)
+            return out;
+        in = out;
+        out = out == &s->t1 ? &s->t2 : &s->t1;
+    }
+    return in;
+}
+
+bool gram_accept_bytes(gram_matcher *s, const unsigned char *p, size_t n, ts_err *err)
+{
+    if (s->ended) {
+        ts_err_set(err, TS_BAD_REQUEST, "grammar: output already ended");
+        return false;
+    }
+    if (!n)
+        return true;
+    const gram_sset *r = run_bytes(s, &s->cur, p, n);
+    if (r->overflow) {
+        ts_err_set(err, TS_BAD_REQUEST, "grammar: the output nests deeper or branches wider than the limits "
+                   "(max_stack %u, max_stacks %u)", s->m->lim.max_stack, s->m->lim.max_stacks);
+        return false;
+    }
+    if (!r->n) {
+        ts_err_set(err, TS_BAD_REQUEST, "grammar: these bytes do not fit the grammar here");
+        return false;
+    }
+    /* r is t1 or t2: swap it into cur */
+    gram_sset tmp = s->cur;
+    if (r == &s->t1)
+        s->cur = s->t1, s->t1 = tmp;
+    else
+        s->cur = s->t2, s->t2 = tmp;
+    return true;
+}
+
+bool gram_accept_token(gram_matcher *s, int32_t id, ts_err *err)
+{
+    const gram_vocab *v = s->m->v;
+    if (id < 0 || (size_t)id >= v->n) {
+        ts_err_set(err, TS_BAD_REQUEST, "grammar: token %d outside the vocabulary", (int)id);
+        return false;
+    }
+    if (v->flags[id] & TOK_END) {
+        if (!gram_can_end(s)) {
+            ts_err_set(err, TS_BAD_REQUEST, "grammar: the end token is not allowed before the output is complete");
+            return false;
+        }
+        s->ended = true;
+        return true;
+    }
+    if (!v->blen[id]) {
+        ts_err_set(err, TS_BAD_REQUEST, "grammar: token %d is never allowed inside the output", (int)id);
+        return false;
+    }
+    return gram_accept_bytes(s, v->bytes + v->boff[id], v->blen[id], err);
+}
+
+bool gram_fill_mask(gram_matcher *s, uint64_t *mask, size_t words, ts_err *err)
+{
+    const gram_vocab *v = s->m->v;
+    const gram_grammar *g = s->m->g;
+    if (words < gram_mask_words(v)) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "grammar: mask of %zu words, the vocabulary needs %zu", words,
+                   gram_mask_words(v));
+        return false;
+    }
+    memset(mask, 0, words * sizeof *mask);
+    if (s->ended)
+        return true;
+    bool can_end = false;
+    gram_sset one = {0};
+    for (size_t i = 0; i < s->cur.n; i++) {
+        size_t len = s->cur.len[i];
+        if (!len) {
+            can_end = true;
+            continue;
+        }
+        const uint32_t *stk = s->cur.pool + s->cur.off[i];
+        bool owned;
+        mentry *e = entry_for(s, stk, len, &owned, err);
+        if (!e) {
+            gram_sset_free(&one);
+            return false;
+        }
+        if (e->acc)
+            for (size_t w = 0; w < gram_mask_words(v); w++)
+                mask[w] |= e->acc[w];
+        else
+            for (size_t k = 0; k < e->n_acc; k++)
+                mask[e->acc_ids[k] >> 6] |= 1ull << (e->acc_ids[k] & 63);
+        if (e->n_unc) {
+            /* the uncertain tokens against this whole stack */
+            gram_sset_clear(&one);
+            memcpy(s->scratch, stk, len * sizeof *stk);
+            gram_expand(g, &one, s->scratch, len, s->m->lim.max_stack, s->m->lim.max_stacks,
+                        s->scratch + s->m->lim.max_stack + 1);
+            for (size_t k = 0; k < e->n_unc; k++) {
+                int32_t t = e->unc[k];
+                if ((mask[t >> 6] >> (t & 63)) & 1)
+                    continue;
+                const gram_sset *r = run_bytes(s, &one, v->bytes + v->boff[t], v->blen[t]);
+                if (r->n && !r->overflow)
+                    mask[t >> 6] |= 1ull << (t & 63);
+            }
+        }
+        if (owned)
+            entry_free(e);
+    }
+    gram_sset_free(&one);
+    if (can_end)
+        for (size_t k = 0; k < v->n_end; k++)
+            mask[v->end_ids[k] >> 6] |= 1ull << (v->end_ids[k] & 63);
+    return true;
+}
