@@ -562,6 +562,7 @@ static int write_keda(const plan_cmd *c, const sim_pool_cfg *p, const char *base
     return close_out(f, path);
 }
 
+/* 0 written, 1 not (a pool with no base to run on: said on stderr), -1 failed. */
 static int write_overlay(const plan_cmd *c, const sim_config *s, const char *dir)
 {
     char path[PATH_MAX], rel[PATH_MAX];
@@ -571,13 +572,13 @@ static int write_overlay(const plan_cmd *c, const sim_config *s, const char *dir
             fprintf(stderr, "tierbench plan: pool '%s' is a GPU pool that may take sensitive data: deploy/k8s has no base "
                             "for it (pool-gpu is not on the sensitive nodes); no overlay\n",
                     s->pools[i].name);
-            return -1;
+            return 1;
         }
         for (size_t j = 0; j < i; j++)
             if (!strcmp(base[i], base[j])) {
                 fprintf(stderr, "tierbench plan: pools '%s' and '%s' would both run on pool-%s: no overlay\n",
                         s->pools[j].name, s->pools[i].name, base[i]);
-                return -1;
+                return 1;
             }
     }
     if (relpath(dir, c->k8s_base, rel, sizeof rel) != 0) {
@@ -830,11 +831,16 @@ static int write_outputs(const plan_cmd *c, const plan_point *pts, const size_t 
         if (!(f = open_out(c->out_dir, "router.yaml", path, sizeof path))) return -1;
         write_router(c, &cfg->sim, f);
         if (close_out(f, path) != 0) return -1;
-        if ((size_t)snprintf(dir, sizeof dir, "%s/overlay", c->out_dir) >= sizeof dir || mkdir_p(dir) != 0) return -1;
-        if (!(f = open_out(dir, "router.yaml", path, sizeof path))) return -1;
-        write_router(c, &cfg->sim, f);
-        if (close_out(f, path) != 0) return -1;
-        if (write_overlay(c, &cfg->sim, dir) != 0) return -1;
+        bool placed = true;
+        for (size_t i = 0; i < cfg->sim.n_pools; i++) placed &= base_of(&cfg->sim.pools[i]) != NULL;
+        if ((size_t)snprintf(dir, sizeof dir, "%s/overlay", c->out_dir) >= sizeof dir || (placed && mkdir_p(dir) != 0))
+            return -1;
+        if (placed) {
+            if (!(f = open_out(dir, "router.yaml", path, sizeof path))) return -1;
+            write_router(c, &cfg->sim, f);
+            if (close_out(f, path) != 0) return -1;
+        }
+        if (write_overlay(c, &cfg->sim, dir) < 0) return -1;
         if (!(f = open_out(c->out_dir, "day.svg", path, sizeof path))) return -1;
         write_svg(&cfg->sim, r, f);
         if (close_out(f, path) != 0) return -1;
