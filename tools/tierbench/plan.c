@@ -688,6 +688,10 @@ static void write_svg(const sim_config *s, const sim_result *r, FILE *f)
         svg_panel(f, 30 + 2 * (PLAN_SVG_PANEL + 30), "GPU pool P95 (router's 10 s window)", " ms", p95, 1, m, NULL);
         svg_panel(f, 30 + 3 * (PLAN_SVG_PANEL + 30), "not served (refused, timed out, failed) per second", "/s", lost, 1, m,
                   NULL);
+        int y = 30 + 4 * (PLAN_SVG_PANEL + 30) - 16; /* the time axis, under the last panel */
+        fprintf(f, "<text class=\"a\" x=\"60\" y=\"%d\">0 s</text><text class=\"a\" x=\"%d\" y=\"%d\" "
+                   "text-anchor=\"end\">%.0f s (one point per %.0f s, the step's highest)</text>\n",
+                y, PLAN_SVG_W - 20, y, (double)n * s->timeline_step_s, (double)b * s->timeline_step_s);
     }
     fputs("</svg>\n", f);
     free(rep);
