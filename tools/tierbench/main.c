@@ -15,6 +15,7 @@
 #include "load.h"
 #include "parity.h"
 #include "report.h"
+#include "plan.h"
 #include "sim.h"
 #include "simcfg.h"
 #include "simsweep.h"
@@ -33,6 +34,7 @@ static void usage(FILE *out)
                  "       tierbench drill gpu-outage|rolling --url http://ROUTER ...   (tierbench drill --help)\n"
                  "       tierbench calibrate --url http://WORKER:PORT --model M [--out pool.conf]   (--help)\n"
                  "       tierbench sim [--trace FILE | --rate R --duration S ...] [model options] [outputs]\n"
+                 "       tierbench plan --trace FILE --config FLEET --slo SPEC --axis KEY=V1/V2 [--out DIR]   (--help)\n"
                  "       tierbench gen [generator options] [--out FILE]\n"
                  "       tierbench trace --access-log ROUTER.log [--out FILE]   (tierbench trace --help)\n"
                  "       tierbench --help\n\n"
@@ -268,13 +270,14 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "drill")) return drill_main(argc, argv);
     if (!strcmp(argv[1], "trace")) return tracecvt_main(argc, argv);
     if (!strcmp(argv[1], "calibrate")) return calibrate_main(argc, argv);
+    if (!strcmp(argv[1], "plan")) return plan_main(argc, argv);
     static cmd c;
     simcfg_init(&c.cfg);
     trace_gen_defaults(&c.gen);
     c.max_events = MAX_EVENTS_SHOWN;
     if (!strcmp(argv[1], "sim")) c.is_sim = true;
     else if (strcmp(argv[1], "gen") != 0) {
-        fprintf(stderr, "tierbench: unknown command '%.100s' (load, parity, cost, drill, calibrate, trace, sim or gen; see tierbench --help)\n", argv[1]);
+        fprintf(stderr, "tierbench: unknown command '%.100s' (load, parity, cost, drill, calibrate, trace, plan, sim or gen; see tierbench --help)\n", argv[1]);
         return EXIT_USAGE;
     }
     char err[1200];

@@ -1038,6 +1038,7 @@ static void tl_policy(sim *s)
         row->stage = (uint8_t)p->st.stage;
         row->pressure = p->st.pressure;
         row->hard = p->st.hard_failover;
+        for (size_t i = 0; i < s->c->n_pools; i++) row->backends[i] = (uint16_t)s->pools[i].present;
         s->ticked[row - s->res->timeline] = true;
     }
 }
@@ -1224,6 +1225,7 @@ static int figures(sim *s, char *err, size_t errlen)
         row->stage = res->timeline[k - 1].stage;
         row->pressure = res->timeline[k - 1].pressure;
         row->hard = res->timeline[k - 1].hard;
+        memcpy(row->backends, res->timeline[k - 1].backends, sizeof row->backends);
     }
     return 0;
 }

@@ -157,6 +157,7 @@ typedef struct {
     uint32_t arrivals, served_gpu, served_cpu, lost; /* lost: refused, timed out, failed */
     double p95_ms, queue;  /* the lead GPU pool's last signals in the step (-1: unknown) */
     uint8_t stage, pressure, hard;
+    uint16_t backends[SIM_MAX_POOLS]; /* each pool's backends present (paid) at the step's last tick */
 } sim_tl_row;
 
 typedef struct {

@@ -221,6 +221,21 @@ static int opt_pool(simcfg *c, const char *spec, char *err, size_t errlen)
     return 0;
 }
 
+/* --set NAME.KEY=V[,...]: one --pool key of a pool already given, by its name (what
+ * `tierbench plan` writes after the fleet's own pool lines). */
+static int set_kv(void *ctx, const char *k, const char *v, char *err, size_t errlen)
+{
+    sim_config *s = ctx;
+    const char *dot = strchr(k, '.');
+    if (!dot) return ts_fail(err, errlen, "'%.40s' is not POOL.KEY", k);
+    size_t n = (size_t)(dot - k);
+    if (!strcmp(dot + 1, "kind") || !strcmp(dot + 1, "name"))
+        return ts_fail(err, errlen, "%.40s: a pool's kind and name are set by --pool", k);
+    for (size_t i = 0; i < s->n_pools; i++)
+        if (strlen(s->pools[i].name) == n && !strncmp(s->pools[i].name, k, n)) return pool_kv(&s->pools[i], dot + 1, v, err, errlen);
+    return ts_fail(err, errlen, "no pool named '%.*s'", (int)(n > 40 ? 40 : n), k);
+}
+
 /* ---- --policy, --deadline-ms, --retry, --ejection --------------------------------------- */
 
 static int policy_kv(void *ctx, const char *k, const char *v, char *err, size_t errlen)
@@ -331,6 +346,7 @@ int simcfg_option(simcfg *c, const char *key, const char *value, char *err, size
         return 0;
     }
     if (!strcmp(key, "policy")) return each_kv(key, value, policy_kv, &s->policy, err, errlen);
+    if (!strcmp(key, "set")) return each_kv(key, value, set_kv, s, err, errlen);
     if (!strcmp(key, "deadline-ms")) return each_kv(key, value, deadline_kv, s->deadline_s, err, errlen);
     if (!strcmp(key, "retry")) return each_kv(key, value, retry_kv, s, err, errlen);
     if (!strcmp(key, "ejection")) return each_kv(key, value, ejection_kv, s, err, errlen);
@@ -434,6 +450,7 @@ const char *simcfg_help(void)
            "                         reserved_cost, default 0.6 x cost), the rest on demand at\n"
            "                         cost, or spot=1 at spot_cost (0.35 x cost), preempted\n"
            "                         preempt_per_h times per backend-hour after notice_s (120)\n"
+           "  --set POOL.K=V,...     one --pool key of the pool named POOL (after its --pool)\n"
            "  --policy K=V,...       queue.high/low, p95_ms.high/low, gpu_memory.high/low, require,\n"
            "                         sustain_s, cooldown_s, stages=0/0.25/0.5/1, stage_hold_s,\n"
            "                         rollback_hold_s\n"

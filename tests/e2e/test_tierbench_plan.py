@@ -1,0 +1,157 @@
+"""tierbench plan (issue 26): the cheapest fleet and policy meeting per-priority SLOs on a day
+trace, written as a router config, a kustomize overlay and a report.
+
+Every check re-derives what it holds the planner to from outside the planner: the SLOs are
+re-checked on `tierbench sim --json` of the plan.conf the planner wrote, the router config on a
+real `tierrouter --check-config`, the overlay with `kubectl kustomize` and test_k8s's checks.
+The day is small (4 compressed minutes, 28k requests) so the grid runs in
+seconds. Its sensitive share (2 %) stays under 5 % of urgent: sensitive requests run on the CPU
+pool only, so with more of them the urgent P95 is a CPU latency whatever the fleet
+(docs/operate/capacity.md).
+"""
+import json
+import subprocess
+
+import pytest
+import yaml
+
+import test_k8s as k8s
+from conftest import ROOT, run_tierbench
+from helpers import ROUTER_BIN
+
+K8S_BASE = ROOT / "deploy" / "k8s" / "base"
+FLEET = """\
+pool kind=gpu,name=gpu,backends=2,min=2,max=4,reserved=2,max_in_flight=5,slots=4,mean_ms=40,p95_ms=52,cost=7
+pool kind=cpu,name=cpu,sensitive=1,backends=2,min=2,max=8,reserved=2,max_in_flight=2,slots=1,mean_ms=150,p95_ms=220,cost=1
+"""
+REF = "pool kind=gpu,name=gpu,sensitive=1,backends=5,max_in_flight=8,slots=4,mean_ms=40,p95_ms=52,cost=7\n"
+# 8 candidates; the cheaper ones refuse a tenth of normal in the surge, so a planner that
+# stopped counting refusals would pick one of them
+AXES = "gpu.min=2/4,gpu.max=4/5,cpu.max=4/8"
+SLO = "urgent.refused=0,normal.refused=0.005,urgent.p95_x=1.25,cost_x=0.9"
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plan")
+    rc, _, err = run_tierbench("gen", "--day", "10", "--duration", "240", "--rate", "150", "--surge", "190:25:3",
+                               "--mix", "urgent=0.15,normal=0.6,batch=0.25", "--sensitive", "0.02", "--seed", "7",
+                               "--out", d / "day.trace")
+    assert rc == 0, err
+    (d / "fleet.conf").write_text(FLEET)
+    (d / "ref.conf").write_text(REF)
+    return d
+
+
+def plan(day, out, slo=SLO, axes=AXES, *extra):
+    return run_tierbench("plan", "--trace", day / "day.trace", "--config", day / "fleet.conf", "--ref",
+                         day / "ref.conf", "--slo", slo, "--axis", axes, "--seed", "3", "--k8s-base", K8S_BASE,
+                         "--out", day / out, *extra, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def planned(day):
+    rc, out, err = plan(day, "a")
+    assert rc == 0, out + err
+    return day / "a", out
+
+
+def sim_json(day, config):
+    rc, out, err = run_tierbench("sim", "--trace", day / "day.trace", "--config", config, "--json", "-", "--quiet")
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def prio(res, p):
+    return res["priorities"][p]
+
+
+def served_share(res, p):
+    x = prio(res, p)
+    return x["served"] / x["arrivals"] if x["arrivals"] else 1.0
+
+
+def cost(res):
+    return res["cost"]["provisioned"]
+
+
+def test_the_plan_meets_its_slos_when_simulated_again(day, planned):
+    d, _ = planned
+    res, ref = sim_json(day, d / "plan.conf"), sim_json(day, day / "ref.conf")
+    assert prio(res, "urgent")["arrivals"] > 1000 and prio(res, "normal")["arrivals"] > 5000
+    assert served_share(res, "urgent") == 1.0
+    assert served_share(res, "normal") >= 0.995
+    assert prio(res, "urgent")["latency_ms"]["p95"] <= 1.25 * prio(ref, "urgent")["latency_ms"]["p95"]
+    assert cost(res) <= 0.9 * cost(ref)
+    report = (d / "report.md").read_text()
+    assert "| urgent.refused |" in report and "**missed**" not in report
+    assert (d / "day.svg").read_text().startswith("<svg")
+
+
+def test_same_seed_same_bytes(day, planned):
+    d, out = planned
+    rc, out2, err = plan(day, "b")
+    assert rc == 0, err
+    assert out2 == out
+    for f in ("plan.conf", "router.yaml", "report.md", "day.svg", "overlay/kustomization.yaml",
+              "overlay/hpa-gpu.yaml", "overlay/hpa-sensitive.yaml"):
+        assert (day / "b" / f).read_bytes() == (d / f).read_bytes(), f
+
+
+def plan_cost(out):
+    line = next(ln for ln in out.splitlines() if ln.startswith("plan: cost "))
+    return float(line.split()[2].rstrip(","))
+
+
+def test_a_tighter_slo_never_yields_a_cheaper_plan(day, planned):
+    _, out = planned
+    rc, tight, err = plan(day, "t", SLO.replace("urgent.p95_x=1.25", "urgent.p95_x=1.1")
+                          .replace("normal.refused=0.005", "normal.refused=0.001"))
+    assert rc in (0, 2), err
+    if rc == 0:
+        assert plan_cost(tight) >= plan_cost(out)
+
+
+def test_an_impossible_slo_names_the_binding_one(day):
+    rc, out, err = plan(day, "x", "urgent.refused=0,normal.refused=0.005,urgent.p95_ms=1")
+    assert rc == 2, out + err
+    assert "no plan meets the SLOs: urgent.p95_ms binds" in out, out
+    assert not (day / "x" / "router.yaml").exists()
+    assert "The binding SLO is `urgent.p95_ms`" in (day / "x" / "report.md").read_text()
+
+
+def test_a_grid_over_the_budget_is_refused(day):
+    rc, _, err = plan(day, "y", SLO, AXES, "--budget", "7")
+    assert rc == 64 and "over the --budget of 7" in err
+
+
+def test_the_router_config_loads_in_tierrouter(planned):
+    d, _ = planned
+    p = subprocess.run([ROUTER_BIN, "--check-config", "--config", str(d / "router.yaml")],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    doc = yaml.safe_load((d / "router.yaml").read_text())
+    conf = (d / "plan.conf").read_text()
+    assert [x["name"] for x in doc["pools"]] == ["gpu", "cpu"]
+    assert f"max_in_flight=5" in conf and doc["pools"][0]["max_in_flight"] == 5
+
+
+def test_the_overlay_passes_the_k8s_checks(planned):
+    d, _ = planned
+    p = subprocess.run([k8s.kubectl(), "kustomize", str(d / "overlay")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    objs = [o for o in yaml.safe_load_all(p.stdout) if o]
+    for check in k8s.CHECKS:
+        problems = check(objs)
+        assert problems == [], f"{check.__name__}: " + "\n".join(problems)
+    # the HPAs carry the plan's bounds (plan.conf's last word on each pool)
+    conf = (d / "plan.conf").read_text().splitlines()
+    hpas = {o["metadata"]["name"]: o["spec"] for o in objs if o["kind"] == "HorizontalPodAutoscaler"}
+    for pool, base in (("gpu", "gpu"), ("cpu", "sensitive")):  # the CPU pool takes sensitive data
+        lo = [ln.split("=")[1] for ln in conf if ln.startswith(f"set {pool}.min=")]
+        hi = [ln.split("=")[1] for ln in conf if ln.startswith(f"set {pool}.max=")]
+        h = hpas[f"tierserve-{base}"]
+        if lo:
+            assert h["minReplicas"] == int(float(lo[-1])), pool
+        if hi:
+            assert h["maxReplicas"] == int(float(hi[-1])), pool
