@@ -479,7 +479,8 @@ static bool load_llm(model_repo *r, ts_model *m)
     m->warmed_up = warm_ms >= 0;
     m->warmup_ms = warm_ms >= 0 ? warm_ms : 0;
     atomic_store(&m->state, MODEL_READY);
-    LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "model ready (LLM, /v1)");
+    LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "model ready (%s, /v1)",
+              rc == REPO_V1_EMBEDDINGS ? "embeddings" : "LLM");
     return true;
 }
 

@@ -56,11 +56,13 @@ typedef struct model_repo model_repo;
 
 /* An LLM: a version folder holding tokenizer.json beside model.onnx is offered to this hook
  * first (the engine knows nothing of decoders; the worker's /v1 layer opens them). It
- * returns 1 with *out set (the model is an LLM, READY, served by that handle), 0 when the
- * folder is not a decoder after all (it loads as a KServe model), -1 with a message in err
- * (the model FAILED). *warmup_ms (-1 on entry): how long the runs it made at load took (its
- * warm-up, e.g. the KV path's check), left negative when it ran none. Runs on the loader
- * thread. */
+ * returns REPO_V1_LLM or REPO_V1_EMBEDDINGS with *out set (the model is READY, served over
+ * /v1 by that handle; which one only names it in the log), 0 when the folder is neither
+ * (it loads as a KServe model), -1 with a message in err (the model FAILED). *warmup_ms
+ * (-1 on entry): how long the runs it made at load took (its warm-up, e.g. the KV path's
+ * check), left negative when it ran none. Runs on the loader thread. */
+#define REPO_V1_LLM 1
+#define REPO_V1_EMBEDDINGS 2
 typedef int repo_llm_open_fn(void *ctx, const char *dir, const char *name, const ep_config *cfg,
                              const ep_result *ep, void **out, double *warmup_ms, char *err, size_t errlen);
 typedef void repo_llm_free_fn(void *llm);

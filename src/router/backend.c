@@ -295,6 +295,27 @@ bool rt_model_served(const router *r, const char *logical)
     return false;
 }
 
+void rt_model_describe(const router *r, const char *logical, unsigned *caps, int64_t *context)
+{
+    *caps = 0;
+    *context = 0;
+    for (size_t i = 0; i < r->n_pools; i++) {
+        const rt_pool *p = &r->pools[i];
+        const char *phys = rt_pool_physical(p, logical);
+        for (size_t k = 0; phys && k < p->n; k++) {
+            const rt_backend *b = p->backends[k];
+            for (size_t m = 0; !b->gone && m < b->n_models; m++) {
+                const rt_backend_model *e = &b->models[m];
+                if (!e->ready || strcmp(e->name, phys) != 0) continue;
+                /* a client may be sent to any of them: it can ask what one can do, within
+                 * the context the smallest takes */
+                *caps |= e->caps;
+                if (e->context > 0 && (*context == 0 || e->context < *context)) *context = e->context;
+            }
+        }
+    }
+}
+
 void rt_route_view(router *r, const char *logical, double now, route_pool *view)
 {
     for (size_t i = 0; i < r->n_pools; i++) {
@@ -372,6 +393,27 @@ static void set_health(rt_backend *b, bool live, bool ready, bool tier_ok, const
     if (was != now) rt_pool_policy(b->pool->r, b->pool, ts_now());
 }
 
+/* A /v1 model's "capabilities" and "context_length" (a worker's /v1/models fields, in its
+ * /v2/status so that the probe brings them): what the router's /v1/models lists. */
+static void read_caps(rt_backend_model *e, const json_t *m)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } known[] = {{"chat", RT_CAP_CHAT}, {"completions", RT_CAP_COMPLETIONS}, {"embeddings", RT_CAP_EMBEDDINGS}};
+    const json_t *caps = json_object_get(m, "capabilities");
+    size_t i;
+    const json_t *c;
+    json_array_foreach(caps, i, c) {
+        const char *s = json_string_value(c);
+        for (size_t k = 0; s && k < sizeof known / sizeof *known; k++)
+            if (strcmp(s, known[k].name) == 0) e->caps |= known[k].bit;
+    }
+    const json_t *ctx = json_object_get(m, "context_length");
+    json_int_t v = json_is_integer(ctx) ? json_integer_value(ctx) : 0;
+    e->context = v > 0 ? (int64_t)v : 0;
+}
+
 /* The models a backend's /v2/status lists, one entry per name (ready when any version is). */
 static void read_models(rt_backend *b, const json_t *models)
 {
@@ -394,6 +436,7 @@ static void read_models(rt_backend *b, const json_t *models)
         if (ready && !list[j].ready) {
             list[j].ready = true;
             snprintf(list[j].version, sizeof list[j].version, "%s", version ? version : "");
+            read_caps(&list[j], m);
         }
     }
     free(b->models);

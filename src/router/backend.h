@@ -27,9 +27,16 @@ typedef struct rt_pool rt_pool;
 
 #define RT_BACKEND_MAX_MODELS 256
 #define RT_PROBE_MAX_BYTES (4u << 20) /* a /v2/status answer above this fails the probe */
+/* What a /v1 model can do, as the worker's /v2/status says ("capabilities"); a name the
+ * router does not know is not kept. */
+#define RT_CAP_CHAT 1u
+#define RT_CAP_COMPLETIONS 2u
+#define RT_CAP_EMBEDDINGS 4u
 typedef struct rt_backend_model {
     char name[128], version[32];
     bool ready;
+    unsigned caps;   /* RT_CAP_*, from the ready version; 0: not a /v1 model, or not said */
+    int64_t context; /* its "context_length"; 0: not said */
 } rt_backend_model;
 
 /* An LLM a backend serves, as its last /v2/status said (the model's "llm" object): what the
@@ -120,6 +127,10 @@ void rt_route_view(struct router *r, const char *logical_model, double now, rout
 bool rt_model_served(const struct router *r, const char *logical);
 /* The physical model p serves for a logical name, or NULL if it does not serve it. */
 const char *rt_pool_physical(const rt_pool *p, const char *logical);
+/* What a logical model can do across the pools serving it, by their backends' last probes
+ * (docs/router.md, "/v1/models"): the union of their capabilities (RT_CAP_*) and the
+ * smallest context length any reports (0: none did). */
+void rt_model_describe(const struct router *r, const char *logical, unsigned *caps, int64_t *context);
 void rt_backend_result(struct router *r, rt_backend *b, bool ok, const char *why);
 void rt_probe_all(struct router *r);
 /* Re-resolves DNS-named backends when due, frees backends that left DNS once idle. */

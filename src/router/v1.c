@@ -444,11 +444,29 @@ static void name_add(const char **names, size_t *n, const char *name)
     if (*n < RT_V1_MODELS_MAX) names[(*n)++] = name;
 }
 
-static void model_json(buf *b, const char *name)
+/* OpenAI's fields, then what the workers say the model can do and its context, under the
+ * worker's names (and vLLM's max_model_len): left out while no backend has said. */
+static void model_json(const router *r, buf *b, const char *name)
 {
     buf_puts(b, "{\"id\":");
     buf_put_json_str(b, name, strlen(name));
-    buf_puts(b, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"tierserve\"}");
+    buf_puts(b, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"tierserve\"");
+    unsigned caps;
+    int64_t ctx;
+    rt_model_describe(r, name, &caps, &ctx);
+    if (caps) {
+        static const char *const cap_names[] = {"chat", "completions", "embeddings"}; /* RT_CAP_* bit order */
+        const char *sep = "[";
+        buf_puts(b, ",\"capabilities\":");
+        for (unsigned i = 0; i < sizeof cap_names / sizeof *cap_names; i++)
+            if (caps & 1u << i) {
+                buf_printf(b, "%s\"%s\"", sep, cap_names[i]);
+                sep = ",";
+            }
+        buf_putc(b, ']');
+    }
+    if (ctx > 0) buf_printf(b, ",\"context_length\":%lld,\"max_model_len\":%lld", (long long)ctx, (long long)ctx);
+    buf_putc(b, '}');
 }
 
 bool rt_v1_models(router *r, const char *one, buf *out)
@@ -464,7 +482,7 @@ bool rt_v1_models(router *r, const char *one, buf *out)
     if (one) {
         for (size_t i = 0; i < n; i++)
             if (strcmp(names[i], one) == 0) {
-                model_json(out, names[i]);
+                model_json(r, out, names[i]);
                 return true;
             }
         return false;
@@ -472,7 +490,7 @@ bool rt_v1_models(router *r, const char *one, buf *out)
     buf_puts(out, "{\"object\":\"list\",\"data\":[");
     for (size_t i = 0; i < n; i++) {
         if (i) buf_putc(out, ',');
-        model_json(out, names[i]);
+        model_json(r, out, names[i]);
     }
     buf_puts(out, "]}");
     return true;

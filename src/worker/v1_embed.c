@@ -1,6 +1,7 @@
 /* v1_embed.c: POST /v1/embeddings (embed.h tells a request's life; docs/llm.md,
  * "Embeddings", lists the fields, limits and errors). */
 #include <jansson.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 
 static void free_req(ereq *r)
 {
+    if (r->timer) event_free(r->timer);
     free(r->body);
     budget_give(r->srv->bodies, r->held);
     for (size_t i = 0; r->rows && i < r->n_rows; i++) free(r->rows[i].ids);
@@ -307,10 +309,14 @@ static void on_done(void *item, void *ctx)
     ereq *r = item;
     server *srv = r->srv;
     if (!srv->http) r->http = NULL; /* shutting down: the repository may be gone, count nothing */
-    if (r->http) {
+    if (r->timer) evtimer_del(r->timer);
+    /* its 504 went out (or is being written): counted once the model is known (it is now) */
+    if (r->timed_out && r->m && srv->http) atomic_fetch_add(&model_stats_of(r->m)->outcomes[OUT_TIMEOUT], 1);
+    if (r->http && !r->timed_out) {
         int status = r->failed ? r->err.err.http : 200;
         if (r->m) {
             req_outcome o = status == 200 ? OUT_SUCCESS : status == TS_UNAVAILABLE ? OUT_REJECTED
+                            : status == TS_TIMEOUT ? OUT_TIMEOUT
                             : status >= TS_INTERNAL_ERROR ? OUT_ERROR : OUT_CLIENT_ERROR;
             atomic_fetch_add(&model_stats_of(r->m)->outcomes[o], 1);
             hist_observe(&model_stats_of(r->m)->request, ts_now() - r->t_arrive);
@@ -353,18 +359,35 @@ void v1_embed_shutdown(server *srv)
 
 /* ---- admission (loop) ------------------------------------------------------------------ */
 
+/* The deadline passed before the reply: the 504 goes out now, as the chat path's does, and
+ * the work still on a decode or runner thread is skipped (gone). Freed once back. */
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ereq *r = arg;
+    if (!r->http || r->timed_out) return;
+    r->timed_out = true;
+    atomic_store(&r->gone, true);
+    v1_err e = {.code = "timeout"};
+    v1_fail(&e, TS_TIMEOUT, NULL, "request timed out after %.0f ms (before its embeddings were computed)",
+            (ts_now() - r->t_arrive) * 1e3);
+    v1_reply_error(r->http, &e); /* may end the HTTP side at once (on_http_end): r lives until back */
+}
+
 void v1_handle_embeddings(server *srv, h1req *req)
 {
     v1_err e = {0};
     size_t blen = 0;
     (void)h1req_body(req, &blen);
     int prio = 1;
+    double timeout_ms = 0;
     if (srv->draining) v1_fail(&e, TS_UNAVAILABLE, NULL, "server is shutting down");
     else if (!health_live()) v1_fail(&e, TS_UNAVAILABLE, NULL, "worker is not live after a GPU fault");
     else if (blen > LLM_MAX_BODY)
         v1_fail(&e, TS_PAYLOAD_TOO_LARGE, NULL, "request body of %zu bytes is over the /v1 limit of %zu", blen,
                 LLM_MAX_BODY);
-    else (void)v1_parse_priority(req, &prio, &e);
+    else if (!v1_parse_priority(req, &prio, &e)) (void)v1_parse_timeout(srv, req, &timeout_ms, &e);
     if (e.err.http) {
         v1_reply_error(req, &e);
         return;
@@ -381,6 +404,13 @@ void v1_handle_embeddings(server *srv, h1req *req)
     r->body = h1req_take_body(req, &r->body_len);
     r->held = (size_t)(uintptr_t)h1req_user(req);
     h1req_set_user(req, NULL);
+    /* armed at arrival: parsing and the queue count against it, as for chat */
+    struct timeval tv = {(time_t)(timeout_ms / 1e3), (suseconds_t)(fmod(timeout_ms, 1e3) * 1e3)};
+    if (!(r->timer = evtimer_new(srv->base, on_deadline, r)) || evtimer_add(r->timer, &tv) != 0) {
+        free_req(r);
+        h1req_reply_openai_error(req, TS_UNAVAILABLE, NULL, "out of memory", NULL, NULL);
+        return;
+    }
     if (workpool_submit_fn(srv->decoder, prepare_work, r) != 0) {
         free_req(r);
         v1_fail(&e, TS_UNAVAILABLE, NULL, "the decode queue is full (%d request bodies wait to be parsed); retry later",

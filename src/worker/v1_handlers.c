@@ -160,7 +160,7 @@ static void cache_scope(const server *srv, h1req *req, char *out, size_t len)
 /* The deadline: TIERSERVE_LLM_REQUEST_TIMEOUT_MS, lowered (never raised) by X-Request-Timeout-Ms,
  * as a KServe request's parameters.timeout lowers its own. A generation is not a KServe Run():
  * 512 tokens at 10 tok/s on a CPU take 50 s, so the KServe default would cut it mid-stream. */
-static int parse_timeout(server *srv, h1req *req, double *ms, v1_err *e)
+int v1_parse_timeout(server *srv, h1req *req, double *ms, v1_err *e)
 {
     *ms = (double)srv->set->llm_request_timeout_ms;
     const char *h = h1req_header(req, "X-Request-Timeout-Ms");
@@ -484,7 +484,7 @@ static lreq *new_req(server *srv, h1req *req, bool chat)
     r->timeout_ms = (double)srv->set->llm_request_timeout_ms; /* kept when X-Priority is refused first */
     cache_scope(srv, req, r->scope, sizeof r->scope);
     r->hdr_bad = v1_parse_priority(req, &r->priority, &r->hdr_err) ||
-                 parse_timeout(srv, req, &r->timeout_ms, &r->hdr_err);
+                 v1_parse_timeout(srv, req, &r->timeout_ms, &r->hdr_err);
     if (!(r->timer = evtimer_new(srv->base, v1_on_deadline, r))) {
         v1_free_req(r);
         return NULL;

@@ -129,8 +129,9 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
         char why[1024];
         int erc = embed_open(srv, dir, name, cfg, ep, &E, why, sizeof why);
         if (erc != 0) snprintf(err, errlen, "%s", why);
-        if (erc == 1) *out = E;
-        return erc;
+        if (erc != 1) return erc;
+        *out = E;
+        return REPO_V1_EMBEDDINGS;
     }
     L->context = llm_model_max_context(L->model);
     L->prefill_chunk = prefill_chunk(srv->set->llm_prefill_chunk, llm_model_sig(L->model));
@@ -177,7 +178,7 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
               eo.kv_budget >> 20, how, eo.prefix_cache_bytes >> 20, srv->set->llm_prefix_scope);
     *out = L;
     *warmup_ms = llm_model_check_ms(L->model);
-    return 1;
+    return REPO_V1_LLM;
 fail:
     snprintf(err, errlen, "%s", e.msg);
     llm_served_free(L);

@@ -31,6 +31,16 @@ static double kv_usage(const llm_engine_stats *st)
 void v1_status(const ts_model *m, buf *b)
 {
     llm_served *L = ready_llm(m);
+    /* what /v1/models says of it, for the router's own /v1/models (its probe reads this) */
+    buf caps;
+    buf_init(&caps, 256);
+    int64_t ctx = 0;
+    if (v1_capabilities(m, &caps, &ctx) && !buf_failed(&caps)) {
+        buf_puts(b, ",\"capabilities\":");
+        buf_put(b, caps.data, caps.len);
+        buf_printf(b, ",\"context_length\":%lld", (long long)ctx);
+    }
+    buf_free(&caps);
     v1_embed_status(m, b);
     if (!L) return;
     llm_engine_stats st;

@@ -15,17 +15,19 @@ What is held:
 """
 import base64
 import json
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from conftest import start_worker
-from helpers import metric, model_status, post_json
+from helpers import get_json, metric, model_status, post_json
 from llm_fixture import LLM_DIR, MODELS, write_tiny_llm
 from test_router import Router, pools_config
 
@@ -199,6 +201,14 @@ def test_models_say_capabilities_and_context(worker):
     assert by["tiny"]["capabilities"] == ["chat", "completions"] and by["tiny"]["context_length"] == 2048
     code, one = worker.get_json("/v1/models/emb_cls")
     assert code == 200 and one["capabilities"] == ["embeddings"], one
+    # /v2/status says the same per model: the router's probe reads it there (docs/router.md)
+    st = model_status(worker, "emb")
+    assert st["capabilities"] == ["embeddings"] and st["context_length"] == 32, st
+    st = model_status(worker, "tiny")
+    assert st["capabilities"] == ["chat", "completions"] and st["context_length"] == 2048, st
+    # the load's log line names what the model is
+    ready = {ln["model"]: ln["msg"] for ln in worker.log_lines() if ln.get("msg", "").startswith("model ready")}
+    assert ready["emb"] == "model ready (embeddings, /v1)" and ready["tiny"] == "model ready (LLM, /v1)", ready
 
 
 def test_chat_on_an_embedding_model_and_embeddings_on_a_chat_model(worker):
@@ -273,6 +283,53 @@ def test_clients_that_leave_cost_nothing_lasting(worker, repo):
     code, _, out = embed(worker, {"model": "emb", "input": TEXTS})
     assert code == 200, out
     close(vectors(out), ref.embed([ref.tokenize(t) for t in TEXTS]))
+
+
+def timeouts(w):
+    return metric(w, "tierserve_requests_total", model="emb", version="1", outcome="timeout") or 0
+
+
+def test_a_deadline_passed_in_the_queue_is_the_chat_paths_504(worker):
+    """X-Request-Timeout-Ms on /v1/embeddings as on chat: a request whose deadline passes while
+    it waits behind others gets the chat path's 504 at its deadline, not after the queue; the
+    requests ahead of it are served. The deadline is a third of one big request's run, measured
+    here (Tierserve-Compute-Ms), and the small request waits behind at least one whole such run
+    (the model has one runner: one is running and one queued when it is sent)."""
+    big = {"model": "emb", "input": [[7] * 32] * 2048}
+    code, h, out = embed(worker, big)
+    assert code == 200, str(out)[:300]
+    run_ms = float(h["tierserve-compute-ms"])
+    deadline_ms = max(1, int(run_ms / 3))
+    results = []
+    ahead = [threading.Thread(target=lambda: results.append(embed(worker, big)[0])) for _ in range(3)]
+    for t in ahead:
+        t.start()
+    stop = time.monotonic() + 60
+    while time.monotonic() < stop:
+        e = model_status(worker, "emb")["embedding"]
+        if e["running"] >= 1 and e["queued"] >= 1:
+            break
+    else:
+        pytest.fail("the big requests never queued")
+    t0 = timeouts(worker)
+    sent = time.monotonic()
+    code, _, out = embed(worker, {"model": "emb", "input": "hello"}, {"X-Request-Timeout-Ms": str(deadline_ms)})
+    took = time.monotonic() - sent
+    assert code == 504, out
+    err = out["error"]
+    assert (err["type"], err["param"], err["code"]) == ("server_error", None, "timeout"), err
+    assert re.fullmatch(r"request timed out after \d+ ms \(before its embeddings were computed\)", err["message"]), err
+    for t in ahead:
+        t.join()
+    assert results == [200, 200, 200]
+    assert took * 1e3 < run_ms, (took, run_ms)  # answered at its deadline, not behind the queue
+    assert timeouts(worker) == t0 + 1
+    print(f"one big request runs {run_ms:.0f} ms; a {deadline_ms} ms deadline: 504 after {took * 1e3:.0f} ms")
+    # a deadline that holds is served; a header that is no number is the chat path's 400
+    code, _, out = embed(worker, {"model": "emb", "input": "hello"}, {"X-Request-Timeout-Ms": "60000"})
+    assert code == 200, out
+    code, _, out = embed(worker, {"model": "emb", "input": "hello"}, {"X-Request-Timeout-Ms": "soon"})
+    assert code == 400 and out["error"]["message"] == "X-Request-Timeout-Ms must be a positive integer", out
 
 
 def test_priority_header(worker):
@@ -351,8 +408,11 @@ def fleet(repo, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("embrouter")
     gpu = start_worker(repo[0], tmp, env={"EXECUTION_MODE": "cpu"})
     cpu = start_worker(repo[0], tmp, env={"EXECUTION_MODE": "cpu"})
-    cfg = pools_config([("gpu", "gpu", False, [gpu.port], [("search", "emb")], "cpu"),
-                        ("cpu", "cpu", True, [cpu.port], [("search", "emb")])],
+    # "mixed" is the tiny LLM on one pool and an encoder on the other: /v1/models says what
+    # the pools together can do (docs/router.md)
+    cfg = pools_config([("gpu", "gpu", False, [gpu.port], [("search", "emb"), ("mixed", "tiny")], "cpu"),
+                        ("cpu", "cpu", True, [cpu.port], [("search", "emb"), ("mixed", "emb_cls"),
+                                                          ("chat", "tiny")])],
                        f"admin_open: true\ntenants:\n  - {{name: acme, api_key: {KEY}}}\n")
     cfg = cfg.replace("    models:\n", f"    cost: {{model: usage, usd_per_hour: 0, usd_per_1k_tokens: {PRICE}}}\n"
                                         "    models:\n")
@@ -393,6 +453,25 @@ def test_sensitive_lands_on_the_cpu_pool_and_is_billed_its_tokens(fleet, repo):
     usd = metric(router, "tierrouter_cost_usd_total", pool="cpu", tenant="acme", priority="normal")
     assert tok - tok0 == n
     assert usd - usd0 == pytest.approx(n * PRICE / 1000, rel=1e-6)
+
+
+def test_router_models_say_what_the_pools_can_do(fleet):
+    """The router's /v1/models carries each model's capabilities and context length as the
+    workers' probes report them; where pools serve different models under one name, the union
+    of the capabilities and the smallest context."""
+    _, _, router = fleet
+    auth = {"Authorization": f"Bearer {KEY}"}
+    body = get_json(router, "/v1/models", auth)
+    by = {m["id"]: m for m in body["data"]}
+    assert set(by) == {"search", "mixed", "chat"}, by
+    emb = {"object": "model", "created": 0, "owned_by": "tierserve"}
+    assert by["search"] == {"id": "search", **emb, "capabilities": ["embeddings"], "context_length": 32,
+                            "max_model_len": 32}, by["search"]
+    assert by["chat"] == {"id": "chat", **emb, "capabilities": ["chat", "completions"], "context_length": 2048,
+                          "max_model_len": 2048}, by["chat"]
+    assert by["mixed"] == {"id": "mixed", **emb, "capabilities": ["chat", "completions", "embeddings"],
+                           "context_length": 32, "max_model_len": 32}, by["mixed"]
+    assert get_json(router, "/v1/models/mixed", auth) == by["mixed"]
 
 
 def test_the_router_is_told_the_usage_in_the_head(worker):

@@ -83,7 +83,9 @@ typedef struct ereq {
     emb_served *E;
     h1req *http;              /* NULL once its HTTP side is over */
     bool back;                /* returned through the doneq: the loop owns it */
-    _Atomic bool gone;        /* the client left: the runner skips it */
+    _Atomic bool gone;        /* the client left, or its deadline passed: the runner skips it */
+    struct event *timer;      /* the deadline (X-Request-Timeout-Ms), armed at arrival */
+    bool timed_out;           /* the deadline's 504 went out; the doneq's return only counts it */
     uint8_t *body;
     size_t body_len, held;
     bool base64, failed;

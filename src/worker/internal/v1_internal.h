@@ -164,6 +164,9 @@ bool v1_capabilities(const ts_model *m, buf *caps, int64_t *context);
 /* X-Priority (the router's header): urgent 0, normal 1 (also when absent), batch 2; -1 with a
  * 400 in e for another value. */
 int v1_parse_priority(h1req *req, int *out, v1_err *e);
+/* The deadline in ms: TIERSERVE_LLM_REQUEST_TIMEOUT_MS, lowered (never raised) by
+ * X-Request-Timeout-Ms; -1 with a 400 in e for a value that is no positive integer. */
+int v1_parse_timeout(server *srv, h1req *req, double *ms, v1_err *e);
 /* The preparation is over (from the llm_done doneq): the sequence joins, or the refusal goes out. */
 void v1_on_prepared(lreq *r);
 
