@@ -274,13 +274,14 @@ static bool named_by_connection(const char *connection, const char *k)
 }
 
 /* exempt: the try failed to connect or was reset, or a draining worker refused it, i.e. the
- * backend is dead or leaving, not overloaded: such a retry never counts against the budget,
- * so a dead backend's requests are always retried however many were in flight on it.
- * resend: a kept-alive connection closed under the try before any byte of its reply (the
- * backend closed it as the request went out: the keep-alive race). The backend never began
- * that request, so it goes once more, outside the budget and without using up the
- * request's one retry: to another backend if one can take it (the closing one may be
- * draining), else to the same one on a new connection. */
+ * backend is dead, dying or leaving, not overloaded: such a retry never counts against the
+ * budget, so a dead backend's requests are always retried however many were in flight on it.
+ * resend: the backend provably never began the request: the connection was refused, a
+ * kept-alive connection closed under it before any byte of its reply (the keep-alive race:
+ * the backend closed it as the request went out), or a draining worker refused it with 503.
+ * It goes once more, outside the budget and without using up the request's one retry: to
+ * another backend if one can take it (this one is leaving), else to the same one on a new
+ * connection. Once per request, so a request is tried three times at most. */
 static void try_again(proxy_req *pr, const char *why, bool exempt, bool resend)
 {
     router *r = pr->r;
@@ -576,11 +577,12 @@ static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o)
     if (draining) b->ready = false; /* as its next probe will say: no new work goes there meanwhile */
     /* neither is the backend failing: the one is a race, the other a planned exit */
     if (!stale && !draining) rt_backend_result(r, b, code != 0 && code < 500, why);
+    bool never_began = stale || draining || (code == 0 && o == H1CLI_ECONNECT);
     /* connect failure, reset, timeout or 5xx: once more elsewhere; after that a failed
      * connection becomes 502/504 and a backend's own 5xx is passed through */
-    if (code == 0 || (code >= 500 && !pr->retry_spent)) {
+    if (code == 0 || (code >= 500 && !pr->retry_spent) || (never_began && !pr->resent)) {
         buf_free(&pr->held);
-        try_again(pr, why, (code == 0 && o != H1CLI_ETIMEOUT) || draining, stale && !pr->resent);
+        try_again(pr, why, (code == 0 && o != H1CLI_ETIMEOUT) || draining, never_began && !pr->resent);
         return;
     }
     rt_pool_record_latency(pr->pool, now, now - pr->t0);

@@ -14,6 +14,7 @@ never as a silent client-side re-send.
 import json
 import shutil
 import signal
+import socket
 import threading
 import time
 
@@ -21,7 +22,6 @@ import numpy as np
 
 from conftest import start_worker
 from helpers import Router, request, wait_until
-from test_router import pools_config
 
 RESTARTS = 20
 WORKERS = 3
@@ -54,11 +54,20 @@ def test_rolling_restarts_under_load_lose_nothing(tmp_path, test_repo):
     # must not pass merely because the budget happened to have room. A worker that exits
     # with nothing in flight is gone before a probe sees it drain, so its connect failures
     # eject it, each time for longer (they double): capped here at 0.5 s, so that the 20
-    # restarts measure lost requests, not the ejection backoff
-    r = Router(pools_config([("cpu", "cpu", False, ports, None)],
-                            "retry: {budget_ratio: 0, min_concurrency: 1}\n"
-                            "ejection: {base_ms: 100, max_ms: 500}\n"
-                            "deadline_ms: {normal: 30000}\n"), tmp_path)
+    # restarts measure lost requests, not the ejection backoff. Probes every 250 ms (the
+    # default; each may take twice that): with this load on two cores a healthy worker's
+    # probe can take over 200 ms, and a pool with every worker unready is another test
+    backends = ", ".join(f'"127.0.0.1:{p}"' for p in ports)
+    r = Router(f"""address: 127.0.0.1
+probe_interval_ms: 250
+retry: {{budget_ratio: 0, min_concurrency: 1}}
+ejection: {{base_ms: 100, max_ms: 500}}
+deadline_ms: {{normal: 30000}}
+pools:
+  - name: cpu
+    kind: cpu
+    backends: [{backends}]
+""", tmp_path)
     try:
         r.wait_healthy(WORKERS)
 
@@ -142,3 +151,67 @@ def test_rolling_restarts_under_load_lose_nothing(tmp_path, test_repo):
         assert r.stop() == 0
         for w in workers:
             w.stop()
+
+
+def _read_reply(sock):
+    """One HTTP/1.1 reply with a Content-Length from sock: (status, headers lower-cased, body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before a reply head: {data!r}"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+    while len(body) < int(headers["content-length"]):
+        chunk = sock.recv(65536)
+        assert chunk, "closed inside a reply body"
+        body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+
+def _closed_by_peer(sock, timeout):
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_draining_worker_closes_its_keepalive_connections(tmp_path, test_repo):
+    """What the router counts on when a worker drains: its idle keep-alive connection is
+    closed at SIGTERM (not left for the exit to cut under a request), the request in flight
+    is answered in full with `Connection: close` and `Tierserve-Draining: 1`, and a new
+    request is refused with 503 saying the same, before the worker exits 0."""
+    repo = tmp_path / "slowrepo"
+    shutil.copytree(test_repo / "slow", repo / "slow")
+    w = _worker(repo, tmp_path)
+    body = _body(1024)  # long enough to be in flight when SIGTERM comes
+
+    def send(sock, b):
+        sock.sendall(f"POST /v2/models/slow/infer HTTP/1.1\r\nHost: w\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(b)}\r\n\r\n".encode() + b)
+
+    idle = socket.create_connection(("127.0.0.1", w.port), timeout=30)
+    send(idle, _body(1))
+    status, headers, _ = _read_reply(idle)
+    assert status == 200 and headers.get("connection") != "close"  # kept alive, now idle
+    busy = socket.create_connection(("127.0.0.1", w.port), timeout=30)
+    send(busy, body)
+    wait_until(lambda: w.get_json("/v2/status")[1]["in_flight"] >= 1, 10, "the slow request in flight",
+               interval=0.005)
+    w.proc.send_signal(signal.SIGTERM)
+    assert w.wait_log("SIGTERM received", timeout=10)
+    assert _closed_by_peer(idle, 5), "the idle keep-alive connection stayed open while the worker drained"
+    late = socket.create_connection(("127.0.0.1", w.port), timeout=30)
+    send(late, _body(1))
+    status, headers, _ = _read_reply(late)
+    assert status == 503 and headers.get("tierserve-draining") == "1" and headers.get("connection") == "close", headers
+    status, headers, reply = _read_reply(busy)
+    assert status == 200 and json.loads(reply)["outputs"][0]["shape"] == [1024, 512]
+    assert headers.get("connection") == "close" and headers.get("tierserve-draining") is None, headers
+    assert w.proc.wait(timeout=30) == 0
+    for s in (idle, busy, late):
+        s.close()
