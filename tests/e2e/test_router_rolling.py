@@ -22,6 +22,7 @@ import numpy as np
 
 from conftest import start_worker
 from helpers import Router, request, wait_until
+from test_router_drain import _closed_by_peer
 
 RESTARTS = 20
 WORKERS = 3
@@ -168,16 +169,6 @@ def _read_reply(sock):
         assert chunk, "closed inside a reply body"
         body += chunk
     return int(lines[0].split()[1]), headers, body
-
-
-def _closed_by_peer(sock, timeout):
-    sock.settimeout(timeout)
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except socket.timeout:
-        return False
 
 
 def test_draining_worker_closes_its_keepalive_connections(tmp_path, test_repo):
