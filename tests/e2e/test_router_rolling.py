@@ -23,6 +23,7 @@ import numpy as np
 from conftest import start_worker
 from helpers import Router, request, wait_until
 from test_router_drain import _closed_by_peer
+from fakehttp import FakeHTTP, echo_id
 
 RESTARTS = 20
 WORKERS = 3
@@ -206,3 +207,44 @@ def test_draining_worker_closes_its_keepalive_connections(tmp_path, test_repo):
     assert w.proc.wait(timeout=30) == 0
     for s in (idle, busy, late):
         s.close()
+
+
+class _ClosesKeptAlive(FakeHTTP):
+    """A backend that answers the first request on each connection (keep-alive) and closes
+    the connection, unanswered, when the next request arrives on it: the keep-alive race
+    of a worker that closes an idle connection just as the router reuses it, every time."""
+
+    answered = set()  # the connections (by id) that have had their one reply
+
+    def respond(self, c, head, body):
+        if id(c) in self.answered:
+            c.close()
+            return False
+        self.answered.add(id(c))
+        reply = b'{"outputs": []}'
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + echo_id(head) +
+                  f"Content-Length: {len(reply)}\r\n\r\n".encode() + reply)
+        return True
+
+
+def test_request_on_a_kept_alive_connection_closed_under_it_is_resent(tmp_path):
+    """The only backend closes each reused connection before a byte of the reply: every
+    request is still answered (resent on a new connection, to the same backend since there
+    is no other), with the retry budget off."""
+    bad = _ClosesKeptAlive()
+    r = Router(f"""address: 127.0.0.1
+probe_interval_ms: 250
+retry: {{budget_ratio: 0, min_concurrency: 0}}
+pools:
+  - name: cpu
+    kind: cpu
+    backends: ["127.0.0.1:{bad.port}"]
+""", tmp_path)
+    try:
+        r.wait_healthy(1)
+        body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]})
+        codes = [request(r, "POST", "/v2/models/m/infer", body).status for _ in range(6)]
+        assert codes == [200] * 6, codes
+    finally:
+        assert r.stop() == 0
+        bad.close()
