@@ -361,7 +361,7 @@ static h1out *build_head(h1req *r, int code, const char *ctype, int64_t length)
     bool with_length = length >= 0 && body_allowed(code);
     const char *len_s = with_length ? u64_digits((uint64_t)length, ltmp, &len_len) : NULL;
     if (length == -2) r->close_after = true;
-    bool keep = r->keep_alive && !r->close_after && !r->c->failed;
+    bool keep = r->keep_alive && !r->close_after && !r->c->failed && !r->c->s->draining;
     if (!keep) r->close_after = true;
     size_t ctl = with_ctype ? strlen(ctype) : 0;
     /* every piece below, counted: the head is exactly this long or shorter */

@@ -835,6 +835,12 @@ size_t h1srv_close_idle(h1srv *s)
     return closed;
 }
 
+size_t h1srv_drain(h1srv *s)
+{
+    s->draining = true;
+    return h1srv_close_idle(s);
+}
+
 size_t h1srv_open(const h1srv *s) { return s->open; }
 size_t h1srv_cut(const h1srv *s) { return s->cut; }
 size_t h1srv_refused(const h1srv *s) { return s->refused; }

@@ -111,6 +111,13 @@ void h1srv_stop_listening(h1srv *s); /* a drain: no new connections, the open on
 /* A drain: closes every connection that waits for its next request and holds no byte of
  * one (idle keep-alive, silent new connections). Returns how many it closed. */
 size_t h1srv_close_idle(h1srv *s);
+/* A drain that keeps listening (a worker: its readiness probe must still be answered, with
+ * 503): from now on every reply says `Connection: close` and its connection closes once it
+ * is out, so no client is left holding a kept-alive connection that the exit will cut; the
+ * idle ones are closed now (h1srv_close_idle). A client that sent a request at the moment
+ * its idle connection closed sees the close before any byte of a reply, which is what a
+ * proxy can safely resend elsewhere. Returns how many idle connections it closed. */
+size_t h1srv_drain(h1srv *s);
 size_t h1srv_open(const h1srv *s);      /* connections open */
 size_t h1srv_cut(const h1srv *s);       /* connections cut for being too slow */
 size_t h1srv_refused(const h1srv *s);   /* connections refused: max_conns were open */

@@ -273,26 +273,40 @@ static bool named_by_connection(const char *connection, const char *k)
     return false;
 }
 
-/* exempt: the try failed to connect or was reset, i.e. the backend is dead or dying, not
- * overloaded: such a retry never counts against the budget, so a dead backend's requests
- * are always retried however many were in flight on it. */
-static void try_again(proxy_req *pr, const char *why, bool exempt)
+/* exempt: the try failed to connect or was reset, or a draining worker refused it, i.e. the
+ * backend is dead, dying or leaving, not overloaded: such a retry never counts against the
+ * budget, so a dead backend's requests are always retried however many were in flight on it.
+ * resend: the backend provably never began the request: the connection was refused, a
+ * kept-alive connection closed under it before any byte of its reply (the keep-alive race:
+ * the backend closed it as the request went out), or a draining worker refused it with 503.
+ * It goes once more, outside the budget and without using up the request's one retry: to
+ * another backend if one can take it (this one is leaving), else to the same one on a new
+ * connection. Once per request, so a request is tried three times at most. */
+static void try_again(proxy_req *pr, const char *why, bool exempt, bool resend)
 {
     router *r = pr->r;
     double now = ts_now();
+    bool allowed = resend ? !pr->resent : !pr->retry_spent;
     /* a client that left gets no retry: nobody would read its answer */
-    if (pr->client && !pr->retried && now < pr->deadline &&
-        (exempt || route_retry_allowed(r->cfg->retry.ratio, r->cfg->retry.min_concurrency, r->active,
-                                       r->retries_active))) {
+    if (pr->client && allowed && now < pr->deadline &&
+        (exempt || resend ||
+         route_retry_allowed(r->cfg->retry.ratio, r->cfg->retry.min_concurrency, r->active, r->retries_active))) {
         /* another backend: same pool first, then the other pools the data class allows */
         route_pool view[RT_MAX_POOLS];
         rt_route_view(r, pr->logical, now, view);
         route_req rq = req_of(pr);
         route_plan plan;
         route_plan_retry(view, r->n_pools, &rq, rt_pool_index(pr->pool), &plan);
-        LOG_DEBUG_(LOGF({"request_id", pr->request_id}), "retrying after: %s", why);
-        if (send_by_plan(pr, view, &plan, pr->first_backend, true)) return;
-        if (!pr->retried) r->retries_denied++;
+        LOG_DEBUG_(LOGF({"request_id", pr->request_id}), "%s after: %s", resend ? "resending" : "retrying", why);
+        const rt_backend *avoid = resend ? pr->backend : pr->first_backend;
+        bool sent = send_by_plan(pr, view, &plan, avoid, true) ||
+                    (resend && send_by_plan(pr, view, &plan, NULL, true));
+        if (sent) {
+            if (resend) pr->resent = true;
+            else pr->retry_spent = true;
+            return;
+        }
+        r->retries_denied++;
     }
     /* past the deadline it is a timeout, whatever the last try's error looked like (a try
      * that failed just short of its timeout counts as timed out too) */
@@ -301,7 +315,7 @@ static void try_again(proxy_req *pr, const char *why, bool exempt)
                    ts_now() - pr->try_sent >= pr->try_left - slack;
     char msg[1200];
     snprintf(msg, sizeof msg, "backend %s failed: %s%s", pr->backend ? pr->backend->addr : "?", why,
-             pr->retried ? " (after one retry)" : "");
+             pr->retried ? " (after a retry)" : "");
     finish_error(pr, timeout ? 504 : 502, timeout ? OUT_TIMEOUT : OUT_BACKEND_ERR, msg);
 }
 
@@ -556,12 +570,19 @@ static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o)
         snprintf(why, sizeof why, "%s: %s", h1cli_outcome_name(o), h1cli_detail(q));
     else if (code == 0) snprintf(why, sizeof why, "%s", h1cli_outcome_name(o));
     else snprintf(why, sizeof why, "answered %d", code);
-    rt_backend_result(r, b, code != 0 && code < 500, why);
+    /* a kept-alive connection that closed before a byte of the reply: see try_again */
+    bool stale = code == 0 && o == H1CLI_ECLOSED && q && h1cli_reused(q) && !pr->mismatch;
+    /* a worker that drains refuses new work with 503 before starting it, and says so */
+    bool draining = code == 503 && h1cli_resp_header(q, "Tierserve-Draining");
+    if (draining) b->ready = false; /* as its next probe will say: no new work goes there meanwhile */
+    /* neither is the backend failing: the one is a race, the other a planned exit */
+    if (!stale && !draining) rt_backend_result(r, b, code != 0 && code < 500, why);
+    bool never_began = stale || draining || (code == 0 && o == H1CLI_ECONNECT);
     /* connect failure, reset, timeout or 5xx: once more elsewhere; after that a failed
      * connection becomes 502/504 and a backend's own 5xx is passed through */
-    if (code == 0 || (code >= 500 && !pr->retried)) {
+    if (code == 0 || (code >= 500 && !pr->retry_spent) || (never_began && !pr->resent)) {
         buf_free(&pr->held);
-        try_again(pr, why, code == 0 && o != H1CLI_ETIMEOUT);
+        try_again(pr, why, (code == 0 && o != H1CLI_ETIMEOUT) || draining, never_began && !pr->resent);
         return;
     }
     rt_pool_record_latency(pr->pool, now, now - pr->t0);

@@ -32,7 +32,9 @@ typedef struct proxy_req {
     h1cli_req *bq;          /* the try in flight to pr->backend, NULL between tries */
     h1cli_outcome outcome;  /* how the last try ended */
     buf held;               /* a 5xx reply's body, held: a retry may answer instead */
-    bool retried;
+    bool retried;      /* a try after the first is (or was) in flight: counted in retries_active */
+    bool retry_spent;  /* the request's one retry is used up */
+    bool resent;       /* ... and its one free resend after a kept-alive connection closed under it */
     bool mismatch;  /* the try's reply did not echo request_id: dropped with its connection */
     bool streaming; /* the reply is being passed through: no retry from here on */
     bool paused;    /* reading from the backend waits for the client to catch up */

@@ -419,6 +419,9 @@ static void on_request(h1req *req, void *arg)
     /* echoed on every reply to this request, so a proxy can match replies to requests */
     const char *rid = server_request_id(req);
     if (rid) h1req_add_header(req, "X-Request-Id", rid);
+    /* a draining worker says so on every reply: a 503 with it refused the request before any
+     * work began, which a router may resend elsewhere outside its retry budget */
+    if (srv->draining) h1req_add_header(req, "Tierserve-Draining", "1");
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], msg[160];
     int n_ = httppath_request_h1(req, segs, msg, sizeof msg);
     /* the dashboard's files hold no data and need no token: the page asks for it */
@@ -475,6 +478,11 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     health_set_draining();
     LOG_INFO_(NULL, "%s received: not ready; draining %zu request(s) in flight",
               sig == SIGTERM ? "SIGTERM" : "SIGINT", srv->in_flight);
+    /* from here every reply closes its connection and idle keep-alive connections go now:
+     * a client (the router) then never sends a request on a connection that the exit is
+     * about to cut, except in the instant the idle one closes, before any reply byte */
+    size_t idle = srv->http ? h1srv_drain(srv->http) : 0;
+    LOG_DEBUG_(NULL, "draining: %zu idle connection(s) closed", idle);
     struct timeval tv = {(time_t)srv->set->drain_timeout_s, 0};
     evtimer_add(srv->drain_timer, &tv);
     server_maybe_finish_drain(srv);

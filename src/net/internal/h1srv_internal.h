@@ -87,6 +87,7 @@ struct h1srv {
     struct event *lev, *sweep;
     h1conn *conns;          /* every connection, refused ones included */
     size_t open, cut, refused;
+    bool draining;          /* h1srv_drain: every reply closes its connection */
     char refusal[360];      /* the canned 503 past max_conns */
     size_t refusal_len;
     http_parser_settings ps;
