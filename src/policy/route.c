@@ -187,6 +187,19 @@ double route_ejection_ms(unsigned nth, double base_ms, double max_ms)
     return ms > max_ms ? max_ms : ms;
 }
 
+unsigned route_ejection_forget(unsigned ejections, double *since_s, double now_s, double base_ms)
+{
+    double step = base_ms / 1e3;
+    if (!ejections || step <= 0 || now_s < *since_s + step) return ejections;
+    double steps = floor((now_s - *since_s) / step);
+    if (steps >= (double)ejections) {
+        *since_s = now_s;
+        return 0;
+    }
+    *since_s += steps * step;
+    return ejections - (unsigned)steps;
+}
+
 void route_pool_signals(const route_signal_backend *b, size_t n, double p95_ms, pool_signals *s)
 {
     size_t healthy = 0;

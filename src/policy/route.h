@@ -123,6 +123,13 @@ bool route_retry_allowed(double ratio, unsigned min_concurrency, unsigned active
 /* How long a backend is ejected after its nth ejection (n >= 1): base doubling, capped. */
 double route_ejection_ms(unsigned nth, double base_ms, double max_ms);
 
+/* The ejection count forgets as a backend stays well (Envoy's outlier detection does the same
+ * with its multiplier): each full base_ms a backend has served since *since_s (the end of its
+ * last ejection, or the last step taken off) takes one ejection off the count, so a worker
+ * that is restarted now and then starts again at base_ms instead of at the cap. Called on a
+ * success; moves *since_s forward by the steps taken. Returns the new count. */
+unsigned route_ejection_forget(unsigned ejections, double *since_s, double now_s, double base_ms);
+
 /* A GPU pool's backend as its pressure signals see it. */
 typedef struct {
     bool live;           /* answered its last probe live */

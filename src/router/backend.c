@@ -342,6 +342,10 @@ void rt_backend_result(router *r, rt_backend *b, bool ok, const char *why)
 {
     if (ok) {
         b->consecutive_failures = 0;
+        /* ejected_until is also where the forgetting counts from (a success while still ejected
+         * forgets nothing: the interval has not begun) */
+        if (b->ejections)
+            b->ejections = route_ejection_forget(b->ejections, &b->ejected_until, ts_now(), r->cfg->ejection.base_ms);
         return;
     }
     b->failures++;

@@ -327,6 +327,23 @@ static void test_ejection_doubles_up_to_the_cap(void **state)
     assert_float_equal(route_ejection_ms(20, 500, 30000), 30000, 1e-9);
 }
 
+static void test_ejection_count_forgets_while_well(void **state)
+{
+    (void)state;
+    double since = 100.0; /* the last ejection ended at t = 100 s; base 500 ms */
+    /* not yet a whole base interval well: nothing forgotten */
+    assert_int_equal(route_ejection_forget(5, &since, 100.4, 500), 5);
+    assert_float_equal(since, 100.0, 1e-9);
+    /* 1.2 s well: two steps off, the rest of the interval kept */
+    assert_int_equal(route_ejection_forget(5, &since, 101.2, 500), 3);
+    assert_float_equal(since, 101.0, 1e-9);
+    /* long well: back to nothing, never below */
+    assert_int_equal(route_ejection_forget(3, &since, 500.0, 500), 0);
+    assert_int_equal(route_ejection_forget(0, &since, 900.0, 500), 0);
+    /* so the next ejection lasts base_ms again, not the cap */
+    assert_float_equal(route_ejection_ms(route_ejection_forget(20, &(double){0}, 60, 500) + 1, 500, 30000), 500, 1e-9);
+}
+
 static void test_pool_signals(void **state)
 {
     (void)state;
@@ -381,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_saturation_refuses_batch_then_normal_then_urgent),
         cmocka_unit_test(test_retry_budget_has_a_floor),
         cmocka_unit_test(test_ejection_doubles_up_to_the_cap),
+        cmocka_unit_test(test_ejection_count_forgets_while_well),
         cmocka_unit_test(test_pool_signals),
         cmocka_unit_test(test_rng_is_seeded_and_uniform),
     };
