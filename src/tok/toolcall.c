@@ -82,8 +82,6 @@ void toolcall_free(toolcall_parser *p)
     free(p);
 }
 
-size_t toolcall_count(const toolcall_parser *p) { return p->calls; }
-
 static void text(toolcall_parser *p, const char *s, size_t n)
 {
     if (n) p->k.text(p->k.ctx, s, n);

@@ -54,7 +54,5 @@ void toolcall_free(toolcall_parser *p);
 int toolcall_feed(toolcall_parser *p, const char *s, size_t n);
 /* The answer is over: what is held goes out (as a call if it is a whole one, else as text). */
 int toolcall_finish(toolcall_parser *p);
-/* Calls handed out so far. */
-size_t toolcall_count(const toolcall_parser *p);
 
 #endif
