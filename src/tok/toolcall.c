@@ -230,6 +230,7 @@ static void take_body(toolcall_parser *p, const char *s, size_t n)
 /* Drops the first n bytes of hold. */
 static void consume(toolcall_parser *p, size_t n)
 {
+    if (!n) return; /* hold.data may be NULL while nothing is held */
     memmove(p->hold.data, p->hold.data + n, p->hold.len - n);
     p->hold.len -= n;
 }

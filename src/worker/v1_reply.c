@@ -437,7 +437,7 @@ static bool scan_stops(lreq *r, bool final)
             for (size_t i = 0; i < r->stops.n && !hold; i++)
                 if (k < r->stops.len[i] && memcmp(p + n - k, r->stops.s[i], k) == 0) hold = k;
     emit(r, p, n - hold, false);
-    memmove(r->pending.data, p + n - hold, hold);
+    if (hold) memmove(r->pending.data, p + n - hold, hold); /* pending.data is NULL before any text */
     r->pending.len = hold;
     return false;
 }
