@@ -26,6 +26,8 @@ import json
 import pathlib
 import re
 
+import pytest
+
 from conftest import run_tierbench as tierbench
 from test_router import Router, pools_config, slow_workers
 
@@ -66,29 +68,47 @@ def surge_trace(path, capacity):
     return path, len(lines)
 
 
-def stack(tmp_path, test_repo, scale=1.0):
-    """The workers, calibrated first (the load and the marks are sized from the measurement),
-    then the router: (sim config, calibration, router)."""
-    gpu = slow_workers(tmp_path, test_repo, BACKENDS)
-    cpu = slow_workers(tmp_path, test_repo, BACKENDS)
-    conf, cal = calibrated(tmp_path, gpu, scale)
-    pools = [("gpu", "gpu", False, [w.port for w in gpu], None, "cpu"),
-             ("cpu", "cpu", True, [w.port for w in cpu], None)]
-    cfg = pools_config(pools, policy(cal["mean_ms"])[0]).replace("    backends:",
-                                                          f"    max_in_flight: {MAX_IN_FLIGHT}\n    backends:")
-    return conf, cal, Router(cfg, tmp_path)
+@pytest.fixture(scope="module")
+def pools(tmp_path_factory, test_repo):
+    """The workers of both pools, the GPU pool's calibrated first (the load and the marks are
+    sized from the measurement): (GPU workers, CPU workers, calibration). Measured once for
+    both drills below (calibrate's levels are most of a drill's time); each drill has a router
+    of its own, and the workers are idle again when a drill ends (every request answered or
+    timed out)."""
+    tmp = tmp_path_factory.mktemp("pools")
+    gpu = slow_workers(tmp, test_repo, BACKENDS)
+    cpu = slow_workers(tmp, test_repo, BACKENDS)
+    yield gpu, cpu, calibrate(tmp, gpu)
+    for w in gpu + cpu:
+        assert w.stop() == 0, w.log_text()[-4000:]
 
 
-def calibrated(tmp_path, workers, scale=1.0):
-    """A sim config: the calibrated pool line for both pools (same workers, same model),
-    the router's policy and probe interval; and the calibration, before scale (the live
-    stack's own): {"mean_ms": the workers' mean service time, "capacity": the pool's replies
-    per second}. Every GPU-pool worker is calibrated at the same time, as the surge will load
+@pytest.fixture
+def stack(pools, tmp_path):
+    """make(scale): (sim config, calibration, router): the router in front of the pools, the
+    sim config at `scale` of the measured service times. The router stops when the test ends."""
+    gpu, cpu, measured = pools
+    routers = []
+
+    def make(scale=1.0):
+        conf, cal = calibrated(tmp_path, measured, scale)
+        spec = [("gpu", "gpu", False, [w.port for w in gpu], None, "cpu"),
+                ("cpu", "cpu", True, [w.port for w in cpu], None)]
+        cfg = pools_config(spec, policy(cal["mean_ms"])[0]).replace("    backends:",
+                                                             f"    max_in_flight: {MAX_IN_FLIGHT}\n    backends:")
+        routers.append(Router(cfg, tmp_path))
+        return conf, cal, routers[-1]
+
+    yield make
+    for r in routers:
+        assert r.stop() == 0
+
+
+def calibrate(tmp_path, workers):
+    """`tierbench calibrate` on every GPU-pool worker at the same time, as the surge will load
     them: a worker measured alone has the machine's cores to itself, which the pool's do not
-    (one core, two workers: each half as fast). The capacity is each worker's best throughput
-    over calibrate's concurrency levels, added up, not backends x slots / mean: a request
-    alone pays every wake-up's wait for a core, which a busy worker does not (beside a CPU
-    hog the mean said 20/s, and a 31/s surge put the router under no pressure)."""
+    (one core, two workers: each half as fast). Each worker's pool line (as a dict) and its
+    best throughput over calibrate's concurrency levels."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one(i):
@@ -103,8 +123,18 @@ def calibrated(tmp_path, workers, scale=1.0):
         return dict(p.split("=", 1) for p in line[5:].split(",")), best
 
     with ThreadPoolExecutor(len(workers)) as ex:
-        got = list(ex.map(one, range(len(workers))))
-    kvs = [k for k, _ in got]
+        return list(ex.map(one, range(len(workers))))
+
+
+def calibrated(tmp_path, got, scale=1.0):
+    """A sim config from calibrate's measurement `got`: the calibrated pool line for both pools
+    (same workers, same model), the router's policy and probe interval; and the calibration,
+    before scale (the live stack's own): {"mean_ms": the workers' mean service time,
+    "capacity": the pool's replies per second}. The capacity is each worker's best throughput
+    over calibrate's concurrency levels, added up, not backends x slots / mean: a request
+    alone pays every wake-up's wait for a core, which a busy worker does not (beside a CPU
+    hog the mean said 20/s, and a 31/s surge put the router under no pressure)."""
+    kvs = [dict(k) for k, _ in got]
     kv = kvs[0]
     mean_ms = sum(float(k["mean_ms"]) for k in kvs) / len(kvs)
     p95_ms = sum(float(k["p95_ms"]) for k in kvs) / len(kvs)
@@ -138,8 +168,8 @@ def rows(rep):
     return {r["name"]: r for r in rep["rows"]}
 
 
-def test_surge_live_and_sim_side_by_side(tmp_path, test_repo):
-    conf, cal, router = stack(tmp_path, test_repo)
+def test_surge_live_and_sim_side_by_side(tmp_path, stack):
+    conf, cal, router = stack()
     rc, out, rep = surge(router, conf, cal, tmp_path)
     print(out)
     r = rows(rep)
@@ -155,8 +185,8 @@ def test_surge_live_and_sim_side_by_side(tmp_path, test_repo):
     assert ("verdict: the simulator agrees" in out) == (rc == 0), out
 
 
-def test_a_wrong_model_of_the_stack_is_called_out(tmp_path, test_repo):
-    conf, cal, router = stack(tmp_path, test_repo, scale=0.05)
+def test_a_wrong_model_of_the_stack_is_called_out(tmp_path, stack):
+    conf, cal, router = stack(scale=0.05)
     rc, out, rep = surge(router, conf, cal, tmp_path)
     assert rc == 2, out
     r = rows(rep)
