@@ -16,7 +16,7 @@ import pytest
 
 from conftest import start_worker
 from helpers import Router, llm_status, metric, metrics_text, post_json, post, sse_events, wait_until
-from llm_fixture import MODELS, node_encode, write_tiny_llm
+from llm_fixture import MODELS, node_encode, node_encode_all, write_tiny_llm
 
 B = 16   # LLM_PREFIX_BLOCK
 N = 8    # tokens generated per request
@@ -131,7 +131,8 @@ def test_a_changed_token_reuses_only_the_blocks_before_it(w, repo):
     assert cached(base) == 0
     # change one word in the third block: tokens before it are the same ids
     words = HIST.split(" ")
-    at = next(i for i in range(len(words)) if len(node_encode(" ".join(words[:i]), True)) > 2 * B + 4)
+    prefixes = node_encode_all([" ".join(words[:i]) for i in range(len(words))], True)
+    at = next(i for i, p in enumerate(prefixes) if len(p) > 2 * B + 4)
     words[at] = "zebra"
     text = " ".join(words) + " Variant:"
     ids2 = node_encode(text, True)
@@ -177,8 +178,9 @@ def test_status_and_metrics(w):
         assert metric(text, name, required=True, model_name="tiny") == 0, name
 
 
-def kv_bytes_per_token(repo, tmp_path_factory):
-    """What the worker says one token's KV takes (a worker started for the question)."""
+@pytest.fixture(scope="module")
+def per_tok(repo, tmp_path_factory):
+    """What the worker says one token's KV takes (a worker started for the question, once)."""
     probe = start_worker(repo, tmp_path_factory.mktemp("probe"), env={"EXECUTION_MODE": "cpu"})
     try:
         return llm_status(probe)["kv_bytes_per_token"]
@@ -186,15 +188,14 @@ def kv_bytes_per_token(repo, tmp_path_factory):
         assert probe.stop() == 0
 
 
-def test_small_cache_evicts_and_stays_correct(repo, tmp_path_factory):
+def test_small_cache_evicts_and_stays_correct(repo, tmp_path_factory, per_tok):
     """Room for 6 blocks: prompts of 6+ blocks each push the others out; every answer still
     equals numpy's cold one."""
-    per_tok = kv_bytes_per_token(repo, tmp_path_factory)
     wk = start_worker(repo, tmp_path_factory.mktemp("pcs"),
                       env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_PREFIX_CACHE_BYTES": str(6 * B * per_tok)})
     try:
         texts = [f"Story {k}: " + HIST for k in range(3)]
-        ids = [node_encode(t, True) for t in texts]
+        ids = node_encode_all(texts, True)
         ref = reference(repo, ids)
         for rnd in range(2):
             for k, t in enumerate(texts):
@@ -206,11 +207,10 @@ def test_small_cache_evicts_and_stays_correct(repo, tmp_path_factory):
         assert wk.stop() == 0, wk.log_text()[-4000:]
 
 
-def test_kv_budget_queues_refuses_and_reports(repo, tmp_path_factory):
+def test_kv_budget_queues_refuses_and_reports(repo, tmp_path_factory, per_tok):
     """A budget of one sequence's cache: a second sequence waits for the first (usage 1.0
     meanwhile), one that could never fit is refused with 400, and with no queue room the 503
     names the KV budget (code kv_cache_full, Retry-After)."""
-    per_tok = kv_bytes_per_token(repo, tmp_path_factory)
     n_prompt, maxt = 2, 2000   # "Hello": BOS + one token; 2000 of the 2048 context
     need = (n_prompt + maxt) * per_tok
     wk = start_worker(repo, tmp_path_factory.mktemp("kvb"),
