@@ -25,7 +25,10 @@ logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 
 # ctest in build dir $2, as suite $1; the rest are ctest's arguments. The verdict comes from
-# ctest's exit code and its closing "N% tests passed, F tests failed out of T" line.
+# ctest's exit code and its closing "N% tests passed, F tests failed out of T" line. Both suites
+# run with -j2 for the few tests whose verdict does not depend on time (the libFuzzer runs,
+# the npm golden comparisons, the grammar property run, the layout check): tests/CMakeLists.txt
+# marks every other test RUN_SERIAL, so no timed e2e test ever shares the cores with another.
 run_ctest() {
   local name=$1 dir=$2
   shift 2
@@ -64,13 +67,13 @@ fi
 
 echo "== normal build =="
 if [ "$normal_built" -eq 1 ]; then
-  run_ctest normal build "$@"
+  run_ctest normal build -j2 "$@"
 else
   fail normal "set-up or build failed"
 fi
 echo "== ASan+UBSan build =="
 if [ "$asan_built" -eq 1 ]; then
-  run_ctest asan build-asan -E '^e2e_conformance$' "$@"
+  run_ctest asan build-asan -j2 -E '^e2e_conformance$' "$@"
 else
   fail asan "build failed"
 fi
