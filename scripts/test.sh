@@ -27,7 +27,7 @@ trap 'rm -rf "$logs"' EXIT
 # ctest in build dir $2, as suite $1; the rest are ctest's arguments. The verdict comes from
 # ctest's exit code and its closing "N% tests passed, F tests failed out of T" line. Both suites
 # run with -j2 for the few tests whose verdict does not depend on time (the libFuzzer runs,
-# the npm golden comparisons, the grammar property run, the layout check): tests/CMakeLists.txt
+# the npm golden comparisons, the layout check): tests/CMakeLists.txt
 # marks every other test RUN_SERIAL, so no timed e2e test ever shares the cores with another.
 run_ctest() {
   local name=$1 dir=$2
