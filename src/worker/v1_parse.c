@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "budget_json.h"
+
 int v1_fail(v1_err *e, int status, const char *param, const char *fmt, ...)
 {
     e->err.http = status;
@@ -57,12 +59,12 @@ static int check_known(json_t *body, bool chat, v1_err *e)
                                           "stop", "n", "user", "presence_penalty", "frequency_penalty",
                                           "logprobs", "top_logprobs", "logit_bias", "tools", "tool_choice",
                                           "parallel_tool_calls", "chat_template_kwargs", "documents", "min_tokens",
-                                          "ignore_eos", "stop_token_ids", NULL};
+                                          "ignore_eos", "stop_token_ids", "response_format", NULL};
     static const char *const k_cmpl[] = {"model", "prompt", "stream", "stream_options", "max_tokens",
                                           "temperature", "top_p", "top_k", "seed", "stop", "n", "user",
                                           "presence_penalty", "frequency_penalty", "logprobs", "logit_bias",
                                           "echo", "suffix", "best_of", "min_tokens", "ignore_eos", "stop_token_ids",
-                                          NULL};
+                                          "response_format", NULL};
     const char *const *known = chat ? k_chat : k_cmpl;
     const char *key;
     json_t *v;
@@ -439,6 +441,105 @@ static int parse_vllm(json_t *body, size_t vocab, v1_args *a, v1_err *e)
     return 0;
 }
 
+/* The schema's counts within V1_MAX_SCHEMA_COUNT (see v1_parse.h): an integer under a count
+ * keyword, and every {n} / {n,m} in a pattern. A property named like a keyword holds an
+ * object, never an integer, so it passes. */
+static int schema_counts(json_t *v, int depth, v1_err *e)
+{
+    static const char P[] = "response_format";
+    static const char *const k[] = {"minLength", "maxLength", "minItems", "maxItems", NULL};
+    if (depth > V1_MAX_JSON_DEPTH) return 0; /* check_size refused it already */
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) if (schema_counts(x, depth + 1, e)) return -1;
+        return 0;
+    }
+    if (!json_is_object(v)) return 0;
+    const char *key;
+    json_t *x;
+    json_object_foreach(v, key, x) {
+        for (size_t i = 0; k[i]; i++)
+            if (strcmp(key, k[i]) == 0 && json_is_integer(x) && json_integer_value(x) > V1_MAX_SCHEMA_COUNT)
+                return v1_fail(e, TS_BAD_REQUEST, P, "'response_format' schema keyword '%s' is %lld; this server "
+                               "allows at most %d", key, (long long)json_integer_value(x), V1_MAX_SCHEMA_COUNT);
+        if (strcmp(key, "pattern") == 0 && json_is_string(x)) {
+            const char *p = json_string_value(x);
+            for (size_t i = 0; p[i]; i++) {
+                if (p[i] != '{' || (i > 0 && p[i - 1] == '\\')) continue;
+                for (size_t j = i + 1; p[j] >= '0' && p[j] <= '9'; j++)
+                    if (j - i > 3 || strtol(p + i + 1, NULL, 10) > V1_MAX_SCHEMA_COUNT)
+                        return v1_fail(e, TS_BAD_REQUEST, P, "'response_format' schema keyword 'pattern' repeats %.16s; "
+                                       "this server allows counts of at most %d", p + i, V1_MAX_SCHEMA_COUNT);
+            }
+        }
+        if (schema_counts(x, depth + 1, e)) return -1;
+    }
+    return 0;
+}
+
+/* response_format: {"type": "text"}, {"type": "json_object"}, {"type": "json_schema",
+ * "json_schema": {"name", "schema", "strict", "description"}}; the grammar compiled (or found
+ * compiled) here, so a schema the engine cannot follow is a 400 naming the keyword. */
+static int parse_response_format(json_t *v, const v1_model *m, v1_args *a, v1_err *e)
+{
+    static const char P[] = "response_format";
+    json_t *type = json_object_get(v, "type");
+    const char *t = json_is_object(v) && json_is_string(type) ? json_string_value(type) : NULL;
+    if (!t) return v1_fail(e, TS_BAD_REQUEST, P, "'%s' must be an object with a 'type'", P);
+    const char *key;
+    json_t *x;
+    json_object_foreach(v, key, x) {
+        if (strcmp(key, "type") != 0 && !(strcmp(t, "json_schema") == 0 && strcmp(key, "json_schema") == 0))
+            return v1_fail(e, TS_BAD_REQUEST, P, "'%s.%.32s' is not supported with type '%.32s'", P, key, t);
+    }
+    if (strcmp(t, "text") == 0) return 0;
+    llm_gram_kind kind = LLM_GRAM_JSON_OBJECT;
+    json_t *schema = NULL;
+    if (strcmp(t, "json_schema") == 0) {
+        json_t *js = json_object_get(v, "json_schema");
+        if (!json_is_object(js))
+            return v1_fail(e, TS_BAD_REQUEST, P, "'%s.json_schema' must be an object with a 'name'", P);
+        json_object_foreach(js, key, x) {
+            bool ok = (strcmp(key, "name") == 0 && json_is_string(x)) ||
+                      (strcmp(key, "description") == 0 && json_is_string(x)) ||
+                      (strcmp(key, "schema") == 0 && json_is_object(x)) ||
+                      (strcmp(key, "strict") == 0 && (json_is_boolean(x) || json_is_null(x)));
+            if (!ok && strcmp(key, "name") && strcmp(key, "description") && strcmp(key, "schema") && strcmp(key, "strict"))
+                return v1_fail(e, TS_BAD_REQUEST, P, "'%s.json_schema.%.32s' is not supported", P, key);
+            if (!ok)
+                return v1_fail(e, TS_BAD_REQUEST, P, "'%s.json_schema.%s' must be %s", P, key,
+                               strcmp(key, "schema") == 0 ? "an object (a JSON Schema)"
+                               : strcmp(key, "strict") == 0 ? "a boolean" : "a string");
+        }
+        if (!tool_name_ok(json_object_get(js, "name")))
+            return v1_fail(e, TS_BAD_REQUEST, P, "'%s.json_schema.name' is required: 1 to 64 of a-z, A-Z, 0-9, _ and -", P);
+        schema = json_object_get(js, "schema");
+        if (schema) kind = LLM_GRAM_SCHEMA; /* none: any JSON object, as OpenAI's schema is optional */
+    } else if (strcmp(t, "json_object") != 0) {
+        return v1_fail(e, TS_BAD_REQUEST, P, "'%s.type' must be \"text\", \"json_object\" or \"json_schema\"", P);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    if (schema) {
+        if (check_size(schema, P, e) || schema_counts(schema, 0, e)) return -1;
+        /* our own malloc: the worker may give jansson an allocator of its own */
+        len = json_dumpb(schema, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (!len || !(text = malloc(len))) return v1_fail(e, TS_INTERNAL_ERROR, NULL, "out of memory");
+        json_dumpb(schema, text, len, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    }
+    ts_err err = {0};
+    int rc = 0;
+    /* src/grammar frees json_dumps' text with free(): jansson's plain allocations meanwhile */
+    budget_json_plain(true);
+    if (m->gram) rc = (a->gp.gram = llm_gram_get(m->gram, kind, text, len, &err)) ? 0 : -1;
+    else rc = llm_gram_check(kind, text, len, &err);
+    budget_json_plain(false);
+    free(text);
+    if (rc) return v1_fail(e, err.http ? err.http : TS_BAD_REQUEST, err.http >= 500 ? NULL : P, "'%s': %s", P, err.msg);
+    return 0;
+}
+
 int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *a, v1_err *e)
 {
     *a = (v1_args){0};
@@ -456,7 +557,9 @@ int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *a, v1_err
     if (GET("echo") && !json_is_false(v)) return v1_fail(e, TS_BAD_REQUEST, "echo", "'echo' is not supported");
     if (GET("suffix") && !(json_is_string(v) && json_string_length(v) == 0))
         return v1_fail(e, TS_BAD_REQUEST, "suffix", "'suffix' is not supported");
-    return parse_stops(body, &a->stops, e);
+    if (parse_stops(body, &a->stops, e)) return -1;
+    /* last: past it nothing fails, so a grammar reference is the caller's only on success */
+    return GET("response_format") ? parse_response_format(v, m, a, e) : 0;
 }
 
 #undef GET

@@ -38,6 +38,10 @@
 /* string bytes (keys included) of tools, of chat_template_kwargs, of documents, each */
 #define V1_MAX_JSON_BYTES ((size_t)1 << 20)
 #define V1_MAX_ID_BYTES 256     /* a tool_call_id, a name */
+/* A schema's minLength / maxLength / minItems / maxItems and a pattern's {n,m} counts: each
+ * count is its own grammar position today, so a large one costs seconds of mask work on its
+ * first use (docs/llm.md, "Structured output"). */
+#define V1_MAX_SCHEMA_COUNT 256
 
 /* A refusal: err.http is the status (TS_*), err.msg the message; param empty is JSON null,
  * code is static text or NULL (null). The ts_err convention of err.h plus OpenAI's two
@@ -58,6 +62,9 @@ typedef struct {
     bool has_chat;          /* a chat template is served */
     const char *chat_note;  /* has_chat false: why the template the model ships is not ("": it ships none) */
     size_t vocab;           /* the logits' ids: logit_bias and stop_token_ids must name one (0: unchecked) */
+    /* the model's compiled grammars (llm_gram.h): response_format takes a reference from it
+     * into v1_args.gp.gram; NULL: the grammar is only compiled to check it (unit tests) */
+    llm_gram_cache *gram;
 } v1_model;
 
 /* The stop strings, copied out of the body. */
@@ -74,6 +81,8 @@ typedef struct {
     llm_gen_params gp;
     v1_stops stops;
     bool tools_on;          /* chat with tools and tool_choice not "none": calls are parsed out of the answer */
+    /* gp.gram: response_format's grammar, a reference the caller releases (llm_gram_unref)
+     * when v1_parse_args succeeded; none is held after a failure */
 } v1_args;
 
 /* Chat's messages: v[i].content points into the JSON tree or into store; v[i].tool_calls
