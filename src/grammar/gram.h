@@ -45,6 +45,9 @@ typedef struct {
     unsigned max_stack;     /* pushdown depth at run time (default 160) */
     unsigned max_stacks;    /* parses alive at once at run time (default 512) */
     size_t max_cache;       /* cached masks per masker (default 8192) */
+    size_t max_mask_work;   /* trie nodes walked plus token bytes checked in one gram_fill_mask
+                             * (default 4,000,000: ~10 full walks of a 128k vocabulary); past
+                             * it the step fails (400 naming max_mask_work) */
 } gram_limits;
 
 void gram_limits_default(gram_limits *l);

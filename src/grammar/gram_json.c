@@ -581,6 +581,25 @@ static int32_t array_type(sc *c, json_t *s, const char *path)
     }
     if (!gb_ok(b))
         return -1;
+    if (np == 0 && item >= 0) {
+        /* '[' item (',' item){min-1,max-1} ']': a counted repetition, so the masker folds its
+         * count (gram_mask.c fold_key) instead of walking the trie once per item index */
+        int32_t more = gb_rule(b, "array-more");
+        gb_alt *m = gb_alt_new(b, more);
+        gb_add_byte(b, m, ',');
+        gb_add_ref(b, m, item);
+        int32_t r = gb_rule(b, "array");
+        if (min == 0)
+            gb_add_lit(b, gb_alt_new(b, r), "[]", 2);
+        if (max != 0) {
+            gb_alt *a = gb_alt_new(b, r);
+            gb_add_byte(b, a, '[');
+            gb_add_ref(b, a, item);
+            gb_add_ref(b, a, gb_repeat(b, gb_elem_ref(more), min > 1 ? min - 1 : 0, max < 0 ? -1 : max - 1));
+            gb_add_byte(b, a, ']');
+        }
+        return gb_ok(b) ? r : -1;
+    }
     /* T_i: i items written; the next needs a ',' */
     int fixed = (int)np > min ? (int)np : min; /* past it, items repeat alike */
     int top = max >= 0 ? max : fixed;

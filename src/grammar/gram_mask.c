@@ -51,7 +51,20 @@ typedef struct {
     size_t n_acc;
     int32_t *unc;
     size_t n_unc;
+    /* a folded count (see fold_key): key[fold] stood for every index of its chain; need[t]
+     * says from which real index on accepted token t fits (NEED_*), need_max from which
+     * index on nothing is filtered; need is NULL when no token depends on the index */
+    int8_t fold;
+    uint8_t *need;
+    uint32_t need_max;
 } mentry;
+
+/* need[t]: bits 0-6 the least real index at which the token fits without leaving the counted
+ * repetition (NEED_INF: none known), bit 7: some parse leaves it inside the token, so below
+ * that index the token is checked against the whole stack */
+#define NEED_EXIT 0x80u
+#define NEED_INF 0x7fu
+#define GRAM_NEED_ENTRIES 512 /* cached entries with a need table (128 KiB each for 128k tokens) */
 
 struct gram_masker {
     const gram_grammar *g;
@@ -59,7 +72,7 @@ struct gram_masker {
     gram_limits lim;
     pthread_mutex_t mu;
     mentry **slot;
-    size_t cap, n;
+    size_t cap, n, n_need;
     size_t hits, misses;
 };
 
@@ -78,6 +91,8 @@ struct gram_matcher {
     uint32_t *scratch;
     gram_sset *lv; /* the walk's state per trie depth */
     size_t n_lv;
+    size_t work;      /* trie nodes and bytes tried in this step (gram_limits.max_mask_work) */
+    bool over_work;
     bool ended;
 };
 
@@ -250,7 +265,7 @@ static void entry_free(mentry *e)
 {
     if (!e)
         return;
-    free(e->acc), free(e->acc_ids), free(e->unc);
+    free(e->acc), free(e->acc_ids), free(e->unc), free(e->need);
     free(e);
 }
 
@@ -293,7 +308,7 @@ static mentry *cache_find(gram_masker *m, const mentry *k)
 /* false when the cache is full (the caller then owns e) */
 static bool cache_put(gram_masker *m, mentry *e)
 {
-    if (m->n >= m->lim.max_cache)
+    if (m->n >= m->lim.max_cache || (e->need && m->n_need >= GRAM_NEED_ENTRIES))
         return false;
     if ((m->n + 1) * 2 > m->cap) {
         size_t nc = m->cap ? m->cap * 2 : 256;
@@ -315,6 +330,7 @@ static bool cache_put(gram_masker *m, mentry *e)
         j = (j + 1) & (m->cap - 1);
     m->slot[j] = e;
     m->n++;
+    m->n_need += e->need != NULL;
     return true;
 }
 
@@ -375,8 +391,30 @@ static bool ensure_levels(gram_matcher *s, size_t n)
     return true;
 }
 
-/* the trie walk from one key (see the top of this file); fills acc and unc */
-static bool walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc)
+/* need[] of the tokens ending where the walk's parses are ss (see NEED_*): a parse still in
+ * the folded repetition has its frame at depth D above the key's unchanged frames pre[0..D);
+ * it moved from the chain's index R down to its rule's index, one per repetition begun */
+static unsigned node_need(const gram_grammar *g, const gram_sset *ss, const uint32_t *pre, size_t D, int32_t chain,
+                          uint32_t R)
+{
+    unsigned best = NEED_INF, exit = 0;
+    for (size_t i = 0; i < ss->n; i++) {
+        const uint32_t *p = ss->pool + ss->off[i];
+        if (ss->len[i] > D && (!D || !memcmp(p, pre, D * sizeof *p)) && p[D] &&
+            g->rule_chain[g->el_rule[p[D]]] == chain) {
+            uint32_t n = R - g->rule_cidx[g->el_rule[p[D]]] + 1;
+            if (n < best)
+                best = n;
+        } else {
+            exit = NEED_EXIT;
+        }
+    }
+    return best | exit;
+}
+
+/* the trie walk from one key (see the top of this file); fills acc and unc (and *need for a
+ * folded key); 0, -1 out of memory, -2 past max_mask_work */
+static int walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc, uint8_t **need)
 {
     const gram_grammar *g = s->m->g;
     const gram_vocab *v = s->m->v;
@@ -386,17 +424,27 @@ static bool walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc)
         stk[len++] = 0; /* SENT */
     for (size_t i = 0; i < k->klen; i++)
         stk[len++] = k->key[i];
+    uint32_t pre[GRAM_KEY_DEPTH + 1];
+    size_t D = 0;
+    int32_t chain = -1;
+    uint32_t R = 0;
+    if (k->fold >= 0) {
+        D = (k->whole ? 0 : 1) + (size_t)k->fold;
+        memcpy(pre, stk, len * sizeof *stk);
+        chain = g->rule_chain[g->el_rule[stk[D]]];
+        R = g->rule_cidx[g->el_rule[stk[D]]];
+    }
     unsigned max_stack = k->whole ? s->m->lim.max_stack : (unsigned)(len + k->budget);
     if (max_stack > s->m->lim.max_stack)
         max_stack = s->m->lim.max_stack;
     if (!ensure_levels(s, 2))
-        return false;
+        return -1;
     gram_sset_clear(&s->lv[0]);
     /* the key's stack is already expanded: its top is a class */
     gram_expand(g, &s->lv[0], stk, len, max_stack, s->m->lim.max_stacks, s->scratch);
     /* iterative DFS, one frame per depth */
     if (!s->fr && !(s->fr = malloc((GRAM_MAX_TOKEN + 1) * sizeof *s->fr)))
-        return false;
+        return -1;
     wframe *fr = s->fr;
     size_t d = 0;
     fr[0].node = 0, fr[0].child = v->first[0], fr[0].sent = has_sent(g, &s->lv[0]);
@@ -413,8 +461,12 @@ static bool walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc)
         f->child = v->next[c];
         bool live = false;
         if (gram_set_has(&f->u, v->byte[c])) {
+            if (++s->work > s->m->lim.max_mask_work) {
+                s->over_work = true;
+                return -2;
+            }
             if (!ensure_levels(s, d + 2))
-                return false;
+                return -1;
             gram_advance(g, &s->lv[d], v->byte[c], &s->lv[d + 1], max_stack, s->m->lim.max_stacks, s->scratch);
             live = s->lv[d + 1].n > 0;
         }
@@ -426,6 +478,14 @@ static bool walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc)
         }
         for (uint32_t t = v->tok_lo[c]; t < v->tok_hi[c]; t++)
             idl_push(acc, v->order[t]);
+        if (chain >= 0 && v->tok_hi[c] > v->tok_lo[c]) {
+            unsigned nd = node_need(g, &s->lv[d + 1], pre, D, chain, R);
+            if (nd > 1 && !*need && !(*need = calloc(v->n, 1)))
+                return -1;
+            if (nd > 1)
+                for (uint32_t t = v->tok_lo[c]; t < v->tok_hi[c]; t++)
+                    (*need)[v->order[t]] = (uint8_t)nd;
+        }
         if (!v->first[c])
             continue;
         wframe *nf = &fr[d + 1];
@@ -434,12 +494,18 @@ static bool walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc)
         top_union(g, &s->lv[d + 1], &nf->u);
         d++;
     }
-    return !acc->oom && !unc->oom;
+    return acc->oom || unc->oom ? -1 : 0;
 }
 
 /* A position in a counted repetition's rule whose index is above far (no token reaches past
  * far - 1 more repetitions: each takes a byte at least) masks like the same position in the
  * chain's rule of index far: maxLength 1000 costs far trie walks, not 1000. */
+static uint32_t canon_to(const gram_grammar *g, uint32_t pos, uint32_t r, uint32_t idx)
+{
+    uint32_t r2 = g->chain_rules[g->chain_off[g->rule_chain[r]] + idx - 1];
+    return g->alt_start[g->rule_alt[r2]] + (pos - g->alt_start[g->rule_alt[r]]);
+}
+
 static uint32_t canon(const gram_grammar *g, uint32_t pos, uint32_t far)
 {
     if (!pos)
@@ -447,8 +513,33 @@ static uint32_t canon(const gram_grammar *g, uint32_t pos, uint32_t far)
     uint32_t r = g->el_rule[pos];
     if (g->rule_chain[r] < 0 || g->rule_cidx[r] <= far)
         return pos;
-    uint32_t r2 = g->chain_rules[g->chain_off[g->rule_chain[r]] + far - 1];
-    return g->alt_start[g->rule_alt[r2]] + (pos - g->alt_start[g->rule_alt[r]]);
+    return canon_to(g, pos, r, far);
+}
+
+/* The counted repetition nearest the top of a key ("up to k more": maxLength, maxItems, a
+ * grammar's x{m,n}) is folded: every index k stands as the chain's top index R, so the key
+ * and its trie walk are one for the whole count. The walk records per token the least k it
+ * needs (need[]); a step at index k clears the tokens that need more. Exact because the
+ * language from index k is the one from R cut to fewer repetitions: a token that fits at k
+ * fits at R with the same repetitions, and one whose parse leaves the repetition is checked
+ * against the real stack. Returns the key index folded, or -1. */
+static int fold_key(const gram_grammar *g, const uint32_t *top, size_t klen, uint32_t *key)
+{
+    for (size_t i = klen; i-- > 0;) {
+        uint32_t pos = top[i];
+        if (!pos)
+            continue;
+        uint32_t r = g->el_rule[pos];
+        int32_t c = g->rule_chain[r];
+        if (c < 0 || !g->chain_opt[c])
+            continue;
+        uint32_t R = g->chain_off[c + 1] - g->chain_off[c];
+        if (R < 2 || R > 0x7fffffff)
+            continue;
+        key[i] = canon_to(g, pos, r, R);
+        return (int)i;
+    }
+    return -1;
 }
 
 static mentry *entry_for(gram_matcher *s, const uint32_t *stk, size_t len, bool *owned, ts_err *err)
@@ -459,6 +550,7 @@ static mentry *entry_for(gram_matcher *s, const uint32_t *stk, size_t len, bool 
     k.klen = (uint8_t)(k.whole ? len : GRAM_KEY_DEPTH);
     for (size_t i = 0; i < k.klen; i++)
         k.key[i] = canon(m->g, stk[len - k.klen + i], (uint32_t)m->v->max_len + 1);
+    k.fold = (int8_t)fold_key(m->g, stk + len - k.klen, k.klen, k.key);
     if (!k.whole) {
         size_t room = m->lim.max_stack > len ? m->lim.max_stack - len : 0;
         k.budget = (uint8_t)(room < GRAM_KEY_BUDGET ? room : GRAM_KEY_BUDGET);
@@ -478,15 +570,28 @@ static mentry *entry_for(gram_matcher *s, const uint32_t *stk, size_t len, bool 
     if (e)
         return e;
     idlist acc = {0}, unc = {0};
+    uint8_t *need = NULL;
     e = calloc(1, sizeof *e);
-    if (!e || !walk(s, &k, &acc, &unc)) {
-        free(e), free(acc.v), free(unc.v);
-        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory computing a token mask");
+    int rc = e ? walk(s, &k, &acc, &unc, &need) : -1;
+    if (rc) {
+        free(e), free(acc.v), free(unc.v), free(need);
+        if (rc == -2)
+            ts_err_set(err, TS_BAD_REQUEST, "grammar: one step's token mask needs more than max_mask_work (%zu trie "
+                       "steps); the grammar is too ambiguous for this vocabulary", m->lim.max_mask_work);
+        else
+            ts_err_set(err, TS_INTERNAL_ERROR, "out of memory computing a token mask");
         return NULL;
     }
     *e = k;
     e->unc = unc.v, e->n_unc = unc.n;
     e->n_acc = acc.n;
+    e->need = need;
+    for (size_t i = 0; need && i < acc.n; i++) {
+        unsigned nd = need[acc.v[i]], n = nd & NEED_INF;
+        uint32_t top = (nd & NEED_EXIT) || n == NEED_INF ? (uint32_t)m->v->max_len + 1 : n;
+        if (top > e->need_max)
+            e->need_max = top;
+    }
     if (acc.n < m->v->n / 32) {
         e->acc_ids = acc.v;
     } else {
@@ -653,6 +758,33 @@ bool gram_accept_token(gram_matcher *s, int32_t id, ts_err *err)
     return gram_accept_bytes(s, v->bytes + v->boff[id], v->blen[id], err);
 }
 
+/* one token against the whole stack (expanded into one on first use) */
+static bool fits_stack(gram_matcher *s, gram_sset *one, bool *ready, const uint32_t *stk, size_t len, int32_t t)
+{
+    const gram_grammar *g = s->m->g;
+    const gram_vocab *v = s->m->v;
+    if (!*ready) {
+        gram_sset_clear(one);
+        memcpy(s->scratch, stk, len * sizeof *stk);
+        gram_expand(g, one, s->scratch, len, s->m->lim.max_stack, s->m->lim.max_stacks,
+                    s->scratch + s->m->lim.max_stack + 1);
+        *ready = true;
+    }
+    s->work += v->blen[t];
+    const gram_sset *r = run_bytes(s, one, v->bytes + v->boff[t], v->blen[t]);
+    return r->n && !r->overflow;
+}
+
+/* an accepted token of a folded entry at the real index k (see fold_key) */
+static bool need_ok(gram_matcher *s, const mentry *e, uint32_t k, gram_sset *one, bool *ready, const uint32_t *stk,
+                    size_t len, int32_t t)
+{
+    unsigned nd = e->need[t], n = nd & NEED_INF;
+    if (n != NEED_INF && n <= k)
+        return true;
+    return (nd & NEED_EXIT) && fits_stack(s, one, ready, stk, len, t);
+}
+
 bool gram_fill_mask(gram_matcher *s, uint64_t *mask, size_t words, ts_err *err)
 {
     const gram_vocab *v = s->m->v;
@@ -665,6 +797,7 @@ bool gram_fill_mask(gram_matcher *s, uint64_t *mask, size_t words, ts_err *err)
     memset(mask, 0, words * sizeof *mask);
     if (s->ended)
         return true;
+    s->work = 0, s->over_work = false;
     bool can_end = false;
     gram_sset one = {0};
     for (size_t i = 0; i < s->cur.n; i++) {
@@ -674,39 +807,54 @@ bool gram_fill_mask(gram_matcher *s, uint64_t *mask, size_t words, ts_err *err)
             continue;
         }
         const uint32_t *stk = s->cur.pool + s->cur.off[i];
-        bool owned;
+        bool owned, ready = false;
         mentry *e = entry_for(s, stk, len, &owned, err);
         if (!e) {
             gram_sset_free(&one);
             return false;
         }
-        if (e->acc)
+        uint32_t k = UINT32_MAX;
+        if (e->need)
+            k = g->rule_cidx[g->el_rule[stk[len - e->klen + (size_t)e->fold]]];
+        if (k >= e->need_max) {
+            if (e->acc)
+                for (size_t w = 0; w < gram_mask_words(v); w++)
+                    mask[w] |= e->acc[w];
+            else
+                for (size_t j = 0; j < e->n_acc; j++)
+                    mask[e->acc_ids[j] >> 6] |= 1ull << (e->acc_ids[j] & 63);
+        } else if (e->acc) {
             for (size_t w = 0; w < gram_mask_words(v); w++)
-                mask[w] |= e->acc[w];
-        else
-            for (size_t k = 0; k < e->n_acc; k++)
-                mask[e->acc_ids[k] >> 6] |= 1ull << (e->acc_ids[k] & 63);
-        if (e->n_unc) {
-            /* the uncertain tokens against this whole stack */
-            gram_sset_clear(&one);
-            memcpy(s->scratch, stk, len * sizeof *stk);
-            gram_expand(g, &one, s->scratch, len, s->m->lim.max_stack, s->m->lim.max_stacks,
-                        s->scratch + s->m->lim.max_stack + 1);
-            for (size_t k = 0; k < e->n_unc; k++) {
-                int32_t t = e->unc[k];
-                if ((mask[t >> 6] >> (t & 63)) & 1)
-                    continue;
-                const gram_sset *r = run_bytes(s, &one, v->bytes + v->boff[t], v->blen[t]);
-                if (r->n && !r->overflow)
+                for (uint64_t x = e->acc[w] & ~mask[w]; x; x &= x - 1) {
+                    int32_t t = (int32_t)(w * 64 + (size_t)__builtin_ctzll(x));
+                    if (need_ok(s, e, k, &one, &ready, stk, len, t))
+                        mask[w] |= 1ull << (t & 63);
+                }
+        } else {
+            for (size_t j = 0; j < e->n_acc; j++) {
+                int32_t t = e->acc_ids[j];
+                if (need_ok(s, e, k, &one, &ready, stk, len, t))
                     mask[t >> 6] |= 1ull << (t & 63);
             }
         }
+        for (size_t j = 0; j < e->n_unc; j++) {
+            /* the uncertain tokens against this whole stack */
+            int32_t t = e->unc[j];
+            if (!((mask[t >> 6] >> (t & 63)) & 1) && fits_stack(s, &one, &ready, stk, len, t))
+                mask[t >> 6] |= 1ull << (t & 63);
+        }
         if (owned)
             entry_free(e);
+        if (s->work > s->m->lim.max_mask_work) {
+            gram_sset_free(&one);
+            ts_err_set(err, TS_BAD_REQUEST, "grammar: one step's token mask needs more than max_mask_work (%zu trie "
+                       "steps); the grammar is too ambiguous for this vocabulary", s->m->lim.max_mask_work);
+            return false;
+        }
     }
     gram_sset_free(&one);
     if (can_end)
-        for (size_t k = 0; k < v->n_end; k++)
-            mask[v->end_ids[k] >> 6] |= 1ull << (v->end_ids[k] & 63);
+        for (size_t j = 0; j < v->n_end; j++)
+            mask[v->end_ids[j] >> 6] |= 1ull << (v->end_ids[j] & 63);
     return true;
 }

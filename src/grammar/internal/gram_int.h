@@ -41,6 +41,7 @@ struct gram_grammar {
     uint32_t *el_rule;
     int32_t *rule_chain;
     uint32_t *rule_cidx, *chain_off, *chain_rules;
+    uint8_t *chain_opt; /* chain c is "up to k more" (1) or "k more needed" (0) */
     size_t n_chains;
 };
 
@@ -67,7 +68,7 @@ typedef struct {
     int32_t memo[GB_MEMO_N]; /* shared building blocks, made once (-1: not yet) */
     int32_t *chain;     /* per rule: its counted-repetition chain, or -1 */
     uint32_t *cidx;     /* per rule: its index in that chain */
-    uint32_t *chain_elem; /* per chain: the repeated element */
+    uint32_t *chain_elem; /* per chain: the repeated element and its kind (new_chain) */
     size_t n_chains, cap_chains;
 } gb;
 
