@@ -441,43 +441,6 @@ static int parse_vllm(json_t *body, size_t vocab, v1_args *a, v1_err *e)
     return 0;
 }
 
-/* The schema's counts within V1_MAX_SCHEMA_COUNT (see v1_parse.h): an integer under a count
- * keyword, and every {n} / {n,m} in a pattern. A property named like a keyword holds an
- * object, never an integer, so it passes. */
-static int schema_counts(json_t *v, int depth, v1_err *e)
-{
-    static const char P[] = "response_format";
-    static const char *const k[] = {"minLength", "maxLength", "minItems", "maxItems", NULL};
-    if (depth > V1_MAX_JSON_DEPTH) return 0; /* check_size refused it already */
-    if (json_is_array(v)) {
-        size_t i;
-        json_t *x;
-        json_array_foreach(v, i, x) if (schema_counts(x, depth + 1, e)) return -1;
-        return 0;
-    }
-    if (!json_is_object(v)) return 0;
-    const char *key;
-    json_t *x;
-    json_object_foreach(v, key, x) {
-        for (size_t i = 0; k[i]; i++)
-            if (strcmp(key, k[i]) == 0 && json_is_integer(x) && json_integer_value(x) > V1_MAX_SCHEMA_COUNT)
-                return v1_fail(e, TS_BAD_REQUEST, P, "'response_format' schema keyword '%s' is %lld; this server "
-                               "allows at most %d", key, (long long)json_integer_value(x), V1_MAX_SCHEMA_COUNT);
-        if (strcmp(key, "pattern") == 0 && json_is_string(x)) {
-            const char *p = json_string_value(x);
-            for (size_t i = 0; p[i]; i++) {
-                if (p[i] != '{' || (i > 0 && p[i - 1] == '\\')) continue;
-                for (size_t j = i + 1; p[j] >= '0' && p[j] <= '9'; j++)
-                    if (j - i > 3 || strtol(p + i + 1, NULL, 10) > V1_MAX_SCHEMA_COUNT)
-                        return v1_fail(e, TS_BAD_REQUEST, P, "'response_format' schema keyword 'pattern' repeats %.16s; "
-                                       "this server allows counts of at most %d", p + i, V1_MAX_SCHEMA_COUNT);
-            }
-        }
-        if (schema_counts(x, depth + 1, e)) return -1;
-    }
-    return 0;
-}
-
 /* response_format: {"type": "text"}, {"type": "json_object"}, {"type": "json_schema",
  * "json_schema": {"name", "schema", "strict", "description"}}; the grammar compiled (or found
  * compiled) here, so a schema the engine cannot follow is a 400 naming the keyword. */
@@ -522,7 +485,7 @@ static int parse_response_format(json_t *v, const v1_model *m, v1_args *a, v1_er
     char *text = NULL;
     size_t len = 0;
     if (schema) {
-        if (check_size(schema, P, e) || schema_counts(schema, 0, e)) return -1;
+        if (check_size(schema, P, e)) return -1;
         /* our own malloc: the worker may give jansson an allocator of its own */
         len = json_dumpb(schema, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER);
         if (!len || !(text = malloc(len))) return v1_fail(e, TS_INTERNAL_ERROR, NULL, "out of memory");

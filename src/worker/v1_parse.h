@@ -38,10 +38,6 @@
 /* string bytes (keys included) of tools, of chat_template_kwargs, of documents, each */
 #define V1_MAX_JSON_BYTES ((size_t)1 << 20)
 #define V1_MAX_ID_BYTES 256     /* a tool_call_id, a name */
-/* A schema's minLength / maxLength / minItems / maxItems and a pattern's {n,m} counts: each
- * count is its own grammar position today, so a large one costs seconds of mask work on its
- * first use (docs/llm.md, "Structured output"). */
-#define V1_MAX_SCHEMA_COUNT 256
 
 /* A refusal: err.http is the status (TS_*), err.msg the message; param empty is JSON null,
  * code is static text or NULL (null). The ts_err convention of err.h plus OpenAI's two

@@ -114,7 +114,7 @@ def test_json_object_is_an_object(worker):
 
 @pytest.mark.parametrize("rf,needle", [
     ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "not": {}}}}, "'not'"),
-    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "maxLength": 1000}}},
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "maxLength": 5000}}},
      "maxLength"),
     ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a{500}$"}}},
      "pattern"),
