@@ -32,6 +32,7 @@ struct gram_vocab {
     size_t n_end;
     uint8_t *bytes;
     uint32_t *boff, *blen;
+    uint32_t *slen; /* a special token's bytes (at boff; blen is 0): for `<[TEXT]>` */
     /* trie: node 0 the root; children as a first-child / next-sibling list */
     uint32_t *first, *next;
     uint8_t *byte;
@@ -73,6 +74,7 @@ struct gram_masker {
     pthread_mutex_t mu;
     mentry **slot;
     size_t cap, n, n_need;
+    int32_t tok_id[GRAM_MAX_TOK_ELEMS]; /* the grammar's token elements in v (-1: none) */
     size_t hits, misses;
 };
 
@@ -132,7 +134,7 @@ void gram_vocab_free(gram_vocab *v)
 {
     if (!v)
         return;
-    free(v->flags), free(v->end_ids), free(v->bytes), free(v->boff), free(v->blen);
+    free(v->flags), free(v->end_ids), free(v->bytes), free(v->boff), free(v->blen), free(v->slen);
     free(v->first), free(v->next), free(v->byte), free(v->order), free(v->tok_lo), free(v->tok_hi), free(v->sub_hi);
     free(v);
 }
@@ -155,8 +157,9 @@ gram_vocab *gram_vocab_new(size_t n, const unsigned char *const *bytes, const si
         v->end_ids = malloc((n_end ? n_end : 1) * sizeof *v->end_ids);
         v->bytes = malloc(total ? total : 1);
         v->boff = malloc(n * sizeof *v->boff), v->blen = calloc(n, sizeof *v->blen);
+        v->slen = calloc(n, sizeof *v->slen);
         v->first = malloc(cap * sizeof *v->first), v->next = malloc(cap * sizeof *v->next), v->byte = malloc(cap);
-        oom = !v->flags || !v->end_ids || !v->bytes || !v->boff || !v->blen || !v->first || !v->next || !v->byte;
+        oom = !v->flags || !v->end_ids || !v->bytes || !v->boff || !v->blen || !v->slen || !v->first || !v->next || !v->byte;
     }
     if (oom) {
         gram_vocab_free(v);
@@ -182,8 +185,14 @@ gram_vocab *gram_vocab_new(size_t n, const unsigned char *const *bytes, const si
         v->boff[i] = (uint32_t)pos;
         if (special && special[i])
             v->flags[i] |= TOK_SPECIAL;
-        if (!bytes[i] || lens[i] == 0 || lens[i] > GRAM_MAX_TOKEN || (v->flags[i] & (TOK_SPECIAL | TOK_END)))
-            continue; /* never inside the output */
+        if (!bytes[i] || lens[i] == 0 || lens[i] > GRAM_MAX_TOKEN)
+            continue;
+        if (v->flags[i] & (TOK_SPECIAL | TOK_END)) { /* never inside the output but by `<[TEXT]>` */
+            memcpy(v->bytes + pos, bytes[i], lens[i]);
+            v->slen[i] = (uint32_t)lens[i];
+            pos += lens[i];
+            continue;
+        }
         memcpy(v->bytes + pos, bytes[i], lens[i]);
         v->blen[i] = (uint32_t)lens[i];
         if (lens[i] > v->max_len)
@@ -257,6 +266,20 @@ gram_masker *gram_masker_new(const gram_grammar *g, const gram_vocab *v, const g
     }
     m->g = g, m->v = v;
     m->lim = lim ? *lim : g->lim;
+    /* a token element is the special token of that text, else an ordinary token of those
+     * bytes; a vocabulary with neither leaves it matching nothing */
+    for (size_t i = 0; i < g->n_tok; i++) {
+        m->tok_id[i] = -1;
+        for (int pass = 0; pass < 2 && m->tok_id[i] < 0; pass++)
+            for (size_t t = 0; t < v->n; t++) {
+                uint32_t l = pass ? v->blen[t] : v->slen[t];
+                if (l == g->tok_len[i] && !memcmp(v->bytes + v->boff[t], g->tok_text[i], l) &&
+                    !(v->flags[t] & TOK_END)) {
+                    m->tok_id[i] = (int32_t)t;
+                    break;
+                }
+            }
+    }
     pthread_mutex_init(&m->mu, NULL);
     return m;
 }
@@ -341,7 +364,7 @@ static size_t scratch_words(unsigned max_stack) { return (size_t)(max_stack + 9)
 static bool has_sent(const gram_grammar *g, const gram_sset *s)
 {
     for (size_t i = 0; i < s->n; i++)
-        if (s->len[i] && GE_KIND(g->el[s->pool[s->off[i] + s->len[i] - 1]]) == GE_SENT)
+        if (s->len[i] && g->el[s->pool[s->off[i] + s->len[i] - 1]] == GE_MAKE(GE_SENT, 0))
             return true;
     return false;
 }
@@ -709,29 +732,52 @@ static const gram_sset *run_bytes(gram_matcher *s, const gram_sset *from, const 
     return in;
 }
 
+/* Reads p into the matcher. Where the text of a token element (`<[TEXT]>`) comes next and
+ * some parse stands at that element, it is read as the token (the worker feeds a marker it
+ * already produced, e.g. Mistral's [TOOL_CALLS], which is one special token); else by bytes. */
 bool gram_accept_bytes(gram_matcher *s, const unsigned char *p, size_t n, ts_err *err)
 {
     if (s->ended) {
         ts_err_set(err, TS_BAD_REQUEST, "grammar: output already ended");
         return false;
     }
-    if (!n)
-        return true;
-    const gram_sset *r = run_bytes(s, &s->cur, p, n);
-    if (r->overflow) {
-        ts_err_set(err, TS_BAD_REQUEST, "grammar: the output nests deeper or branches wider than the limits "
-                   "(max_stack %u, max_stacks %u)", s->m->lim.max_stack, s->m->lim.max_stacks);
-        return false;
+    const gram_grammar *g = s->m->g;
+    const gram_sset *cur = &s->cur;
+    gram_sset *out = &s->t1;
+    for (size_t i = 0; i < n;) {
+        bool took = false;
+        for (size_t k = 0; k < g->n_tok && !took; k++) {
+            if (g->tok_len[k] > n - i || memcmp(p + i, g->tok_text[k], g->tok_len[k]))
+                continue;
+            gram_sset_clear(out);
+            gram_advance_tok(g, cur, GE_MAKE(GE_SENT, k + 1), out, s->m->lim.max_stack, s->m->lim.max_stacks,
+                             s->scratch);
+            if (out->n && !out->overflow) {
+                took = true;
+                i += g->tok_len[k];
+            }
+        }
+        if (!took) {
+            gram_advance(g, cur, p[i], out, s->m->lim.max_stack, s->m->lim.max_stacks, s->scratch);
+            i++;
+        }
+        if (out->overflow) {
+            ts_err_set(err, TS_BAD_REQUEST, "grammar: the output nests deeper or branches wider than the limits "
+                       "(max_stack %u, max_stacks %u)", s->m->lim.max_stack, s->m->lim.max_stacks);
+            return false;
+        }
+        if (!out->n) {
+            ts_err_set(err, TS_BAD_REQUEST, "grammar: these bytes do not fit the grammar here");
+            return false;
+        }
+        cur = out;
+        out = out == &s->t1 ? &s->t2 : &s->t1;
     }
-    if (!r->n) {
-        ts_err_set(err, TS_BAD_REQUEST, "grammar: these bytes do not fit the grammar here");
-        return false;
-    }
-    /* r is t1 or t2: swap it into cur */
+    /* cur is t1 or t2 (or cur itself when n is 0): swap it into cur */
     gram_sset tmp = s->cur;
-    if (r == &s->t1)
+    if (cur == &s->t1)
         s->cur = s->t1, s->t1 = tmp;
-    else
+    else if (cur == &s->t2)
         s->cur = s->t2, s->t2 = tmp;
     return true;
 }
@@ -751,9 +797,20 @@ bool gram_accept_token(gram_matcher *s, int32_t id, ts_err *err)
         s->ended = true;
         return true;
     }
-    if (!v->blen[id]) {
-        ts_err_set(err, TS_BAD_REQUEST, "grammar: token %d is never allowed inside the output", (int)id);
-        return false;
+    if (!v->blen[id]) { /* a special token: only where a token element names it */
+        const gram_grammar *g = s->m->g;
+        gram_sset_clear(&s->t1);
+        for (size_t k = 0; k < g->n_tok; k++)
+            if (s->m->tok_id[k] == id)
+                gram_advance_tok(g, &s->cur, GE_MAKE(GE_SENT, k + 1), &s->t1, s->m->lim.max_stack,
+                                 s->m->lim.max_stacks, s->scratch);
+        if (!s->t1.n || s->t1.overflow) {
+            ts_err_set(err, TS_BAD_REQUEST, "grammar: token %d is not allowed here", (int)id);
+            return false;
+        }
+        gram_sset tmp = s->cur;
+        s->cur = s->t1, s->t1 = tmp;
+        return true;
     }
     return gram_accept_bytes(s, v->bytes + v->boff[id], v->blen[id], err);
 }
@@ -807,6 +864,12 @@ bool gram_fill_mask(gram_matcher *s, uint64_t *mask, size_t words, ts_err *err)
             continue;
         }
         const uint32_t *stk = s->cur.pool + s->cur.off[i];
+        if (GE_IS_TOK(g->el[stk[len - 1]])) { /* one whole token, by id */
+            int32_t t = s->m->tok_id[GE_ARG(g->el[stk[len - 1]]) - 1];
+            if (t >= 0)
+                mask[t >> 6] |= 1ull << (t & 63);
+            continue;
+        }
         bool owned, ready = false;
         mentry *e = entry_for(s, stk, len, &owned, err);
         if (!e) {
