@@ -78,19 +78,24 @@ gram_grammar *gram_compile_tools(gram_tools_format f, const gram_tool *tools, si
         return NULL;
     }
     buf_puts(&g, "\n");
-    const char *more = parallel ? "*" : "";
+    /* more: the separator and the rest of one-or-more calls, or nothing for one call */
+    char more[160] = "";
+    const char *sep = f == GRAM_TOOLS_HERMES ? "\"\\n\" one" : f == GRAM_TOOLS_LLAMA3 ? "\";\" call"
+                      : f == GRAM_TOOLS_MISTRAL ? "\",\" call" : "\"\\n\" call";
+    if (parallel)
+        snprintf(more, sizeof more, "(%s)*", sep);
     switch (f) {
     case GRAM_TOOLS_HERMES:
-        buf_printf(&g, "one ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\nroot ::= one (\"\\n\" one)%s\n", more);
+        buf_printf(&g, "one ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\nroot ::= one %s\n", more);
         break;
     case GRAM_TOOLS_LLAMA3:
-        buf_printf(&g, "root ::= <[<|python_tag|>]>? call (\";\" call)%s\n", more);
+        buf_printf(&g, "root ::= <[<|python_tag|>]>? call %s\n", more);
         break;
     case GRAM_TOOLS_MISTRAL:
-        buf_printf(&g, "root ::= <[[TOOL_CALLS]]> \"[\" call (\",\" call)%s \"]\"\n", more);
+        buf_printf(&g, "root ::= <[[TOOL_CALLS]]> \"[\" call %s \"]\"\n", more);
         break;
     default:
-        buf_printf(&g, "root ::= <[" DS_CALLS_BEGIN "]> call (\"\\n\" call)%s <[" DS_CALLS_END "]>\n", more);
+        buf_printf(&g, "root ::= <[" DS_CALLS_BEGIN "]> call %s <[" DS_CALLS_END "]>\n", more);
         break;
     }
     if (buf_failed(&g)) {
