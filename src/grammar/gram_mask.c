@@ -93,6 +93,7 @@ struct gram_matcher {
     uint32_t *scratch;
     gram_sset *lv; /* the walk's state per trie depth */
     size_t n_lv;
+    int32_t *sid;     /* per walk depth: the interned state there, or -1 (then lv[d]) */
     size_t work;      /* trie nodes and bytes tried in this step (gram_limits.max_mask_work) */
     bool over_work;
     bool ended;
@@ -414,6 +415,190 @@ static bool ensure_levels(gram_matcher *s, size_t n)
     return true;
 }
 
+/* A walk's states, interned: below the first bytes of a token, many trie nodes reach the
+ * same parse state (inside a string every letter leads to the same "next character" state),
+ * so a (state, byte) -> state table turns most of a walk's steps into one look-up. Made per
+ * walk and freed after it; bounded (past WC_STATES states the walk goes on uncached). */
+#define WC_STATES (1u << 14)
+#define WC_TRANS (1u << 17)
+#define WC_DEAD UINT32_MAX
+
+typedef struct {
+    gram_sset *st;
+    uint32_t *st_h;
+    uint16_t *nd; /* per state: node_need + 1, 0 not yet known */
+    size_t n, cap;
+    uint32_t *sh; /* content hash table: id + 1, 0 empty */
+    size_t sh_cap;
+    uint64_t *tk; /* transitions: (from << 8 | byte) + 1, 0 empty */
+    uint32_t *tv;
+    size_t t_n, t_cap;
+    bool failed;
+} wcache;
+
+static void wc_free(wcache *w)
+{
+    for (size_t i = 0; i < w->cap; i++)
+        gram_sset_free(&w->st[i]);
+    free(w->st), free(w->st_h), free(w->nd), free(w->sh), free(w->tk), free(w->tv);
+    memset(w, 0, sizeof *w);
+}
+
+static uint32_t sset_hash(const gram_sset *a)
+{
+    uint32_t h = 2166136261u ^ (uint32_t)a->n;
+    for (size_t i = 0; i < a->n; i++)
+        h = (h ^ a->hash[i] ^ (a->len[i] << 24)) * 16777619u;
+    return h ^ (h >> 13);
+}
+
+static bool sset_same(const gram_sset *a, const gram_sset *b)
+{
+    if (a->n != b->n || a->pool_n != b->pool_n)
+        return false;
+    for (size_t i = 0; i < a->n; i++)
+        if (a->len[i] != b->len[i] || a->hash[i] != b->hash[i] ||
+            memcmp(a->pool + a->off[i], b->pool + b->off[i], a->len[i] * sizeof *a->pool))
+            return false;
+    return true;
+}
+
+static bool sset_copy(gram_sset *d, const gram_sset *a)
+{
+    if (d->cap < a->n) {
+        size_t nc = a->n;
+        uint32_t *o = realloc(d->off, nc * sizeof *o), *l = o ? realloc(d->len, nc * sizeof *l) : NULL;
+        if (o)
+            d->off = o;
+        if (l)
+            d->len = l;
+        uint32_t *h = l ? realloc(d->hash, nc * sizeof *h) : NULL;
+        if (h)
+            d->hash = h;
+        if (!h)
+            return false;
+        d->cap = nc;
+    }
+    if (d->pool_cap < a->pool_n) {
+        uint32_t *p = realloc(d->pool, a->pool_n * sizeof *p);
+        if (!p)
+            return false;
+        d->pool = p, d->pool_cap = a->pool_n;
+    }
+    if (a->n) {
+        memcpy(d->off, a->off, a->n * sizeof *d->off);
+        memcpy(d->len, a->len, a->n * sizeof *d->len);
+        memcpy(d->hash, a->hash, a->n * sizeof *d->hash);
+    }
+    if (a->pool_n)
+        memcpy(d->pool, a->pool, a->pool_n * sizeof *d->pool);
+    d->n = a->n, d->pool_n = a->pool_n, d->steps = 0, d->overflow = false;
+    return true;
+}
+
+/* the state's id (made when new), or -1 when the cache is full or out of memory */
+static int32_t wc_intern(wcache *w, const gram_sset *a)
+{
+    if (w->failed)
+        return -1;
+    uint32_t h = sset_hash(a);
+    if (w->sh_cap)
+        for (size_t i = h & (w->sh_cap - 1); w->sh[i]; i = (i + 1) & (w->sh_cap - 1))
+            if (w->st_h[w->sh[i] - 1] == h && sset_same(&w->st[w->sh[i] - 1], a))
+                return (int32_t)(w->sh[i] - 1);
+    if (w->n >= WC_STATES)
+        return -1;
+    if (w->n == w->cap) {
+        size_t nc = w->cap ? w->cap * 2 : 64;
+        gram_sset *st = realloc(w->st, nc * sizeof *st);
+        if (st)
+            w->st = st;
+        uint32_t *sh = st ? realloc(w->st_h, nc * sizeof *sh) : NULL;
+        if (sh)
+            w->st_h = sh;
+        uint16_t *nd = sh ? realloc(w->nd, nc * sizeof *nd) : NULL;
+        if (!nd) {
+            w->failed = true;
+            return -1;
+        }
+        w->nd = nd;
+        memset(w->st + w->cap, 0, (nc - w->cap) * sizeof *w->st);
+        w->cap = nc;
+    }
+    if ((w->n + 1) * 2 > w->sh_cap) {
+        size_t nc = w->sh_cap ? w->sh_cap * 2 : 128;
+        uint32_t *t = calloc(nc, sizeof *t);
+        if (!t) {
+            w->failed = true;
+            return -1;
+        }
+        for (size_t id = 0; id < w->n; id++) {
+            size_t j = w->st_h[id] & (nc - 1);
+            while (t[j])
+                j = (j + 1) & (nc - 1);
+            t[j] = (uint32_t)id + 1;
+        }
+        free(w->sh);
+        w->sh = t, w->sh_cap = nc;
+    }
+    if (!sset_copy(&w->st[w->n], a)) {
+        w->failed = true;
+        return -1;
+    }
+    w->st_h[w->n] = h;
+    w->nd[w->n] = 0;
+    size_t j = h & (w->sh_cap - 1);
+    while (w->sh[j])
+        j = (j + 1) & (w->sh_cap - 1);
+    w->sh[j] = (uint32_t)w->n + 1;
+    return (int32_t)w->n++;
+}
+
+static uint32_t wc_get(const wcache *w, int32_t from, unsigned byte, bool *found)
+{
+    *found = false;
+    if (!w->t_cap)
+        return 0;
+    uint64_t key = (((uint64_t)from << 8) | byte) + 1;
+    for (size_t i = (size_t)(key * 0x9e3779b97f4a7c15ull >> 40) & (w->t_cap - 1); w->tk[i]; i = (i + 1) & (w->t_cap - 1))
+        if (w->tk[i] == key) {
+            *found = true;
+            return w->tv[i];
+        }
+    return 0;
+}
+
+static void wc_put(wcache *w, int32_t from, unsigned byte, uint32_t to)
+{
+    if (w->failed || w->t_n >= WC_TRANS)
+        return;
+    if ((w->t_n + 1) * 2 > w->t_cap) {
+        size_t nc = w->t_cap ? w->t_cap * 2 : 512;
+        uint64_t *k = calloc(nc, sizeof *k);
+        uint32_t *v = malloc(nc * sizeof *v);
+        if (!k || !v) {
+            free(k), free(v);
+            w->failed = true;
+            return;
+        }
+        for (size_t i = 0; i < w->t_cap; i++)
+            if (w->tk[i]) {
+                size_t j = (size_t)(w->tk[i] * 0x9e3779b97f4a7c15ull >> 40) & (nc - 1);
+                while (k[j])
+                    j = (j + 1) & (nc - 1);
+                k[j] = w->tk[i], v[j] = w->tv[i];
+            }
+        free(w->tk), free(w->tv);
+        w->tk = k, w->tv = v, w->t_cap = nc;
+    }
+    uint64_t key = (((uint64_t)from << 8) | byte) + 1;
+    size_t j = (size_t)(key * 0x9e3779b97f4a7c15ull >> 40) & (w->t_cap - 1);
+    while (w->tk[j])
+        j = (j + 1) & (w->t_cap - 1);
+    w->tk[j] = key, w->tv[j] = to;
+    w->t_n++;
+}
+
 /* need[] of the tokens ending where the walk's parses are ss (see NEED_*): a parse still in
  * the folded repetition has its frame at depth D above the key's unchanged frames pre[0..D);
  * it moved from the chain's index R down to its rule's index, one per repetition begun */
@@ -466,12 +651,18 @@ static int walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc, uint
     /* the key's stack is already expanded: its top is a class */
     gram_expand(g, &s->lv[0], stk, len, max_stack, s->m->lim.max_stacks, s->scratch);
     /* iterative DFS, one frame per depth */
-    if (!s->fr && !(s->fr = malloc((GRAM_MAX_TOKEN + 1) * sizeof *s->fr)))
+    if (!s->fr && !(s->fr = malloc((GRAM_MAX_TOKEN + 2) * sizeof *s->fr)))
         return -1;
+    if (!s->sid && !(s->sid = malloc((GRAM_MAX_TOKEN + 2) * sizeof *s->sid)))
+        return -1;
+    wcache wc = {0};
+    int32_t *sid = s->sid;
+    sid[0] = wc_intern(&wc, &s->lv[0]);
+#define LEVEL(d) (sid[d] >= 0 ? &wc.st[sid[d]] : &s->lv[d])
     wframe *fr = s->fr;
     size_t d = 0;
-    fr[0].node = 0, fr[0].child = v->first[0], fr[0].sent = has_sent(g, &s->lv[0]);
-    top_union(g, &s->lv[0], &fr[0].u);
+    fr[0].node = 0, fr[0].child = v->first[0], fr[0].sent = has_sent(g, LEVEL(0));
+    top_union(g, LEVEL(0), &fr[0].u);
     for (;;) {
         wframe *f = &fr[d];
         if (!f->child) {
@@ -486,12 +677,25 @@ static int walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc, uint
         if (gram_set_has(&f->u, v->byte[c])) {
             if (++s->work > s->m->lim.max_mask_work) {
                 s->over_work = true;
+                wc_free(&wc);
                 return -2;
             }
-            if (!ensure_levels(s, d + 2))
-                return -1;
-            gram_advance(g, &s->lv[d], v->byte[c], &s->lv[d + 1], max_stack, s->m->lim.max_stacks, s->scratch);
-            live = s->lv[d + 1].n > 0;
+            bool found = false;
+            uint32_t to = sid[d] >= 0 ? wc_get(&wc, sid[d], v->byte[c], &found) : 0;
+            if (found) {
+                live = to != WC_DEAD;
+                sid[d + 1] = live ? (int32_t)to : -1;
+            } else {
+                if (!ensure_levels(s, d + 2)) {
+                    wc_free(&wc);
+                    return -1;
+                }
+                gram_advance(g, LEVEL(d), v->byte[c], &s->lv[d + 1], max_stack, s->m->lim.max_stacks, s->scratch);
+                live = s->lv[d + 1].n > 0;
+                sid[d + 1] = live && sid[d] >= 0 ? wc_intern(&wc, &s->lv[d + 1]) : -1;
+                if (sid[d] >= 0 && (!live || sid[d + 1] >= 0))
+                    wc_put(&wc, sid[d], v->byte[c], live ? (uint32_t)sid[d + 1] : WC_DEAD);
+            }
         }
         if (!live) {
             if (f->sent)
@@ -502,9 +706,17 @@ static int walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc, uint
         for (uint32_t t = v->tok_lo[c]; t < v->tok_hi[c]; t++)
             idl_push(acc, v->order[t]);
         if (chain >= 0 && v->tok_hi[c] > v->tok_lo[c]) {
-            unsigned nd = node_need(g, &s->lv[d + 1], pre, D, chain, R);
-            if (nd > 1 && !*need && !(*need = calloc(v->n, 1)))
+            unsigned nd;
+            if (sid[d + 1] >= 0 && wc.nd[sid[d + 1]])
+                nd = wc.nd[sid[d + 1]] - 1u;
+            else
+                nd = node_need(g, LEVEL(d + 1), pre, D, chain, R);
+            if (sid[d + 1] >= 0)
+                wc.nd[sid[d + 1]] = (uint16_t)(nd + 1);
+            if (nd > 1 && !*need && !(*need = calloc(v->n, 1))) {
+                wc_free(&wc);
                 return -1;
+            }
             if (nd > 1)
                 for (uint32_t t = v->tok_lo[c]; t < v->tok_hi[c]; t++)
                     (*need)[v->order[t]] = (uint8_t)nd;
@@ -513,10 +725,12 @@ static int walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc, uint
             continue;
         wframe *nf = &fr[d + 1];
         nf->node = c, nf->child = v->first[c];
-        nf->sent = f->sent || has_sent(g, &s->lv[d + 1]);
-        top_union(g, &s->lv[d + 1], &nf->u);
+        nf->sent = f->sent || has_sent(g, LEVEL(d + 1));
+        top_union(g, LEVEL(d + 1), &nf->u);
         d++;
     }
+#undef LEVEL
+    wc_free(&wc);
     return acc->oom || unc->oom ? -1 : 0;
 }
 
@@ -676,6 +890,7 @@ void gram_matcher_free(gram_matcher *s)
         gram_sset_free(&s->lv[i]);
     free(s->lv);
     free(s->fr);
+    free(s->sid);
     free(s->scratch);
     free(s);
 }
