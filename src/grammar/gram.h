@@ -65,6 +65,43 @@ gram_grammar *gram_compile_schema(const char *text, size_t len, const gram_limit
 gram_grammar *gram_compile_any_json(const gram_limits *lim, ts_err *err);
 /* The plain grammar form (docs/llm.md): `root ::= ...` rules. */
 gram_grammar *gram_compile_gbnf(const char *text, size_t len, const gram_limits *lim, ts_err *err);
+/* The grammar form whose text may also use rules defined by JSON Schemas: refs[i].name (1-64
+ * of a-zA-Z0-9_-, not defined in text) matches the compact JSON that refs[i].schema (len
+ * bytes) accepts. The text may name whole vocabulary tokens as `<[TEXT]>` (docs/llm.md). */
+typedef struct {
+    const char *name;
+    const char *schema;
+    size_t len;
+} gram_ref;
+gram_grammar *gram_compile_gbnf_refs(const char *text, size_t len, const gram_ref *refs, size_t n_refs,
+                                     const gram_limits *lim, ts_err *err);
+/* A forced tool call (tool_choice "required" / a named function) in the family's own syntax,
+ * as src/tok/toolcall.c parses it (compact JSON):
+ *   GRAM_TOOLS_HERMES    <tool_call>\n{"name":"f","arguments":{...}}\n</tool_call>  (parallel: "\n" between)
+ *   GRAM_TOOLS_LLAMA3    [<|python_tag|>]{"name":"f","parameters":{...}}              (parallel: ";" between)
+ *   GRAM_TOOLS_MISTRAL   [TOOL_CALLS][{"name":"f","arguments":{...}}]                 (parallel: "," between)
+ *   GRAM_TOOLS_DEEPSEEK3 <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{...}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+ * <|python_tag|>, [TOOL_CALLS] and DeepSeek's markers are token elements (`<[TEXT]>`): the
+ * vocabulary's token of that text, special or not; everywhere else special tokens stay
+ * masked. tools[i].schema: the function's parameters (NULL or len 0: any object). forced: a
+ * tool's name (only that function), or NULL (any of them). parallel: one call or one or more.
+ * The "auto" case: a matcher on this grammar fed the marker bytes already produced
+ * (gram_accept_bytes reads a token element's text as that token). */
+typedef enum {
+    GRAM_TOOLS_HERMES = 1,
+    GRAM_TOOLS_LLAMA3,
+    GRAM_TOOLS_MISTRAL,
+    GRAM_TOOLS_DEEPSEEK3,
+} gram_tools_format;
+typedef struct {
+    const char *name;
+    const char *schema;
+    size_t len;
+} gram_tool;
+gram_grammar *gram_compile_tools(gram_tools_format f, const gram_tool *tools, size_t n_tools, const char *forced,
+                                 bool parallel, const gram_limits *lim, ts_err *err);
+/* "hermes", "llama3_json", "mistral", "deepseek_v3" (toolcall_format_name's names), else -1 */
+int gram_tools_format_of(const char *name);
 void gram_free(gram_grammar *g);
 
 /* The vocabulary: n tokens, token i's bytes bytes[i] (lens[i] long; NULL or empty for an id

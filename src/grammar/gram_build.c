@@ -44,6 +44,8 @@ void gb_free(gb *b)
     }
     free(b->alts);
     free(b->cls);
+    for (size_t i = 0; i < b->n_tok; i++)
+        free(b->tok_text[i]);
     memset(b, 0, sizeof *b);
 }
 
@@ -146,6 +148,26 @@ uint32_t gb_elem_class(gb *b, const gram_set *s)
         return GE_MAKE(GE_CLASS, 0);
     b->cls[b->n_cls] = *s;
     return GE_MAKE(GE_CLASS, b->n_cls++);
+}
+
+uint32_t gb_elem_tok(gb *b, const char *text, size_t len)
+{
+    for (size_t i = 0; i < b->n_tok; i++)
+        if (b->tok_len[i] == len && !memcmp(b->tok_text[i], text, len))
+            return GE_MAKE(GE_SENT, i + 1);
+    if (b->n_tok == GRAM_MAX_TOK_ELEMS) {
+        gb_fail(b, "grammar names more than %d distinct tokens", GRAM_MAX_TOK_ELEMS);
+        return GE_MAKE(GE_SENT, 1);
+    }
+    char *t = malloc(len + 1);
+    if (!t) {
+        gb_fail(b, "out of memory compiling the grammar");
+        return GE_MAKE(GE_SENT, 1);
+    }
+    memcpy(t, text, len);
+    t[len] = 0;
+    b->tok_text[b->n_tok] = t, b->tok_len[b->n_tok] = len;
+    return GE_MAKE(GE_SENT, ++b->n_tok);
 }
 
 uint32_t gb_elem_ref(int32_t rule) { return GE_MAKE(GE_REF, rule < 0 ? 0 : rule); }
@@ -451,6 +473,12 @@ gram_grammar *gb_finish(gb *b, int32_t root)
     }
     free(fill);
     g->root = (uint32_t)root;
+    for (size_t i = 0; i < b->n_tok; i++) { /* the grammar takes the texts */
+        g->tok_text[i] = b->tok_text[i], g->tok_len[i] = b->tok_len[i];
+        b->tok_text[i] = NULL;
+    }
+    g->n_tok = b->n_tok;
+    b->n_tok = 0;
     return g;
 }
 
@@ -462,6 +490,8 @@ void gram_free(gram_grammar *g)
     free(g->alt_start);
     free(g->rule_alt);
     free(g->cls);
+    for (size_t i = 0; i < g->n_tok; i++)
+        free(g->tok_text[i]);
     free(g->el_rule), free(g->rule_chain), free(g->rule_cidx), free(g->chain_off), free(g->chain_rules), free(g->chain_opt);
     free(g);
 }

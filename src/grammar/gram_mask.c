@@ -32,6 +32,7 @@ struct gram_vocab {
     size_t n_end;
     uint8_t *bytes;
     uint32_t *boff, *blen;
+    uint32_t *slen; /* a special token's bytes (at boff; blen is 0): for `<[TEXT]>` */
     /* trie: node 0 the root; children as a first-child / next-sibling list */
     uint32_t *first, *next;
     uint8_t *byte;
@@ -73,6 +74,7 @@ struct gram_masker {
     pthread_mutex_t mu;
     mentry **slot;
     size_t cap, n, n_need;
+    int32_t tok_id[GRAM_MAX_TOK_ELEMS]; /* the grammar's token elements in v (-1: none) */
     size_t hits, misses;
 };
 
@@ -91,6 +93,7 @@ struct gram_matcher {
     uint32_t *scratch;
     gram_sset *lv; /* the walk's state per trie depth */
     size_t n_lv;
+    int32_t *sid;     /* per walk depth: the interned state there, or -1 (then lv[d]) */
     size_t work;      /* trie nodes and bytes tried in this step (gram_limits.max_mask_work) */
     bool over_work;
     bool ended;
@@ -132,7 +135,7 @@ void gram_vocab_free(gram_vocab *v)
 {
     if (!v)
         return;
-    free(v->flags), free(v->end_ids), free(v->bytes), free(v->boff), free(v->blen);
+    free(v->flags), free(v->end_ids), free(v->bytes), free(v->boff), free(v->blen), free(v->slen);
     free(v->first), free(v->next), free(v->byte), free(v->order), free(v->tok_lo), free(v->tok_hi), free(v->sub_hi);
     free(v);
 }
@@ -155,8 +158,9 @@ gram_vocab *gram_vocab_new(size_t n, const unsigned char *const *bytes, const si
         v->end_ids = malloc((n_end ? n_end : 1) * sizeof *v->end_ids);
         v->bytes = malloc(total ? total : 1);
         v->boff = malloc(n * sizeof *v->boff), v->blen = calloc(n, sizeof *v->blen);
+        v->slen = calloc(n, sizeof *v->slen);
         v->first = malloc(cap * sizeof *v->first), v->next = malloc(cap * sizeof *v->next), v->byte = malloc(cap);
-        oom = !v->flags || !v->end_ids || !v->bytes || !v->boff || !v->blen || !v->first || !v->next || !v->byte;
+        oom = !v->flags || !v->end_ids || !v->bytes || !v->boff || !v->blen || !v->slen || !v->first || !v->next || !v->byte;
     }
     if (oom) {
         gram_vocab_free(v);
@@ -182,8 +186,14 @@ gram_vocab *gram_vocab_new(size_t n, const unsigned char *const *bytes, const si
         v->boff[i] = (uint32_t)pos;
         if (special && special[i])
             v->flags[i] |= TOK_SPECIAL;
-        if (!bytes[i] || lens[i] == 0 || lens[i] > GRAM_MAX_TOKEN || (v->flags[i] & (TOK_SPECIAL | TOK_END)))
-            continue; /* never inside the output */
+        if (!bytes[i] || lens[i] == 0 || lens[i] > GRAM_MAX_TOKEN)
+            continue;
+        if (v->flags[i] & (TOK_SPECIAL | TOK_END)) { /* never inside the output but by `<[TEXT]>` */
+            memcpy(v->bytes + pos, bytes[i], lens[i]);
+            v->slen[i] = (uint32_t)lens[i];
+            pos += lens[i];
+            continue;
+        }
         memcpy(v->bytes + pos, bytes[i], lens[i]);
         v->blen[i] = (uint32_t)lens[i];
         if (lens[i] > v->max_len)
@@ -257,6 +267,20 @@ gram_masker *gram_masker_new(const gram_grammar *g, const gram_vocab *v, const g
     }
     m->g = g, m->v = v;
     m->lim = lim ? *lim : g->lim;
+    /* a token element is the special token of that text, else an ordinary token of those
+     * bytes; a vocabulary with neither leaves it matching nothing */
+    for (size_t i = 0; i < g->n_tok; i++) {
+        m->tok_id[i] = -1;
+        for (int pass = 0; pass < 2 && m->tok_id[i] < 0; pass++)
+            for (size_t t = 0; t < v->n; t++) {
+                uint32_t l = pass ? v->blen[t] : v->slen[t];
+                if (l == g->tok_len[i] && !memcmp(v->bytes + v->boff[t], g->tok_text[i], l) &&
+                    !(v->flags[t] & TOK_END)) {
+                    m->tok_id[i] = (int32_t)t;
+                    break;
+                }
+            }
+    }
     pthread_mutex_init(&m->mu, NULL);
     return m;
 }
@@ -341,7 +365,7 @@ static size_t scratch_words(unsigned max_stack) { return (size_t)(max_stack + 9)
 static bool has_sent(const gram_grammar *g, const gram_sset *s)
 {
     for (size_t i = 0; i < s->n; i++)
-        if (s->len[i] && GE_KIND(g->el[s->pool[s->off[i] + s->len[i] - 1]]) == GE_SENT)
+        if (s->len[i] && g->el[s->pool[s->off[i] + s->len[i] - 1]] == GE_MAKE(GE_SENT, 0))
             return true;
     return false;
 }
@@ -389,6 +413,190 @@ static bool ensure_levels(gram_matcher *s, size_t n)
     memset(p + s->n_lv, 0, (n - s->n_lv) * sizeof *p);
     s->lv = p, s->n_lv = n;
     return true;
+}
+
+/* A walk's states, interned: below the first bytes of a token, many trie nodes reach the
+ * same parse state (inside a string every letter leads to the same "next character" state),
+ * so a (state, byte) -> state table turns most of a walk's steps into one look-up. Made per
+ * walk and freed after it; bounded (past WC_STATES states the walk goes on uncached). */
+#define WC_STATES (1u << 14)
+#define WC_TRANS (1u << 17)
+#define WC_DEAD UINT32_MAX
+
+typedef struct {
+    gram_sset *st;
+    uint32_t *st_h;
+    uint16_t *nd; /* per state: node_need + 1, 0 not yet known */
+    size_t n, cap;
+    uint32_t *sh; /* content hash table: id + 1, 0 empty */
+    size_t sh_cap;
+    uint64_t *tk; /* transitions: (from << 8 | byte) + 1, 0 empty */
+    uint32_t *tv;
+    size_t t_n, t_cap;
+    bool failed;
+} wcache;
+
+static void wc_free(wcache *w)
+{
+    for (size_t i = 0; i < w->cap; i++)
+        gram_sset_free(&w->st[i]);
+    free(w->st), free(w->st_h), free(w->nd), free(w->sh), free(w->tk), free(w->tv);
+    memset(w, 0, sizeof *w);
+}
+
+static uint32_t sset_hash(const gram_sset *a)
+{
+    uint32_t h = 2166136261u ^ (uint32_t)a->n;
+    for (size_t i = 0; i < a->n; i++)
+        h = (h ^ a->hash[i] ^ (a->len[i] << 24)) * 16777619u;
+    return h ^ (h >> 13);
+}
+
+static bool sset_same(const gram_sset *a, const gram_sset *b)
+{
+    if (a->n != b->n || a->pool_n != b->pool_n)
+        return false;
+    for (size_t i = 0; i < a->n; i++)
+        if (a->len[i] != b->len[i] || a->hash[i] != b->hash[i] ||
+            memcmp(a->pool + a->off[i], b->pool + b->off[i], a->len[i] * sizeof *a->pool))
+            return false;
+    return true;
+}
+
+static bool sset_copy(gram_sset *d, const gram_sset *a)
+{
+    if (d->cap < a->n) {
+        size_t nc = a->n;
+        uint32_t *o = realloc(d->off, nc * sizeof *o), *l = o ? realloc(d->len, nc * sizeof *l) : NULL;
+        if (o)
+            d->off = o;
+        if (l)
+            d->len = l;
+        uint32_t *h = l ? realloc(d->hash, nc * sizeof *h) : NULL;
+        if (h)
+            d->hash = h;
+        if (!h)
+            return false;
+        d->cap = nc;
+    }
+    if (d->pool_cap < a->pool_n) {
+        uint32_t *p = realloc(d->pool, a->pool_n * sizeof *p);
+        if (!p)
+            return false;
+        d->pool = p, d->pool_cap = a->pool_n;
+    }
+    if (a->n) {
+        memcpy(d->off, a->off, a->n * sizeof *d->off);
+        memcpy(d->len, a->len, a->n * sizeof *d->len);
+        memcpy(d->hash, a->hash, a->n * sizeof *d->hash);
+    }
+    if (a->pool_n)
+        memcpy(d->pool, a->pool, a->pool_n * sizeof *d->pool);
+    d->n = a->n, d->pool_n = a->pool_n, d->steps = 0, d->overflow = false;
+    return true;
+}
+
+/* the state's id (made when new), or -1 when the cache is full or out of memory */
+static int32_t wc_intern(wcache *w, const gram_sset *a)
+{
+    if (w->failed)
+        return -1;
+    uint32_t h = sset_hash(a);
+    if (w->sh_cap)
+        for (size_t i = h & (w->sh_cap - 1); w->sh[i]; i = (i + 1) & (w->sh_cap - 1))
+            if (w->st_h[w->sh[i] - 1] == h && sset_same(&w->st[w->sh[i] - 1], a))
+                return (int32_t)(w->sh[i] - 1);
+    if (w->n >= WC_STATES)
+        return -1;
+    if (w->n == w->cap) {
+        size_t nc = w->cap ? w->cap * 2 : 64;
+        gram_sset *st = realloc(w->st, nc * sizeof *st);
+        if (st)
+            w->st = st;
+        uint32_t *sh = st ? realloc(w->st_h, nc * sizeof *sh) : NULL;
+        if (sh)
+            w->st_h = sh;
+        uint16_t *nd = sh ? realloc(w->nd, nc * sizeof *nd) : NULL;
+        if (!nd) {
+            w->failed = true;
+            return -1;
+        }
+        w->nd = nd;
+        memset(w->st + w->cap, 0, (nc - w->cap) * sizeof *w->st);
+        w->cap = nc;
+    }
+    if ((w->n + 1) * 2 > w->sh_cap) {
+        size_t nc = w->sh_cap ? w->sh_cap * 2 : 128;
+        uint32_t *t = calloc(nc, sizeof *t);
+        if (!t) {
+            w->failed = true;
+            return -1;
+        }
+        for (size_t id = 0; id < w->n; id++) {
+            size_t j = w->st_h[id] & (nc - 1);
+            while (t[j])
+                j = (j + 1) & (nc - 1);
+            t[j] = (uint32_t)id + 1;
+        }
+        free(w->sh);
+        w->sh = t, w->sh_cap = nc;
+    }
+    if (!sset_copy(&w->st[w->n], a)) {
+        w->failed = true;
+        return -1;
+    }
+    w->st_h[w->n] = h;
+    w->nd[w->n] = 0;
+    size_t j = h & (w->sh_cap - 1);
+    while (w->sh[j])
+        j = (j + 1) & (w->sh_cap - 1);
+    w->sh[j] = (uint32_t)w->n + 1;
+    return (int32_t)w->n++;
+}
+
+static uint32_t wc_get(const wcache *w, int32_t from, unsigned byte, bool *found)
+{
+    *found = false;
+    if (!w->t_cap)
+        return 0;
+    uint64_t key = (((uint64_t)from << 8) | byte) + 1;
+    for (size_t i = (size_t)(key * 0x9e3779b97f4a7c15ull >> 40) & (w->t_cap - 1); w->tk[i]; i = (i + 1) & (w->t_cap - 1))
+        if (w->tk[i] == key) {
+            *found = true;
+            return w->tv[i];
+        }
+    return 0;
+}
+
+static void wc_put(wcache *w, int32_t from, unsigned byte, uint32_t to)
+{
+    if (w->failed || w->t_n >= WC_TRANS)
+        return;
+    if ((w->t_n + 1) * 2 > w->t_cap) {
+        size_t nc = w->t_cap ? w->t_cap * 2 : 512;
+        uint64_t *k = calloc(nc, sizeof *k);
+        uint32_t *v = malloc(nc * sizeof *v);
+        if (!k || !v) {
+            free(k), free(v);
+            w->failed = true;
+            return;
+        }
+        for (size_t i = 0; i < w->t_cap; i++)
+            if (w->tk[i]) {
+                size_t j = (size_t)(w->tk[i] * 0x9e3779b97f4a7c15ull >> 40) & (nc - 1);
+                while (k[j])
+                    j = (j + 1) & (nc - 1);
+                k[j] = w->tk[i], v[j] = w->tv[i];
+            }
+        free(w->tk), free(w->tv);
+        w->tk = k, w->tv = v, w->t_cap = nc;
+    }
+    uint64_t key = (((uint64_t)from << 8) | byte) + 1;
+    size_t j = (size_t)(key * 0x9e3779b97f4a7c15ull >> 40) & (w->t_cap - 1);
+    while (w->tk[j])
+        j = (j + 1) & (w->t_cap - 1);
+    w->tk[j] = key, w->tv[j] = to;
+    w->t_n++;
 }
 
 /* need[] of the tokens ending where the walk's parses are ss (see NEED_*): a parse still in
@@ -443,12 +651,18 @@ static int walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc, uint
     /* the key's stack is already expanded: its top is a class */
     gram_expand(g, &s->lv[0], stk, len, max_stack, s->m->lim.max_stacks, s->scratch);
     /* iterative DFS, one frame per depth */
-    if (!s->fr && !(s->fr = malloc((GRAM_MAX_TOKEN + 1) * sizeof *s->fr)))
+    if (!s->fr && !(s->fr = malloc((GRAM_MAX_TOKEN + 2) * sizeof *s->fr)))
         return -1;
+    if (!s->sid && !(s->sid = malloc((GRAM_MAX_TOKEN + 2) * sizeof *s->sid)))
+        return -1;
+    wcache wc = {0};
+    int32_t *sid = s->sid;
+    sid[0] = wc_intern(&wc, &s->lv[0]);
+#define LEVEL(d) (sid[d] >= 0 ? &wc.st[sid[d]] : &s->lv[d])
     wframe *fr = s->fr;
     size_t d = 0;
-    fr[0].node = 0, fr[0].child = v->first[0], fr[0].sent = has_sent(g, &s->lv[0]);
-    top_union(g, &s->lv[0], &fr[0].u);
+    fr[0].node = 0, fr[0].child = v->first[0], fr[0].sent = has_sent(g, LEVEL(0));
+    top_union(g, LEVEL(0), &fr[0].u);
     for (;;) {
         wframe *f = &fr[d];
         if (!f->child) {
@@ -463,12 +677,25 @@ static int walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc, uint
         if (gram_set_has(&f->u, v->byte[c])) {
             if (++s->work > s->m->lim.max_mask_work) {
                 s->over_work = true;
+                wc_free(&wc);
                 return -2;
             }
-            if (!ensure_levels(s, d + 2))
-                return -1;
-            gram_advance(g, &s->lv[d], v->byte[c], &s->lv[d + 1], max_stack, s->m->lim.max_stacks, s->scratch);
-            live = s->lv[d + 1].n > 0;
+            bool found = false;
+            uint32_t to = sid[d] >= 0 ? wc_get(&wc, sid[d], v->byte[c], &found) : 0;
+            if (found) {
+                live = to != WC_DEAD;
+                sid[d + 1] = live ? (int32_t)to : -1;
+            } else {
+                if (!ensure_levels(s, d + 2)) {
+                    wc_free(&wc);
+                    return -1;
+                }
+                gram_advance(g, LEVEL(d), v->byte[c], &s->lv[d + 1], max_stack, s->m->lim.max_stacks, s->scratch);
+                live = s->lv[d + 1].n > 0;
+                sid[d + 1] = live && sid[d] >= 0 ? wc_intern(&wc, &s->lv[d + 1]) : -1;
+                if (sid[d] >= 0 && (!live || sid[d + 1] >= 0))
+                    wc_put(&wc, sid[d], v->byte[c], live ? (uint32_t)sid[d + 1] : WC_DEAD);
+            }
         }
         if (!live) {
             if (f->sent)
@@ -479,9 +706,17 @@ static int walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc, uint
         for (uint32_t t = v->tok_lo[c]; t < v->tok_hi[c]; t++)
             idl_push(acc, v->order[t]);
         if (chain >= 0 && v->tok_hi[c] > v->tok_lo[c]) {
-            unsigned nd = node_need(g, &s->lv[d + 1], pre, D, chain, R);
-            if (nd > 1 && !*need && !(*need = calloc(v->n, 1)))
+            unsigned nd;
+            if (sid[d + 1] >= 0 && wc.nd[sid[d + 1]])
+                nd = wc.nd[sid[d + 1]] - 1u;
+            else
+                nd = node_need(g, LEVEL(d + 1), pre, D, chain, R);
+            if (sid[d + 1] >= 0)
+                wc.nd[sid[d + 1]] = (uint16_t)(nd + 1);
+            if (nd > 1 && !*need && !(*need = calloc(v->n, 1))) {
+                wc_free(&wc);
                 return -1;
+            }
             if (nd > 1)
                 for (uint32_t t = v->tok_lo[c]; t < v->tok_hi[c]; t++)
                     (*need)[v->order[t]] = (uint8_t)nd;
@@ -490,10 +725,12 @@ static int walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc, uint
             continue;
         wframe *nf = &fr[d + 1];
         nf->node = c, nf->child = v->first[c];
-        nf->sent = f->sent || has_sent(g, &s->lv[d + 1]);
-        top_union(g, &s->lv[d + 1], &nf->u);
+        nf->sent = f->sent || has_sent(g, LEVEL(d + 1));
+        top_union(g, LEVEL(d + 1), &nf->u);
         d++;
     }
+#undef LEVEL
+    wc_free(&wc);
     return acc->oom || unc->oom ? -1 : 0;
 }
 
@@ -653,6 +890,7 @@ void gram_matcher_free(gram_matcher *s)
         gram_sset_free(&s->lv[i]);
     free(s->lv);
     free(s->fr);
+    free(s->sid);
     free(s->scratch);
     free(s);
 }
@@ -709,29 +947,52 @@ static const gram_sset *run_bytes(gram_matcher *s, const gram_sset *from, const 
     return in;
 }
 
+/* Reads p into the matcher. Where the text of a token element (`<[TEXT]>`) comes next and
+ * some parse stands at that element, it is read as the token (the worker feeds a marker it
+ * already produced, e.g. Mistral's [TOOL_CALLS], which is one special token); else by bytes. */
 bool gram_accept_bytes(gram_matcher *s, const unsigned char *p, size_t n, ts_err *err)
 {
     if (s->ended) {
         ts_err_set(err, TS_BAD_REQUEST, "grammar: output already ended");
         return false;
     }
-    if (!n)
-        return true;
-    const gram_sset *r = run_bytes(s, &s->cur, p, n);
-    if (r->overflow) {
-        ts_err_set(err, TS_BAD_REQUEST, "grammar: the output nests deeper or branches wider than the limits "
-                   "(max_stack %u, max_stacks %u)", s->m->lim.max_stack, s->m->lim.max_stacks);
-        return false;
+    const gram_grammar *g = s->m->g;
+    const gram_sset *cur = &s->cur;
+    gram_sset *out = &s->t1;
+    for (size_t i = 0; i < n;) {
+        bool took = false;
+        for (size_t k = 0; k < g->n_tok && !took; k++) {
+            if (g->tok_len[k] > n - i || memcmp(p + i, g->tok_text[k], g->tok_len[k]))
+                continue;
+            gram_sset_clear(out);
+            gram_advance_tok(g, cur, GE_MAKE(GE_SENT, k + 1), out, s->m->lim.max_stack, s->m->lim.max_stacks,
+                             s->scratch);
+            if (out->n && !out->overflow) {
+                took = true;
+                i += g->tok_len[k];
+            }
+        }
+        if (!took) {
+            gram_advance(g, cur, p[i], out, s->m->lim.max_stack, s->m->lim.max_stacks, s->scratch);
+            i++;
+        }
+        if (out->overflow) {
+            ts_err_set(err, TS_BAD_REQUEST, "grammar: the output nests deeper or branches wider than the limits "
+                       "(max_stack %u, max_stacks %u)", s->m->lim.max_stack, s->m->lim.max_stacks);
+            return false;
+        }
+        if (!out->n) {
+            ts_err_set(err, TS_BAD_REQUEST, "grammar: these bytes do not fit the grammar here");
+            return false;
+        }
+        cur = out;
+        out = out == &s->t1 ? &s->t2 : &s->t1;
     }
-    if (!r->n) {
-        ts_err_set(err, TS_BAD_REQUEST, "grammar: these bytes do not fit the grammar here");
-        return false;
-    }
-    /* r is t1 or t2: swap it into cur */
+    /* cur is t1 or t2 (or cur itself when n is 0): swap it into cur */
     gram_sset tmp = s->cur;
-    if (r == &s->t1)
+    if (cur == &s->t1)
         s->cur = s->t1, s->t1 = tmp;
-    else
+    else if (cur == &s->t2)
         s->cur = s->t2, s->t2 = tmp;
     return true;
 }
@@ -751,9 +1012,20 @@ bool gram_accept_token(gram_matcher *s, int32_t id, ts_err *err)
         s->ended = true;
         return true;
     }
-    if (!v->blen[id]) {
-        ts_err_set(err, TS_BAD_REQUEST, "grammar: token %d is never allowed inside the output", (int)id);
-        return false;
+    if (!v->blen[id]) { /* a special token: only where a token element names it */
+        const gram_grammar *g = s->m->g;
+        gram_sset_clear(&s->t1);
+        for (size_t k = 0; k < g->n_tok; k++)
+            if (s->m->tok_id[k] == id)
+                gram_advance_tok(g, &s->cur, GE_MAKE(GE_SENT, k + 1), &s->t1, s->m->lim.max_stack,
+                                 s->m->lim.max_stacks, s->scratch);
+        if (!s->t1.n || s->t1.overflow) {
+            ts_err_set(err, TS_BAD_REQUEST, "grammar: token %d is not allowed here", (int)id);
+            return false;
+        }
+        gram_sset tmp = s->cur;
+        s->cur = s->t1, s->t1 = tmp;
+        return true;
     }
     return gram_accept_bytes(s, v->bytes + v->boff[id], v->blen[id], err);
 }
@@ -807,6 +1079,12 @@ bool gram_fill_mask(gram_matcher *s, uint64_t *mask, size_t words, ts_err *err)
             continue;
         }
         const uint32_t *stk = s->cur.pool + s->cur.off[i];
+        if (GE_IS_TOK(g->el[stk[len - 1]])) { /* one whole token, by id */
+            int32_t t = s->m->tok_id[GE_ARG(g->el[stk[len - 1]]) - 1];
+            if (t >= 0)
+                mask[t >> 6] |= 1ull << (t & 63);
+            continue;
+        }
         bool owned, ready = false;
         mentry *e = entry_for(s, stk, len, &owned, err);
         if (!e) {
