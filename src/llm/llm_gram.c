@@ -1,6 +1,7 @@
 /* llm_gram.c: a model's vocabulary and compiled grammars for constrained decoding (llm_gram.h). */
 #include "llm_gram.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -66,9 +67,46 @@ void llm_gram_unref(llm_gram *g)
     if (g && atomic_fetch_sub(&g->refs, 1) == 1) gram_destroy(g);
 }
 
+/* LLM_GRAM_TOOLS's text (llm_gram.h) into gram_compile_tools' arguments. */
+static gram_grammar *compile_tools(const char *text, size_t len, ts_err *err)
+{
+    json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL), *tools = json_object_get(j, "tools");
+    int f = gram_tools_format_of(json_string_value(json_object_get(j, "format")));
+    size_t n = json_array_size(tools);
+    gram_tool *t = calloc(n ? n : 1, sizeof *t);
+    char **own = calloc(n ? n : 1, sizeof *own);
+    gram_grammar *g = NULL;
+    if (!j || f < 0 || !n || !t || !own) {
+        ts_err_set(err, !j || !t || !own ? TS_INTERNAL_ERROR : TS_BAD_REQUEST, "no tool-call grammar for this request");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(tools, i), *sc = json_array_get(e, 1);
+        t[i].name = json_string_value(json_array_get(e, 0));
+        if (json_is_object(sc)) { /* our own malloc: the caller may give jansson its own allocator */
+            t[i].len = json_dumpb(sc, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            if (!(own[i] = malloc(t[i].len ? t[i].len : 1))) {
+                ts_err_set(err, TS_INTERNAL_ERROR, "out of memory for a tool's schema");
+                goto out;
+            }
+            json_dumpb(sc, own[i], t[i].len, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            t[i].schema = own[i];
+        }
+    }
+    g = gram_compile_tools((gram_tools_format)f, t, n, json_string_value(json_object_get(j, "forced")),
+                           json_is_true(json_object_get(j, "parallel")), NULL, err);
+out:
+    for (size_t i = 0; own && i < n; i++) free(own[i]);
+    free(own);
+    free(t);
+    json_decref(j);
+    return g;
+}
+
 static gram_grammar *compile(llm_gram_kind kind, const char *text, size_t len, ts_err *err)
 {
     switch (kind) {
+    case LLM_GRAM_TOOLS: return compile_tools(text, len, err);
     case LLM_GRAM_JSON_OBJECT: return gram_compile_any_json(NULL, err);
     case LLM_GRAM_SCHEMA: return gram_compile_schema(text, len, NULL, err);
     case LLM_GRAM_GBNF: return gram_compile_gbnf(text, len, NULL, err);

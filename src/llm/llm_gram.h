@@ -27,6 +27,10 @@ typedef enum {
     LLM_GRAM_JSON_OBJECT = 1, /* any JSON object (response_format json_object) */
     LLM_GRAM_SCHEMA,          /* a JSON Schema's text */
     LLM_GRAM_GBNF,            /* the plain grammar form */
+    /* a forced tool call (gram_compile_tools); text is JSON: {"format": "hermes" | ...
+     * (gram_tools_format_of's names), "forced": a name or null, "parallel": bool, "tools":
+     * [[name, parameters schema or null], ...]} */
+    LLM_GRAM_TOOLS,
 } llm_gram_kind;
 
 /* Compiled grammars a model keeps (each holds its masks: at most gram_limits.max_cache). */

@@ -300,33 +300,54 @@ static int parse_tools(json_t *v, v1_err *e)
     return check_size(v, "tools", e);
 }
 
-/* tool_choice: what the model may do with the tools. Choosing for it needs constrained
- * decoding (issue 23's), so only "auto" and "none" (a hint the template may show) pass. */
-static int parse_tool_choice(json_t *body, bool *tools_on, v1_err *e)
+/* tool_choice: what the model may do with the tools: "none", "auto" (the calls it writes are
+ * parsed out of the answer), "required" or {"type": "function", "function": {"name"}} (the
+ * call is forced: v1_parse_args compiles its grammar); parallel_tool_calls beside it. */
+static int parse_tool_choice(json_t *body, v1_args *a, v1_err *e)
 {
     json_t *tc = json_object_get(body, "tool_choice"), *tools = json_object_get(body, "tools");
     json_t *ptc = json_object_get(body, "parallel_tool_calls");
     bool have_tools = tools && !json_is_null(tools);
+    a->parallel = true;
     if (ptc && !json_is_null(ptc)) {
         if (!json_is_boolean(ptc))
             return v1_fail(e, TS_BAD_REQUEST, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
         if (!have_tools)
             return v1_fail(e, TS_BAD_REQUEST, "parallel_tool_calls",
                            "'parallel_tool_calls' is only allowed when 'tools' are specified");
+        a->parallel = json_is_true(ptc);
     }
-    *tools_on = have_tools;
+    a->tools_on = have_tools;
     if (!tc || json_is_null(tc)) return 0;
     if (!have_tools)
         return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' is only allowed when 'tools' are specified");
     const char *s = json_string_value(tc);
     if (s && (strcmp(s, "auto") == 0 || strcmp(s, "none") == 0)) {
-        *tools_on = strcmp(s, "auto") == 0;
+        a->tools_on = strcmp(s, "auto") == 0;
         return 0;
     }
-    if ((s && strcmp(s, "required") == 0) || json_is_object(tc))
-        return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' %s is not supported yet: it needs constrained "
-                       "decoding, which this server does not do yet; use \"auto\" or \"none\"",
-                       s ? "\"required\"" : "naming a function");
+    if (s && strcmp(s, "required") == 0) {
+        a->tool_forced = 1;
+        return 0;
+    }
+    json_t *type = json_object_get(tc, "type"), *f = json_object_get(tc, "function");
+    json_t *name = json_object_get(f, "name");
+    if (json_is_object(tc) && json_object_size(tc) == 2 && json_is_string(type) &&
+        strcmp(json_string_value(type), "function") == 0 && json_is_object(f) && json_object_size(f) == 1 &&
+        json_is_string(name)) {
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            json_t *n = json_object_get(json_object_get(t, "function"), "name");
+            if (json_equal(n, name)) {
+                a->tool_forced = 2;
+                snprintf(a->tool_name, sizeof a->tool_name, "%s", json_string_value(name));
+                return 0;
+            }
+        }
+        return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' names the function '%.64s', which is not "
+                       "one of 'tools'", json_string_value(name));
+    }
     return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                    "{\"type\": \"function\", \"function\": {\"name\": ...}}");
 }
@@ -375,7 +396,7 @@ static int parse_template_args(json_t *body, v1_args *a, v1_err *e)
 {
     json_t *v;
     if ((v = json_object_get(body, "tools")) && !json_is_null(v) && parse_tools(v, e)) return -1;
-    if (parse_tool_choice(body, &a->tools_on, e)) return -1;
+    if (parse_tool_choice(body, a, e)) return -1;
     if ((v = json_object_get(body, "chat_template_kwargs")) && !json_is_null(v) && parse_template_kwargs(v, e))
         return -1;
     if ((v = json_object_get(body, "documents")) && !json_is_null(v) && parse_documents(v, e)) return -1;
@@ -441,6 +462,22 @@ static int parse_vllm(json_t *body, size_t vocab, v1_args *a, v1_err *e)
     return 0;
 }
 
+/* The grammar of kind and text for a->gp.gram (compiled, or found compiled, in m's cache; only
+ * checked without one); its refusal names param. */
+static int take_grammar(const v1_model *m, llm_gram_kind kind, const char *text, size_t len, const char *param,
+                        v1_args *a, v1_err *e)
+{
+    ts_err err = {0};
+    int rc = 0;
+    /* src/grammar frees json_dumps' text with free(): jansson's plain allocations meanwhile */
+    budget_json_plain(true);
+    if (m->gram) rc = (a->gp.gram = llm_gram_get(m->gram, kind, text, len, &err)) ? 0 : -1;
+    else rc = llm_gram_check(kind, text, len, &err);
+    budget_json_plain(false);
+    if (rc) return v1_fail(e, err.http ? err.http : TS_BAD_REQUEST, err.http >= 500 ? NULL : param, "'%s': %s", param, err.msg);
+    return 0;
+}
+
 /* response_format: {"type": "text"}, {"type": "json_object"}, {"type": "json_schema",
  * "json_schema": {"name", "schema", "strict", "description"}}; the grammar compiled (or found
  * compiled) here, so a schema the engine cannot follow is a 400 naming the keyword. */
@@ -491,16 +528,38 @@ static int parse_response_format(json_t *v, const v1_model *m, v1_args *a, v1_er
         if (!len || !(text = malloc(len))) return v1_fail(e, TS_INTERNAL_ERROR, NULL, "out of memory");
         json_dumpb(schema, text, len, JSON_COMPACT | JSON_PRESERVE_ORDER);
     }
-    ts_err err = {0};
-    int rc = 0;
-    /* src/grammar frees json_dumps' text with free(): jansson's plain allocations meanwhile */
-    budget_json_plain(true);
-    if (m->gram) rc = (a->gp.gram = llm_gram_get(m->gram, kind, text, len, &err)) ? 0 : -1;
-    else rc = llm_gram_check(kind, text, len, &err);
-    budget_json_plain(false);
+    int rc = take_grammar(m, kind, text, len, P, a, e);
     free(text);
-    if (rc) return v1_fail(e, err.http ? err.http : TS_BAD_REQUEST, err.http >= 500 ? NULL : P, "'%s': %s", P, err.msg);
-    return 0;
+    return rc;
+}
+
+/* The forced call's grammar (tool_choice "required" or named) in the template's own syntax. */
+static int tool_grammar(json_t *body, const v1_model *m, v1_args *a, v1_err *e)
+{
+    static const char P[] = "tool_choice";
+    if (!m->tool_format || strcmp(m->tool_format, "none") == 0)
+        return v1_fail(e, TS_BAD_REQUEST, P, "'tool_choice' %s needs the model's tool-call syntax, and model '%.64s' "
+                       "has none (its chat template shows no tool-call format): use \"auto\" or \"none\"",
+                       a->tool_forced == 1 ? "\"required\"" : "naming a function", m->name);
+    json_t *key = json_object(), *list = json_array();
+    int bad = !key || !list || json_object_set_new(key, "format", json_string(m->tool_format)) ||
+              json_object_set_new(key, "forced", a->tool_forced == 2 ? json_string(a->tool_name) : json_null()) ||
+              json_object_set_new(key, "parallel", json_boolean(a->parallel)) || json_object_set(key, "tools", list);
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(body, "tools"), i, t) {
+        json_t *f = json_object_get(t, "function"), *sc = json_object_get(f, "parameters");
+        bad = bad || json_array_append_new(list, json_pack("[OO]", json_object_get(f, "name"), sc ? sc : json_null()));
+    }
+    json_decref(list);
+    char *text = NULL;
+    size_t len = bad ? 0 : json_dumpb(key, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (len && (text = malloc(len))) json_dumpb(key, text, len, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(key);
+    if (!text) return v1_fail(e, TS_INTERNAL_ERROR, NULL, "out of memory");
+    int rc = take_grammar(m, LLM_GRAM_TOOLS, text, len, P, a, e);
+    free(text);
+    return rc;
 }
 
 int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *a, v1_err *e)
@@ -522,7 +581,13 @@ int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *a, v1_err
         return v1_fail(e, TS_BAD_REQUEST, "suffix", "'suffix' is not supported");
     if (parse_stops(body, &a->stops, e)) return -1;
     /* last: past it nothing fails, so a grammar reference is the caller's only on success */
-    return GET("response_format") ? parse_response_format(v, m, a, e) : 0;
+    bool rf = GET("response_format");
+    const char *rt = rf ? json_string_value(json_object_get(v, "type")) : NULL;
+    if (rt && strcmp(rt, "text") != 0 && a->tool_forced)
+        return v1_fail(e, TS_BAD_REQUEST, "response_format", "'response_format' cannot be combined with 'tool_choice' "
+                       "\"required\" or naming a function: the forced call has its own grammar");
+    if (rf && parse_response_format(v, m, a, e)) return -1;
+    return a->tool_forced ? tool_grammar(body, m, a, e) : 0;
 }
 
 #undef GET

@@ -6,8 +6,9 @@
 // create(req) (and, with stream, the same request streamed: its deltas joined per choice);
 // every choice's content is parsed and, with a schema, validated by ajv (JSON Schema 2020-12
 // with ajv-formats, as tests/grammar/validate.mjs). Prints one JSON list: per case
-// {choices: [{content, finish, valid, errors}], streamed: [content...], usage} or, for a
-// refusal, {status, param, message}.
+// {choices: [{content, finish, valid, errors, calls}], streamed: [content...], usage} or, for a
+// refusal, {status, param, message}. calls: each tool call's {name, arguments, valid, errors},
+// its arguments validated against the parameters of the request's tool of that name.
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
 import OpenAI from "openai";
@@ -30,6 +31,7 @@ function check(content, schema) {
   } catch (e) {
     return { valid: false, errors: `not JSON: ${e.message}` };
   }
+  if (schema === false) return { valid: false, errors: "no such tool" };
   if (!schema) return { valid: doc !== null && typeof doc === "object" && !Array.isArray(doc), errors: "" };
   const validate = ajv.compile(schema);
   const ok = validate(doc);
@@ -42,7 +44,11 @@ for (const c of cases) {
     const r = await client.chat.completions.create(c.req);
     const res = {
       choices: r.choices.map((ch) => ({ index: ch.index, content: ch.message.content, finish: ch.finish_reason,
-                                        tool_calls: ch.message.tool_calls || null,
+                                        calls: (ch.message.tool_calls || []).map((tc) => ({
+                                          name: tc.function.name, arguments: tc.function.arguments,
+                                          ...check(tc.function.arguments, (c.req.tools || []).find(
+                                            (t) => t.function.name === tc.function.name)?.function.parameters ?? false),
+                                        })),
                                         ...(c.check === false ? {} : check(ch.message.content, c.schema)) })),
       usage: r.usage,
     };
