@@ -262,6 +262,28 @@ static bool tool_name_ok(json_t *n)
     return true;
 }
 
+/* OpenAI's {name, description, SCHEMA_KEY, strict} objects (a tool's function, with
+ * "parameters"; response_format's json_schema, with "schema"): every key known and of its
+ * type, the name by OpenAI's rule; where names the object in the messages. */
+static int check_named_schema(json_t *o, const char *schema_key, const char *param, const char *where, v1_err *e)
+{
+    const char *k;
+    json_t *x;
+    json_object_foreach(o, k, x) {
+        bool ok = (strcmp(k, "name") == 0 && tool_name_ok(x)) || (strcmp(k, "description") == 0 && json_is_string(x)) ||
+                  (strcmp(k, schema_key) == 0 && json_is_object(x)) ||
+                  (strcmp(k, "strict") == 0 && (json_is_boolean(x) || json_is_null(x)));
+        if (!ok && strcmp(k, "name") && strcmp(k, "description") && strcmp(k, schema_key) && strcmp(k, "strict"))
+            return v1_fail(e, TS_BAD_REQUEST, param, "'%s.%.32s' is not supported", where, k);
+        if (!ok)
+            return v1_fail(e, TS_BAD_REQUEST, param, "'%s.%s' must be %s", where, k,
+                           strcmp(k, "name") == 0 ? "1 to 64 of a-z, A-Z, 0-9, _ and -"
+                           : strcmp(k, "description") == 0 ? "a string"
+                           : strcmp(k, schema_key) == 0 ? "an object (a JSON Schema)" : "a boolean");
+    }
+    return 0;
+}
+
 /* tools: [{"type": "function", "function": {name, description?, parameters?, strict?}}],
  * passed to the template as given. */
 static int parse_tools(json_t *v, v1_err *e)
@@ -279,21 +301,9 @@ static int parse_tools(json_t *v, v1_err *e)
             !json_is_object(f) || json_object_size(t) != 2)
             return v1_fail(e, TS_BAD_REQUEST, "tools", "'%s' must be {\"type\": \"function\", \"function\": {...}}",
                            param);
-        const char *k;
-        json_t *x;
-        json_object_foreach(f, k, x) {
-            bool ok = (strcmp(k, "name") == 0 && tool_name_ok(x)) ||
-                      (strcmp(k, "description") == 0 && json_is_string(x)) ||
-                      (strcmp(k, "parameters") == 0 && json_is_object(x)) ||
-                      (strcmp(k, "strict") == 0 && (json_is_boolean(x) || json_is_null(x)));
-            if (!ok && strcmp(k, "name") && strcmp(k, "description") && strcmp(k, "parameters") && strcmp(k, "strict"))
-                return v1_fail(e, TS_BAD_REQUEST, "tools", "'%s.function.%.32s' is not supported", param, k);
-            if (!ok)
-                return v1_fail(e, TS_BAD_REQUEST, "tools", "'%s.function.%s' must be %s", param, k,
-                               strcmp(k, "name") == 0 ? "1 to 64 of a-z, A-Z, 0-9, _ and -"
-                               : strcmp(k, "description") == 0 ? "a string"
-                               : strcmp(k, "parameters") == 0 ? "an object (a JSON Schema)" : "a boolean");
-        }
+        char where[80];
+        snprintf(where, sizeof where, "%s.function", param);
+        if (check_named_schema(f, "parameters", "tools", where, e)) return -1;
         if (!json_object_get(f, "name"))
             return v1_fail(e, TS_BAD_REQUEST, "tools", "'%s.function.name' is required", param);
     }
@@ -500,18 +510,7 @@ static int parse_response_format(json_t *v, const v1_model *m, v1_args *a, v1_er
         json_t *js = json_object_get(v, "json_schema");
         if (!json_is_object(js))
             return v1_fail(e, TS_BAD_REQUEST, P, "'%s.json_schema' must be an object with a 'name'", P);
-        json_object_foreach(js, key, x) {
-            bool ok = (strcmp(key, "name") == 0 && json_is_string(x)) ||
-                      (strcmp(key, "description") == 0 && json_is_string(x)) ||
-                      (strcmp(key, "schema") == 0 && json_is_object(x)) ||
-                      (strcmp(key, "strict") == 0 && (json_is_boolean(x) || json_is_null(x)));
-            if (!ok && strcmp(key, "name") && strcmp(key, "description") && strcmp(key, "schema") && strcmp(key, "strict"))
-                return v1_fail(e, TS_BAD_REQUEST, P, "'%s.json_schema.%.32s' is not supported", P, key);
-            if (!ok)
-                return v1_fail(e, TS_BAD_REQUEST, P, "'%s.json_schema.%s' must be %s", P, key,
-                               strcmp(key, "schema") == 0 ? "an object (a JSON Schema)"
-                               : strcmp(key, "strict") == 0 ? "a boolean" : "a string");
-        }
+        if (check_named_schema(js, "schema", P, "response_format.json_schema", e)) return -1;
         if (!tool_name_ok(json_object_get(js, "name")))
             return v1_fail(e, TS_BAD_REQUEST, P, "'%s.json_schema.name' is required: 1 to 64 of a-z, A-Z, 0-9, _ and -", P);
         schema = json_object_get(js, "schema");
