@@ -651,21 +651,51 @@ static void wc_put(wcache *w, int32_t from, unsigned byte, uint32_t to)
 
 /* need[] of the tokens ending where the walk's parses are ss (see NEED_*): a parse still in
  * the folded repetition has its frame at depth D above the key's unchanged frames pre[0..D);
- * it moved from the chain's index R down to its rule's index, one per repetition begun */
+ * it moved from the chain's index R down to its rule's index, one per repetition begun.
+ * Returns the least such need (NEED_INF: none) | NEED_EXIT when a parse left the repetition
+ * inside the token | NODE_ENDS when one left it exactly at the token's end (it stands on
+ * the key's own frames) | NODE_ONE when every parse still inside stands at one index. */
+#define NODE_ENDS 0x100u
+#define NODE_ONE 0x200u
 static unsigned node_need(const gram_grammar *g, const gram_sset *ss, const uint32_t *pre, size_t D, int32_t chain,
                           uint32_t R)
 {
-    unsigned best = NEED_INF, exit = 0;
+    unsigned best = NEED_INF, flags = NODE_ONE;
+    uint32_t idx = 0;
     for (size_t i = 0; i < ss->n; i++) {
         const uint32_t *p = ss->pool + ss->off[i];
         if (ss->len[i] > D && (!D || !memcmp(p, pre, D * sizeof *p)) && p[D] &&
             g->rule_chain[g->el_rule[p[D]]] == chain) {
-            uint32_t n = R - g->rule_cidx[g->el_rule[p[D]]] + 1;
+            uint32_t j = g->rule_cidx[g->el_rule[p[D]]], n = R - j + 1;
+            if (idx && idx != j)
+                flags &= ~NODE_ONE;
+            idx = j;
             if (n < best)
                 best = n;
+        } else if (ss->len[i] == D && (!D || !memcmp(p, pre, D * sizeof *p))) {
+            flags |= NODE_ENDS;
         } else {
-            exit = NEED_EXIT;
+            flags |= NEED_EXIT;
         }
+    }
+    return best | flags;
+}
+
+/* the need[] byte of a token of len bytes at a node (node_need's value nv). A parse that
+ * left exactly at the token's end did so by some index's "" alternative; the parse that took
+ * the other alternative there (one more repetition begun) stands at that index with need n,
+ * and the leaver needs n - 1. When every parse inside stands at one index that is exact;
+ * it also needs the chain's last rule (index 1, whose repetition is a tail call and leaves
+ * no frame) to be out of reach: fewer bytes than R - 1. Else the token is checked against
+ * the real stack below its need. */
+static unsigned need_of(unsigned nv, size_t len, uint32_t R)
+{
+    unsigned best = nv & NEED_INF, exit = nv & NEED_EXIT;
+    if (nv & NODE_ENDS) {
+        if (best != NEED_INF && (nv & NODE_ONE) && len + 1 < R)
+            best--;
+        else
+            exit = NEED_EXIT;
     }
     return best | exit;
 }
@@ -756,13 +786,14 @@ static int walk(gram_matcher *s, const mentry *k, idlist *acc, idlist *unc, uint
         for (uint32_t t = v->tok_lo[c]; t < v->tok_hi[c]; t++)
             idl_push(acc, v->order[t]);
         if (chain >= 0 && v->tok_hi[c] > v->tok_lo[c]) {
-            unsigned nd;
+            unsigned nv;
             if (sid[d + 1] >= 0 && wc.nd[sid[d + 1]])
-                nd = wc.nd[sid[d + 1]] - 1u;
+                nv = wc.nd[sid[d + 1]] - 1u;
             else
-                nd = node_need(g, LEVEL(d + 1), pre, D, chain, R);
+                nv = node_need(g, LEVEL(d + 1), pre, D, chain, R);
             if (sid[d + 1] >= 0)
-                wc.nd[sid[d + 1]] = (uint16_t)(nd + 1);
+                wc.nd[sid[d + 1]] = (uint16_t)(nv + 1);
+            unsigned nd = need_of(nv, d + 1, R);
             if (nd > 1 && !*need && !(*need = calloc(v->n, 1))) {
                 wc_free(&wc);
                 return -1;
