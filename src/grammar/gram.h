@@ -1,12 +1,13 @@
 /* gram: constrained decoding (issue 23, item 1). A grammar (a JSON Schema, "any JSON
- * object", or a plain GBNF-like grammar) is compiled into a pushdown automaton over bytes;
+ * object", a plain GBNF-like grammar, that grammar with rules defined by JSON Schemas, or a
+ * forced tool call in a model family's syntax) is compiled into a pushdown automaton over bytes;
  * at each decoding step the set of vocabulary tokens whose bytes keep the output inside the
  * grammar is computed as a bitmask. Pure C, no ONNX Runtime, no tokenizer types: the
  * vocabulary comes in as byte strings (src/tok's tok_id_bytes gives them).
  *
  * How the sampler will call it (the wiring lands with issue 23's next part):
  *   at request admission (400 `param: response_format` on failure, err.msg names the keyword):
- *       g = gram_compile_schema(schema_text, len, NULL, &err)    (or _any_json / _gbnf)
+ *       g = gram_compile_schema(schema_text, len, NULL, &err)    (or _any_json / _gbnf / _gbnf_refs / _tools)
  *       m = gram_masker_new(g, vocab, &err)      vocab: one per tokenizer, built at model load
  *       s = gram_matcher_new(m, &err)            one per sequence
  *   each step, before temperature, top-k/p, penalties and logit_bias:
@@ -16,7 +17,10 @@
  *   the sequence is over when the sampled id is an end id (allowed only where
  *   gram_can_end(s)) or when gram_is_done(s) (the grammar admits nothing but the end).
  * The mask already holds the end ids when (and only when) the grammar may end there, and
- * never holds a special token otherwise, so masking is all the sampler does.
+ * never holds a special token but where a token element (`<[TEXT]>`) names it, so masking is
+ * all the sampler does. A step's mask work is bounded (gram_limits.max_mask_work): a
+ * counted repetition (maxLength 1000, maxItems 500) costs one trie walk per kind of
+ * position, not one per count.
  *
  * Ownership and threads: a gram_grammar and a gram_vocab are read-only once made: share them
  * freely between threads and sequences. A gram_masker (grammar x vocabulary) holds the
