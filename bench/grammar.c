@@ -4,7 +4,10 @@
  * strings and arrays grow long and the walk visits many states) timing gram_fill_mask and
  * gram_accept_token per step. Prints the median and p99 per step over the first pass (a
  * cold mask cache: every new state pays its trie walk) and over later passes (warm), and the
- * cache's size, for "any JSON object" (json_object) and a support bot's order/ticket schema.
+ * cache's size, for "any JSON object" (json_object), a support bot's order/ticket schema, a
+ * string with maxLength 1000, the counted-repetition case (that string and an array with
+ * maxItems 500) and a forced tool call in Llama-3.1's syntax (BENCH_GRAMMAR_ONLY=LABEL runs
+ * one of them).
  *
  *   bench_grammar [tokenizer.json] [walks [steps]]     (defaults: the llama3_1 package, 40, 200)
  *
@@ -167,10 +170,40 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_grammar: %s\n", err.msg);
         return 1;
     }
-    run("json_object", any, v, walks, steps);
-    run("support-bot", sup, v, walks, steps);
-    run("note<=1000", note, v, walks, steps);
-    gram_free(any), gram_free(sup), gram_free(note);
+    /* the counted-repetition case: each count once cost a trie walk of its own */
+    static const char BOUNDS[] = "{\"type\":\"object\",\"properties\":{\"note\":{\"type\":\"string\","
+                                 "\"maxLength\":1000},\"ids\":{\"type\":\"array\",\"maxItems\":500,\"items\":"
+                                 "{\"type\":\"integer\"}}},\"required\":[\"note\",\"ids\"],\"additionalProperties\":false}";
+    gram_grammar *bounds = gram_compile_schema(BOUNDS, strlen(BOUNDS), NULL, &err);
+    if (!bounds) {
+        fprintf(stderr, "bench_grammar: %s\n", err.msg);
+        return 1;
+    }
+    /* a forced tool call (tool_choice "required", Llama-3.1's syntax) over two tools */
+    static const char ORDER[] = "{\"type\":\"object\",\"properties\":{\"order_id\":{\"type\":\"string\","
+                                "\"pattern\":\"^ORD-[0-9]{6}$\"},\"email\":{\"type\":\"string\",\"format\":\"email\"}},"
+                                "\"required\":[\"order_id\"],\"additionalProperties\":false}";
+    static const char TICKET[] = "{\"type\":\"object\",\"properties\":{\"priority\":{\"enum\":[\"low\",\"high\"]},"
+                                 "\"summary\":{\"type\":\"string\",\"maxLength\":200}},\"required\":[\"priority\","
+                                 "\"summary\"],\"additionalProperties\":false}";
+    gram_tool tools[2] = {{"get_order", ORDER, sizeof ORDER - 1}, {"open_ticket", TICKET, sizeof TICKET - 1}};
+    gram_grammar *calls = gram_compile_tools(GRAM_TOOLS_LLAMA3, tools, 2, NULL, true, NULL, &err);
+    if (!calls) {
+        fprintf(stderr, "bench_grammar: %s\n", err.msg);
+        return 1;
+    }
+    const char *only = getenv("BENCH_GRAMMAR_ONLY"); /* one case by its label */
+    if (!only || !strcmp(only, "json_object"))
+        run("json_object", any, v, walks, steps);
+    if (!only || !strcmp(only, "support-bot"))
+        run("support-bot", sup, v, walks, steps);
+    if (!only || !strcmp(only, "note<=1000"))
+        run("note<=1000", note, v, walks, steps);
+    if (!only || !strcmp(only, "bounds"))
+        run("bounds", bounds, v, walks, steps);
+    if (!only || !strcmp(only, "tool-calls"))
+        run("tool-calls", calls, v, walks, steps);
+    gram_free(any), gram_free(sup), gram_free(note), gram_free(bounds), gram_free(calls);
     gram_vocab_free(v);
     free(bytes), free(lens), free(special);
     tok_free(t);

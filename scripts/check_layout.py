@@ -35,7 +35,7 @@ ALLOWED = {
     "src/grammar": {"src/common"},
     "src/tok": {"src/common", "src/jinja"},
     "src/engine": {"src/common", "src/kserve"},
-    "src/llm": {"src/common", "src/engine", "src/kserve"},
+    "src/llm": {"src/common", "src/engine", "src/kserve", "src/grammar"},
     "src/worker": {"src/common", "src/net", "src/kserve", "src/policy", "src/engine", "src/llm", "src/tok",
                    "src/jinja"},
     "src/router": {"src/common", "src/net", "src/kserve", "src/policy"},

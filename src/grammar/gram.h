@@ -1,12 +1,13 @@
 /* gram: constrained decoding (issue 23, item 1). A grammar (a JSON Schema, "any JSON
- * object", or a plain GBNF-like grammar) is compiled into a pushdown automaton over bytes;
+ * object", a plain GBNF-like grammar, that grammar with rules defined by JSON Schemas, or a
+ * forced tool call in a model family's syntax) is compiled into a pushdown automaton over bytes;
  * at each decoding step the set of vocabulary tokens whose bytes keep the output inside the
  * grammar is computed as a bitmask. Pure C, no ONNX Runtime, no tokenizer types: the
  * vocabulary comes in as byte strings (src/tok's tok_id_bytes gives them).
  *
  * How the sampler will call it (the wiring lands with issue 23's next part):
  *   at request admission (400 `param: response_format` on failure, err.msg names the keyword):
- *       g = gram_compile_schema(schema_text, len, NULL, &err)    (or _any_json / _gbnf)
+ *       g = gram_compile_schema(schema_text, len, NULL, &err)    (or _any_json / _gbnf / _gbnf_refs / _tools)
  *       m = gram_masker_new(g, vocab, &err)      vocab: one per tokenizer, built at model load
  *       s = gram_matcher_new(m, &err)            one per sequence
  *   each step, before temperature, top-k/p, penalties and logit_bias:
@@ -16,7 +17,10 @@
  *   the sequence is over when the sampled id is an end id (allowed only where
  *   gram_can_end(s)) or when gram_is_done(s) (the grammar admits nothing but the end).
  * The mask already holds the end ids when (and only when) the grammar may end there, and
- * never holds a special token otherwise, so masking is all the sampler does.
+ * never holds a special token but where a token element (`<[TEXT]>`) names it, so masking is
+ * all the sampler does. A step's mask work is bounded (gram_limits.max_mask_work): a
+ * counted repetition (maxLength 1000, maxItems 500) costs one trie walk per kind of
+ * position, not one per count.
  *
  * Ownership and threads: a gram_grammar and a gram_vocab are read-only once made: share them
  * freely between threads and sequences. A gram_masker (grammar x vocabulary) holds the
@@ -45,6 +49,9 @@ typedef struct {
     unsigned max_stack;     /* pushdown depth at run time (default 160) */
     unsigned max_stacks;    /* parses alive at once at run time (default 512) */
     size_t max_cache;       /* cached masks per masker (default 8192) */
+    size_t max_mask_work;   /* trie nodes walked plus token bytes checked in one gram_fill_mask
+                             * (default 4,000,000: ~10 full walks of a 128k vocabulary); past
+                             * it the step fails (400 naming max_mask_work) */
 } gram_limits;
 
 void gram_limits_default(gram_limits *l);
@@ -62,6 +69,43 @@ gram_grammar *gram_compile_schema(const char *text, size_t len, const gram_limit
 gram_grammar *gram_compile_any_json(const gram_limits *lim, ts_err *err);
 /* The plain grammar form (docs/llm.md): `root ::= ...` rules. */
 gram_grammar *gram_compile_gbnf(const char *text, size_t len, const gram_limits *lim, ts_err *err);
+/* The grammar form whose text may also use rules defined by JSON Schemas: refs[i].name (1-64
+ * of a-zA-Z0-9_-, not defined in text) matches the compact JSON that refs[i].schema (len
+ * bytes) accepts. The text may name whole vocabulary tokens as `<[TEXT]>` (docs/llm.md). */
+typedef struct {
+    const char *name;
+    const char *schema;
+    size_t len;
+} gram_ref;
+gram_grammar *gram_compile_gbnf_refs(const char *text, size_t len, const gram_ref *refs, size_t n_refs,
+                                     const gram_limits *lim, ts_err *err);
+/* A forced tool call (tool_choice "required" / a named function) in the family's own syntax,
+ * as src/tok/toolcall.c parses it (compact JSON):
+ *   GRAM_TOOLS_HERMES    <tool_call>\n{"name":"f","arguments":{...}}\n</tool_call>  (parallel: "\n" between)
+ *   GRAM_TOOLS_LLAMA3    [<|python_tag|>]{"name":"f","parameters":{...}}              (parallel: ";" between)
+ *   GRAM_TOOLS_MISTRAL   [TOOL_CALLS][{"name":"f","arguments":{...}}]                 (parallel: "," between)
+ *   GRAM_TOOLS_DEEPSEEK3 <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{...}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+ * <|python_tag|>, [TOOL_CALLS] and DeepSeek's markers are token elements (`<[TEXT]>`): the
+ * vocabulary's token of that text, special or not; everywhere else special tokens stay
+ * masked. tools[i].schema: the function's parameters (NULL or len 0: any object). forced: a
+ * tool's name (only that function), or NULL (any of them). parallel: one call or one or more.
+ * The "auto" case: a matcher on this grammar fed the marker bytes already produced
+ * (gram_accept_bytes reads a token element's text as that token). */
+typedef enum {
+    GRAM_TOOLS_HERMES = 1,
+    GRAM_TOOLS_LLAMA3,
+    GRAM_TOOLS_MISTRAL,
+    GRAM_TOOLS_DEEPSEEK3,
+} gram_tools_format;
+typedef struct {
+    const char *name;
+    const char *schema;
+    size_t len;
+} gram_tool;
+gram_grammar *gram_compile_tools(gram_tools_format f, const gram_tool *tools, size_t n_tools, const char *forced,
+                                 bool parallel, const gram_limits *lim, ts_err *err);
+/* "hermes", "llama3_json", "mistral", "deepseek_v3" (toolcall_format_name's names), else -1 */
+int gram_tools_format_of(const char *name);
 void gram_free(gram_grammar *g);
 
 /* The vocabulary: n tokens, token i's bytes bytes[i] (lens[i] long; NULL or empty for an id

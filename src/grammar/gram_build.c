@@ -17,6 +17,7 @@ void gram_limits_default(gram_limits *l)
     l->max_stack = 128;
     l->max_stacks = 512;
     l->max_cache = 8192;
+    l->max_mask_work = 4000000;
 }
 
 void gb_init(gb *b, const gram_limits *lim, ts_err *err)
@@ -43,6 +44,8 @@ void gb_free(gb *b)
     }
     free(b->alts);
     free(b->cls);
+    for (size_t i = 0; i < b->n_tok; i++)
+        free(b->tok_text[i]);
     memset(b, 0, sizeof *b);
 }
 
@@ -147,6 +150,26 @@ uint32_t gb_elem_class(gb *b, const gram_set *s)
     return GE_MAKE(GE_CLASS, b->n_cls++);
 }
 
+uint32_t gb_elem_tok(gb *b, const char *text, size_t len)
+{
+    for (size_t i = 0; i < b->n_tok; i++)
+        if (b->tok_len[i] == len && !memcmp(b->tok_text[i], text, len))
+            return GE_MAKE(GE_SENT, i + 1);
+    if (b->n_tok == GRAM_MAX_TOK_ELEMS) {
+        gb_fail(b, "grammar names more than %d distinct tokens", GRAM_MAX_TOK_ELEMS);
+        return GE_MAKE(GE_SENT, 1);
+    }
+    char *t = malloc(len + 1);
+    if (!t) {
+        gb_fail(b, "out of memory compiling the grammar");
+        return GE_MAKE(GE_SENT, 1);
+    }
+    memcpy(t, text, len);
+    t[len] = 0;
+    b->tok_text[b->n_tok] = t, b->tok_len[b->n_tok] = len;
+    return GE_MAKE(GE_SENT, ++b->n_tok);
+}
+
 uint32_t gb_elem_ref(int32_t rule) { return GE_MAKE(GE_REF, rule < 0 ? 0 : rule); }
 
 void gb_add_class(gb *b, gb_alt *a, const gram_set *s)
@@ -179,11 +202,14 @@ static void gb_chain(gb *b, int32_t rule, uint32_t chain, uint32_t idx)
         b->chain[rule] = (int32_t)chain, b->cidx[rule] = idx;
 }
 
-static uint32_t new_chain(gb *b, uint32_t elem)
+/* chain_elem holds two words per chain: the repeated element, and 1 for an "up to k more"
+ * chain (O below) or 0 for a "k more needed" one (M) */
+static uint32_t new_chain(gb *b, uint32_t elem, bool opt)
 {
-    if (!grow(b, (void **)&b->chain_elem, &b->cap_chains, b->n_chains + 1, sizeof *b->chain_elem))
+    if (!grow(b, (void **)&b->chain_elem, &b->cap_chains, 2 * (b->n_chains + 1), sizeof *b->chain_elem))
         return 0;
-    b->chain_elem[b->n_chains] = elem;
+    b->chain_elem[2 * b->n_chains] = elem;
+    b->chain_elem[2 * b->n_chains + 1] = opt;
     return (uint32_t)b->n_chains++;
 }
 
@@ -201,7 +227,7 @@ int32_t gb_repeat(gb *b, uint32_t elem, int min, int max)
         gb_add_ref(b, b->alts[b->n_alts - 1], tail);
         gb_alt_new(b, tail);
     } else if (max > min) {
-        uint32_t c = new_chain(b, elem);
+        uint32_t c = new_chain(b, elem, true);
         for (int k = 1; k <= max - min && gb_ok(b); k++) {
             int32_t o = gb_rule(b, "repeat?");
             gb_alt *a = gb_alt_new(b, o);
@@ -214,7 +240,7 @@ int32_t gb_repeat(gb *b, uint32_t elem, int min, int max)
         }
     }
     if (min > 0) {
-        uint32_t c = new_chain(b, elem);
+        uint32_t c = new_chain(b, elem, false);
         for (int j = 1; j <= min && gb_ok(b); j++) {
             int32_t m = gb_rule(b, "repeat");
             gb_alt *a = gb_alt_new(b, m);
@@ -382,11 +408,12 @@ gram_grammar *gb_finish(gb *b, int32_t root)
     g->rule_cidx = malloc((b->n_rules ? b->n_rules : 1) * sizeof *g->rule_cidx);
     g->chain_off = calloc(b->n_chains + 1, sizeof *g->chain_off);
     g->chain_rules = malloc((b->n_rules ? b->n_rules : 1) * sizeof *g->chain_rules);
+    g->chain_opt = calloc(b->n_chains + 1, 1);
     g->alt_start = malloc((b->n_alts ? b->n_alts : 1) * sizeof *g->alt_start);
     g->rule_alt = calloc(b->n_rules + 1, sizeof *g->rule_alt);
     g->cls = malloc((b->n_cls ? b->n_cls : 1) * sizeof *g->cls);
     if (!g->el || !g->alt_start || !g->rule_alt || !g->cls || !g->el_rule || !g->rule_chain || !g->rule_cidx ||
-        !g->chain_off || !g->chain_rules) {
+        !g->chain_off || !g->chain_rules || !g->chain_opt) {
         gram_free(g);
         gb_fail(b, "out of memory compiling the grammar");
         return NULL;
@@ -414,9 +441,11 @@ gram_grammar *gb_finish(gb *b, int32_t root)
         return NULL;
     }
     g->n_chains = b->n_chains;
+    for (size_t c = 0; c < b->n_chains; c++)
+        g->chain_opt[c] = (uint8_t)b->chain_elem[2 * c + 1];
     for (size_t r = 0; r < b->n_rules; r++) {
         int32_t c = b->chain[r];
-        uint32_t e = c >= 0 ? b->chain_elem[c] : 0;
+        uint32_t e = c >= 0 ? b->chain_elem[2 * c] : 0;
         if (c >= 0 && GE_KIND(e) == GE_REF && nullable[GE_ARG(e)])
             c = -1;
         g->rule_chain[r] = c, g->rule_cidx[r] = b->cidx[r];
@@ -444,6 +473,12 @@ gram_grammar *gb_finish(gb *b, int32_t root)
     }
     free(fill);
     g->root = (uint32_t)root;
+    for (size_t i = 0; i < b->n_tok; i++) { /* the grammar takes the texts */
+        g->tok_text[i] = b->tok_text[i], g->tok_len[i] = b->tok_len[i];
+        b->tok_text[i] = NULL;
+    }
+    g->n_tok = b->n_tok;
+    b->n_tok = 0;
     return g;
 }
 
@@ -455,6 +490,8 @@ void gram_free(gram_grammar *g)
     free(g->alt_start);
     free(g->rule_alt);
     free(g->cls);
-    free(g->el_rule), free(g->rule_chain), free(g->rule_cidx), free(g->chain_off), free(g->chain_rules);
+    for (size_t i = 0; i < g->n_tok; i++)
+        free(g->tok_text[i]);
+    free(g->el_rule), free(g->rule_chain), free(g->rule_cidx), free(g->chain_off), free(g->chain_rules), free(g->chain_opt);
     free(g);
 }

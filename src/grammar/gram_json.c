@@ -581,6 +581,25 @@ static int32_t array_type(sc *c, json_t *s, const char *path)
     }
     if (!gb_ok(b))
         return -1;
+    if (np == 0 && item >= 0) {
+        /* '[' item (',' item){min-1,max-1} ']': a counted repetition, so the masker folds its
+         * count (gram_mask.c fold_key) instead of walking the trie once per item index */
+        int32_t more = gb_rule(b, "array-more");
+        gb_alt *m = gb_alt_new(b, more);
+        gb_add_byte(b, m, ',');
+        gb_add_ref(b, m, item);
+        int32_t r = gb_rule(b, "array");
+        if (min == 0)
+            gb_add_lit(b, gb_alt_new(b, r), "[]", 2);
+        if (max != 0) {
+            gb_alt *a = gb_alt_new(b, r);
+            gb_add_byte(b, a, '[');
+            gb_add_ref(b, a, item);
+            gb_add_ref(b, a, gb_repeat(b, gb_elem_ref(more), min > 1 ? min - 1 : 0, max < 0 ? -1 : max - 1));
+            gb_add_byte(b, a, ']');
+        }
+        return gb_ok(b) ? r : -1;
+    }
     /* T_i: i items written; the next needs a ',' */
     int fixed = (int)np > min ? (int)np : min; /* past it, items repeat alike */
     int top = max >= 0 ? max : fixed;
@@ -795,6 +814,28 @@ static int32_t schema(sc *c, json_t *s, const char *path)
     return gb_ok(c->b) ? r : -1;
 }
 
+int32_t gram_schema_rule(gb *b, const char *text, size_t len, const char *where)
+{
+    if (!gb_ok(b))
+        return -1;
+    if (len > b->lim.max_input_bytes) {
+        gb_fail(b, "%s: the schema is larger than %zu bytes", where, b->lim.max_input_bytes);
+        return -1;
+    }
+    json_error_t je;
+    json_t *doc = json_loadb(text, len, JSON_DECODE_ANY, &je);
+    if (!doc) {
+        gb_fail(b, "%s: the schema is not JSON: %s at line %d", where, je.text, je.line);
+        return -1;
+    }
+    sc c = {.b = b, .doc = doc};
+    int32_t root = schema(&c, doc, "#");
+    for (size_t i = 0; i < c.n_ref; i++)
+        free(c.ref[i].ptr);
+    json_decref(doc);
+    return gb_ok(b) ? root : -1;
+}
+
 gram_grammar *gram_compile_schema(const char *text, size_t len, const gram_limits *lim, ts_err *err)
 {
     gb b;
@@ -809,12 +850,9 @@ gram_grammar *gram_compile_schema(const char *text, size_t len, const gram_limit
         ts_err_set(err, TS_BAD_REQUEST, "the schema is not JSON: %s at line %d", je.text, je.line);
         return NULL;
     }
-    sc c = {.b = &b, .doc = doc};
-    int32_t root = schema(&c, doc, "#");
-    gram_grammar *g = gb_finish(&b, root);
-    for (size_t i = 0; i < c.n_ref; i++)
-        free(c.ref[i].ptr);
     json_decref(doc);
+    int32_t root = gram_schema_rule(&b, text, len, "schema");
+    gram_grammar *g = gb_finish(&b, root);
     gb_free(&b);
     return g;
 }

@@ -149,3 +149,17 @@ void gram_advance(const gram_grammar *g, const gram_sset *in, unsigned c, gram_s
         gram_expand(g, out, tmp, len, max_stack, max_stacks, scratch);
     }
 }
+
+void gram_advance_tok(const gram_grammar *g, const gram_sset *in, uint32_t tok, gram_sset *out, unsigned max_stack,
+                      unsigned max_stacks, uint32_t *scratch)
+{
+    uint32_t *tmp = scratch + (size_t)(max_stack + 8) * (max_stack + 1);
+    for (size_t i = 0; i < in->n; i++) {
+        size_t len = in->len[i];
+        if (!len || g->el[in->pool[in->off[i] + len - 1]] != tok)
+            continue;
+        memcpy(tmp, in->pool + in->off[i], len * sizeof *tmp);
+        tmp[len - 1]++;
+        gram_expand(g, out, tmp, len, max_stack, max_stacks, scratch);
+    }
+}

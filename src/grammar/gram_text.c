@@ -308,6 +308,18 @@ static bool parse_atom(tp *t, uint32_t *out)
         *out = class_elem(t, &s, !t->regex);
         return gb_ok(b);
     }
+    if (!t->regex && c == '<' && t->end - t->p >= 2 && t->p[1] == '[') { /* <[TEXT]>: one whole token */
+        const char *s = t->p + 2, *q = s;
+        while (q + 1 < t->end && !(q[0] == ']' && q[1] == '>'))
+            q++;
+        if (q + 1 >= t->end || q == s || memchr(s, 0, (size_t)(q - s))) {
+            tp_fail(t, "a token element is written <[TEXT]> with a non-empty TEXT");
+            return false;
+        }
+        t->p = q + 2;
+        *out = gb_elem_tok(b, s, (size_t)(q - s));
+        return gb_ok(b);
+    }
     if (!t->regex && c == '"') { /* a literal */
         t->p++;
         int32_t r = gb_rule(b, "literal");
@@ -478,6 +490,12 @@ int32_t gram_regex(gb *b, const char *re, size_t n, const char *where)
 
 gram_grammar *gram_compile_gbnf(const char *text, size_t len, const gram_limits *lim, ts_err *err)
 {
+    return gram_compile_gbnf_refs(text, len, NULL, 0, lim, err);
+}
+
+gram_grammar *gram_compile_gbnf_refs(const char *text, size_t len, const gram_ref *refs, size_t n_refs,
+                                     const gram_limits *lim, ts_err *err)
+{
     gb b;
     gb_init(&b, lim, err);
     if (len > b.lim.max_input_bytes) {
@@ -485,6 +503,21 @@ gram_grammar *gram_compile_gbnf(const char *text, size_t len, const gram_limits 
         return NULL;
     }
     tp t = {.b = &b, .base = text, .p = text, .end = text + len, .where = "grammar"};
+    for (size_t i = 0; i < n_refs && gb_ok(&b); i++) { /* rules a JSON Schema defines */
+        size_t nl = refs[i].name ? strlen(refs[i].name) : 0;
+        bool okname = nl > 0 && nl <= 64;
+        for (size_t k = 0; k < nl; k++)
+            okname = okname && is_name(refs[i].name[k]);
+        if (!okname) {
+            gb_fail(&b, "grammar: schema rule %zu needs a name of 1-64 letters, digits, '_' or '-'", i);
+            break;
+        }
+        char where[96];
+        snprintf(where, sizeof where, "schema of rule '%s'", refs[i].name);
+        int32_t body = gram_schema_rule(&b, refs[i].schema, refs[i].len, where);
+        int32_t r = name_rule(&t, refs[i].name, nl, true);
+        gb_add_ref(&b, gb_alt_new(&b, r), body);
+    }
     for (;;) {
         skip_ws(&t);
         if (t.p >= t.end || !gb_ok(&b))

@@ -44,7 +44,7 @@ static const char k_no_position_ids[] =
 
 const char *llm_finish_name(llm_finish f)
 {
-    static const char *const k[] = {"", "stop", "length", "cancelled", "error"};
+    static const char *const k[] = {"", "stop", "length", "cancelled", "error", "stop"};
     return (unsigned)f < sizeof k / sizeof *k ? k[f] : "error";
 }
 
@@ -65,12 +65,37 @@ static void drop_active(llm_engine *e, llm_seq *s)
     pthread_mutex_unlock(&e->mu);
 }
 
-/* The final callback, then the sequence is gone. Called without mu held. */
+/* The final callback, then the sequence is gone. Called without mu held. err NULL: the one
+ * take_token kept in s->err. */
 static void finish(llm_seq *s, int32_t tok, llm_finish fin, const ts_err *err)
 {
     s->state = SEQ_DONE;
-    s->cb(s->ud, s->id, tok, fin, fin == LLM_FIN_ERROR ? err : NULL);
+    s->cb(s->ud, s->id, tok, fin, fin == LLM_FIN_ERROR ? (err ? err : &s->err) : NULL);
     llm_seq_free(s);
+}
+
+/* The grammar's mask on row (first: llm_gen_params.gram), the request's edits, then the draw.
+ * -1 with s->err set when the grammar fails the step or leaves no token the draw may take. */
+static int32_t pick(llm_engine *e, llm_seq *s, float *row, bool adjust)
+{
+    size_t vocab = e->m->sig.vocab;
+    if (s->matcher && !llm_gram_mask_row(s->matcher, s->gmask, s->gwords, row, vocab, &s->err)) return -1;
+    if (s->counts) llm_counts_penalize(s->counts, row, &s->params.sample);
+    if (adjust) /* logit_bias, min_tokens (llm_sample.h) */
+        llm_sample_adjust(&s->params.sample, row, vocab, (int64_t)(s->n_tokens - s->n_prompt), e->m->gen.eos,
+                          e->m->gen.n_eos);
+    int32_t tok = llm_sample(e->sampler, row, &s->params.sample, &s->rng);
+    ts_err why = {0};
+    if (!s->matcher || gram_accept_token(s->matcher, tok, &why)) return tok;
+    /* every allowed token was -inf after the edits (min_tokens holding the only end id):
+     * the grammar wins (llm_gen_params.gram) */
+    for (size_t i = 0; i < e->m->gen.n_eos; i++) {
+        ts_err ignored = {0};
+        if (gram_accept_token(s->matcher, e->m->gen.eos[i], &ignored)) return e->m->gen.eos[i];
+    }
+    ts_err_set(&s->err, TS_BAD_REQUEST, "constrained decoding: no token the grammar allows is left after "
+               "logit_bias and min_tokens (%s)", why.msg);
+    return -1;
 }
 
 /* Appends the token sampled from row and reports it; returns true if the sequence ended
@@ -79,21 +104,22 @@ static void finish(llm_seq *s, int32_t tok, llm_finish fin, const ts_err *err)
 static bool take_token(llm_engine *e, llm_seq *s, float *row, struct ended *later)
 {
     /* row is this sequence's own row of e->logits: penalizing it touches no other one */
-    const float *raw = row; /* logprobs read the model's own row, before the penalties */
+    const float *raw = row; /* logprobs read the model's own row, before the mask and penalties */
     bool lp = s->params.logprobs && s->params.on_logprobs;
     bool adjust = llm_sample_adjusts(&s->params.sample);
-    if (lp && (s->counts || adjust)) {
+    if (lp && (s->counts || adjust || s->matcher)) {
         if (!e->lp_row) e->lp_row = malloc(e->m->sig.vocab * sizeof *e->lp_row);
         if (e->lp_row) {
             memcpy(e->lp_row, row, e->m->sig.vocab * sizeof *row);
             raw = e->lp_row;
         }
     }
-    if (s->counts) llm_counts_penalize(s->counts, row, &s->params.sample);
-    if (adjust) /* logit_bias, min_tokens (llm_sample.h) */
-        llm_sample_adjust(&s->params.sample, row, e->m->sig.vocab, (int64_t)(s->n_tokens - s->n_prompt),
-                          e->m->gen.eos, e->m->gen.n_eos);
-    int32_t tok = llm_sample(e->sampler, row, &s->params.sample, &s->rng);
+    int32_t tok = pick(e, s, row, adjust);
+    llm_finish fin = LLM_FIN_NONE;
+    if (tok < 0) {
+        fin = LLM_FIN_ERROR;
+        goto end;
+    }
     if (lp) {
         llm_logprobs out;
         llm_logprobs_compute(raw, e->m->sig.vocab, tok, s->params.top_logprobs, &out);
@@ -102,18 +128,22 @@ static bool take_token(llm_engine *e, llm_seq *s, float *row, struct ended *late
     s->tokens[s->n_tokens++] = tok;
     /* never full: the map holds as many distinct ids as the sequence may generate */
     if (s->counts) (void)llm_counts_add(s->counts, tok);
-    llm_finish fin = LLM_FIN_NONE;
-    if ((!s->params.ignore_eos && gen_config_is_eos(&e->m->gen, tok)) || llm_sample_stop_id(&s->params.sample, tok))
+    if ((!s->params.ignore_eos && gen_config_is_eos(&e->m->gen, tok)) || llm_sample_stop_id(&s->params.sample, tok) ||
+        (s->matcher && gram_ended(s->matcher)))
         fin = LLM_FIN_EOS;
+    else if (s->matcher && gram_is_done(s->matcher))
+        fin = LLM_FIN_DONE;
     else if ((int64_t)(s->n_tokens - s->n_prompt) >= s->params.max_new_tokens || s->n_tokens >= s->cap)
         fin = LLM_FIN_LENGTH;
     if (fin == LLM_FIN_NONE) {
         s->cb(s->ud, s->id, tok, LLM_FIN_NONE, NULL);
         return false;
     }
+end:
     if (later) { /* it still holds its slot: the caller settles the batch first */
         s->state = SEQ_DONE;
-        s->keep_kv = e->pc && s->params.cache_scope[0]; /* its generated tokens' blocks too */
+        /* its generated tokens' blocks too */
+        s->keep_kv = e->pc && s->params.cache_scope[0] && fin != LLM_FIN_ERROR;
         *later = (struct ended){s, tok, fin};
         return true;
     }

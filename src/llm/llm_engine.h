@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "llm_gram.h"
 #include "llm_sample.h"
 
 typedef struct llm_model llm_model;
@@ -48,9 +49,10 @@ typedef enum {
     LLM_FIN_LENGTH,    /* token is the last one: max_new_tokens or the context is full */
     LLM_FIN_CANCELLED, /* token is -1 */
     LLM_FIN_ERROR,     /* token is -1; err says why */
+    LLM_FIN_DONE,      /* token is the last one: the grammar (gram) admits nothing more */
 } llm_finish;
 
-const char *llm_finish_name(llm_finish f); /* "", "stop", "length", "cancelled", "error" */
+const char *llm_finish_name(llm_finish f); /* "", "stop", "length", "cancelled", "error", "stop" */
 
 /* token: the new id; fin: LLM_FIN_NONE, or how the sequence ended (its final call). err is
  * set only with LLM_FIN_ERROR. Runs on the generation thread: keep it short. */
@@ -89,6 +91,13 @@ typedef struct {
     /* Optional: set on the generation thread when the sequence joins (before on_join) to
      * the prompt tokens whose KV came from the prefix cache (OpenAI's cached_tokens). */
     _Atomic uint64_t *cached_tokens;
+    /* Optional: constrained decoding (llm_gram.h). The sequence takes its own reference and
+     * its own matcher; each step the tokens the grammar forbids are masked before everything
+     * else in `sample`; an end id is possible only where the grammar may end, and ends the
+     * sequence (LLM_FIN_EOS) even with ignore_eos; once the grammar admits nothing more the
+     * sequence ends at once (LLM_FIN_DONE), min_tokens or not; a step that passes a grammar
+     * limit ends it with LLM_FIN_ERROR (err 400). The caller keeps its own reference. */
+    llm_gram *gram;
 } llm_gen_params;
 
 /* The error hook, on the generation thread, around every Run() (a prefill chunk or a decode

@@ -118,9 +118,11 @@ int32_t llm_sample(llm_sampler *s, const float *logits, const llm_sample_params 
     size_t n = s->vocab;
     if (p->temperature <= 0 || p->top_k == 1) return argmax(logits, n);
     size_t m = 0;
+    /* -inf has no weight: leaving it out changes no draw, and under a grammar's mask (all but
+     * a few ids -inf) spares the exp of the whole vocabulary */
     for (size_t i = 0; i < n; i++)
-        if (!isnan(logits[i])) s->idx[m++] = (int32_t)i;
-    if (m == 0) return 0;
+        if (!isnan(logits[i]) && logits[i] != -INFINITY) s->idx[m++] = (int32_t)i;
+    if (m == 0) return argmax(logits, n);
     if (p->top_k > 0 && (size_t)p->top_k < m) {
         t_logits = logits;
         select_top(s->idx, m, (size_t)p->top_k);

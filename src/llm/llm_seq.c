@@ -39,10 +39,16 @@ llm_seq *llm_seq_new(const llm_model *m, const int32_t *prompt, size_t n, const 
     memcpy(s->tokens, prompt, n * sizeof *prompt);
     s->n_tokens = s->n_prompt = n;
     s->params = *p;
+    s->params.gram = NULL; /* a reference of its own below: llm_seq_free releases it */
     /* only what may be generated is counted (not the prompt): want - n distinct ids at
      * most, and never more than the vocabulary holds */
     size_t distinct = want - n < m->sig.vocab ? want - n : m->sig.vocab;
     if (llm_sample_penalized(&p->sample) && !(s->counts = llm_counts_new(distinct))) goto oom;
+    if (p->gram) {
+        s->params.gram = llm_gram_ref(p->gram);
+        s->gwords = llm_gram_mask_words(p->gram);
+        if (!(s->gmask = malloc(s->gwords * sizeof *s->gmask)) || !(s->matcher = llm_gram_matcher(p->gram, err))) goto oom;
+    }
     atomic_init(&s->cancelled, false);
     return s;
 oom:
@@ -97,6 +103,9 @@ void llm_seq_free(llm_seq *s)
     if (!s) return;
     free(s->tokens);
     llm_counts_free(s->counts);
+    gram_matcher_free(s->matcher);
+    free(s->gmask);
+    llm_gram_unref(s->params.gram);
     llm_kv_mem_free(s->kv, s->kv_val);
     free(s);
 }

@@ -290,6 +290,7 @@ static int setup_sequence(lreq *r, v1_args *a, v1_err *e)
     a->gp.max_new_tokens = a->max_tokens;
     a->gp.on_join = v1_on_join;
     r->gp = a->gp;
+    a->gp.gram = NULL; /* the request's now: v1_free_req releases it */
     memcpy(r->gp.cache_scope, r->scope, sizeof r->gp.cache_scope);
     r->gp.cached_tokens = &r->cached;
     r->stream = a->stream;
@@ -326,6 +327,7 @@ static int prepare(lreq *r)
     buf_init(&prompt, LLM_PROMPT_LIMIT);
     int rc = -1;
     const char *model = NULL;
+    v1_args a = {0};
     budget_json_begin(srv->bodies);
     int prc = v1_parse_body(r->body, r->body_len, &body, &model, e);
     bool spent = budget_json_end();
@@ -360,8 +362,8 @@ static int prepare(lreq *r)
         goto out;
     }
     v1_model vm = {.name = L->name, .gen = llm_model_gen(L->model), .has_chat = L->chat != NULL,
-                   .chat_note = L->chat_note, .vocab = llm_model_sig(L->model)->vocab};
-    v1_args a;
+                   .chat_note = L->chat_note, .vocab = llm_model_sig(L->model)->vocab, .gram = L->gram,
+                   .tool_format = toolcall_format_name(L->chat ? chat_tool_format(L->chat) : TOOLCALL_NONE)};
     if (v1_parse_args(body, r->chat, &vm, &a, e)) goto out;
     if (r->hdr_bad) { /* the headers were read on the loop; their refusal comes here, as before */
         *e = r->hdr_err;
@@ -375,6 +377,7 @@ out:
     /* a refusal while the reply was already decided (504 sent, client gone) says nothing: the
      * work may have been cut short by the stop */
     r->stopped = rc != 0 && atomic_load(&r->stop);
+    llm_gram_unref(a.gp.gram); /* NULL once setup_sequence moved it to the request */
     json_decref(body);
     buf_free(&prompt);
     return rc;

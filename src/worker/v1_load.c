@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "clock.h"
 #include "health.h"
 #include "log.h"
 #include "embed.h"
@@ -22,6 +23,7 @@ static void llm_served_free(void *p)
     llm_served *L = p;
     if (!L) return;
     llm_engine_free(L->engine); /* delivers the last cancellations: before the model */
+    llm_gram_cache_free(L->gram); /* after the sequences, which hold its grammars */
     llm_model_free(L->model);
     tok_free(L->tok);
     chat_tmpl_free(L->chat);
@@ -67,6 +69,46 @@ static int collect_specials(llm_served *L)
         L->specials[L->n_specials++] = s;
     }
     return 0;
+}
+
+/* The model's vocabulary for constrained decoding (llm_gram_cache's builder, on the first
+ * constrained request): the logits' ids (the tokenizer's may be fewer: the rest are never
+ * allowed), each id's bytes, the tokenizer's special tokens never inside the output, and the
+ * ids that end a sequence (generation_config.json's eos ids with <|eot_id|>, and
+ * tokenizer_config.json's eos_token) only where the grammar may end. */
+static gram_vocab *build_vocab(void *ctx, ts_err *err)
+{
+    const llm_served *L = ctx;
+    size_t n = llm_model_sig(L->model)->vocab, nt = tok_vocab_size(L->tok);
+    const gen_config *g = llm_model_gen(L->model);
+    const unsigned char **bytes = calloc(n ? n : 1, sizeof *bytes);
+    size_t *lens = calloc(n ? n : 1, sizeof *lens);
+    bool *special = calloc(n ? n : 1, sizeof *special);
+    int32_t ends[GEN_MAX_EOS + 1];
+    size_t n_end = 0;
+    gram_vocab *v = NULL;
+    if (!bytes || !lens || !special) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory for the vocabulary");
+        goto out;
+    }
+    for (size_t i = 0; i < n && i < nt; i++) {
+        bytes[i] = tok_id_bytes(L->tok, (int32_t)i, &lens[i]);
+        special[i] = tok_is_special(L->tok, (int32_t)i);
+    }
+    for (size_t i = 0; i < g->n_eos; i++)
+        if (g->eos[i] >= 0 && (size_t)g->eos[i] < n) ends[n_end++] = g->eos[i];
+    int32_t te = tok_eos(L->tok);
+    if (te >= 0 && (size_t)te < n && !gen_config_is_eos(g, te)) ends[n_end++] = te;
+    double t0 = ts_now();
+    v = gram_vocab_new(n, bytes, lens, special, ends, n_end, err);
+    if (v)
+        LOG_INFO_(LOGF({"model", L->name}), "LLM: constrained decoding's vocabulary of %zu tokens built in %.0f ms",
+                  n, (ts_now() - t0) * 1e3);
+out:
+    free(bytes);
+    free(lens);
+    free(special);
+    return v;
 }
 
 /* The engine's error hook (generation thread). The fault injection counts LLM Run()s with
@@ -156,7 +198,7 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
                   "model (/v1/completions serves it): %s", L->chat_note);
         e = (ts_err){0};
     }
-    if (collect_specials(L)) {
+    if (collect_specials(L) || !(L->gram = llm_gram_cache_new(build_vocab, L))) {
         ts_err_set(&e, TS_INTERNAL_ERROR, "out of memory");
         goto fail;
     }

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "budget_json.h"
+
 int v1_fail(v1_err *e, int status, const char *param, const char *fmt, ...)
 {
     e->err.http = status;
@@ -57,12 +59,12 @@ static int check_known(json_t *body, bool chat, v1_err *e)
                                           "stop", "n", "user", "presence_penalty", "frequency_penalty",
                                           "logprobs", "top_logprobs", "logit_bias", "tools", "tool_choice",
                                           "parallel_tool_calls", "chat_template_kwargs", "documents", "min_tokens",
-                                          "ignore_eos", "stop_token_ids", NULL};
+                                          "ignore_eos", "stop_token_ids", "response_format", NULL};
     static const char *const k_cmpl[] = {"model", "prompt", "stream", "stream_options", "max_tokens",
                                           "temperature", "top_p", "top_k", "seed", "stop", "n", "user",
                                           "presence_penalty", "frequency_penalty", "logprobs", "logit_bias",
                                           "echo", "suffix", "best_of", "min_tokens", "ignore_eos", "stop_token_ids",
-                                          NULL};
+                                          "response_format", NULL};
     const char *const *known = chat ? k_chat : k_cmpl;
     const char *key;
     json_t *v;
@@ -260,6 +262,28 @@ static bool tool_name_ok(json_t *n)
     return true;
 }
 
+/* OpenAI's {name, description, SCHEMA_KEY, strict} objects (a tool's function, with
+ * "parameters"; response_format's json_schema, with "schema"): every key known and of its
+ * type, the name by OpenAI's rule; where names the object in the messages. */
+static int check_named_schema(json_t *o, const char *schema_key, const char *param, const char *where, v1_err *e)
+{
+    const char *k;
+    json_t *x;
+    json_object_foreach(o, k, x) {
+        bool ok = (strcmp(k, "name") == 0 && tool_name_ok(x)) || (strcmp(k, "description") == 0 && json_is_string(x)) ||
+                  (strcmp(k, schema_key) == 0 && json_is_object(x)) ||
+                  (strcmp(k, "strict") == 0 && (json_is_boolean(x) || json_is_null(x)));
+        if (!ok && strcmp(k, "name") && strcmp(k, "description") && strcmp(k, schema_key) && strcmp(k, "strict"))
+            return v1_fail(e, TS_BAD_REQUEST, param, "'%s.%.32s' is not supported", where, k);
+        if (!ok)
+            return v1_fail(e, TS_BAD_REQUEST, param, "'%s.%s' must be %s", where, k,
+                           strcmp(k, "name") == 0 ? "1 to 64 of a-z, A-Z, 0-9, _ and -"
+                           : strcmp(k, "description") == 0 ? "a string"
+                           : strcmp(k, schema_key) == 0 ? "an object (a JSON Schema)" : "a boolean");
+    }
+    return 0;
+}
+
 /* tools: [{"type": "function", "function": {name, description?, parameters?, strict?}}],
  * passed to the template as given. */
 static int parse_tools(json_t *v, v1_err *e)
@@ -277,54 +301,63 @@ static int parse_tools(json_t *v, v1_err *e)
             !json_is_object(f) || json_object_size(t) != 2)
             return v1_fail(e, TS_BAD_REQUEST, "tools", "'%s' must be {\"type\": \"function\", \"function\": {...}}",
                            param);
-        const char *k;
-        json_t *x;
-        json_object_foreach(f, k, x) {
-            bool ok = (strcmp(k, "name") == 0 && tool_name_ok(x)) ||
-                      (strcmp(k, "description") == 0 && json_is_string(x)) ||
-                      (strcmp(k, "parameters") == 0 && json_is_object(x)) ||
-                      (strcmp(k, "strict") == 0 && (json_is_boolean(x) || json_is_null(x)));
-            if (!ok && strcmp(k, "name") && strcmp(k, "description") && strcmp(k, "parameters") && strcmp(k, "strict"))
-                return v1_fail(e, TS_BAD_REQUEST, "tools", "'%s.function.%.32s' is not supported", param, k);
-            if (!ok)
-                return v1_fail(e, TS_BAD_REQUEST, "tools", "'%s.function.%s' must be %s", param, k,
-                               strcmp(k, "name") == 0 ? "1 to 64 of a-z, A-Z, 0-9, _ and -"
-                               : strcmp(k, "description") == 0 ? "a string"
-                               : strcmp(k, "parameters") == 0 ? "an object (a JSON Schema)" : "a boolean");
-        }
+        char where[80];
+        snprintf(where, sizeof where, "%s.function", param);
+        if (check_named_schema(f, "parameters", "tools", where, e)) return -1;
         if (!json_object_get(f, "name"))
             return v1_fail(e, TS_BAD_REQUEST, "tools", "'%s.function.name' is required", param);
     }
     return check_size(v, "tools", e);
 }
 
-/* tool_choice: what the model may do with the tools. Choosing for it needs constrained
- * decoding (issue 23's), so only "auto" and "none" (a hint the template may show) pass. */
-static int parse_tool_choice(json_t *body, bool *tools_on, v1_err *e)
+/* tool_choice: what the model may do with the tools: "none", "auto" (the calls it writes are
+ * parsed out of the answer), "required" or {"type": "function", "function": {"name"}} (the
+ * call is forced: v1_parse_args compiles its grammar); parallel_tool_calls beside it. */
+static int parse_tool_choice(json_t *body, v1_args *a, v1_err *e)
 {
     json_t *tc = json_object_get(body, "tool_choice"), *tools = json_object_get(body, "tools");
     json_t *ptc = json_object_get(body, "parallel_tool_calls");
     bool have_tools = tools && !json_is_null(tools);
+    a->parallel = true;
     if (ptc && !json_is_null(ptc)) {
         if (!json_is_boolean(ptc))
             return v1_fail(e, TS_BAD_REQUEST, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
         if (!have_tools)
             return v1_fail(e, TS_BAD_REQUEST, "parallel_tool_calls",
                            "'parallel_tool_calls' is only allowed when 'tools' are specified");
+        a->parallel = json_is_true(ptc);
     }
-    *tools_on = have_tools;
+    a->tools_on = have_tools;
     if (!tc || json_is_null(tc)) return 0;
     if (!have_tools)
         return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' is only allowed when 'tools' are specified");
     const char *s = json_string_value(tc);
     if (s && (strcmp(s, "auto") == 0 || strcmp(s, "none") == 0)) {
-        *tools_on = strcmp(s, "auto") == 0;
+        a->tools_on = strcmp(s, "auto") == 0;
         return 0;
     }
-    if ((s && strcmp(s, "required") == 0) || json_is_object(tc))
-        return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' %s is not supported yet: it needs constrained "
-                       "decoding, which this server does not do yet; use \"auto\" or \"none\"",
-                       s ? "\"required\"" : "naming a function");
+    if (s && strcmp(s, "required") == 0) {
+        a->tool_forced = 1;
+        return 0;
+    }
+    json_t *type = json_object_get(tc, "type"), *f = json_object_get(tc, "function");
+    json_t *name = json_object_get(f, "name");
+    if (json_is_object(tc) && json_object_size(tc) == 2 && json_is_string(type) &&
+        strcmp(json_string_value(type), "function") == 0 && json_is_object(f) && json_object_size(f) == 1 &&
+        json_is_string(name)) {
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            json_t *n = json_object_get(json_object_get(t, "function"), "name");
+            if (json_equal(n, name)) {
+                a->tool_forced = 2;
+                snprintf(a->tool_name, sizeof a->tool_name, "%s", json_string_value(name));
+                return 0;
+            }
+        }
+        return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' names the function '%.64s', which is not "
+                       "one of 'tools'", json_string_value(name));
+    }
     return v1_fail(e, TS_BAD_REQUEST, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                    "{\"type\": \"function\", \"function\": {\"name\": ...}}");
 }
@@ -373,7 +406,7 @@ static int parse_template_args(json_t *body, v1_args *a, v1_err *e)
 {
     json_t *v;
     if ((v = json_object_get(body, "tools")) && !json_is_null(v) && parse_tools(v, e)) return -1;
-    if (parse_tool_choice(body, &a->tools_on, e)) return -1;
+    if (parse_tool_choice(body, a, e)) return -1;
     if ((v = json_object_get(body, "chat_template_kwargs")) && !json_is_null(v) && parse_template_kwargs(v, e))
         return -1;
     if ((v = json_object_get(body, "documents")) && !json_is_null(v) && parse_documents(v, e)) return -1;
@@ -439,6 +472,95 @@ static int parse_vllm(json_t *body, size_t vocab, v1_args *a, v1_err *e)
     return 0;
 }
 
+/* The grammar of kind and text for a->gp.gram (compiled, or found compiled, in m's cache; only
+ * checked without one); its refusal names param. */
+static int take_grammar(const v1_model *m, llm_gram_kind kind, const char *text, size_t len, const char *param,
+                        v1_args *a, v1_err *e)
+{
+    ts_err err = {0};
+    int rc = 0;
+    /* src/grammar frees json_dumps' text with free(): jansson's plain allocations meanwhile */
+    budget_json_plain(true);
+    if (m->gram) rc = (a->gp.gram = llm_gram_get(m->gram, kind, text, len, &err)) ? 0 : -1;
+    else rc = llm_gram_check(kind, text, len, &err);
+    budget_json_plain(false);
+    if (rc) return v1_fail(e, err.http ? err.http : TS_BAD_REQUEST, err.http >= 500 ? NULL : param, "'%s': %s", param, err.msg);
+    return 0;
+}
+
+/* response_format: {"type": "text"}, {"type": "json_object"}, {"type": "json_schema",
+ * "json_schema": {"name", "schema", "strict", "description"}}; the grammar compiled (or found
+ * compiled) here, so a schema the engine cannot follow is a 400 naming the keyword. */
+static int parse_response_format(json_t *v, const v1_model *m, v1_args *a, v1_err *e)
+{
+    static const char P[] = "response_format";
+    json_t *type = json_object_get(v, "type");
+    const char *t = json_is_object(v) && json_is_string(type) ? json_string_value(type) : NULL;
+    if (!t) return v1_fail(e, TS_BAD_REQUEST, P, "'%s' must be an object with a 'type'", P);
+    const char *key;
+    json_t *x;
+    json_object_foreach(v, key, x) {
+        if (strcmp(key, "type") != 0 && !(strcmp(t, "json_schema") == 0 && strcmp(key, "json_schema") == 0))
+            return v1_fail(e, TS_BAD_REQUEST, P, "'%s.%.32s' is not supported with type '%.32s'", P, key, t);
+    }
+    if (strcmp(t, "text") == 0) return 0;
+    llm_gram_kind kind = LLM_GRAM_JSON_OBJECT;
+    json_t *schema = NULL;
+    if (strcmp(t, "json_schema") == 0) {
+        json_t *js = json_object_get(v, "json_schema");
+        if (!json_is_object(js))
+            return v1_fail(e, TS_BAD_REQUEST, P, "'%s.json_schema' must be an object with a 'name'", P);
+        if (check_named_schema(js, "schema", P, "response_format.json_schema", e)) return -1;
+        if (!tool_name_ok(json_object_get(js, "name")))
+            return v1_fail(e, TS_BAD_REQUEST, P, "'%s.json_schema.name' is required: 1 to 64 of a-z, A-Z, 0-9, _ and -", P);
+        schema = json_object_get(js, "schema");
+        if (schema) kind = LLM_GRAM_SCHEMA; /* none: any JSON object, as OpenAI's schema is optional */
+    } else if (strcmp(t, "json_object") != 0) {
+        return v1_fail(e, TS_BAD_REQUEST, P, "'%s.type' must be \"text\", \"json_object\" or \"json_schema\"", P);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    if (schema) {
+        if (check_size(schema, P, e)) return -1;
+        /* our own malloc: the worker may give jansson an allocator of its own */
+        len = json_dumpb(schema, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (!len || !(text = malloc(len))) return v1_fail(e, TS_INTERNAL_ERROR, NULL, "out of memory");
+        json_dumpb(schema, text, len, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    }
+    int rc = take_grammar(m, kind, text, len, P, a, e);
+    free(text);
+    return rc;
+}
+
+/* The forced call's grammar (tool_choice "required" or named) in the template's own syntax. */
+static int tool_grammar(json_t *body, const v1_model *m, v1_args *a, v1_err *e)
+{
+    static const char P[] = "tool_choice";
+    if (!m->tool_format || strcmp(m->tool_format, "none") == 0)
+        return v1_fail(e, TS_BAD_REQUEST, P, "'tool_choice' %s needs the model's tool-call syntax, and model '%.64s' "
+                       "has none (its chat template shows no tool-call format): use \"auto\" or \"none\"",
+                       a->tool_forced == 1 ? "\"required\"" : "naming a function", m->name);
+    json_t *key = json_object(), *list = json_array();
+    int bad = !key || !list || json_object_set_new(key, "format", json_string(m->tool_format)) ||
+              json_object_set_new(key, "forced", a->tool_forced == 2 ? json_string(a->tool_name) : json_null()) ||
+              json_object_set_new(key, "parallel", json_boolean(a->parallel)) || json_object_set(key, "tools", list);
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(body, "tools"), i, t) {
+        json_t *f = json_object_get(t, "function"), *sc = json_object_get(f, "parameters");
+        bad = bad || json_array_append_new(list, json_pack("[OO]", json_object_get(f, "name"), sc ? sc : json_null()));
+    }
+    json_decref(list);
+    char *text = NULL;
+    size_t len = bad ? 0 : json_dumpb(key, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (len && (text = malloc(len))) json_dumpb(key, text, len, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(key);
+    if (!text) return v1_fail(e, TS_INTERNAL_ERROR, NULL, "out of memory");
+    int rc = take_grammar(m, LLM_GRAM_TOOLS, text, len, P, a, e);
+    free(text);
+    return rc;
+}
+
 int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *a, v1_err *e)
 {
     *a = (v1_args){0};
@@ -456,7 +578,15 @@ int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *a, v1_err
     if (GET("echo") && !json_is_false(v)) return v1_fail(e, TS_BAD_REQUEST, "echo", "'echo' is not supported");
     if (GET("suffix") && !(json_is_string(v) && json_string_length(v) == 0))
         return v1_fail(e, TS_BAD_REQUEST, "suffix", "'suffix' is not supported");
-    return parse_stops(body, &a->stops, e);
+    if (parse_stops(body, &a->stops, e)) return -1;
+    /* last: past it nothing fails, so a grammar reference is the caller's only on success */
+    bool rf = GET("response_format");
+    const char *rt = rf ? json_string_value(json_object_get(v, "type")) : NULL;
+    if (rt && strcmp(rt, "text") != 0 && a->tool_forced)
+        return v1_fail(e, TS_BAD_REQUEST, "response_format", "'response_format' cannot be combined with 'tool_choice' "
+                       "\"required\" or naming a function: the forced call has its own grammar");
+    if (rf && parse_response_format(v, m, a, e)) return -1;
+    return a->tool_forced ? tool_grammar(body, m, a, e) : 0;
 }
 
 #undef GET

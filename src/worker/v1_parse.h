@@ -58,6 +58,10 @@ typedef struct {
     bool has_chat;          /* a chat template is served */
     const char *chat_note;  /* has_chat false: why the template the model ships is not ("": it ships none) */
     size_t vocab;           /* the logits' ids: logit_bias and stop_token_ids must name one (0: unchecked) */
+    /* the model's compiled grammars (llm_gram.h): response_format takes a reference from it
+     * into v1_args.gp.gram; NULL: the grammar is only compiled to check it (unit tests) */
+    llm_gram_cache *gram;
+    const char *tool_format; /* the template's tool-call syntax (toolcall_format_name), "none" or NULL: none */
 } v1_model;
 
 /* The stop strings, copied out of the body. */
@@ -74,6 +78,13 @@ typedef struct {
     llm_gen_params gp;
     v1_stops stops;
     bool tools_on;          /* chat with tools and tool_choice not "none": calls are parsed out of the answer */
+    /* tool_choice "required" (1) or naming a function (2, tool_name): the call is forced by
+     * the grammar in gp.gram; parallel_tool_calls (default true): one call or more */
+    int tool_forced;
+    char tool_name[V1_MAX_ID_BYTES + 1];
+    bool parallel;
+    /* gp.gram: response_format's or a forced tool call's grammar, a reference the caller releases (llm_gram_unref)
+     * when v1_parse_args succeeded; none is held after a failure */
 } v1_args;
 
 /* Chat's messages: v[i].content points into the JSON tree or into store; v[i].tool_calls

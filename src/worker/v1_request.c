@@ -24,6 +24,7 @@ void v1_free_req(lreq *r)
     free(r->body);
     budget_give(r->srv->bodies, r->held);
     tok_ids_free(&r->ids);
+    llm_gram_unref(r->gp.gram);
     tok_stream_free(r->ts);
     buf_free(&r->text);
     buf_free(&r->pending);
@@ -162,9 +163,11 @@ static void on_tokens(void *item, void *ctx)
     if (fin != LLM_FIN_NONE) {
         r->engine_done = true;
         if (!r->finished && r->http) {
-            if (fin == LLM_FIN_EOS) v1_finish_reply(r, "stop");
+            if (fin == LLM_FIN_EOS || fin == LLM_FIN_DONE) v1_finish_reply(r, "stop");
             else if (fin == LLM_FIN_LENGTH) v1_finish_reply(r, "length");
-            else if (fin == LLM_FIN_ERROR) v1_fail_reply(r, TS_INTERNAL_ERROR, NULL, ferr.msg, OUT_ERROR);
+            else if (fin == LLM_FIN_ERROR) /* a grammar's limit is the request's (400), a Run()'s failure ours */
+                v1_fail_reply(r, ferr.http >= 400 && ferr.http < 500 ? ferr.http : TS_INTERNAL_ERROR, NULL, ferr.msg,
+                              ferr.http >= 400 && ferr.http < 500 ? OUT_CLIENT_ERROR : OUT_ERROR);
             else v1_fail_reply(r, TS_UNAVAILABLE, NULL, "the sequence was cancelled: the server is shutting down", OUT_REJECTED);
         }
     }

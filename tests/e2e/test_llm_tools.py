@@ -216,3 +216,47 @@ def test_the_openai_sdk_assembles_the_same_calls(worker, model):
     assert got["whole"]["calls"] and got["whole_finish"] == "tool_calls", got
     assert (got["streamed"]["calls"], got["streamed_finish"]) == (got["whole"]["calls"], "tool_calls"), got
     assert (got["streamed"]["content"] or "").strip() == (got["whole"]["content"] or "").strip(), got
+
+
+# ---- forced calls: tool_choice "required" or naming a function (the grammar of src/grammar's
+# gram_compile_tools in the template's own syntax, wired through src/llm/llm_gram.c) ----
+
+STRICT = [
+    {"type": "function", "function": {"name": "lookup_order", "parameters": {
+        "type": "object", "properties": {"order_id": {"type": "integer", "minimum": 1, "maximum": 999999}},
+        "required": ["order_id"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "open_ticket", "parameters": {
+        "type": "object", "properties": {"priority": {"enum": ["low", "normal", "urgent"]},
+                                         "summary": {"type": "string", "maxLength": 30}},
+        "required": ["priority", "summary"], "additionalProperties": False}}},
+]
+
+
+@pytest.mark.parametrize("model", ["qwen25", "llama31"])
+def test_forced_calls_are_valid_calls(worker, model):
+    """The random decoder at temperature 1.5 cannot help writing a call: "required" gives one
+    call (parallel_tool_calls false) to one of the tools, its arguments valid for that tool's
+    schema (ajv); a named function is that function's call; the SDK reads them as tool_calls."""
+    from test_llm_structured import sdk
+    base = {"model": model, "messages": Q, "tools": STRICT, "temperature": 1.5, "max_tokens": 200}
+    cases = [{"req": dict(base, tool_choice="required", parallel_tool_calls=False, seed=s), "check": False}
+             for s in (1, 2, 3)]
+    cases += [{"req": dict(base, tool_choice={"type": "function", "function": {"name": "open_ticket"}}, seed=s,
+                           parallel_tool_calls=False), "check": False} for s in (1, 2)]
+    got = sdk(worker, cases)
+    for i, c in enumerate(got):
+        assert "choices" in c, c
+        ch = c["choices"][0]
+        assert ch["finish"] == "tool_calls" and len(ch["calls"]) == 1 and ch["calls"][0]["valid"], ch
+        assert ch["calls"][0]["name"] in (("lookup_order", "open_ticket") if i < 3 else ("open_ticket",)), ch
+
+
+@pytest.mark.parametrize("choice,model,needle", [
+    ("required", "tiny", "has none"),
+    ({"type": "function", "function": {"name": "nope"}}, "qwen25", "not one of 'tools'"),
+    ({"type": "function"}, "qwen25", "must be"),
+])
+def test_forced_call_refusals(worker, choice, model, needle):
+    r = post_json(worker, "/v1/chat/completions", {"model": model, "messages": Q, "tools": STRICT,
+                                                    "tool_choice": choice})
+    assert r.status == 400 and r.body["error"]["param"] == "tool_choice" and needle in r.body["error"]["message"], r

@@ -22,6 +22,7 @@
 #include "clock.h"
 #include "gram.h"
 #include "tokenizer.h"
+#include "toolcall.h"
 
 #define MAX_STEPS 400
 
@@ -54,7 +55,9 @@ static json_t *gen_scalar(void)
             json_object_set_new(s, "minLength", json_integer(pick(most < 3 ? most + 1 : 3)));
         }
         if (!json_object_get(s, "maxLength") && !json_object_get(s, "minLength"))
-            json_object_set_new(s, "maxLength", json_integer(10 + pick(10)));
+            /* now and then a long bound: its count is folded out of the mask cache's key
+             * (gram_mask.c fold_key), exact at every count only by the need table */
+            json_object_set_new(s, "maxLength", json_integer(pick(4) ? 10 + pick(10) : 60 + pick(400)));
         break;
     case 1:
         json_object_set_new(s, "type", json_string("string"));
@@ -141,7 +144,7 @@ static json_t *gen(int depth, bool *used_ref)
         if (json_is_false(json_object_get(s, "items"))) /* no more items than the prefix */
             mn = pick((int)json_array_size(json_object_get(s, "prefixItems")) + 1);
         json_object_set_new(s, "minItems", json_integer(mn));
-        json_object_set_new(s, "maxItems", json_integer(mn + pick(4)));
+        json_object_set_new(s, "maxItems", json_integer(mn + (pick(5) ? pick(4) : 40 + pick(200))));
         return s;
     }
     if (pick(3) == 0) {
@@ -183,7 +186,75 @@ typedef struct {
 
 static const unsigned char *prop_token_bytes(const vocab_case *vc, int32_t id, size_t *len);
 
-static size_t n_cases, n_walks, n_done, n_cut, n_steps, n_naive, n_naive_tokens;
+static size_t n_cases, n_walks, n_done, n_cut, n_steps, n_naive, n_naive_tokens, n_calls;
+
+/* a tool-call case (gram_compile_tools): each call's arguments go out with its tool's
+ * parameters schema, so ajv judges them; the call itself must parse with the worker's parser */
+static struct {
+    int fmt; /* 0: not a tool case */
+    size_t n;
+    char name[3][8];
+    char *schema[3];
+    const char *forced;
+    bool parallel, bad;
+    int calls;
+    FILE *out;
+    const char *vocab;
+} tc;
+
+static void tc_text(void *ctx, const char *s, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != '\n' && s[i] != ' ') {
+            fprintf(stderr, "FAIL tools: text outside a call: %.*s\n", (int)n, s);
+            tc.bad = true;
+            return;
+        }
+}
+
+static void tc_call(void *ctx, const char *name, size_t nl, const char *args, size_t al)
+{
+    (void)ctx;
+    tc.calls++;
+    size_t k = 0;
+    while (k < tc.n && !(strlen(tc.name[k]) == nl && !memcmp(tc.name[k], name, nl)))
+        k++;
+    if (k == tc.n || (tc.forced && strcmp(tc.forced, tc.name[k]))) {
+        fprintf(stderr, "FAIL tools: a call of '%.*s'\n", (int)nl, name);
+        tc.bad = true;
+        return;
+    }
+    json_t *line = json_object();
+    json_object_set_new(line, "vocab", json_string(tc.vocab));
+    json_object_set_new(line, "schema", json_loads(tc.schema[k], 0, NULL));
+    json_object_set_new(line, "out", json_stringn(args, al));
+    char *l = json_dumps(line, JSON_COMPACT);
+    fprintf(tc.out, "%s\n", l);
+    free(l);
+    json_decref(line);
+    n_calls++;
+}
+
+/* the calls in a finished tool-call output, through src/tok/toolcall.c */
+static bool tc_check(const char *text, size_t tl)
+{
+    static const toolcall_format TF[] = {TOOLCALL_NONE, TOOLCALL_HERMES, TOOLCALL_LLAMA3};
+    size_t skip = tl >= 14 && !memcmp(text, "<|python_tag|>", 14) ? 14 : 0; /* a special token: not text */
+    tc.calls = 0, tc.bad = false;
+    toolcall_sink sk = {tc_text, tc_call, NULL};
+    toolcall_parser *p = toolcall_new(TF[tc.fmt], 1 << 20, &sk);
+    if (!p)
+        return false;
+    toolcall_feed(p, text + skip, tl - skip);
+    toolcall_finish(p);
+    toolcall_free(p);
+    if (!tc.bad && (tc.calls < 1 || (!tc.parallel && tc.calls != 1))) {
+        fprintf(stderr, "FAIL tools: %d calls in %.*s\n", tc.calls, (int)tl, text);
+        tc.bad = true;
+    }
+    return !tc.bad;
+}
 
 /* one walk; writes the output when it ends; false on a broken property */
 static bool walk(gram_masker *m, const vocab_case *vc, const char *schema_text, FILE *out)
@@ -242,7 +313,11 @@ static bool walk(gram_masker *m, const vocab_case *vc, const char *schema_text, 
         memcpy(text + tl, b, len);
         tl += len;
     }
-    if (ok && gram_ended(s)) {
+    if (ok && gram_ended(s) && tc.fmt) {
+        n_done++;
+        tc.out = out, tc.vocab = vc->name;
+        ok = tc_check(text, tl);
+    } else if (ok && gram_ended(s)) {
         n_done++;
         json_t *line = json_object();
         json_object_set_new(line, "vocab", json_string(vc->name));
@@ -355,9 +430,33 @@ int main(int argc, char **argv)
         ts_err err;
         char *schema_text = NULL;
         gram_grammar *g;
+        tc.fmt = 0;
         if (n_cases % 8 == 7) {
             g = gram_compile_any_json(NULL, &err);
             schema_text = strdup("{\"type\":\"object\"}");
+        } else if (n_cases % 8 == 3) { /* forced tool calls: Hermes or Llama-3.1 syntax */
+            gram_tool tools[3];
+            tc.fmt = 1 + pick(2), tc.n = 1 + (size_t)pick(3), tc.parallel = pick(2);
+            for (size_t k = 0; k < tc.n; k++) {
+                json_t *sub;
+                for (;;) { /* no $ref: it would point at the wrapper's root */
+                    bool used = false;
+                    sub = gen(2, &used);
+                    if (!used)
+                        break;
+                    json_decref(sub);
+                }
+                json_t *prm = json_pack("{s:s,s:{s:o},s:[s],s:b}", "type", "object", "properties", "p", sub,
+                                        "required", "p", "additionalProperties", 0);
+                tc.schema[k] = json_dumps(prm, JSON_COMPACT);
+                json_decref(prm);
+                snprintf(tc.name[k], sizeof tc.name[k], "fn%zu", k);
+                tools[k] = (gram_tool){tc.name[k], tc.schema[k], strlen(tc.schema[k])};
+            }
+            tc.forced = pick(2) ? tc.name[pick((int)tc.n)] : NULL;
+            g = gram_compile_tools(tc.fmt == 1 ? GRAM_TOOLS_HERMES : GRAM_TOOLS_LLAMA3, tools, tc.n, tc.forced,
+                                   tc.parallel, NULL, &err);
+            schema_text = strdup(tc.schema[0]);
         } else {
             json_t *s = gen_schema();
             schema_text = json_dumps(s, JSON_COMPACT);
@@ -378,6 +477,8 @@ int main(int argc, char **argv)
         }
         gram_free(g);
         free(schema_text);
+        for (size_t k = 0; tc.fmt && k < tc.n; k++)
+            free(tc.schema[k]);
     }
     fclose(out);
     for (int k = 0; k < 2; k++) {
@@ -387,7 +488,7 @@ int main(int argc, char **argv)
         free(g_own[k]), free(g_bytes[k]), free(g_lens[k]);
     }
     printf("grammar_prop: %zu schemas, %zu generations (%zu finished and written, %zu cut at %d tokens), %zu steps, "
-           "%zu naive scans (%zu tokens checked) in %.1f s\n",
-           n_cases, n_walks, n_done, n_cut, MAX_STEPS, n_steps, n_naive, n_naive_tokens, ts_now() - t0);
+           "%zu naive scans (%zu tokens checked), %zu tool calls in %.1f s\n",
+           n_cases, n_walks, n_done, n_cut, MAX_STEPS, n_steps, n_naive, n_naive_tokens, n_calls, ts_now() - t0);
     return ok ? 0 : 1;
 }

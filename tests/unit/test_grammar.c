@@ -12,7 +12,10 @@
 
 #include <cmocka.h>
 
+#include <jansson.h>
+
 #include "gram.h"
+#include "toolcall.h"
 
 static const char *EXTRA[] = {"{\"", "\":", "\",\"", "\"}", "}]", "true", "null", "12", "\xc3", "\xa9\"", "ab",
                               "\"a", "<|eot|>", "0.5", "],\"", "-1"};
@@ -332,12 +335,312 @@ static void t_mask(void **st)
     gram_vocab_free(v);
 }
 
+/* ---- counted repetitions (the folded count) and tool calls ---- */
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+}
+
+#define DS_CALLS_B "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define DS_CALLS_E "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define DS_CALL_B "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define DS_CALL_E "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define DS_SEP_T "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>"
+/* every byte, long tokens that cross many counts, and special markers */
+static const char *LONG[] = {"aaaaaaaaaaaaaaaa", "abcdefgh", "abcdefghijkl\"", "1,2,3,4,5,6,", "12,", "\"}",
+                             "[TOOL_CALLS]", "<|python_tag|>", DS_CALLS_B, DS_CALLS_E, DS_CALL_B, DS_CALL_E, DS_SEP_T,
+                             "<tool_call>", "{\"name\":\"", "\",\"arguments\":{\""};
+#define N_LONG (sizeof LONG / sizeof LONG[0])
+#define FIRST_SPECIAL (256 + 6)
+#define LAST_SPECIAL (256 + 12)
+#define LEOS ((int32_t)(256 + N_LONG))
+
+static gram_vocab *long_vocab(void)
+{
+    static unsigned char one[256][1];
+    const unsigned char *bytes[LEOS + 1];
+    size_t lens[LEOS + 1];
+    bool special[LEOS + 1] = {0};
+    for (int i = 0; i < 256; i++)
+        one[i][0] = (unsigned char)i, bytes[i] = one[i], lens[i] = 1;
+    for (size_t i = 0; i < N_LONG; i++)
+        bytes[256 + i] = (const unsigned char *)LONG[i], lens[256 + i] = strlen(LONG[i]);
+    for (int i = FIRST_SPECIAL; i <= LAST_SPECIAL; i++)
+        special[i] = true;
+    bytes[LEOS] = NULL, lens[LEOS] = 0;
+    int32_t end = LEOS;
+    ts_err err;
+    gram_vocab *v = gram_vocab_new(LEOS + 1, bytes, lens, special, &end, 1, &err);
+    assert_non_null(v);
+    return v;
+}
+
+static const unsigned char *tok_bytes(int32_t t, size_t *n, unsigned char *one)
+{
+    if (t < 256) {
+        *one = (unsigned char)t;
+        *n = 1;
+        return one;
+    }
+    *n = strlen(LONG[t - 256]);
+    return (const unsigned char *)LONG[t - 256];
+}
+
+/* random walks where every step's mask is held to trying each token on a replayed matcher;
+ * out gets the text (special tokens as their text); returns the walk's length */
+static size_t walk_checked(gram_masker *m, gram_vocab *v, char *out, size_t cap, bool naive)
+{
+    ts_err err;
+    size_t words = gram_mask_words(v), on = 0;
+    uint64_t *mask = calloc(words, 8);
+    int32_t allowed[LEOS + 1];
+    gram_matcher *s = gram_matcher_new(m, &err);
+    assert_non_null(s);
+    for (int step = 0; step < 4000 && !gram_ended(s); step++) {
+        assert_true(gram_fill_mask(s, mask, words, &err));
+        size_t na = 0;
+        for (int32_t t = 0; t <= LEOS; t++) {
+            bool in = (mask[t >> 6] >> (t & 63)) & 1;
+            if (in)
+                allowed[na++] = t;
+            if (!naive)
+                continue;
+            bool want;
+            if (t == LEOS)
+                want = gram_can_end(s);
+            else {
+                gram_matcher *c = gram_matcher_new(m, &err);
+                assert_true(gram_matcher_copy(c, s, &err));
+                want = gram_accept_token(c, t, &err);
+                gram_matcher_free(c);
+            }
+            if (in != want)
+                fail_msg("step %d token %d: mask %d, naive %d after '%.*s'", step, t, in, want, (int)on, out);
+        }
+        assert_true(na > 0);
+        int32_t id = allowed[rnd() % na];
+        assert_true(gram_accept_token(s, id, &err));
+        if (id != LEOS) {
+            unsigned char one;
+            size_t n;
+            const unsigned char *b = tok_bytes(id, &n, &one);
+            assert_true(on + n < cap);
+            memcpy(out + on, b, n);
+            on += n;
+        }
+    }
+    out[on] = 0;
+    assert_true(gram_ended(s));
+    gram_matcher_free(s);
+    free(mask);
+    return on;
+}
+
+static void t_counts(void **st)
+{
+    (void)st;
+    /* long bounds fold into one cache key; the masks must still be exact at every count, also
+     * where a long token would pass the bound or leave the string */
+    const char *S = "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":40},"
+                    "\"n\":{\"type\":\"array\",\"maxItems\":30,\"minItems\":2,\"items\":{\"type\":\"integer\","
+                    "\"minimum\":0,\"maximum\":99}}},\"required\":[\"s\",\"n\"],\"additionalProperties\":false}";
+    gram_grammar *g = schema(S);
+    gram_vocab *v = long_vocab();
+    ts_err err;
+    gram_masker *m = gram_masker_new(g, v, NULL, &err);
+    char out[65536];
+    for (int w = 0; w < 12; w++) {
+        walk_checked(m, v, out, sizeof out, true);
+        json_t *j = json_loads(out, 0, NULL);
+        assert_non_null(j);
+        size_t chars = 0; /* maxLength counts characters */
+        for (const char *c = json_string_value(json_object_get(j, "s")); *c; c++)
+            chars += ((unsigned char)*c & 0xc0) != 0x80;
+        assert_true(chars <= 40);
+        size_t ni = json_array_size(json_object_get(j, "n"));
+        assert_true(ni >= 2 && ni <= 30);
+        json_decref(j);
+    }
+    size_t hits, misses, entries;
+    gram_masker_stats(m, &hits, &misses, &entries);
+    if (entries > 200) /* one key per position, not per count */
+        fail_msg("%zu cache entries", entries);
+    gram_masker_free(m);
+    gram_free(g);
+    /* a grammar's x{m,n} folds alike */
+    const char *rep = "root ::= \"[\" [a-c]{3,50} \"]\"";
+    g = gram_compile_gbnf(rep, strlen(rep), NULL, &err);
+    assert_non_null(g);
+    m = gram_masker_new(g, v, NULL, &err);
+    for (int w = 0; w < 6; w++)
+        walk_checked(m, v, out, sizeof out, true);
+    gram_masker_free(m);
+    gram_free(g);
+    /* the work bound: a tiny max_mask_work fails the step, naming the limit */
+    gram_limits lim;
+    gram_limits_default(&lim);
+    lim.max_mask_work = 10;
+    g = gram_compile_any_json(NULL, &err);
+    m = gram_masker_new(g, v, &lim, &err);
+    gram_matcher *s = gram_matcher_new(m, &err);
+    uint64_t mask[8];
+    assert_true(gram_accept_bytes(s, (const unsigned char *)"{\"", 2, &err));
+    assert_false(gram_fill_mask(s, mask, 8, &err));
+    assert_int_equal(err.http, 400);
+    assert_non_null(strstr(err.msg, "max_mask_work"));
+    gram_matcher_free(s);
+    gram_masker_free(m);
+    gram_free(g);
+    gram_vocab_free(v);
+}
+
+typedef struct {
+    int calls, texts;
+    char name[8][80];
+    char args[8][512];
+} sink_rec;
+
+static void rec_text(void *c, const char *s, size_t n)
+{
+    sink_rec *r = c;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != '\n' && s[i] != ' ')
+            r->texts++;
+}
+
+static void rec_call(void *c, const char *nm, size_t nl, const char *a, size_t al)
+{
+    sink_rec *r = c;
+    if (r->calls < 8) {
+        snprintf(r->name[r->calls], sizeof r->name[0], "%.*s", (int)nl, nm);
+        snprintf(r->args[r->calls], sizeof r->args[0], "%.*s", (int)al, a);
+    }
+    r->calls++;
+}
+
+static const char *TOOL_S[] = {
+    "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"maxLength\":6}},\"required\":[\"id\"],"
+    "\"additionalProperties\":false}",
+    "{\"type\":\"object\",\"properties\":{\"amount\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":999}},"
+    "\"required\":[\"amount\"],\"additionalProperties\":false}"};
+
+static void check_call(const char *name, const char *args)
+{
+    json_t *j = json_loads(args, 0, NULL);
+    assert_non_null(j);
+    if (!strcmp(name, "get_order")) {
+        size_t chars = 0;
+        for (const char *c = json_string_value(json_object_get(j, "id")); c && *c; c++)
+            chars += ((unsigned char)*c & 0xc0) != 0x80;
+        assert_true(json_object_size(j) == 1 && chars <= 6);
+    } else {
+        assert_string_equal(name, "refund");
+        json_int_t a = json_integer_value(json_object_get(j, "amount"));
+        assert_true(json_object_size(j) == 1 && a >= 1 && a <= 999);
+    }
+    json_decref(j);
+}
+
+static void t_tools(void **st)
+{
+    (void)st;
+    static const toolcall_format TF[] = {0, TOOLCALL_HERMES, TOOLCALL_LLAMA3, TOOLCALL_MISTRAL, TOOLCALL_DEEPSEEK3};
+    static const char *MARK[] = {NULL, "<tool_call>", "<|python_tag|>", "[TOOL_CALLS]", DS_CALLS_B};
+    gram_tool tools[2] = {{"get_order", TOOL_S[0], strlen(TOOL_S[0])}, {"refund", TOOL_S[1], strlen(TOOL_S[1])}};
+    gram_vocab *v = long_vocab();
+    ts_err err;
+    static char out[65536];
+    for (int f = GRAM_TOOLS_HERMES; f <= GRAM_TOOLS_DEEPSEEK3; f++)
+        for (int mode = 0; mode < 3; mode++) { /* any name, one call | forced "refund" | parallel */
+            const char *forced = mode == 1 ? "refund" : NULL;
+            gram_grammar *g = gram_compile_tools((gram_tools_format)f, tools, 2, forced, mode == 2, NULL, &err);
+            if (!g)
+                fail_msg("family %d: %s", f, err.msg);
+            gram_masker *m = gram_masker_new(g, v, NULL, &err);
+            int multi = 0;
+            for (int w = 0; w < 10; w++) {
+                size_t on = walk_checked(m, v, out, sizeof out, w < 3);
+                size_t skip = f == GRAM_TOOLS_LLAMA3 && !strncmp(out, "<|python_tag|>", 14) ? 14 : 0;
+                sink_rec r = {0};
+                toolcall_sink sk = {rec_text, rec_call, &r};
+                toolcall_parser *p = toolcall_new(TF[f], 1 << 16, &sk);
+                toolcall_feed(p, out + skip, on - skip);
+                toolcall_finish(p);
+                toolcall_free(p);
+                if (r.calls < 1 || r.texts)
+                    fail_msg("family %d: '%s' gave %d calls, %d text bytes", f, out, r.calls, r.texts);
+                assert_true(mode == 2 || r.calls == 1);
+                multi += r.calls > 1;
+                for (int c = 0; c < r.calls && c < 8; c++) {
+                    check_call(r.name[c], r.args[c]);
+                    if (forced)
+                        assert_string_equal(r.name[c], forced);
+                }
+            }
+            (void)multi;
+            /* the special markers only where the grammar names them */
+            gram_matcher *s = gram_matcher_new(m, &err);
+            uint64_t mask[8];
+            assert_true(gram_fill_mask(s, mask, 8, &err));
+            for (int t = FIRST_SPECIAL; t <= LAST_SPECIAL; t++) {
+                bool in = (mask[t >> 6] >> (t & 63)) & 1;
+                bool want = (f == GRAM_TOOLS_LLAMA3 && !strcmp(LONG[t - 256], "<|python_tag|>")) ||
+                            (f == GRAM_TOOLS_MISTRAL && !strcmp(LONG[t - 256], "[TOOL_CALLS]")) ||
+                            (f == GRAM_TOOLS_DEEPSEEK3 && !strcmp(LONG[t - 256], DS_CALLS_B));
+                if (in != want)
+                    fail_msg("family %d: special token %s allowed %d at the start", f, LONG[t - 256], in);
+            }
+            /* "auto": the marker's bytes the model already wrote, then the rest constrained */
+            assert_true(gram_accept_bytes(s, (const unsigned char *)MARK[f], strlen(MARK[f]), &err));
+            const char *rest = f == GRAM_TOOLS_HERMES    ? "\n{\"name\":\"refund\",\"arguments\":{\"amount\":7}}\n</tool_call>"
+                               : f == GRAM_TOOLS_LLAMA3  ? "{\"name\":\"refund\",\"parameters\":{\"amount\":7}}"
+                               : f == GRAM_TOOLS_MISTRAL ? "[{\"name\":\"refund\",\"arguments\":{\"amount\":7}}]"
+                                                         : DS_CALL_B "function" DS_SEP_T "refund\n```json\n{\"amount\":7}\n```" DS_CALL_E DS_CALLS_E;
+            assert_true(gram_accept_bytes(s, (const unsigned char *)rest, strlen(rest), &err));
+            assert_true(gram_can_end(s));
+            gram_matcher_free(s);
+            /* inside the arguments no special token is allowed */
+            s = gram_matcher_new(m, &err);
+            assert_true(gram_accept_bytes(s, (const unsigned char *)MARK[f], strlen(MARK[f]), &err));
+            const char *in_args = f == GRAM_TOOLS_HERMES    ? "\n{\"name\":\"get_order\",\"arguments\":{\"id\":\""
+                                  : f == GRAM_TOOLS_LLAMA3  ? "{\"name\":\"get_order\",\"parameters\":{\"id\":\""
+                                  : f == GRAM_TOOLS_MISTRAL ? "[{\"name\":\"get_order\",\"arguments\":{\"id\":\""
+                                                            : DS_CALL_B "function" DS_SEP_T "get_order\n```json\n{\"id\":\"";
+            bool named_ok = gram_accept_bytes(s, (const unsigned char *)in_args, strlen(in_args), &err);
+            assert_true(named_ok == (forced == NULL));
+            if (named_ok) {
+                assert_true(gram_fill_mask(s, mask, 8, &err));
+                for (int t = FIRST_SPECIAL; t <= LAST_SPECIAL; t++)
+                    assert_false((mask[t >> 6] >> (t & 63)) & 1);
+                assert_true((mask['x' >> 6] >> ('x' & 63)) & 1);
+            }
+            gram_matcher_free(s);
+            gram_masker_free(m);
+            gram_free(g);
+        }
+    /* refusals: unknown forced name, bad tool name, a schema rule's error names the rule */
+    assert_null(gram_compile_tools(GRAM_TOOLS_HERMES, tools, 2, "nope", false, NULL, &err));
+    assert_non_null(strstr(err.msg, "nope"));
+    gram_tool bad = {"a b", NULL, 0};
+    assert_null(gram_compile_tools(GRAM_TOOLS_HERMES, &bad, 1, NULL, false, NULL, &err));
+    gram_ref ref = {"args", "{\"not\":{}}", 10};
+    assert_null(gram_compile_gbnf_refs("root ::= args", 13, &ref, 1, NULL, &err));
+    assert_non_null(strstr(err.msg, "'not'"));
+    assert_int_equal(gram_tools_format_of("deepseek_v3"), GRAM_TOOLS_DEEPSEEK3);
+    assert_int_equal(gram_tools_format_of("none"), -1);
+    gram_vocab_free(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(t_types),     cmocka_unit_test(t_strings),   cmocka_unit_test(t_numbers),
         cmocka_unit_test(t_arrays_enums), cmocka_unit_test(t_recursion), cmocka_unit_test(t_refusals),
-        cmocka_unit_test(t_gbnf),      cmocka_unit_test(t_mask),
+        cmocka_unit_test(t_gbnf),      cmocka_unit_test(t_mask),      cmocka_unit_test(t_counts),
+        cmocka_unit_test(t_tools),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

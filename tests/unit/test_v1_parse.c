@@ -496,7 +496,7 @@ static void test_chat_tools_refused(void **state)
                    TS_BAD_REQUEST, "tools", NULL);
     expect_refused(true, H "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"extra\":1}}]}",
                    TS_BAD_REQUEST, "tools", NULL);
-    /* tool_choice: auto and none only; choosing for the model waits for constrained decoding */
+    /* tool_choice: a forced call needs the model's call syntax (none here) and a function of 'tools' */
     expect_refused(true, H "\"tool_choice\":\"auto\"}", TS_BAD_REQUEST, "tool_choice", NULL);
     expect_refused(true, H T "\"tool_choice\":\"required\"}", TS_BAD_REQUEST, "tool_choice", NULL);
     expect_refused(true, H T "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", TS_BAD_REQUEST,

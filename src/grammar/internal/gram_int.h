@@ -12,11 +12,15 @@
 
 /* An element is a uint32_t: kind in the top 2 bits, its argument below. A rule's
  * alternatives are element runs each closed by GE_END; element 0 is GE_SENT, the bottom of
- * a cache walk's partial stack ("the frames below the key"). */
+ * a cache walk's partial stack ("the frames below the key"). GE_SENT with argument i >= 1
+ * is a token element (GBNF `<[TEXT]>`): one whole vocabulary token whose text is the
+ * grammar's tok_text[i - 1]; no byte ever matches it. */
 enum { GE_CLASS = 0, GE_REF = 1, GE_END = 2, GE_SENT = 3 };
 #define GE_KIND(e) ((e) >> 30)
 #define GE_ARG(e) ((e) & 0x3fffffffu)
 #define GE_MAKE(k, a) (((uint32_t)(k) << 30) | (uint32_t)(a))
+#define GE_IS_TOK(e) (GE_KIND(e) == GE_SENT && GE_ARG(e) != 0)
+#define GRAM_MAX_TOK_ELEMS 64
 
 typedef struct {
     uint64_t w[4];
@@ -41,7 +45,10 @@ struct gram_grammar {
     uint32_t *el_rule;
     int32_t *rule_chain;
     uint32_t *rule_cidx, *chain_off, *chain_rules;
+    uint8_t *chain_opt; /* chain c is "up to k more" (1) or "k more needed" (0) */
     size_t n_chains;
+    char *tok_text[GRAM_MAX_TOK_ELEMS]; /* token elements' texts (NUL-free, tok_len long) */
+    size_t tok_len[GRAM_MAX_TOK_ELEMS], n_tok;
 };
 
 /* ---- the builder ---- */
@@ -67,8 +74,10 @@ typedef struct {
     int32_t memo[GB_MEMO_N]; /* shared building blocks, made once (-1: not yet) */
     int32_t *chain;     /* per rule: its counted-repetition chain, or -1 */
     uint32_t *cidx;     /* per rule: its index in that chain */
-    uint32_t *chain_elem; /* per chain: the repeated element */
+    uint32_t *chain_elem; /* per chain: the repeated element and its kind (new_chain) */
     size_t n_chains, cap_chains;
+    char *tok_text[GRAM_MAX_TOK_ELEMS];
+    size_t tok_len[GRAM_MAX_TOK_ELEMS], n_tok;
 } gb;
 
 void gb_init(gb *b, const gram_limits *lim, ts_err *err);
@@ -95,6 +104,11 @@ gram_grammar *gb_finish(gb *b, int32_t root);
 /* compiles a regex (the documented subset) into a rule matching JSON string content whose
  * decoded text the regex matches; -1 with the builder failed */
 int32_t gram_regex(gb *b, const char *re, size_t n, const char *where);
+/* a JSON Schema's text compiled into b (gram_compile_gbnf_refs); -1 with b failed, the
+ * message prefixed by where */
+int32_t gram_schema_rule(gb *b, const char *text, size_t len, const char *where);
+/* the token element for text (GE_IS_TOK), made once per text */
+uint32_t gb_elem_tok(gb *b, const char *text, size_t len);
 /* one UTF-8 character of two to four bytes (well-formed: no overlongs, no surrogates) */
 int32_t gram_utf8_multi(gb *b);
 
@@ -117,5 +131,8 @@ bool gram_expand(const gram_grammar *g, gram_sset *out, uint32_t *stk, size_t le
 /* out = in advanced by byte c */
 void gram_advance(const gram_grammar *g, const gram_sset *in, unsigned c, gram_sset *out, unsigned max_stack,
                   unsigned max_stacks, uint32_t *scratch);
+/* out += the stacks of in whose top is token element tok (GE_MAKE(GE_SENT, i)), advanced past it */
+void gram_advance_tok(const gram_grammar *g, const gram_sset *in, uint32_t tok, gram_sset *out, unsigned max_stack,
+                      unsigned max_stacks, uint32_t *scratch);
 
 #endif

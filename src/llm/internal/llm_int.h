@@ -57,6 +57,11 @@ typedef struct llm_seq {
     llm_gen_params params;
     llm_rng rng;
     llm_counts *counts;       /* the generated tokens' counts; NULL when both penalties are 0 */
+    gram_matcher *matcher;    /* with params.gram (its reference is the sequence's): where the
+                                 output stands in the grammar */
+    uint64_t *gmask;          /* its mask, llm_gram_mask_words words */
+    size_t gwords;
+    ts_err err;               /* why it ended with LLM_FIN_ERROR inside take_token */
     seq_state state;
     atomic_bool cancelled;
     llm_token_fn cb;

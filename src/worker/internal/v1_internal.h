@@ -47,6 +47,7 @@ typedef struct {
     size_t n_specials;
     int64_t context;
     size_t prefill_chunk;
+    llm_gram_cache *gram;     /* response_format's grammars; the vocabulary built on first use */
     hist ttft, itl, e2e, queue;
     _Atomic uint64_t prompt_tokens, gen_tokens;
 } llm_served;
