@@ -497,7 +497,7 @@ static bool sset_same(const gram_sset *a, const gram_sset *b)
         return false;
     for (size_t i = 0; i < a->n; i++)
         if (a->len[i] != b->len[i] || a->hash[i] != b->hash[i] ||
-            memcmp(a->pool + a->off[i], b->pool + b->off[i], a->len[i] * sizeof *a->pool))
+            (a->len[i] && memcmp(a->pool + a->off[i], b->pool + b->off[i], a->len[i] * sizeof *a->pool)))
             return false;
     return true;
 }
@@ -663,7 +663,7 @@ static unsigned node_need(const gram_grammar *g, const gram_sset *ss, const uint
     unsigned best = NEED_INF, flags = NODE_ONE;
     uint32_t idx = 0;
     for (size_t i = 0; i < ss->n; i++) {
-        const uint32_t *p = ss->pool + ss->off[i];
+        const uint32_t *p = ss->len[i] ? ss->pool + ss->off[i] : pre; /* (an empty stack has no pool) */
         if (ss->len[i] > D && (!D || !memcmp(p, pre, D * sizeof *p)) && p[D] &&
             g->rule_chain[g->el_rule[p[D]]] == chain) {
             uint32_t j = g->rule_cidx[g->el_rule[p[D]]], n = R - j + 1;

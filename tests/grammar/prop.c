@@ -450,7 +450,7 @@ int main(int argc, char **argv)
                                         "required", "p", "additionalProperties", 0);
                 tc.schema[k] = json_dumps(prm, JSON_COMPACT);
                 json_decref(prm);
-                snprintf(tc.name[k], sizeof tc.name[k], "fn%zu", k);
+                snprintf(tc.name[k], sizeof tc.name[k], "fn%u", (unsigned)k % 3);
                 tools[k] = (gram_tool){tc.name[k], tc.schema[k], strlen(tc.schema[k])};
             }
             tc.forced = pick(2) ? tc.name[pick((int)tc.n)] : NULL;
