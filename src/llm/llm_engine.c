@@ -406,7 +406,7 @@ static int run_step(llm_engine *e, bool decode, llm_seq **seqs, size_t n, size_t
  * ones, or (auto, 0) to what the measurements say costs LLM_STEP_PREFILL_SHARE of a decode
  * step: c = share x decode step / (prefill time per token). The time per token is measured
  * on the chunks themselves (fixed costs included), so the chunk settles where its whole Run()
- * costs that share. Returns the tokens a turn may prefill beside `n_dec` decoding sequences
+ * costs that share (never below LLM_PREFIX_BLOCK tokens). Returns the tokens a turn may prefill beside `n_dec` decoding sequences
  * (SIZE_MAX: none decode, nothing to protect). */
 #define LLM_STEP_PREFILL_SHARE 0.5
 #define LLM_EWMA 0.25 /* weight of a new measurement */
@@ -417,7 +417,10 @@ static size_t step_prefill_tokens(const llm_engine *e, size_t n_dec)
     if (e->opt.step_tokens) return e->opt.step_tokens > n_dec ? e->opt.step_tokens - n_dec : 1;
     if (e->dec_s <= 0 || e->pf_tok_s <= 0) return LLM_PREFIX_BLOCK; /* nothing measured yet */
     double c = LLM_STEP_PREFILL_SHARE * e->dec_s / e->pf_tok_s;
-    return c < 1 ? 1 : c > (double)e->opt.prefill_chunk ? e->opt.prefill_chunk : (size_t)c;
+    /* at least a block: where a Run()'s fixed costs (the past's copies, growing with its
+     * length) outweigh half a decode step, one token costs about as much as 16 and would
+     * starve the prompt; at most a chunk */
+    return c < LLM_PREFIX_BLOCK ? LLM_PREFIX_BLOCK : c > (double)e->opt.prefill_chunk ? e->opt.prefill_chunk : (size_t)c;
 }
 
 static void ewma(double *avg, double x)
