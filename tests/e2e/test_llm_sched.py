@@ -6,10 +6,12 @@ the tiny decoder, with two slots:
   and logprobs still equal numpy's one-shot prefill (tests/models/llm_reference.py); with the
   auto budget it is spread over several Run()s too;
 - an urgent request arriving while batch-priority streams hold both slots preempts the later
-  one (whose blocks, when whole, are reattached from the prefix cache): it gets its first token within a bound sized from its TTFT on the idle worker
-  (measured here), the preempted stream resumes and completes with exactly the output it has
-  alone (greedy, and seeded temperature sampling: its rng and penalty counts travel with
-  it), and tierserve_llm_preemptions_total / status count it.
+  one (whose blocks, when whole, are reattached from the prefix cache): it gets its first
+  token within a bound sized from its TTFT on the idle worker (measured here), the preempted
+  stream resumes and completes with exactly the output it has alone (greedy, and seeded
+  temperature sampling: its rng and penalty counts travel with it), and
+  tierserve_llm_preemptions_total / status count it; slots free but the KV budget taken
+  preempts too.
 Both KV paths (host, bound; the bound one only under the sanitizers). http.client, no retries."""
 import http.client
 import json
@@ -224,3 +226,30 @@ def preempt_once(w, mode, long_tokens):
     assert len(v.times) == len(alone.times)
     if mode == "cached":  # its prompt's blocks at least (the cache holds them from its prefill too)
         assert llm_status(w)["prefix_cache"]["hits"] - hits >= long_tokens // 16
+
+
+def test_urgent_preempts_when_the_kv_budget_is_taken(w, repo, tmp_path_factory, request):
+    """Slots free, KV budget not: the urgent request still preempts the batch one, which
+    then completes with its own output (a worker of its own, on the default KV path)."""
+    if request.node.callspec.params["w"] != "bound":
+        pytest.skip("once is enough: its worker takes the default KV path")
+    per_token = llm_status(w)["kv_bytes_per_token"]
+    batch = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 200, "min_tokens": 200, "temperature": 0}
+    urgent = {"model": "tiny", "prompt": "Tell me quickly:", "max_tokens": 8, "temperature": 0}
+    alone = complete(w, batch)
+    n_batch = alone["usage"]["prompt_tokens"] + 200
+    # room for the batch sequence's cache and 4 tokens more: the urgent one needs 8 + its prompt
+    wk = start_worker(repo, tmp_path_factory.mktemp("sched-kv"),
+                      env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_MAX_SEQUENCES": "4",
+                           "TIERSERVE_LLM_KV_BUDGET_BYTES": str(per_token * (n_batch + 4))})
+    try:
+        v = Stream(wk, batch, "batch")
+        v.start()
+        wait_tokens(v, 3)
+        u = complete(wk, urgent, "urgent")
+        v.finish()
+        assert llm_status(wk)["preemptions"] == 1
+        assert u["usage"]["completion_tokens"] == 8
+        assert v.text == alone["choices"][0]["text"]
+    finally:
+        assert wk.stop() == 0, wk.log_text()[-4000:]
