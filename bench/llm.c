@@ -9,6 +9,16 @@
  *   bench_llm MODELDIR [REQUESTS [NEW_TOKENS [PROMPT_TOKENS]]]   (defaults 48 64 32)
  *   bench_llm --multiturn MODELDIR [HISTORY [TURNS [NEW_TOKENS [USER_TOKENS [CONVERSATIONS]]]]]
  *                                                           (defaults 400 3 32 24 5)
+ *   bench_llm --itl MODELDIR [STREAMS [LONG_PROMPT]]        (defaults 8 2000)
+ *   bench_llm --urgent MODELDIR [SLOTS [PROMPT]]            (defaults 16 128)
+ *
+ * --itl: issue 25's chunked prefill. STREAMS greedy streams decode; their inter-token gaps
+ * are recorded (16 each), then a LONG_PROMPT-token prompt arrives and their gaps are recorded
+ * until its first token: ITL p50 without, p50/p99/max with, and the long prompt's TTFT, with
+ * no step budget (every prefill chunk whole: the behaviour before) and with the auto budget,
+ * on both KV paths.
+ * --urgent: issue 25's priority preemption (bound path). An urgent request's TTFT on an idle
+ * engine, then with SLOTS batch-priority streams in every slot (it preempts one; 5 times).
  *
  * --multiturn: issue 25's conversation. Each conversation starts with a HISTORY-token
  * history plus a USER_TOKENS-token question; each turn re-sends everything so far (the
@@ -222,6 +232,191 @@ static void conversations(llm_model *m, bool cache, size_t hist, size_t turns, i
     llm_engine_free(e);
 }
 
+/* ---- --itl and --urgent: the scheduler (issue 25 items 5 and 4) ---- */
+
+typedef struct {
+    double t_add, t_first, t_last;
+    size_t n;
+    bool done;
+} stream;
+
+static double *g_gaps[2];      /* the running streams' inter-token gaps: [0] before the
+                                  long prompt arrived, [1] from then to its first token */
+static size_t g_n_gaps[2], g_cap_gaps;
+static int g_phase = -1;       /* under g_mu; -1: not recording */
+
+static void on_stream(void *ud, uint64_t id, int32_t tok, llm_finish fin, const ts_err *err)
+{
+    (void)id;
+    stream *r = ud;
+    double now = ts_now();
+    pthread_mutex_lock(&g_mu);
+    if (fin == LLM_FIN_ERROR) fprintf(stderr, "error: %s\n", err ? err->msg : "?");
+    if (tok >= 0) {
+        if (r->n == 0) r->t_first = now;
+        else if (g_phase >= 0 && g_n_gaps[g_phase] < g_cap_gaps) g_gaps[g_phase][g_n_gaps[g_phase]++] = now - r->t_last;
+        r->t_last = now;
+        r->n++;
+    }
+    if (fin != LLM_FIN_NONE) r->done = true;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+}
+
+static llm_engine *sched_engine(llm_model *m, size_t slots, size_t step_tokens)
+{
+    llm_engine_opts o = {.max_active = slots, .max_waiting = 64, .prefill_chunk = 512, .step_tokens = step_tokens};
+    llm_engine *e = NULL;
+    ts_err err = {0};
+    if (llm_engine_new(m, &o, &e, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    return e;
+}
+
+static uint64_t add_stream(llm_engine *e, const int32_t *prompt, size_t n, int64_t new_tokens, int priority,
+                           stream *r)
+{
+    llm_gen_params gp = {.max_new_tokens = new_tokens, .sample = {.temperature = 0, .top_p = 1},
+                         .ignore_eos = true, .priority = priority};
+    uint64_t id = 0;
+    ts_err err = {0};
+    r->t_add = ts_now();
+    if (llm_engine_add(e, prompt, n, &gp, on_stream, r, &id, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    return id;
+}
+
+/* Until every one of r[0..n) has made `tokens` tokens (or ended). Under g_mu. */
+static void wait_tokens(stream *r, size_t n, size_t tokens)
+{
+    for (;;) {
+        size_t ok = 0;
+        for (size_t i = 0; i < n; i++) ok += r[i].n >= tokens || r[i].done;
+        if (ok == n) return;
+        pthread_cond_wait(&g_cv, &g_mu);
+    }
+}
+
+/* One --itl run: `streams` decoding streams of a 128-token prompt; their ITL over 16 tokens
+ * each, then a `long_n`-token prompt arrives and their ITL until its first token. */
+static void itl_run(llm_model *m, const char *label, size_t step_tokens, size_t streams, size_t long_n)
+{
+    size_t vocab = llm_model_sig(m)->vocab, plen = 128;
+    int64_t ctx = llm_model_max_context(m);
+    int32_t *prompt = calloc(long_n, sizeof *prompt);
+    uint64_t x = 4242;
+    prompt[0] = 1;
+    fill(prompt + 1, long_n - 1, &x, vocab);
+    llm_engine *e = sched_engine(m, streams + 1, step_tokens);
+    stream *r = calloc(streams + 1, sizeof *r);
+    uint64_t *ids = calloc(streams, sizeof *ids);
+    g_cap_gaps = 1 << 16;
+    for (int p = 0; p < 2; p++) {
+        g_gaps[p] = calloc(g_cap_gaps, sizeof *g_gaps[p]);
+        g_n_gaps[p] = 0;
+    }
+    for (size_t i = 0; i < streams; i++) /* distinct prompts: the tail differs */
+        ids[i] = add_stream(e, prompt + i, plen, ctx - (int64_t)plen - 1, 2, &r[i]);
+    pthread_mutex_lock(&g_mu);
+    wait_tokens(r, streams, 4);
+    g_phase = 0;
+    wait_tokens(r, streams, 20);
+    g_phase = 1;
+    pthread_mutex_unlock(&g_mu);
+    add_stream(e, prompt, long_n, 1, 2, &r[streams]);
+    pthread_mutex_lock(&g_mu);
+    while (!r[streams].done) pthread_cond_wait(&g_cv, &g_mu);
+    g_phase = -1;
+    pthread_mutex_unlock(&g_mu);
+    for (size_t i = 0; i < streams; i++) llm_engine_cancel(e, ids[i]);
+    llm_engine_stats st;
+    llm_engine_stats_get(e, &st);
+    llm_engine_free(e);
+    double p50 = pct(g_gaps[0], g_n_gaps[0], 0.5), p99 = pct(g_gaps[1], g_n_gaps[1], 0.99);
+    printf("%-24s %zu streams: ITL p50 %6.2f ms without | while a %zu-token prompt arrives: ITL p50 %6.2f p99 %7.2f "
+           "max %7.2f ms (%zu gaps) = p99 %.2fx the p50 without | its TTFT %7.1f ms, %llu prefill Run()s\n",
+           label, streams, 1e3 * p50, long_n, 1e3 * pct(g_gaps[1], g_n_gaps[1], 0.5), 1e3 * p99,
+           1e3 * pct(g_gaps[1], g_n_gaps[1], 1.0), g_n_gaps[1], p99 / p50,
+           1e3 * (r[streams].t_first - r[streams].t_add), (unsigned long long)st.prefill_runs);
+    fflush(stdout);
+    for (int p = 0; p < 2; p++) free(g_gaps[p]);
+    free(r);
+    free(ids);
+    free(prompt);
+}
+
+/* a[0..n): STREAMS LONG, each optional */
+static int itl(int n, char **a, llm_model *m, llm_model *mb)
+{
+    size_t streams = n > 0 ? (size_t)atol(a[0]) : 8, long_n = n > 1 ? (size_t)atol(a[1]) : 2000;
+    if (streams < 1 || streams > 64 || long_n < 200 || long_n + 1 >= (size_t)llm_model_max_context(m)) return 64;
+    printf("bench_llm --itl: %zu greedy streams decoding, then a %zu-token prompt arrives; prefill chunk 512\n",
+           streams, long_n);
+    for (int kv = 0; kv < 2; kv++) {
+        char label[64];
+        snprintf(label, sizeof label, "KV %s, no step budget", kv ? "bound" : "host");
+        itl_run(kv ? mb : m, label, LLM_MAX_STEP_TOKENS, streams, long_n);
+        snprintf(label, sizeof label, "KV %s, budget auto", kv ? "bound" : "host");
+        itl_run(kv ? mb : m, label, 0, streams, long_n);
+    }
+    return 0;
+}
+
+/* --urgent: TTFT of an urgent request on an idle engine, then with every slot taken by
+ * batch-priority streams (it preempts one), REPEATS times each; medians. */
+static int urgent(int n, char **a, llm_model *m)
+{
+    size_t slots = n > 0 ? (size_t)atol(a[0]) : 16, plen = n > 1 ? (size_t)atol(a[1]) : 128, reps = 5;
+    int64_t ctx = llm_model_max_context(m);
+    if (slots < 1 || slots > 64 || plen < 2 || (int64_t)plen * 2 + 2 >= ctx) return 64;
+    size_t vocab = llm_model_sig(m)->vocab;
+    int32_t *prompt = calloc(plen + slots + reps, sizeof *prompt);
+    uint64_t x = 99;
+    prompt[0] = 1;
+    fill(prompt + 1, plen + slots + reps - 1, &x, vocab);
+    double idle[16], busy[16];
+    llm_engine *e = sched_engine(m, slots, 0);
+    stream *r = calloc(slots + reps, sizeof *r);
+    uint64_t *ids = calloc(slots, sizeof *ids);
+    for (size_t i = 0; i < reps; i++) { /* idle */
+        stream u = {0};
+        add_stream(e, prompt + slots + i, plen, 1, 0, &u);
+        pthread_mutex_lock(&g_mu);
+        while (!u.done) pthread_cond_wait(&g_cv, &g_mu);
+        pthread_mutex_unlock(&g_mu);
+        idle[i] = u.t_first - u.t_add;
+    }
+    for (size_t i = 0; i < slots; i++) ids[i] = add_stream(e, prompt + i, plen, ctx - (int64_t)plen - 1, 2, &r[i]);
+    pthread_mutex_lock(&g_mu);
+    wait_tokens(r, slots, 4);
+    pthread_mutex_unlock(&g_mu);
+    for (size_t i = 0; i < reps; i++) {
+        stream *u = &r[slots + i];
+        add_stream(e, prompt + slots + i, plen, 1, 0, u);
+        pthread_mutex_lock(&g_mu);
+        while (!u->done) pthread_cond_wait(&g_cv, &g_mu);
+        wait_tokens(r, slots, r[0].n + 2); /* the preempted one is back */
+        pthread_mutex_unlock(&g_mu);
+        busy[i] = u->t_first - u->t_add;
+    }
+    for (size_t i = 0; i < slots; i++) llm_engine_cancel(e, ids[i]);
+    llm_engine_stats st;
+    llm_engine_stats_get(e, &st);
+    llm_engine_free(e);
+    double pi = pct(idle, reps, 0.5), pb = pct(busy, reps, 0.5);
+    printf("bench_llm --urgent: %zu-token urgent prompt, TTFT p50 idle %.1f ms | with %zu batch streams in every "
+           "slot %.1f ms (max %.1f) = %.2fx | %llu preemptions\n", plen, 1e3 * pi, slots, 1e3 * pb,
+           1e3 * pct(busy, reps, 1.0), pb / pi, (unsigned long long)st.preemptions);
+    free(r);
+    free(ids);
+    free(prompt);
+    return 0;
+}
+
 /* a[0..n): HISTORY TURNS NEW_TOKENS USER_TOKENS CONVERSATIONS, each optional */
 static int multiturn(int n, char **a, llm_model *m, llm_model *mb)
 {
@@ -261,7 +456,9 @@ static int multiturn(int n, char **a, llm_model *m, llm_model *mb)
 
 int main(int argc, char **argv)
 {
-    bool mt = argc > 1 && strcmp(argv[1], "--multiturn") == 0;
+    int mode_arg = argc > 1 ? strcmp(argv[1], "--multiturn") == 0 ? 1 : strcmp(argv[1], "--itl") == 0 ? 2
+                                 : strcmp(argv[1], "--urgent") == 0 ? 3 : 0 : 0;
+    bool mt = mode_arg != 0;
     if (mt) { /* the model is argv[1] below; the multi-turn arguments follow it */
         argv++;
         argc--;
@@ -300,12 +497,15 @@ int main(int argc, char **argv)
         return 1;
     }
     if (mt) {
-        int rc = multiturn(argc - 2, argv + 2, m, mb); /* after MODELDIR */
+        int rc = mode_arg == 1 ? multiturn(argc - 2, argv + 2, m, mb) /* after MODELDIR */
+                 : mode_arg == 2 ? itl(argc - 2, argv + 2, m, mb) : urgent(argc - 2, argv + 2, mb);
         llm_model_free(m);
         llm_model_free(mb);
         ortenv_shutdown();
         if (rc == 64) fprintf(stderr, "usage: bench_llm --multiturn MODELDIR [HISTORY [TURNS [NEW_TOKENS "
-                              "[USER_TOKENS [CONVERSATIONS]]]]] (within the model's context)\n");
+                              "[USER_TOKENS [CONVERSATIONS]]]]] (within the model's context)\n"
+                              "       bench_llm --itl MODELDIR [STREAMS [LONG_PROMPT]]\n"
+                              "       bench_llm --urgent MODELDIR [SLOTS [PROMPT]]\n");
         return rc;
     }
     int32_t *prompt = calloc(plen, sizeof *prompt);

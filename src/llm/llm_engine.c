@@ -17,8 +17,10 @@ struct llm_engine {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop;                /* under mu */
-    llm_seq **wait;           /* ring of opt.max_waiting, under mu */
+    llm_seq **wait;           /* ring of wcap, under mu */
     size_t w_head, w_n;
+    size_t wcap;              /* opt.max_waiting + max_active: a preempted sequence always
+                                 finds a place back (llm_engine_add still stops at max_waiting) */
     llm_seq **active;         /* opt.max_active slots; changed only by the generation thread,
                                  under mu (cancel reads it under mu) */
     size_t n_active;
@@ -35,6 +37,9 @@ struct llm_engine {
     uint64_t turn;            /* decode steps taken: whose turn it is when one_per_run */
     struct ended { llm_seq *s; int32_t tok; llm_finish fin; } *ended; /* max_active: decode's */
     llm_prefix *pc;           /* the prefix cache (NULL: off); its blocks are llm_kv_blocks */
+    /* the step budget's measurements (seconds, moving averages; 0: none yet): a decode step,
+       and a prefill chunk's time per token (prefill_tokens) */
+    double dec_s, pf_tok_s;
     char *model_id;
 };
 
@@ -49,6 +54,24 @@ const char *llm_finish_name(llm_finish f)
 }
 
 /* ---- helpers on the generation thread ---- */
+
+/* Into the wait queue (under mu, room checked by the caller), kept in (priority, id) order:
+ * a new sequence goes behind every waiting one of the same or a lower priority value, ahead
+ * of the rest; a preempted one (an older id) goes back ahead of the later arrivals of its
+ * priority. */
+static void enqueue(llm_engine *e, llm_seq *s)
+{
+    size_t at = e->w_n;
+    for (; at > 0; at--) {
+        const llm_seq *q = e->wait[(e->w_head + at - 1) % e->wcap];
+        if (q->params.priority < s->params.priority || (q->params.priority == s->params.priority && q->id < s->id))
+            break;
+        e->wait[(e->w_head + at) % e->wcap] = e->wait[(e->w_head + at - 1) % e->wcap];
+    }
+    e->wait[(e->w_head + at) % e->wcap] = s;
+    e->w_n++;
+    e->st.waiting = e->w_n;
+}
 
 /* Takes s out of the active slots (under mu) and frees its cache at once. */
 static void drop_active(llm_engine *e, llm_seq *s)
@@ -189,6 +212,13 @@ static size_t pc_room(llm_engine *e)
     return used < e->opt.kv_budget ? e->opt.kv_budget - used : 0;
 }
 
+/* What a sequence prefills before it samples: its prompt, or after a preemption everything
+ * it had (the prompt and the tokens generated so far: the last of them was never fed). */
+static size_t fill_to(const llm_seq *s)
+{
+    return s->n_resume ? s->n_resume : s->n_prompt;
+}
+
 /* A joining sequence takes the cached blocks its prompt starts with: their KV is copied into
  * its cache and its prefill starts after them. At least the prompt's last token is always
  * computed (its logits give the first token), so a prompt of n tokens reuses at most
@@ -196,7 +226,7 @@ static size_t pc_room(llm_engine *e)
 static void pc_attach(llm_engine *e, llm_seq *s)
 {
     if (!e->pc || !s->params.cache_scope[0]) return;
-    size_t B = LLM_PREFIX_BLOCK, usable = (s->n_prompt - 1) / B, got = 0;
+    size_t B = LLM_PREFIX_BLOCK, usable = (fill_to(s) - 1) / B, got = 0;
     llm_pkey parent = llm_prefix_root(e->pc, e->model_id, s->params.cache_scope);
     for (; got < usable; got++) {
         llm_pkey key = llm_prefix_next(e->pc, parent, s->tokens + got * B);
@@ -244,6 +274,68 @@ static void pc_store(llm_engine *e, llm_seq *s, size_t upto)
     pc_sync(e);
 }
 
+/* ---- priority preemption (docs/llm.md "Priority preemption") ---- */
+
+/* Under mu: would s fit in a slot and in the KV budget once `slots` slots and `bytes`
+ * reserved bytes were given back? */
+static bool fits(const llm_engine *e, const llm_seq *s, size_t slots, size_t bytes)
+{
+    return e->n_active - slots < e->opt.max_active &&
+           (!e->opt.kv_budget || e->st.kv_reserved - bytes + s->kv_bytes <= e->opt.kv_budget);
+}
+
+/* Under mu: the running sequences that must leave for `head` to join, least urgent first
+ * (a higher priority value; the latest to arrive among equals: the least work lost), only
+ * ones strictly less urgent than head; 0 when those would not make room enough (nobody is
+ * preempted for nothing) or when the wait queue could not take them back. */
+static size_t pick_victims(llm_engine *e, const llm_seq *head, llm_seq **out)
+{
+    size_t n = 0, bytes = 0;
+    while (!fits(e, head, n, bytes)) {
+        llm_seq *v = NULL;
+        for (size_t i = 0; i < e->n_active; i++) {
+            llm_seq *a = e->active[i];
+            bool taken = false;
+            for (size_t j = 0; j < n && !taken; j++) taken = out[j] == a;
+            if (taken || a->state == SEQ_DONE || atomic_load(&a->cancelled) ||
+                a->params.priority <= head->params.priority)
+                continue;
+            if (!v || a->params.priority > v->params.priority ||
+                (a->params.priority == v->params.priority && a->id > v->id))
+                v = a;
+        }
+        if (!v || e->w_n + n + 1 > e->wcap) return 0;
+        out[n++] = v;
+        bytes += v->kv_bytes;
+    }
+    return n;
+}
+
+/* s leaves its slot for the wait queue. What it has computed is offered to the prefix cache
+ * (kept if the budgets allow: it then resumes from those blocks), its own cache is freed, and
+ * it rejoins later recomputing the rest from its tokens: its prompt and what it generated.
+ * Its sampler state (rng, penalty counts) stays in the sequence, so it goes on exactly as if
+ * never stopped. */
+static void preempt(llm_engine *e, llm_seq *s)
+{
+    bool was_decoding = s->state == SEQ_DECODE, rows_ok = true;
+    s->state = SEQ_WAITING; /* out of the decode set: its rows are written back below */
+    if (was_decoding) rows_ok = settle(e, decode_set(e)) == 0;
+    drop_active(e, s); /* gives back its reservation: the blocks below fit in what is left */
+    if (rows_ok) pc_store(e, s, s->n_cached);
+    llm_kv_mem_free(s->kv, s->kv_val);
+    s->kv = NULL;
+    s->kv_val = NULL;
+    s->n_cached = s->n_synced = 0;
+    s->n_resume = s->n_tokens;
+    pthread_mutex_lock(&e->mu);
+    enqueue(e, s);
+    e->st.preemptions++;
+    pthread_mutex_unlock(&e->mu);
+    LOG_INFO_(LOGF({"component", "llm"}), "LLM: sequence %llu (priority %d) preempted after %zu tokens",
+              (unsigned long long)s->id, s->params.priority, s->n_tokens);
+}
+
 /* Between steps: cancelled sequences leave, waiting ones join while slots are free. */
 static void reshuffle(llm_engine *e)
 {
@@ -253,11 +345,11 @@ static void reshuffle(llm_engine *e)
         for (size_t i = 0; i < e->n_active && !gone; i++)
             if (atomic_load(&e->active[i]->cancelled)) gone = e->active[i];
         for (size_t i = 0; i < e->w_n && !gone; i++) {
-            size_t at = (e->w_head + i) % e->opt.max_waiting;
+            size_t at = (e->w_head + i) % e->wcap;
             if (!atomic_load(&e->wait[at]->cancelled)) continue;
             gone = e->wait[at];
             for (size_t j = i; j + 1 < e->w_n; j++) /* close the gap, keeping the order */
-                e->wait[(e->w_head + j) % e->opt.max_waiting] = e->wait[(e->w_head + j + 1) % e->opt.max_waiting];
+                e->wait[(e->w_head + j) % e->wcap] = e->wait[(e->w_head + j + 1) % e->wcap];
             e->w_n--;
             e->st.waiting = e->w_n;
         }
@@ -271,19 +363,29 @@ static void reshuffle(llm_engine *e)
         finish(gone, -1, LLM_FIN_CANCELLED, NULL);
     }
     for (;;) {
-        llm_seq *s = NULL;
+        llm_seq *s = NULL, *victims[LLM_MAX_ACTIVE];
+        size_t n_victims = 0;
         /* from the wait queue straight into a slot under one lock, so that a cancel always
          * finds the sequence in one of the two */
         size_t left = 0; /* what the budget leaves the prefix cache once s holds its cache */
         pthread_mutex_lock(&e->mu);
         /* the head of the queue joins when its cache fits beside the active ones' (the
-         * prefix cache gives way below); it is never passed over, so priority order holds */
-        if (e->n_active < e->opt.max_active && e->w_n > 0 &&
-            (!e->opt.kv_budget || e->st.kv_reserved + e->wait[e->w_head]->kv_bytes <= e->opt.kv_budget)) {
+         * prefix cache gives way below); it is never passed over, so priority order holds;
+         * when it does not fit, less urgent running sequences may make room for it */
+        if (e->w_n > 0 && !fits(e, e->wait[e->w_head], 0, 0))
+            n_victims = pick_victims(e, e->wait[e->w_head], victims);
+        if (n_victims) {
+            pthread_mutex_unlock(&e->mu);
+            /* one at a time, planning again: a failed write-back while one leaves ends the
+             * decoding ones, which may have been the next victims */
+            preempt(e, victims[0]);
+            continue;
+        }
+        if (e->w_n > 0 && fits(e, e->wait[e->w_head], 0, 0)) {
             s = e->wait[e->w_head];
             e->st.kv_reserved += s->kv_bytes;
             left = e->opt.kv_budget ? e->opt.kv_budget - e->st.kv_reserved : SIZE_MAX;
-            e->w_head = (e->w_head + 1) % e->opt.max_waiting;
+            e->w_head = (e->w_head + 1) % e->wcap;
             e->w_n--;
             e->st.waiting = e->w_n;
             s->state = SEQ_PREFILL;
@@ -295,7 +397,7 @@ static void reshuffle(llm_engine *e)
         if (e->pc && left != SIZE_MAX && llm_prefix_shrink(e->pc, left)) pc_sync(e);
         ts_err err = {0};
         if (llm_seq_alloc_kv(e->m, s, &err)) {
-            if (s->params.on_join) s->params.on_join(s->ud, s->id);
+            if (s->params.on_join && !s->n_resume) s->params.on_join(s->ud, s->id);
             drop_active(e, s);
             finish(s, -1, LLM_FIN_ERROR, &err);
             continue;
@@ -304,6 +406,7 @@ static void reshuffle(llm_engine *e)
         e->st.kv_bytes += s->kv_bytes;
         pthread_mutex_unlock(&e->mu);
         pc_attach(e, s);
+        if (s->n_resume) continue; /* it joined once already: its client heard so then */
         if (s->params.cached_tokens) atomic_store(s->params.cached_tokens, s->n_reused);
         if (s->params.on_join) s->params.on_join(s->ud, s->id);
     }
@@ -327,29 +430,85 @@ static int run_step(llm_engine *e, bool decode, llm_seq **seqs, size_t n, size_t
     return rc;
 }
 
-/* One chunk of each joining sequence's prompt, each its own Run() (prompts differ in
- * length; padding the new tokens too is not worth it). */
+/* The step budget (docs/llm.md "Prefill beside decoding"): a Run() of prefill between two
+ * decode steps delays every running stream's next token by its length. While sequences
+ * decode, the prefill tokens of a loop turn are held to opt.step_tokens minus the decoding
+ * ones, or (auto, 0) to what the measurements say costs LLM_STEP_PREFILL_SHARE of a decode
+ * step: c = share x decode step / (prefill time per token). The time per token is measured
+ * on the chunks themselves (fixed costs included), so the chunk settles where its whole Run()
+ * costs that share (never below LLM_PREFIX_BLOCK tokens). Returns the tokens a turn may prefill beside `n_dec` decoding sequences
+ * (SIZE_MAX: none decode, nothing to protect). */
+#define LLM_STEP_PREFILL_SHARE 0.5
+#define LLM_EWMA 0.25 /* weight of a new measurement */
+
+static size_t step_prefill_tokens(const llm_engine *e, size_t n_dec)
+{
+    if (n_dec == 0) return SIZE_MAX;
+    if (e->opt.step_tokens) return e->opt.step_tokens > n_dec ? e->opt.step_tokens - n_dec : 1;
+    if (e->dec_s <= 0 || e->pf_tok_s <= 0) return LLM_PREFIX_BLOCK; /* nothing measured yet */
+    double c = LLM_STEP_PREFILL_SHARE * e->dec_s / e->pf_tok_s;
+    /* at least a block: where a Run()'s fixed costs (the past's copies, growing with its
+     * length) outweigh half a decode step, one token costs about as much as 16 and would
+     * starve the prompt; at most a chunk */
+    return c < LLM_PREFIX_BLOCK ? LLM_PREFIX_BLOCK : c > (double)e->opt.prefill_chunk ? e->opt.prefill_chunk : (size_t)c;
+}
+
+static void ewma(double *avg, double x)
+{
+    *avg = *avg > 0 ? *avg + LLM_EWMA * (x - *avg) : x;
+}
+
+/* Who prefills first: the more urgent, then the earlier. */
+static bool prefill_before(const llm_seq *a, const llm_seq *b)
+{
+    return a->params.priority != b->params.priority ? a->params.priority < b->params.priority : a->id < b->id;
+}
+
+/* Chunks of the joining sequences' prompts, each its own Run() (prompts differ in length;
+ * padding the new tokens too is not worth it): at most prefill_chunk tokens per sequence per
+ * loop turn, and in all no more than the step budget allows beside the decoding sequences
+ * (step_prefill_tokens), given in (priority, arrival) order. A sequence more urgent than
+ * every decoding one is not held back by them (their streams wait for it). */
 static void prefill(llm_engine *e)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < e->n_active; i++)
-        if (e->active[i]->state == SEQ_PREFILL) e->batch[n++] = e->active[i];
+    size_t n = 0, n_dec = 0;
+    int dec_prio = 0; /* the most urgent decoding sequence's priority */
+    for (size_t i = 0; i < e->n_active; i++) {
+        llm_seq *a = e->active[i];
+        if (a->state == SEQ_DECODE) {
+            if (n_dec == 0 || a->params.priority < dec_prio) dec_prio = a->params.priority;
+            n_dec++;
+        }
+        if (a->state != SEQ_PREFILL) continue;
+        size_t at = n++;
+        for (; at > 0 && prefill_before(a, e->batch[at - 1]); at--) e->batch[at] = e->batch[at - 1];
+        e->batch[at] = a;
+    }
+    if (e->one_per_run && n_dec > 1) n_dec = 1; /* one decodes per Run() (decode_set) */
+    size_t budget = step_prefill_tokens(e, n_dec);
     for (size_t i = 0; i < n; i++) {
         llm_seq *s = e->batch[i];
-        size_t left = s->n_prompt - s->n_cached;
+        bool urgent = n_dec && s->params.priority < dec_prio;
+        if (budget == 0 && !urgent) continue;
+        size_t left = fill_to(s) - s->n_cached;
         size_t c = left < e->opt.prefill_chunk ? left : e->opt.prefill_chunk;
+        if (!urgent && c > budget) c = budget;
         ts_err err = {0};
+        double t0 = ts_now();
         if (run_step(e, false, &s, 1, c, &err)) {
             drop_active(e, s);
             finish(s, -1, LLM_FIN_ERROR, &err);
             continue;
         }
+        ewma(&e->pf_tok_s, (ts_now() - t0) / (double)c);
+        if (!urgent && budget != SIZE_MAX) budget -= c;
         pthread_mutex_lock(&e->mu);
         e->st.prefill_runs++;
+        e->st.prefill_tokens += c;
         pthread_mutex_unlock(&e->mu);
-        if (s->n_cached < s->n_prompt) continue;
+        if (s->n_cached < fill_to(s)) continue;
         s->state = SEQ_DECODE;
-        pc_store(e, s, s->n_prompt); /* the next turn of a conversation starts with these */
+        pc_store(e, s, fill_to(s)); /* the next turn of a conversation starts with these */
         take_token(e, s, e->logits, NULL);
     }
 }
@@ -410,7 +569,9 @@ static void decode(llm_engine *e)
     size_t n = decode_set(e);
     if (settle(e, n) || n == 0) return;
     ts_err err = {0};
+    double t0 = ts_now();
     int rc = run_step(e, true, e->batch, n, 1, &err);
+    if (!rc) ewma(&e->dec_s, ts_now() - t0);
     e->turn++;
     kv_gauge(e);
     pthread_mutex_lock(&e->mu);
@@ -468,9 +629,10 @@ int llm_engine_new(llm_model *m, const llm_engine_opts *opt, llm_engine **out, t
 {
     *out = NULL;
     if (opt->max_active < 1 || opt->max_active > LLM_MAX_ACTIVE || opt->max_waiting > LLM_MAX_WAITING ||
-        opt->prefill_chunk < 1 || opt->prefill_chunk > LLM_MAX_PREFILL_CHUNK) {
+        opt->prefill_chunk < 1 || opt->prefill_chunk > LLM_MAX_PREFILL_CHUNK || opt->step_tokens > LLM_MAX_STEP_TOKENS) {
         ts_err_set(err, TS_INTERNAL_ERROR, "LLM engine: max_active must be 1..%d, max_waiting "
-                   "0..%d and prefill_chunk 1..%d", LLM_MAX_ACTIVE, LLM_MAX_WAITING, LLM_MAX_PREFILL_CHUNK);
+                   "0..%d, prefill_chunk 1..%d and step_tokens 0..%d", LLM_MAX_ACTIVE, LLM_MAX_WAITING,
+                   LLM_MAX_PREFILL_CHUNK, LLM_MAX_STEP_TOKENS);
         return -1;
     }
     llm_engine *e = calloc(1, sizeof *e);
@@ -485,7 +647,8 @@ int llm_engine_new(llm_model *m, const llm_engine_opts *opt, llm_engine **out, t
     if (e->one_per_run) e->st.batch_note = k_no_position_ids;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    e->wait = calloc(opt->max_waiting ? opt->max_waiting : 1, sizeof *e->wait);
+    e->wcap = opt->max_waiting + opt->max_active;
+    e->wait = calloc(e->wcap, sizeof *e->wait);
     e->active = calloc(opt->max_active, sizeof *e->active);
     e->batch = calloc(opt->max_active, sizeof *e->batch);
     e->ended = calloc(opt->max_active, sizeof *e->ended);
@@ -530,7 +693,7 @@ void llm_engine_free(llm_engine *e)
     }
     for (size_t i = 0; e->active && i < e->n_active; i++) finish(e->active[i], -1, LLM_FIN_CANCELLED, NULL);
     for (size_t i = 0; e->wait && i < e->w_n; i++)
-        finish(e->wait[(e->w_head + i) % e->opt.max_waiting], -1, LLM_FIN_CANCELLED, NULL);
+        finish(e->wait[(e->w_head + i) % e->wcap], -1, LLM_FIN_CANCELLED, NULL);
     llm_kv_ctx_free(e->kv);
     llm_prefix_free(e->pc); /* after the generation thread: its blocks may be device memory */
     free(e->model_id);
@@ -609,16 +772,7 @@ int llm_engine_add(llm_engine *e, const int32_t *prompt, size_t n, const llm_gen
     }
     s->id = e->next_id++;
     llm_rng_seed(&s->rng, p->seeded ? p->seed : (uint64_t)(ts_now() * 1e9) ^ (s->id * 0x9e3779b97f4a7c15ULL));
-    /* behind every waiting sequence of the same or a lower priority value, ahead of the
-     * rest (whose places shift back by one) */
-    size_t at = e->w_n;
-    while (at > 0 && e->wait[(e->w_head + at - 1) % e->opt.max_waiting]->params.priority > p->priority) {
-        e->wait[(e->w_head + at) % e->opt.max_waiting] = e->wait[(e->w_head + at - 1) % e->opt.max_waiting];
-        at--;
-    }
-    e->wait[(e->w_head + at) % e->opt.max_waiting] = s;
-    e->w_n++;
-    e->st.waiting = e->w_n;
+    enqueue(e, s);
     *id = s->id;
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
@@ -631,7 +785,7 @@ void llm_engine_cancel(llm_engine *e, uint64_t id)
     for (size_t i = 0; i < e->n_active; i++)
         if (e->active[i]->id == id) atomic_store(&e->active[i]->cancelled, true);
     for (size_t i = 0; i < e->w_n; i++) {
-        llm_seq *s = e->wait[(e->w_head + i) % e->opt.max_waiting];
+        llm_seq *s = e->wait[(e->w_head + i) % e->wcap];
         if (s->id == id) atomic_store(&s->cancelled, true);
     }
     pthread_cond_signal(&e->cv);

@@ -42,6 +42,7 @@ typedef struct llm_engine llm_engine;
 #define LLM_MAX_ACTIVE 256
 #define LLM_MAX_WAITING 65536
 #define LLM_MAX_PREFILL_CHUNK 8192
+#define LLM_MAX_STEP_TOKENS 16384
 
 typedef enum {
     LLM_FIN_NONE = 0,  /* more tokens follow */
@@ -115,6 +116,12 @@ typedef struct {
     size_t max_active;    /* sequences stepped together (1..LLM_MAX_ACTIVE) */
     size_t max_waiting;   /* queued before 503 (0..LLM_MAX_WAITING) */
     size_t prefill_chunk; /* prompt tokens per Run() (1..LLM_MAX_PREFILL_CHUNK) */
+    /* The step budget while sequences decode: decoding tokens plus the prompt tokens
+     * prefilled between two decode steps (0..LLM_MAX_STEP_TOKENS). 0: auto, a prefill
+     * Run() kept to about half a measured decode step (llm_engine.c step_prefill_tokens).
+     * Only a value of prefill_chunk + max_active or more lets every joining sequence run a
+     * whole chunk per step (the behaviour before the budget). */
+    size_t step_tokens;
     llm_engine_hooks hooks;
     /* KV memory as the admission unit: a waiting sequence joins only when its cache (prompt
      * plus max_new_tokens) fits in kv_budget beside the active ones' (the prefix cache's
@@ -140,6 +147,8 @@ typedef struct {
     size_t kv_batch_bytes; /* of which the bound path's kept batch tensors (0 on the host path) */
     uint64_t steps;       /* batched decode Run()s so far */
     uint64_t prefill_runs;
+    uint64_t prefill_tokens; /* prompt tokens those Run()s computed (recomputed ones included) */
+    uint64_t preemptions;  /* running sequences sent back to wait for a more urgent one */
     size_t max_batch;     /* the most sequences one decode Run() carried */
     size_t batch_limit;   /* the most it may carry: max_active, or 1 for a model without
                              position_ids (never batched: decode_set in llm_engine.c) */

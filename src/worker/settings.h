@@ -54,6 +54,7 @@ typedef struct {
     int64_t llm_queue_size;    /* an LLM's sequences waiting for a slot (503 past it) */
     char llm_kv[8];            /* auto|host|bound: where an LLM's KV cache lives between steps */
     int64_t llm_prefill_chunk; /* prompt tokens per prefill Run() (0: by the vocabulary's logits size) */
+    int64_t llm_step_tokens;   /* the step budget beside decoding sequences (0: auto, measured) */
     int64_t llm_kv_budget;     /* per LLM: KV bytes its sequences and prefix cache may hold (0: auto) */
     int64_t llm_prefix_cache;  /* per LLM: the prefix cache's bytes (0: a quarter of the KV budget) */
     char llm_prefix_scope[8];  /* tenant|shared|off: who may reuse whose cached prefix */

@@ -204,7 +204,7 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     }
     llm_engine_opts eo = {.max_active = (size_t)srv->set->llm_max_sequences,
                           .max_waiting = (size_t)srv->set->llm_queue_size,
-                          .prefill_chunk = L->prefill_chunk,
+                          .prefill_chunk = L->prefill_chunk, .step_tokens = (size_t)srv->set->llm_step_tokens,
                           .hooks = {.before_run = llm_before_run, .on_run_error = llm_on_run_error, .ctx = L},
                           .model_id = dir}; /* the folder names the model and its version */
     char how[200] = "set";

@@ -60,9 +60,10 @@ void v1_status(const ts_model *m, buf *b)
     /* the tool-call syntax parsed out of answers to requests with tools ("none": text only) */
     buf_printf(b, ",\"tool_call_format\":\"%s\"", toolcall_format_name(chat_tool_format(L->chat)));
     buf_printf(b, ",\"running\":%zu,\"waiting\":%zu,\"kv_cache_bytes\":%zu,\"steps\":%llu,\"max_batch\":%zu"
-               ",\"prefill_chunk\":%zu,\"prefill_runs\":%llu",
+               ",\"prefill_chunk\":%zu,\"prefill_runs\":%llu,\"prefill_tokens\":%llu,\"preemptions\":%llu",
                st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch, L->prefill_chunk,
-               (unsigned long long)st.prefill_runs);
+               (unsigned long long)st.prefill_runs, (unsigned long long)st.prefill_tokens,
+               (unsigned long long)st.preemptions);
     /* the engine's cap on a decode Run() and why it is below max_active (e.g. no position_ids) */
     buf_printf(b, ",\"batch_limit\":%zu,\"batch_note\":", st.batch_limit);
     if (st.batch_note) buf_put_json_str(b, st.batch_note, strlen(st.batch_note));
@@ -166,6 +167,7 @@ void v1_metrics(const model_repo *r, buf *b)
         {"tierserve_prefix_cache_hits_total", "counter", "LLM: prompt blocks found in the prefix cache", 9},
         {"tierserve_prefix_cache_cached_tokens_total", "counter", "LLM: prompt tokens whose KV came from the prefix cache", 10},
         {"tierserve_prefix_cache_evictions_total", "counter", "LLM: prefix cache blocks evicted", 11},
+        {"tierserve_llm_preemptions_total", "counter", "LLM: running sequences sent back to wait for a more urgent one", 14},
         {"vllm:num_requests_running", "gauge", "Model server protocol: requests generating", 12},
         {"vllm:num_requests_waiting", "gauge", "Model server protocol: requests waiting", 13},
         {"vllm:kv_cache_usage_perc", "gauge", "Model server protocol: KV cache usage, 1 = full", 6},
@@ -199,6 +201,7 @@ void v1_metrics(const model_repo *r, buf *b)
             case 10: v[0] = (double)st.pc_hit_tokens; break;
             case 11: v[0] = (double)st.pc_evictions; break;
             case 12: v[0] = (double)st.active; break;
+            case 14: v[0] = (double)st.preemptions; break;
             default: v[0] = (double)st.waiting; break;
             }
             for (int k = 0; k < (fams[f].what == 2 ? 2 : 1); k++) { /* tierserve_sequences: a series per state */

@@ -52,6 +52,8 @@ typedef struct llm_seq {
                                  kv_alloc, kv its data (NULL: kv is malloc'd) */
     size_t kv_bytes;          /* its size once allocated */
     size_t n_reused;          /* prompt tokens whose KV came from the prefix cache */
+    size_t n_resume;          /* preempted: the tokens to recompute (prompt and generated)
+                                 before it samples again; 0: never preempted (llm_engine.c) */
     bool keep_kv;             /* ended normally with the prefix cache on: the bound path's
                                  settle writes its rows back so the engine can store its blocks */
     llm_gen_params params;
