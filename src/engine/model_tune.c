@@ -126,9 +126,10 @@ static int add_cand(tune_cand *c, size_t *n, int threads, int instances, bool sp
 
 /* Candidates: threads 1, 2, 4, ... and the usable cores, one instance, spinning as set (on
  * when not set); spinning off at the most threads; and, when instances are not set, 2 and 4
- * instances sharing the cores. A fixed knob has its one value. cands[0] is the layout
+ * instances sharing the cores (only where instances get sessions of their own: placement on).
+ * A fixed knob has its one value. cands[0] is the layout
  * m->session already runs with. */
-static size_t plan_cands(const model_layout *L, int usable, double model_bytes, tune_cand *c)
+static size_t plan_cands(const model_layout *L, int usable, double model_bytes, bool own_sessions, tune_cand *c)
 {
     size_t n = 0;
     add_cand(c, &n, L->threads, L->instances, L->spin);
@@ -141,7 +142,9 @@ static size_t plan_cands(const model_layout *L, int usable, double model_bytes, 
         int most = L->threads_set ? L->threads : per;
         if (most > 1) add_cand(c, &n, most, L->instances, false);
     }
-    if (!L->instances_set)
+    /* instances are measured as sessions of their own: without placement they would share
+     * one session and its pool, which is not what was measured */
+    if (!L->instances_set && own_sessions)
         for (int i = 2; i <= 4 && i <= usable; i *= 2) {
             int t = L->threads_set ? L->threads : usable / i;
             if (model_bytes * i > TUNE_MAX_SESSION_BYTES) break;
@@ -308,7 +311,7 @@ int model_tune(model_repo *r, ts_model *m, char *err, size_t errlen)
     } else if (probe_us > TUNE_SLOW_US) {
         snprintf(L->note, sizeof L->note, "Run() %.0f ms: too slow to search within the budget", probe_us / 1e3);
     } else {
-        L->n_cands = plan_cands(L, hw->usable, bytes, L->cands);
+        L->n_cands = plan_cands(L, hw->usable, bytes, r->opt.place_instances, L->cands);
         char why[300] = "";
         if (measure(r, m, &req, probe_us, L->cands, L->n_cands, why, sizeof why)) {
             snprintf(L->note, sizeof L->note, "measurement failed (%.200s): hardware layout", why);
