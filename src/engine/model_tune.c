@@ -264,9 +264,11 @@ int model_tune(model_repo *r, ts_model *m, char *err, size_t errlen)
         log_layout(m);
         return 0;
     }
-    if (!r->opt.tune || (L->threads_set && L->instances_set && L->spin_set)) {
+    if (!r->opt.tune || !r->opt.warmup || (L->threads_set && L->instances_set && L->spin_set)) {
+        /* no warm-up asked for: no runs at load at all */
         snprintf(L->note, sizeof L->note, "%s; %d usable core(s) of %d (%d CPUs, quota %.2g); set:%s",
-                 r->opt.tune ? "every knob set" : "TIERSERVE_TUNE=off", hw->usable, hw->cores, hw->pus,
+                 !r->opt.tune ? "TIERSERVE_TUNE=off" : !r->opt.warmup ? "TIERSERVE_WARMUP=0: not searched"
+                 : "every knob set", hw->usable, hw->cores, hw->pus,
                  hw->quota, fixed);
         log_layout(m);
         return 0;
