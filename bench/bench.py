@@ -13,7 +13,9 @@ target rows (goal, measured, met/missed): tierrouter against nginx as a proxy in
 bench_fixedreply, the worker against the in-process floor and the onnxruntime-node peer,
 JSON vs binary, and the router's RSS over a mixed run.
 
-  bench/run.sh [--seconds S] [--quick]
+  bench/run.sh [--seconds S] [--quick] [--layout] [--old BIN_DIR]
+--layout runs issue 24's rows alone (bench/layout_rows.py); --old serves them from another
+build's tierserve too.
 """
 import argparse
 import csv
@@ -33,6 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import targets  # noqa: E402  (bench/targets.py: issue 10's target rows)
+import layout_rows  # noqa: E402  (bench/layout_rows.py: issue 24's worker layout rows)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = ROOT / "build" / "bin"
@@ -103,11 +106,12 @@ def request_bodies(model_input, shape, tmp):
 
 
 class Worker:
-    def __init__(self, repo, tmp):
-        self.log = tmp / "worker.log"
+    def __init__(self, repo, tmp, env=None, binary=None):
+        """env: settings over the defaults below; binary: another build's tierserve."""
+        self.log = tmp / f"worker-{time.monotonic_ns()}.log"
         env = dict(os.environ, EXECUTION_MODE="cpu", TIERSERVE_HTTP_ADDRESS="127.0.0.1",
-                   TIERSERVE_HTTP_PORT="0", TIERSERVE_QUEUE_SIZE="1024", TIERSERVE_LOG_LEVEL="warn")
-        self.proc = subprocess.Popen([str(BIN / "tierserve"), f"--model-repository={repo}",
+                   TIERSERVE_HTTP_PORT="0", TIERSERVE_QUEUE_SIZE="1024", TIERSERVE_LOG_LEVEL="warn", **(env or {}))
+        self.proc = subprocess.Popen([str(binary or BIN / "tierserve"), f"--model-repository={repo}",
                                       "--log-level=info"], stderr=open(self.log, "wb"), env=env)
         self.port = None
         for _ in range(600):
@@ -252,7 +256,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--quick", action="store_true", help="concurrency 1 and 16 only, 1 s each")
+    ap.add_argument("--layout", action="store_true", help="issue 24's worker layout rows alone")
+    ap.add_argument("--old", help="a build's bin folder whose tierserve also serves the layout rows")
     a = ap.parse_args()
+    if a.layout:
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix="tierserve-layout-"))
+        try:
+            print("\n".join(layout_rows.layout_rows(sys.modules[__name__], targets, tmp, a.seconds, a.quick,
+                                                    pathlib.Path(a.old).resolve() if a.old else None)))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     concs = [1, 16] if a.quick else [1, 4, 16, 64]
     secs = 1.0 if a.quick else a.seconds
     OUT.mkdir(parents=True, exist_ok=True)
@@ -292,6 +306,8 @@ def main():
                                          capture_output=True, text=True, check=True).stdout)
         router_rows = router_overhead(w, tmp, bodies["demo"][0], bodies["identity224"][1], concs, secs)
         target_rows = targets.target_rows(w, tmp, paths, bodies, id_rows, secs, a.quick, BIN, loadgen)
+        lay_rows = layout_rows.layout_rows(sys.modules[__name__], targets, tmp, secs, a.quick,
+                                           pathlib.Path(a.old).resolve() if a.old else None)
         final_rss = w.rss_kb()
         w.stop()
     finally:
@@ -349,6 +365,7 @@ def main():
               f"{d['worker_cpu_ms_per_req']:.3f} -> {r['worker_cpu_ms_per_req']:.3f} + "
               f"{r['router_cpu_ms_per_req']:.3f}")
     targets.print_rows(target_rows)
+    print("\n" + "\n".join(lay_rows))
     print(f"\nwrote {OUT / 'results.csv'} and {OUT / 'throughput.svg'}")
 
 

@@ -19,6 +19,8 @@
  * on both KV paths.
  * --urgent: issue 25's priority preemption (bound path). An urgent request's TTFT on an idle
  * engine, then with SLOTS batch-priority streams in every slot (it preempts one; 5 times).
+ * TIERSERVE_INTRA_OP_THREADS picks the session's intra-op threads as it does the worker's
+ * (unset or 0: the usable cores of the hardware map, not ORT's CPUID count).
  *
  * --multiturn: issue 25's conversation. Each conversation starts with a HISTORY-token
  * history plus a USER_TOKENS-token question; each turn re-sends everything so far (the
@@ -39,6 +41,7 @@
 #include "ep.h"
 #include "llm_engine.h"
 #include "llm_model.h"
+#include "tune.h"
 #include "ortenv.h"
 
 #define MAX_REQ 4096
@@ -484,7 +487,11 @@ int main(int argc, char **argv)
     ep_resolve(&epc, &epr);
     if (epr.decision.refuse) return 78;
     /* the same file opened twice: one session per path, so neither warms the other's */
-    llm_model_opts mo = {.ep_cfg = &epc, .ep = &epr, .kv = LLM_KV_HOST};
+    /* the worker's thread setting, so its figures are the worker's (0: the usable cores) */
+    const char *threads = getenv("TIERSERVE_INTRA_OP_THREADS");
+    llm_model_opts mo = {.ep_cfg = &epc, .ep = &epr, .kv = LLM_KV_HOST,
+                         .intra_op_threads = threads ? atoi(threads) : 0};
+    if (mo.intra_op_threads < 0 || mo.intra_op_threads > 1024) return 64;
     llm_model *m = NULL, *mb = NULL;
     ts_err err = {0};
     if (llm_model_open(argv[1], &mo, &m, &err)) {
@@ -515,8 +522,9 @@ int main(int argc, char **argv)
         x = x * 6364136223846793005ULL + 1442695040888963407ULL;
         prompt[i] = (int32_t)(3 + (x >> 33) % (llm_model_sig(m)->vocab - 3));
     }
-    printf("bench_llm: %zu requests x %lld new tokens, prompt %zu tokens, tier %s\n", nreq,
-           (long long)new_tokens, plen, tier_name(epr.decision.tier));
+    printf("bench_llm: %zu requests x %lld new tokens, prompt %zu tokens, tier %s, intra-op threads %d "
+           "(TIERSERVE_INTRA_OP_THREADS; 0: the usable cores, %d here)\n", nreq, (long long)new_tokens, plen,
+           tier_name(epr.decision.tier), mo.intra_op_threads, tune_hw_get()->usable);
     printf("host:  %s\nbound: %s\n", llm_model_kv_note(m), llm_model_kv_note(mb));
     run(mb, "one at a time (1 slot) bound", 1, 16, nreq, new_tokens, prompt, plen);
     static const size_t conc[] = {1, 4, 16};

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The serving benchmark (not a test): builds what is missing, then bench/bench.py.
-#   bench/run.sh [--seconds S] [--quick]
+#   bench/run.sh [--seconds S] [--quick] [--layout] [--old BIN_DIR]   (bench/bench.py says what each does)
 # nginx-light is the proxy the router's rows are held against; it is installed here, the way
 # scripts/setup.sh installs Debian packages, when missing. scripts/setup.sh runs only when
 # the build is missing (it installs, fetches ORT and builds); otherwise the build is brought

@@ -314,6 +314,11 @@ static int warmup_request(const ts_model *m, const warmup_sample *s, infer_reque
     return 0;
 }
 
+int model_probe_request(const ts_model *m, infer_request *req, ts_err *e)
+{
+    return m->cfg.n_warmup ? warmup_request(m, &m->cfg.warmup[0], req, e) : infer_synth_request(&m->sig, 1, req, e);
+}
+
 /* ORT's messages end in a newline; a reason shown in status and logs should not. */
 static void trim_end(char *s)
 {
@@ -490,6 +495,7 @@ static void load_one(model_repo *r, ts_model *m)
     double t0 = (ts_now() * 1e3);
     LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "loading %s", m->path);
     if (load_llm(r, m)) return;
+    model_layout_init(r, m);
     if (model_plan_instances(r, m)) {
         fail_model(m, "out of memory planning instances");
         return;
@@ -506,6 +512,10 @@ static void load_one(model_repo *r, ts_model *m)
     read_placement(m);
     log_placement(m);
     decide_batching(m);
+    if (model_tune(r, m, err, sizeof err)) {
+        fail_model(m, "%s", err);
+        return;
+    }
     int64_t inst = (int64_t)m->n_inst;
     if (m->instance_note[0])
         LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}), "%s", m->instance_note);
@@ -560,6 +570,7 @@ size_t model_repo_load_all(model_repo *r)
     size_t failed = 0;
     for (size_t i = 0; i < r->n; i++) {
         ts_model *m = r->models[i];
+        if (r->opt.only_model && strcmp(m->name, r->opt.only_model) != 0) continue;
         if (atomic_load(&m->state) == MODEL_LOADING) load_one(r, m);
         if (atomic_load(&m->state) == MODEL_FAILED) failed++;
     }

@@ -24,6 +24,7 @@
 #include "placement.h"
 #include "scheduler.h"
 #include "tier.h"
+#include "tune.h"
 
 typedef enum { MODEL_LOADING = 0, MODEL_READY, MODEL_FAILED } model_state_t;
 
@@ -54,6 +55,22 @@ typedef struct {
 typedef struct ts_model ts_model;
 typedef struct model_repo model_repo;
 
+/* The execution layout a model runs with and where it came from (tune.h): chosen by the
+ * measurement at load, taken from a setting, or from the hardware map alone. */
+typedef struct {
+    int threads;              /* intra-op threads per session (0: ORT's default, GPU tiers) */
+    int instances;
+    bool spin;                /* session.intra_op.allow_spinning */
+    bool pinned;              /* instances pinned to their own cores (placement) */
+    bool threads_set, instances_set, spin_set; /* a setting fixed it: not searched */
+    char source[24];          /* "measured", "settings", "hardware" */
+    char note[320];           /* why (not) searched, in words */
+    size_t n_cands;
+    tune_cand cands[TUNE_MAX_CANDS];
+    int chosen;               /* index into cands, -1 when not measured */
+    double search_ms;
+} model_layout;
+
 /* An LLM: a version folder holding tokenizer.json beside model.onnx is offered to this hook
  * first (the engine knows nothing of decoders; the worker's /v1 layer opens them). It
  * returns REPO_V1_LLM or REPO_V1_EMBEDDINGS with *out set (the model is READY, served over
@@ -74,8 +91,11 @@ typedef struct {
     repo_llm_free_fn *llm_free;
     void *llm_ctx;
     int64_t queue_size;       /* defaults when config.yaml says nothing */
-    int64_t instances;
-    int64_t intra_op_threads;
+    int64_t instances;        /* 0: tuned (1 when not measured) */
+    int64_t intra_op_threads; /* 0: tuned (or the hardware's usable cores) */
+    ts_switch spinning;       /* TIERSERVE_INTRA_OP_SPINNING: auto = tuned */
+    bool tune;                /* TIERSERVE_TUNE: measure candidate layouts at load */
+    const char *only_model;   /* `tierserve tune`: load this model alone (NULL: all) */
     bool place_instances;     /* CPU tier, several instances: a session per instance on its cores */
     ts_switch io_binding;     /* TIERSERVE_IO_BINDING: auto = on for the GPU tiers only */
     bool warmup;
@@ -131,6 +151,8 @@ double model_warmup_ms(const ts_model *m);
  * "" otherwise. A configured model_warmup sample that fails fails the load instead. */
 bool model_warmed_up(const ts_model *m, const char **error);
 int64_t model_instances(const ts_model *m); /* runner threads started (0 until READY) */
+/* The layout the model's sessions run with (complete once READY). */
+const model_layout *model_layout_of(const ts_model *m);
 size_t model_placement(const ts_model *m, const placement_entry **out);
 /* The LLM handle repo_llm_open_fn gave this model, or NULL for a KServe model. */
 void *model_llm(const ts_model *m);

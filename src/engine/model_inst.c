@@ -18,10 +18,12 @@ int model_create_session(model_repo *r, ts_model *m, const instance_place *place
     if (device >= 0) epc.device_id = device;
     OrtSessionOptions *so = NULL;
     if (ort_check(g_ort->CreateSessionOptions(&so), err, errlen)) return -1;
-    int64_t intra = m->cfg.intra_op_threads >= 0 ? m->cfg.intra_op_threads : r->opt.intra_op_threads;
-    if (place) intra = (int64_t)place->n;
+    /* the layout's threads, never ORT's default: ORT counts cores from CPUID (tune.h) */
+    int64_t intra = place ? (int64_t)place->n : m->layout.threads;
     int rc = 0;
     if (intra > 0) rc = ort_check(g_ort->SetIntraOpNumThreads(so, (int)intra), err, errlen);
+    if (!rc && !m->layout.spin)
+        rc = ort_check(g_ort->AddSessionConfigEntry(so, "session.intra_op.allow_spinning", "0"), err, errlen);
     if (!rc && place && place->n > 1) {
         char aff[1024];
         placement_ort_affinity(place, aff, sizeof aff);
@@ -49,8 +51,10 @@ int model_place_instances(model_repo *r, ts_model *m, int64_t inst, char *err, s
     m->places = calloc((size_t)inst, sizeof *m->places);
     m->sessions = calloc((size_t)inst, sizeof *m->sessions);
     if (!m->places || !m->sessions) return -1;
-    int64_t want = m->cfg.intra_op_threads >= 0 ? m->cfg.intra_op_threads : r->opt.intra_op_threads;
+    int64_t want = m->layout.threads_set || !strcmp(m->layout.source, "measured") ? m->layout.threads : 0;
     size_t threads = placement_plan(pus, npu, (size_t)inst, (size_t)(want > 0 ? want : 0), m->places);
+    m->layout.threads = (int)threads;
+    m->layout.pinned = true;
     m->sessions[0] = m->session; /* instance 0 is re-created below with its placement */
     m->session = NULL;
     g_ort->ReleaseSession(m->sessions[0]);
@@ -91,7 +95,7 @@ int model_plan_instances(model_repo *r, ts_model *m)
         any_gpus |= grp->n_gpus > 0;
         any_kind_cpu |= grp->kind == KIND_CPU;
     }
-    if (c->n_groups == 0) n = (size_t)r->opt.instances;
+    if (c->n_groups == 0) n = m->layout.instances > 0 ? (size_t)m->layout.instances : 1;
     m->inst = calloc(n ? n : 1, sizeof *m->inst);
     if (!m->inst) return -1;
     m->n_inst = n;

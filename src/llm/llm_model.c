@@ -9,6 +9,7 @@
 #include "cudart.h"
 #include "llm_check.h"
 #include "llm_int.h"
+#include "tune.h"
 #include "log.h"
 
 static llm_elem elem_of(ONNXTensorElementDataType t)
@@ -242,10 +243,13 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     if (gen_config_load(path, &m->gen, err)) goto fail;
     snprintf(path, sizeof path, "%s/model.onnx", dir);
-    /* the same providers, in the same order, as every other session of this worker */
+    /* the same providers, in the same order, as every other session of this worker; on the
+     * CPU tier the thread count is never ORT's default, which counts cores from CPUID and can
+     * see one core where the kernel gives two (tune.h): the usable cores instead */
+    int threads = opt->intra_op_threads > 0 ? opt->intra_op_threads
+                  : opt->ep->decision.active == PROV_CPU ? tune_hw_get()->usable : 0;
     if (ort_check(g_ort->CreateSessionOptions(&so), msg, sizeof msg) ||
-        (opt->intra_op_threads > 0 &&
-         ort_check(g_ort->SetIntraOpNumThreads(so, opt->intra_op_threads), msg, sizeof msg)) ||
+        (threads > 0 && ort_check(g_ort->SetIntraOpNumThreads(so, threads), msg, sizeof msg)) ||
         ep_apply(opt->ep_cfg, opt->ep, so, msg, sizeof msg) ||
         ort_check(g_ort->CreateSession(ortenv_env(), path, so, &m->session), msg, sizeof msg)) {
         ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);

@@ -74,7 +74,7 @@ int llm_kv_mode_parse(const char *s, llm_kv_mode *out);
 typedef struct {
     const ep_config *ep_cfg; /* the worker's settings (EXECUTION_MODE, STRICT_EP, device) */
     const ep_result *ep;     /* ep_resolve's decision: the providers every session gets */
-    int intra_op_threads;    /* 0: ORT's default */
+    int intra_op_threads;    /* 0: the usable cores on the CPU tier (tune.h), ORT's default on a GPU */
     int64_t max_context;     /* 0: config.json's max_position_embeddings, else the default;
                                 otherwise at most this (and at most the model's) */
     llm_kv_mode kv;          /* BOUND that cannot be set up fails the load; AUTO falls back

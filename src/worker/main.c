@@ -16,6 +16,7 @@
 #include "v1.h"
 #include "settings.h"
 #include "tls.h"
+#include "tune_cmd.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 64, EXIT_STRICT = 78 };
 
@@ -92,6 +93,7 @@ int main(int argc, char **argv)
     budget_hook_jansson();
     if (argc > 1 && strcmp(argv[1], "hwmap") == 0) return cmd_hwmap();
     if (argc > 1 && strcmp(argv[1], "doctor") == 0) return cmd_doctor(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "tune") == 0) return tune_cmd(argc, argv);
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         settings_usage(stdout);
         return EXIT_OK;
@@ -162,6 +164,8 @@ int main(int argc, char **argv)
                        .queue_size = set.queue_size,
                        .instances = set.instances,
                        .intra_op_threads = set.intra_op_threads,
+                       .spinning = set.intra_op_spinning,
+                       .tune = set.tune,
                        .place_instances = set.cpu_placement && epr.decision.active == PROV_CPU,
                        .io_binding = set.io_binding,
                        .warmup = set.warmup};

@@ -97,10 +97,19 @@ static const setting_def k_settings[] = {
      "ChaCha20-Poly1305 only, forward secrecy); TLS 1.3 keeps OpenSSL's default suites"},
     {"TIERSERVE_QUEUE_SIZE", "queue-size", ST_INT, OFF(queue_size), 0, "128", 1, 1000000,
      "per-model queue bound (503 + Retry-After when full); config.yaml may override"},
-    {"TIERSERVE_INSTANCES", "instances", ST_INT, OFF(instances), 0, "1", 1, 256,
-     "runner threads per model; config.yaml instance_group.count may override"},
+    {"TIERSERVE_INSTANCES", "instances", ST_INT, OFF(instances), 0, "0", 0, 256,
+     "runner threads (instances) per model; 0: chosen at load (TIERSERVE_TUNE), 1 when not measured; "
+     "config.yaml instance_group.count overrides"},
     {"TIERSERVE_INTRA_OP_THREADS", "intra-op-threads", ST_INT, OFF(intra_op_threads), 0, "0", 0,
-     1024, "ORT intra-op threads per session (0: ORT's default)"},
+     1024, "ORT intra-op threads per session; 0: chosen at load (TIERSERVE_TUNE), else the usable cores "
+     "(affinity, /sys topology, cgroup quota) per instance, never ORT's own CPUID count; config.yaml "
+     "intra_op_thread_count overrides"},
+    {"TIERSERVE_INTRA_OP_SPINNING", "intra-op-spinning", ST_SWITCH, OFF(intra_op_spinning), 0, "auto", 0, 0,
+     "auto|on|off: ORT's session.intra_op.allow_spinning (pool threads spin before sleeping); auto: "
+     "chosen at load (TIERSERVE_TUNE), on when not measured"},
+    {"TIERSERVE_TUNE", "tune", ST_BOOL, OFF(tune), 0, "1", 0, 0,
+     "CPU tier: measure each model's candidate layouts at load (about a second a model; Run() under 100 us: "
+     "one thread, no search) and keep the fastest (docs/operate/tuning.md); 0: the hardware's layout"},
     {"TIERSERVE_CPU_PLACEMENT", "cpu-placement", ST_BOOL, OFF(cpu_placement), 0, "1", 0, 0,
      "on CPU tiers, give each of a model's instances its own session pinned to its own cores"},
     {"TIERSERVE_WARMUP", "warmup", ST_BOOL, OFF(warmup), 0, "1", 0, 0,
@@ -304,7 +313,8 @@ void settings_usage(FILE *out)
 {
     fprintf(out, "usage: tierserve [--flag=value ...]   serve the model repository\n"
                  "       tierserve hwmap                print the hardware map as JSON\n"
-                 "       tierserve doctor [--json]      can the requested tier work here? (exit 0 yes, 78 no)\n\n"
+                 "       tierserve doctor [--json]      can the requested tier work here? (exit 0 yes, 78 no)\n"
+                 "       tierserve tune MODEL_DIR [--flag=value ...]  measure a model's layouts, print the table\n\n"
                  "settings (flag / environment variable, default):\n");
     for (size_t i = 0; i < N_SETTINGS; i++) {
         const setting_def *d = &k_settings[i];

@@ -36,6 +36,8 @@ typedef struct {
     int64_t queue_size;
     int64_t instances;
     int64_t intra_op_threads;
+    ts_switch intra_op_spinning;
+    bool tune;
     int64_t inline_max_us;
     bool cpu_placement;
     bool warmup;

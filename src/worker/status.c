@@ -37,6 +37,26 @@ static void put_device(buf *b, int device)
 
 /* The instance plan, its note and the IoBinding mode; complete only once READY (the loader
  * thread writes them before it publishes the state). */
+/* The execution layout (model.h) and the table measured for it (tune.h). */
+static void put_layout(buf *b, const ts_model *m)
+{
+    const model_layout *L = model_layout_of(m);
+    buf_printf(b, ",\"layout\":{\"threads\":%d,\"instances\":%d,\"spinning\":%s,\"pinned\":%s,\"source\":",
+               L->threads, L->instances, L->spin ? "true" : "false", L->pinned ? "true" : "false");
+    put_str(b, L->source);
+    buf_printf(b, ",\"set\":{\"threads\":%s,\"instances\":%s,\"spinning\":%s},\"note\":",
+               L->threads_set ? "true" : "false", L->instances_set ? "true" : "false", L->spin_set ? "true" : "false");
+    put_str(b, L->note);
+    buf_printf(b, ",\"search_ms\":%.1f,\"measured\":[", L->search_ms);
+    for (size_t i = 0; i < L->n_cands; i++) {
+        const tune_cand *c = &L->cands[i];
+        buf_printf(b, "%s{\"threads\":%d,\"instances\":%d,\"spinning\":%s,\"run_us\":%.1f,\"runs_per_s\":%.1f,"
+                   "\"chosen\":%s}", i ? "," : "", c->threads, c->instances, c->spin ? "true" : "false", c->run_us,
+                   c->rps, (int)i == L->chosen ? "true" : "false");
+    }
+    buf_puts(b, "]}");
+}
+
 static void put_instances(buf *b, const ts_model *m, const instance_place *ip, size_t ni)
 {
     bool ready = model_state(m) == MODEL_READY;
@@ -156,6 +176,7 @@ void status_json(const status_view *v, buf *b)
         }
         if (ni) buf_putc(b, ']');
         put_instances(b, m, ip, ni);
+        if (!model_llm(m) && model_state(m) == MODEL_READY) put_layout(b, m);
         v1_status(m, b);
         buf_puts(b, ",\"reason\":");
         if (model_state(m) == MODEL_FAILED) put_str(b, model_failure(m));

@@ -122,7 +122,9 @@ def start_worker(repo, tmp_path, env=None, args=(), wait_ready=True, timeout=60)
     """Starts tierserve on repo; returns a Worker (port known) or raises with the log."""
     log_path = tmp_path / f"worker-{time.monotonic_ns()}.log"
     e = dict(os.environ)
-    e.update({"TIERSERVE_HTTP_ADDRESS": "127.0.0.1", "TIERSERVE_HTTP_PORT": "0"})
+    # no layout measurement at load unless a test asks for it (test_tune.py): it costs up to
+    # a couple of seconds per non-tiny model, and the suite starts hundreds of workers
+    e.update({"TIERSERVE_HTTP_ADDRESS": "127.0.0.1", "TIERSERVE_HTTP_PORT": "0", "TIERSERVE_TUNE": "0"})
     e.update(sanitizer_env())
     e.update(env or {})
     cmd = [BIN, f"--model-repository={repo}", *args]

@@ -46,6 +46,7 @@ struct ts_model {
     void *llm;         /* an LLM's handle (repo_options.llm_open), NULL otherwise */
     size_t n_placement;
     placement_entry placement[MODEL_MAX_PLACEMENT];
+    model_layout layout;
 };
 
 struct model_repo {
@@ -66,6 +67,15 @@ int model_create_device_sessions(model_repo *r, ts_model *m, char *err, size_t e
 int model_place_instances(model_repo *r, ts_model *m, int64_t inst, char *err, size_t errlen);
 int model_setup_io_binding(model_repo *r, ts_model *m, char *err, size_t errlen);
 void model_release_io_binding(ts_model *m);
+/* The layout from the settings and the hardware alone (before any measurement). */
+void model_layout_init(model_repo *r, ts_model *m);
+/* Measures candidate layouts on m->session (threads = layout.threads) and applies the
+ * choice: m->session re-created, the instance plan redone. -1 only when a session could
+ * not be re-created (err says why); a failed measurement keeps the hardware layout. */
+int model_tune(model_repo *r, ts_model *m, char *err, size_t errlen);
+/* The request warm-up and the measurement run: the first configured model_warmup sample,
+ * or one synthesised request (zeros, dynamic dims 1). */
+int model_probe_request(const ts_model *m, infer_request *req, ts_err *e);
 /* The scheduler's thread_init: pins a runner to its instance's cores. */
 void model_pin_runner(size_t runner, void *arg);
 

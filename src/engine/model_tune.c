@@ -1,0 +1,356 @@
+/* model_tune.c: a CPU model's execution layout at load (tune.h): the hardware's default,
+ * then, unless settings fix every knob, a bounded measurement of candidate layouts whose
+ * medians tune_choose() picks from. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "clock.h"
+#include "log.h"
+#include "model_internal.h"
+
+#define TUNE_TINY_US 100.0      /* a Run() this short gains nothing from a pool: one thread */
+#define TUNE_SLOW_US 200000.0   /* longer than this cannot be searched within the budget */
+#define TUNE_BUDGET_US 600000.0 /* the timed rounds of one model, all candidates */
+#define TUNE_ROUNDS 5
+#define TUNE_MAX_SESSION_BYTES (1024.0 * 1024 * 1024) /* candidate sessions' weights at once */
+
+static bool on_gpu(const model_repo *r) { return r->opt.ep->decision.active != PROV_CPU; }
+
+void model_layout_init(model_repo *r, ts_model *m)
+{
+    model_layout *L = &m->layout;
+    memset(L, 0, sizeof *L);
+    L->chosen = -1;
+    const tune_hw *hw = tune_hw_get();
+    int64_t t = m->cfg.intra_op_threads >= 0 ? m->cfg.intra_op_threads : r->opt.intra_op_threads;
+    L->threads_set = t > 0;
+    int64_t inst = 0;
+    for (size_t g = 0; g < m->cfg.n_groups; g++) inst += m->cfg.groups[g].count;
+    L->instances_set = m->cfg.n_groups > 0 || r->opt.instances > 0;
+    L->instances = (int)(m->cfg.n_groups ? inst : r->opt.instances > 0 ? r->opt.instances : 1);
+    if (L->instances < 1) L->instances = 1;
+    L->spin_set = r->opt.spinning != SWITCH_AUTO;
+    L->spin = r->opt.spinning != SWITCH_OFF;
+    if (L->threads_set) L->threads = (int)t;
+    else if (on_gpu(r)) L->threads = 0; /* the GPU does the work: ORT's default for the host part */
+    else L->threads = hw->usable / L->instances > 0 ? hw->usable / L->instances : 1;
+    snprintf(L->source, sizeof L->source, "%s", L->threads_set && L->instances_set && L->spin_set ? "settings"
+                                                 : "hardware");
+}
+
+/* ---- measuring ------------------------------------------------------------------- */
+
+typedef struct {
+    OrtSession **sessions; /* cand.instances of them */
+    size_t n_sessions;
+} cand_rt;
+
+typedef struct {
+    ts_model *m;
+    OrtSession *session;
+    const infer_request *req;
+    int runs;
+    double *lat_us; /* runs of them */
+    int rc;
+} run_arg;
+
+static void *run_loop(void *p)
+{
+    run_arg *a = p;
+    infer_target t = {.session = a->session, .binding = NULL, .out_mem = ortenv_cpu_meminfo()};
+    for (int k = 0; k < a->runs && a->rc == 0; k++) {
+        infer_result res;
+        ts_err e;
+        double t0 = ts_now();
+        a->rc = infer_run(&t, NULL, &a->m->sig, a->req, &res, &e);
+        a->lat_us[k] = (ts_now() - t0) * 1e6;
+        if (a->rc == 0) infer_result_free(&res);
+    }
+    return NULL;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, size_t n)
+{
+    if (n == 0) return 0;
+    qsort(v, n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* One round of one candidate: runs Run()s on each of its sessions at once. */
+static int run_round(ts_model *m, cand_rt *rt, const infer_request *req, int runs, double *lat_med,
+                     double *rps)
+{
+    size_t n = rt->n_sessions;
+    run_arg args[TUNE_MAX_CANDS];
+    pthread_t th[TUNE_MAX_CANDS];
+    double *lat = calloc(n * (size_t)runs, sizeof *lat);
+    if (!lat) return -1;
+    size_t started = 0;
+    for (size_t i = 0; i < n; i++) {
+        args[i] = (run_arg){.m = m, .session = rt->sessions[i], .req = req, .runs = runs,
+                            .lat_us = lat + i * (size_t)runs};
+        if (i == 0) continue; /* the first runs on this thread */
+        if (pthread_create(&th[i], NULL, run_loop, &args[i]) != 0) break;
+        started = i;
+    }
+    run_loop(&args[0]);
+    for (size_t i = 1; i <= started; i++) pthread_join(th[i], NULL);
+    int rc = started + 1 == n ? 0 : -1;
+    for (size_t i = 0; i < n; i++) rc |= args[i].rc;
+    *lat_med = median(lat, n * (size_t)runs);
+    /* from the median, not the wall clock: on a shared machine a few preempted runs decide
+     * the wall time, and the choice must not follow them. The instances' contention for the
+     * cores is in each Run()'s latency. */
+    *rps = *lat_med > 0 ? (double)n * 1e6 / *lat_med : 0;
+    free(lat);
+    return rc;
+}
+
+static int add_cand(tune_cand *c, size_t *n, int threads, int instances, bool spin)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (c[i].threads == threads && c[i].instances == instances && c[i].spin == spin) return 0;
+    if (*n == TUNE_MAX_CANDS) return 0;
+    c[(*n)++] = (tune_cand){.threads = threads, .instances = instances, .spin = spin};
+    return 0;
+}
+
+/* Candidates: threads 1, 2, 4, ... and the usable cores, one instance, spinning as set (on
+ * when not set); spinning off at the most threads; and, when instances are not set, 2 and 4
+ * instances sharing the cores (only where instances get sessions of their own: placement on).
+ * A fixed knob has its one value. cands[0] is the layout
+ * m->session already runs with. */
+static size_t plan_cands(const model_layout *L, int usable, double model_bytes, bool own_sessions, tune_cand *c)
+{
+    size_t n = 0;
+    add_cand(c, &n, L->threads, L->instances, L->spin);
+    int per = usable / L->instances > 0 ? usable / L->instances : 1;
+    if (!L->threads_set) {
+        for (int t = 1; t < per; t *= 2) add_cand(c, &n, t, L->instances, L->spin);
+        add_cand(c, &n, per, L->instances, L->spin);
+    }
+    if (!L->spin_set) {
+        int most = L->threads_set ? L->threads : per;
+        if (most > 1) add_cand(c, &n, most, L->instances, false);
+    }
+    /* instances are measured as sessions of their own: without placement they would share
+     * one session and its pool, which is not what was measured */
+    if (!L->instances_set && own_sessions)
+        for (int i = 2; i <= 4 && i <= usable; i *= 2) {
+            int t = L->threads_set ? L->threads : usable / i;
+            if (model_bytes * i > TUNE_MAX_SESSION_BYTES) break;
+            add_cand(c, &n, t > 0 ? t : 1, i, L->spin);
+        }
+    return n;
+}
+
+static void release_rt(cand_rt *rt, size_t n, OrtSession *keep)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < rt[i].n_sessions; k++)
+            if (rt[i].sessions[k] && rt[i].sessions[k] != keep) g_ort->ReleaseSession(rt[i].sessions[k]);
+        free(rt[i].sessions);
+    }
+}
+
+/* Creates every candidate's sessions (cands[0]'s first is m->session), runs the interleaved
+ * rounds and fills each candidate's medians. -1 with err when a candidate failed. */
+static int measure(model_repo *r, ts_model *m, const infer_request *req, double probe_us, tune_cand *c,
+                   size_t n, char *err, size_t errlen)
+{
+    cand_rt rt[TUNE_MAX_CANDS] = {{0}};
+    model_layout saved = m->layout;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        rt[i].sessions = calloc((size_t)c[i].instances, sizeof *rt[i].sessions);
+        if (!rt[i].sessions) {
+            rc = -1;
+            break;
+        }
+        m->layout.threads = c[i].threads;
+        m->layout.spin = c[i].spin;
+        for (int k = 0; k < c[i].instances && rc == 0; k++) {
+            if (i == 0 && k == 0) rt[i].sessions[k] = m->session;
+            else rc = model_create_session(r, m, NULL, -1, &rt[i].sessions[k], err, errlen);
+            rt[i].n_sessions = (size_t)k + 1;
+        }
+    }
+    m->layout = saved;
+    /* per candidate and round about the same wall time: runs sized from the probe (at the
+     * most threads; one thread is slower, hence the 2) */
+    double slot_us = TUNE_BUDGET_US / (TUNE_ROUNDS * (double)n);
+    int runs = (int)(slot_us / (probe_us * 2));
+    if (runs < 2) runs = 2;
+    if (runs > 400) runs = 400;
+    double lat[TUNE_MAX_CANDS][TUNE_ROUNDS], rps[TUNE_MAX_CANDS][TUNE_ROUNDS];
+    for (size_t i = 0; i < n && rc == 0; i++) { /* untimed: first runs allocate */
+        double l, q;
+        rc = run_round(m, &rt[i], req, 2, &l, &q);
+    }
+    double start = ts_now();
+    int rounds = 0;
+    for (int round = 0; round < TUNE_ROUNDS && rc == 0; round++) {
+        double r0 = ts_now();
+        for (size_t k = 0; k < n && rc == 0; k++) {
+            /* interleaved, and each round in another order, so drift hits all alike */
+            size_t i = (k + (size_t)round) % n;
+            rc = run_round(m, &rt[i], req, runs, &lat[i][round], &rps[i][round]);
+        }
+        rounds += rc == 0;
+        /* a busy machine stretches every Run(): resize the next rounds to the budget, and
+         * stop at 1.5 times the budget with the rounds done so far */
+        double took_us = (ts_now() - r0) * 1e6, want_us = TUNE_BUDGET_US / TUNE_ROUNDS;
+        if (took_us > 0) runs = (int)(runs * (want_us / took_us));
+        if (runs < 2) runs = 2;
+        if (runs > 400) runs = 400;
+        if ((ts_now() - start) * 1e6 > 1.5 * TUNE_BUDGET_US) break;
+    }
+    if (rc && !err[0]) snprintf(err, errlen, "a measurement Run() failed");
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        c[i].run_us = median(lat[i], (size_t)rounds);
+        c[i].rps = median(rps[i], (size_t)rounds);
+        c[i].ok = true;
+    }
+    release_rt(rt, n, m->session);
+    return rc;
+}
+
+static void log_layout(const ts_model *m)
+{
+    const model_layout *L = &m->layout;
+    char table[1024] = "";
+    size_t o = 0;
+    for (size_t i = 0; i < L->n_cands && o < sizeof table; i++) {
+        const tune_cand *c = &L->cands[i];
+        o += (size_t)snprintf(table + o, sizeof table - o, "%s%dt x%d%s %.0f us %.0f/s%s", i ? "; " : "",
+                              c->threads, c->instances, c->spin ? "" : " nospin", c->run_us, c->rps,
+                              (int)i == L->chosen ? " (chosen)" : "");
+    }
+    char threads[16], inst[16];
+    snprintf(threads, sizeof threads, "%d", L->threads);
+    snprintf(inst, sizeof inst, "%d", L->instances);
+    LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}, {"threads", threads}, {"instances", inst},
+                   {"spinning", L->spin ? "true" : "false"}, {"layout_source", L->source}),
+              "layout: %d intra-op thread(s) x %d instance(s), spinning %s (%s: %s)%s%s", L->threads,
+              L->instances, L->spin ? "on" : "off", L->source, L->note, o ? "; measured: " : "", table);
+}
+
+int model_tune(model_repo *r, ts_model *m, char *err, size_t errlen)
+{
+    model_layout *L = &m->layout;
+    const tune_hw *hw = tune_hw_get();
+    char set[160] = "";
+    size_t so = 0;
+    if (L->threads_set) so += (size_t)snprintf(set + so, sizeof set - so, " intra-op threads");
+    if (L->instances_set && so < sizeof set) so += (size_t)snprintf(set + so, sizeof set - so, " instances");
+    if (L->spin_set && so < sizeof set) snprintf(set + so, sizeof set - so, " spinning");
+    const char *fixed = set[0] ? set : " nothing";
+    if (on_gpu(r)) {
+        snprintf(L->note, sizeof L->note, "GPU tier: not searched; set:%s", fixed);
+        log_layout(m);
+        return 0;
+    }
+    if (L->instances > 4) { /* each candidate would hold that many sessions */
+        snprintf(L->note, sizeof L->note, "%d instances set: not searched; set:%s", L->instances, fixed);
+        log_layout(m);
+        return 0;
+    }
+    if (!r->opt.tune || !r->opt.warmup || (L->threads_set && L->instances_set && L->spin_set)) {
+        /* no warm-up asked for: no runs at load at all */
+        snprintf(L->note, sizeof L->note, "%s; %d usable core(s) of %d (%d CPUs, quota %.2g); set:%s",
+                 !r->opt.tune ? "TIERSERVE_TUNE=off" : !r->opt.warmup ? "TIERSERVE_WARMUP=0: not searched"
+                 : "every knob set", hw->usable, hw->cores, hw->pus,
+                 hw->quota, fixed);
+        log_layout(m);
+        return 0;
+    }
+    infer_request req;
+    ts_err e;
+    if (model_probe_request(m, &req, &e)) {
+        snprintf(L->note, sizeof L->note, "not searched: the warm-up request cannot be built (%.200s)", e.msg);
+        log_layout(m);
+        return 0;
+    }
+    double t0 = ts_now(), probe[3] = {0};
+    infer_target t = {.session = m->session, .binding = NULL, .out_mem = ortenv_cpu_meminfo()};
+    int rc = 0;
+    for (int k = 0; k < 4 && rc == 0; k++) { /* the first allocates: not counted */
+        infer_result res;
+        double s = ts_now();
+        rc = infer_run(&t, NULL, &m->sig, &req, &res, &e);
+        if (rc == 0) infer_result_free(&res);
+        if (k) probe[k - 1] = (ts_now() - s) * 1e6;
+    }
+    double probe_us = median(probe, 3);
+    struct stat st;
+    double bytes = stat(m->path, &st) == 0 ? (double)st.st_size : 0;
+    err[0] = '\0';
+    int ret = 0;
+    if (rc) {
+        snprintf(L->note, sizeof L->note, "not searched: the warm-up request failed");
+    } else if (probe_us < TUNE_TINY_US && !L->threads_set) {
+        /* a pool's hand-offs cost more than such a Run() could gain */
+        snprintf(L->note, sizeof L->note, "Run() %.0f us at %d thread(s), under %.0f us: one thread, not searched",
+                 probe_us, L->threads, TUNE_TINY_US);
+        if (L->threads != 1) {
+            L->threads = 1;
+            OrtSession *s = NULL;
+            ret = model_create_session(r, m, NULL, -1, &s, err, errlen);
+            if (ret == 0) {
+                g_ort->ReleaseSession(m->session);
+                m->session = s;
+            }
+        }
+    } else if (probe_us > TUNE_SLOW_US) {
+        snprintf(L->note, sizeof L->note, "Run() %.0f ms: too slow to search within the budget", probe_us / 1e3);
+    } else {
+        L->n_cands = plan_cands(L, hw->usable, bytes, r->opt.place_instances, L->cands);
+        char why[300] = "";
+        if (measure(r, m, &req, probe_us, L->cands, L->n_cands, why, sizeof why)) {
+            snprintf(L->note, sizeof L->note, "measurement failed (%.200s): hardware layout", why);
+            L->n_cands = 0;
+        } else {
+            L->chosen = tune_choose(L->cands, L->n_cands, TUNE_LATENCY_SLACK, TUNE_TOLERANCE);
+        }
+        if (L->chosen >= 0) {
+            const tune_cand *c = &L->cands[L->chosen];
+            bool same = c->threads == L->threads && c->spin == L->spin;
+            L->threads = c->threads;
+            L->spin = c->spin;
+            L->instances = c->instances;
+            snprintf(L->source, sizeof L->source, "measured");
+            snprintf(L->note, sizeof L->note, "%zu candidate(s), %d usable core(s) of %d (%d CPUs, quota %.2g); "
+                     "rule: the most Run()s/s within %.0f %% of the best single-instance latency, the simplest "
+                     "within %.0f %%; set:%s", L->n_cands, hw->usable, hw->cores, hw->pus, hw->quota,
+                     TUNE_LATENCY_SLACK * 100, TUNE_TOLERANCE * 100, fixed);
+            if (!same) {
+                OrtSession *s = NULL;
+                ret = model_create_session(r, m, NULL, -1, &s, err, errlen);
+                if (ret == 0) {
+                    g_ort->ReleaseSession(m->session);
+                    m->session = s;
+                }
+            }
+            if (ret == 0 && (size_t)c->instances != m->n_inst) {
+                free(m->inst);
+                m->inst = NULL;
+                if (model_plan_instances(r, m)) ret = ts_fail(err, errlen, "out of memory planning instances");
+            }
+        }
+    }
+    L->search_ms = (ts_now() - t0) * 1e3;
+    infer_request_free(&req);
+    log_layout(m);
+    return ret;
+}
+
+const model_layout *model_layout_of(const ts_model *m) { return &m->layout; }
