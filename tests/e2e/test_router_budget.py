@@ -1,0 +1,132 @@
+"""Tenant budgets and fair share between tenants, live (issue 26 item 5).
+
+The backends are fakes (fakehttp) that bill a fixed compute time per request through
+Tierserve-Compute-Ms, so what a tenant spends is exact: with a usage pool at 3600 an hour and
+1000 ms per request, each request costs 1.00. What depends on this machine's speed (how long a
+request takes through the router) is measured in the test and sizes the waits.
+"""
+import json
+import threading
+import time
+
+from fakehttp import FakeHTTP, echo_id
+from helpers import metric
+from test_router import Router, post_once, wait_until
+
+REPLY = json.dumps({"model_name": "demo", "model_version": "1", "outputs": []}).encode()
+
+
+class Billing(FakeHTTP):
+    """A healthy fake worker: each request takes `delay` s and reports 1000 ms of compute;
+    it records the request id of each request in the order it finished (the tests send ids
+    that start with the tenant's name)."""
+    status = {**FakeHTTP.status, "models": [{"name": "demo", "version": "1", "ready": True}]}
+
+    def __init__(self, delay=0.0):
+        self.delay = delay
+        self.done = []
+        self.lock = threading.Lock()
+        super().__init__()
+
+    def respond(self, c, head, body):
+        time.sleep(self.delay)
+        rid = next((line.split(b":", 1)[1].strip().decode() for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"x-request-id:")), "")
+        with self.lock:
+            self.done.append(rid.split("-")[0])
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTierserve-Compute-Ms: 1000\r\n" +
+                  echo_id(head) + b"Content-Length: %d\r\n\r\n" % len(REPLY) + REPLY)
+        return True
+
+
+def healthy(r, n):
+    wait_until(lambda: sum(p["healthy"] for p in r.status()["pools"]) >= n, 15, f"{n} healthy backends")
+
+
+def test_soft_budget_demotes_to_cpu_and_hard_budget_refuses_naming_it(tmp_path):
+    gpu, cpu = Billing(), Billing()
+    r = Router(f"""
+address: 127.0.0.1
+probe_interval_ms: 100
+tenants:
+  - {{name: acme, budget: {{soft_per_hour: 3, hard_per_hour: 5, hard_per_day: 100}}}}
+  - {{name: globex}}
+pools:
+  - {{name: gpu, kind: gpu, min_tier: cpu, backends: ["127.0.0.1:{gpu.port}"], cost: {{model: usage, usd_per_hour: 3600}}}}
+  - {{name: cpu, kind: cpu, backends: ["127.0.0.1:{cpu.port}"], cost: {{model: usage, usd_per_hour: 3600}}}}
+""", tmp_path)
+    try:
+        healthy(r, 2)
+        acme = {"X-Tenant": "acme", "X-Priority": "urgent"}
+        pools = []
+        for _ in range(5):  # 1.00 each: 3 within budget, then 2 past the soft one
+            code, headers, raw = post_once(r, "demo", acme)
+            assert code == 200, raw
+            pools.append(headers["X-Tierrouter-Pool"])
+        assert pools == ["gpu", "gpu", "gpu", "cpu", "cpu"], pools  # demoted: CPU only
+        # 5.00 spent: the hard per-hour budget; 429 naming it, with the time the hour frees it
+        code, headers, raw = post_once(r, "demo", acme)
+        assert code == 429, raw
+        assert json.loads(raw)["error"] == "tenant budget 'acme' hard per-hour budget 5.00 spent"
+        assert 3500 <= int(headers["Retry-After"]) <= 3600, headers
+        # another tenant is not touched
+        code, headers, _ = post_once(r, "demo", {"X-Tenant": "globex", "X-Priority": "urgent"})
+        assert (code, headers["X-Tierrouter-Pool"]) == (200, "gpu")
+        assert metric(r, "tierrouter_tenant_demoted_total", tenant="acme", required=True) == 2
+        assert metric(r, "tierrouter_tenant_refused_total", tenant="acme", reason="budget", required=True) == 1
+        assert metric(r, "tierrouter_tenant_budget_used_ratio", tenant="acme", window="hour", budget="hard",
+                      required=True) == 1.0
+        assert metric(r, "tierrouter_tenant_budget_spent_usd", tenant="acme", window="day", required=True) == 5.0
+        # demoted urgent ran as normal: counted at that priority
+        assert metric(r, "tierrouter_requests_total", pool="cpu", priority="normal", outcome="success") == 2
+        t = {x["name"]: x for x in r.status()["tenants"]}
+        assert t["acme"]["state"] == "hard" and t["acme"]["refused"] == 1 and t["globex"]["state"] == "ok"
+    finally:
+        assert r.stop() == 0
+        gpu.close()
+        cpu.close()
+
+
+def test_a_bursting_tenant_does_not_starve_another(tmp_path):
+    """One slot, a burst of `burst` requests from one tenant, more than the admission queue
+    holds; then one request from a quiet tenant. Fair share serves it next (not after the
+    burst) and a full queue makes the burst give up a place to it (not 503)."""
+    w = Billing(delay=0.02)
+    queue = 8
+    r = Router(f"""
+address: 127.0.0.1
+probe_interval_ms: 100
+deadline_ms: {{urgent: 60000, normal: 60000, batch: 60000}}
+admission: {{queue_size: {queue}, queue_timeout_ms: 60000}}
+tenants: [{{name: hog}}, {{name: quiet}}]
+pools:
+  - {{name: cpu, kind: cpu, max_in_flight: 1, backends: ["127.0.0.1:{w.port}"]}}
+""", tmp_path)
+    try:
+        healthy(r, 1)
+        # one request's time through the router here, alone
+        t0 = time.monotonic()
+        for _ in range(3):
+            assert post_once(r, "demo", {"X-Tenant": "quiet"})[0] == 200
+        service = (time.monotonic() - t0) / 3
+        w.done.clear()
+        burst = queue + 4
+        codes = []
+        threads = [threading.Thread(target=lambda k=k: codes.append(
+            post_once(r, "demo", {"X-Tenant": "hog", "X-Request-Id": f"hog-{k}"}, timeout=120)[0]), daemon=True)
+            for k in range(burst)]
+        for t in threads:
+            t.start()
+        # the queue full of the burst (one in flight, the rest refused)
+        wait_until(lambda: r.status()["admission_queue"]["normal"] == queue, 30 + 20 * service, "a full queue")
+        code, _, raw = post_once(r, "demo", {"X-Tenant": "quiet", "X-Request-Id": "quiet-1"}, timeout=120)
+        assert code == 200, raw  # it took the place of the burst's newest request
+        for t in threads:
+            t.join(120)
+        # served right after what was in flight, not after the queued burst
+        assert "quiet" in w.done[:3], w.done
+        # the burst overflowed the queue (its surplus, and the place it gave up, got 503)
+        assert sorted(set(codes)) == [200, 503] and len(codes) == burst, codes
+    finally:
+        assert r.stop() == 0
+        w.close()
