@@ -9,6 +9,7 @@ import json
 import threading
 import time
 
+from conftest import run_tierbench
 from fakehttp import FakeHTTP, echo_id
 from helpers import metric
 from test_router import Router, post_once, wait_until
@@ -81,6 +82,12 @@ pools:
         assert metric(r, "tierrouter_requests_total", pool="cpu", priority="normal", outcome="success") == 2
         t = {x["name"]: x for x in r.status()["tenants"]}
         assert t["acme"]["state"] == "hard" and t["acme"]["refused"] == 1 and t["globex"]["state"] == "ok"
+        # tierbench cost shows budget use (only tenants with a budget)
+        code, out, err = run_tierbench("cost", "--router", f"http://{r.url}", "--markdown", "-")
+        assert code == 0, err
+        rows = [line for line in out.splitlines() if line.startswith("| acme | hard |")]
+        assert rows == ["| acme | hard | 5.000000 | 166.7% | 100.0% | 5.000000 | no budget | 5.0% | 2 | 1 |"], out
+        assert "| globex |" not in out.split("## Tenant budgets")[1]
     finally:
         assert r.stop() == 0
         gpu.close()
