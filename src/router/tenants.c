@@ -78,6 +78,16 @@ static bool has_budget(const tenant_budget *b)
     return false;
 }
 
+/* One counter family, a series per tenant with a budget (the only ones it can move). */
+static void counters(const rt_tenants *t, buf *out, const char *name, const char *help, const char *labels,
+                     const uint64_t *v)
+{
+    prom_family(out, name, "counter", help);
+    for (size_t i = 0; i < t->n; i++)
+        if (has_budget(&t->budget[i]))
+            buf_printf(out, "%s{tenant=\"%s\"%s} %llu\n", name, name_of(t, i), labels, (unsigned long long)v[i]);
+}
+
 void rt_tenants_metrics(const rt_tenants *t, const cost_book *b, buf *out)
 {
     double now = cost_wall_now();
@@ -106,18 +116,11 @@ void rt_tenants_metrics(const rt_tenants *t, const cost_book *b, buf *out)
                                "%.6f\n", name_of(t, i), k_window[w], k ? "hard" : "soft", spent / lim[k]);
         }
     }
-    prom_family(out, "tierrouter_tenant_demoted_total", "counter",
-                "Requests demoted for passing their tenant's soft budget (a lower priority, CPU pools only)");
-    for (size_t i = 0; i < t->n; i++)
-        if (has_budget(&t->budget[i]))
-            buf_printf(out, "tierrouter_tenant_demoted_total{tenant=\"%s\"} %llu\n", name_of(t, i),
-                       (unsigned long long)t->demoted[i]);
-    prom_family(out, "tierrouter_tenant_refused_total", "counter",
-                "Requests refused (429) for passing their tenant's hard budget");
-    for (size_t i = 0; i < t->n; i++)
-        if (has_budget(&t->budget[i]))
-            buf_printf(out, "tierrouter_tenant_refused_total{tenant=\"%s\",reason=\"budget\"} %llu\n", name_of(t, i),
-                       (unsigned long long)t->refused[i]);
+    counters(t, out, "tierrouter_tenant_demoted_total",
+             "Requests demoted for passing their tenant's soft budget (a lower priority, CPU pools only)", "",
+             t->demoted);
+    counters(t, out, "tierrouter_tenant_refused_total", "Requests refused (429) for passing their tenant's hard budget",
+             ",reason=\"budget\"", t->refused);
 }
 
 void rt_tenants_json(const rt_tenants *t, const cost_book *b, buf *out)
