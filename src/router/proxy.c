@@ -791,7 +791,14 @@ static bool evict_hog(proxy_req *pr)
 static void admit(proxy_req *pr, const route_pool *view, const route_plan *plan)
 {
     router *r = pr->r;
-    if (send_by_plan(pr, view, plan, NULL, false)) return;
+    rt_tenants *tn = &r->tenants;
+    if (send_by_plan(pr, view, plan, NULL, false)) {
+        /* served without waiting counts for fair share too: a tenant that had the slots to
+         * itself goes behind the others once a queue forms */
+        tenant_fair_join(tn->finish[pr->prio], tn->vtime[pr->prio], pr->tenant_ix);
+        tenant_fair_charge(tn->finish[pr->prio], &tn->vtime[pr->prio], tn->weight, pr->tenant_ix);
+        return;
+    }
     double wait_ms = queue_wait_ms(r, pr->prio);
     priority_class victim;
     switch (route_admission(pr->prio, r->admq_n, r->cfg->admission.queue_size, wait_ms, &victim)) {
@@ -824,7 +831,6 @@ static void admit(proxy_req *pr, const route_pool *view, const route_plan *plan)
     *pp = pr;
     pr->qnext = NULL;
     r->admq_n[q]++;
-    rt_tenants *tn = &r->tenants;
     if (tn->waiting[q][pr->tenant_ix]++ == 0) tenant_fair_join(tn->finish[q], tn->vtime[q], pr->tenant_ix);
     pr->qtimer = evtimer_new(r->base, on_queue_timeout, pr);
     double wait = wait_ms / 1e3;

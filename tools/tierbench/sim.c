@@ -595,7 +595,13 @@ static double wait_of(const sim *s, priority_class prio)
 
 static void admit(sim *s, uint32_t i)
 {
-    if (dispatch(s, i)) return;
+    if (dispatch(s, i)) { /* counts for fair share too (proxy.c admit) */
+        int q = s->rq[i].prio;
+        size_t t = s->tr->a[i].tenant;
+        tenant_fair_join(s->finish[q], s->vtime[q], t);
+        tenant_fair_charge(s->finish[q], &s->vtime[q], s->weight, t);
+        return;
+    }
     priority_class prio = (priority_class)s->rq[i].prio, victim;
     double wait = wait_of(s, prio);
     switch (route_admission(prio, s->admq_n, s->c->queue_size, wait * 1e3, &victim)) {
