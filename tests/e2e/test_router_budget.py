@@ -143,3 +143,26 @@ pools:
         w.gate.set()
         assert r.stop() == 0
         w.close()
+
+
+def test_check_config_refuses_bad_budgets_naming_the_key(tmp_path):
+    import subprocess
+    from helpers import ROUTER_BIN
+    base = 'pools: [{name: cpu, kind: cpu, backends: ["127.0.0.1:1"]}]\ntenants: [{name: acme, %s}]\n'
+    for body, needle in [
+        ("budget: {soft_per_hour: 20, hard_per_hour: 12}", "tenants[0].budget.soft_per_hour: 20 is above hard_per_hour 12"),
+        ("budget: {soft_per_day: 9, hard_per_day: 8}", "tenants[0].budget.soft_per_day: 9 is above hard_per_day 8"),
+        ("budget: {hard_per_hour: 50, hard_per_day: 40}", "tenants[0].budget.hard_per_hour: 50 is above hard_per_day 40"),
+        ("budget: {hard_per_hour: -1}", "tenants[0].budget.hard_per_hour: -1 is not in 0..1e+09"),
+        ("weight: 0.5, budget: {soft_pr_hour: 1}", "soft_pr_hour"),
+        ("weight: 5000", "tenants[0].weight: 5000 is not in 0..1000"),
+        ("weight: 2, budget: {soft_per_hour: 1, hard_per_hour: 2, soft_per_day: 10, hard_per_day: 20}", None),
+    ]:
+        cfg = tmp_path / "r.yaml"
+        cfg.write_text(base % body)
+        p = subprocess.run([ROUTER_BIN, "--check-config", "--config", str(cfg)], capture_output=True, timeout=15)
+        if needle is None:
+            assert p.returncode == 0, p.stderr
+            assert b"tenants[0].budget.hard_per_day: 20" in p.stdout, p.stdout
+        else:
+            assert p.returncode == 64 and needle.encode() in p.stderr, (body, p.stderr)
