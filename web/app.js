@@ -443,6 +443,22 @@ function sloBlock(st) {
     })));
 }
 
+// tenants with a budget: what each spent over the rolling hour and the UTC day against it
+function budgetBlock(st) {
+  const rows = (st.tenants || []).filter((t) => Object.values(t.budget).some((v) => v > 0));
+  if (!rows.length) return null;
+  const used = (spent, b) => (b > 0 ? pct(spent / b) : '—');
+  return el('table', { class: 'slo', 'data-testid': 'budgets' },
+    el('thead', {}, el('tr', {}, ['Tenant', 'State', 'Hour spent', 'of soft', 'of hard', 'Day spent', 'of soft', 'of hard',
+      'Demoted', 'Refused'].map((h) => el('th', {}, h)))),
+    el('tbody', {}, rows.map((t) => el('tr', { class: t.state === 'ok' ? '' : 'hot', 'data-tenant': t.name },
+      el('td', {}, t.name), el('td', {}, t.state), el('td', {}, fmt(t.spent_hour, 4)),
+      el('td', {}, used(t.spent_hour, t.budget.soft_per_hour)), el('td', {}, used(t.spent_hour, t.budget.hard_per_hour)),
+      el('td', {}, fmt(t.spent_day, 4)), el('td', {}, used(t.spent_day, t.budget.soft_per_day)),
+      el('td', {}, used(t.spent_day, t.budget.hard_per_day)), el('td', {}, String(t.demoted)),
+      el('td', {}, String(t.refused))))));
+}
+
 const KIND_CLASS = { hard_failover: 'bad', backend_unhealthy: 'bad', ejection: 'warn', stage_up: 'warn', pressure_start: 'warn' };
 
 function renderTimeline(events) {
@@ -468,7 +484,7 @@ function renderRouter(st) {
       el('div', { class: 'stat ' + (st.hard_failover ? 'bad' : st.stage > 0 ? 'warn' : '') },
         'lead GPU pool ', el('b', {}, lead || '—'), ': stage ' + st.stage + (st.hard_failover ? ' · HARD FAILOVER' : ''),
         ' · CPU share normal ', el('b', {}, pct(st.cpu_share.normal)))),
-    sloBlock(st));
+    ...[sloBlock(st), budgetBlock(st)].filter(Boolean));
   $('pools-title').hidden = false;
   $('inference-title').hidden = false;
   $('timeline-box').hidden = false;

@@ -59,7 +59,7 @@ static void refuse(route_plan *out, route_verdict v, int status)
 void route_plan_request(const route_pool *pools, size_t n, const route_req *rq, double u, route_plan *out)
 {
     static const policy_state k_calm;
-    route_req any = {rq->prio, false};
+    route_req any = {rq->prio, false, rq->demoted};
     size_t gpus[ROUTE_MAX_POOLS], cpus[ROUTE_MAX_POOLS];
     /* what is healthy at all, and what of it may take sensitive data: the pressure policy
      * decides between the kinds with both in view */
@@ -90,8 +90,11 @@ void route_plan_request(const route_pool *pools, size_t n, const route_req *rq, 
     /* the request's own candidates, the chosen kind first (the rest is the spill) */
     const size_t *g = rq->sensitive ? sg : gpus, *c = rq->sensitive ? sc : cpus;
     size_t gn = rq->sensitive ? nsg : ng, cn = rq->sensitive ? nsc : nc;
+    if (rq->demoted) t = cn ? ROUTE_CPU : ROUTE_GPU;
+    out->want = t;
     const size_t *a = t == ROUTE_GPU ? g : c, *b = t == ROUTE_GPU ? c : g;
     size_t an = t == ROUTE_GPU ? gn : cn, bn = t == ROUTE_GPU ? cn : gn;
+    if (rq->demoted) bn = 0; /* no spill to the GPU pools */
     for (size_t i = 0; i < an; i++) out->order[out->n_order++] = a[i];
     for (size_t i = 0; i < bn; i++) out->order[out->n_order++] = b[i];
 }
@@ -106,6 +109,8 @@ void route_plan_retry(const route_pool *pools, size_t n, const route_req *rq, si
     out->want = kind == POOL_GPU ? ROUTE_GPU : ROUTE_CPU;
     if (eligible(&pools[current], rq)) out->order[out->n_order++] = current;
     out->n_order += candidates(pools, n, rq, kind, current, out->order + out->n_order);
+    /* a demoted request that ran on a CPU pool does not spill to a GPU one */
+    if (rq->demoted && kind == POOL_CPU) return;
     out->n_order += candidates(pools, n, rq, kind == POOL_GPU ? POOL_CPU : POOL_GPU, current,
                                out->order + out->n_order);
 }

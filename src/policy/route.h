@@ -54,6 +54,10 @@ typedef struct {
 typedef struct {
     priority_class prio;
     bool sensitive;
+    /* past its tenant's soft budget (tenant.h): the CPU pools only, the GPU pools only when
+     * no CPU pool is eligible (serves the model, healthy, sensitivity allowing); a full CPU
+     * pool makes it wait or be shed at its (demoted) priority, never spill to a GPU */
+    bool demoted;
 } route_req;
 
 typedef enum {

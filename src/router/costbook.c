@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     double usd;
@@ -26,6 +27,7 @@ struct cost_book {
     double *pending;       /* [pool][tenant][prio]: requests since the last tick (fixed) */
     double last_tick;
     uint64_t tokens[RC_MAX_POOLS][PRIO_COUNT][2]; /* /v1: prompt, completion */
+    tenant_meter *meters; /* [tenant]: configured + "unknown" (budgets; idle has none) */
 };
 
 static const char *const k_prio[PRIO_COUNT] = {"urgent", "normal", "batch"};
@@ -49,12 +51,14 @@ cost_book *cost_create(const router_config *c, double now)
     b->pending = calloc(slice(b), sizeof *b->pending);
     b->ring = calloc(slice(b) * COST_BUCKETS, sizeof *b->ring);
     b->bucket_id = calloc(COST_BUCKETS, sizeof *b->bucket_id);
+    b->meters = calloc(b->tenants - 1, sizeof *b->meters);
     b->last_tick = now;
-    if (!b->total || !b->used || !b->pending || !b->ring || !b->bucket_id) {
+    if (!b->total || !b->used || !b->pending || !b->ring || !b->bucket_id || !b->meters) {
         cost_destroy(b);
         return NULL;
     }
     for (size_t i = 0; i < COST_BUCKETS; i++) b->bucket_id[i] = -1;
+    for (size_t t = 0; t + 1 < b->tenants; t++) tenant_meter_init(&b->meters[t]);
     return b;
 }
 
@@ -66,6 +70,7 @@ void cost_destroy(cost_book *b)
     free(b->pending);
     free(b->ring);
     free(b->bucket_id);
+    free(b->meters);
     free(b);
 }
 
@@ -93,8 +98,22 @@ static cell *bucket(cost_book *b, double now)
     return b->ring + k * slice(b);
 }
 
+double cost_wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+const tenant_meter *cost_tenant_meter(const cost_book *b, size_t tenant)
+{
+    return tenant + 1 < b->tenants ? &b->meters[tenant] : NULL;
+}
+
 static void add(cost_book *b, size_t i, double usd, double n, double now)
 {
+    size_t tenant = (i / PRIO_COUNT) % b->tenants;
+    if (usd > 0 && tenant + 1 < b->tenants) tenant_meter_add(&b->meters[tenant], usd, cost_wall_now());
     b->total[i].usd += usd;
     b->total[i].n += n;
     cell *c = bucket(b, now) + i;

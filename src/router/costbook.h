@@ -15,6 +15,7 @@
 #include "buf.h"
 #include "policy.h"
 #include "rconfig.h"
+#include "tenant.h"
 
 #define COST_BUCKET_S 10
 #define COST_BUCKETS 360 /* one hour of 10 s buckets */
@@ -49,6 +50,12 @@ void cost_pool_window(const cost_book *b, size_t pool, double window_s, double n
  * idle included) and the /v1 tokens it served per priority (prompt, completion). */
 void cost_pool_totals(const cost_book *b, size_t pool, double *usd, uint64_t prompt[PRIO_COUNT],
                       uint64_t completion[PRIO_COUNT]);
+/* What tenant (an index as above, "unknown" included) spent, as its budgets count it: every
+ * cost the book attributes to it, metered by the wall clock (tenant.h: a rolling hour and the
+ * UTC day). NULL for an index out of range. */
+const tenant_meter *cost_tenant_meter(const cost_book *b, size_t tenant);
+/* The wall clock the meters use (seconds since the epoch). */
+double cost_wall_now(void);
 /* /admin/cost JSON over the last window_s seconds (<= one hour). */
 void cost_json(const cost_book *b, double window_s, double now, buf *out);
 

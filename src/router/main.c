@@ -183,7 +183,7 @@ int main(int argc, char **argv)
     r.auth = authlimit_create(r.cfg->auth_limit.max_failures, r.cfg->auth_limit.window_s, r.cfg->auth_limit.block_s,
                               seeds[1]);
     r.bodies = budget_create(r.cfg->max_inflight_body_bytes);
-    if (!r.auth || !r.bodies || rt_front_init(&r) != 0) {
+    if (!r.cost || !r.auth || !r.bodies || rt_tenants_init(&r.tenants, r.cfg) != 0 || rt_front_init(&r) != 0) {
         log_emit(LOG_ERROR, NULL, "out of memory");
         return 1;
     }
@@ -289,6 +289,7 @@ int main(int argc, char **argv)
     rt_drain_free(&r);
     event_base_free(r.base);
     cost_destroy(r.cost);
+    rt_tenants_free(&r.tenants);
     authlimit_destroy(r.auth);
     budget_destroy(r.bodies); /* every request, and the body it held, is gone */
     free(r.key_digests);

@@ -212,7 +212,7 @@ static void on_client_end(h1req *req, bool completed, void *arg)
     else cancel_try(pr);
 }
 
-static route_req req_of(const proxy_req *pr) { return (route_req){pr->prio, pr->sensitive}; }
+static route_req req_of(const proxy_req *pr) { return (route_req){pr->prio, pr->sensitive, pr->demoted}; }
 
 static int send_to_backend(proxy_req *pr);
 
@@ -740,6 +740,7 @@ static void queue_remove(router *r, proxy_req *pr)
             if (*pp == pr) {
                 *pp = pr->qnext;
                 r->admq_n[q]--;
+                r->tenants.waiting[q][pr->tenant_ix]--;
                 if (pr->qtimer) event_free(pr->qtimer);
                 pr->qtimer = NULL;
                 return;
@@ -765,19 +766,48 @@ static void on_queue_timeout(evutil_socket_t fd, short what, void *arg)
     finish_error(pr, pr->prio == PRIO_BATCH ? TS_TOO_MANY_REQUESTS : TS_UNAVAILABLE, OUT_SHED, msg);
 }
 
+/* The queue is full of this priority and higher: a tenant holding more than its weight's
+ * share of this priority's places gives its newest one up to pr (tenant_fair_victim), so one
+ * tenant's burst cannot keep the others out. True when a place was freed. */
+static bool evict_hog(proxy_req *pr)
+{
+    router *r = pr->r;
+    rt_tenants *tn = &r->tenants;
+    size_t t = tenant_fair_victim(tn->waiting[pr->prio], tn->weight, tn->n, pr->tenant_ix);
+    if (t == SIZE_MAX) return false;
+    proxy_req *v = NULL;
+    for (proxy_req *x = r->admq[pr->prio]; x; x = x->qnext)
+        if (x->tenant_ix == t) v = x;
+    if (!v) return false;
+    queue_remove(r, v);
+    finish_error(v, pr->prio == PRIO_BATCH ? TS_TOO_MANY_REQUESTS : TS_UNAVAILABLE, OUT_SHED,
+                 "every pool is saturated and this request's tenant holds more than its share of the admission "
+                 "queue: another tenant's request took its place");
+    return true;
+}
+
 /* The first try of a request just planned (view and plan are fresh: no second view is
  * built), else the admission queue or a refusal. */
 static void admit(proxy_req *pr, const route_pool *view, const route_plan *plan)
 {
     router *r = pr->r;
-    if (send_by_plan(pr, view, plan, NULL, false)) return;
+    rt_tenants *tn = &r->tenants;
+    if (send_by_plan(pr, view, plan, NULL, false)) {
+        /* served without waiting counts for fair share too: a tenant that had the slots to
+         * itself goes behind the others once a queue forms */
+        tenant_fair_join(tn->finish[pr->prio], tn->vtime[pr->prio], pr->tenant_ix);
+        tenant_fair_charge(tn->finish[pr->prio], &tn->vtime[pr->prio], tn->weight, pr->tenant_ix);
+        return;
+    }
     double wait_ms = queue_wait_ms(r, pr->prio);
     priority_class victim;
     switch (route_admission(pr->prio, r->admq_n, r->cfg->admission.queue_size, wait_ms, &victim)) {
     case ADMIT_SHED_BATCH:
+        if (wait_ms > 0 && evict_hog(pr)) break;
         finish_error(pr, TS_TOO_MANY_REQUESTS, OUT_SHED, "every pool is saturated: batch traffic is shed first");
         return;
     case ADMIT_QUEUE_FULL:
+        if (evict_hog(pr)) break;
         finish_error(pr, TS_UNAVAILABLE, OUT_SHED, "every pool is saturated and the admission queue is full");
         return;
     case ADMIT_EVICT: {
@@ -801,6 +831,7 @@ static void admit(proxy_req *pr, const route_pool *view, const route_plan *plan)
     *pp = pr;
     pr->qnext = NULL;
     r->admq_n[q]++;
+    if (tn->waiting[q][pr->tenant_ix]++ == 0) tenant_fair_join(tn->finish[q], tn->vtime[q], pr->tenant_ix);
     pr->qtimer = evtimer_new(r->base, on_queue_timeout, pr);
     double wait = wait_ms / 1e3;
     double left = pr->deadline - ts_now();
@@ -809,34 +840,69 @@ static void admit(proxy_req *pr, const route_pool *view, const route_plan *plan)
     if (pr->qtimer) evtimer_add(pr->qtimer, &tv);
 }
 
-/* A slot freed up somewhere: the queue's head gets it, urgent first, then normal, then
- * batch. */
+/* A slot freed up somewhere: the queue gets it, urgent first, then normal, then batch; within
+ * a priority the tenant whose turn it is by weighted fair share (tenant.h), its oldest
+ * request first. */
 static void admission_drain(router *r)
 {
+    rt_tenants *tn = &r->tenants;
     for (int q = 0; q < PRIO_COUNT; q++) {
         while (r->admq[q]) {
-            proxy_req *pr = r->admq[q];
+            size_t t = tenant_fair_pick(tn->finish[q], tn->weight, tn->waiting[q], tn->n);
+            proxy_req **pp = &r->admq[q];
+            while (*pp && (*pp)->tenant_ix != t) pp = &(*pp)->qnext;
+            if (!*pp) pp = &r->admq[q]; /* counts and list disagree: cannot happen; FIFO then */
+            proxy_req *pr = *pp;
             if (!pr->client) { /* left while queued */
                 queue_remove(r, pr);
                 count(pr, OUT_SHED, 0);
                 proxy_free(pr);
                 continue;
             }
-            r->admq[q] = pr->qnext;
+            *pp = pr->qnext;
             r->admq_n[q]--;
+            tn->waiting[q][pr->tenant_ix]--;
             if (dispatch(pr)) {
                 if (pr->qtimer) event_free(pr->qtimer);
                 pr->qtimer = NULL;
+                tenant_fair_charge(tn->finish[q], &tn->vtime[q], tn->weight, pr->tenant_ix);
                 continue;
             }
-            /* still no room: back to the head, stop for now */
+            /* still no room: back at the head (before its tenant's others), stop for now */
             pr->qnext = r->admq[q];
             r->admq[q] = pr;
             r->admq_n[q]++;
+            tn->waiting[q][pr->tenant_ix]++;
             break; /* the next priority may still fit: a sensitive head waits for pools the
                       others need not (one kept from more never fits where this did not) */
         }
     }
+}
+
+/* Past its tenant's hard budget: 429 + Retry-After naming the budget (true: answered); past
+ * the soft one: demoted, a priority lower and the CPU pools only (route.h). */
+static bool tenant_budget_gate(proxy_req *pr)
+{
+    router *r = pr->r;
+    tenant_verdict v;
+    rt_tenants_check(&r->tenants, r->cost, pr->tenant_ix, &v);
+    if (v.state == TENANT_OK) return false;
+    char msg[200];
+    rt_tenants_describe(&r->tenants, pr->tenant_ix, &v, msg, sizeof msg);
+    if (v.state == TENANT_SOFT) {
+        pr->prio = tenant_demote(pr->prio);
+        pr->demoted = true;
+        r->tenants.demoted[pr->tenant_ix]++;
+        return false;
+    }
+    r->tenants.refused[pr->tenant_ix]++;
+    if (pr->client) {
+        char after[32];
+        snprintf(after, sizeof after, "%.0f", v.retry_after_s);
+        h1req_add_header(pr->client, "Retry-After", after);
+    }
+    finish_error(pr, TS_TOO_MANY_REQUESTS, OUT_SHED, msg);
+    return true;
 }
 
 /* Routes a request the front has classified: route.h decides (the policy of the GPU pool it
@@ -845,6 +911,8 @@ static void admission_drain(router *r)
 void rt_proxy_route(proxy_req *pr)
 {
     router *r = pr->r;
+    pr->tenant_ix = cost_tenant_index(r->cfg, pr->tenant);
+    if (pr->is_infer && tenant_budget_gate(pr)) return;
     route_pool view[RT_MAX_POOLS];
     rt_route_view(r, pr->logical, ts_now(), view);
     route_req rq = req_of(pr);

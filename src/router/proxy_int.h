@@ -27,6 +27,8 @@ typedef struct proxy_req {
     double try_sent, try_left; /* when the current try went out, and its timeout */
     char request_id[80];
     char tenant[64];
+    size_t tenant_ix; /* its index in the cost book and r->tenants (configured, or "unknown") */
+    bool demoted;     /* past its tenant's soft budget: prio lowered, CPU pools only */
     rt_pool *pool;
     rt_backend *backend, *first_backend;
     h1cli_req *bq;          /* the try in flight to pr->backend, NULL between tries */

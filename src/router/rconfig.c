@@ -134,11 +134,21 @@ static const rc_key k_keys[] = {
     {T_("auth_limit.block_s", auth_limit.block_s), UINT_("60", 1, 86400),
      .help = "how long a blocked address gets 429 + Retry-After, good credentials included"},
     {T_("tenants", tenants), .type = RK_LIST, .count_off = offsetof(router_config, tenants_count), .min = 0,
-     .max = 1024, .help = "tenants: {name, api_key, sensitive} each"},
+     .max = 1024, .help = "tenants: {name, api_key, sensitive, weight, budget} each"},
     {N_("name", name), .flags = RF_REQUIRED, STR_(RK_STR, NULL, 1, 63), .help = "the tenant's name, unique"},
     {N_("api_key", api_key), STR_(RK_TOKEN, NULL, 8, 255), .help = "the tenant's key in api_key_header, unique"},
     {N_("sensitive", sensitive), .type = RK_BOOL, .def = "false",
      .help = "every request of this tenant is sensitive data"},
+    {N_("weight", weight), DBL_("1", 0, 1000),
+     .help = "its share of the admission queue within a priority against other tenants (0 or absent: 1)"},
+    {N_("budget.soft_per_hour", budget.soft_per_hour), DBL_("0", 0, 1e9),
+     .help = "cost over the rolling hour past which its requests are demoted (0: none)"},
+    {N_("budget.hard_per_hour", budget.hard_per_hour), DBL_("0", 0, 1e9),
+     .help = "cost over the rolling hour past which its requests get 429 + Retry-After (0: none)"},
+    {N_("budget.soft_per_day", budget.soft_per_day), DBL_("0", 0, 1e9),
+     .help = "cost over the calendar day (UTC) past which its requests are demoted (0: none)"},
+    {N_("budget.hard_per_day", budget.hard_per_day), DBL_("0", 0, 1e9),
+     .help = "cost over the calendar day (UTC) past which its requests get 429 + Retry-After (0: none)"},
     {T_("slo_p95_ms.urgent", slo_p95_ms.urgent), UINT_("0", 0, MS_MAX),
      .help = "p95 latency target of urgent requests (0: none): tierrouter_slo_* and /admin/status"},
     {T_("slo_p95_ms.normal", slo_p95_ms.normal), UINT_("0", 0, MS_MAX), .help = "the same, normal (0: none)"},
@@ -309,10 +319,17 @@ static const cyaml_schema_field_t k_deadline_fields[] = {
     CYAML_FIELD_UINT("normal", CYAML_FLAG_OPTIONAL, rc_deadlines, normal),
     CYAML_FIELD_UINT("batch", CYAML_FLAG_OPTIONAL, rc_deadlines, batch), CYAML_FIELD_END};
 
+static const cyaml_schema_field_t k_budget_fields[] = {
+    CYAML_FIELD_FLOAT("soft_per_hour", CYAML_FLAG_OPTIONAL, rc_budget, soft_per_hour),
+    CYAML_FIELD_FLOAT("hard_per_hour", CYAML_FLAG_OPTIONAL, rc_budget, hard_per_hour),
+    CYAML_FIELD_FLOAT("soft_per_day", CYAML_FLAG_OPTIONAL, rc_budget, soft_per_day),
+    CYAML_FIELD_FLOAT("hard_per_day", CYAML_FLAG_OPTIONAL, rc_budget, hard_per_day), CYAML_FIELD_END};
 static const cyaml_schema_field_t k_tenant_fields[] = {
     CYAML_FIELD_STRING_PTR("name", CYAML_FLAG_POINTER, rc_tenant, name, 0, RC_STR_READ_MAX),
     CYAML_FIELD_STRING_PTR("api_key", CYAML_FLAG_POINTER | CYAML_FLAG_OPTIONAL, rc_tenant, api_key, 0, RC_STR_READ_MAX),
-    CYAML_FIELD_BOOL("sensitive", CYAML_FLAG_OPTIONAL, rc_tenant, sensitive), CYAML_FIELD_END};
+    CYAML_FIELD_BOOL("sensitive", CYAML_FLAG_OPTIONAL, rc_tenant, sensitive),
+    CYAML_FIELD_FLOAT("weight", CYAML_FLAG_OPTIONAL, rc_tenant, weight),
+    CYAML_FIELD_MAPPING("budget", CYAML_FLAG_OPTIONAL, rc_tenant, budget, k_budget_fields), CYAML_FIELD_END};
 static const cyaml_schema_value_t k_tenant = {CYAML_VALUE_MAPPING(CYAML_FLAG_DEFAULT, rc_tenant, k_tenant_fields)};
 
 static const cyaml_schema_field_t k_admission_fields[] = {
@@ -809,6 +826,18 @@ static int validate(router_config *c, const char *path, char *err, size_t errlen
                 strcmp(c->tenants[i].api_key, c->tenants[j].api_key) == 0)
                 return ts_fail(err, errlen, "%s: tenants[%u].api_key: the same key as tenants[%u]", path, i, j);
         }
+    for (unsigned i = 0; i < c->tenants_count; i++) {
+        const rc_budget *b = &c->tenants[i].budget;
+        if (b->soft_per_hour > 0 && b->hard_per_hour > 0 && b->soft_per_hour > b->hard_per_hour)
+            return ts_fail(err, errlen, "%s: tenants[%u].budget.soft_per_hour: %g is above hard_per_hour %g (the soft "
+                           "budget demotes before the hard one refuses)", path, i, b->soft_per_hour, b->hard_per_hour);
+        if (b->soft_per_day > 0 && b->hard_per_day > 0 && b->soft_per_day > b->hard_per_day)
+            return ts_fail(err, errlen, "%s: tenants[%u].budget.soft_per_day: %g is above hard_per_day %g (the soft "
+                           "budget demotes before the hard one refuses)", path, i, b->soft_per_day, b->hard_per_day);
+        if (b->hard_per_day > 0 && b->hard_per_hour > b->hard_per_day)
+            return ts_fail(err, errlen, "%s: tenants[%u].budget.hard_per_hour: %g is above hard_per_day %g (an hour "
+                           "can never spend it)", path, i, b->hard_per_hour, b->hard_per_day);
+    }
     if (rconfig_tenant_keys(c) && !c->admin_token && !c->admin_open)
         return ts_fail(err, errlen,
                        "%s: tenants[].api_key is set but admin_token is not: /admin/* and /metrics would be open "

@@ -95,10 +95,18 @@ typedef struct {
     unsigned stages_count;
 } rc_policy;
 
+/* A tenant's budgets in the cost units of tierrouter_cost_usd_total, per rolling hour and
+ * per calendar day in UTC (0: none); docs/router.md "Tenant budgets". */
+typedef struct {
+    double soft_per_hour, hard_per_hour, soft_per_day, hard_per_day;
+} rc_budget;
+
 typedef struct {
     char *name;
     char *api_key;     /* optional */
     bool sensitive;    /* every request of this tenant is sensitive data */
+    double weight;     /* its share of the admission queue within a priority (0: 1) */
+    rc_budget budget;
 } rc_tenant;
 
 /* Repeated authentication failures from one client address (docs/router.md

@@ -27,6 +27,7 @@
 #include "route.h"
 #include "rconfig.h"
 #include "secret.h"
+#include "tenants.h"
 #include "tls.h"
 
 struct proxy_req;
@@ -65,6 +66,7 @@ typedef struct router {
     int port;
     double started;
     cost_book *cost;
+    rt_tenants tenants; /* budgets, demoted/refused counters, fair-share tags (tenants.h) */
     authlimit *auth;    /* failed authentication per client address (policy/authlimit.h) */
     /* the configured credentials hashed once (rt_front_init): the tenants' API keys in
      * cfg->tenants order, the admin and metrics tokens (unset: a digest equal to nothing) */

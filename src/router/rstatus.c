@@ -213,6 +213,8 @@ void rt_status_json(router *r, buf *b)
     /* who waits for capacity now, by priority (proxy.c's admission queue) */
     buf_printf(b, "\"admission_queue\":{\"urgent\":%zu,\"normal\":%zu,\"batch\":%zu},", r->admq_n[PRIO_URGENT],
                r->admq_n[PRIO_NORMAL], r->admq_n[PRIO_BATCH]);
+    rt_tenants_json(&r->tenants, r->cost, b); /* budgets: what each spent, its state */
+    buf_putc(b, ',');
     buf_printf(b, "\"active\":%u,\"retries\":%llu,\"ejections\":%llu,\"pools\":[", r->active,
                (unsigned long long)r->retries, (unsigned long long)r->ejections_total);
     for (size_t i = 0; i < r->n_pools; i++) {
@@ -379,6 +381,7 @@ void rt_metrics(router *r, buf *b)
             buf_printf(b, "tierrouter_policy_events_total{pool=\"%s\",event=\"%s\"} %llu\n", r->pools[i].cfg->name,
                        policy_event_name((policy_event_kind)e), (unsigned long long)r->policy_events[i][e]);
     cost_metrics(r->cost, b);
+    rt_tenants_metrics(&r->tenants, r->cost, b);
     const unsigned targets[PRIO_COUNT] = {r->cfg->slo_p95_ms.urgent, r->cfg->slo_p95_ms.normal, r->cfg->slo_p95_ms.batch};
     prom_family(b, "tierrouter_slo_p95_seconds", "gauge", "p95 latency over the last 60 s, by priority");
     for (int p = 0; p < PRIO_COUNT; p++) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "route.h"
+#include "tenant.h"
 
 /* A fleet for one request: up to 8 pools of up to 4 backends. */
 typedef struct {
@@ -32,7 +33,7 @@ static size_t add(fleet *f, pool_kind kind, bool sensitive, size_t healthy, size
 
 static route_plan plan(const fleet *f, priority_class prio, bool sensitive, double u)
 {
-    route_req rq = {prio, sensitive};
+    route_req rq = {prio, sensitive, false};
     route_plan p;
     route_plan_request(f->pools, f->n, &rq, u, &p);
     return p;
@@ -100,7 +101,7 @@ static void test_sensitive_retry_never_leaves_its_pools(void **state)
     size_t vault_a = add(&f, POOL_CPU, true, 1, 1, 0);
     add(&f, POOL_CPU, false, 1, 1, 0);
     size_t vault_b = add(&f, POOL_GPU, true, 1, 1, 0);
-    route_req rq = {PRIO_NORMAL, true};
+    route_req rq = {PRIO_NORMAL, true, false};
     route_plan p;
     route_plan_retry(f.pools, f.n, &rq, vault_a, &p);
     assert_int_equal(p.n_order, 2);
@@ -122,7 +123,7 @@ static void test_retry_order_same_pool_same_kind_then_other(void **state)
     fleet f = {0};
     size_t g1 = add(&f, POOL_GPU, false, 2, 2, 0), c1 = add(&f, POOL_CPU, false, 1, 1, 0);
     size_t g2 = add(&f, POOL_GPU, false, 2, 2, 1);
-    route_req rq = {PRIO_NORMAL, false};
+    route_req rq = {PRIO_NORMAL, false, false};
     route_plan p;
     route_plan_retry(f.pools, f.n, &rq, g1, &p);
     assert_int_equal(p.n_order, 3);
@@ -379,6 +380,146 @@ static void test_rng_is_seeded_and_uniform(void **state)
     assert_true(route_rng_uniform(&a) != route_rng_uniform(&b));
 }
 
+
+/* ---- tenants (src/policy/tenant.c) ------------------------------------------------- */
+
+static void test_demoted_goes_to_cpu_only_unless_none_can(void **state)
+{
+    (void)state;
+    fleet f = {0};
+    size_t gpu = add(&f, POOL_GPU, false, 2, 2, 0), cpu = add(&f, POOL_CPU, false, 1, 1, 0);
+    size_t vault = add(&f, POOL_GPU, true, 1, 1, 0); /* the only pool for sensitive data */
+    route_req rq = {PRIO_URGENT, false, true};
+    route_plan p;
+    route_plan_request(f.pools, f.n, &rq, 0.99, &p);
+    assert_int_equal(p.want, ROUTE_CPU);
+    assert_int_equal(p.n_order, 1); /* no spill to a GPU pool */
+    assert_int_equal(p.order[0], cpu);
+    route_plan_retry(f.pools, f.n, &rq, cpu, &p);
+    assert_int_equal(p.n_order, 1);
+    /* sensitive data still goes only where it may: no CPU pool may take it, so the GPU one */
+    rq.sensitive = true;
+    route_plan_request(f.pools, f.n, &rq, 0.99, &p);
+    assert_int_equal(p.n_order, 1);
+    assert_int_equal(p.order[0], vault);
+    /* the CPU pool down: the GPU pools take it */
+    f.b[cpu][0].healthy = false;
+    rq.sensitive = false;
+    route_plan_request(f.pools, f.n, &rq, 0.99, &p);
+    assert_int_equal(p.want, ROUTE_GPU);
+    assert_int_equal(p.order[0], gpu);
+    assert_int_equal(tenant_demote(PRIO_URGENT), PRIO_NORMAL);
+    assert_int_equal(tenant_demote(PRIO_NORMAL), PRIO_BATCH);
+    assert_int_equal(tenant_demote(PRIO_BATCH), PRIO_BATCH);
+}
+
+static void test_budget_soft_demotes_hard_refuses_with_retry_after(void **state)
+{
+    (void)state;
+    double day0 = 20000.0 * TENANT_DAY_S; /* a UTC midnight */
+    tenant_budget b = {.soft = {6, 50}, .hard = {12, 100}};
+    tenant_meter m;
+    tenant_meter_init(&m);
+    tenant_verdict v;
+    tenant_meter_add(&m, 5, day0 + 60);   /* minute 1 */
+    tenant_budget_check(&b, &m, day0 + 100, &v);
+    assert_int_equal(v.state, TENANT_OK);
+    tenant_meter_add(&m, 1, day0 + 600);  /* minute 10: 6 in the hour */
+    tenant_budget_check(&b, &m, day0 + 601, &v);
+    assert_int_equal(v.state, TENANT_SOFT);
+    assert_int_equal(v.window, TENANT_HOUR);
+    tenant_meter_add(&m, 6, day0 + 1200); /* minute 20: 12, the hard budget reached */
+    tenant_budget_check(&b, &m, day0 + 1201, &v);
+    assert_int_equal(v.state, TENANT_HARD);
+    assert_int_equal(v.window, TENANT_HOUR);
+    assert_true(fabs(v.limit - 12) < 1e-9 && fabs(v.spent - 12) < 1e-9);
+    /* minute 1's 5 leaves the hour at minute 61: 7 < 12 then */
+    assert_true(fabs(v.retry_after_s - (61 * 60 - 1201)) < 1e-9);
+    tenant_budget_check(&b, &m, day0 + 61 * 60, &v);
+    assert_int_equal(v.state, TENANT_SOFT); /* 7: still past the soft 6 */
+    assert_true(fabs(tenant_meter_spent(&m, TENANT_HOUR, day0 + 61 * 60) - 7) < 1e-9);
+    assert_true(fabs(tenant_meter_spent(&m, TENANT_DAY, day0 + 61 * 60) - 12) < 1e-9);
+    /* the day: past its hard budget until the next UTC midnight, the longer wait decides */
+    for (int k = 0; k < 9; k++) tenant_meter_add(&m, 10, day0 + 7200 + 3600.0 * k);
+    tenant_budget_check(&b, &m, day0 + 40000, &v);
+    assert_int_equal(v.state, TENANT_HARD);
+    assert_int_equal(v.window, TENANT_DAY);
+    assert_true(fabs(v.retry_after_s - (TENANT_DAY_S - 40000)) < 1e-9);
+    tenant_budget_check(&b, &m, day0 + TENANT_DAY_S + 1, &v); /* a new day: nothing spent */
+    assert_int_equal(v.state, TENANT_OK);
+    assert_true(tenant_meter_spent(&m, TENANT_DAY, day0 + TENANT_DAY_S + 1) == 0);
+    /* no budget: never limited; hostile costs ignored */
+    tenant_budget none = {0};
+    tenant_budget_check(&none, &m, day0 + 40000, &v);
+    assert_int_equal(v.state, TENANT_OK);
+    tenant_meter_add(&m, NAN, day0 + 40000);
+    tenant_meter_add(&m, -5, day0 + 40000);
+    assert_true(fabs(tenant_meter_spent(&m, TENANT_DAY, day0 + 40000) - 102) < 1e-9);
+}
+
+/* Tenant 0 bursts 30 requests before tenants 1 and 2 queue 3 each: with equal weights the
+ * quiet ones leave the queue within the first rounds, not after the burst; weight 2 gets
+ * two turns for one. */
+static void test_fair_share_interleaves_a_burst(void **state)
+{
+    (void)state;
+    double finish[3] = {0}, vtime = 0, w[3] = {1, 1, 1};
+    size_t waiting[3] = {30, 3, 3}, order[36], n = 0;
+    for (size_t t; (t = tenant_fair_pick(finish, w, waiting, 3)) != SIZE_MAX;) {
+        order[n++] = t;
+        waiting[t]--;
+        tenant_fair_charge(finish, &vtime, w, t);
+    }
+    assert_int_equal(n, 36);
+    size_t last_quiet = 0;
+    for (size_t i = 0; i < n; i++)
+        if (order[i] != 0) last_quiet = i;
+    assert_true(last_quiet < 9); /* three rounds of three */
+    /* weights 2:1 between two backlogged tenants */
+    double f2[2] = {0}, v2 = 0, w2[2] = {2, 1};
+    size_t q2[2] = {100, 100}, got[2] = {0};
+    for (int i = 0; i < 30; i++) {
+        size_t t = tenant_fair_pick(f2, w2, q2, 2);
+        got[t]++;
+        q2[t]--;
+        tenant_fair_charge(f2, &v2, w2, t);
+    }
+    assert_int_equal(got[0], 20);
+    assert_int_equal(got[1], 10);
+    /* a tenant back from idle starts at the virtual time: no banked credit */
+    double f3[2] = {0, 0}, v3 = 0, w3[2] = {1, 1};
+    size_t q3[2] = {10, 0};
+    for (int i = 0; i < 10; i++) {
+        size_t t = tenant_fair_pick(f3, w3, q3, 2);
+        q3[t]--;
+        tenant_fair_charge(f3, &v3, w3, t);
+    }
+    q3[0] = 10, q3[1] = 10;
+    tenant_fair_join(f3, v3, 0);
+    tenant_fair_join(f3, v3, 1);
+    size_t run = 0;
+    while (tenant_fair_pick(f3, w3, q3, 2) == 1 && run < 10) {
+        q3[1]--;
+        tenant_fair_charge(f3, &v3, w3, 1);
+        run++;
+    }
+    assert_true(run <= 2); /* alternates at once, not 10 in a row */
+    assert_int_equal(tenant_fair_pick(f3, w3, (size_t[2]){0, 0}, 2), SIZE_MAX);
+}
+
+static void test_fair_victim_is_the_hog(void **state)
+{
+    (void)state;
+    double w[3] = {1, 1, 1};
+    assert_int_equal(tenant_fair_victim((size_t[3]){8, 0, 0}, w, 3, 1), 0);
+    assert_int_equal(tenant_fair_victim((size_t[3]){8, 0, 0}, w, 3, 0), SIZE_MAX); /* the hog itself */
+    assert_int_equal(tenant_fair_victim((size_t[3]){4, 3, 1}, w, 3, 1), SIZE_MAX); /* 4 is not > 3 + 1 */
+    assert_int_equal(tenant_fair_victim((size_t[3]){5, 3, 0}, w, 3, 2), 0);
+    double heavy[3] = {4, 1, 1};
+    assert_int_equal(tenant_fair_victim((size_t[3]){4, 1, 0}, heavy, 3, 2), SIZE_MAX); /* 4 places at weight 4 */
+    assert_int_equal(tenant_fair_victim((size_t[3]){6, 1, 0}, heavy, 3, 2), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -401,6 +542,10 @@ int main(void)
         cmocka_unit_test(test_ejection_count_forgets_while_well),
         cmocka_unit_test(test_pool_signals),
         cmocka_unit_test(test_rng_is_seeded_and_uniform),
+        cmocka_unit_test(test_demoted_goes_to_cpu_only_unless_none_can),
+        cmocka_unit_test(test_budget_soft_demotes_hard_refuses_with_retry_after),
+        cmocka_unit_test(test_fair_share_interleaves_a_burst),
+        cmocka_unit_test(test_fair_victim_is_the_hog),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

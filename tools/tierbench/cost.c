@@ -46,9 +46,18 @@ typedef struct {
     double window_s, timeout_s;
 } cr_opts;
 
+/* A tenant with a budget, from /admin/status "tenants" (docs/router.md "Tenant budgets"). */
+typedef struct {
+    char name[CR_NAME_MAX], state[8];
+    double spent[2], soft[2], hard[2]; /* [0] the rolling hour, [1] the UTC day */
+    double demoted, refused;
+} cr_budget;
+
 typedef struct {
     char ts[32];
     double window_s;
+    cr_budget budgets[CR_MAX_NAMES];
+    size_t n_budgets;
     cr_row rows[3 * CR_MAX_NAMES + 3]; /* + a latency row per priority */
     cr_price price[CR_MAX_NAMES]; /* per pool row, in the order of the pool rows */
     size_t n, n_pools;
@@ -245,6 +254,41 @@ static int status_rows(cr_report *rep, json_t *st, char *err, size_t errlen)
     return 0;
 }
 
+/* The budget rows: tenants with any budget set. A router without "tenants" in its status
+ * (older than budgets) gives none. */
+static int budget_rows(cr_report *rep, json_t *st, char *err, size_t errlen)
+{
+    json_t *list = json_object_get(st, "tenants");
+    if (!list) return 0;
+    if (!json_is_array(list)) return ts_fail(err, errlen, "/admin/status: \"tenants\" is not a list");
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        const char *state = json_string_value(json_object_get(e, "state"));
+        json_t *b = json_object_get(e, "budget");
+        if (!name || strlen(name) >= CR_NAME_MAX || !state || strlen(state) >= 8 || !json_is_object(b))
+            return ts_fail(err, errlen, "/admin/status: tenants[%zu] lacks a name, state or budget", i);
+        cr_budget c = {0};
+        char where[120];
+        snprintf(where, sizeof where, "/admin/status tenants[%zu]", i);
+        if (num(b, "soft_per_hour", false, &c.soft[0], where, err, errlen) ||
+            num(b, "hard_per_hour", false, &c.hard[0], where, err, errlen) ||
+            num(b, "soft_per_day", false, &c.soft[1], where, err, errlen) ||
+            num(b, "hard_per_day", false, &c.hard[1], where, err, errlen) ||
+            num(e, "spent_hour", false, &c.spent[0], where, err, errlen) ||
+            num(e, "spent_day", false, &c.spent[1], where, err, errlen) ||
+            num(e, "demoted", false, &c.demoted, where, err, errlen) || num(e, "refused", false, &c.refused, where, err, errlen))
+            return -1;
+        if (!(c.soft[0] > 0 || c.hard[0] > 0 || c.soft[1] > 0 || c.hard[1] > 0)) continue;
+        if (rep->n_budgets == CR_MAX_NAMES) return ts_fail(err, errlen, "/admin/status: more than %d budgets", CR_MAX_NAMES);
+        snprintf(c.name, sizeof c.name, "%s", name);
+        snprintf(c.state, sizeof c.state, "%s", state);
+        rep->budgets[rep->n_budgets++] = c;
+    }
+    return 0;
+}
+
 static int fetch(const cr_opts *o, cr_report *rep, char *err, size_t errlen)
 {
     char host[256], port[8], path[64];
@@ -261,7 +305,8 @@ static int fetch(const cr_opts *o, cr_report *rep, char *err, size_t errlen)
     if (!st) goto out;
     if (num(cost, "window_s", false, &rep->window_s, "/admin/cost", err, errlen) != 0) goto out;
     if (cost_rows(rep, cost, "pools", "pool", err, errlen) || cost_rows(rep, cost, "tenants", "tenant", err, errlen) ||
-        cost_rows(rep, cost, "priorities", "priority", err, errlen) || status_rows(rep, st, err, errlen))
+        cost_rows(rep, cost, "priorities", "priority", err, errlen) || status_rows(rep, st, err, errlen) ||
+        budget_rows(rep, st, err, errlen))
         goto out;
     rc = 0;
 out:
@@ -397,6 +442,26 @@ static void w_markdown(const void *ctx, FILE *f)
     }
     md_cost_table(f, rep, "tenant", "Tenants");
     md_cost_table(f, rep, "priority", "Priorities");
+    if (rep->n_budgets) {
+        fputs("\n## Tenant budgets (spent over the rolling hour and the UTC day; used = spent / budget)\n\n"
+              "| tenant | state | hour spent | hour used soft | hour used hard | day spent | day used soft | "
+              "day used hard | demoted | refused |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+              f);
+        for (size_t i = 0; i < rep->n_budgets; i++) {
+            const cr_budget *b = &rep->budgets[i];
+            fputs("| ", f);
+            md_str(f, b->name);
+            fprintf(f, " | %s", b->state);
+            for (int w = 0; w < 2; w++) {
+                md_num(f, b->spent[w], "%.6f", "");
+                md_num(f, b->soft[w] > 0 ? 100 * b->spent[w] / b->soft[w] : NAN, "%.1f%%", "no budget");
+                md_num(f, b->hard[w] > 0 ? 100 * b->spent[w] / b->hard[w] : NAN, "%.1f%%", "no budget");
+            }
+            md_num(f, b->demoted, "%.0f", "");
+            md_num(f, b->refused, "%.0f", "");
+            fputs(" |\n", f);
+        }
+    }
     fputs("\n## Latency by priority (the router's last 60 s, not the cost window)\n\n"
           "| priority | requests | p50_ms | p95_ms | p99_ms |\n|---|---:|---:|---:|---:|\n",
           f);

@@ -134,7 +134,7 @@ static int apply(void *ctx, const char *key, const char *value, char *err, size_
 
 static bool is_flag(const char *key)
 {
-    return !strcmp(key, "fixed") || !strcmp(key, "poisson") || !strcmp(key, "quiet") || !strcmp(key, "sweep-all") ||
+    return !strcmp(key, "fixed") || !strcmp(key, "poisson") || !strcmp(key, "quiet") || !strcmp(key, "sweep-all") || !strcmp(key, "fifo") ||
            !strcmp(key, "row-header");
 }
 

@@ -124,6 +124,18 @@ void report_text(const sim_config *c, const char *source, const sim_result *r, s
                 s->peak_backends, s->low_backends, s->scale_ups, s->scale_downs, s->preemptions, p->reserved,
                 p->spot ? ", the rest spot" : ", the rest on demand");
     }
+    if (r->n_tenants > 1 || c->n_tenants) {
+        fprintf(out, "\n%-12s %8s %8s %8s %8s %8s %9s %9s %10s %10s %10s  (admission: %s)\n", "tenant", "arrivals",
+                "served", "demoted", "budget", "lost", "p50_ms", "p95_ms", "cost", "peak_hour", "peak_day",
+                c->fifo ? "fifo" : "fair share");
+        for (size_t t = 0; t < r->n_tenants; t++) {
+            const sim_tenant_stats *s = &r->tenant[t];
+            fprintf(out, "%-12s %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %9s %9s %10.4f %10.4f %10.4f\n",
+                    s->name, s->arrivals, s->served, s->demoted, s->refused_budget, s->lost,
+                    ms_col(s->lat.p50, a, sizeof a), ms_col(s->lat.p95, b, sizeof b), s->cost, s->spent_peak[TENANT_HOUR],
+                    s->spent_peak[TENANT_DAY]);
+        }
+    }
     double cost = total_cost(r, false), usage = total_cost(r, true);
     fprintf(out, "cost (CPU backend-hours): %.4f provisioned, %.4f busy; per 1000 served: %.4f provisioned, %.4f busy\n",
             cost, usage, served(all) ? cost * 1000 / (double)served(all) : 0,
@@ -218,7 +230,20 @@ void report_json(const sim_config *c, const char *source, const sim_result *r, F
         }
         fputs("}}", out);
     }
-    fputs("},\n \"pools\": [", out);
+    fprintf(out, "},\n \"admission\": \"%s\", \"tenants\": [", c->fifo ? "fifo" : "fair");
+    for (size_t t = 0; t < r->n_tenants; t++) {
+        const sim_tenant_stats *s = &r->tenant[t];
+        fputs(t ? ",\n  {\"name\": " : "\n  {\"name\": ", out);
+        jstr(out, s->name);
+        fprintf(out, ", \"arrivals\": %" PRIu64 ", \"served\": %" PRIu64 ", \"demoted\": %" PRIu64
+                     ", \"refused_budget\": %" PRIu64 ", \"lost\": %" PRIu64 ", \"cost\": %.6g, \"peak_hour\": %.6g"
+                     ", \"peak_day\": %.6g, \"latency_ms\": ",
+                s->arrivals, s->served, s->demoted, s->refused_budget, s->lost, s->cost, s->spent_peak[TENANT_HOUR],
+                s->spent_peak[TENANT_DAY]);
+        jlat(out, &s->lat);
+        fputs("}", out);
+    }
+    fputs("],\n \"pools\": [", out);
     for (size_t i = 0; i < c->n_pools; i++) {
         const sim_pool_stats *s = &r->pool[i];
         const sim_pool_cfg *p = &c->pools[i];

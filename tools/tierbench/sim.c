@@ -164,7 +164,7 @@ int sim_config_check(const sim_config *c, char *err, size_t errlen)
 
 static const char *const k_outcome[SIM_OUTCOMES] = {"served", "refused", "queue_timeout", "deadline", "failed"};
 static const char *const k_refusal[SIM_REFUSALS] = {"unknown_model", "no_sensitive_pool", "no_backend",
-                                                    "shed_batch", "queue_full", "displaced"};
+                                                    "shed_batch", "queue_full", "displaced", "budget"};
 const char *sim_outcome_name(sim_outcome o) { return k_outcome[o]; }
 const char *sim_refusal_name(sim_refusal r) { return k_refusal[r]; }
 
@@ -192,8 +192,9 @@ typedef struct {
     uint16_t first_pool, first_back;
     uint8_t jstate[2];
     uint8_t state, ntries, outcome;
+    uint8_t prio; /* what it is routed and queued as: the trace's, or lower once demoted */
     int8_t served_pool;
-    bool retried;
+    bool retried, demoted;
 } sreq;
 
 /* A backend's life in an autoscaled pool (a fixed pool's are all B_READY). */
@@ -251,6 +252,14 @@ typedef struct {
     size_t ev_cap, tl_cap;
     bool *ticked;
     bool oom;
+    /* tenants, by the trace's index (tenant.h): weights, budgets and their meters, the
+     * admission queue's fair-share tags and per-tenant counts of waiting requests */
+    double weight[TRACE_MAX_NAMES];
+    tenant_budget budget[TRACE_MAX_NAMES];
+    bool budgeted[TRACE_MAX_NAMES];
+    tenant_meter meter[TRACE_MAX_NAMES];
+    double finish[PRIO_COUNT][TRACE_MAX_NAMES], vtime[PRIO_COUNT];
+    size_t waiting[PRIO_COUNT][TRACE_MAX_NAMES];
 } sim;
 
 /* ---- the event heap ---------------------------------------------------------------------- */
@@ -390,7 +399,7 @@ static void view_of(sim *s, uint8_t model, route_pool *v)
 static route_req req_of(const sim *s, uint32_t i)
 {
     const trace_arrival *a = &s->tr->a[i];
-    return (route_req){(priority_class)a->prio, a->sensitive};
+    return (route_req){(priority_class)s->rq[i].prio, a->sensitive, s->rq[i].demoted};
 }
 
 /* The step of the timeline t falls in (grown on demand; past SIM_MAX_TIMELINE nothing). */
@@ -437,6 +446,8 @@ static void finish(sim *s, uint32_t i, sim_outcome o, int refusal)
         if (o == SIM_REFUSED) ps[j]->refused[refusal]++;
         if (o == SIM_SERVED) ps[j]->served_by_pool[r->served_pool]++;
     }
+    if (o == SIM_SERVED) s->res->tenant[a->tenant].served++;
+    else if (!(o == SIM_REFUSED && refusal == SIM_REF_BUDGET)) s->res->tenant[a->tenant].lost++;
     sim_tl_row *row = tl_row(s, s->now);
     if (row && o == SIM_SERVED) {
         if (s->pools[r->served_pool].cfg->kind == POOL_GPU) row->served_gpu++;
@@ -494,7 +505,7 @@ static bool send_by_plan(sim *s, uint32_t i, const route_pool *view, const route
     for (size_t j = 0; j < plan->n_order; j++) {
         size_t pi = plan->order[j];
         const route_pool *v = &view[pi];
-        if (!route_pool_can_take(v, (priority_class)s->tr->a[i].prio)) continue;
+        if (!route_pool_can_take(v, (priority_class)s->rq[i].prio)) continue;
         int av = (int)pi == avoid_pool ? avoid_back : -1;
         int k = route_pick_backend(v, av, &s->pools[pi].cursor);
         if (k < 0) continue;
@@ -521,7 +532,7 @@ static bool dispatch(sim *s, uint32_t i)
 
 static void queue_remove(sim *s, uint32_t i)
 {
-    int q = s->tr->a[i].prio;
+    int q = s->rq[i].prio;
     uint32_t prev = NONE;
     for (uint32_t cur = s->admq_head[q]; cur != NONE; prev = cur, cur = s->rq[cur].qnext) {
         if (cur != i) continue;
@@ -529,21 +540,50 @@ static void queue_remove(sim *s, uint32_t i)
         else s->rq[prev].qnext = s->rq[cur].qnext;
         if (s->admq_tail[q] == cur) s->admq_tail[q] = prev;
         s->admq_n[q]--;
+        s->waiting[q][s->tr->a[i].tenant]--;
         return;
     }
 }
 
-/* A slot freed up somewhere: the queue's head gets it, urgent first, then normal, then
- * batch; a head that still finds no room stops its priority's drain (proxy.c). */
+/* The oldest waiting request of a priority whose turn it is: by weighted fair share between
+ * tenants (proxy.c), or the head with --fifo. */
+static uint32_t queue_next(const sim *s, int q)
+{
+    if (s->c->fifo) return s->admq_head[q];
+    size_t t = tenant_fair_pick(s->finish[q], s->weight, s->waiting[q], s->tr->n_tenants);
+    uint32_t i = s->admq_head[q];
+    while (i != NONE && s->tr->a[i].tenant != t) i = s->rq[i].qnext;
+    return i != NONE ? i : s->admq_head[q];
+}
+
+/* A slot freed up somewhere: the queue gets it, urgent first, then normal, then batch; the
+ * request whose turn it is that still finds no room stops its priority's drain (proxy.c). */
 static void admission_drain(sim *s)
 {
     for (int q = 0; q < PRIO_COUNT; q++) {
         while (s->admq_head[q] != NONE) {
-            uint32_t i = s->admq_head[q];
+            uint32_t i = queue_next(s, q);
             if (!dispatch(s, i)) break; /* the next priority may still fit (proxy.c) */
             queue_remove(s, i);
+            tenant_fair_charge(s->finish[q], &s->vtime[q], s->weight, s->tr->a[i].tenant);
         }
     }
+}
+
+/* proxy.c evict_hog: a full queue; the tenant holding more than its share of this priority's
+ * places gives its newest one up. True when a place was freed. */
+static bool evict_hog(sim *s, uint32_t i, priority_class prio)
+{
+    if (s->c->fifo) return false;
+    size_t t = tenant_fair_victim(s->waiting[prio], s->weight, s->tr->n_tenants, s->tr->a[i].tenant);
+    if (t == SIZE_MAX) return false;
+    uint32_t v = NONE;
+    for (uint32_t k = s->admq_head[prio]; k != NONE; k = s->rq[k].qnext)
+        if (s->tr->a[k].tenant == t) v = k;
+    if (v == NONE) return false;
+    queue_remove(s, v);
+    finish(s, v, SIM_REFUSED, SIM_REF_DISPLACED);
+    return true;
 }
 
 static double wait_of(const sim *s, priority_class prio)
@@ -555,14 +595,22 @@ static double wait_of(const sim *s, priority_class prio)
 
 static void admit(sim *s, uint32_t i)
 {
-    if (dispatch(s, i)) return;
-    priority_class prio = (priority_class)s->tr->a[i].prio, victim;
+    if (dispatch(s, i)) { /* counts for fair share too (proxy.c admit) */
+        int q = s->rq[i].prio;
+        size_t t = s->tr->a[i].tenant;
+        tenant_fair_join(s->finish[q], s->vtime[q], t);
+        tenant_fair_charge(s->finish[q], &s->vtime[q], s->weight, t);
+        return;
+    }
+    priority_class prio = (priority_class)s->rq[i].prio, victim;
     double wait = wait_of(s, prio);
     switch (route_admission(prio, s->admq_n, s->c->queue_size, wait * 1e3, &victim)) {
     case ADMIT_SHED_BATCH:
+        if (wait > 0 && evict_hog(s, i, prio)) break;
         finish(s, i, SIM_REFUSED, SIM_REF_SHED_BATCH);
         return;
     case ADMIT_QUEUE_FULL:
+        if (evict_hog(s, i, prio)) break;
         finish(s, i, SIM_REFUSED, SIM_REF_QUEUE_FULL);
         return;
     case ADMIT_EVICT: {
@@ -582,6 +630,8 @@ static void admit(sim *s, uint32_t i)
     else s->rq[s->admq_tail[q]].qnext = i;
     s->admq_tail[q] = i;
     s->admq_n[q]++;
+    size_t tn = s->tr->a[i].tenant;
+    if (s->waiting[q][tn]++ == 0) tenant_fair_join(s->finish[q], s->vtime[q], tn);
     size_t len = s->admq_n[0] + s->admq_n[1] + s->admq_n[2];
     if (len > s->res->queue_peak) s->res->queue_peak = (unsigned)len;
     double left = r->deadline - s->now;
@@ -601,6 +651,24 @@ static void arrive(sim *s, uint32_t i)
     r->wnext[0] = r->wnext[1] = NONE;
     s->active++;
     s->unfinished++;
+    r->prio = a->prio;
+    s->res->tenant[a->tenant].arrivals++;
+    if (s->budgeted[a->tenant]) { /* rt_proxy_route's tenant_budget_gate */
+        tenant_verdict v;
+        tenant_budget_check(&s->budget[a->tenant], &s->meter[a->tenant], s->now, &v);
+        if (v.state == TENANT_SOFT) {
+            r->prio = (uint8_t)tenant_demote((priority_class)a->prio);
+            r->demoted = true;
+            s->res->tenant[a->tenant].demoted++;
+        }
+        if (v.state == TENANT_HARD) {
+            s->res->prio[a->prio].arrivals++;
+            s->res->prio[PRIO_COUNT].arrivals++;
+            s->res->tenant[a->tenant].refused_budget++;
+            finish(s, i, SIM_REFUSED, SIM_REF_BUDGET);
+            return;
+        }
+    }
     s->res->prio[a->prio].arrivals++;
     s->res->prio[PRIO_COUNT].arrivals++;
     sim_tl_row *row = tl_row(s, s->now);
@@ -684,6 +752,19 @@ static void try_ended(sim *s, uint32_t job)
     if (r->retried) s->retries_active--;
 }
 
+/* The tenant's share of what serving it cost: its meter (budgets) and its total. */
+static void bill(sim *s, uint32_t i, double cost)
+{
+    size_t t = s->tr->a[i].tenant;
+    tenant_meter_add(&s->meter[t], cost, s->now);
+    sim_tenant_stats *ts = &s->res->tenant[t];
+    ts->cost += cost;
+    for (int w = 0; w < TENANT_WINDOWS; w++) {
+        double spent = tenant_meter_spent(&s->meter[t], (tenant_window)w, s->now);
+        if (spent > ts->spent_peak[w]) ts->spent_peak[w] = spent;
+    }
+}
+
 static void on_done(sim *s, const sev *e)
 {
     spool *p = &s->pools[e->pool];
@@ -705,6 +786,7 @@ static void on_done(sim *s, const sev *e)
     r->lat = s->now - r->t0;
     ring_add(&p->lat, s->now, r->lat);
     r->served_pool = (int8_t)e->pool;
+    bill(s, i, p->cfg->cost * (s->now - r->jstart[e->id % 2]) / 3600);
     s->res->pool[e->pool].served++;
     finish(s, i, SIM_SERVED, 0);
 }
@@ -1087,6 +1169,19 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
     s->np = c->n_pools;
     s->n = t->n;
     for (int q = 0; q < PRIO_COUNT; q++) s->admq_head[q] = s->admq_tail[q] = NONE;
+    res->n_tenants = t->n_tenants;
+    for (size_t k = 0; k < t->n_tenants; k++) {
+        s->weight[k] = 1;
+        snprintf(res->tenant[k].name, sizeof res->tenant[k].name, "%s", t->tenants[k]);
+        tenant_meter_init(&s->meter[k]);
+        for (size_t j = 0; j < c->n_tenants; j++) {
+            const sim_tenant_cfg *tc = &c->tenants[j];
+            if (strcmp(tc->name, t->tenants[k]) != 0) continue;
+            s->weight[k] = tc->weight;
+            s->budget[k] = tc->budget;
+            for (int w = 0; w < TENANT_WINDOWS; w++) s->budgeted[k] |= tc->budget.soft[w] > 0 || tc->budget.hard[w] > 0;
+        }
+    }
     s->end_at = trace_span(t) > c->until_s ? trace_span(t) : c->until_s;
     route_rng_seed(&s->rng_route, c->seed);
     /* a stream of its own for service times: a routing change does not reshuffle them */
@@ -1191,6 +1286,13 @@ static int figures(sim *s, char *err, size_t errlen)
             if (s->rq[i].outcome == SIM_SERVED && s->rq[i].state == ST_DONE && (p == PRIO_COUNT || s->tr->a[i].prio == p))
                 x[m++] = s->rq[i].lat;
         lat_of(x, m, &res->prio[p].lat);
+    }
+    for (size_t t = 0; t < res->n_tenants; t++) {
+        size_t m = 0;
+        for (size_t i = 0; i < s->n; i++)
+            if (s->rq[i].outcome == SIM_SERVED && s->rq[i].state == ST_DONE && s->tr->a[i].tenant == t)
+                x[m++] = s->rq[i].lat;
+        lat_of(x, m, &res->tenant[t].lat);
     }
     for (size_t pi = 0; pi < s->np; pi++) {
         size_t m = 0;

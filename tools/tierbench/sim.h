@@ -29,6 +29,7 @@
 #include "policy.h"
 #include "route.h"
 #include "scaler.h"
+#include "tenant.h"
 #include "trace.h"
 
 #define SIM_MAX_POOLS ROUTE_MAX_POOLS
@@ -37,6 +38,7 @@
 #define SIM_MAX_EVENT_RECORDS 65536 /* policy events kept for the report (the rest counted) */
 #define SIM_MAX_FAILOVERS 256
 #define SIM_MAX_TIMELINE 1000000   /* timeline rows */
+#define SIM_MAX_TENANTS 16         /* --tenant entries (the trace's other tenants: weight 1, no budget) */
 
 typedef enum { DIST_EXP = 0, DIST_LOGNORMAL } sim_dist;
 /* What a pool's scaler reads: the workers' queue depth per backend (deploy/k8s's HPAs on
@@ -73,8 +75,20 @@ typedef struct {
     double preempt_per_h, notice_s; /* spot: preemptions per backend-hour, the notice before one */
 } sim_pool_cfg;
 
+/* A tenant's fair-share weight and budgets (the router's tenants[].weight and .budget), in
+ * the sim's cost units: a pool's `cost` per backend-hour, billed per request as the slot time
+ * it held (cost x seconds / 3600). The sim's clock starts at 00:00 UTC of day 0. */
+typedef struct {
+    char name[TRACE_NAME_LEN];
+    double weight;        /* > 0 */
+    tenant_budget budget; /* 0: none */
+} sim_tenant_cfg;
+
 typedef struct {
     policy_config policy;
+    sim_tenant_cfg tenants[SIM_MAX_TENANTS];
+    size_t n_tenants;
+    bool fifo; /* the admission queue in arrival order within a priority (no fair share): to compare */
     double probe_interval_s, probe_rtt_s, p95_window_s;
     unsigned queue_size;
     double queue_timeout_s;        /* normal's wait (the router's admission.queue_timeout_ms) */
@@ -111,7 +125,9 @@ typedef enum {
     SIM_REF_NO_BACKEND,
     SIM_REF_SHED_BATCH,
     SIM_REF_QUEUE_FULL,
-    SIM_REF_DISPLACED, /* waited, then gave its place to a higher priority (queue full) */
+    SIM_REF_DISPLACED, /* waited, then gave its place (queue full: a higher priority, or a tenant
+                        * that held less than its share) */
+    SIM_REF_BUDGET,    /* 429: past its tenant's hard budget */
     SIM_REFUSALS
 } sim_refusal;
 
@@ -161,7 +177,17 @@ typedef struct {
 } sim_tl_row;
 
 typedef struct {
+    char name[TRACE_NAME_LEN];
+    uint64_t arrivals, served, demoted, refused_budget, lost; /* lost: every other way not served */
+    double cost;                                              /* billed to it (see sim_tenant_cfg) */
+    double spent_peak[TENANT_WINDOWS];                        /* the most its meter held at once */
+    sim_lat lat;                                              /* served requests */
+} sim_tenant_stats;
+
+typedef struct {
     sim_prio_stats prio[PRIO_COUNT + 1]; /* [PRIO_COUNT]: every priority */
+    sim_tenant_stats tenant[TRACE_MAX_NAMES]; /* by the trace's tenant index */
+    size_t n_tenants;
     sim_pool_stats pool[SIM_MAX_POOLS];
     size_t n_pools;
     double duration_s;    /* the virtual clock at the end */

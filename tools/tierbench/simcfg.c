@@ -319,6 +319,45 @@ static int ejection_kv(void *ctx, const char *k, const char *v, char *err, size_
     return 0;
 }
 
+/* --tenant NAME:weight=W,soft_per_hour=X,hard_per_hour=X,soft_per_day=X,hard_per_day=X */
+static int tenant_kv(void *ctx, const char *k, const char *v, char *err, size_t errlen)
+{
+    sim_tenant_cfg *t = ctx;
+    double d;
+    if (num(v, &d) != 0 || d < 0 || d > 1e9) return ts_fail(err, errlen, "%s: '%.40s' is not a number in 0..1e9", k, v ? v : "");
+    static const char *const keys[4] = {"soft_per_hour", "hard_per_hour", "soft_per_day", "hard_per_day"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(k, keys[i])) {
+            double *f = i % 2 ? t->budget.hard : t->budget.soft;
+            f[i / 2] = d;
+            return 0;
+        }
+    if (strcmp(k, "weight") != 0)
+        return ts_fail(err, errlen, "unknown key '%.40s' (weight, soft_per_hour, hard_per_hour, soft_per_day, hard_per_day)", k);
+    if (!(d > 0) || d > 1000) return ts_fail(err, errlen, "weight: '%.40s' is not in (0, 1000]", v);
+    t->weight = d;
+    return 0;
+}
+
+static int opt_tenant(sim_config *s, const char *spec, char *err, size_t errlen)
+{
+    const char *colon = spec ? strchr(spec, ':') : NULL;
+    size_t n = colon ? (size_t)(colon - spec) : spec ? strlen(spec) : 0;
+    if (n == 0 || n >= TRACE_NAME_LEN) return ts_fail(err, errlen, "--tenant: needs NAME[:weight=W,soft_per_hour=X,...]");
+    if (s->n_tenants == SIM_MAX_TENANTS) return ts_fail(err, errlen, "--tenant: at most %d", SIM_MAX_TENANTS);
+    sim_tenant_cfg *t = &s->tenants[s->n_tenants];
+    memset(t, 0, sizeof *t);
+    memcpy(t->name, spec, n);
+    t->weight = 1;
+    if (colon && colon[1] && each_kv("tenant", colon + 1, tenant_kv, t, err, errlen) != 0) return -1;
+    for (int w = 0; w < TENANT_WINDOWS; w++)
+        if (t->budget.soft[w] > 0 && t->budget.hard[w] > 0 && t->budget.soft[w] > t->budget.hard[w])
+            return ts_fail(err, errlen, "--tenant %s: soft_per_%s %g is above hard_per_%s %g", t->name,
+                           w ? "day" : "hour", t->budget.soft[w], w ? "day" : "hour", t->budget.hard[w]);
+    s->n_tenants++;
+    return 0;
+}
+
 /* ---- the option table ----------------------------------------------------------------- */
 
 static int ms_opt(const char *key, const char *v, double *out, char *err, size_t errlen)
@@ -334,6 +373,11 @@ int simcfg_option(simcfg *c, const char *key, const char *value, char *err, size
     sim_config *s = &c->sim;
     double d;
     if (!strcmp(key, "pool")) return opt_pool(c, value, err, errlen);
+    if (!strcmp(key, "tenant")) return opt_tenant(s, value, err, errlen);
+    if (!strcmp(key, "fifo")) {
+        s->fifo = true;
+        return 0;
+    }
     if (!strcmp(key, "sweep")) return sim_sweep_add(&c->sweep, value, err, errlen);
     if (!strcmp(key, "sweep-all")) {
         c->sweep_all = true;
@@ -451,6 +495,12 @@ const char *simcfg_help(void)
            "                         cost, or spot=1 at spot_cost (0.35 x cost), preempted\n"
            "                         preempt_per_h times per backend-hour after notice_s (120)\n"
            "  --set POOL.K=V,...     one --pool key of the pool named POOL (after its --pool)\n"
+           "  --tenant NAME:weight=W,soft_per_hour=X,hard_per_hour=X,soft_per_day=X,hard_per_day=X\n"
+           "                         a trace tenant's fair-share weight (1) and budgets (0: none) in\n"
+           "                         cost units (pool cost x seconds served / 3600); the clock starts at\n"
+           "                         00:00 UTC (repeatable, at most 16)\n"
+           "  --fifo                 the admission queue in arrival order within a priority (no fair\n"
+           "                         share between tenants): to compare\n"
            "  --policy K=V,...       queue.high/low, p95_ms.high/low, gpu_memory.high/low, require,\n"
            "                         sustain_s, cooldown_s, stages=0/0.25/0.5/1, stage_hold_s,\n"
            "                         rollback_hold_s\n"
