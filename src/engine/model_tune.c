@@ -248,7 +248,7 @@ int model_tune(model_repo *r, ts_model *m, char *err, size_t errlen)
 {
     model_layout *L = &m->layout;
     const tune_hw *hw = tune_hw_get();
-    char set[160] = "";
+    char set[64] = "";
     size_t so = 0;
     if (L->threads_set) so += (size_t)snprintf(set + so, sizeof set - so, " intra-op threads");
     if (L->instances_set && so < sizeof set) so += (size_t)snprintf(set + so, sizeof set - so, " instances");
