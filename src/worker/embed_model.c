@@ -19,6 +19,7 @@
 #include "embed.h"
 #include "log.h"
 #include "ortenv.h"
+#include "tune.h"
 
 #define EMB_DEFAULT_MAX_LEN 512
 #define EMB_MAX_HIDDEN 65536
@@ -272,9 +273,12 @@ int embed_open(server *srv, const char *dir, const char *name, const ep_config *
     OrtSessionOptions *so = NULL;
     int rc = -1;
     snprintf(path, sizeof path, "%s/model.onnx", dir);
+    /* on the CPU tier never ORT's default thread count: it counts cores from CPUID and can see
+     * one core where the kernel gives two (tune.h); the usable cores instead, as the LLM's */
+    int threads = srv->set->intra_op_threads > 0 ? (int)srv->set->intra_op_threads
+                  : ep->decision.active == PROV_CPU ? tune_hw_get()->usable : 0;
     if (ort_check(g_ort->CreateSessionOptions(&so), msg, sizeof msg) ||
-        (srv->set->intra_op_threads > 0 &&
-         ort_check(g_ort->SetIntraOpNumThreads(so, (int)srv->set->intra_op_threads), msg, sizeof msg)) ||
+        (threads > 0 && ort_check(g_ort->SetIntraOpNumThreads(so, threads), msg, sizeof msg)) ||
         ep_apply(cfg, ep, so, msg, sizeof msg) ||
         ort_check(g_ort->CreateSession(ortenv_env(), path, so, &E->session), msg, sizeof msg)) {
         snprintf(err, errlen, "%s: %s", path, msg);
