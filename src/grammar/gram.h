@@ -5,10 +5,10 @@
  * grammar is computed as a bitmask. Pure C, no ONNX Runtime, no tokenizer types: the
  * vocabulary comes in as byte strings (src/tok's tok_id_bytes gives them).
  *
- * How the sampler will call it (the wiring lands with issue 23's next part):
+ * How the sampler calls it (src/llm/llm_gram.c and take_token in llm_engine.c):
  *   at request admission (400 `param: response_format` on failure, err.msg names the keyword):
  *       g = gram_compile_schema(schema_text, len, NULL, &err)    (or _any_json / _gbnf / _gbnf_refs / _tools)
- *       m = gram_masker_new(g, vocab, &err)      vocab: one per tokenizer, built at model load
+ *       m = gram_masker_new(g, vocab, &err)      vocab: one per tokenizer, built on its first use
  *       s = gram_matcher_new(m, &err)            one per sequence
  *   each step, before temperature, top-k/p, penalties and logit_bias:
  *       gram_fill_mask(s, mask, words, &err);    then logits[i] = -inf where bit i is clear
