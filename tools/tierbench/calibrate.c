@@ -109,7 +109,7 @@ static int conc_list(cal_opts *o, const char *v, char *err, size_t errlen)
     o->n_conc = 0;
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        unsigned c;
+        unsigned c = 0;
         if (o->n_conc == CAL_MAX_LEVELS - 1)
             return ts_fail(err, errlen, "--concurrency: at most %d levels", CAL_MAX_LEVELS - 1);
         if (uint_arg("concurrency", t, 1, CAL_MAX_CONC, &c, err, errlen) != 0) return -1;
