@@ -216,9 +216,26 @@ typedef struct {
 
 static int32_t schema(sc *c, json_t *s, const char *path);
 
+/* v's compact text in memory of our own (malloc: the caller frees it with free()). Not
+ * json_dumps: its text comes from jansson's allocator, which a program may replace (the worker
+ * charges jansson's allocations to a request's budget behind a header), so free() on it is
+ * wrong there. NULL when out of memory. */
+static char *dump_text(const json_t *v)
+{
+    size_t n = json_dumpb(v, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *t = n ? malloc(n + 1) : NULL;
+    if (!t) return NULL;
+    if (json_dumpb(v, t, n, JSON_COMPACT | JSON_ENCODE_ANY) != n) {
+        free(t);
+        return NULL;
+    }
+    t[n] = '\0';
+    return t;
+}
+
 static int32_t literal(gb *b, json_t *v)
 {
-    char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *txt = dump_text(v);
     if (!txt) {
         gb_fail(b, "out of memory compiling the schema");
         return -1;
@@ -460,7 +477,7 @@ static int32_t string_type(sc *c, json_t *s, const char *path)
 static void member(gb *b, gb_alt *a, const char *key, int32_t value)
 {
     json_t *k = json_string(key);
-    char *txt = k ? json_dumps(k, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    char *txt = k ? dump_text(k) : NULL;
     json_decref(k);
     if (!txt) {
         gb_fail(b, "out of memory compiling the schema");

@@ -14,11 +14,9 @@ typedef struct {
 
 static _Thread_local budget *tl_budget;
 static _Thread_local bool tl_refused;
-static _Thread_local bool tl_plain;
 
 static void *json_alloc(size_t n)
 {
-    if (tl_plain) return malloc(n);
     if (n > SIZE_MAX - sizeof(json_hdr)) return NULL;
     size_t total = n + sizeof(json_hdr);
     budget *b = tl_budget;
@@ -39,10 +37,6 @@ static void *json_alloc(size_t n)
 static void json_release(void *p)
 {
     if (!p) return;
-    if (tl_plain) {
-        free(p);
-        return;
-    }
     json_hdr *h = (json_hdr *)p - 1;
     if (h->paid_by) budget_give(h->paid_by, h->n);
     free(h);
@@ -56,7 +50,6 @@ void budget_json_begin(budget *b)
     tl_refused = false;
 }
 
-void budget_json_plain(bool on) { tl_plain = on; }
 
 bool budget_json_end(void)
 {

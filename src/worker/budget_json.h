@@ -18,9 +18,5 @@ void budget_hook_jansson(void);
 void budget_json_begin(budget *b);
 /* Ends the accounting on this thread; true if an allocation was refused since begin. */
 bool budget_json_end(void);
-/* While on, this thread's jansson allocations are plain malloc / free (no header, no budget):
- * for a library that frees what json_dumps returned with free() (src/grammar does), around
- * its call, whose JSON values never outlive it. */
-void budget_json_plain(bool on);
 
 #endif

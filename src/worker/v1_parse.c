@@ -479,11 +479,8 @@ static int take_grammar(const v1_model *m, llm_gram_kind kind, const char *text,
 {
     ts_err err = {0};
     int rc = 0;
-    /* src/grammar frees json_dumps' text with free(): jansson's plain allocations meanwhile */
-    budget_json_plain(true);
     if (m->gram) rc = (a->gp.gram = llm_gram_get(m->gram, kind, text, len, &err)) ? 0 : -1;
     else rc = llm_gram_check(kind, text, len, &err);
-    budget_json_plain(false);
     if (rc) return v1_fail(e, err.http ? err.http : TS_BAD_REQUEST, err.http >= 500 ? NULL : param, "'%s': %s", param, err.msg);
     return 0;
 }
