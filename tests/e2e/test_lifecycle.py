@@ -50,7 +50,17 @@ def test_gpu_fault_latches_not_live(tmp_path):
 def test_sigterm_drains_every_request(tmp_path, test_repo):
     w = start_worker(test_repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INSTANCES": "1",
                                                 "TIERSERVE_QUEUE_SIZE": "64"})
-    x = np.random.default_rng(1).standard_normal((64, 512)).astype(np.float32)
+    # every request must still be running or queued when SIGTERM arrives: size one from a
+    # request timed here (the worker's own thread choice and the machine set its speed), so
+    # that eight of them, one at a time, take about two seconds
+    c0 = tritonlike.TritonLikeClient(w.url)
+    probe = np.random.default_rng(0).standard_normal((64, 512)).astype(np.float32)
+    c0.infer("slow", [("x", probe, "FP32")])  # warm
+    t0 = time.monotonic()
+    c0.infer("slow", [("x", probe, "FP32")])
+    per_row = (time.monotonic() - t0) / 64
+    rows = int(min(8192, max(64, 0.25 / max(per_row, 1e-6))))
+    x = np.random.default_rng(1).standard_normal((rows, 512)).astype(np.float32)
     results, errors = [], []
 
     def one():

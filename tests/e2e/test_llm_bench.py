@@ -31,7 +31,8 @@ def test_bench_llm_prints_every_row_with_positive_figures(tmp_path):
     for m in SANITIZER_MARKERS:
         assert m not in err, err
     lines = out.splitlines()
-    assert lines[0] == f"bench_llm: {REQUESTS} requests x {NEW} new tokens, prompt {PROMPT} tokens, tier cpu", out
+    head = f"bench_llm: {REQUESTS} requests x {NEW} new tokens, prompt {PROMPT} tokens, tier cpu, intra-op threads "
+    assert lines[0].startswith(head), out
     assert lines[1].startswith("host:  host: ") and lines[2].startswith("bound: host-bound: "), out
     assert "checked at load" in lines[2], out
     rows = {}
