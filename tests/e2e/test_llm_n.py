@@ -8,7 +8,9 @@ The random-weight tiny decoder at temperature 1.2 makes choices that differ by s
 - streamed, the chunks assembled per index equal the whole answer, each choice ends with its
   own finish_reason chunk, the usage chunk comes once after all of them, [DONE] once;
 - response_format json_schema applies to each choice: every one is valid JSON of the schema;
-- n over 8 is a 400 naming n."""
+- n over 8 is a 400 naming n;
+- admission is all or none: n past the free slots and waiting places is one 503, no choice
+  left running; a client that leaves mid-stream cancels every choice."""
 import json
 
 import pytest
@@ -16,16 +18,31 @@ import pytest
 from conftest import start_worker
 from helpers import post, post_json, sse_events
 from llm_fixture import write_tiny_llm
+from test_llm_api import metric, raw_request, read_until, wait_metric
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "code": {"enum": ["a", "b", "c"]}},
           "required": ["ok", "code"], "additionalProperties": False}
 
 
 @pytest.fixture(scope="module")
-def worker(tmp_path_factory):
+def repo(tmp_path_factory):
     repo = tmp_path_factory.mktemp("n")
     write_tiny_llm(repo / "tiny" / "1")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def worker(repo, tmp_path_factory):
     w = start_worker(repo, tmp_path_factory.mktemp("n-w"), env={"EXECUTION_MODE": "cpu"})
+    yield w
+    assert w.stop() == 0, w.log_text()[-4000:]
+
+
+@pytest.fixture(scope="module")
+def small(repo, tmp_path_factory):
+    """Two slots and two waiting places."""
+    w = start_worker(repo, tmp_path_factory.mktemp("n-small"),
+                     env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_MAX_SEQUENCES": "2", "TIERSERVE_LLM_QUEUE_SIZE": "2"})
     yield w
     assert w.stop() == 0, w.log_text()[-4000:]
 
@@ -97,3 +114,27 @@ def test_json_schema_every_choice(worker):
 def test_n_out_of_range_400(worker, n):
     code, _, e = post_json(worker, "/v1/completions", cmpl(n=n))
     assert code == 400 and e["error"]["param"] == "n" and "8" in e["error"]["message"], e
+
+
+RUNNING, WAITING = ['model="tiny"', 'state="running"'], ['model="tiny"', 'state="waiting"']
+
+
+
+def test_admission_all_or_none_and_disconnect(small):
+    """The choices join through the wait queue, so n needs n waiting places; with both slots
+    held, n: 3 is one 503 and leaves nothing behind; a client leaving cancels every choice."""
+    code, _, a = post_json(small, "/v1/completions", cmpl(n=2, max_tokens=3))
+    assert code == 200 and len(a["choices"]) == 2, a
+    before = metric(small, "tierserve_generation_tokens_total", ['model="tiny"'])
+    hog = raw_request(small, "/v1/completions", cmpl(n=2, max_tokens=2000, stream=True))
+    read_until(hog, b'"text":')  # generating
+    assert wait_metric(small, "tierserve_sequences", RUNNING, 2) == 2
+    code, _, e = post_json(small, "/v1/completions", cmpl(n=3, max_tokens=2000))
+    assert code == 503 and e["error"]["code"] in ("queue_full", "kv_cache_full"), e
+    assert wait_metric(small, "tierserve_sequences", WAITING, 0) == 0  # the two added first were cancelled
+    hog.close()
+    assert wait_metric(small, "tierserve_sequences", RUNNING, 0) == 0
+    assert metric(small, "tierserve_kv_cache_bytes", ['model="tiny"']) == 0
+    # neither the stream's two choices nor the refused request's first two ran to 2000 tokens
+    made = metric(small, "tierserve_generation_tokens_total", ['model="tiny"']) - before
+    assert made < 2000
