@@ -67,8 +67,10 @@ def test_three_choices_usage_and_seed(worker):
     assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
     assert h["Tierserve-Usage"].startswith(
         f"prompt_tokens={u['prompt_tokens']} completion_tokens={u['completion_tokens']} ")
-    _, _, again = post_json(worker, "/v1/completions", cmpl(n=3))
+    _, _, again = post_json(worker, "/v1/completions", cmpl(n=3, logprobs=1))
     assert [c["text"] for c in again["choices"]] == texts
+    for c in again["choices"]:  # each choice its own logprobs, of its own tokens
+        assert "".join(c["logprobs"]["tokens"]) == c["text"], c
 
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
