@@ -9,6 +9,7 @@ The random-weight tiny decoder at temperature 1.2 makes choices that differ by s
   own finish_reason chunk, the usage chunk comes once after all of them, [DONE] once;
 - response_format json_schema applies to each choice: every one is valid JSON of the schema;
 - n over 8 is a 400 naming n;
+- through the router, billed as the worker counts: the prompt once, every choice's tokens;
 - admission is all or none: n past the free slots and waiting places is one 503, no choice
   left running; a client that leaves mid-stream cancels every choice."""
 import json
@@ -16,9 +17,10 @@ import json
 import pytest
 
 from conftest import start_worker
-from helpers import post, post_json, sse_events
+from helpers import metric as scrape_metric, post, post_json, sse_events, wait_for
 from llm_fixture import write_tiny_llm
 from test_llm_api import metric, raw_request, read_until, wait_metric
+from test_router import Router, pools_config
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}, "code": {"enum": ["a", "b", "c"]}},
           "required": ["ok", "code"], "additionalProperties": False}
@@ -140,3 +142,23 @@ def test_admission_all_or_none_and_disconnect(small):
     # neither the stream's two choices nor the refused request's first two ran to 2000 tokens
     made = metric(small, "tierserve_generation_tokens_total", ['model="tiny"']) - before
     assert made < 2000
+
+
+def test_through_the_router_billed_once_per_prompt(worker, tmp_path_factory):
+    r = Router(pools_config([("llm", "cpu", False, [worker.port], [("chat", "tiny")])]),
+               tmp_path_factory.mktemp("n-r"))
+    try:
+        r.wait_healthy(1)
+        code, _, a = post_json(r, "/v1/completions", cmpl(model="chat", n=3))
+        assert code == 200 and [c["index"] for c in a["choices"]] == [0, 1, 2], a
+        _, _, direct = post_json(worker, "/v1/completions", cmpl(n=3))
+        assert [c["text"] for c in a["choices"]] == [c["text"] for c in direct["choices"]]
+        code, _, data = post(r, "/v1/completions", cmpl(model="chat", n=3, stream=True))
+        assert code == 200 and len(sse_events(data)) > 3
+        u = a["usage"]
+        want = (2 * u["prompt_tokens"], 2 * u["completion_tokens"])  # the whole answer and the stream
+        billed = wait_for(lambda: tuple(scrape_metric(r, "tierrouter_tokens_total", pool="llm", priority="normal",
+                                                      kind=k) for k in ("prompt", "completion")), want, 10)
+        assert billed == want, (billed, u)
+    finally:
+        assert r.stop() == 0
