@@ -283,9 +283,9 @@ static int encode_prompt(lreq *r, const buf *prompt, v1_err *e)
 }
 
 /* What a sequence needs beside its ids: the parameters, the token buffers, the decoder. */
-static int setup_sequence(lreq *r, v1_args *a, v1_err *e)
+static int setup_sequence(lreq *r, size_t n_ids, v1_args *a, v1_err *e)
 {
-    int64_t room = r->L->context - (int64_t)r->ids.n;
+    int64_t room = r->L->context - (int64_t)n_ids;
     if (a->max_tokens <= 0 || a->max_tokens > room) a->max_tokens = room;
     a->gp.max_new_tokens = a->max_tokens;
     a->gp.on_join = v1_on_join;
@@ -296,7 +296,7 @@ static int setup_sequence(lreq *r, v1_args *a, v1_err *e)
     r->stream = a->stream;
     r->include_usage = a->include_usage;
     r->stops = a->stops;
-    r->n_prompt = r->ids.n;
+    r->n_prompt = n_ids;
     r->cap = (size_t)a->max_tokens + 1;
     r->pend = malloc(r->cap * sizeof *r->pend);
     r->work = malloc(r->cap * sizeof *r->work);
@@ -312,6 +312,41 @@ static int setup_sequence(lreq *r, v1_args *a, v1_err *e)
     toolcall_format tf = r->chat && a->tools_on ? chat_tool_format(r->L->chat) : TOOLCALL_NONE;
     if (tf != TOOLCALL_NONE && !(r->tc = v1_toolcall_new(r, tf))) lp_oom = true;
     if (!r->pend || !r->work || !r->ts || lp_oom) return v1_fail(e, TS_UNAVAILABLE, NULL, "out of memory");
+    return 0;
+}
+
+/* n > 1: the choices past the first, each a sequence of the same prompt set up as the first
+ * (setup_sequence) with the seed + its index when seeded (same request, same seed, same n:
+ * the same choices), sharing the request's grammar reference and compute counter. */
+static int setup_choices(lreq *r, v1_args *a, v1_err *e)
+{
+    if (a->n <= 1) return 0;
+    if (!(r->kids = calloc((size_t)a->n - 1, sizeof *r->kids))) return v1_fail(e, TS_UNAVAILABLE, NULL, "out of memory");
+    for (int i = 1; i < a->n; i++) {
+        lreq *c = calloc(1, sizeof *c);
+        if (!c) return v1_fail(e, TS_UNAVAILABLE, NULL, "out of memory");
+        r->kids[r->n_kids++] = c;
+        pthread_mutex_init(&c->mu, NULL);
+        c->parent = r;
+        c->index = i;
+        c->srv = r->srv;
+        c->m = r->m;
+        c->L = r->L;
+        c->chat = r->chat;
+        c->t_arrive = r->t_arrive;
+        c->created = r->created;
+        memcpy(c->id, r->id, sizeof c->id);
+        memcpy(c->scope, r->scope, sizeof c->scope);
+        tok_ids_init(&c->ids, 0);
+        buf_init(&c->text, LLM_OUT_LIMIT);
+        buf_init(&c->pending, LLM_OUT_LIMIT);
+        buf_init(&c->outq, LLM_OUT_LIMIT);
+        buf_init(&c->calls, LLM_OUT_LIMIT);
+        if (setup_sequence(c, r->ids.n, a, e)) return -1;
+        c->gp.gram = r->gp.gram; /* borrowed: the engine takes its own per sequence */
+        c->gp.compute_ns = &r->compute_ns;
+        if (c->gp.seeded) c->gp.seed = r->gp.seed + (uint64_t)i;
+    }
     return 0;
 }
 
@@ -371,7 +406,7 @@ static int prepare(lreq *r)
     }
     a.gp.priority = r->priority;
     if (r->chat ? render_chat(L, &vm, body, &r->stop, &prompt, e) : v1_parse_prompt(body, &prompt, e)) goto out;
-    if (encode_prompt(r, &prompt, e) || setup_sequence(r, &a, e)) goto out;
+    if (encode_prompt(r, &prompt, e) || setup_sequence(r, r->ids.n, &a, e) || setup_choices(r, &a, e)) goto out;
     rc = 0;
 out:
     /* a refusal while the reply was already decided (504 sent, client gone) says nothing: the
@@ -400,6 +435,30 @@ static void count_refusal(ts_model *m, int status)
         atomic_fetch_add(&model_stats_of(m)->outcomes[status == TS_UNAVAILABLE ? OUT_REJECTED
                                                       : status >= TS_INTERNAL_ERROR ? OUT_ERROR
                                                       : OUT_CLIENT_ERROR], 1);
+}
+
+/* Every choice's sequence joins, or none does: a refusal of the k-th cancels the ones before
+ * it (their last callbacks come back as cancelled; r is freed after them) and the request
+ * gets the refusal, never half its choices. Submitted together, the choices' prefills run
+ * side by side: the prefix cache gives a later one only the blocks an earlier one stored
+ * before it joined (docs/llm.md, "n"). */
+static int add_choices(lreq *r, ts_err *te)
+{
+    if (llm_engine_add(r->L->engine, r->ids.v, r->ids.n, &r->gp, v1_on_token, r, &r->seq, te)) return -1;
+    r->added = true;
+    for (int k = 0; k < r->n_kids; k++) {
+        lreq *c = r->kids[k];
+        c->http = r->http;
+        if (llm_engine_add(r->L->engine, r->ids.v, r->ids.n, &c->gp, v1_on_token, c, &c->seq, te) == 0) {
+            c->added = true;
+            continue;
+        }
+        llm_engine_cancel(r->L->engine, r->seq);
+        for (int j = 0; j < k; j++) llm_engine_cancel(r->L->engine, r->kids[j]->seq);
+        for (int j = 0; j < r->n_kids; j++) r->kids[j]->finished = true; /* their cancellations say nothing */
+        return -1;
+    }
+    return 0;
 }
 
 void v1_on_prepared(lreq *r)
@@ -432,15 +491,15 @@ void v1_on_prepared(lreq *r)
         v1_fail(e, TS_UNAVAILABLE, NULL, "worker is not live after a GPU fault");
     else if (!r->failed) {
         ts_err te = {0};
-        if (llm_engine_add(r->L->engine, r->ids.v, r->ids.n, &r->gp, v1_on_token, r, &r->seq, &te) == 0) {
-            r->added = true;
-            atomic_fetch_add(&r->L->prompt_tokens, r->ids.n);
+        if (add_choices(r, &te) == 0) {
+            atomic_fetch_add(&r->L->prompt_tokens, r->ids.n); /* once: the choices share the prompt */
             /* the deadline, armed at arrival, runs on */
             if (r->stream) {
                 h1req_add_header(r->http, "Content-Type", "text/event-stream");
                 h1req_add_header(r->http, "Cache-Control", "no-cache");
                 h1req_stream_start(r->http, 200, -1);
                 if (r->chat) v1_sse_chunk(r, "", 0, true, NULL);
+                for (int k = 0; k < r->n_kids && r->chat; k++) v1_sse_chunk(r->kids[k], "", 0, true, NULL);
             }
             goto out;
         }

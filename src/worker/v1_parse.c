@@ -138,10 +138,15 @@ static int parse_sampling(json_t *body, bool chat, v1_args *a, v1_err *e)
         a->gp.seeded = true;
         a->gp.seed = (uint64_t)json_integer_value(v);
     }
-    if (GET("n") && (!json_is_integer(v) || json_integer_value(v) != 1))
-        return v1_fail(e, TS_BAD_REQUEST, "n", "'n' must be 1: this server generates one choice per request");
+    a->n = 1;
+    if (GET("n")) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > V1_MAX_N)
+            return v1_fail(e, TS_BAD_REQUEST, "n", "'n' must be an integer in [1, %d]: each choice holds a sequence "
+                           "slot of the engine", V1_MAX_N);
+        a->n = (int)json_integer_value(v);
+    }
     if (GET("best_of") && (!json_is_integer(v) || json_integer_value(v) != 1))
-        return v1_fail(e, TS_BAD_REQUEST, "best_of", "'best_of' must be 1: this server generates one choice per request");
+        return v1_fail(e, TS_BAD_REQUEST, "best_of", "'best_of' must be 1: this server does not rank candidates (n asks for several choices)");
     if (GET("user") && !json_is_string(v)) return v1_fail(e, TS_BAD_REQUEST, "user", "'user' must be a string");
     if (GET("presence_penalty")) {
         if (check_num(v, "presence_penalty", -2, 2, &d, e)) return -1;

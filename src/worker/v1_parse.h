@@ -27,6 +27,7 @@
 #include "llm_engine.h"
 
 #define V1_MAX_STOPS 4          /* OpenAI's limit */
+#define V1_MAX_N 8              /* choices per request (OpenAI allows 128): each holds an engine slot */
 #define V1_MAX_STOP_BYTES 256
 #define V1_MAX_MESSAGES 4096
 #define V1_MAX_LOGPROBS 5       /* the legacy completions' logprobs */
@@ -72,6 +73,7 @@ typedef struct {
 
 typedef struct {
     bool stream, include_usage;
+    int n;                  /* choices: 1..V1_MAX_N sequences of the same prompt */
     int64_t max_tokens;     /* 0: what the context leaves */
     /* sampling, seed, logprobs, logit_bias, min_tokens, ignore_eos, stop_token_ids; the
      * callbacks, priority and max_new_tokens are the caller's */

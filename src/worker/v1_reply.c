@@ -13,6 +13,9 @@
 #define LLM_STREAM_HIGH ((size_t)64 << 10)  /* queued SSE bytes past which we hold them ourselves */
 #define LLM_STREAM_LOW ((size_t)16 << 10)
 
+/* The request a choice belongs to: the one with the HTTP side, outq and the usage. */
+static lreq *root(lreq *r) { return r->parent ? r->parent : r; }
+
 static void on_drained(h1req *req, void *arg)
 {
     lreq *r = arg;
@@ -28,8 +31,9 @@ static void on_drained(h1req *req, void *arg)
 
 /* One SSE event. A slow reader's bytes wait in outq (bounded) until the layer drains, so the
  * generation never waits for a reader and the layer's queue never grows past the mark. */
-static void sse_event(lreq *r, const buf *json)
+static void sse_event(lreq *c, const buf *json)
 {
+    lreq *r = root(c); /* every choice's events go out in one stream, in the order made */
     if (!r->http) return;
     buf ev;
     buf_init(&ev, LLM_OUT_LIMIT);
@@ -61,12 +65,23 @@ static void put_head(lreq *r, buf *b, bool chunk)
     buf_puts(b, ",\"system_fingerprint\":null");
 }
 
+/* The tokens of all the request's choices (OpenAI's completion_tokens with n: their sum). */
+static size_t total_gen(const lreq *r)
+{
+    size_t n = r->n_gen;
+    for (int k = 0; k < r->n_kids; k++) n += r->kids[k]->n_gen;
+    return n;
+}
+
+/* The prompt once (the choices share it; cached_tokens is the first choice's), the tokens of
+ * every choice. */
 static void put_usage(lreq *r, buf *b)
 {
+    size_t gen = total_gen(r);
     /* cached_tokens as OpenAI reports it: prompt tokens whose KV the prefix cache gave (0
      * when none; the object is always there, as in OpenAI's replies) */
     buf_printf(b, "{\"prompt_tokens\":%zu,\"completion_tokens\":%zu,\"total_tokens\":%zu,"
-               "\"prompt_tokens_details\":{\"cached_tokens\":%llu}}", r->n_prompt, r->n_gen, r->n_prompt + r->n_gen,
+               "\"prompt_tokens_details\":{\"cached_tokens\":%llu}}", r->n_prompt, gen, r->n_prompt + gen,
                (unsigned long long)atomic_load(&r->cached));
 }
 
@@ -146,7 +161,7 @@ void v1_sse_chunk(lreq *r, const char *text, size_t len, bool role, const char *
     buf b;
     buf_init(&b, LLM_OUT_LIMIT);
     put_head(r, &b, true);
-    buf_puts(&b, ",\"choices\":[{\"index\":0,");
+    buf_printf(&b, ",\"choices\":[{\"index\":%d,", r->index);
     if (r->chat) {
         buf_puts(&b, "\"delta\":{");
         if (role) buf_puts(&b, "\"role\":\"assistant\",\"content\":\"\"");
@@ -199,7 +214,7 @@ static void sse_tool_delta(lreq *r, const buf *entry)
     buf b;
     buf_init(&b, LLM_OUT_LIMIT);
     put_head(r, &b, true);
-    buf_puts(&b, ",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[");
+    buf_printf(&b, ",\"choices\":[{\"index\":%d,\"delta\":{\"tool_calls\":[", r->index);
     buf_put(&b, entry->data, entry->len);
     buf_puts(&b, "]},\"logprobs\":null,\"finish_reason\":null}]");
     if (r->include_usage) buf_puts(&b, ",\"usage\":null");
@@ -317,17 +332,60 @@ bool v1_wants_accounting(const lreq *r)
     return h && strcmp(h, "1") == 0;
 }
 
-/* The answer, whole (non-stream) or its last chunks. */
-void v1_finish_reply(lreq *r, const char *reason)
+/* One choice of a whole answer: {"index", message or text, logprobs, finish_reason}. */
+static void put_choice(lreq *r, buf *b)
 {
-    bool acct = v1_wants_accounting(r); /* read before the reply may end the request */
-    if (r->tc) { /* what the parser held: the end of the text, or a call the answer ended in */
-        (void)toolcall_finish(r->tc);
-        if (r->n_calls && strcmp(reason, "stop") == 0) reason = "tool_calls";
+    buf_printf(b, "{\"index\":%d,", r->index);
+    if (r->chat) {
+        buf_puts(b, "\"message\":{\"role\":\"assistant\",\"content\":");
+        const char *t = r->text.data ? (const char *)r->text.data : "";
+        size_t blank = 0;
+        while (blank < r->text.len && strchr(" \t\r\n", t[blank])) blank++;
+        if (r->n_calls && blank == r->text.len) buf_puts(b, "null"); /* the whole answer is calls */
+        else buf_put_json_str(b, t, r->text.len);
+        if (r->n_calls) {
+            buf_puts(b, ",\"tool_calls\":[");
+            buf_put(b, r->calls.data, r->calls.len);
+            buf_putc(b, ']');
+        }
+        buf_puts(b, "},");
+    } else {
+        buf_puts(b, "\"text\":");
+        buf_put_json_str(b, r->text.data ? (const char *)r->text.data : "", r->text.len);
+        buf_putc(b, ',');
     }
+    if (r->gp.logprobs) {
+        buf_puts(b, "\"logprobs\":");
+        put_logprobs(r, b, 0, r->n_lp_out);
+        buf_printf(b, ",\"finish_reason\":\"%s\"}", r->reason);
+    } else {
+        buf_printf(b, "\"logprobs\":null,\"finish_reason\":\"%s\"}", r->reason);
+    }
+}
+
+/* A choice's end: its last chunk (stream), or its place in the whole answer; once every
+ * choice of the request has ended, the answer's end. */
+void v1_finish_reply(lreq *c, const char *reason)
+{
+    lreq *r = root(c);
+    if (c->tc) { /* what the parser held: the end of the text, or a call the answer ended in */
+        (void)toolcall_finish(c->tc);
+        if (c->n_calls && strcmp(reason, "stop") == 0) reason = "tool_calls";
+    }
+    c->choice_done = true;
+    c->reason = reason;
+    if (r->n_kids) { /* a stop string ends a choice before its sequence: free its slot now */
+        if (c->added && !c->engine_done) llm_engine_cancel(c->L->engine, c->seq);
+        if (c->stream) v1_sse_chunk(c, "", 0, false, reason);
+        if (!r->choice_done) return;
+        for (int k = 0; k < r->n_kids; k++)
+            if (!r->kids[k]->choice_done) return;
+    }
+    bool acct = v1_wants_accounting(r); /* read before the reply may end the request */
     v1_settle(r, OUT_SUCCESS); /* first: writing the end may end the request at once */
+    size_t gen = total_gen(r);
     if (r->stream) {
-        v1_sse_chunk(r, "", 0, false, reason);
+        if (!r->n_kids) v1_sse_chunk(r, "", 0, false, reason);
         if (r->include_usage) {
             buf b;
             buf_init(&b, 4096);
@@ -343,7 +401,7 @@ void v1_finish_reply(lreq *r, const char *reason)
             int n = 0;
             if (acct)
                 n = snprintf(end, sizeof end, ": tierserve-usage prompt_tokens=%zu completion_tokens=%zu "
-                             "compute_ms=%.3f\n", r->n_prompt, r->n_gen, v1_compute_ms(r));
+                             "compute_ms=%.3f\n", r->n_prompt, gen, v1_compute_ms(r));
             if (n < 0 || (size_t)n >= sizeof end / 2) n = 0; /* cannot happen: counts are bounded */
             n += snprintf(end + n, sizeof end - (size_t)n, "data: [DONE]\n\n");
             if (r->outq.len) buf_put(&r->outq, end, (size_t)n);
@@ -354,32 +412,13 @@ void v1_finish_reply(lreq *r, const char *reason)
         buf b;
         buf_init(&b, LLM_OUT_LIMIT);
         put_head(r, &b, false);
-        buf_puts(&b, ",\"choices\":[{\"index\":0,");
-        if (r->chat) {
-            buf_puts(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
-            const char *t = r->text.data ? (const char *)r->text.data : "";
-            size_t blank = 0;
-            while (blank < r->text.len && strchr(" \t\r\n", t[blank])) blank++;
-            if (r->n_calls && blank == r->text.len) buf_puts(&b, "null"); /* the whole answer is calls */
-            else buf_put_json_str(&b, t, r->text.len);
-            if (r->n_calls) {
-                buf_puts(&b, ",\"tool_calls\":[");
-                buf_put(&b, r->calls.data, r->calls.len);
-                buf_putc(&b, ']');
-            }
-            buf_puts(&b, "},");
-        } else {
-            buf_puts(&b, "\"text\":");
-            buf_put_json_str(&b, r->text.data ? (const char *)r->text.data : "", r->text.len);
+        buf_puts(&b, ",\"choices\":[");
+        put_choice(r, &b);
+        for (int k = 0; k < r->n_kids; k++) {
             buf_putc(&b, ',');
+            put_choice(r->kids[k], &b);
         }
-        if (r->gp.logprobs) {
-            buf_puts(&b, "\"logprobs\":");
-            put_logprobs(r, &b, 0, r->n_lp_out);
-            buf_printf(&b, ",\"finish_reason\":\"%s\"}],\"usage\":", reason);
-        } else {
-            buf_printf(&b, "\"logprobs\":null,\"finish_reason\":\"%s\"}],\"usage\":", reason);
-        }
+        buf_puts(&b, "],\"usage\":");
         put_usage(r, &b);
         buf_putc(&b, '}');
         if (acct) {
@@ -389,7 +428,7 @@ void v1_finish_reply(lreq *r, const char *reason)
             snprintf(cms, sizeof cms, "%.3f", v1_compute_ms(r));
             h1req_add_header(r->http, "Tierserve-Compute-Ms", cms);
             snprintf(usage, sizeof usage, "prompt_tokens=%zu completion_tokens=%zu compute_ms=%s", r->n_prompt,
-                     r->n_gen, cms);
+                     gen, cms);
             h1req_add_header(r->http, "Tierserve-Usage", usage);
         }
         h1req_reply(r->http, 200, "application/json", &b);
@@ -399,8 +438,9 @@ void v1_finish_reply(lreq *r, const char *reason)
 
 /* A failure after admission: an error object, or inside a stream an error event (what the
  * openai SDK raises as an APIError) and the stream's end. */
-void v1_fail_reply(lreq *r, int status, const char *code, const char *msg, req_outcome o)
+void v1_fail_reply(lreq *c, int status, const char *code, const char *msg, req_outcome o)
 {
+    lreq *r = root(c); /* one choice's failure is the request's: every choice ends */
     v1_settle(r, o);
     if (r->http) {
         if (r->stream) {

@@ -24,7 +24,9 @@ void v1_free_req(lreq *r)
     free(r->body);
     budget_give(r->srv->bodies, r->held);
     tok_ids_free(&r->ids);
-    llm_gram_unref(r->gp.gram);
+    for (int k = 0; k < r->n_kids; k++) v1_free_req(r->kids[k]);
+    free(r->kids);
+    if (!r->parent) llm_gram_unref(r->gp.gram); /* kids borrow the request's reference */
     tok_stream_free(r->ts);
     buf_free(&r->text);
     buf_free(&r->pending);
@@ -48,9 +50,20 @@ double v1_compute_ms(const lreq *r) { return (double)atomic_load(&r->compute_ns)
  * Run() it took part in. */
 void v1_maybe_free(lreq *r)
 {
+    if (r->parent) { /* a kid goes with its request */
+        v1_maybe_free(r->parent);
+        return;
+    }
     if (r->busy || r->preparing || r->http || (r->added && !r->engine_done)) return;
+    uint64_t made = atomic_load(&r->made);
+    for (int k = 0; k < r->n_kids; k++) {
+        lreq *c = r->kids[k];
+        if (c->busy || (c->added && !c->engine_done)) return;
+        made += atomic_load(&c->made);
+    }
     server *srv = r->srv;
-    llm_acct_usage u = {atomic_load(&r->joined) ? r->n_prompt : 0, atomic_load(&r->made), v1_compute_ms(r)};
+    /* the prompt once (the choices share it), every choice's tokens */
+    llm_acct_usage u = {atomic_load(&r->joined) ? r->n_prompt : 0, made, v1_compute_ms(r)};
     llm_acct_end(srv->llm_acct, &r->acct, &u, ts_now());
     srv->in_flight--;
     v1_free_req(r);
@@ -62,6 +75,11 @@ void v1_settle(lreq *r, req_outcome o)
     r->finished = true;
     if (r->timer) evtimer_del(r->timer);
     if (r->added && !r->engine_done) llm_engine_cancel(r->L->engine, r->seq);
+    for (int k = 0; k < r->n_kids; k++) { /* all choices end with the request */
+        lreq *c = r->kids[k];
+        c->finished = true;
+        if (c->added && !c->engine_done) llm_engine_cancel(r->L->engine, c->seq);
+    }
     hist_observe(&r->L->e2e, ts_now() - r->t_arrive);
     v1_record(r, o);
 }
@@ -71,6 +89,7 @@ void v1_on_http_end(h1req *req, bool completed, void *arg)
     lreq *r = arg;
     server_request_end(req, completed, r->srv); /* the body's bytes, a drain */
     r->http = NULL;
+    for (int k = 0; k < r->n_kids; k++) r->kids[k]->http = NULL;
     if (r->preparing) { /* m and L are the decode thread's: on_prepared counts it */
         r->finished = true;
         /* a timed-out request's model is still wanted (its timeout counts there) */
@@ -96,8 +115,11 @@ void v1_on_token(void *ud, uint64_t seq, int32_t tok, llm_finish fin, const ts_e
     double now = ts_now();
     if (tok >= 0) {
         atomic_fetch_add(&r->made, 1);
-        if (!r->got_first) hist_observe(&r->L->ttft, now - r->t_arrive);
-        else hist_observe(&r->L->itl, now - r->t_last);
+        if (!r->got_first) {
+            if (!r->parent) hist_observe(&r->L->ttft, now - r->t_arrive); /* the request's first choice's */
+        } else {
+            hist_observe(&r->L->itl, now - r->t_last);
+        }
         r->got_first = true;
         r->t_last = now;
         atomic_fetch_add(&r->L->gen_tokens, 1);
@@ -130,7 +152,7 @@ void v1_on_join(void *ud, uint64_t seq)
     (void)seq;
     lreq *r = ud;
     atomic_store(&r->joined, true);
-    hist_observe(&r->L->queue, ts_now() - r->t_arrive);
+    if (!r->parent) hist_observe(&r->L->queue, ts_now() - r->t_arrive);
 }
 
 static void on_tokens(void *item, void *ctx)
@@ -157,12 +179,12 @@ static void on_tokens(void *item, void *ctx)
     pthread_mutex_unlock(&r->mu);
     if (!srv->http) r->http = NULL; /* shutting down: every connection is gone */
     r->busy++;
-    for (size_t i = 0; i < n && !r->finished && r->http; i++)
+    for (size_t i = 0; i < n && !r->finished && !r->choice_done && r->http; i++)
         v1_take_token(r, t[i], lps ? &lps[i] : NULL, fin != LLM_FIN_NONE && i + 1 == n,
                    fin == LLM_FIN_EOS && i + 1 == n);
     if (fin != LLM_FIN_NONE) {
         r->engine_done = true;
-        if (!r->finished && r->http) {
+        if (!r->finished && !r->choice_done && r->http) {
             if (fin == LLM_FIN_EOS || fin == LLM_FIN_DONE) v1_finish_reply(r, "stop");
             else if (fin == LLM_FIN_LENGTH) v1_finish_reply(r, "length");
             else if (fin == LLM_FIN_ERROR) /* a grammar's limit is the request's (400), a Run()'s failure ours */

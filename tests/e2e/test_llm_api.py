@@ -233,8 +233,10 @@ def test_stop_string_across_token_boundary(llm, llm_repo):
 # ---- refusals ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path,extra,param", [
-    ("/v1/completions", {"n": 2}, "n"),
-    ("/v1/chat/completions", {"n": 2}, "n"),
+    ("/v1/completions", {"n": 9}, "n"),
+    ("/v1/completions", {"n": 0}, "n"),
+    ("/v1/chat/completions", {"n": 9}, "n"),
+    ("/v1/chat/completions", {"n": 1.5}, "n"),
     ("/v1/completions", {"temperature": 3}, "temperature"),
     ("/v1/completions", {"top_p": "x"}, "top_p"),
     ("/v1/completions", {"max_tokens": 0}, "max_tokens"),

@@ -64,7 +64,7 @@ try {
   out.error = { is_api_error: e instanceof APIError, status: e.status, code: e.code ?? null, type: e.type ?? null };
 }
 try {
-  await client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], n: 2 });
+  await client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], n: 9 });
   out.error_n = null;
 } catch (e) {
   out.error_n = { is_api_error: e instanceof APIError, status: e.status, param: e.param ?? null };

@@ -25,7 +25,7 @@ async function expectError(name, call) {
 }
 
 await expectError("bad_request", () =>
-  client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], n: 2 }));
+  client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }], n: 9 }));
 await expectError("context", () =>
   client.completions.create({ model, prompt: "hello ".repeat(2100), max_tokens: 2 }));
 await expectError("auth", () =>

@@ -176,8 +176,9 @@ static void test_refusals_arguments(void **state)
     expect_refused(true, H "\"echo\":false}", TS_BAD_REQUEST, "echo", NULL);
     expect_refused(false, C "\"max_completion_tokens\":5}", TS_BAD_REQUEST, "max_completion_tokens", NULL);
     expect_refused(false, C "\"top_logprobs\":1}", TS_BAD_REQUEST, "top_logprobs", NULL);
-    /* one choice per request */
-    expect_refused(false, C "\"n\":2}", TS_BAD_REQUEST, "n", NULL);
+    /* n: 1..V1_MAX_N choices */
+    expect_refused(false, C "\"n\":9}", TS_BAD_REQUEST, "n", NULL);
+    expect_refused(false, C "\"n\":0}", TS_BAD_REQUEST, "n", NULL);
     expect_refused(true, H "\"n\":\"1\"}", TS_BAD_REQUEST, "n", NULL);
     expect_refused(false, C "\"best_of\":3}", TS_BAD_REQUEST, "best_of", NULL);
     /* streams */

@@ -67,6 +67,15 @@ typedef struct lreq {
     bool counted;
     int busy;                 /* a loop handler is using it: an end callback it triggers must not free it */
     uint64_t seq;
+    /* n > 1: the request (the first choice, index 0) holds the others in kids; each choice is
+     * a sequence of its own with its own decoder, stops, tool-call parser, logprobs and
+     * finish_reason, all writing through the request's HTTP side (a kid's http mirrors it).
+     * The request alone has the deadline, the accounting and the outcome (docs/llm.md, "n"). */
+    struct lreq *parent;      /* a kid: the request it belongs to; NULL for the request itself */
+    struct lreq **kids;
+    int n_kids, index;        /* index: the choice's index in the reply */
+    bool choice_done;         /* this choice's end is decided (reason); later tokens are dropped */
+    const char *reason;       /* its finish_reason (a literal) */
     char id[48];
     long long created;
     /* shared with the generation thread, under mu */
