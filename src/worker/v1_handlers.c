@@ -364,7 +364,7 @@ static int prepare(lreq *r)
     v1_model vm = {.name = L->name, .gen = llm_model_gen(L->model), .has_chat = L->chat != NULL,
                    .chat_note = L->chat_note, .vocab = llm_model_sig(L->model)->vocab, .gram = L->gram,
                    .tool_format = toolcall_format_name(L->chat ? chat_tool_format(L->chat) : TOOLCALL_NONE)};
-    if (v1_parse_args(body, r->chat, &vm, &a, e)) goto out;
+    if (v1_parse_args(body, r->chat, &vm, &a, e) || (a.tools_on && v1_tool_names(r, body, e))) goto out;
     if (r->hdr_bad) { /* the headers were read on the loop; their refusal comes here, as before */
         *e = r->hdr_err;
         goto out;
