@@ -245,7 +245,7 @@ static void on_tool_text(void *ctx, const char *s, size_t n)
     r->lp_sent = r->n_lp_out;
 }
 
-int v1_tool_names(lreq *r, json_t *body, v1_err *e)
+int v1_tool_names(json_t *body, v1_args *a, v1_err *e)
 {
     buf b;
     buf_init(&b, LLM_MAX_BODY);
@@ -261,8 +261,8 @@ int v1_tool_names(lreq *r, json_t *body, v1_err *e)
         buf_free(&b);
         return v1_fail(e, TS_UNAVAILABLE, NULL, "out of memory");
     }
-    r->tool_names = (char *)b.data; /* the buffer's bytes are the request's now */
-    r->tool_names_len = b.len;
+    a->tool_names = (char *)b.data; /* the buffer's bytes are the caller's now */
+    a->tool_names_len = b.len;
     return 0;
 }
 
@@ -308,8 +308,13 @@ static void on_tool_call(void *ctx, const char *name, size_t nl, const char *arg
     buf_puts(b, "}}");
 }
 
-toolcall_parser *v1_toolcall_new(lreq *r, toolcall_format f)
+toolcall_parser *v1_toolcall_new(lreq *r, toolcall_format f, const v1_args *a)
 {
+    if (a->tool_names_len) {
+        if (!(r->tool_names = malloc(a->tool_names_len))) return NULL;
+        memcpy(r->tool_names, a->tool_names, a->tool_names_len);
+        r->tool_names_len = a->tool_names_len;
+    }
     toolcall_sink k = {on_tool_text, on_tool_call, r};
     return toolcall_new(f, LLM_OUT_LIMIT, &k);
 }
