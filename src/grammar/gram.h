@@ -116,6 +116,10 @@ gram_vocab *gram_vocab_new(size_t n, const unsigned char *const *bytes, const si
                            const int32_t *end_ids, size_t n_end, ts_err *err);
 void gram_vocab_free(gram_vocab *v);
 size_t gram_vocab_size(const gram_vocab *v);
+/* Token id's bytes as the vocabulary holds them (a special token's text too; v's memory),
+ * *len 0 for an id outside v, without bytes or past the longest token kept: src/llm's
+ * tool_choice "auto" watches the answer's bytes for a call's start with it. */
+const unsigned char *gram_vocab_token(const gram_vocab *v, int32_t id, size_t *len);
 /* uint64_t words a mask for v needs */
 size_t gram_mask_words(const gram_vocab *v);
 

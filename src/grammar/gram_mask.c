@@ -291,6 +291,15 @@ gram_vocab *gram_vocab_new(size_t n, const unsigned char *const *bytes, const si
 }
 
 size_t gram_vocab_size(const gram_vocab *v) { return v->n; }
+
+const unsigned char *gram_vocab_token(const gram_vocab *v, int32_t id, size_t *len)
+{
+    *len = 0;
+    if (id < 0 || (size_t)id >= v->n)
+        return NULL;
+    *len = v->blen[id] ? v->blen[id] : v->slen[id];
+    return v->bytes + v->boff[id];
+}
 size_t gram_mask_words(const gram_vocab *v) { return (v->n + 63) / 64; }
 
 /* ---------------------------------------------------------------- the masker's cache */

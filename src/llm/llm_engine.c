@@ -97,6 +97,32 @@ static void finish(llm_seq *s, int32_t tok, llm_finish fin, const ts_err *err)
     llm_seq_free(s);
 }
 
+/* Draws of tool_choice "auto" before a call (llm_gen_params.gram_auto): a token that starts a
+ * call the grammar cannot go on with (`<tool_call>` then a byte no call has, in one token) is
+ * taken off row and the draw repeated, so a call, once started, is one the tools allow. */
+#define WATCH_REDRAWS 256
+
+static int32_t watch_call(llm_engine *e, llm_seq *s, float *row, int32_t tok)
+{
+    for (int k = 0;; k++) {
+        int rc = llm_gram_watch_token(s->params.gram, s->watch, tok, &s->matcher, &s->err);
+        if (rc < 0) return -1;
+        if (rc == 0) {
+            if (s->matcher) { /* the call started: the grammar holds from the next step */
+                free(s->watch);
+                s->watch = NULL;
+            }
+            return tok;
+        }
+        if (k == WATCH_REDRAWS) break;
+        row[tok] = -INFINITY;
+        tok = llm_sample(e->sampler, row, &s->params.sample, &s->rng);
+    }
+    ts_err_set(&s->err, TS_BAD_REQUEST, "constrained decoding: %d draws in a row started a tool call no tool "
+               "allows", WATCH_REDRAWS + 1);
+    return -1;
+}
+
 /* The grammar's mask on row (first: llm_gen_params.gram), the request's edits, then the draw.
  * -1 with s->err set when the grammar fails the step or leaves no token the draw may take. */
 static int32_t pick(llm_engine *e, llm_seq *s, float *row, bool adjust)
@@ -108,6 +134,7 @@ static int32_t pick(llm_engine *e, llm_seq *s, float *row, bool adjust)
         llm_sample_adjust(&s->params.sample, row, vocab, (int64_t)(s->n_tokens - s->n_prompt), e->m->gen.eos,
                           e->m->gen.n_eos);
     int32_t tok = llm_sample(e->sampler, row, &s->params.sample, &s->rng);
+    if (s->watch) return watch_call(e, s, row, tok);
     ts_err why = {0};
     if (!s->matcher || gram_accept_token(s->matcher, tok, &why)) return tok;
     /* every allowed token was -inf after the edits (min_tokens holding the only end id):
@@ -130,7 +157,7 @@ static bool take_token(llm_engine *e, llm_seq *s, float *row, struct ended *late
     const float *raw = row; /* logprobs read the model's own row, before the mask and penalties */
     bool lp = s->params.logprobs && s->params.on_logprobs;
     bool adjust = llm_sample_adjusts(&s->params.sample);
-    if (lp && (s->counts || adjust || s->matcher)) {
+    if (lp && (s->counts || adjust || s->matcher || s->watch)) {
         if (!e->lp_row) e->lp_row = malloc(e->m->sig.vocab * sizeof *e->lp_row);
         if (e->lp_row) {
             memcpy(e->lp_row, row, e->m->sig.vocab * sizeof *row);

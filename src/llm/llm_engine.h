@@ -99,6 +99,10 @@ typedef struct {
      * sequence ends at once (LLM_FIN_DONE), min_tokens or not; a step that passes a grammar
      * limit ends it with LLM_FIN_ERROR (err 400). The caller keeps its own reference. */
     llm_gram *gram;
+    /* With gram a tools grammar (tool_choice "auto"): no mask until the answer starts a call
+     * (llm_gram_watch_token); from the token that starts it on, gram holds as above. A token
+     * that would start a call the grammar cannot go on with is drawn again without it. */
+    bool gram_auto;
 } llm_gen_params;
 
 /* The error hook, on the generation thread, around every Run() (a prefill chunk or a decode

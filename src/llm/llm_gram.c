@@ -16,6 +16,8 @@ struct llm_gram {
     gram_grammar *g;
     gram_masker *m;
     size_t words;
+    const gram_vocab *vocab; /* the cache's (it outlives every entry) */
+    int tools;               /* LLM_GRAM_TOOLS: the gram_tools_format, else 0 */
     uint64_t used; /* the cache's clock at the last hit (under the cache's mu) */
 };
 
@@ -164,6 +166,12 @@ llm_gram *llm_gram_get(llm_gram_cache *c, llm_gram_kind kind, const char *text, 
         return NULL;
     }
     g->words = gram_mask_words(vocab);
+    g->vocab = vocab;
+    if (kind == LLM_GRAM_TOOLS) { /* compile_tools read this very text: it parses */
+        json_t *j = json_loadb(text, len, 0, NULL);
+        g->tools = gram_tools_format_of(json_string_value(json_object_get(j, "format")));
+        json_decref(j);
+    }
     pthread_mutex_lock(&c->mu);
     llm_gram *raced = find(c, kind, text, len);
     if (!raced) {
@@ -203,4 +211,52 @@ bool llm_gram_mask_row(gram_matcher *s, uint64_t *mask, size_t words, float *row
     }
     for (size_t i = n; i < vocab; i++) row[i] = -INFINITY;
     return true;
+}
+
+#define DS_CALLS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
+
+/* Where in b (n bytes, the first `old` of them already seen) a call starts, or -1. */
+static long call_start(int f, llm_gram_watch *w, const unsigned char *b, size_t n, size_t old)
+{
+    if (f == GRAM_TOOLS_LLAMA3) { /* only as the answer's first bytes (toolcall.c's seen_text) */
+        if (w->text) return -1;
+        size_t i = old;
+        while (i < n && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t')) i++;
+        if (i == n) return -1;
+        if (b[i] == '{' || (n - i >= 14 && memcmp(b + i, "<|python_tag|>", 14) == 0)) return (long)i;
+        return -2; /* text: no call from here on */
+    }
+    const char *m = f == GRAM_TOOLS_HERMES ? "<tool_call>" : f == GRAM_TOOLS_MISTRAL ? "[TOOL_CALLS]" : DS_CALLS_BEGIN;
+    const unsigned char *at = memmem(b, n, m, strlen(m));
+    return at ? (long)(at - b) : -1;
+}
+
+int llm_gram_watch_token(llm_gram *g, llm_gram_watch *w, int32_t tok, gram_matcher **out, ts_err *err)
+{
+    *out = NULL;
+    size_t len;
+    const unsigned char *t = gram_vocab_token(g->vocab, tok, &len);
+    unsigned char b[LLM_GRAM_WATCH_BYTES + 1024]; /* the tail and a token (gram's longest kept) */
+    if (len > sizeof b - LLM_GRAM_WATCH_BYTES) len = 0;
+    memcpy(b, w->tail, w->n);
+    if (len) memcpy(b + w->n, t, len);
+    size_t n = w->n + len;
+    /* the tail never holds a whole marker (it would have started a call): a match ends in tok */
+    long at = call_start(g->tools, w, b, n, w->n);
+    if (at >= 0) {
+        gram_matcher *s = gram_matcher_new(g->m, err);
+        if (!s) return -1;
+        ts_err why = {0};
+        if (!gram_accept_bytes(s, b + at, n - (size_t)at, &why)) {
+            gram_matcher_free(s);
+            return 1;
+        }
+        *out = s;
+        return 0;
+    }
+    if (at == -2) w->text = true;
+    size_t keep = n < LLM_GRAM_WATCH_BYTES - 1 ? n : LLM_GRAM_WATCH_BYTES - 1;
+    memmove(w->tail, b + n - keep, keep);
+    w->n = keep;
+    return 0;
 }

@@ -27,7 +27,7 @@ typedef enum {
     LLM_GRAM_JSON_OBJECT = 1, /* any JSON object (response_format json_object) */
     LLM_GRAM_SCHEMA,          /* a JSON Schema's text */
     LLM_GRAM_GBNF,            /* the plain grammar form */
-    /* a forced tool call (gram_compile_tools); text is JSON: {"format": "hermes" | ...
+    /* a tool call (gram_compile_tools); text is JSON: {"format": "hermes" | ...
      * (gram_tools_format_of's names), "forced": a name or null, "parallel": bool, "tools":
      * [[name, parameters schema or null], ...]} */
     LLM_GRAM_TOOLS,
@@ -66,5 +66,26 @@ size_t llm_gram_mask_words(const llm_gram *g);
  * length; ids past the grammar's vocabulary are cleared too). false with err set when the
  * step passes a grammar limit (400). */
 bool llm_gram_mask_row(gram_matcher *s, uint64_t *mask, size_t words, float *row, size_t vocab, ts_err *err);
+
+/* tool_choice "auto" (llm_gen_params.gram_auto, on an LLM_GRAM_TOOLS grammar with forced
+ * null): the answer is free text until it starts a call the way toolcall.c sees one
+ *   hermes       "<tool_call>" anywhere          mistral      "[TOOL_CALLS]" anywhere
+ *   deepseek_v3  its calls-begin marker anywhere
+ *   llama3_json  "<|python_tag|>" or "{" as the answer's first bytes but white space
+ * (the marker may come in pieces, over several tokens, or end inside one); from that token
+ * on the tools grammar holds, entered by gram_accept_bytes of the marker and the rest of that
+ * token. A sequence's watch state: the answer's last bytes, where a marker may be starting. */
+#define LLM_GRAM_WATCH_BYTES 64 /* longer than every marker */
+typedef struct {
+    unsigned char tail[LLM_GRAM_WATCH_BYTES];
+    size_t n;
+    bool text; /* llama3_json: something other than white space came first: no call */
+} llm_gram_watch;
+
+/* Sampled token tok seen by w (g: the tools grammar): 0 and *out NULL (no call yet, w moved
+ * on), 0 and *out a matcher standing past tok (a call started: the grammar holds from the next
+ * step), 1 when tok starts a call the grammar cannot go on with (w unchanged: draw another
+ * token without it), -1 with err set when out of memory. */
+int llm_gram_watch_token(llm_gram *g, llm_gram_watch *w, int32_t tok, gram_matcher **out, ts_err *err);
 
 #endif

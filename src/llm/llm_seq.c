@@ -47,7 +47,9 @@ llm_seq *llm_seq_new(const llm_model *m, const int32_t *prompt, size_t n, const 
     if (p->gram) {
         s->params.gram = llm_gram_ref(p->gram);
         s->gwords = llm_gram_mask_words(p->gram);
-        if (!(s->gmask = malloc(s->gwords * sizeof *s->gmask)) || !(s->matcher = llm_gram_matcher(p->gram, err))) goto oom;
+        if (!(s->gmask = malloc(s->gwords * sizeof *s->gmask))) goto oom;
+        if (p->gram_auto ? !(s->watch = calloc(1, sizeof *s->watch)) : !(s->matcher = llm_gram_matcher(p->gram, err)))
+            goto oom;
     }
     atomic_init(&s->cancelled, false);
     return s;
@@ -105,6 +107,7 @@ void llm_seq_free(llm_seq *s)
     llm_counts_free(s->counts);
     gram_matcher_free(s->matcher);
     free(s->gmask);
+    free(s->watch);
     llm_gram_unref(s->params.gram);
     llm_kv_mem_free(s->kv, s->kv_val);
     free(s);

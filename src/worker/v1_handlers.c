@@ -310,7 +310,7 @@ static int setup_sequence(lreq *r, size_t n_ids, v1_args *a, v1_err *e)
         lp_oom = !r->lp_pend || !r->lp_work || !r->lp_ents;
     }
     toolcall_format tf = r->chat && a->tools_on ? chat_tool_format(r->L->chat) : TOOLCALL_NONE;
-    if (tf != TOOLCALL_NONE && !(r->tc = v1_toolcall_new(r, tf))) lp_oom = true;
+    if (tf != TOOLCALL_NONE && !(r->tc = v1_toolcall_new(r, tf, a))) lp_oom = true;
     if (!r->pend || !r->work || !r->ts || lp_oom) return v1_fail(e, TS_UNAVAILABLE, NULL, "out of memory");
     return 0;
 }
@@ -399,7 +399,7 @@ static int prepare(lreq *r)
     v1_model vm = {.name = L->name, .gen = llm_model_gen(L->model), .has_chat = L->chat != NULL,
                    .chat_note = L->chat_note, .vocab = llm_model_sig(L->model)->vocab, .gram = L->gram,
                    .tool_format = toolcall_format_name(L->chat ? chat_tool_format(L->chat) : TOOLCALL_NONE)};
-    if (v1_parse_args(body, r->chat, &vm, &a, e)) goto out;
+    if (v1_parse_args(body, r->chat, &vm, &a, e) || (a.tools_on && v1_tool_names(body, &a, e))) goto out;
     if (r->hdr_bad) { /* the headers were read on the loop; their refusal comes here, as before */
         *e = r->hdr_err;
         goto out;
@@ -413,6 +413,7 @@ out:
      * work may have been cut short by the stop */
     r->stopped = rc != 0 && atomic_load(&r->stop);
     llm_gram_unref(a.gp.gram); /* NULL once setup_sequence moved it to the request */
+    free(a.tool_names);
     json_decref(body);
     buf_free(&prompt);
     return rc;

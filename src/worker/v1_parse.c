@@ -534,7 +534,7 @@ static int parse_response_format(json_t *v, const v1_model *m, v1_args *a, v1_er
     return rc;
 }
 
-/* The forced call's grammar (tool_choice "required" or named) in the template's own syntax. */
+/* The call's grammar (tool_choice "required", named, or "auto") in the template's own syntax. */
 static int tool_grammar(json_t *body, const v1_model *m, v1_args *a, v1_err *e)
 {
     static const char P[] = "tool_choice";
@@ -563,6 +563,19 @@ static int tool_grammar(json_t *body, const v1_model *m, v1_args *a, v1_err *e)
     return rc;
 }
 
+/* tool_choice "auto" with a call syntax: the same grammar with no function forced, held back
+ * until the answer starts a call (llm_gen_params.gram_auto). Only with the model's grammar
+ * cache (unit tests check nothing here) and no response_format grammar; tools the grammar
+ * cannot compile leave the answer unconstrained and parsed, as before (docs/llm.md). */
+static void auto_grammar(json_t *body, const v1_model *m, v1_args *a)
+{
+    if (!a->tools_on || a->tool_forced || a->gp.gram || !m->gram || !m->tool_format ||
+        strcmp(m->tool_format, "none") == 0)
+        return;
+    v1_err ignored = {0};
+    if (tool_grammar(body, m, a, &ignored) == 0) a->gp.gram_auto = true;
+}
+
 int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *a, v1_err *e)
 {
     *a = (v1_args){0};
@@ -588,7 +601,9 @@ int v1_parse_args(json_t *body, bool chat, const v1_model *m, v1_args *a, v1_err
         return v1_fail(e, TS_BAD_REQUEST, "response_format", "'response_format' cannot be combined with 'tool_choice' "
                        "\"required\" or naming a function: the forced call has its own grammar");
     if (rf && parse_response_format(v, m, a, e)) return -1;
-    return a->tool_forced ? tool_grammar(body, m, a, e) : 0;
+    if (a->tool_forced) return tool_grammar(body, m, a, e);
+    auto_grammar(body, m, a);
+    return 0;
 }
 
 #undef GET

@@ -85,6 +85,10 @@ typedef struct {
     int tool_forced;
     char tool_name[V1_MAX_ID_BYTES + 1];
     bool parallel;
+    /* tools on: the tools' names, each NUL-ended (v1_tool_names fills them after
+     * v1_parse_args; the caller frees them): every choice's parser gets a copy */
+    char *tool_names;
+    size_t tool_names_len;
     /* gp.gram: response_format's or a forced tool call's grammar, a reference the caller releases (llm_gram_unref)
      * when v1_parse_args succeeded; none is held after a failure */
 } v1_args;

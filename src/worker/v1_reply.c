@@ -260,9 +260,54 @@ static void on_tool_text(void *ctx, const char *s, size_t n)
     r->lp_sent = r->n_lp_out;
 }
 
+int v1_tool_names(json_t *body, v1_args *a, v1_err *e)
+{
+    buf b;
+    buf_init(&b, LLM_MAX_BODY);
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(body, "tools"), i, t) {
+        json_t *n = json_object_get(json_object_get(t, "function"), "name");
+        if (!json_is_string(n)) continue;
+        buf_put(&b, json_string_value(n), json_string_length(n));
+        buf_putc(&b, '\0');
+    }
+    if (buf_failed(&b)) {
+        buf_free(&b);
+        return v1_fail(e, TS_UNAVAILABLE, NULL, "out of memory");
+    }
+    a->tool_names = (char *)b.data; /* the buffer's bytes are the caller's now */
+    a->tool_names_len = b.len;
+    return 0;
+}
+
+static bool offered(const lreq *r, const char *name, size_t nl)
+{
+    for (size_t at = 0; at < r->tool_names_len;) {
+        size_t l = strlen(r->tool_names + at);
+        if (l == nl && memcmp(r->tool_names + at, name, nl) == 0) return true;
+        at += l + 1;
+    }
+    return false;
+}
+
 static void on_tool_call(void *ctx, const char *name, size_t nl, const char *args, size_t al)
 {
     lreq *r = ctx;
+    if (!offered(r, name, nl)) {
+        /* never a call the client did not offer (an unconstrained "auto" answer may name
+         * anything): the call's JSON is content, and without calls the answer ends "stop" */
+        buf b;
+        buf_init(&b, LLM_OUT_LIMIT);
+        buf_puts(&b, "{\"name\":");
+        buf_put_json_str(&b, name, nl);
+        buf_puts(&b, ",\"arguments\":");
+        buf_put(&b, args, al);
+        buf_putc(&b, '}');
+        on_tool_text(r, (const char *)b.data, b.len);
+        buf_free(&b);
+        return;
+    }
     char id[32];
     call_id(r, id);
     size_t idx = r->n_calls++;
@@ -278,8 +323,13 @@ static void on_tool_call(void *ctx, const char *name, size_t nl, const char *arg
     buf_puts(b, "}}");
 }
 
-toolcall_parser *v1_toolcall_new(lreq *r, toolcall_format f)
+toolcall_parser *v1_toolcall_new(lreq *r, toolcall_format f, const v1_args *a)
 {
+    if (a->tool_names_len) {
+        if (!(r->tool_names = malloc(a->tool_names_len))) return NULL;
+        memcpy(r->tool_names, a->tool_names, a->tool_names_len);
+        r->tool_names_len = a->tool_names_len;
+    }
     toolcall_sink k = {on_tool_text, on_tool_call, r};
     return toolcall_new(f, LLM_OUT_LIMIT, &k);
 }

@@ -32,6 +32,7 @@ void v1_free_req(lreq *r)
     buf_free(&r->pending);
     buf_free(&r->outq);
     toolcall_free(r->tc);
+    free(r->tool_names);
     buf_free(&r->calls);
     free(r->pend);
     free(r->work);

@@ -21,15 +21,43 @@ from helpers import model_status, post, post_json, sse_events
 from llm_fixture import LLM_DIR, MODELS, node_encode, write_tiny_llm
 
 TEMPLATES = {"llama31": "library/llama3.1:8b", "qwen25": "library/qwen2.5:0.5b"}
-CALL = '{"name": "lookup_order", "arguments": {"order_id": 42}}'
+# compact JSON: with "auto" the call is constrained once `<tool_call>` starts it, and the
+# grammar writes no white space outside strings (the parser's own handling of spaced JSON:
+# tests/unit/test_toolcall.c)
+CALL = '{"name":"lookup_order","arguments":{"order_id":42}}'
 SCRIPTS = {
     "onecall": f"<tool_call>\n{CALL}\n</tool_call>",
     "twocalls": f"Checking <both>.\n<tool_call>\n{CALL}\n</tool_call>\n<tool_call>\n"
-                '{"name": "lookup_order", "arguments": {"order_id": 7, "note": "Zürich"}}\n</tool_call>',
+                '{"name":"lookup_order","arguments":{"order_id":7,"note":"Zürich"}}\n</tool_call>',
 }
 TOOLS = [{"type": "function", "function": {"name": "lookup_order", "parameters": {
-    "type": "object", "properties": {"order_id": {"type": "integer"}}, "required": ["order_id"]}}}]
+    "type": "object", "properties": {"order_id": {"type": "integer"}, "note": {"type": "string"}},
+    "required": ["order_id"]}}}]
 Q = [{"role": "user", "content": "Where is my order 42?"}]
+STRICT = [
+    {"type": "function", "function": {"name": "lookup_order", "parameters": {
+        "type": "object", "properties": {"order_id": {"type": "integer", "minimum": 1, "maximum": 999999}},
+        "required": ["order_id"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "open_ticket", "parameters": {
+        "type": "object", "properties": {"priority": {"enum": ["low", "normal", "urgent"]},
+                                         "summary": {"type": "string", "maxLength": 30}},
+        "required": ["priority", "summary"], "additionalProperties": False}}},
+]
+# tool_choice "auto" (the call constrained once the answer starts it): script answers whose calls
+# break their tools, with each script's tools. Unconstrained, "badcall" is a call to lookup_order
+# with invalid arguments and "othercall" a call to a function the request did not offer; once
+# `<tool_call>` starts the call the grammar masks the script's tokens that break it and the
+# script decoder, whose other logits are all equal, draws at random among the allowed ones.
+# LOOSE's schema uses a keyword the grammar does not follow ('not'), so its "auto" answers stay
+# unconstrained (and parsed): "stranger" calls a function not offered.
+LOOSE = [{"type": "function", "function": {"name": "lookup_order", "parameters": {
+    "type": "object", "properties": {"order_id": {"type": "integer"}}, "not": {"required": ["x"]}}}}]
+AUTO_SCRIPTS = {
+    "badcall": ('Let me check.\n<tool_call>\n{"name":"lookup_order","arguments":{"order_id":"42","x":true}}\n'
+                "</tool_call>", STRICT),
+    "othercall": ('<tool_call>\n{"name":"delete_everything","arguments":{}}\n</tool_call>', STRICT),
+    "stranger": ('<tool_call>\n{"name": "delete_everything", "arguments": {}}\n</tool_call>', LOOSE),
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +73,16 @@ def worker(tmp_path_factory):
         shutil.copytree(base, repo / name / "1")
         (tdir / f"{name}.jinja").write_text(sources[hub])
         pairs.append(f"{name}={tdir / name}.jinja")
-    # the script decoders: Q with TOOLS under Qwen2.5's template, answered by each SCRIPTS text
+    # the script decoders: Q with each script's tools under Qwen2.5's template, answered by its text
+    scripts = {**{n: (t, TOOLS) for n, t in SCRIPTS.items()}, **AUTO_SCRIPTS}
     job = [{"template": sources[TEMPLATES["qwen25"]], "vars": {
-        "messages": Q, "tools": TOOLS, "add_generation_prompt": True, "bos_token": "<s>", "eos_token": "</s>"}}]
+        "messages": Q, "tools": tools, "add_generation_prompt": True, "bos_token": "<s>", "eos_token": "</s>"}}
+        for _, tools in scripts.values()]
     r = subprocess.run(["node", "render_request.mjs", "render"], cwd=LLM_DIR, input=json.dumps(job),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    prompt_len = json.loads(r.stdout)[0]["ids"]  # a count
-    for name, text in SCRIPTS.items():
+    prompt_lens = [j["ids"] for j in json.loads(r.stdout)]  # counts
+    for (name, (text, _)), prompt_len in zip(scripts.items(), prompt_lens):
         d = repo / name / "1"
         shutil.copytree(base, d)
         ids = node_encode(text, False)
@@ -221,16 +251,6 @@ def test_the_openai_sdk_assembles_the_same_calls(worker, model):
 # ---- forced calls: tool_choice "required" or naming a function (the grammar of src/grammar's
 # gram_compile_tools in the template's own syntax, wired through src/llm/llm_gram.c) ----
 
-STRICT = [
-    {"type": "function", "function": {"name": "lookup_order", "parameters": {
-        "type": "object", "properties": {"order_id": {"type": "integer", "minimum": 1, "maximum": 999999}},
-        "required": ["order_id"], "additionalProperties": False}}},
-    {"type": "function", "function": {"name": "open_ticket", "parameters": {
-        "type": "object", "properties": {"priority": {"enum": ["low", "normal", "urgent"]},
-                                         "summary": {"type": "string", "maxLength": 30}},
-        "required": ["priority", "summary"], "additionalProperties": False}}},
-]
-
 
 @pytest.mark.parametrize("model", ["qwen25", "llama31"])
 def test_forced_calls_are_valid_calls(worker, model):
@@ -260,3 +280,59 @@ def test_forced_call_refusals(worker, choice, model, needle):
     r = post_json(worker, "/v1/chat/completions", {"model": model, "messages": Q, "tools": STRICT,
                                                     "tool_choice": choice})
     assert r.status == 400 and r.body["error"]["param"] == "tool_choice" and needle in r.body["error"]["message"], r
+
+
+# ---- tool_choice "auto": a call the answer starts is constrained from its marker on ----
+
+def auto_req(model, seed, **kw):
+    return dict({"model": model, "messages": Q, "tools": AUTO_SCRIPTS[model][1], "tool_choice": "auto",
+                 "parallel_tool_calls": False, "temperature": 1.5, "max_tokens": 200, "seed": seed}, **kw)
+
+
+@pytest.mark.parametrize("model", ["badcall", "othercall"])
+def test_auto_started_calls_are_valid_calls(worker, model):
+    """The script starts a call its tools forbid; from `<tool_call>` on the grammar holds, so
+    every seed gives one call (parallel_tool_calls false) to one of the request's tools with
+    arguments ajv accepts. The text before the marker is the script's, unmasked."""
+    from test_llm_structured import sdk
+    got = sdk(worker, [{"req": auto_req(model, s), "check": False} for s in (1, 2, 3, 4)])
+    names = {t["function"]["name"] for t in STRICT}
+    for c in got:
+        assert "choices" in c, c
+        ch = c["choices"][0]
+        assert ch["finish"] == "tool_calls" and len(ch["calls"]) == 1, ch
+        assert ch["calls"][0]["valid"] and ch["calls"][0]["name"] in names, ch
+        assert (ch["content"] or "").strip() == ("Let me check." if model == "badcall" else ""), ch
+    # the same answers with the parser off (tool_choice "none"): the script's text, unconstrained
+    off = whole(worker, dict(auto_req(model, 1), tool_choice="none"))
+    assert off["message"]["content"].strip() == AUTO_SCRIPTS[model][0], off
+
+
+def test_a_call_to_a_function_not_offered_is_text(worker):
+    """LOOSE's schema is one the grammar does not follow: "auto" stays unconstrained and parsed.
+    The script calls delete_everything, which the request does not offer: no tool_calls, the
+    call's JSON is the content and the answer ends "stop", whole and streamed."""
+    ch = whole(worker, auto_req("stranger", 1))
+    assert "tool_calls" not in ch["message"] and ch["finish_reason"] == "stop", ch
+    assert json.loads(ch["message"]["content"]) == {"name": "delete_everything", "arguments": {}}, ch
+    assert streamed(worker, auto_req("stranger", 1)) == (ch["message"]["content"], "stop")
+
+
+@pytest.mark.parametrize("req", [
+    dict(body("qwen25", "required", max_tokens=200, seed=21, temperature=1.5), tools=STRICT,
+         parallel_tool_calls=False),
+    dict(body("llama31", {"type": "function", "function": {"name": "open_ticket"}}, max_tokens=200, seed=22,
+              temperature=1.5), tools=STRICT, parallel_tool_calls=False),
+    auto_req("badcall", 23),
+    auto_req("othercall", 24),
+], ids=["required", "named", "auto-badcall", "auto-othercall"])
+def test_the_sdk_stream_helper_assembles_the_whole_answers_calls(worker, req):
+    """Constrained calls with random draws (temperature 1.5): for one seed the openai SDK's
+    stream helper (finalChatCompletion) assembles the calls and content of the whole answer."""
+    r = subprocess.run(["node", "--input-type=module", "-e", SDK, f"http://{worker.host}:{worker.port}/v1",
+                        req["model"], json.dumps(req)], cwd=LLM_DIR, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["whole"]["calls"] and got["whole_finish"] == "tool_calls", got
+    assert (got["streamed"]["calls"], got["streamed_finish"]) == (got["whole"]["calls"], "tool_calls"), got
+    assert (got["streamed"]["content"] or "").strip() == (got["whole"]["content"] or "").strip(), got

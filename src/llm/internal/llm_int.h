@@ -62,6 +62,7 @@ typedef struct llm_seq {
     gram_matcher *matcher;    /* with params.gram (its reference is the sequence's): where the
                                  output stands in the grammar */
     uint64_t *gmask;          /* its mask, llm_gram_mask_words words */
+    llm_gram_watch *watch;    /* params.gram_auto until a call starts (then NULL and matcher set) */
     size_t gwords;
     ts_err err;               /* why it ended with LLM_FIN_ERROR inside take_token */
     seq_state state;

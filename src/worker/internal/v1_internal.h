@@ -106,6 +106,8 @@ typedef struct lreq {
     toolcall_parser *tc;
     buf calls;                /* non-stream: the tool_calls entries' JSON, comma-joined */
     size_t n_calls;
+    char *tool_names;         /* its own copy of v1_args.tool_names: a call to another name is text */
+    size_t tool_names_len;
     size_t lp_sent;           /* stream with tc: logprobs entries [0, lp_sent) went out */
     size_t n_prompt, n_gen;
     _Atomic uint64_t compute_ns; /* its share of the engine's Run()s (llm_gen_params.compute_ns) */
@@ -142,7 +144,11 @@ typedef struct lreq {
 } lreq;
 
 /* v1_reply.c: r's tool-call parser over format f (NULL when out of memory). */
-toolcall_parser *v1_toolcall_new(lreq *r, toolcall_format f);
+/* r's tool-call parser, with its copy of a's tool names; NULL when out of memory. */
+toolcall_parser *v1_toolcall_new(lreq *r, toolcall_format f, const v1_args *a);
+/* The body's tools' names into a->tool_names (the caller frees them): a call to any other
+ * name is answered as text (v1_reply.c). 0, or -1 with e set (out of memory). */
+int v1_tool_names(json_t *body, v1_args *a, v1_err *e);
 
 /* An OpenAI error object answering req: e's status, message, param and code. */
 void v1_reply_error(h1req *req, const v1_err *e);
