@@ -336,3 +336,23 @@ def test_the_sdk_stream_helper_assembles_the_whole_answers_calls(worker, req):
     assert got["whole"]["calls"] and got["whole_finish"] == "tool_calls", got
     assert (got["streamed"]["calls"], got["streamed_finish"]) == (got["whole"]["calls"], "tool_calls"), got
     assert (got["streamed"]["content"] or "").strip() == (got["whole"]["content"] or "").strip(), got
+
+
+def test_calls_through_the_router(worker, tmp_path_factory):
+    """Through the router (the body forwarded unchanged, the reply relayed): a forced call and
+    a call the answer starts under "auto" are the worker's own, valid, for the same seed."""
+    from test_llm_structured import sdk
+    from test_router import Router, pools_config
+    reqs = [{"req": dict(body("qwen25", "required", max_tokens=200, seed=31, temperature=1.5), tools=STRICT,
+                         parallel_tool_calls=False), "check": False},
+            {"req": auto_req("badcall", 32), "check": False}]
+    router = Router(pools_config([("cpu", "cpu", True, [worker.port], None)]), tmp_path_factory.mktemp("tools-r"))
+    try:
+        router.wait_healthy(1)
+        via, direct = sdk(router, reqs), sdk(worker, reqs)
+        for v, d in zip(via, direct):
+            ch = v["choices"][0]
+            assert ch["finish"] == "tool_calls" and len(ch["calls"]) == 1 and ch["calls"][0]["valid"], ch
+            assert v["choices"] == d["choices"], (v, d)
+    finally:
+        router.stop()
