@@ -12,7 +12,9 @@ unchanged, sends the requests and ajv (JSON Schema 2020-12 with ajv-formats) val
 - json_object: an object (any JSON object);
 - refusals: a keyword the engine does not follow, a count over the server's cap, a missing
   name: 400 with param "response_format" naming the problem;
-- through the router (the body forwarded unchanged) the same request validates."""
+- through the router (the body forwarded unchanged) the same request validates;
+- the SDK's zod helper (tests/llm/openai_zod.mjs): a zod type sent by zodResponseFormat, every
+  answer read back by the SDK's own parse() through zod, whole and streamed."""
 import json
 import subprocess
 
@@ -143,3 +145,18 @@ def test_through_the_router(worker, tmp_path_factory):
         assert ch["content"] == direct[0]["choices"][0]["content"]
     finally:
         router.stop()
+
+
+def test_the_sdk_zod_helper_parses_the_answers(worker):
+    """The SDK's zod helper (zodResponseFormat + chat.completions.parse): the SDK turns a zod
+    type into the schema, and its own parse() reads every answer back through zod (it throws on
+    one that does not fit); the stream helper's final completion parses to the same object."""
+    host, port = address(worker)
+    r = subprocess.run(["node", "openai_zod.mjs", f"http://{host}:{port}/v1", "tiny", "5", "6", "7"], cwd=LLM_DIR,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    for g in got:
+        assert "error" not in g and g["finish"] == "stop", g
+        assert set(g["parsed"]) == {"intent", "order_id", "reply", "tags", "escalate"}, g
+    assert got[0]["streamed"] == got[0]["parsed"], got[0]
