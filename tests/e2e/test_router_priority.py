@@ -30,6 +30,13 @@ def test_saturation_refuses_batch_and_serves_urgent(tmp_path, test_repo):
     for _ in range(3):
         assert post_once(w.port, "slow", hdr, body)[0] == 200
     service = (time.monotonic() - t0) / 3
+    # each request about 0.2 s (scaled from the measurement): the pool frees a slot rarely, so
+    # an urgent request almost never arrives in the instant one frees (it would then take that
+    # slot, served at once but not above normal's count), and had it to wait for a freed slot
+    # the wait would show
+    rows = int(min(8192, ROWS * max(1.0, 0.2 / service)))
+    service *= rows / ROWS
+    hdr, body = slow_request(rows)
     # 10 slots: urgent keeps 2 (0.2), batch 1 more (0.1): batch may fill 7, normal 8, urgent 10
     slots, normal_limit = 10, 8
     # an urgent request waits in the worker behind at most `slots` others: its deadline covers
@@ -90,7 +97,7 @@ pools:
         # the urgent request runs long enough (about half a second, from the measured service)
         # for the poll below to see it beside the normal ones: the worker serves it next, so a
         # request as short as the others could come and go between two polls
-        u_rows = int(min(4096, ROWS * max(1.0, 0.5 / service)))
+        u_rows = int(min(8192, rows * max(1.0, 0.5 / service)))
         u_hdr, u_body = slow_request(u_rows)
 
         def urgent_client():
@@ -127,6 +134,9 @@ def test_full_queue_gives_a_normal_place_to_urgent(tmp_path, test_repo):
     t0 = time.monotonic()
     assert post_once(w.port, "slow", hdr, body)[0] == 200
     service = time.monotonic() - t0
+    # each request holds its slot for about 1.5 s (sized from the measured service), so the two
+    # in flight are still running when the test looks at the queue after the displacement
+    hdr, body = slow_request(int(min(8192, ROWS * max(1.0, 1.5 / service))))
     wait_ms = int(max(20000, 200 * service * 1000))  # nobody times out while the test looks
     r = Router(f"""
 address: 127.0.0.1
