@@ -48,6 +48,7 @@ static rt_backend *backend_new(rt_pool *p, const char *host, unsigned port, int 
     b->port = port;
     snprintf(b->addr, sizeof b->addr, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
     b->gpu_mem = -1;
+    b->aff_id = affinity_id(b->addr);
     p->backends[p->n++] = b;
     return b;
 }
@@ -84,7 +85,8 @@ int rt_pools_init(router *r, char *err, size_t errlen)
             for (int s = 0; s < SIG_COUNT; s++) p->sig.value[s] = -1;
         }
         p->dns = calloc(pc->backends_count, sizeof *p->dns);
-        if (!p->dns) {
+        p->ring = affinity_ring_new();
+        if (!p->dns || !p->ring) {
             snprintf(err, errlen, "out of memory");
             return -1;
         }
@@ -140,8 +142,27 @@ void rt_pools_free(router *r)
         rt_pool *p = &r->pools[i];
         for (size_t k = 0; k < p->n; k++) backend_free(p->backends[k]);
         free(p->dns);
+        affinity_ring_free(p->ring);
         policy_destroy(p->pol);
     }
+}
+
+int rt_pool_pick(router *r, rt_pool *p, const route_pool *v, int avoid, bool keyed, uint64_t key)
+{
+    if (keyed && r->cfg->affinity.enabled) {
+        /* the ring follows the pool's backends (DNS adds and drops them): rebuilt on a change */
+        uint64_t ids[RT_MAX_BACKENDS];
+        for (size_t k = 0; k < p->n; k++) ids[k] = p->backends[k]->aff_id;
+        affinity_result res;
+        int k = affinity_ring_set(p->ring, ids, p->n) == 0
+                    ? affinity_pick(p->ring, v, key, r->cfg->affinity.load_factor, avoid, &res)
+                    : -1;
+        if (k >= 0) {
+            p->affinity[res]++;
+            return k;
+        }
+    }
+    return route_pick_backend(v, avoid, &p->cursor);
 }
 
 const rt_pool *rt_lead_gpu_pool(const router *r)

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "affinity.h"
 #include "buf.h"
 #include "h1cli.h"
 #include "latency.h"
@@ -78,6 +79,7 @@ typedef struct rt_backend {
     /* passive health */
     unsigned in_flight, consecutive_failures, ejections;
     unsigned v1_asks;    /* cancel reports being asked of it (v1ask.c): not freed until they end */
+    uint64_t aff_id;     /* its point on the prefix-affinity ring: affinity_id(addr) */
     double ejected_until;
     uint64_t requests, failures;
 } rt_backend;
@@ -103,6 +105,8 @@ struct rt_pool {
     lat_ring lat;
     struct router *r;
     size_t cursor;                       /* its round robin (route_pick_backend) */
+    affinity_ring *ring;                 /* prefix affinity over its backends (rt_pool_pick) */
+    uint64_t affinity[AFF_RESULTS];      /* tries placed by prefix key: hit, miss, overflow */
     route_backend view[RT_MAX_BACKENDS]; /* scratch: its backends as the policy sees them */
     /* GPU pools only: the pressure policy of this pool, its state and last signals */
     policy *pol;
@@ -140,6 +144,10 @@ void rt_reap(struct router *r);
 void rt_backends_set_tls(struct router *r, tls_ctx *ctx);
 size_t rt_pool_healthy(const rt_pool *p, double now);
 void rt_pool_record_latency(rt_pool *p, double now, double secs);
+/* The backend of p for a request (v: p as route.h sees it now; never index avoid, -1: none):
+ * with a prefix key (keyed), the first within the load bound on p's affinity ring (counted in
+ * p->affinity), else, or when none qualifies, route_pick_backend's least loaded. */
+int rt_pool_pick(struct router *r, rt_pool *p, const route_pool *v, int avoid, bool keyed, uint64_t key);
 /* The backends the pool needs for the load the router sees on it now (issue 26): requests in
  * flight on it (or queued in its workers) plus its capacity's share of the admission queue,
  * over its scale_target per backend (scaler_desired_backends). The metric

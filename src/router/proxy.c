@@ -217,7 +217,7 @@ static route_req req_of(const proxy_req *pr) { return (route_req){pr->prio, pr->
 static int send_to_backend(proxy_req *pr);
 
 /* Carries a plan out: the first pool in its order that can take the request gets it, on
- * the backend route_pick_backend() names (never `avoid`). Returns true once a try is sent. */
+ * the backend rt_pool_pick() names (its prefix's, else the least loaded; never `avoid`). Returns true once a try is sent. */
 static bool send_by_plan(proxy_req *pr, const route_pool *view, const route_plan *plan, const rt_backend *avoid,
                          bool retry)
 {
@@ -229,7 +229,7 @@ static bool send_by_plan(proxy_req *pr, const route_pool *view, const route_plan
         int av = -1;
         for (size_t k = 0; avoid && k < p->n; k++)
             if (p->backends[k] == avoid) av = (int)k;
-        int k = route_pick_backend(v, av, &p->cursor);
+        int k = rt_pool_pick(r, p, v, av, pr->aff_keyed, pr->aff_key);
         if (k < 0) continue;
         pr->pool = p;
         pr->backend = p->backends[k];
@@ -917,6 +917,8 @@ void rt_proxy_route(proxy_req *pr)
     rt_route_view(r, pr->logical, ts_now(), view);
     route_req rq = req_of(pr);
     pr->u = route_rng_uniform(&r->rng); /* one draw per request, kept if it has to wait */
+    /* its prefix key: the pool the policy picks sends it to the backend likely to hold it */
+    pr->aff_keyed = pr->is_infer && r->cfg->affinity.enabled && rt_v1_prefix_key(pr, &pr->aff_key);
     route_plan plan;
     route_plan_request(view, r->n_pools, &rq, pr->u, &plan);
     char msg[400];

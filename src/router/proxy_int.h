@@ -48,6 +48,8 @@ typedef struct proxy_req {
     bool cancel_pending; /* the client left meanwhile: the callback closes the try on return */
     rt_v1 v1;       /* /v1 requests (v1.target set): see v1.h */
     double u;               /* its uniform draw for the policy (route_plan_request) */
+    bool aff_keyed;         /* it has a prefix key (rt_v1_prefix_key): backends by affinity */
+    uint64_t aff_key;
     struct proxy_req *qnext; /* admission queue link */
     struct proxy_req *live_prev, *live_next; /* router.live: every request not yet freed */
     struct event *qtimer;   /* while queued: gives up after admission.queue_timeout_ms */

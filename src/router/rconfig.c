@@ -16,6 +16,7 @@ static const cyaml_strval_t k_kinds[] = {{"gpu", POOL_GPU}, {"cpu", POOL_CPU}};
 static const cyaml_strval_t k_tiers[] = {
     {"cpu", MIN_TIER_CPU}, {"cuda", MIN_TIER_CUDA}, {"tensorrt", MIN_TIER_TENSORRT}};
 static const cyaml_strval_t k_cost_models[] = {{"none", COST_NONE}, {"usage", COST_USAGE}, {"fixed", COST_FIXED}};
+static const cyaml_strval_t k_aff_scopes[] = {{"tenant", AFF_SCOPE_TENANT}, {"shared", AFF_SCOPE_SHARED}};
 static const cyaml_strval_t k_log_levels[] = {
     {"debug", LOG_DEBUG}, {"info", LOG_INFO}, {"warn", LOG_WARN}, {"warning", LOG_WARN}, {"error", LOG_ERROR}};
 
@@ -157,6 +158,18 @@ static const rc_key k_keys[] = {
      .help = "/v1 streams: p95 time-to-first-token target of urgent requests (0: none): /admin/status"},
     {T_("slo_ttft_ms.normal", slo_ttft_ms.normal), UINT_("0", 0, MS_MAX), .help = "the same, normal (0: none)"},
     {T_("slo_ttft_ms.batch", slo_ttft_ms.batch), UINT_("0", 0, MS_MAX), .help = "the same, batch (0: none)"},
+    {T_("affinity.enabled", affinity.enabled), .type = RK_BOOL, .def = "true",
+     .help = "/v1 chat and completions requests that share a conversation prefix go to the backend of the "
+             "chosen pool that likely holds it in its prefix cache (consistent hashing with bounded load)"},
+    {T_("affinity.load_factor", affinity.load_factor), DBL_("2", 1, 100),
+     .help = "a backend takes a prefix's request only while its in-flight count stays within this x the "
+             "pool's mean (+1); past it the request goes to the next backend on the ring"},
+    {T_("affinity.scope", affinity.scope), ENUM_("tenant", k_aff_scopes),
+     .help = "tenant: the tenant is part of the prefix key, as the workers' prefix_cache_scope tenant keeps "
+             "tenants apart (sensitive requests always); shared: tenants with the same prefix share a backend"},
+    {T_("affinity.prompt_bytes", affinity.prompt_bytes), UINT_("512", 16, 1048576),
+     .help = "/v1/completions: how many leading bytes of the prompt make its key (a chat's key is its "
+             "messages up to the first user message)"},
     {T_("slo_itl_ms.urgent", slo_itl_ms.urgent), UINT_("0", 0, MS_MAX),
      .help = "/v1 streams: p95 inter-token latency target of urgent requests (0: none): /admin/status"},
     {T_("slo_itl_ms.normal", slo_itl_ms.normal), UINT_("0", 0, MS_MAX), .help = "the same, normal (0: none)"},
@@ -319,6 +332,12 @@ static const cyaml_schema_field_t k_deadline_fields[] = {
     CYAML_FIELD_UINT("normal", CYAML_FLAG_OPTIONAL, rc_deadlines, normal),
     CYAML_FIELD_UINT("batch", CYAML_FLAG_OPTIONAL, rc_deadlines, batch), CYAML_FIELD_END};
 
+static const cyaml_schema_field_t k_affinity_fields[] = {
+    CYAML_FIELD_BOOL("enabled", CYAML_FLAG_OPTIONAL, rc_affinity, enabled),
+    CYAML_FIELD_FLOAT("load_factor", CYAML_FLAG_OPTIONAL, rc_affinity, load_factor),
+    CYAML_FIELD_ENUM("scope", CYAML_FLAG_OPTIONAL, rc_affinity, scope, k_aff_scopes, CYAML_ARRAY_LEN(k_aff_scopes)),
+    CYAML_FIELD_UINT("prompt_bytes", CYAML_FLAG_OPTIONAL, rc_affinity, prompt_bytes), CYAML_FIELD_END};
+
 static const cyaml_schema_field_t k_budget_fields[] = {
     CYAML_FIELD_FLOAT("soft_per_hour", CYAML_FLAG_OPTIONAL, rc_budget, soft_per_hour),
     CYAML_FIELD_FLOAT("hard_per_hour", CYAML_FLAG_OPTIONAL, rc_budget, hard_per_hour),
@@ -390,6 +409,7 @@ static const cyaml_schema_field_t k_top_fields[] = {
     CYAML_FIELD_MAPPING("slo_p95_ms", CYAML_FLAG_OPTIONAL, router_config, slo_p95_ms, k_deadline_fields),
     CYAML_FIELD_MAPPING("slo_ttft_ms", CYAML_FLAG_OPTIONAL, router_config, slo_ttft_ms, k_deadline_fields),
     CYAML_FIELD_MAPPING("slo_itl_ms", CYAML_FLAG_OPTIONAL, router_config, slo_itl_ms, k_deadline_fields),
+    CYAML_FIELD_MAPPING("affinity", CYAML_FLAG_OPTIONAL, router_config, affinity, k_affinity_fields),
     CYAML_FIELD_MAPPING("admission", CYAML_FLAG_OPTIONAL, router_config, admission, k_admission_fields),
     CYAML_FIELD_MAPPING("policy", CYAML_FLAG_OPTIONAL, router_config, policy, k_policy_fields),
     CYAML_FIELD_SEQUENCE("pools", CYAML_FLAG_POINTER, router_config, pools, &k_pool, 1, RC_MAX_POOLS),

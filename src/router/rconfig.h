@@ -116,6 +116,17 @@ typedef struct {
     unsigned max_failures, window_s, block_s;
 } rc_auth_limit;
 
+/* Prefix affinity (docs/router.md "Prefix affinity", policy/affinity.h): /v1 chat and
+ * completions requests that share a conversation prefix go to the same backend of the pool
+ * the policy chose, within a load bound. */
+typedef enum { AFF_SCOPE_TENANT = 0, AFF_SCOPE_SHARED } rc_affinity_scope;
+typedef struct {
+    bool enabled;
+    double load_factor;    /* a backend takes a key's request while under this x the pool's mean */
+    unsigned scope;        /* rc_affinity_scope: the tenant in the key (as the workers' prefix cache) */
+    unsigned prompt_bytes; /* /v1/completions: the prompt's leading bytes that make its key */
+} rc_affinity;
+
 typedef struct {
     unsigned log_level;        /* log_level */
     char *address;
@@ -147,6 +158,7 @@ typedef struct {
     rc_deadlines deadline_ms;
     rc_admission admission;
     rc_policy policy;
+    rc_affinity affinity;
     rc_deadlines slo_p95_ms;   /* per-priority p95 targets; 0: none */
     rc_deadlines slo_ttft_ms;  /* /v1 streams: per-priority p95 time to first token targets; 0: none */
     rc_deadlines slo_itl_ms;   /* /v1 streams: per-priority p95 inter-token latency targets; 0: none */

@@ -210,6 +210,10 @@ void rt_status_json(router *r, buf *b)
     }
     buf_puts(b, "},");
     rt_events_json(&r->events, b);
+    static const char *const scopes[] = {"tenant", "shared"};
+    buf_printf(b, "\"affinity\":{\"enabled\":%s,\"load_factor\":%.6g,\"scope\":\"%s\",\"prompt_bytes\":%u},",
+               r->cfg->affinity.enabled ? "true" : "false", r->cfg->affinity.load_factor,
+               scopes[r->cfg->affinity.scope == AFF_SCOPE_SHARED], r->cfg->affinity.prompt_bytes);
     /* who waits for capacity now, by priority (proxy.c's admission queue) */
     buf_printf(b, "\"admission_queue\":{\"urgent\":%zu,\"normal\":%zu,\"batch\":%zu},", r->admq_n[PRIO_URGENT],
                r->admq_n[PRIO_NORMAL], r->admq_n[PRIO_BATCH]);
@@ -235,6 +239,10 @@ void rt_status_json(router *r, buf *b)
                       "\"requests\":%.0f,\"usd_per_request\":%.10g}",
                    models[p->cfg->cost.model], p->cfg->cost.usd_per_hour, usd, n, n > 0 ? usd / n : 0.0);
         pool_llm_json(r, i, b);
+        /* prefix affinity: tries placed by a prefix key, against the key's home backend */
+        buf_printf(b, ",\"affinity\":{\"hit\":%llu,\"miss\":%llu,\"overflow\":%llu}",
+                   (unsigned long long)p->affinity[AFF_HIT], (unsigned long long)p->affinity[AFF_MISS],
+                   (unsigned long long)p->affinity[AFF_OVERFLOW]);
         if (p->pol) {
             buf_puts(b, ",\"policy\":{");
             policy_json(b, &pc, &p->st, &p->sig);
@@ -368,6 +376,15 @@ void rt_metrics(router *r, buf *b)
             buf_printf(b, "tierrouter_cpu_share{pool=\"%s\",priority=\"%s\"} %.3f\n", p->cfg->name, k_prio[q],
                        p->st.cpu_share[q]);
     }
+    prom_family(b, "tierrouter_affinity_requests_total", "counter",
+                "Tries placed by prefix key (/v1 chat and completions), by pool and how it went against the key's "
+                "home backend: hit (the home), miss (the home unhealthy or avoided by a retry), overflow (the home "
+                "over the load bound)");
+    for (size_t i = 0; i < r->n_pools; i++)
+        for (int a = 0; a < AFF_RESULTS; a++)
+            buf_printf(b, "tierrouter_affinity_requests_total{pool=\"%s\",result=\"%s\"} %llu\n",
+                       r->pools[i].cfg->name, affinity_result_name((affinity_result)a),
+                       (unsigned long long)r->pools[i].affinity[a]);
     prom_family(b, "tierrouter_pool_desired_backends", "gauge",
                 "Backends the pool needs for the load the router sees on it now (in flight, queued in its "
                 "workers, its share of the admission queue) at its scale_target per backend: for KEDA/HPA");

@@ -110,7 +110,7 @@ bool rt_v1_parse(proxy_req *pr, ts_err *e, const char **param)
     }
     size_t i = skip_ws(s, n, 0);
     if (i >= n || s[i] != '{') return fail(e, param, NULL, "the request body must be a JSON object");
-    span model = {0, 0}, stream = {0, 0};
+    span model = {0, 0}, stream = {0, 0}, messages = {0, 0}, prompt = {0, 0};
     for (i = skip_ws(s, n, i + 1); i < n && s[i] == '"';) {
         size_t k = i;
         i = skip_string(s, n, i);
@@ -126,6 +126,10 @@ bool rt_v1_parse(proxy_req *pr, ts_err *e, const char **param)
             return false;
         }
         if (which) *which = (span){v, i};
+        /* the prefix key's parts (rt_v1_prefix_key): the last one given, as jansson reads
+         * duplicates in the worker */
+        if (key && strcmp(key, "messages") == 0) messages = (span){v, i};
+        if (key && strcmp(key, "prompt") == 0) prompt = (span){v, i};
         i = skip_ws(s, n, i);
         if (i < n && s[i] == ',') i = skip_ws(s, n, i + 1);
     }
@@ -158,7 +162,26 @@ bool rt_v1_parse(proxy_req *pr, ts_err *e, const char **param)
         return fail(e, param, "stream", "stream must be true or false");
     pr->v1.model_at = model.start;
     pr->v1.model_end = model.end;
+    pr->v1.messages_at = messages.start;
+    pr->v1.messages_end = messages.end;
+    pr->v1.prompt_at = prompt.start;
+    pr->v1.prompt_end = prompt.end;
     return true;
+}
+
+bool rt_v1_prefix_key(const proxy_req *pr, uint64_t *key)
+{
+    const rc_affinity *a = &pr->r->cfg->affinity;
+    const rt_v1 *v = &pr->v1;
+    const char *s = (const char *)pr->body;
+    const char *tenant = a->scope == AFF_SCOPE_TENANT || pr->sensitive ? pr->tenant : NULL;
+    if (!v->target || strcmp(v->target, "/v1/embeddings") == 0) return false;
+    if (v->messages_end)
+        return affinity_key_chat(s + v->messages_at, v->messages_end - v->messages_at, pr->logical, tenant, key);
+    if (v->prompt_end)
+        return affinity_key_prompt(s + v->prompt_at, v->prompt_end - v->prompt_at, a->prompt_bytes, pr->logical,
+                                   tenant, key);
+    return false;
 }
 
 int rt_v1_body_for(proxy_req *pr, const uint8_t **body, size_t *len)

@@ -55,6 +55,8 @@ struct router;
 typedef struct {
     const char *target;       /* "/v1/chat/completions", "/v1/completions" or "/v1/embeddings"; NULL: not /v1 */
     size_t model_at, model_end; /* where the body's "model" value lies: [model_at, model_end) */
+    size_t messages_at, messages_end; /* ... its "messages" (end 0: absent) */
+    size_t prompt_at, prompt_end;     /* ... its "prompt" (end 0: absent) */
     buf sent;                 /* the body with that value replaced, for sent_for */
     const void *sent_for;     /* the rt_pool it was rewritten for */
     const char *param;        /* the request parameter an error of the router's names, or NULL */
@@ -87,6 +89,11 @@ typedef void (*rt_v1_pass_fn)(struct proxy_req *pr, const uint8_t *data, size_t 
  * (into pr->logical), "stream" (once) true, false or null when present. True, or false with
  * the status to answer with and a message in *e and the offending parameter (NULL when none). */
 bool rt_v1_parse(struct proxy_req *pr, ts_err *e, const char **param);
+
+/* The request's prefix key (policy/affinity.h) for backend affinity: a chat's messages up to
+ * the first user message, a completion's prompt_bytes, with its model and (tenant scope, or
+ * a sensitive request) its tenant. False for /v1/embeddings and bodies without either. */
+bool rt_v1_prefix_key(const struct proxy_req *pr, uint64_t *key);
 
 /* The body to send to pr->pool: the client's bytes when the pool serves the model under its
  * own name, else the same bytes with the model's value replaced by the pool's name for it
