@@ -18,6 +18,7 @@
 #include "plan.h"
 #include "sim.h"
 #include "simcfg.h"
+#include "simprefix.h"
 #include "simsweep.h"
 #include "trace.h"
 #include "tracecvt.h"
@@ -49,9 +50,12 @@ static void usage(FILE *out)
                  "                         (with --duration 24xHOUR_S; add the incident with --surge)\n"
                  "  --mix urgent=0.1,normal=0.7,batch=0.2   --sensitive SHARE (default 0)\n"
                  "  --tenants a,b   --model NAME (default demo)   --size-max N (sizes 1..N, default 1)\n"
+                 "  --turns N  --conversations C   multi-turn: arrivals are turns of N-turn conversations,\n"
+                 "                         C open at once (default 64); the trace's conversation column\n"
                  "  --kill T:POOL[:INDEX]  --revive T:POOL[:INDEX]   backend events (every backend without INDEX)\n"
                  "  --seed N               (gen: the arrivals' seed; sim: every draw)\n\n");
     fputs(simcfg_help(), out);
+    fputs(simprefix_help(), out);
     fprintf(out, "\noutputs (sim): the summary goes to stdout unless --quiet\n"
                  "  --json FILE   --csv FILE   --timeline FILE (CSV per step)   --svg FILE   (FILE - : stdout)\n"
                  "  --events N             policy events listed in the summary (default %d)\n"
@@ -221,6 +225,10 @@ static int cmd_sim(cmd *c)
         return EXIT_USAGE;
     }
     if (!c->quiet) report_text(&c->cfg.sim, g_source, &r, c->max_events, stdout);
+    if (!c->quiet && simprefix_report(&c->cfg.sim, &t, &r, stdout, err, sizeof err) != 0) {
+        fprintf(stderr, "tierbench: %s\n", err);
+        rc = 1;
+    }
     if (c->row) report_row(&c->cfg.sim, &r, c->row, c->row_header, stdout);
     if (c->json && write_to(c->json, w_json, c, &r) != 0) rc = 1;
     if (c->csv && write_to(c->csv, w_csv, c, &r) != 0) rc = 1;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "latency.h"
+#include "simprefix.h"
 
 #define NONE UINT32_MAX
 #define Z95 1.6448536269514722 /* the standard normal's 95th percentile */
@@ -79,6 +80,7 @@ void sim_config_defaults(sim_config *c)
     c->connect_fail_s = 0.0005;
     c->timeline_step_s = 1;
     c->seed = 1;
+    simprefix_defaults(&c->prefix);
     sim_pool_defaults(&c->pools[0], POOL_GPU);
     sim_pool_defaults(&c->pools[1], POOL_CPU);
     c->n_pools = 2;
@@ -260,6 +262,7 @@ typedef struct {
     tenant_meter meter[TRACE_MAX_NAMES];
     double finish[PRIO_COUNT][TRACE_MAX_NAMES], vtime[PRIO_COUNT];
     size_t waiting[PRIO_COUNT][TRACE_MAX_NAMES];
+    simprefix *pfx; /* prefix caches and affinity (simprefix.h), NULL when not modelled */
 } sim;
 
 /* ---- the event heap ---------------------------------------------------------------------- */
@@ -338,7 +341,9 @@ static void worker_start(sim *s, uint32_t pi, uint32_t k, uint32_t job)
     b->running++;
     r->jstate[t] = J_RUNNING;
     r->jstart[t] = s->now;
-    push(s, s->now + draw_service(s, p, s->tr->a[job / 2].size), K_DONE, job, pi, k, b->epoch);
+    double svc = draw_service(s, p, s->tr->a[job / 2].size);
+    if (s->pfx) svc = simprefix_start(s->pfx, job / 2, pi, k, svc, s->now - r->t0);
+    push(s, s->now + svc, K_DONE, job, pi, k, b->epoch);
 }
 
 static void worker_accept(sim *s, uint32_t pi, uint32_t k, uint32_t job)
@@ -447,6 +452,7 @@ static void finish(sim *s, uint32_t i, sim_outcome o, int refusal)
         if (o == SIM_SERVED) ps[j]->served_by_pool[r->served_pool]++;
     }
     if (o == SIM_SERVED) s->res->tenant[a->tenant].served++;
+    if (o == SIM_SERVED && s->pfx) simprefix_served(s->pfx, i);
     else if (!(o == SIM_REFUSED && refusal == SIM_REF_BUDGET)) s->res->tenant[a->tenant].lost++;
     sim_tl_row *row = tl_row(s, s->now);
     if (row && o == SIM_SERVED) {
@@ -507,7 +513,8 @@ static bool send_by_plan(sim *s, uint32_t i, const route_pool *view, const route
         const route_pool *v = &view[pi];
         if (!route_pool_can_take(v, (priority_class)s->rq[i].prio)) continue;
         int av = (int)pi == avoid_pool ? avoid_back : -1;
-        int k = route_pick_backend(v, av, &s->pools[pi].cursor);
+        int k = s->pfx ? simprefix_pick(s->pfx, i, pi, v, av) : -1; /* the router's rt_pool_pick */
+        if (k < 0) k = route_pick_backend(v, av, &s->pools[pi].cursor);
         if (k < 0) continue;
         if (retry) {
             s->rq[i].retried = true;
@@ -1242,6 +1249,11 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
                         s->pools[pi].nb, ev->backend);
         push(s, ev->t, K_TRACE_EVENT, (uint32_t)e, (uint32_t)pi, 0, 0);
     }
+    if (c->prefix.capacity) {
+        unsigned nb[SIM_MAX_POOLS];
+        for (size_t i = 0; i < s->np; i++) nb[i] = s->pools[i].nb;
+        if (!(s->pfx = simprefix_new(c, t, nb, s->np))) return ts_fail(err, errlen, "out of memory");
+    }
     res->span_s = trace_span(t);
     res->n_pools = s->np;
     push(s, c->probe_interval_s, K_TICK, 0, 0, 0, 0);
@@ -1274,6 +1286,7 @@ static void lat_of(double *x, size_t n, sim_lat *out)
     }
     out->max = x[n - 1];
 }
+void sim_lat_of(double *x, size_t n, sim_lat *out) { lat_of(x, n, out); }
 
 static int figures(sim *s, char *err, size_t errlen)
 {
@@ -1313,6 +1326,7 @@ static int figures(sim *s, char *err, size_t errlen)
         ps->usage_cost = ps->busy_s / s->pools[pi].slots / 3600 * pc->cost;
     }
     free(x);
+    if (s->pfx && simprefix_figures(s->pfx, &res->prefix) != 0) return ts_fail(err, errlen, "out of memory");
     /* a step without a tick shows the policy as the last tick left it */
     for (size_t k = 0; k < res->n_timeline; k++) {
         sim_tl_row *row = &res->timeline[k];
@@ -1343,6 +1357,7 @@ static void teardown(sim *s)
     free(s->pools);
     free(s->rq);
     free(s->heap);
+    simprefix_free(s->pfx);
     free(s->ticked);
 }
 

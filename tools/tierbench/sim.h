@@ -84,8 +84,20 @@ typedef struct {
     tenant_budget budget; /* 0: none */
 } sim_tenant_cfg;
 
+/* The workers' prefix caches and the router's prefix affinity (simprefix.h), for traces with
+ * a conversation column. */
+#define SIM_PREFIX_MAX_CAPACITY 4096
+typedef struct {
+    unsigned capacity;    /* conversations one backend's prefix cache holds (LRU); 0: not modelled */
+    double prefill_share; /* the share of a request's service time that is its prompt's prefill */
+    bool affinity;        /* tierrouter's prefix affinity (its default): by conversation, bounded load */
+    bool compare;         /* run without affinity, then with, and print both (`--affinity compare`) */
+    double load_factor;   /* affinity.load_factor */
+} sim_prefix_cfg;
+
 typedef struct {
     policy_config policy;
+    sim_prefix_cfg prefix;
     sim_tenant_cfg tenants[SIM_MAX_TENANTS];
     size_t n_tenants;
     bool fifo; /* the admission queue in arrival order within a priority (no fair share): to compare */
@@ -184,8 +196,20 @@ typedef struct {
     sim_lat lat;                                              /* served requests */
 } sim_tenant_stats;
 
+/* What the prefix caches did (prefix.capacity > 0). A turn of a conversation (its second or
+ * later) hits when its backend's cache still holds the conversation; a hit's service time
+ * loses prefill_share x (turn - 1) / turn (the history's share of its prompt). Time to first
+ * token: arrival to the start of service plus the prefill it still had to do. */
+typedef struct {
+    uint64_t turns, hits;    /* later turns served, and those that hit */
+    double saved_s;          /* service time the hits saved */
+    uint64_t affinity[3];    /* tries placed by conversation: hit, miss, overflow (affinity.h) */
+    sim_lat ttft, ttft_later; /* every served request; later turns only */
+} sim_prefix_stats;
+
 typedef struct {
     sim_prio_stats prio[PRIO_COUNT + 1]; /* [PRIO_COUNT]: every priority */
+    sim_prefix_stats prefix;
     sim_tenant_stats tenant[TRACE_MAX_NAMES]; /* by the trace's tenant index */
     size_t n_tenants;
     sim_pool_stats pool[SIM_MAX_POOLS];
@@ -217,6 +241,9 @@ int sim_config_check(const sim_config *c, char *err, size_t errlen);
  * -1 with a message (a trace event names no pool of the config, out of memory). */
 int sim_run(const sim_config *c, const trace *t, sim_result *out, char *err, size_t errlen);
 void sim_result_free(sim_result *r);
+
+/* Nearest-rank quantiles of x[0..n) (sorted in place) into out. */
+void sim_lat_of(double *x, size_t n, sim_lat *out);
 
 const char *sim_outcome_name(sim_outcome o);
 const char *sim_refusal_name(sim_refusal r);

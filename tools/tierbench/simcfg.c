@@ -1,4 +1,5 @@
 #include "simcfg.h"
+#include "simprefix.h"
 #include "err.h"
 
 #include <errno.h>
@@ -372,6 +373,8 @@ int simcfg_option(simcfg *c, const char *key, const char *value, char *err, size
 {
     sim_config *s = &c->sim;
     double d;
+    int pr = simprefix_option(&s->prefix, key, value, err, errlen); /* --prefix-cache, --affinity, ... */
+    if (pr != 1) return pr;
     if (!strcmp(key, "pool")) return opt_pool(c, value, err, errlen);
     if (!strcmp(key, "tenant")) return opt_tenant(s, value, err, errlen);
     if (!strcmp(key, "fifo")) {

@@ -120,8 +120,8 @@ static int parse_event(trace_event *ev, double at, char **f, size_t nf, char *er
 
 static int parse_line(trace *t, char *line, double *last, char *err, size_t errlen)
 {
-    char *f[7] = {0}; /* split_fields fills what the line has; its count is checked */
-    size_t nf = split(line, f, 6);
+    char *f[8] = {0}; /* split_fields fills what the line has; its count is checked */
+    size_t nf = split(line, f, 7);
     double at;
     if (parse_double(f[0], &at) != 0 || at < 0) return ts_fail(err, errlen, "t_s: '%.40s' is not a time >= 0", f[0]);
     if (at < *last)
@@ -133,7 +133,9 @@ static int parse_line(trace *t, char *line, double *last, char *err, size_t errl
         t->n_ev++;
         return 0;
     }
-    if (nf != 6) return ts_fail(err, errlen, "a request line has 6 fields (t_s,priority,tenant,data_class,model,size)");
+    if (nf != 6 && nf != 7)
+        return ts_fail(err, errlen, "a request line has 6 or 7 fields (t_s,priority,tenant,data_class,model,size"
+                                    "[,conversation])");
     trace_arrival a = {.t = at};
     priority_class p;
     if (parse_prio(f[1], &p) != 0) return ts_fail(err, errlen, "priority: '%.40s' is not urgent, normal or batch", f[1]);
@@ -146,6 +148,10 @@ static int parse_line(trace *t, char *line, double *last, char *err, size_t errl
     if (parse_u64(f[5], &size) != 0 || size < 1 || size > TRACE_MAX_SIZE)
         return ts_fail(err, errlen, "size: '%.40s' is not 1..%u", f[5], TRACE_MAX_SIZE);
     a.size = (uint32_t)size;
+    uint64_t conv = 0;
+    if (nf == 7 && f[6][0] && (parse_u64(f[6], &conv) != 0 || conv > UINT32_MAX))
+        return ts_fail(err, errlen, "conversation: '%.40s' is not 0..%u", f[6], (unsigned)UINT32_MAX);
+    a.conv = (uint32_t)conv;
     int ti = trace_intern(t->tenants, &t->n_tenants, f[2]);
     int mi = trace_intern(t->models, &t->n_models, f[4]);
     if (ti < 0) return ts_fail(err, errlen, "tenant: more than %d distinct tenants", TRACE_MAX_NAMES);
@@ -205,7 +211,10 @@ out:
 
 void trace_write(const trace *t, FILE *out)
 {
-    fputs("t_s,priority,tenant,data_class,model,size\n", out);
+    bool convs = false; /* the column only when some request has one: older readers read the rest */
+    for (size_t k = 0; k < t->n && !convs; k++) convs = t->a[k].conv != 0;
+    fputs(convs ? "t_s,priority,tenant,data_class,model,size,conversation\n" : "t_s,priority,tenant,data_class,model,size\n",
+          out);
     size_t i = 0, e = 0;
     while (i < t->n || e < t->n_ev) {
         /* events first at equal times, so that a replay applies them before the arrival */
@@ -216,8 +225,10 @@ void trace_write(const trace *t, FILE *out)
             continue;
         }
         const trace_arrival *a = &t->a[i++];
-        fprintf(out, "%.4f,%s,%s,%s,%s,%u\n", a->t, k_prio[a->prio], t->tenants[a->tenant],
+        fprintf(out, "%.4f,%s,%s,%s,%s,%u", a->t, k_prio[a->prio], t->tenants[a->tenant],
                 a->sensitive ? "sensitive" : "public", t->models[a->model], a->size);
+        if (convs) fprintf(out, ",%u", a->conv);
+        fputc('\n', out);
     }
 }
 
@@ -247,6 +258,7 @@ void trace_gen_defaults(trace_gen *g)
     snprintf(g->tenants[0], TRACE_NAME_LEN, "acme");
     g->n_tenants = 1;
     snprintf(g->model, sizeof g->model, "demo");
+    g->conversations = 64;
     g->size_max = 1;
     g->seed = 1;
 }
@@ -382,6 +394,15 @@ int trace_gen_option(trace_gen *g, const char *key, const char *value, char *err
         if (parse_u64(value, &u) != 0 || u < 1 || u > TRACE_MAX_SIZE)
             return ts_fail(err, errlen, "--size-max: '%.40s' is not 1..%u", value, TRACE_MAX_SIZE);
         g->size_max = (unsigned)u;
+    } else if (strcmp(key, "turns") == 0) {
+        if (parse_u64(value, &u) != 0 || u > 10000)
+            return ts_fail(err, errlen, "--turns: '%.40s' is not 0..10000 (turns per conversation; 0: none)", value);
+        g->turns = (unsigned)u;
+    } else if (strcmp(key, "conversations") == 0) {
+        if (parse_u64(value, &u) != 0 || u < 1 || u > TRACE_GEN_MAX_OPEN)
+            return ts_fail(err, errlen, "--conversations: '%.40s' is not 1..%d (conversations open at once)", value,
+                           TRACE_GEN_MAX_OPEN);
+        g->conversations = (unsigned)u;
     } else if (strcmp(key, "seed") == 0) {
         if (parse_u64(value, &u) != 0) return ts_fail(err, errlen, "--seed: '%.40s' is not an unsigned integer", value);
         g->seed = u;
@@ -442,9 +463,38 @@ static double rate_factor(const trace_gen *g, double t, double *next_change)
     return f;
 }
 
+typedef struct {
+    uint32_t id;
+    unsigned left; /* turns still to come */
+    trace_arrival like; /* its priority, tenant, data class */
+} gen_conv;
+
+/* --turns: makes a the next turn of a conversation (a new one, or a random open one). */
+static void gen_turn(const trace_gen *g, route_rng *rng, gen_conv *open, size_t *n_open, uint32_t *next_id,
+                     trace_arrival *a)
+{
+    bool fresh = *n_open < g->conversations;
+    if (fresh) {
+        a->conv = ++*next_id;
+        if (g->turns > 1) open[(*n_open)++] = (gen_conv){a->conv, g->turns - 1, *a};
+        return;
+    }
+    size_t j = (size_t)(route_rng_uniform(rng) * (double)*n_open);
+    gen_conv *c = &open[j];
+    a->conv = c->id;
+    a->prio = c->like.prio;
+    a->sensitive = c->like.sensitive;
+    a->tenant = c->like.tenant;
+    if (--c->left == 0) *c = open[--*n_open];
+}
+
 int trace_generate(const trace_gen *g, trace *t, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
+    gen_conv *open = g->turns ? malloc(g->conversations * sizeof *open) : NULL;
+    size_t n_open = 0;
+    uint32_t next_id = 0;
+    if (g->turns && !open) return ts_fail(err, errlen, "out of memory");
     route_rng rng;
     route_rng_seed(&rng, g->seed);
     for (size_t i = 0; i < g->n_tenants; i++) trace_intern(t->tenants, &t->n_tenants, g->tenants[i]);
@@ -470,12 +520,15 @@ int trace_generate(const trace_gen *g, trace *t, char *err, size_t errlen)
         a.sensitive = route_rng_uniform(&rng) < g->sensitive;
         a.tenant = (uint8_t)(route_rng_uniform(&rng) * (double)t->n_tenants);
         if (g->size_max > 1) a.size = 1 + (uint32_t)(route_rng_uniform(&rng) * g->size_max);
+        if (g->turns) gen_turn(g, &rng, open, &n_open, &next_id, &a);
         if (add_arrival(t, &a) != 0) {
+            free(open);
             trace_free(t);
             return ts_fail(err, errlen, "the generated trace would exceed %d requests: lower --rate or --duration",
                         TRACE_MAX_REQUESTS);
         }
     }
+    free(open);
     /* events in time order, as a file would have them */
     memcpy(t->ev, g->ev, g->n_ev * sizeof g->ev[0]);
     t->n_ev = g->n_ev;

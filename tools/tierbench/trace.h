@@ -1,8 +1,12 @@
 /* trace: the arrivals tierbench replays, as read from a CSV file or generated.
  *
  * One line per request, in time order:
- *     t_s,priority,tenant,data_class,model,size
+ *     t_s,priority,tenant,data_class,model,size[,conversation]
  *     12.5034,normal,acme,public,demo,1
+ *     12.6110,normal,acme,public,demo,1,4711
+ * conversation (optional): the id (1..4294967295) of the conversation the request is a turn
+ * of, in order of its turns (0 or absent: none); the simulator models the workers' prefix
+ * caches by it (simprefix.h).
  * t_s: seconds from the start (>= 0, never before the line above); priority: urgent |
  * normal | batch; data_class: public | sensitive; tenant and model: 1..63 characters of
  * [A-Za-z0-9_.:-]; size: input rows, 1..1000000. Backend events share the file:
@@ -38,6 +42,7 @@ typedef struct {
     uint8_t prio;      /* priority_class */
     bool sensitive;
     uint8_t tenant, model; /* indexes into the trace's name tables */
+    uint32_t conv;     /* conversation id, 0: none */
 } trace_arrival;
 
 typedef struct {
@@ -59,6 +64,7 @@ typedef struct {
 } trace;
 
 #define TRACE_MAX_SHAPES 16
+#define TRACE_GEN_MAX_OPEN 100000 /* --conversations */
 
 /* What `tierbench gen` (and `sim --rate`) generates. */
 typedef struct {
@@ -75,17 +81,22 @@ typedef struct {
     size_t n_tenants;
     char model[TRACE_NAME_LEN];
     unsigned size_max;               /* sizes drawn uniformly from 1..size_max */
+    unsigned turns;                  /* > 0: arrivals are turns of conversations of this many
+                                      * turns, `conversations` of them open at once: an arrival
+                                      * opens one while fewer are open, else a random open one
+                                      * takes its next turn (its priority, tenant, data class) */
+    unsigned conversations;          /* 1..TRACE_GEN_MAX_OPEN, default 64 */
     trace_event ev[TRACE_MAX_EVENTS];
     size_t n_ev;
     uint64_t seed;
 } trace_gen;
 
 /* Defaults: 10 rps for 60 s, Poisson, 10 % urgent / 70 % normal / 20 % batch, no sensitive,
- * tenant "acme", model "demo", size 1, seed 1. */
+ * tenant "acme", model "demo", size 1, no conversations (64 open at once with --turns), seed 1. */
 void trace_gen_defaults(trace_gen *g);
 /* Sets one generator option: key is the option name without "--" (rate, duration, fixed,
  * poisson, surge START:LEN:FACTOR, wave START:LEN:PERIOD:HIGH:LOW, day HOUR_S, mix urgent=..,normal=..,
- * batch=.., sensitive SHARE, tenants a,b, model NAME, size-max N, seed N, kill T:POOL[:IDX],
+ * batch=.., sensitive SHARE, tenants a,b, model NAME, size-max N, turns N, conversations N, seed N, kill T:POOL[:IDX],
  * revive T:POOL[:IDX]). Returns 1 if the key is not a generator option, 0 when set, -1 with
  * a message naming the option on a bad value. */
 int trace_gen_option(trace_gen *g, const char *key, const char *value, char *err, size_t errlen);
