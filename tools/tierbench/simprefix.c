@@ -250,7 +250,7 @@ int simprefix_report(const sim_config *c, const trace *t, const sim_result *r, F
                  "requests are turns of conversations\n",
             c->prefix.capacity, c->prefix.prefill_share * 100, convs, t->n);
     fprintf(out, "  %-18s %8s   %-26s   %-26s   %-26s\n", "", "hit rate", "TTFT p50/p95/p99 ms",
-            "later turns' TTFT p50/p95/p99", "latency p50/p95/p99 ms");
+            "later turns' TTFT ms", "latency p50/p95/p99 ms");
     sim_result off;
     bool compare = c->prefix.compare;
     if (compare) {
