@@ -397,6 +397,7 @@ probe_interval_ms: 100
 slo_p95_ms: {{urgent: 100, normal: 250, batch: 2500}}
 slo_ttft_ms: {{urgent: 500, normal: 2500, batch: 5000}}
 slo_itl_ms: {{urgent: 50, normal: 100, batch: 250}}
+tenants: [{{name: acme, budget: {{soft_per_hour: 1000, hard_per_hour: 2000, soft_per_day: 10000, hard_per_day: 20000}}}}]
 pools:
   - name: gpu
     kind: gpu

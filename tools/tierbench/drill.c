@@ -1,5 +1,6 @@
 #include "drill.h"
 #include "err.h"
+#include "drillday.h"
 #include "drillsurge.h"
 #include "opts.h"
 
@@ -534,7 +535,9 @@ static void usage(FILE *out)
             "                                  [--fault-requests N]) [--restart CMD] [options] [load options]\n"
             "       tierbench drill rolling --url http://ROUTER --worker PID:ADDR=CMD ... [options] [load options]\n"
             "       tierbench drill surge --url http://ROUTER --sim-config FILE [options] [load options]\n"
-            "                             (tierbench drill surge --help for its options)\n\n"
+            "                             (tierbench drill surge --help for its options)\n"
+            "       tierbench drill day --url http://ROUTER --sim-config FILE --pool NAME --worker PORT=CMD ...\n"
+            "                           (tierbench drill day --help for its options)\n\n"
             "  --backend ADDR        the killed backend as the router names it (HOST:PORT, or PORT)\n"
             "  --kill-pid PID        SIGKILL at --at;  --fault-url http://WORKER --fault-requests N (default 1):\n"
             "                        N inferences of --model to a worker with fault injection armed\n"
@@ -708,9 +711,10 @@ int drill_main(int argc, char **argv)
         return argc < 3 ? EXIT_USAGE : 0;
     }
     if (!strcmp(argv[2], "surge")) return drillsurge_main(argc, argv);
+    if (!strcmp(argv[2], "day")) return drillday_main(argc, argv);
     if (!strcmp(argv[2], "gpu-outage")) d.outage = true;
     else if (strcmp(argv[2], "rolling") != 0) {
-        fprintf(stderr, "tierbench: unknown drill '%.60s' (gpu-outage, rolling or surge)\n", argv[2]);
+        fprintf(stderr, "tierbench: unknown drill '%.60s' (gpu-outage, rolling, surge or day)\n", argv[2]);
         return EXIT_USAGE;
     }
     d.at = -1;

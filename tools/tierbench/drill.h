@@ -9,6 +9,7 @@
  *   rolling     stops every --worker in turn, restarts it, waits until the router sees it
  *               healthy again, then the next: no request may fail.
  *   surge       (drillsurge.h) replays a surge through the router and the simulator and compares.
+ *   day         (drillday.h) a compressed day, the pool scaled on the router's gauge, against the sim.
  * See docs/operate/tuning.md, "Drills".
  */
 #ifndef TS_DRILL_H

@@ -32,7 +32,7 @@ static void usage(FILE *out)
                  "       tierbench parity --target URL --baseline URL | --reference FILE | --record FILE   (--help)\n"
                  "       tierbench cost --router URL [--window S] [--markdown FILE] [--csv FILE] [--append FILE]   (--help)\n"
                  "       tierbench cost --weekly HISTORY.csv [--markdown FILE] [--csv FILE]\n"
-                 "       tierbench drill gpu-outage|rolling --url http://ROUTER ...   (tierbench drill --help)\n"
+                 "       tierbench drill gpu-outage|rolling|surge|day --url http://ROUTER ...   (tierbench drill --help)\n"
                  "       tierbench calibrate --url http://WORKER:PORT --model M [--out pool.conf]   (--help)\n"
                  "       tierbench sim [--trace FILE | --rate R --duration S ...] [model options] [outputs]\n"
                  "       tierbench plan --trace FILE --config FLEET --slo SPEC --axis KEY=V1/V2 [--out DIR]   (--help)\n"
@@ -49,9 +49,10 @@ static void usage(FILE *out)
                  "                         morning ramp, lunch and evening peaks 1x; one hour = HOUR_S s\n"
                  "                         (with --duration 24xHOUR_S; add the incident with --surge)\n"
                  "  --mix urgent=0.1,normal=0.7,batch=0.2   --sensitive SHARE (default 0)\n"
-                 "  --tenants a,b   --model NAME (default demo)   --size-max N (sizes 1..N, default 1)\n"
+                 "  --tenants a[:SHARE],b[:SHARE] (arrivals split by share, default equal)\n"
+                 "  --model NAME (default demo)   --size-max N (sizes 1..N, default 1)\n"
                  "  --turns N  --conversations C   multi-turn: arrivals are turns of N-turn conversations,\n"
-                 "                         C open at once (default 64); the trace's conversation column\n"
+                 "                         C open at once (default 64); the trace gains its conversation column\n"
                  "  --kill T:POOL[:INDEX]  --revive T:POOL[:INDEX]   backend events (every backend without INDEX)\n"
                  "  --seed N               (gen: the arrivals' seed; sim: every draw)\n\n");
     fputs(simcfg_help(), out);

@@ -486,8 +486,8 @@ static void write_router(const plan_cmd *c, const sim_config *s, FILE *f)
     for (size_t i = 0; i < s->n_pools; i++) {
         const sim_pool_cfg *p = &s->pools[i];
         bool gpu = p->kind == POOL_GPU;
-        fprintf(f, "  # plan: %u..%u backends (%u reserved)\n", p->max ? p->min : p->backends, p->max ? p->max : p->backends,
-                p->reserved);
+        fprintf(f, "  # plan: %u..%u backends (%u reserved%s)\n", p->max ? p->min : p->backends,
+                p->max ? p->max : p->backends, p->reserved, p->spot ? ", the rest on spot capacity" : "");
         fprintf(f, "  - name: %s\n    kind: %s\n    sensitive: %s\n", p->name, gpu ? "gpu" : "cpu",
                 p->sensitive_ok ? "true" : "false");
         /* deploy/k8s/base/pool-gpu runs EXECUTION_MODE=tensorrt */
@@ -673,9 +673,10 @@ static void write_svg(const sim_config *s, const sim_result *r, FILE *f)
             for (size_t i = 0; i < s->n_pools; i++) {
                 const sim_pool_cfg *p = &s->pools[i];
                 double rc = p->reserved_cost >= 0 ? p->reserved_cost : 0.6 * p->cost;
+                double sc = p->spot_cost >= 0 ? p->spot_cost : 0.35 * p->cost; /* < 0: the sim's default */
                 unsigned have = row->backends[i], res = have < p->reserved ? have : p->reserved;
                 /* reserved are paid even when not present */
-                c += p->reserved * rc + (have - res) * (p->spot ? p->spot_cost : p->cost);
+                c += p->reserved * rc + (have - res) * (p->spot ? sc : p->cost);
                 if (i < np && have > rep[i * m + j]) rep[i * m + j] = have;
             }
             if (c > cost[j]) cost[j] = c;
@@ -740,13 +741,15 @@ static void write_report(const plan_cmd *c, const plan_point *pts, const size_t 
     knobs(c, chosen, f);
     fprintf(f, ". Cost %.2f CPU backend-hours", chosen->cost);
     if (ref) fprintf(f, " (the reference: %.2f, %.1f %%)", total_cost(ref), 100 * chosen->cost / total_cost(ref));
-    fputs(".\n\n| pool | backends (min..max, reserved) | low..peak | scale ups / downs | cost |\n|---|---|---|---|---|\n", f);
+    fputs(".\n\n| pool | backends (min..max, reserved) | the rest | low..peak | scale ups / downs | preempted | cost |\n"
+          "|---|---|---|---|---|---|---|\n", f);
     for (size_t i = 0; i < s->n_pools; i++) {
         const sim_pool_cfg *p = &s->pools[i];
         const sim_pool_stats *ps = &r->pool[i];
-        fprintf(f, "| %s | %u..%u, %u | %u..%u | %llu / %llu | %.2f |\n", p->name, p->max ? p->min : p->backends,
-                p->max ? p->max : p->backends, p->reserved, ps->low_backends, ps->peak_backends,
-                (unsigned long long)ps->scale_ups, (unsigned long long)ps->scale_downs, ps->cost);
+        fprintf(f, "| %s | %u..%u, %u | %s | %u..%u | %llu / %llu | %llu | %.2f |\n", p->name, p->max ? p->min : p->backends,
+                p->max ? p->max : p->backends, p->reserved, p->spot ? "spot" : "on demand", ps->low_backends,
+                ps->peak_backends, (unsigned long long)ps->scale_ups, (unsigned long long)ps->scale_downs,
+                (unsigned long long)ps->preemptions, ps->cost);
     }
     fputs("\n| priority | arrivals | served | not served | P95 | P99 |\n|---|---|---|---|---|---|\n", f);
     for (int p = 0; p <= PRIO_COUNT; p++) {

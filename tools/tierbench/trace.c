@@ -256,6 +256,7 @@ void trace_gen_defaults(trace_gen *g)
     g->duration_s = 60;
     g->mix[PRIO_URGENT] = 0.1, g->mix[PRIO_NORMAL] = 0.7, g->mix[PRIO_BATCH] = 0.2;
     snprintf(g->tenants[0], TRACE_NAME_LEN, "acme");
+    g->tenant_share[0] = 1;
     g->n_tenants = 1;
     snprintf(g->model, sizeof g->model, "demo");
     g->conversations = 64;
@@ -335,7 +336,22 @@ static int gen_tenants(trace_gen *g, const char *value, char *err, size_t errlen
     char *save = NULL;
     for (char *s = strtok_r(buf, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
         if (n == 8) return ts_fail(err, errlen, "--tenants: at most 8");
+        /* NAME[:SHARE]: a name may hold ':' itself, so the share is what follows the last one
+         * when that parses as a number */
+        double share = 1;
+        char *colon = strrchr(s, ':');
+        if (colon && colon[1]) {
+            char *end;
+            double v = strtod(colon + 1, &end);
+            if (!*end) {
+                if (!(v > 0 && v <= 1e6))
+                    return ts_fail(err, errlen, "--tenants: '%.40s': the share must be in (0, 1e6]", s);
+                share = v;
+                *colon = '\0';
+            }
+        }
         if (!trace_name_ok(s)) return ts_fail(err, errlen, "--tenants: '%.40s' is not 1..63 of [A-Za-z0-9_.:-]", s);
+        g->tenant_share[n] = share;
         snprintf(g->tenants[n++], TRACE_NAME_LEN, "%s", s);
     }
     if (n == 0) return ts_fail(err, errlen, "--tenants: none given");
@@ -488,6 +504,20 @@ static void gen_turn(const trace_gen *g, route_rng *rng, gen_conv *open, size_t 
     if (--c->left == 0) *c = open[--*n_open];
 }
 
+/* The tenant a uniform draw u picks, by the tenants' shares (equal shares: floor(u x n), the
+ * pick before shares existed, so traces of the same seed are unchanged). */
+static uint8_t pick_tenant(const trace_gen *g, double u)
+{
+    double sum = 0, cum = 0;
+    for (size_t i = 0; i < g->n_tenants; i++) sum += g->tenant_share[i];
+    double x = u * sum;
+    for (size_t i = 0; i + 1 < g->n_tenants; i++) {
+        cum += g->tenant_share[i];
+        if (x < cum) return (uint8_t)i;
+    }
+    return (uint8_t)(g->n_tenants ? g->n_tenants - 1 : 0);
+}
+
 int trace_generate(const trace_gen *g, trace *t, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
@@ -518,7 +548,7 @@ int trace_generate(const trace_gen *g, trace *t, char *err, size_t errlen)
         double u = route_rng_uniform(&rng) * msum;
         a.prio = u < g->mix[0] ? PRIO_URGENT : u < g->mix[0] + g->mix[1] ? PRIO_NORMAL : PRIO_BATCH;
         a.sensitive = route_rng_uniform(&rng) < g->sensitive;
-        a.tenant = (uint8_t)(route_rng_uniform(&rng) * (double)t->n_tenants);
+        a.tenant = pick_tenant(g, route_rng_uniform(&rng));
         if (g->size_max > 1) a.size = 1 + (uint32_t)(route_rng_uniform(&rng) * g->size_max);
         if (g->turns) gen_turn(g, &rng, open, &n_open, &next_id, &a);
         if (add_arrival(t, &a) != 0) {

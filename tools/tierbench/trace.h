@@ -78,6 +78,7 @@ typedef struct {
     double mix[PRIO_COUNT];          /* share of each priority (normalised) */
     double sensitive;                /* share of sensitive requests */
     char tenants[8][TRACE_NAME_LEN];
+    double tenant_share[8];          /* each tenant's share of the arrivals (normalised; 1 each) */
     size_t n_tenants;
     char model[TRACE_NAME_LEN];
     unsigned size_max;               /* sizes drawn uniformly from 1..size_max */
@@ -96,7 +97,8 @@ typedef struct {
 void trace_gen_defaults(trace_gen *g);
 /* Sets one generator option: key is the option name without "--" (rate, duration, fixed,
  * poisson, surge START:LEN:FACTOR, wave START:LEN:PERIOD:HIGH:LOW, day HOUR_S, mix urgent=..,normal=..,
- * batch=.., sensitive SHARE, tenants a,b, model NAME, size-max N, turns N, conversations N, seed N, kill T:POOL[:IDX],
+ * batch=.., sensitive SHARE, tenants a[:SHARE],b[:SHARE], model NAME, size-max N, turns N, conversations N, seed N,
+ * kill T:POOL[:IDX],
  * revive T:POOL[:IDX]). Returns 1 if the key is not a generator option, 0 when set, -1 with
  * a message naming the option on a bad value. */
 int trace_gen_option(trace_gen *g, const char *key, const char *value, char *err, size_t errlen);
