@@ -249,7 +249,8 @@ def first_chunk_s(w, body):
 
 def test_n8_first_chunk_near_n1(chunked):
     """On a long prompt the prefill dominates the time to the first chunk: n: 8 prefilling it
-    once stays near n: 1 (8 prefills side by side would take about 8 times as long). Each
+    once stays near n: 1 (measured 1.0-1.6x on the loaded 2-core VM; 8 prefills side by side
+    take about 8 times as long, past the read timeout there). Each
     measurement a prompt of its own (no cache here anyway), the best of three each, taken
     alternately so a load change hits both."""
     if chunked.kv != "bound":
@@ -257,7 +258,7 @@ def test_n8_first_chunk_near_n1(chunked):
     one, eight = [], []
     for k in range(3):
         for n, out in ((1, one), (8, eight)):
-            out.append(first_chunk_s(chunked, cmpl(prompt=long_prompt(f"timing {k} {n}", 400), n=n, max_tokens=2)))
+            out.append(first_chunk_s(chunked, cmpl(prompt=long_prompt(f"timing {k} {n}", 300), n=n, max_tokens=2)))
     ratio = min(eight) / min(one)
     print(f"time to first chunk: n=1 {min(one) * 1e3:.0f} ms, n=8 {min(eight) * 1e3:.0f} ms, ratio {ratio:.2f}")
-    assert ratio < 3, (one, eight)
+    assert ratio < 4, (one, eight)
