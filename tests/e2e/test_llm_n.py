@@ -249,7 +249,7 @@ def first_chunk_s(w, body):
 
 def test_n8_first_chunk_near_n1(chunked):
     """On a long prompt the prefill dominates the time to the first chunk: n: 8 prefilling it
-    once stays near n: 1 (measured 1.0-1.6x on the loaded 2-core VM; 8 prefills side by side
+    once stays near n: 1 (measured 0.8-1.6x on the loaded 2-core VM; 8 prefills side by side
     take about 8 times as long, past the read timeout there). Each
     measurement a prompt of its own (no cache here anyway), the best of three each, taken
     alternately so a load change hits both."""
