@@ -31,6 +31,7 @@ struct llm_engine {
     float *lp_row;            /* vocab: a logits row kept from the penalties for logprobs
                                  (allocated on the first penalized logprobs sequence) */
     float *logits;            /* max_active x vocab */
+    float *fork_row;          /* vocab: a leader's last logits row, for its forks' first draws */
     llm_seq **batch;
     llm_kv_ctx *kv;           /* the bound path's batch and IoBinding (NULL: host path) */
     bool one_per_run;         /* no position_ids: one sequence per decode Run() (see decode_set) */
@@ -307,8 +308,9 @@ static void pc_store(llm_engine *e, llm_seq *s, size_t upto)
  * reserved bytes were given back? */
 static bool fits(const llm_engine *e, const llm_seq *s, size_t slots, size_t bytes)
 {
-    return e->n_active - slots < e->opt.max_active &&
-           (!e->opt.kv_budget || e->st.kv_reserved - bytes + s->kv_bytes <= e->opt.kv_budget);
+    /* a leader joins with its waiting forks (llm_engine_add_n): room for all of them */
+    return e->n_active - slots + 1 + s->n_forks <= e->opt.max_active &&
+           (!e->opt.kv_budget || e->st.kv_reserved - bytes + s->kv_bytes + s->fork_bytes <= e->opt.kv_budget);
 }
 
 /* Under mu: the running sequences that must leave for `head` to join, least urgent first
@@ -345,6 +347,10 @@ static size_t pick_victims(llm_engine *e, const llm_seq *head, llm_seq **out)
  * never stopped. */
 static void preempt(llm_engine *e, llm_seq *s)
 {
+    if (s->fork_from) { /* a fork before its leader's prompt is done: the group goes back together */
+        preempt(e, s->fork_from);
+        return;
+    }
     bool was_decoding = s->state == SEQ_DECODE, rows_ok = true;
     s->state = SEQ_WAITING; /* out of the decode set: its rows are written back below */
     if (was_decoding) rows_ok = settle(e, decode_set(e)) == 0;
@@ -361,6 +367,162 @@ static void preempt(llm_engine *e, llm_seq *s)
     pthread_mutex_unlock(&e->mu);
     LOG_INFO_(LOGF({"component", "llm"}), "LLM: sequence %llu (priority %d) preempted after %zu tokens",
               (unsigned long long)s->id, s->params.priority, s->n_tokens);
+    if (!s->n_forks) return;
+    /* its forks hold slots and reservations, no cache: they wait again with it (behind it:
+     * their ids follow its), and join with it once the group fits again */
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < e->n_active;) {
+        llm_seq *f = e->active[i];
+        if (f->fork_from != s) {
+            i++;
+            continue;
+        }
+        e->active[i] = e->active[--e->n_active];
+        e->st.kv_reserved -= f->kv_bytes;
+        f->state = SEQ_WAITING;
+        f->n_resume = f->n_tokens; /* it joined once: its client heard so then */
+        enqueue(e, f);
+        e->st.preemptions++;
+    }
+    e->st.active = e->n_active;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- n choices of one prompt (llm_engine_add_n) ---- */
+
+/* Under mu: takes the i-th waiting sequence out of the queue, keeping the order. */
+static llm_seq *wait_take(llm_engine *e, size_t i)
+{
+    llm_seq *s = e->wait[(e->w_head + i) % e->wcap];
+    for (size_t j = i; j + 1 < e->w_n; j++)
+        e->wait[(e->w_head + j) % e->wcap] = e->wait[(e->w_head + j + 1) % e->wcap];
+    e->w_n--;
+    e->st.waiting = e->w_n;
+    return s;
+}
+
+/* Under mu: s takes a slot and its reservation. */
+static void take_slot(llm_engine *e, llm_seq *s, seq_state st)
+{
+    e->st.kv_reserved += s->kv_bytes;
+    s->state = st;
+    e->active[e->n_active++] = s;
+    e->st.active = e->n_active;
+}
+
+static void orphan_forks(llm_engine *e, llm_seq *l);
+
+/* A joining sequence's cache (its reservation is made): allocated, then the prefix cache's
+ * blocks attached. announce: its first join (not a fork started alone), so on_join and
+ * cached_tokens. Returns 0, or -1 when it ended with the error (freed). */
+static int start_kv(llm_engine *e, llm_seq *s, bool announce)
+{
+    ts_err err = {0};
+    bool first = !s->n_resume; /* it joined once already: its client heard so then */
+    if (llm_seq_alloc_kv(e->m, s, &err)) {
+        if (announce && first && s->params.on_join) s->params.on_join(s->ud, s->id);
+        orphan_forks(e, s);
+        drop_active(e, s);
+        finish(s, -1, LLM_FIN_ERROR, &err);
+        return -1;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->st.kv_bytes += s->kv_bytes;
+    pthread_mutex_unlock(&e->mu);
+    pc_attach(e, s);
+    if (announce && !first) return 0;
+    if (s->params.cached_tokens) atomic_store(s->params.cached_tokens, s->n_reused);
+    if (announce && s->params.on_join) s->params.on_join(s->ud, s->id);
+    return 0;
+}
+
+/* A fork leaves before its leader's prompt is done (cancelled): the group is one smaller. */
+static void unfork(llm_engine *e, llm_seq *f)
+{
+    pthread_mutex_lock(&e->mu);
+    f->fork_from->n_forks--;
+    f->fork_from->fork_bytes -= f->kv_bytes;
+    f->fork_from = NULL;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* The leader leaves before its prompt is done (cancelled, failed): its forks go on alone,
+ * the waiting ones as plain waiting sequences, the joined ones (SEQ_FORK) prefilling the
+ * prompt themselves from now on. */
+static void orphan_forks(llm_engine *e, llm_seq *l)
+{
+    if (!l->n_forks) return;
+    llm_seq *go[LLM_MAX_ACTIVE];
+    size_t n = 0;
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < e->w_n; i++) {
+        llm_seq *f = e->wait[(e->w_head + i) % e->wcap];
+        if (f->fork_from == l) f->fork_from = NULL;
+    }
+    for (size_t i = 0; i < e->n_active; i++) {
+        llm_seq *f = e->active[i];
+        if (f->fork_from != l) continue;
+        f->fork_from = NULL;
+        /* a cancelled one stays as it is: reshuffle takes it out */
+        if (!atomic_load(&f->cancelled)) go[n++] = f;
+    }
+    l->n_forks = l->fork_bytes = 0;
+    pthread_mutex_unlock(&e->mu);
+    for (size_t i = 0; i < n; i++) {
+        go[i]->state = SEQ_PREFILL;
+        (void)start_kv(e, go[i], false);
+    }
+}
+
+/* The leader's prompt is computed, its last logits row in e->logits: each fork gets a copy
+ * of its KV (the copy the prefix cache's blocks use, through the copy backend) and decodes
+ * from there. The row is kept in fork_row for their first draws (prefill). Before the
+ * leader's own draw, which may end it. Returns how many forks decode, in out. */
+static size_t fork_kv(llm_engine *e, llm_seq *l, llm_seq **out)
+{
+    llm_seq *f[LLM_MAX_ACTIVE];
+    size_t nf = 0, n = 0;
+    if (!l->n_forks) return 0;
+    memcpy(e->fork_row, e->logits, e->m->sig.vocab * sizeof *e->fork_row);
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < e->n_active; i++)
+        if (e->active[i]->fork_from == l) {
+            f[nf++] = e->active[i];
+            e->active[i]->fork_from = NULL;
+        }
+    l->n_forks = l->fork_bytes = 0;
+    pthread_mutex_unlock(&e->mu);
+    for (size_t i = 0; i < nf; i++) {
+        llm_seq *s = f[i];
+        if (atomic_load(&s->cancelled)) continue; /* reshuffle takes it out (SEQ_FORK, no cache) */
+        ts_err err = {0};
+        char msg[300] = "";
+        if (llm_seq_alloc_kv(e->m, s, &err)) {
+            drop_active(e, s);
+            finish(s, -1, LLM_FIN_ERROR, &err);
+            continue;
+        }
+        pthread_mutex_lock(&e->mu);
+        e->st.kv_bytes += s->kv_bytes;
+        pthread_mutex_unlock(&e->mu);
+        if (llm_kv_seq_copy(e->m, s, l, l->n_cached, msg, sizeof msg)) {
+            ts_err_set(&err, TS_INTERNAL_ERROR, "LLM KV cache: copying a prompt's KV to its fork: %s", msg);
+            /* a failed device copy is as much a GPU fault as a failed Run() */
+            if (e->opt.hooks.on_run_error) e->opt.hooks.on_run_error(e->opt.hooks.ctx, &err);
+            drop_active(e, s);
+            finish(s, -1, LLM_FIN_ERROR, &err);
+            continue;
+        }
+        s->n_cached = s->n_synced = l->n_cached;
+        /* the prompt's share of the prefix cache, as its leader found it (the prompt is one) */
+        if (s->params.cached_tokens) atomic_store(s->params.cached_tokens, l->n_reused);
+        s->state = SEQ_DECODE;
+        out[n++] = s;
+    }
+    pthread_mutex_lock(&e->mu);
+    e->st.forked += n;
+    pthread_mutex_unlock(&e->mu);
+    return n;
 }
 
 /* Between steps: cancelled sequences leave, waiting ones join while slots are free. */
@@ -371,17 +533,12 @@ static void reshuffle(llm_engine *e)
         pthread_mutex_lock(&e->mu);
         for (size_t i = 0; i < e->n_active && !gone; i++)
             if (atomic_load(&e->active[i]->cancelled)) gone = e->active[i];
-        for (size_t i = 0; i < e->w_n && !gone; i++) {
-            size_t at = (e->w_head + i) % e->wcap;
-            if (!atomic_load(&e->wait[at]->cancelled)) continue;
-            gone = e->wait[at];
-            for (size_t j = i; j + 1 < e->w_n; j++) /* close the gap, keeping the order */
-                e->wait[(e->w_head + j) % e->wcap] = e->wait[(e->w_head + j + 1) % e->wcap];
-            e->w_n--;
-            e->st.waiting = e->w_n;
-        }
+        for (size_t i = 0; i < e->w_n && !gone; i++)
+            if (atomic_load(&e->wait[(e->w_head + i) % e->wcap]->cancelled)) gone = wait_take(e, i);
         pthread_mutex_unlock(&e->mu);
         if (!gone) break;
+        if (gone->fork_from) unfork(e, gone);
+        else orphan_forks(e, gone);
         if (gone->state != SEQ_WAITING) {
             /* its rows leave the kept batch before it leaves its slot (see decode) */
             (void)settle(e, decode_set(e));
@@ -390,8 +547,8 @@ static void reshuffle(llm_engine *e)
         finish(gone, -1, LLM_FIN_CANCELLED, NULL);
     }
     for (;;) {
-        llm_seq *s = NULL, *victims[LLM_MAX_ACTIVE];
-        size_t n_victims = 0;
+        llm_seq *s = NULL, *victims[LLM_MAX_ACTIVE], *forks[LLM_MAX_ACTIVE];
+        size_t n_victims = 0, n_forks = 0;
         /* from the wait queue straight into a slot under one lock, so that a cancel always
          * finds the sequence in one of the two */
         size_t left = 0; /* what the budget leaves the prefix cache once s holds its cache */
@@ -409,33 +566,25 @@ static void reshuffle(llm_engine *e)
             continue;
         }
         if (e->w_n > 0 && fits(e, e->wait[e->w_head], 0, 0)) {
-            s = e->wait[e->w_head];
-            e->st.kv_reserved += s->kv_bytes;
+            s = wait_take(e, 0);
+            take_slot(e, s, SEQ_PREFILL);
+            /* a leader's forks join with it, holding their slots and reservations until its
+             * prompt is done (they wait behind it in the queue: their ids follow its) */
+            for (size_t i = 0; i < e->w_n && n_forks < s->n_forks;)
+                if (e->wait[(e->w_head + i) % e->wcap]->fork_from == s) {
+                    forks[n_forks] = wait_take(e, i);
+                    take_slot(e, forks[n_forks++], SEQ_FORK);
+                } else {
+                    i++;
+                }
             left = e->opt.kv_budget ? e->opt.kv_budget - e->st.kv_reserved : SIZE_MAX;
-            e->w_head = (e->w_head + 1) % e->wcap;
-            e->w_n--;
-            e->st.waiting = e->w_n;
-            s->state = SEQ_PREFILL;
-            e->active[e->n_active++] = s;
-            e->st.active = e->n_active;
         }
         pthread_mutex_unlock(&e->mu);
         if (!s) break;
         if (e->pc && left != SIZE_MAX && llm_prefix_shrink(e->pc, left)) pc_sync(e);
-        ts_err err = {0};
-        if (llm_seq_alloc_kv(e->m, s, &err)) {
-            if (s->params.on_join && !s->n_resume) s->params.on_join(s->ud, s->id);
-            drop_active(e, s);
-            finish(s, -1, LLM_FIN_ERROR, &err);
-            continue;
-        }
-        pthread_mutex_lock(&e->mu);
-        e->st.kv_bytes += s->kv_bytes;
-        pthread_mutex_unlock(&e->mu);
-        pc_attach(e, s);
-        if (s->n_resume) continue; /* it joined once already: its client heard so then */
-        if (s->params.cached_tokens) atomic_store(s->params.cached_tokens, s->n_reused);
-        if (s->params.on_join) s->params.on_join(s->ud, s->id);
+        for (size_t i = 0; i < n_forks; i++) /* their queue time ends here too */
+            if (!forks[i]->n_resume && forks[i]->params.on_join) forks[i]->params.on_join(forks[i]->ud, forks[i]->id);
+        (void)start_kv(e, s, true);
     }
 }
 
@@ -523,6 +672,7 @@ static void prefill(llm_engine *e)
         ts_err err = {0};
         double t0 = ts_now();
         if (run_step(e, false, &s, 1, c, &err)) {
+            orphan_forks(e, s);
             drop_active(e, s);
             finish(s, -1, LLM_FIN_ERROR, &err);
             continue;
@@ -535,8 +685,14 @@ static void prefill(llm_engine *e)
         pthread_mutex_unlock(&e->mu);
         if (s->n_cached < fill_to(s)) continue;
         s->state = SEQ_DECODE;
-        pc_store(e, s, fill_to(s)); /* the next turn of a conversation starts with these */
+        pc_store(e, s, fill_to(s)); /* the next turn of a conversation starts with these (once for n forks) */
+        llm_seq *forks[LLM_MAX_ACTIVE];
+        size_t nf = fork_kv(e, s, forks);
         take_token(e, s, e->logits, NULL);
+        for (size_t k = 0; k < nf; k++) { /* the same row, each with its own rng, penalties, grammar */
+            memcpy(e->logits, e->fork_row, e->m->sig.vocab * sizeof *e->logits);
+            take_token(e, forks[k], e->logits, NULL);
+        }
     }
 }
 
@@ -680,8 +836,9 @@ int llm_engine_new(llm_model *m, const llm_engine_opts *opt, llm_engine **out, t
     e->batch = calloc(opt->max_active, sizeof *e->batch);
     e->ended = calloc(opt->max_active, sizeof *e->ended);
     e->logits = malloc(opt->max_active * m->sig.vocab * sizeof *e->logits);
+    e->fork_row = malloc(m->sig.vocab * sizeof *e->fork_row);
     e->sampler = llm_sampler_new(m->sig.vocab);
-    if (!e->wait || !e->active || !e->batch || !e->ended || !e->logits || !e->sampler) goto oom;
+    if (!e->wait || !e->active || !e->batch || !e->ended || !e->logits || !e->fork_row || !e->sampler) goto oom;
     if (opt->prefix_cache_bytes) {
         size_t bb = llm_kv_block_bytes(m, LLM_PREFIX_BLOCK);
         e->model_id = strdup(opt->model_id ? opt->model_id : "");
@@ -731,6 +888,7 @@ void llm_engine_free(llm_engine *e)
     free(e->batch);
     free(e->ended);
     free(e->logits);
+    free(e->fork_row);
     free(e->lp_row);
     llm_sampler_free(e->sampler);
     free(e);
@@ -766,44 +924,77 @@ static int check_params(const llm_gen_params *p, ts_err *err)
     return 0;
 }
 
-int llm_engine_add(llm_engine *e, const int32_t *prompt, size_t n, const llm_gen_params *p,
-                   llm_token_fn cb, void *ud, uint64_t *id, ts_err *err)
+int llm_engine_add_n(llm_engine *e, const int32_t *prompt, size_t n_prompt, const llm_gen_params *p, size_t n,
+                     llm_token_fn cb, void *const *ud, uint64_t *ids, ts_err *err)
 {
-    if (check_params(p, err)) return -1;
-    llm_seq *s = llm_seq_new(e->m, prompt, n, p, err);
-    if (!s) return -1;
-    if (e->opt.kv_budget && s->kv_bytes > e->opt.kv_budget) {
-        ts_err_set(err, TS_BAD_REQUEST, "the prompt plus max_tokens need a KV cache of %zu bytes (%zu tokens); "
-                   "this model's KV budget is %zu bytes: lower max_tokens or the prompt", s->kv_bytes, s->cap,
-                   e->opt.kv_budget);
-        llm_seq_free(s);
+    llm_seq *s[LLM_MAX_GROUP] = {0};
+    int rc = -1;
+    if (n < 1 || n > LLM_MAX_GROUP) {
+        ts_err_set(err, TS_BAD_REQUEST, "1 to %d sequences of one prompt at a time", LLM_MAX_GROUP);
         return -1;
     }
-    s->cb = cb;
-    s->ud = ud;
-    s->t_added = ts_now();
+    for (size_t i = 0; i < n; i++) {
+        if (check_params(&p[i], err)) goto out;
+        if (p[i].priority != p[0].priority || strcmp(p[i].cache_scope, p[0].cache_scope) != 0) {
+            ts_err_set(err, TS_BAD_REQUEST, "sequences of one prompt share its priority and cache scope");
+            goto out;
+        }
+        if (!(s[i] = llm_seq_new(e->m, prompt, n_prompt, &p[i], err))) goto out;
+        if (e->opt.kv_budget && s[i]->kv_bytes > e->opt.kv_budget) {
+            ts_err_set(err, TS_BAD_REQUEST, "the prompt plus max_tokens need a KV cache of %zu bytes (%zu tokens); "
+                       "this model's KV budget is %zu bytes: lower max_tokens or the prompt", s[i]->kv_bytes,
+                       s[i]->cap, e->opt.kv_budget);
+            goto out;
+        }
+        s[i]->cb = cb;
+        s[i]->ud = ud[i];
+        s[i]->t_added = ts_now();
+    }
+    /* the group: as many as could ever join together (slots, budget); the rest prefill alone */
+    size_t g = 1, bytes = s[0]->kv_bytes;
+    while (g < n && g < e->opt.max_active && (!e->opt.kv_budget || bytes + s[g]->kv_bytes <= e->opt.kv_budget))
+        bytes += s[g++]->kv_bytes;
+    s[0]->n_forks = g - 1;
+    s[0]->fork_bytes = bytes - s[0]->kv_bytes;
+    for (size_t i = 1; i < g; i++) s[i]->fork_from = s[0];
     pthread_mutex_lock(&e->mu);
-    if (e->stop || e->w_n >= e->opt.max_waiting) {
+    if (e->stop || e->w_n + n > e->opt.max_waiting) {
         size_t w = e->w_n;
         /* slots are free, yet sequences wait: the budget holds them (a queue of 0 refuses all) */
         bool kv = e->opt.kv_budget && e->n_active < e->opt.max_active && w > 0;
         size_t res = e->st.kv_reserved;
         pthread_mutex_unlock(&e->mu);
-        llm_seq_free(s);
         if (kv)
             ts_err_set(err, TS_UNAVAILABLE, "the KV cache budget is full (%zu of %zu bytes reserved by the running "
                        "sequences) and %zu sequences wait for it", res, e->opt.kv_budget, w);
+        else if (n > 1)
+            ts_err_set(err, TS_UNAVAILABLE, "the LLM wait queue is full (%zu sequences waiting, %zu places asked "
+                       "for, %zu in all)", w, n, e->opt.max_waiting);
         else
             ts_err_set(err, TS_UNAVAILABLE, "the LLM wait queue is full (%zu sequences waiting)", w);
-        return -1;
+        goto out;
     }
-    s->id = e->next_id++;
-    llm_rng_seed(&s->rng, p->seeded ? p->seed : (uint64_t)(ts_now() * 1e9) ^ (s->id * 0x9e3779b97f4a7c15ULL));
-    enqueue(e, s);
-    *id = s->id;
+    /* consecutive ids: the forks wait right behind their leader in (priority, id) order */
+    for (size_t i = 0; i < n; i++) {
+        s[i]->id = e->next_id++;
+        llm_rng_seed(&s[i]->rng, p[i].seeded ? p[i].seed
+                                             : (uint64_t)(ts_now() * 1e9) ^ (s[i]->id * 0x9e3779b97f4a7c15ULL));
+        enqueue(e, s[i]);
+        ids[i] = s[i]->id;
+        s[i] = NULL; /* the engine's */
+    }
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    return 0;
+    rc = 0;
+out:
+    for (size_t i = 0; i < n; i++) llm_seq_free(s[i]);
+    return rc;
+}
+
+int llm_engine_add(llm_engine *e, const int32_t *prompt, size_t n, const llm_gen_params *p,
+                   llm_token_fn cb, void *ud, uint64_t *id, ts_err *err)
+{
+    return llm_engine_add_n(e, prompt, n, p, 1, cb, &ud, id, err);
 }
 
 void llm_engine_cancel(llm_engine *e, uint64_t id)

@@ -7,7 +7,8 @@
  *   2. each joining sequence runs one chunk of its prompt (at most prefill_chunk tokens, a
  *      Run() of its own; only the last logits row is kept), so a long prompt is spread over
  *      several loop turns and never stalls the others for long; after its last chunk it
- *      samples its first token;
+ *      samples its first token (n sequences of one prompt: one prefills it, the others copy
+ *      its KV then, llm_engine_add_n);
  *   3. one Run() steps every decoding sequence by one token, their pasts padded to the
  *      longest and masked; each samples its next token; finished ones leave. A model
  *      without position_ids is never batched: each Run() steps one decoding sequence, the
@@ -43,6 +44,7 @@ typedef struct llm_engine llm_engine;
 #define LLM_MAX_WAITING 65536
 #define LLM_MAX_PREFILL_CHUNK 8192
 #define LLM_MAX_STEP_TOKENS 16384
+#define LLM_MAX_GROUP 128 /* sequences of one prompt per llm_engine_add_n */
 
 typedef enum {
     LLM_FIN_NONE = 0,  /* more tokens follow */
@@ -153,6 +155,8 @@ typedef struct {
     uint64_t prefill_runs;
     uint64_t prefill_tokens; /* prompt tokens those Run()s computed (recomputed ones included) */
     uint64_t preemptions;  /* running sequences sent back to wait for a more urgent one */
+    uint64_t forked;       /* sequences that started from a copy of another's prompt KV
+                              (llm_engine_add_n) instead of a prefill of their own */
     size_t max_batch;     /* the most sequences one decode Run() carried */
     size_t batch_limit;   /* the most it may carry: max_active, or 1 for a model without
                              position_ids (never batched: decode_set in llm_engine.c) */
@@ -175,6 +179,21 @@ void llm_engine_free(llm_engine *e);
  * waiting; 500 out of memory. */
 int llm_engine_add(llm_engine *e, const int32_t *prompt, size_t n, const llm_gen_params *p,
                    llm_token_fn cb, void *ud, uint64_t *id, ts_err *err);
+/* n sequences of one prompt (a request's n choices) that share its prefill: queued together
+ * or not at all (503 unless n waiting places are free; every refusal of llm_engine_add for
+ * any of them refuses all). p, ud and ids have n entries (p[i] its own seed, sampler,
+ * grammar); every p[i].priority and cache_scope must be p[0]'s (400 otherwise).
+ * The first sequence leads: the group joins when slots and KV reservations for all of it
+ * fit (the head of the queue, as one), the leader alone prefills the prompt (in chunks,
+ * against the step budget, attaching prefix-cache blocks), and when its last chunk is done
+ * its KV is copied into each fork's cache, and each samples its first token from the same
+ * logits row with its own state: sequence i generates what llm_engine_add would with p[i].
+ * A fork whose leader leaves before that (cancelled, failed) prefills the prompt itself.
+ * Members past what could ever join together (max_active, kv_budget) queue as plain
+ * sequences. Each is a sequence of its own for cancel and callbacks; preempting a member
+ * before the fork sends the whole group back to wait. */
+int llm_engine_add_n(llm_engine *e, const int32_t *prompt, size_t n_prompt, const llm_gen_params *p, size_t n,
+                     llm_token_fn cb, void *const *ud, uint64_t *ids, ts_err *err);
 /* Ends a sequence: it leaves before the next step and its final callback says
  * LLM_FIN_CANCELLED (unless it already finished). Unknown ids are ignored. */
 void llm_engine_cancel(llm_engine *e, uint64_t id);

@@ -115,22 +115,37 @@ void llm_kv_block_free(llm_kv_block *b)
     free(b);
 }
 
-int llm_kv_block_copy(const llm_model *m, llm_seq *s, size_t t0, size_t B, llm_kv_block *b, bool to_seq,
-                      char *msg, size_t len)
+/* n tokens' keys and values between two caches of the [layer][key|value][kv_head][cap]
+ * [head_dim] layout: dst and src point at the first token's row of layer 0's keys, head 0;
+ * dcap, scap are the caches' slots per head (a block's: B). One strided copy per past. */
+static int copy_tokens(const llm_model *m, uint8_t *dst, size_t dcap, const uint8_t *src, size_t scap, size_t n,
+                       char *msg, size_t len)
 {
     size_t H = m->sig.kv_heads, row = m->sig.head_dim * m->elem;
-    if (t0 + B > s->cap) return ts_fail(msg, len, "block [%zu, %zu) is past the cache's %zu slots", t0, t0 + B, s->cap);
     if (settle_device(m, msg, len)) return -1; /* a Run() may still be writing the cache */
-    for (size_t t = 0; t < 2 * m->sig.layers; t++) {
-        uint8_t *seq = llm_seq_kv_at(m, s, t / 2, (int)(t % 2), 0, t0), *blk = b->data + t * H * B * row;
-        int rc = to_seq ? cp2d(m, seq, s->cap * row, blk, B * row, B * row, H, msg, len)
-                        : cp2d(m, blk, B * row, seq, s->cap * row, B * row, H, msg, len);
-        if (rc) {
+    for (size_t t = 0; t < 2 * m->sig.layers; t++)
+        if (cp2d(m, dst + t * H * dcap * row, dcap * row, src + t * H * scap * row, scap * row, n * row, H, msg, len)) {
             (void)settle_device(m, NULL, 0);
             return -1;
         }
-    }
     return settle_device(m, msg, len);
+}
+
+int llm_kv_block_copy(const llm_model *m, llm_seq *s, size_t t0, size_t B, llm_kv_block *b, bool to_seq,
+                      char *msg, size_t len)
+{
+    if (t0 + B > s->cap) return ts_fail(msg, len, "block [%zu, %zu) is past the cache's %zu slots", t0, t0 + B, s->cap);
+    uint8_t *seq = llm_seq_kv_at(m, s, 0, 0, 0, t0);
+    return to_seq ? copy_tokens(m, seq, s->cap, b->data, B, B, msg, len)
+                  : copy_tokens(m, b->data, B, seq, s->cap, B, msg, len);
+}
+
+int llm_kv_seq_copy(const llm_model *m, llm_seq *dst, const llm_seq *src, size_t n, char *msg, size_t len)
+{
+    if (n > src->n_synced || n > dst->cap || !dst->kv)
+        return ts_fail(msg, len, "fork of %zu tokens: the source cache holds %zu, the copy has %zu slots", n,
+                       src->n_synced, dst->kv ? dst->cap : 0);
+    return copy_tokens(m, dst->kv, dst->cap, src->kv, src->cap, n, msg, len);
 }
 
 /* ---- batches ---- */

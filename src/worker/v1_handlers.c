@@ -438,26 +438,28 @@ static void count_refusal(ts_model *m, int status)
                                                       : OUT_CLIENT_ERROR], 1);
 }
 
-/* Every choice's sequence joins, or none does: a refusal of the k-th cancels the ones before
- * it (their last callbacks come back as cancelled; r is freed after them) and the request
- * gets the refusal, never half its choices. Submitted together, the choices' prefills run
- * side by side: the prefix cache gives a later one only the blocks an earlier one stored
- * before it joined (docs/llm.md, "n"). */
+/* Every choice's sequence joins, or none does (llm_engine_add_n queues them together or
+ * refuses all), and they share the prompt's prefill: the first choice computes it once, the
+ * others start from a copy of its KV, each drawing with its own seed (docs/llm.md, "n"). */
 static int add_choices(lreq *r, ts_err *te)
 {
-    if (llm_engine_add(r->L->engine, r->ids.v, r->ids.n, &r->gp, v1_on_token, r, &r->seq, te)) return -1;
+    llm_gen_params gp[V1_MAX_N];
+    void *ud[V1_MAX_N];
+    uint64_t ids[V1_MAX_N];
+    size_t n = 1 + (size_t)r->n_kids;
+    gp[0] = r->gp;
+    ud[0] = r;
+    for (int k = 0; k < r->n_kids; k++) {
+        r->kids[k]->http = r->http;
+        gp[1 + k] = r->kids[k]->gp;
+        ud[1 + k] = r->kids[k];
+    }
+    if (llm_engine_add_n(r->L->engine, r->ids.v, r->ids.n, gp, n, v1_on_token, ud, ids, te)) return -1;
+    r->seq = ids[0];
     r->added = true;
     for (int k = 0; k < r->n_kids; k++) {
-        lreq *c = r->kids[k];
-        c->http = r->http;
-        if (llm_engine_add(r->L->engine, r->ids.v, r->ids.n, &c->gp, v1_on_token, c, &c->seq, te) == 0) {
-            c->added = true;
-            continue;
-        }
-        llm_engine_cancel(r->L->engine, r->seq);
-        for (int j = 0; j < k; j++) llm_engine_cancel(r->L->engine, r->kids[j]->seq);
-        for (int j = 0; j < r->n_kids; j++) r->kids[j]->finished = true; /* their cancellations say nothing */
-        return -1;
+        r->kids[k]->seq = ids[1 + k];
+        r->kids[k]->added = true;
     }
     return 0;
 }

@@ -60,10 +60,11 @@ void v1_status(const ts_model *m, buf *b)
     /* the tool-call syntax parsed out of answers to requests with tools ("none": text only) */
     buf_printf(b, ",\"tool_call_format\":\"%s\"", toolcall_format_name(chat_tool_format(L->chat)));
     buf_printf(b, ",\"running\":%zu,\"waiting\":%zu,\"kv_cache_bytes\":%zu,\"steps\":%llu,\"max_batch\":%zu"
-               ",\"prefill_chunk\":%zu,\"prefill_runs\":%llu,\"prefill_tokens\":%llu,\"preemptions\":%llu",
+               ",\"prefill_chunk\":%zu,\"prefill_runs\":%llu,\"prefill_tokens\":%llu,\"preemptions\":%llu"
+               ",\"forked_sequences\":%llu",
                st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch, L->prefill_chunk,
                (unsigned long long)st.prefill_runs, (unsigned long long)st.prefill_tokens,
-               (unsigned long long)st.preemptions);
+               (unsigned long long)st.preemptions, (unsigned long long)st.forked);
     /* the engine's cap on a decode Run() and why it is below max_active (e.g. no position_ids) */
     buf_printf(b, ",\"batch_limit\":%zu,\"batch_note\":", st.batch_limit);
     if (st.batch_note) buf_put_json_str(b, st.batch_note, strlen(st.batch_note));
@@ -168,6 +169,9 @@ void v1_metrics(const model_repo *r, buf *b)
         {"tierserve_prefix_cache_cached_tokens_total", "counter", "LLM: prompt tokens whose KV came from the prefix cache", 10},
         {"tierserve_prefix_cache_evictions_total", "counter", "LLM: prefix cache blocks evicted", 11},
         {"tierserve_llm_preemptions_total", "counter", "LLM: running sequences sent back to wait for a more urgent one", 14},
+        /* what the prefills computed (recomputed ones included): n choices of one prompt add it once */
+        {"tierserve_llm_prefill_tokens_total", "counter", "LLM: prompt tokens the prefill Run()s computed", 15},
+        {"tierserve_llm_forked_sequences_total", "counter", "LLM: sequences started from a copy of another's prompt KV (n > 1)", 16},
         {"vllm:num_requests_running", "gauge", "Model server protocol: requests generating", 12},
         {"vllm:num_requests_waiting", "gauge", "Model server protocol: requests waiting", 13},
         {"vllm:kv_cache_usage_perc", "gauge", "Model server protocol: KV cache usage, 1 = full", 6},
@@ -202,6 +206,8 @@ void v1_metrics(const model_repo *r, buf *b)
             case 11: v[0] = (double)st.pc_evictions; break;
             case 12: v[0] = (double)st.active; break;
             case 14: v[0] = (double)st.preemptions; break;
+            case 15: v[0] = (double)st.prefill_tokens; break;
+            case 16: v[0] = (double)st.forked; break;
             default: v[0] = (double)st.waiting; break;
             }
             for (int k = 0; k < (fams[f].what == 2 ? 2 : 1); k++) { /* tierserve_sequences: a series per state */

@@ -16,6 +16,7 @@
  * check is `EXECUTION_MODE=cuda STRICT_EP=1 ctest -R llm_generation` (exit 78, a failure,
  * when CUDA does not work rather than a silent CPU run). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -386,6 +387,139 @@ static void check_cancel(llm_model *m, const tok_ids *p)
     CHECK(a.n < 400 && a.finals == 1, "cancel: A kept going (%zu tokens, %d finals)", a.n, a.finals);
 }
 
+/* ---- n sequences of one prompt (llm_engine_add_n): one prefill, forked KV ----
+ * The hook runs before every Run() on the generation thread: at run add_at it adds an
+ * urgent sequence (the group's priority is 1), at run cancel_at it cancels cancel_id. */
+#define FORK_N 4
+#define FORK_TOKENS 12
+typedef struct {
+    int runs, add_at, cancel_at;
+    llm_engine *e;
+    const tok_ids *p;
+    collect urgent;
+    uint64_t cancel_id;
+    _Atomic bool ready; /* cancel_id is set: the first Run() waits for it */
+} fork_hook;
+
+static int fork_before_run(void *ctx, ts_err *err)
+{
+    (void)err;
+    fork_hook *h = ctx;
+    double end = ts_now() + WAIT_S;
+    while (!atomic_load(&h->ready) && ts_now() < end) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    h->runs++;
+    if (h->runs == h->add_at) {
+        llm_gen_params gu = greedy(4);
+        gu.priority = 0;
+        gu.ignore_eos = true;
+        uint64_t id;
+        ts_err e2 = {0};
+        collect_init(&h->urgent);
+        CHECK(llm_engine_add(h->e, h->p->v, h->p->n, &gu, on_token, &h->urgent, &id, &e2) == 0, "fork: urgent: %s",
+              e2.msg);
+    }
+    if (h->runs == h->cancel_at) llm_engine_cancel(h->e, h->cancel_id);
+    return 0;
+}
+
+static llm_gen_params fork_params(size_t i, int64_t n)
+{
+    return (llm_gen_params){.max_new_tokens = n, .sample = {.temperature = 0.9, .top_k = 50, .top_p = 0.95},
+                            .seeded = true, .seed = 77 + i, .ignore_eos = true, .priority = 1};
+}
+
+/* One scenario: FORK_N sequences of p added as one group (prefill chunks of 2 tokens, so the
+ * prompt spans several Run()s, no prefix cache) beside the hook's events; sequence i must
+ * generate what it generates alone with seed 77 + i (ref), the prompt must be prefilled
+ * `prefills` times (0: not checked, a preemption or cancel recomputes part of it) and `forked`
+ * sequences started from a copy. cancel: which sequence the
+ * hook cancels (-1: none; that one must end cancelled). */
+static void fork_case(llm_model *m, const tok_ids *p, const collect *ref, const char *what, int add_at,
+                      int cancel, int cancel_at, int64_t max_new, size_t kv_budget, uint64_t prefills,
+                      uint64_t forked)
+{
+    fork_hook h = {.add_at = add_at, .cancel_at = cancel_at, .p = p};
+    llm_engine_opts o = {.max_active = FORK_N, .max_waiting = 8, .prefill_chunk = 2, .kv_budget = kv_budget,
+                         .hooks = {.before_run = fork_before_run, .ctx = &h}};
+    ts_err err = {0};
+    if (llm_engine_new(m, &o, &h.e, &err)) {
+        CHECK(0, "fork %s: llm_engine_new: %s", what, err.msg);
+        return;
+    }
+    static collect c[FORK_N];
+    llm_gen_params gp[FORK_N];
+    void *ud[FORK_N];
+    uint64_t ids[FORK_N];
+    for (size_t i = 0; i < FORK_N; i++) {
+        gp[i] = fork_params(i, max_new);
+        collect_init(&c[i]);
+        ud[i] = &c[i];
+    }
+    CHECK(llm_engine_add_n(h.e, p->v, p->n, gp, FORK_N, on_token, ud, ids, &err) == 0, "fork %s: add_n: %s", what,
+          err.msg);
+    if (cancel >= 0) h.cancel_id = ids[cancel];
+    atomic_store(&h.ready, true);
+    for (size_t i = 0; i < FORK_N; i++) {
+        CHECK(wait_for(&c[i], 0), "fork %s: sequence %zu: no end", what, i);
+        CHECK(c[i].finals == 1, "fork %s: sequence %zu: %d final callbacks", what, i, c[i].finals);
+        if ((int)i == cancel) {
+            CHECK(c[i].fin == LLM_FIN_CANCELLED, "fork %s: sequence %zu not cancelled (%s)", what, i,
+                  llm_finish_name(c[i].fin));
+            continue;
+        }
+        size_t want = (size_t)max_new;
+        CHECK(c[i].fin == LLM_FIN_LENGTH && c[i].n == want &&
+                  memcmp(c[i].toks, ref[i].toks, want * sizeof *c[i].toks) == 0,
+              "fork %s: sequence %zu (%zu tokens, %s %s) differs from its seed alone", what, i, c[i].n,
+              llm_finish_name(c[i].fin), c[i].err);
+    }
+    if (add_at) CHECK(wait_for(&h.urgent, 0) && h.urgent.n == 4, "fork %s: the urgent sequence: %zu tokens", what,
+                      h.urgent.n);
+    llm_engine_stats st;
+    llm_engine_stats_get(h.e, &st);
+    uint64_t urgent_pf = add_at ? p->n : 0;
+    CHECK(st.forked == forked, "fork %s: %llu sequences forked, want %llu", what, (unsigned long long)st.forked,
+          (unsigned long long)forked);
+    if (prefills)
+        CHECK(st.prefill_tokens == prefills * p->n + urgent_pf, "fork %s: %llu prompt tokens prefilled, want %llu x %zu",
+              what, (unsigned long long)(st.prefill_tokens - urgent_pf), (unsigned long long)prefills, p->n);
+    if (add_at) CHECK(st.preemptions >= 1, "fork %s: nobody was preempted", what);
+    CHECK(st.active == 0 && st.waiting == 0 && st.kv_bytes == 0 && st.kv_reserved == 0,
+          "fork %s: after the end: %zu active, %zu waiting, %zu KV bytes, %zu reserved", what, st.active, st.waiting,
+          st.kv_bytes, st.kv_reserved);
+    fprintf(stderr, "fork %s: %llu prefill tokens (prompt %zu), %llu forked, %llu preemptions\n", what,
+            (unsigned long long)st.prefill_tokens, p->n, (unsigned long long)st.forked,
+            (unsigned long long)st.preemptions);
+    llm_engine_free(h.e);
+}
+
+static void check_fork(llm_model *m, const tok_ids *p)
+{
+    static collect ref[FORK_N];
+    llm_engine *e = engine(m, 1, FORK_N, 16);
+    for (size_t i = 0; i < FORK_N; i++) {
+        llm_gen_params gp = fork_params(i, FORK_TOKENS);
+        collect_init(&ref[i]);
+        add(e, p, &gp, &ref[i]);
+    }
+    for (size_t i = 0; i < FORK_N; i++) CHECK(wait_for(&ref[i], 0) && ref[i].n == FORK_TOKENS, "fork: ref %zu", i);
+    llm_engine_free(e);
+    CHECK(!same(&ref[0], &ref[1]), "fork: seeds 77 and 78 gave the same tokens");
+    int chunks = (int)(p->n + 1) / 2, none = -1;
+    size_t one = (p->n + FORK_TOKENS) * llm_model_kv_bytes_per_token(m);
+    fork_case(m, p, ref, "plain", 0, none, 0, FORK_TOKENS, 0, 1, FORK_N - 1);
+    fork_case(m, p, ref, "one token", 0, none, 0, 1, 0, 1, FORK_N - 1);
+    /* an urgent sequence during the leader's prefill: the whole group waits again */
+    fork_case(m, p, ref, "preempted before the fork", 2, none, 0, FORK_TOKENS, 0, 0, FORK_N - 1);
+    /* during decoding: the latest fork leaves alone and resumes */
+    fork_case(m, p, ref, "preempted after the fork", chunks + 3, none, 0, FORK_TOKENS, 0, 0, FORK_N - 1);
+    /* the leader cancelled mid-prefill: its forks prefill alone */
+    fork_case(m, p, ref, "leader cancelled", 0, 0, 2, FORK_TOKENS, 0, 0, 0);
+    fork_case(m, p, ref, "a fork cancelled", 0, FORK_N - 1, 2, FORK_TOKENS, 0, 1, FORK_N - 2);
+    /* a KV budget for two caches: a group of two, the others alone */
+    fork_case(m, p, ref, "budget of two", 0, none, 0, FORK_TOKENS, one * 5 / 2, 3, 1);
+}
+
 /* Requests the engine must refuse with 400. */
 static void check_refusals(llm_model *m)
 {
@@ -524,6 +658,7 @@ int main(int argc, char **argv)
         check_sampling(m, &prompts[0]);
         check_cancel(m, &prompts[0]);
         check_refusals(m);
+        check_fork(m, &prompts[np > 2 ? 2 : 0]);
     }
     printf("{\"prompts\": [");
     for (size_t i = 0; i < np; i++) {

@@ -34,7 +34,9 @@ struct llm_model {
                                  warm-up), -1 when none ran */
 };
 
-typedef enum { SEQ_WAITING = 0, SEQ_PREFILL, SEQ_DECODE, SEQ_DONE } seq_state;
+/* SEQ_FORK: holds a slot and its reservation, no cache yet: it waits for its leader's
+ * prefill (llm_engine_add_n), then starts decoding from a copy of the leader's KV. */
+typedef enum { SEQ_WAITING = 0, SEQ_PREFILL, SEQ_DECODE, SEQ_DONE, SEQ_FORK } seq_state;
 
 /* One sequence: its tokens (prompt then generated) and its KV cache, laid out
  * [layer][key|value][kv_head][cap][head_dim], cap = the most tokens it may ever hold.
@@ -54,6 +56,12 @@ typedef struct llm_seq {
     size_t n_reused;          /* prompt tokens whose KV came from the prefix cache */
     size_t n_resume;          /* preempted: the tokens to recompute (prompt and generated)
                                  before it samples again; 0: never preempted (llm_engine.c) */
+    /* n choices of one prompt (llm_engine_add_n), until the prompt is computed: the leader
+     * prefills it once, its forks wait (SEQ_WAITING, then SEQ_FORK) and copy its KV. A fork
+     * whose leader leaves first (cancelled, failed) is on its own: fork_from NULL. */
+    struct llm_seq *fork_from; /* a fork: its leader */
+    size_t n_forks;           /* a leader: forks still waiting for its prompt */
+    size_t fork_bytes;        /* a leader: their caches' bytes (joined together with it) */
     bool keep_kv;             /* ended normally with the prefix cache on: the bound path's
                                  settle writes its rows back so the engine can store its blocks */
     llm_gen_params params;
@@ -143,6 +151,9 @@ void llm_kv_block_free(llm_kv_block *b);
  * sequence's cache must hold those tokens (n_synced) when saving. 0, or -1 with msg. */
 int llm_kv_block_copy(const llm_model *m, llm_seq *s, size_t t0, size_t B, llm_kv_block *b, bool to_seq,
                       char *msg, size_t len);
+/* A fork: tokens [0, n) of src's cache into dst's (the same copy as a block's, between two
+ * caches). src must hold them (n_synced); dst's n_cached is the caller's. 0, or -1 with msg. */
+int llm_kv_seq_copy(const llm_model *m, llm_seq *dst, const llm_seq *src, size_t n, char *msg, size_t len);
 
 /* Shared by both paths (llm_step.c). ids, pos: n x s_new; mask: n x (past + s_new) with
  * pad[i] = past - n_cached[i] zeros first. */
