@@ -206,6 +206,9 @@ int llm_tune(llm_model *m, const char *dir, const char *path, const llm_model_op
             snprintf(why, sizeof why, "a decode step failed");
             rc = -1;
         } else {
+            /* tokens/s from the median step over rounds (a median of rounds' ratios is another figure) */
+            for (size_t i = 0; i < ncand; i++)
+                L->cands[i].rps = L->cands[i].batch_us > 0 ? (double)B * 1e6 / L->cands[i].batch_us : 0;
             L->chosen = tune_choose(L->cands, ncand, TUNE_LLM_LATENCY_SLACK, TUNE_LLM_TOLERANCE);
         }
         if (L->chosen >= 0) {
