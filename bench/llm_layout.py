@@ -11,7 +11,8 @@ hits all alike. Prints each run, the medians, which layout the defaults chose ea
 the ratio defaults / best explicit at both concurrencies (the best explicit is the setting
 with the highest median at that concurrency, measured in the same run).
 
-The model: tests/models/gen_llm_model.py OUTDIR --size 8,512,8,4,1024,2048 writes the issue's
+MODELDIR is the folder holding model.onnx (a version folder). The model:
+tests/models/gen_llm_model.py OUTDIR --size 8,512,8,4,1024,2048 writes the issue's
 8-layer, 512-wide decoder.
 """
 import argparse
