@@ -20,8 +20,10 @@
 #include "log.h"
 
 #define LLM_TUNE_BUDGET_US 1000000.0 /* the timed rounds of one model, all candidates */
-#define LLM_TUNE_MIN_ROUNDS 3         /* a probe (both steps) so slow that fewer rounds of every
-                                        candidate fit 1.5 times the budget: not searched */
+#define LLM_TUNE_MIN_ROUNDS 1         /* a probe (both steps) so slow that not one round of every
+                                        candidate fits 1.5 times the budget: not searched (a busy
+                                        machine slows the probe too, and it is where the hardware
+                                        layout is furthest off: its search may take a few seconds) */
 #define LLM_TUNE_PAST 128            /* past tokens of the timed steps (at most half the context) */
 #define LLM_TUNE_MAX_BATCH 64
 #define LLM_TUNE_INPUT_BYTES ((size_t)256 << 20) /* the batch's pasts: the batch shrinks to fit */
