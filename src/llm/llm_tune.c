@@ -183,16 +183,25 @@ int llm_tune(llm_model *m, const char *dir, const char *path, const llm_model_op
     io.lat[1] = calloc((size_t)io.cap, sizeof(double));
     int rc = !io.lat[0] || !io.lat[1] ? ts_fail(why, sizeof why, "out of memory") : 0;
     if (!rc) rc = make_inputs(&io, m, B, P, why, sizeof why);
-    /* the probe: both steps on the first session (its first Run allocates: not counted) */
-    double probe = 0, us = 0;
+    /* the sessions, then the probe: both steps once on each (its first Run allocates: not
+     * counted), the fastest candidate's time sizing the rounds. Not the first session's
+     * alone: on a busy machine spinning threads can make it several times the others' */
     sessions[0] = m->session;
-    for (int k = 0; k < 2 && !rc; k++)
-        for (int b = 0; b < 2 && !rc; b++) {
-            rc = step(&io, m->session, b, &us);
-            if (k) probe += us;
-        }
-    if (rc && !why[0]) snprintf(why, sizeof why, "a decode step failed");
     int ret = 0;
+    for (size_t i = 1; i < ncand && !rc; i++) /* cands[0] is the first session's layout */
+        if ((rc = llm_session_new(path, opt, L->cands[i].threads, L->cands[i].spin, &sessions[i], msg, len)))
+            ret = -1; /* a session the worker's own settings make could not be made */
+    double probe = 0, us = 0;
+    for (size_t i = 0; i < ncand && !rc; i++)
+        for (int k = 0; k < 2 && !rc; k++) {
+            double t = 0;
+            for (int b = 0; b < 2 && !rc; b++) {
+                rc = step(&io, sessions[i], b, &us);
+                t += us;
+            }
+            if (k && (probe == 0 || t < probe)) probe = t;
+        }
+    if (rc && !ret && !why[0]) snprintf(why, sizeof why, "a decode step failed");
     if (!rc && probe * (double)ncand * LLM_TUNE_MIN_ROUNDS > 1.5 * LLM_TUNE_BUDGET_US) {
         snprintf(L->note, sizeof L->note, "decode steps at batch 1 and %zu took %.0f ms: too slow for %d rounds "
                  "of %zu candidates within %.1f s; %d usable core(s); set:%s", B, probe / 1e3, LLM_TUNE_MIN_ROUNDS,
@@ -200,11 +209,7 @@ int llm_tune(llm_model *m, const char *dir, const char *path, const llm_model_op
     } else if (!rc) {
         L->n_cands = ncand;
         for (size_t i = 0; i < ncand; i++) L->cands[i].batch = (int)B;
-        for (size_t i = 1; i < ncand && !rc; i++) /* cands[0] is the first session's layout */
-            rc = llm_session_new(path, opt, L->cands[i].threads, L->cands[i].spin, &sessions[i], msg, len);
-        if (rc) {
-            ret = -1; /* a session the worker's own settings make could not be made */
-        } else if (tune_search(L->cands, ncand, probe, LLM_TUNE_BUDGET_US, round_fn, &io)) {
+        if (tune_search(L->cands, ncand, probe, LLM_TUNE_BUDGET_US, round_fn, &io)) {
             snprintf(why, sizeof why, "a decode step failed");
             rc = -1;
         } else {
