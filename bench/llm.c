@@ -19,8 +19,13 @@
  * on both KV paths.
  * --urgent: issue 25's priority preemption (bound path). An urgent request's TTFT on an idle
  * engine, then with SLOTS batch-priority streams in every slot (it preempts one; 5 times).
- * TIERSERVE_INTRA_OP_THREADS picks the session's intra-op threads as it does the worker's
- * (unset or 0: the usable cores of the hardware map, not ORT's CPUID count).
+ * TIERSERVE_INTRA_OP_THREADS, TIERSERVE_INTRA_OP_SPINNING and TIERSERVE_TUNE set the session's
+ * layout as they set the worker's (unset: measured at open as the worker does, at a batch of
+ * 16; TIERSERVE_TUNE=0: the usable cores of the hardware map, not ORT's CPUID count). The
+ * bound path's session is opened (and measured) first; the host path's takes its layout.
+ *   bench_llm --layout MODELDIR [REQUESTS [NEW_TOKENS [PROMPT_TOKENS]]]
+ * prints the layout (and the table measured for it), then the bound path at c=1 and c=16
+ * only: bench/llm_layout.sh runs it with the defaults and explicit settings, interleaved.
  *
  * --multiturn: issue 25's conversation. Each conversation starts with a HISTORY-token
  * history plus a USER_TOKENS-token question; each turn re-sends everything so far (the
@@ -457,8 +462,30 @@ static int multiturn(int n, char **a, llm_model *m, llm_model *mb)
     return 0;
 }
 
+static ts_switch switch_env(const char *name)
+{
+    const char *v = getenv(name);
+    return !v || !strcmp(v, "auto") ? SWITCH_AUTO : !strcmp(v, "0") || !strcmp(v, "off") ? SWITCH_OFF : SWITCH_ON;
+}
+
+static void print_layout(const llm_model *m)
+{
+    const model_layout *L = llm_model_layout(m);
+    printf("layout: %d intra-op thread(s), spinning %s (%s: %s; %.0f ms)\n", L->threads, L->spin ? "on" : "off",
+           L->source, L->note, L->search_ms);
+    for (size_t i = 0; i < L->n_cands; i++)
+        printf("  %d thread(s) spinning %-3s step b1 %7.0f us, b%d %7.0f us = %7.1f tokens/s%s\n", L->cands[i].threads,
+               L->cands[i].spin ? "on" : "off", L->cands[i].run_us, L->cands[i].batch, L->cands[i].batch_us,
+               L->cands[i].rps, (int)i == L->chosen ? "  <- chosen" : "");
+}
+
 int main(int argc, char **argv)
 {
+    bool layout_only = argc > 1 && strcmp(argv[1], "--layout") == 0;
+    if (layout_only) {
+        argv++;
+        argc--;
+    }
     int mode_arg = argc > 1 ? strcmp(argv[1], "--multiturn") == 0 ? 1 : strcmp(argv[1], "--itl") == 0 ? 2
                                  : strcmp(argv[1], "--urgent") == 0 ? 3 : 0 : 0;
     bool mt = mode_arg != 0;
@@ -489,17 +516,36 @@ int main(int argc, char **argv)
     /* the same file opened twice: one session per path, so neither warms the other's */
     /* the worker's thread setting, so its figures are the worker's (0: the usable cores) */
     const char *threads = getenv("TIERSERVE_INTRA_OP_THREADS");
-    llm_model_opts mo = {.ep_cfg = &epc, .ep = &epr, .kv = LLM_KV_HOST,
-                         .intra_op_threads = threads ? atoi(threads) : 0};
+    llm_model_opts mo = {.ep_cfg = &epc, .ep = &epr, .kv = LLM_KV_BOUND,
+                         .intra_op_threads = threads ? atoi(threads) : 0,
+                         .spinning = switch_env("TIERSERVE_INTRA_OP_SPINNING"),
+                         .tune = switch_env("TIERSERVE_TUNE") != SWITCH_OFF, .tune_batch = 16};
     if (mo.intra_op_threads < 0 || mo.intra_op_threads > 1024) return 64;
     llm_model *m = NULL, *mb = NULL;
     ts_err err = {0};
-    if (llm_model_open(argv[1], &mo, &m, &err)) {
+    if (llm_model_open(argv[1], &mo, &mb, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    mo.kv = LLM_KV_BOUND;
-    if (llm_model_open(argv[1], &mo, &mb, &err)) {
+    if (layout_only) {
+        int32_t pr[1024];
+        uint64_t x = 12345;
+        pr[0] = 1;
+        fill(pr + 1, plen - 1, &x, llm_model_sig(mb)->vocab);
+        printf("bench_llm --layout: %zu requests x %lld new tokens, prompt %zu tokens, bound KV path, %d usable "
+               "core(s)\n", nreq, (long long)new_tokens, plen, tune_hw_get()->usable);
+        print_layout(mb);
+        run(mb, "layout, KV bound", 16, 1, nreq, new_tokens, pr, plen);
+        run(mb, "layout, KV bound", 16, 16, nreq, new_tokens, pr, plen);
+        llm_model_free(mb);
+        ortenv_shutdown();
+        return 0;
+    }
+    /* the host path's session: the bound one's layout, as settings (measured once) */
+    mo.kv = LLM_KV_HOST;
+    mo.intra_op_threads = llm_model_layout(mb)->threads;
+    mo.spinning = llm_model_layout(mb)->spin ? SWITCH_ON : SWITCH_OFF;
+    if (llm_model_open(argv[1], &mo, &m, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
@@ -526,6 +572,7 @@ int main(int argc, char **argv)
            "(TIERSERVE_INTRA_OP_THREADS; 0: the usable cores, %d here)\n", nreq, (long long)new_tokens, plen,
            tier_name(epr.decision.tier), mo.intra_op_threads, tune_hw_get()->usable);
     printf("host:  %s\nbound: %s\n", llm_model_kv_note(m), llm_model_kv_note(mb));
+    print_layout(mb);
     run(mb, "one at a time (1 slot) bound", 1, 16, nreq, new_tokens, prompt, plen);
     static const size_t conc[] = {1, 4, 16};
     for (size_t i = 0; i < sizeof conc / sizeof *conc; i++) {

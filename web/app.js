@@ -222,6 +222,29 @@ function placementBar(np) {
   return el('div', {}, bar, el('div', { class: 'muted small' }, legend.join(' · ')));
 }
 
+// A model's execution layout (/v2/status models[].layout): what runs, where it came from, and
+// the figures the load-time measurement chose it from (an LLM's: decode steps at batch 1 and
+// at its slots' batch, tokens/s at that batch).
+function layoutText(lay) {
+  if (!lay) return '—';
+  return lay.threads + ' intra-op thread' + (lay.threads === 1 ? '' : 's') +
+    (lay.instances > 1 ? ' × ' + lay.instances + ' instances' : '') + ', spinning ' + (lay.spinning ? 'on' : 'off') +
+    (lay.pinned ? ', pinned' : '') + ' (' + lay.source + ')';
+}
+function layoutFigures(lay) {
+  if (!lay || !lay.measured || !lay.measured.length) return lay ? 'not measured: ' + lay.note : '';
+  return lay.measured.map((c) => (c.chosen ? '▶ ' : '') + c.threads + 't' + (c.instances > 1 ? '×' + c.instances : '') +
+    (c.spinning ? '' : ' nospin') + ': ' + (c.batch
+    ? 'step ' + fmt(c.run_us / 1e3, 2, ' ms') + ' at batch 1, ' + fmt(c.batch_us / 1e3, 2, ' ms') + ' at ' + c.batch +
+      ' = ' + fmt(c.runs_per_s, 0) + ' tokens/s'
+    : 'Run() ' + fmt(c.run_us, 0, ' µs') + ', ' + fmt(c.runs_per_s, 0) + '/s')).join(' · ') +
+    ' (' + fmt(lay.search_ms, 0, ' ms') + ')';
+}
+function layoutCell(lay) {
+  return el('td', { class: 'layout small', 'data-testid': 'model-layout', title: lay ? lay.note : 'no layout reported' },
+    layoutText(lay), lay ? el('div', { class: 'muted', 'data-testid': 'model-layout-figures' }, layoutFigures(lay)) : null);
+}
+
 function workerCard(st, q, addr) {
   const warn = [];
   if (st.gpu_fault) warn.push(['bad', 'GPU FAULT, not live: ' + st.gpu_fault]);
@@ -240,7 +263,8 @@ function workerCard(st, q, addr) {
       el('td', { class: m.warmed_up ? 'ok' : 'warn' }, m.warmed_up ? 'warmed up (' + fmt(m.warmup_ms, 0, ' ms') + ')'
         : m.warmup_error ? 'warm-up failed: ' + m.warmup_error : 'not warmed up'),
       el('td', {}, String(m.queue_depth ?? '—')),
-      el('td', { class: 'placement' }, placementBar(m.node_placement))));
+      el('td', { class: 'placement' }, placementBar(m.node_placement)),
+      layoutCell(m.layout)));
   const bad = warn.some(([l]) => l === 'bad');
   return el('article', { class: 'card' + (bad ? ' card-bad' : ''), 'data-testid': 'inference-card', 'data-backend': addr || 'self' },
     el('header', {}, el('h3', {}, 'Inference', addr ? el('span', { class: 'muted' }, ' ' + addr) : null), chipFor(st.tier, st.tier_label)),
@@ -256,7 +280,7 @@ function workerCard(st, q, addr) {
       ['Latency p50/p95/p99', q ? fmt(q.p50) + ' / ' + fmt(q.p95) + ' / ' + fmt(q.p99) + ' ms (' + q.n + ' requests since start)' : '—'],
     ]),
     models.length ? el('table', { class: 'models' },
-      el('thead', {}, el('tr', {}, ['Model', 'State', 'Warm-up', 'Queue', 'Node placement'].map((h) => el('th', {}, h)))),
+      el('thead', {}, el('tr', {}, ['Model', 'State', 'Warm-up', 'Queue', 'Node placement', 'Layout'].map((h) => el('th', {}, h)))),
       el('tbody', {}, models)) : el('p', { class: 'muted' }, 'no models'));
 }
 
@@ -299,7 +323,9 @@ function llmCard(m, metrics) {
       ['Generated tokens/s', (genRate === null ? '—' : fmt(genRate, 1)) + ' (last ' + RATE_WINDOW_S + ' s) · ' +
         (gen ? gen.value : '—') + ' tokens since start', 'llm-tps'],
       ['Largest batch', String(l.max_batch) + (l.batch_note ? ' (' + l.batch_note + ')' : '')],
+      ['Layout', layoutText(m.layout), 'llm-layout'],
     ]),
+    el('p', { class: 'muted small', 'data-testid': 'llm-layout-figures', title: m.layout ? m.layout.note : '' }, layoutFigures(m.layout)),
     el('p', { class: 'muted small kv-note' + (fallback ? ' bad' : ''), 'data-testid': 'kv-note' }, l.kv_cache_note || ''));
 }
 

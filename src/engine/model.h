@@ -55,21 +55,7 @@ typedef struct {
 typedef struct ts_model ts_model;
 typedef struct model_repo model_repo;
 
-/* The execution layout a model runs with and where it came from (tune.h): chosen by the
- * measurement at load, taken from a setting, or from the hardware map alone. */
-typedef struct {
-    int threads;              /* intra-op threads per session (0: ORT's default, GPU tiers) */
-    int instances;
-    bool spin;                /* session.intra_op.allow_spinning */
-    bool pinned;              /* instances pinned to their own cores (placement) */
-    bool threads_set, instances_set, spin_set; /* a setting fixed it: not searched */
-    char source[24];          /* "measured", "settings", "hardware" */
-    char note[320];           /* why (not) searched, in words */
-    size_t n_cands;
-    tune_cand cands[TUNE_MAX_CANDS];
-    int chosen;               /* index into cands, -1 when not measured */
-    double search_ms;
-} model_layout;
+/* model_layout (the execution layout and the table behind it) is tune.h's. */
 
 /* An LLM: a version folder holding tokenizer.json beside model.onnx is offered to this hook
  * first (the engine knows nothing of decoders; the worker's /v1 layer opens them). It

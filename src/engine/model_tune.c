@@ -14,8 +14,6 @@
 #define TUNE_TINY_US 100.0      /* a Run() this short gains nothing from a pool: one thread */
 #define TUNE_SLOW_US 200000.0   /* longer than this cannot be searched within the budget */
 #define TUNE_BUDGET_US 600000.0 /* the timed rounds of one model, all candidates */
-#define TUNE_ROUNDS 5
-#define TUNE_MAX_SESSION_BYTES (1024.0 * 1024 * 1024) /* candidate sessions' weights at once */
 
 static bool on_gpu(const model_repo *r) { return r->opt.ep->decision.active != PROV_CPU; }
 
@@ -72,19 +70,6 @@ static void *run_loop(void *p)
     return NULL;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, size_t n)
-{
-    if (n == 0) return 0;
-    qsort(v, n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* One round of one candidate: runs Run()s on each of its sessions at once. */
 static int run_round(ts_model *m, cand_rt *rt, const infer_request *req, int runs, double *lat_med,
                      double *rps)
@@ -106,51 +91,13 @@ static int run_round(ts_model *m, cand_rt *rt, const infer_request *req, int run
     for (size_t i = 1; i <= started; i++) pthread_join(th[i], NULL);
     int rc = started + 1 == n ? 0 : -1;
     for (size_t i = 0; i < n; i++) rc |= args[i].rc;
-    *lat_med = median(lat, n * (size_t)runs);
+    *lat_med = tune_median(lat, n * (size_t)runs);
     /* from the median, not the wall clock: on a shared machine a few preempted runs decide
      * the wall time, and the choice must not follow them. The instances' contention for the
      * cores is in each Run()'s latency. */
     *rps = *lat_med > 0 ? (double)n * 1e6 / *lat_med : 0;
     free(lat);
     return rc;
-}
-
-static int add_cand(tune_cand *c, size_t *n, int threads, int instances, bool spin)
-{
-    for (size_t i = 0; i < *n; i++)
-        if (c[i].threads == threads && c[i].instances == instances && c[i].spin == spin) return 0;
-    if (*n == TUNE_MAX_CANDS) return 0;
-    c[(*n)++] = (tune_cand){.threads = threads, .instances = instances, .spin = spin};
-    return 0;
-}
-
-/* Candidates: threads 1, 2, 4, ... and the usable cores, one instance, spinning as set (on
- * when not set); spinning off at the most threads; and, when instances are not set, 2 and 4
- * instances sharing the cores (only where instances get sessions of their own: placement on).
- * A fixed knob has its one value. cands[0] is the layout
- * m->session already runs with. */
-static size_t plan_cands(const model_layout *L, int usable, double model_bytes, bool own_sessions, tune_cand *c)
-{
-    size_t n = 0;
-    add_cand(c, &n, L->threads, L->instances, L->spin);
-    int per = usable / L->instances > 0 ? usable / L->instances : 1;
-    if (!L->threads_set) {
-        for (int t = 1; t < per; t *= 2) add_cand(c, &n, t, L->instances, L->spin);
-        add_cand(c, &n, per, L->instances, L->spin);
-    }
-    if (!L->spin_set) {
-        int most = L->threads_set ? L->threads : per;
-        if (most > 1) add_cand(c, &n, most, L->instances, false);
-    }
-    /* instances are measured as sessions of their own: without placement they would share
-     * one session and its pool, which is not what was measured */
-    if (!L->instances_set && own_sessions)
-        for (int i = 2; i <= 4 && i <= usable; i *= 2) {
-            int t = L->threads_set ? L->threads : usable / i;
-            if (model_bytes * i > TUNE_MAX_SESSION_BYTES) break;
-            add_cand(c, &n, t > 0 ? t : 1, i, L->spin);
-        }
-    return n;
 }
 
 static void release_rt(cand_rt *rt, size_t n, OrtSession *keep)
@@ -160,6 +107,18 @@ static void release_rt(cand_rt *rt, size_t n, OrtSession *keep)
             if (rt[i].sessions[k] && rt[i].sessions[k] != keep) g_ort->ReleaseSession(rt[i].sessions[k]);
         free(rt[i].sessions);
     }
+}
+
+typedef struct {
+    ts_model *m;
+    cand_rt *rt;
+    const infer_request *req;
+} measure_ctx;
+
+static int measure_round(void *ctx, size_t cand, int runs, tune_fig *fig)
+{
+    measure_ctx *mc = ctx;
+    return run_round(mc->m, &mc->rt[cand], mc->req, runs, &fig->run_us, &fig->rps);
 }
 
 /* Creates every candidate's sessions (cands[0]'s first is m->session), runs the interleaved
@@ -185,64 +144,14 @@ static int measure(model_repo *r, ts_model *m, const infer_request *req, double 
         }
     }
     m->layout = saved;
-    /* per candidate and round about the same wall time: runs sized from the probe (at the
-     * most threads; one thread is slower, hence the 2) */
-    double slot_us = TUNE_BUDGET_US / (TUNE_ROUNDS * (double)n);
-    int runs = (int)(slot_us / (probe_us * 2));
-    if (runs < 2) runs = 2;
-    if (runs > 400) runs = 400;
-    double lat[TUNE_MAX_CANDS][TUNE_ROUNDS], rps[TUNE_MAX_CANDS][TUNE_ROUNDS];
-    for (size_t i = 0; i < n && rc == 0; i++) { /* untimed: first runs allocate */
-        double l, q;
-        rc = run_round(m, &rt[i], req, 2, &l, &q);
-    }
-    double start = ts_now();
-    int rounds = 0;
-    for (int round = 0; round < TUNE_ROUNDS && rc == 0; round++) {
-        double r0 = ts_now();
-        for (size_t k = 0; k < n && rc == 0; k++) {
-            /* interleaved, and each round in another order, so drift hits all alike */
-            size_t i = (k + (size_t)round) % n;
-            rc = run_round(m, &rt[i], req, runs, &lat[i][round], &rps[i][round]);
-        }
-        rounds += rc == 0;
-        /* a busy machine stretches every Run(): resize the next rounds to the budget, and
-         * stop at 1.5 times the budget with the rounds done so far */
-        double took_us = (ts_now() - r0) * 1e6, want_us = TUNE_BUDGET_US / TUNE_ROUNDS;
-        if (took_us > 0) runs = (int)(runs * (want_us / took_us));
-        if (runs < 2) runs = 2;
-        if (runs > 400) runs = 400;
-        if ((ts_now() - start) * 1e6 > 1.5 * TUNE_BUDGET_US) break;
-    }
+    measure_ctx mc = {.m = m, .rt = rt, .req = req};
+    if (rc == 0) rc = tune_search(c, n, probe_us, TUNE_BUDGET_US, measure_round, &mc);
     if (rc && !err[0]) snprintf(err, errlen, "a measurement Run() failed");
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        c[i].run_us = median(lat[i], (size_t)rounds);
-        c[i].rps = median(rps[i], (size_t)rounds);
-        c[i].ok = true;
-    }
     release_rt(rt, n, m->session);
     return rc;
 }
 
-static void log_layout(const ts_model *m)
-{
-    const model_layout *L = &m->layout;
-    char table[1024] = "";
-    size_t o = 0;
-    for (size_t i = 0; i < L->n_cands && o < sizeof table; i++) {
-        const tune_cand *c = &L->cands[i];
-        o += (size_t)snprintf(table + o, sizeof table - o, "%s%dt x%d%s %.0f us %.0f/s%s", i ? "; " : "",
-                              c->threads, c->instances, c->spin ? "" : " nospin", c->run_us, c->rps,
-                              (int)i == L->chosen ? " (chosen)" : "");
-    }
-    char threads[16], inst[16];
-    snprintf(threads, sizeof threads, "%d", L->threads);
-    snprintf(inst, sizeof inst, "%d", L->instances);
-    LOG_INFO_(LOGF({"model", m->name}, {"version", m->version}, {"threads", threads}, {"instances", inst},
-                   {"spinning", L->spin ? "true" : "false"}, {"layout_source", L->source}),
-              "layout: %d intra-op thread(s) x %d instance(s), spinning %s (%s: %s)%s%s", L->threads,
-              L->instances, L->spin ? "on" : "off", L->source, L->note, o ? "; measured: " : "", table);
-}
+static void log_layout(const ts_model *m) { tune_log_layout(&m->layout, m->name, m->version); }
 
 int model_tune(model_repo *r, ts_model *m, char *err, size_t errlen)
 {
@@ -290,7 +199,7 @@ int model_tune(model_repo *r, ts_model *m, char *err, size_t errlen)
         if (rc == 0) infer_result_free(&res);
         if (k) probe[k - 1] = (ts_now() - s) * 1e6;
     }
-    double probe_us = median(probe, 3);
+    double probe_us = tune_median(probe, 3);
     struct stat st;
     double bytes = stat(m->path, &st) == 0 ? (double)st.st_size : 0;
     err[0] = '\0';
@@ -313,7 +222,7 @@ int model_tune(model_repo *r, ts_model *m, char *err, size_t errlen)
     } else if (probe_us > TUNE_SLOW_US) {
         snprintf(L->note, sizeof L->note, "Run() %.0f ms: too slow to search within the budget", probe_us / 1e3);
     } else {
-        L->n_cands = plan_cands(L, hw->usable, bytes, r->opt.place_instances, L->cands);
+        L->n_cands = tune_plan(L, hw->usable, bytes, r->opt.place_instances, L->cands);
         char why[300] = "";
         if (measure(r, m, &req, probe_us, L->cands, L->n_cands, why, sizeof why)) {
             snprintf(L->note, sizeof L->note, "measurement failed (%.200s): hardware layout", why);

@@ -39,13 +39,17 @@ int tune_usable(int cores, double quota);
 
 #define TUNE_MAX_CANDS 16
 
-/* One candidate layout and what it measured (medians over interleaved rounds). */
+/* One candidate layout and what it measured (medians over interleaved rounds). For an LLM
+ * (batch > 0) a "run" is one decode step: run_us the step at batch 1 (what one stream waits
+ * per token), batch_us the step at `batch` sequences, rps the tokens/s at that batch. */
 typedef struct {
     int threads;      /* intra-op threads per session */
     int instances;    /* sessions run concurrently, each by its own runner */
     bool spin;        /* session.intra_op.allow_spinning */
-    double run_us;    /* median Run() latency */
-    double rps;       /* Run()s per second, all instances together */
+    double run_us;    /* median Run() latency (LLM: decode step at batch 1) */
+    double rps;       /* Run()s per second, all instances together (LLM: tokens/s at batch) */
+    int batch;        /* LLM: the batch of the throughput figure; 0 for a KServe model */
+    double batch_us;  /* LLM: median decode step at that batch */
     bool ok;          /* measured (false: failed or skipped) */
 } tune_cand;
 
@@ -58,5 +62,59 @@ int tune_choose(const tune_cand *c, size_t n, double latency_slack, double toler
 
 #define TUNE_LATENCY_SLACK 0.25
 #define TUNE_TOLERANCE 0.10
+/* An LLM's rule (docs/operate/tuning.md): decode at one stream is what c=1 sees, decode at
+ * the engine's slots what high concurrency sees. The most tokens/s at the slots' batch among
+ * layouts whose batch-1 step is within 5 % of the fastest, the simplest within 3 % of it. */
+#define TUNE_LLM_LATENCY_SLACK 0.05
+#define TUNE_LLM_TOLERANCE 0.03
+
+/* The execution layout a model (KServe or LLM) runs with and where it came from: chosen by
+ * the measurement at load, taken from a setting, or from the hardware map alone. */
+typedef struct {
+    int threads;              /* intra-op threads per session (0: ORT's default, GPU tiers) */
+    int instances;
+    bool spin;                /* session.intra_op.allow_spinning */
+    bool pinned;              /* instances pinned to their own cores (placement) */
+    bool threads_set, instances_set, spin_set; /* a setting fixed it: not searched */
+    char source[24];          /* "measured", "settings", "hardware" */
+    char note[320];           /* why (not) searched, in words */
+    size_t n_cands;
+    tune_cand cands[TUNE_MAX_CANDS];
+    int chosen;               /* index into cands, -1 when not measured */
+    double search_ms;
+} model_layout;
+
+/* ---- the search, shared by KServe models (model_tune.c) and LLMs (llm_tune.c) ---- */
+
+/* The candidates for L's free knobs: threads 1, 2, 4, ... and the usable cores (per
+ * instance), spinning as set (on when not set); spinning off at the most threads; and, when
+ * instances are free and own_sessions, 2 and 4 instances sharing the cores (while
+ * model_bytes times that stays under 1 GiB). A fixed knob has its one value. c[0] is L's
+ * own layout. Returns how many (<= TUNE_MAX_CANDS). Pure. */
+size_t tune_plan(const model_layout *L, int usable, double model_bytes, bool own_sessions, tune_cand *c);
+
+/* What one round of one candidate measured. */
+typedef struct {
+    double run_us, rps, batch_us;
+} tune_fig;
+
+/* Runs `runs` timed repetitions of candidate `cand` and fills fig; 0, or -1 (the search
+ * stops: a candidate failed). */
+typedef int tune_round_fn(void *ctx, size_t cand, int runs, tune_fig *fig);
+
+/* The measurement: one untimed run per candidate (a first run allocates), then up to
+ * TUNE_ROUNDS rounds, the candidates interleaved and each round in another order (drift hits
+ * all alike), runs per round sized so that all rounds take about budget_us (from probe_us,
+ * one repetition at the starting layout, then from each round's own time), stopping at 1.5
+ * times the budget with the rounds done. Each candidate's figures are the medians over its
+ * rounds (ok set). Returns 0, or -1 when a round failed (no figure is set). */
+int tune_search(tune_cand *c, size_t n, double probe_us, double budget_us, tune_round_fn *measure, void *ctx);
+
+/* The median of v[0..n) (sorts v); 0 when n is 0. */
+double tune_median(double *v, size_t n);
+
+/* The `layout:` log line (INFO, with model and version as context): the layout, its source
+ * and note, and the table measured. */
+void tune_log_layout(const model_layout *L, const char *model, const char *version);
 
 #endif

@@ -9,7 +9,7 @@
 #include "cudart.h"
 #include "llm_check.h"
 #include "llm_int.h"
-#include "tune.h"
+#include "llm_tune.h"
 #include "log.h"
 
 static llm_elem elem_of(ONNXTensorElementDataType t)
@@ -71,6 +71,20 @@ static int read_io(OrtSession *s, bool inputs, llm_io **out, char ***names, size
         g_ort->ReleaseTypeInfo(ti);
     }
     return 0;
+}
+
+int llm_session_new(const char *path, const llm_model_opts *opt, int threads, bool spin, OrtSession **out,
+                    char *msg, size_t len)
+{
+    OrtSessionOptions *so = NULL;
+    *out = NULL;
+    if (ort_check(g_ort->CreateSessionOptions(&so), msg, len)) return -1;
+    int rc = threads > 0 ? ort_check(g_ort->SetIntraOpNumThreads(so, threads), msg, len) : 0;
+    if (!rc && !spin) rc = ort_check(g_ort->AddSessionConfigEntry(so, "session.intra_op.allow_spinning", "0"), msg, len);
+    if (!rc) rc = ep_apply(opt->ep_cfg, opt->ep, so, msg, len);
+    if (!rc) rc = ort_check(g_ort->CreateSession(ortenv_env(), path, so, out), msg, len);
+    g_ort->ReleaseSessionOptions(so);
+    return rc;
 }
 
 static void free_io(llm_io *ios, char **names, size_t n)
@@ -233,7 +247,6 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
     llm_io *ins = NULL, *outs = NULL;
     char **in_names = NULL, **out_names = NULL;
     size_t nin = 0, nout = 0;
-    OrtSessionOptions *so = NULL;
     llm_model *m = calloc(1, sizeof *m);
     if (!m) {
         ts_err_set(err, TS_INTERNAL_ERROR, "out of memory");
@@ -245,13 +258,9 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
     snprintf(path, sizeof path, "%s/model.onnx", dir);
     /* the same providers, in the same order, as every other session of this worker; on the
      * CPU tier the thread count is never ORT's default, which counts cores from CPUID and can
-     * see one core where the kernel gives two (tune.h): the usable cores instead */
-    int threads = opt->intra_op_threads > 0 ? opt->intra_op_threads
-                  : opt->ep->decision.active == PROV_CPU ? tune_hw_get()->usable : 0;
-    if (ort_check(g_ort->CreateSessionOptions(&so), msg, sizeof msg) ||
-        (threads > 0 && ort_check(g_ort->SetIntraOpNumThreads(so, threads), msg, sizeof msg)) ||
-        ep_apply(opt->ep_cfg, opt->ep, so, msg, sizeof msg) ||
-        ort_check(g_ort->CreateSession(ortenv_env(), path, so, &m->session), msg, sizeof msg)) {
+     * see one core where the kernel gives two (tune.h): the usable cores, then measured */
+    llm_layout_init(&m->layout, opt);
+    if (llm_session_new(path, opt, m->layout.threads, m->layout.spin, &m->session, msg, sizeof msg)) {
         ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);
         goto fail;
     }
@@ -282,13 +291,16 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
     if (opt->max_context > 0 && (ctx == 0 || opt->max_context < ctx)) ctx = opt->max_context;
     if (ctx == 0) ctx = LLM_DEFAULT_CONTEXT;
     m->max_context = ctx < LLM_MAX_CONTEXT ? ctx : LLM_MAX_CONTEXT;
+    if (llm_tune(m, dir, path, opt, msg, sizeof msg)) { /* before kv_setup: it may replace the session */
+        ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);
+        goto fail;
+    }
     if (kv_setup(m, opt, msg, sizeof msg) || (m->kv_bound && kv_verify(m, opt, msg, sizeof msg))) {
         ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);
         goto fail;
     }
     free_io(ins, in_names, nin);
     free_io(outs, out_names, nout);
-    g_ort->ReleaseSessionOptions(so);
     LOG_INFO_(LOGF({"model_dir", dir}),
               "LLM: %zu layers, %zu KV heads x %zu, %s KV cache, vocab %zu, context %lld%s; KV cache %s",
               m->sig.layers, m->sig.kv_heads, m->sig.head_dim, m->sig.kv_fp16 ? "FP16" : "FP32", m->sig.vocab,
@@ -298,7 +310,6 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
 fail:
     free_io(ins, in_names, nin);
     free_io(outs, out_names, nout);
-    if (so) g_ort->ReleaseSessionOptions(so);
     llm_model_free(m);
     return res;
 }
@@ -322,6 +333,7 @@ void llm_model_free(llm_model *m)
 }
 
 const llm_sig *llm_model_sig(const llm_model *m) { return &m->sig; }
+const model_layout *llm_model_layout(const llm_model *m) { return &m->layout; }
 const gen_config *llm_model_gen(const llm_model *m) { return &m->gen; }
 int64_t llm_model_max_context(const llm_model *m) { return m->max_context; }
 size_t llm_model_kv_bytes_per_token(const llm_model *m)

@@ -21,6 +21,7 @@
 #include "ep.h"
 #include "err.h"
 #include "gen_config.h"
+#include "tune.h"
 
 /* Contexts longer than this are refused whatever the model says (a KV cache is allocated
  * per sequence for its whole context). */
@@ -74,7 +75,13 @@ int llm_kv_mode_parse(const char *s, llm_kv_mode *out);
 typedef struct {
     const ep_config *ep_cfg; /* the worker's settings (EXECUTION_MODE, STRICT_EP, device) */
     const ep_result *ep;     /* ep_resolve's decision: the providers every session gets */
-    int intra_op_threads;    /* 0: the usable cores on the CPU tier (tune.h), ORT's default on a GPU */
+    int intra_op_threads;    /* 0: measured at open when tune (else the usable cores of the hardware
+                                map, tune.h) on the CPU tier; ORT's default on a GPU */
+    ts_switch spinning;      /* session.intra_op.allow_spinning; AUTO: measured when tune (else on) */
+    bool tune;               /* measure the free knobs at open (llm_tune.c): decode steps at batch 1
+                                and at tune_batch, per candidate layout, about a second */
+    bool no_warmup;          /* TIERSERVE_WARMUP=0: no runs at open for the layout either */
+    size_t tune_batch;       /* the throughput figure's batch: the engine's slots (0: 16) */
     int64_t max_context;     /* 0: config.json's max_position_embeddings, else the default;
                                 otherwise at most this (and at most the model's) */
     llm_kv_mode kv;          /* BOUND that cannot be set up fails the load; AUTO falls back
@@ -112,6 +119,8 @@ const char *llm_model_kv_where(const llm_model *m);
 /* How long the load-time check of the bound KV path ran, in ms (its Run()s are the LLM's
  * warm-up), or -1 when none ran (TIERSERVE_LLM_KV=host, or no bound path to check). */
 double llm_model_check_ms(const llm_model *m);
+/* The layout the session runs with, the table measured for it and why (tune.h). */
+const model_layout *llm_model_layout(const llm_model *m);
 /* One line: where the cache lives, why, and on a fallback what failed (never empty). */
 const char *llm_model_kv_note(const llm_model *m);
 /* The default KV budget (docs/llm.md "KV memory"), from the memory the KV cache lives in,

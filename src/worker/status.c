@@ -38,9 +38,8 @@ static void put_device(buf *b, int device)
 /* The instance plan, its note and the IoBinding mode; complete only once READY (the loader
  * thread writes them before it publishes the state). */
 /* The execution layout (model.h) and the table measured for it (tune.h). */
-static void put_layout(buf *b, const ts_model *m)
+static void put_layout(buf *b, const model_layout *L)
 {
-    const model_layout *L = model_layout_of(m);
     buf_printf(b, ",\"layout\":{\"threads\":%d,\"instances\":%d,\"spinning\":%s,\"pinned\":%s,\"source\":",
                L->threads, L->instances, L->spin ? "true" : "false", L->pinned ? "true" : "false");
     put_str(b, L->source);
@@ -51,8 +50,11 @@ static void put_layout(buf *b, const ts_model *m)
     for (size_t i = 0; i < L->n_cands; i++) {
         const tune_cand *c = &L->cands[i];
         buf_printf(b, "%s{\"threads\":%d,\"instances\":%d,\"spinning\":%s,\"run_us\":%.1f,\"runs_per_s\":%.1f,"
-                   "\"chosen\":%s}", i ? "," : "", c->threads, c->instances, c->spin ? "true" : "false", c->run_us,
+                   "\"chosen\":%s", i ? "," : "", c->threads, c->instances, c->spin ? "true" : "false", c->run_us,
                    c->rps, (int)i == L->chosen ? "true" : "false");
+        /* an LLM's: run_us is the decode step at batch 1, runs_per_s the tokens/s at batch */
+        if (c->batch > 0) buf_printf(b, ",\"batch\":%d,\"batch_us\":%.1f", c->batch, c->batch_us);
+        buf_putc(b, '}');
     }
     buf_puts(b, "]}");
 }
@@ -176,7 +178,9 @@ void status_json(const status_view *v, buf *b)
         }
         if (ni) buf_putc(b, ']');
         put_instances(b, m, ip, ni);
-        if (!model_llm(m) && model_state(m) == MODEL_READY) put_layout(b, m);
+        const model_layout *lay = model_llm(m) ? v1_layout(m) : model_state(m) == MODEL_READY ? model_layout_of(m)
+                                                                                             : NULL;
+        if (lay) put_layout(b, lay);
         v1_status(m, b);
         buf_puts(b, ",\"reason\":");
         if (model_state(m) == MODEL_FAILED) put_str(b, model_failure(m));

@@ -47,6 +47,9 @@ void v1_route(server *srv, h1req *req, const char *path);
 
 /* /v2/status: ,"llm":{...} for an LLM (nothing for another model). */
 void v1_status(const ts_model *m, buf *b);
+/* An LLM's execution layout (its session's threads and the table measured for it), NULL
+ * for any other model or before the LLM is READY. */
+const model_layout *v1_layout(const ts_model *m);
 /* /metrics: the LLM families, one series per LLM version ({model,version}, as the KServe ones). */
 void v1_metrics(const model_repo *r, buf *b);
 /* What a model has queued or running: for an LLM its sequences generating plus waiting for

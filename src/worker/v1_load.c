@@ -157,7 +157,11 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     hist_init(&L->e2e, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
     hist_init(&L->queue, HIST_LATENCY_BOUNDS, HIST_LATENCY_N);
     ts_err e = {0};
+    /* the layout's knobs as the KServe models take them (TIERSERVE_TUNE, _INTRA_OP_*), the
+     * throughput figure at the engine's slots */
     llm_model_opts mo = {.ep_cfg = cfg, .ep = ep, .intra_op_threads = (int)srv->set->intra_op_threads,
+                         .spinning = srv->set->intra_op_spinning, .tune = srv->set->tune,
+                         .no_warmup = !srv->set->warmup, .tune_batch = (size_t)srv->set->llm_max_sequences,
                          .fault_kv_writeback = srv->set->fault_inject_kv_writeback};
     (void)llm_kv_mode_parse(srv->set->llm_kv, &mo.kv); /* settings_load checked it */
     llm_open_result res = llm_model_try_open(dir, &mo, &L->model, &e);

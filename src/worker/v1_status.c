@@ -22,6 +22,12 @@ void *v1_served(const ts_model *m, v1_kind kind)
     return h && *(const v1_kind *)h == kind ? h : NULL;
 }
 
+const model_layout *v1_layout(const ts_model *m)
+{
+    llm_served *L = ready_llm(m);
+    return L ? llm_model_layout(L->model) : NULL;
+}
+
 /* The fraction of the KV budget the running sequences hold (0 without a budget). */
 static double kv_usage(const llm_engine_stats *st)
 {

@@ -7,6 +7,7 @@ rather than skipping it. Screenshots go to $TIERSERVE_DASHBOARD_SHOTS (a folder)
 else to the test's tmp dir; the paths are printed.
 """
 import json
+import math
 import os
 import pathlib
 import re
@@ -293,6 +294,14 @@ class LongStream:
         self.thread.join(timeout=10)
 
 
+def layout_text(lay):
+    """What app.js layoutText() shows for /v2/status models[].layout."""
+    t = lay["threads"]
+    return (f"{t} intra-op thread{'' if t == 1 else 's'}" + (f" × {lay['instances']} instances" if lay["instances"] > 1 else "")
+            + f", spinning {'on' if lay['spinning'] else 'off'}" + (", pinned" if lay["pinned"] else "")
+            + f" ({lay['source']})")
+
+
 def worker_metrics(w):
     code, _, body = request(w.port, "GET", "/metrics", bearer(WORKER_TOKEN))
     assert code == 200
@@ -307,7 +316,8 @@ def test_dashboard_shows_llm_serving(tmp_path):
     shots.mkdir(parents=True, exist_ok=True)
     repo = llm_repo(tmp_path)
     env = {"EXECUTION_MODE": "cpu", "TIERSERVE_AUTH_TOKEN": WORKER_TOKEN}
-    w = start_worker(repo, tmp_path, env=env)
+    # this one measures its layouts at load (issue 24): the pages show the choice and its figures
+    w = start_worker(repo, tmp_path, env={**env, "TIERSERVE_TUNE": "1"})
     # the second worker's bound KV path fails its load-time check: it serves from the host
     # path, and /v2/status says "host (fallback): ..."
     fb = start_worker(repo, tmp_path, env={**env, "TIERSERVE_FAULT_INJECT_KV_WRITEBACK": "1"})
@@ -344,6 +354,18 @@ def test_dashboard_shows_llm_serving(tmp_path):
         assert card["model"] == "chat" and card["kv"]["text"] == "KV host-bound" and not card["kv"]["red"], card
         assert card["kv"]["title"] == good["kv_cache_note"] and card["fields"]["kv-note"] == good["kv_cache_note"]
         assert card["fields"]["llm-ttft"] == "—" and card["fields"]["llm-itl"] == "—", card
+        # the layout each model runs with, and the figures it was chosen from
+        st = get_json(w.port, "/v2/status", bearer(WORKER_TOKEN))
+        lays = {m["name"]: m["layout"] for m in st["models"]}
+        lay = lays["chat"]
+        assert lay["source"] == "measured" and lay["measured"], lay
+        assert card["fields"]["llm-layout"] == layout_text(lay), card["fields"]
+        figs = card["fields"]["llm-layout-figures"]
+        assert figs.count("tokens/s") == len(lay["measured"]) and figs.count("▶ ") == 1, figs
+        pick = next(c for c in lay["measured"] if c["chosen"])
+        assert f"▶ {pick['threads']}t" in figs and f"at {pick['batch']} = {math.floor(pick['runs_per_s'] + 0.5)} tokens/s" in figs, figs
+        (inf,) = snap["cards"]
+        assert layout_text(lays["demo"]) in inf["text"] and layout_text(lay) in inf["text"], inf["text"]
 
         # a generation in progress: one sequence running, its KV cache allocated
         stream = LongStream(r.port)

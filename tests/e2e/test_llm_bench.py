@@ -35,8 +35,13 @@ def test_bench_llm_prints_every_row_with_positive_figures(tmp_path):
     assert lines[0].startswith(head), out
     assert lines[1].startswith("host:  host: ") and lines[2].startswith("bound: host-bound: "), out
     assert "checked at load" in lines[2], out
+    # the layout the session was opened with, measured at open as the worker does (issue 24),
+    # then the table it was chosen from (one line per candidate, indented)
+    assert re.match(r"layout: \d+ intra-op thread\(s\), spinning (on|off) \((measured|hardware): ", lines[3]), out
+    table = [ln for ln in lines[4:] if ln.startswith("  ")]
+    assert all(re.search(r"tokens/s", ln) for ln in table) and (not table or sum("<- chosen" in ln for ln in table) == 1), out
     rows = {}
-    for line in lines[3:]:
+    for line in lines[4 + len(table):]:
         m = ROW.match(line)
         assert m, f"unexpected line: {line!r}"
         label, conc = m.group(1), int(m.group(2))

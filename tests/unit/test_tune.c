@@ -1,10 +1,14 @@
-/* The layout chooser (src/engine/tune.c) on made-up timing tables, and the cgroup quota parsing. */
+/* The layout chooser (src/engine/tune.c) on made-up timing tables, the cgroup quota parsing,
+ * and the shared search (src/engine/tune_search.c): its candidates, its medians and its bound. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
+#include "clock.h"
 #include "tune.h"
 
 #define C(t, i, s, us, r) {.threads = t, .instances = i, .spin = s, .run_us = us, .rps = r, .ok = true}
@@ -76,6 +80,124 @@ static void test_quota(void **state)
     assert_int_equal(tune_usable(0, 0), 1);
 }
 
+/* An LLM's candidates: run_us the batch-1 decode step, rps the tokens/s at the slots' batch */
+#define LC(t, s, b1, tps) {.threads = t, .instances = 1, .spin = s, .run_us = b1, .rps = tps, .batch = 16, .ok = true}
+static int choose_llm(const tune_cand *c, size_t n)
+{
+    return tune_choose(c, n, TUNE_LLM_LATENCY_SLACK, TUNE_LLM_TOLERANCE);
+}
+
+static void test_llm_rule(void **state)
+{
+    (void)state;
+    /* the decoder: two threads win both figures; spinning off is within noise: ORT's default */
+    tune_cand a[] = {LC(1, true, 7800, 380), LC(2, true, 6000, 600), LC(2, false, 6100, 590)};
+    assert_int_equal(choose_llm(a, 3), 1);
+    /* more tokens/s for a batch-1 step 4 % slower: within the slack, taken */
+    tune_cand b[] = {LC(4, true, 5000, 700), LC(2, true, 5200, 800)};
+    assert_int_equal(choose_llm(b, 2), 1);
+    /* the throughput winner's batch-1 step 12 % slower: c=1 would lose it, so not taken */
+    tune_cand c[] = {LC(8, true, 5000, 600), LC(2, true, 5600, 900)};
+    assert_int_equal(choose_llm(c, 2), 0);
+    /* 2 % fewer tokens/s with fewer threads: the simpler wins (3 % tolerance); 5 % fewer: not */
+    tune_cand d[] = {LC(4, true, 5000, 1000), LC(2, true, 5100, 980)};
+    assert_int_equal(choose_llm(d, 2), 1);
+    d[1].rps = 950;
+    assert_int_equal(choose_llm(d, 2), 0);
+}
+
+static bool has(const tune_cand *c, size_t n, int threads, int inst, bool spin)
+{
+    for (size_t i = 0; i < n; i++)
+        if (c[i].threads == threads && c[i].instances == inst && c[i].spin == spin) return true;
+    return false;
+}
+
+static void test_plan(void **state)
+{
+    (void)state;
+    tune_cand c[TUNE_MAX_CANDS];
+    model_layout L = {.threads = 8, .instances = 1, .spin = true};
+    /* an LLM (no sessions of its own per instance): threads 1..8 and spinning off at 8 */
+    size_t n = tune_plan(&L, 8, 1e6, false, c);
+    assert_int_equal(n, 5);
+    assert_true(c[0].threads == 8 && c[0].spin); /* the layout the first session has */
+    assert_true(has(c, n, 1, 1, true) && has(c, n, 2, 1, true) && has(c, n, 4, 1, true) && has(c, n, 8, 1, false));
+    /* a KServe model with placement: instances too */
+    n = tune_plan(&L, 8, 1e6, true, c);
+    assert_true(has(c, n, 4, 2, true) && has(c, n, 2, 4, true));
+    /* threads set: only spinning is searched; both set: one candidate */
+    L = (model_layout){.threads = 2, .instances = 1, .spin = true, .threads_set = true};
+    n = tune_plan(&L, 8, 1e6, false, c);
+    assert_int_equal(n, 2);
+    assert_true(has(c, n, 2, 1, true) && has(c, n, 2, 1, false));
+    L.spin_set = true;
+    assert_int_equal(tune_plan(&L, 8, 1e6, false, c), 1);
+    /* one usable core: one thread, nothing else to try */
+    L = (model_layout){.threads = 1, .instances = 1, .spin = true};
+    assert_int_equal(tune_plan(&L, 1, 1e6, false, c), 1);
+}
+
+/* a fake measurement: candidate i's figures are (i + 1) x 100 plus a per-round wobble, and
+ * every run sleeps run_ns */
+typedef struct {
+    long run_ns;
+    int calls, fail_at;
+} fake;
+
+static int fake_round(void *ctx, size_t cand, int runs, tune_fig *fig)
+{
+    fake *f = ctx;
+    if (++f->calls == f->fail_at) return -1;
+    for (int k = 0; k < runs && f->run_ns; k++) {
+        struct timespec ts = {0, f->run_ns};
+        nanosleep(&ts, NULL);
+    }
+    double wobble = (f->calls % 3) - 1.0; /* -1, 0, 1: the median is the middle */
+    fig->run_us = 100.0 * (double)(cand + 1) + wobble;
+    fig->batch_us = 1000.0 * (double)(cand + 1);
+    fig->rps = 1e6 / fig->run_us;
+    return 0;
+}
+
+static void test_search_medians_and_failure(void **state)
+{
+    (void)state;
+    tune_cand c[3] = {{.threads = 1}, {.threads = 2}, {.threads = 4}};
+    fake f = {0};
+    assert_int_equal(tune_search(c, 3, 100, 1e5, fake_round, &f), 0);
+    for (int i = 0; i < 3; i++) {
+        assert_true(c[i].ok);
+        assert_true(c[i].run_us >= 100.0 * (i + 1) - 1 && c[i].run_us <= 100.0 * (i + 1) + 1);
+        assert_true(c[i].batch_us == 1000.0 * (i + 1));
+    }
+    assert_int_equal(f.calls, 3 + 5 * 3); /* one untimed call each, then 5 rounds */
+    tune_cand d[2] = {{.threads = 1}, {.threads = 2}};
+    fake g = {.fail_at = 5};
+    assert_int_equal(tune_search(d, 2, 100, 1e5, fake_round, &g), -1);
+    assert_false(d[0].ok || d[1].ok);
+}
+
+/* bounded: runs slower than the probe said stop the rounds at 1.5 times the budget */
+static void test_search_is_bounded(void **state)
+{
+    (void)state;
+    fake f = {.run_ns = 10000000}; /* 10 ms a run */
+    double t0 = ts_now();
+    struct timespec ts = {0, f.run_ns};
+    nanosleep(&ts, NULL);
+    double one = ts_now() - t0; /* what one run costs on this machine now */
+    tune_cand c[3] = {{.threads = 1}, {.threads = 2}, {.threads = 4}};
+    t0 = ts_now();
+    assert_int_equal(tune_search(c, 3, 5000, 20000, fake_round, &f), 0); /* a 20 ms budget */
+    double took = ts_now() - t0;
+    /* the untimed run of each (3 runs), then timed calls of at least 2 runs: rounds of 6 runs
+     * (30 ms) until 30 ms have passed, 1 or 2 rounds (at most 15 runs), never all 5 (33) */
+    assert_true(c[0].ok && c[2].ok);
+    assert_true(f.calls <= 3 + 2 * 3);
+    assert_true(took < 24 * one);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -84,6 +206,10 @@ int main(void)
         cmocka_unit_test(test_prefers_simpler_within_tolerance),
         cmocka_unit_test(test_overrides_and_failures),
         cmocka_unit_test(test_quota),
+        cmocka_unit_test(test_llm_rule),
+        cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_search_medians_and_failure),
+        cmocka_unit_test(test_search_is_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

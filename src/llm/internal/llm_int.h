@@ -17,6 +17,7 @@ struct llm_model {
     int64_t max_context;
     bool gpu;
     size_t elem;              /* bytes per KV element */
+    model_layout layout;      /* the session's intra-op threads and spinning (llm_tune.c) */
     size_t n_in, n_out;
     const char **in_names;    /* input_ids, attention_mask, [position_ids], past.{l}.key/value */
     const char **out_names;   /* logits, present.{l}.key/value */
