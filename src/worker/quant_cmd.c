@@ -19,7 +19,8 @@ static void usage(FILE *f)
             "  --block           weights per scale along K (default 32)\n"
             "  --zero-points     asymmetric blocks with a zero point each (default: symmetric, no zero points)\n"
             "  --accuracy-level  MatMulNBits' compute type: 0 unset (FP32, exact to the dequantized weights),\n"
-            "                    4 int8 activations (ONNX Runtime's fast CPU path; default)\n"
+            "                    4 int8 activations (ONNX Runtime's fast CPU path). Default: 4 with 8 bits, 0 with\n"
+            "                    4 (at 4 ONNX Runtime's 4-bit results depend on the batch: docs/llm.md)\n"
             "  --external-data   weights in a side file OUT.onnx.data (automatic above 1.8 GiB)\n"
             "  --min-elements N  leave a B of fewer than N weights in FP32 (default 0: quantize all)\n"
             "  Copy the model folder's other files (tokenizer.json, ...) beside OUT.onnx yourself.\n");
@@ -40,7 +41,7 @@ static int int_arg(const char *flag, const char *v, long lo, long hi, long *out)
 
 int quant_cmd(int argc, char **argv)
 {
-    quant_opts o = {.bits = 8, .block = 32, .accuracy_level = 4, .external = QUANT_EXT_AUTO};
+    quant_opts o = {.bits = 8, .block = 32, .accuracy_level = -1, .external = QUANT_EXT_AUTO};
     const char *pos[2] = {NULL, NULL};
     int n_pos = 0;
     for (int i = 2; i < argc; i++) {
@@ -90,6 +91,7 @@ int quant_cmd(int argc, char **argv)
         fprintf(stderr, "tierserve quantize: --block: %d is not a power of two\n", o.block);
         return 64;
     }
+    if (o.accuracy_level < 0) o.accuracy_level = o.bits == 8 ? 4 : 0;
     if (!strcmp(pos[0], pos[1])) {
         fprintf(stderr, "tierserve quantize: the output must not be the input (%.200s)\n", pos[0]);
         return 64;

@@ -21,6 +21,7 @@ from conftest import BIN, ROOT, run_tierbench, start_worker
 from llm_fixture import MODELS, node_encode_all, write_tiny_llm
 from helpers import post_json
 from test_llm_logprobs import token_bytes
+import llm_reference
 
 N = 12
 K = 5
@@ -135,6 +136,28 @@ def test_quantize_rewrites_every_weight_matmul(repo):
     assert "Transpose" not in [n.op_type for n in mx.graph.node if n.input and n.input[0] == "lm_head"]
     assert "lm_head" not in {t.name for t in mx.graph.initializer}
     assert any(n.op_type == "MatMulNBits" and len(n.input) == 4 for n in mx.graph.node)  # zero points
+
+
+def test_dequantized_weights_are_within_a_step(repo):
+    """Each weight read back from the file (as ContribOperators.md lays it out) is within one
+    quantization step of its FP32 block's: a wrong nibble order or a scale from another block
+    breaks this, where the served output still equals numpy (both read the same file)."""
+    fp32 = onnx.load(str(repo["fp32"] / "model.onnx"))
+    w32 = {t.name: numpy_helper.to_array(t) for t in fp32.graph.initializer}
+    for name, bits, block in (("q8", 8, 32), ("q4", 4, 32), ("q4x", 4, 16), ("bad", 8, 32)):
+        m = onnx.load(str(repo["dir"] / name / "1" / "model.onnx"))
+        deq = llm_reference.dequantize_nbits(m, {t.name: numpy_helper.to_array(t) for t in m.graph.initializer})
+        assert len(deq) == 15, name
+        worst = 0.0
+        for k, d in deq.items():
+            w = w32[k]  # B [K, N]
+            nb = -(-w.shape[0] // block)
+            pad = np.zeros((nb * block, w.shape[1]), np.float32)
+            pad[:w.shape[0]] = w
+            step = np.abs(pad.reshape(nb, block, -1)).max(axis=1) / (1 << (bits - 1))  # per block and column
+            limit = np.repeat(step, block, axis=0)[:w.shape[0]]
+            worst = max(worst, float((np.abs(d - w) / np.maximum(limit, 1e-30)).max()))
+        assert (worst <= 1.0001) == (name != "bad"), (name, worst)
 
 
 def test_quantize_refusals(tmp_path):
