@@ -10,6 +10,12 @@
  *   bench_llm --multiturn MODELDIR [HISTORY [TURNS [NEW_TOKENS [USER_TOKENS [CONVERSATIONS]]]]]
  *                                                           (defaults 400 3 32 24 5)
  *   bench_llm --itl MODELDIR [STREAMS [LONG_PROMPT]]        (defaults 8 2000)
+ *   bench_llm --variants REQUESTS NEW_TOKENS PROMPT_TOKENS ROUNDS MODELDIR...
+ *
+ * --variants: the same model in several weight formats (FP32, and `tierserve quantize`'s INT8
+ * and INT4), bound KV path, c=1 (one slot) and c=16 (16 slots), interleaved: each round runs
+ * every model once at each concurrency, so a loaded machine slows them alike; prints every
+ * run, then per concurrency the median tokens/s of each model and its ratio to the first.
  *   bench_llm --urgent MODELDIR [SLOTS [PROMPT]]            (defaults 16 128)
  *
  * --itl: issue 25's chunked prefill. STREAMS greedy streams decode; their inter-token gaps
@@ -100,7 +106,7 @@ static double pct(double *v, size_t n, double p)
 }
 
 /* Runs nreq requests keeping `conc` in flight on an engine with `slots` slots. */
-static void run(llm_model *m, const char *label, size_t slots, size_t conc, size_t nreq, int64_t new_tokens,
+static double run(llm_model *m, const char *label, size_t slots, size_t conc, size_t nreq, int64_t new_tokens,
                 const int32_t *prompt, size_t plen)
 {
     llm_engine_opts o = {.max_active = slots, .max_waiting = MAX_REQ, .prefill_chunk = 64};
@@ -154,6 +160,7 @@ static void run(llm_model *m, const char *label, size_t slots, size_t conc, size
     free(ttft);
     free(g_itl);
     g_itl = NULL;
+    return (double)toks / wall;
 }
 
 /* ---- --multiturn ---- */
@@ -479,8 +486,82 @@ static void print_layout(const llm_model *m)
                L->cands[i].rps, (int)i == L->chosen ? "  <- chosen" : "");
 }
 
+/* ---- --variants ---- */
+
+#define VAR_MAX 8
+#define VAR_ROUNDS 16
+
+static int variants(int argc, char **argv)
+{
+    if (argc < 5 || argc - 4 > VAR_MAX) return 64;
+    size_t nreq = (size_t)atol(argv[0]), plen = (size_t)atol(argv[2]), rounds = (size_t)atol(argv[3]);
+    int64_t new_tokens = atoll(argv[1]);
+    size_t nm = (size_t)argc - 4;
+    if (nreq < 1 || nreq > MAX_REQ || new_tokens < 1 || plen < 1 || plen > 1024 || rounds < 1 || rounds > VAR_ROUNDS)
+        return 64;
+    char msg[1024];
+    if (ortenv_init(LOG_ERROR, msg, sizeof msg)) {
+        fprintf(stderr, "%s\n", msg);
+        return 1;
+    }
+    log_set_level(LOG_WARN);
+    ep_config epc = {.mode = EXEC_CPU};
+    const char *mode = getenv("EXECUTION_MODE");
+    if (mode && tier_mode_parse(mode, &epc.mode)) return 64;
+    ep_result epr;
+    ep_resolve(&epc, &epr);
+    if (epr.decision.refuse) return 78;
+    const char *threads = getenv("TIERSERVE_INTRA_OP_THREADS");
+    llm_model_opts mo = {.ep_cfg = &epc, .ep = &epr, .kv = LLM_KV_BOUND, .intra_op_threads = threads ? atoi(threads) : 0};
+    llm_model *m[VAR_MAX] = {0};
+    ts_err err = {0};
+    for (size_t i = 0; i < nm; i++)
+        if (llm_model_open(argv[4 + i], &mo, &m[i], &err)) {
+            fprintf(stderr, "%s: %s\n", argv[4 + i], err.msg);
+            return 1;
+        }
+    int32_t *prompt = calloc(plen, sizeof *prompt);
+    uint64_t x = 12345;
+    prompt[0] = 1;
+    for (size_t i = 1; i < plen; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        prompt[i] = (int32_t)(3 + (x >> 33) % (llm_model_sig(m[0])->vocab - 3));
+    }
+    printf("bench_llm --variants: %zu requests x %lld new tokens, prompt %zu tokens, KV bound, tier %s, %zu rounds, "
+           "intra-op threads %d (0: the usable cores, %d here)\n", nreq, (long long)new_tokens, plen,
+           tier_name(epr.decision.tier), rounds, mo.intra_op_threads, tune_hw_get()->usable);
+    static const size_t conc[2] = {1, 16};
+    static double tps[2][VAR_MAX][VAR_ROUNDS];
+    for (size_t r = 0; r < rounds; r++)
+        for (size_t c = 0; c < 2; c++)
+            for (size_t i = 0; i < nm; i++) {
+                char label[64];
+                snprintf(label, sizeof label, "r%zu %.24s", r + 1, argv[4 + i]);
+                tps[c][i][r] = run(m[i], label, conc[c], conc[c], nreq, new_tokens, prompt, plen);
+            }
+    for (size_t c = 0; c < 2; c++) {
+        double base = pct(tps[c][0], rounds, 0.5);
+        for (size_t i = 0; i < nm; i++) {
+            double med = pct(tps[c][i], rounds, 0.5);
+            printf("c=%-2zu %-40.40s median %8.1f tok/s  %.2fx the first\n", conc[c], argv[4 + i], med,
+                   base > 0 ? med / base : 0);
+        }
+    }
+    free(prompt);
+    for (size_t i = 0; i < nm; i++) llm_model_free(m[i]);
+    ortenv_shutdown();
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--variants") == 0) {
+        int rc = variants(argc - 2, argv + 2);
+        if (rc == 64)
+            fprintf(stderr, "usage: bench_llm --variants REQUESTS NEW_TOKENS PROMPT_TOKENS ROUNDS MODELDIR... "
+                            "(rounds 1..%d, at most %d models)\n", VAR_ROUNDS, VAR_MAX);
+        return rc;
+    }
     bool layout_only = argc > 1 && strcmp(argv[1], "--layout") == 0;
     if (layout_only) {
         argv++;

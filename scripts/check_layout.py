@@ -33,11 +33,12 @@ ALLOWED = {
     "src/policy": {"src/common"},
     "src/jinja": {"src/common"},
     "src/grammar": {"src/common"},
+    "src/quant": {"src/common"},
     "src/tok": {"src/common", "src/jinja"},
     "src/engine": {"src/common", "src/kserve"},
     "src/llm": {"src/common", "src/engine", "src/kserve", "src/grammar"},
     "src/worker": {"src/common", "src/net", "src/kserve", "src/policy", "src/engine", "src/llm", "src/tok",
-                   "src/jinja"},
+                   "src/jinja", "src/quant"},
     "src/router": {"src/common", "src/net", "src/kserve", "src/policy"},
     "tools/tierbench": {"src/common", "src/net", "src/kserve", "src/policy"},
 }

@@ -17,7 +17,7 @@ CACHE=${TIERSERVE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/tierserve}
 SDK_DEFAULT=$CACHE/onnxruntime-$ORT_VERSION
 
 DEB_PACKAGES=(build-essential cmake pkg-config libevent-dev libjansson-dev libyaml-dev libcyaml-dev
-  libcmocka-dev libhwloc-dev zlib1g-dev libhttp-parser-dev libssl-dev libpcre2-dev clang libclang-rt-14-dev python3-pytest python3-numpy python3-onnx libonnx-testdata
+  libcmocka-dev libhwloc-dev zlib1g-dev libhttp-parser-dev libssl-dev libpcre2-dev libprotobuf-c-dev protobuf-c-compiler clang libclang-rt-14-dev python3-pytest python3-numpy python3-onnx libonnx-testdata
   python3-yaml openssl ca-certificates prometheus chromium
   podman podman-compose runc debootstrap iptables golang-github-containernetworking-plugin-dnsname)
 # podman, podman-compose, debootstrap: tests/images/run.sh builds the images from a local Debian

@@ -17,6 +17,7 @@
 #include "settings.h"
 #include "tls.h"
 #include "tune_cmd.h"
+#include "quant_cmd.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 64, EXIT_STRICT = 78 };
 
@@ -94,6 +95,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "hwmap") == 0) return cmd_hwmap();
     if (argc > 1 && strcmp(argv[1], "doctor") == 0) return cmd_doctor(argc, argv);
     if (argc > 1 && strcmp(argv[1], "tune") == 0) return tune_cmd(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "quantize") == 0) return quant_cmd(argc, argv);
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         settings_usage(stdout);
         return EXIT_OK;

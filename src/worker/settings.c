@@ -314,7 +314,8 @@ void settings_usage(FILE *out)
     fprintf(out, "usage: tierserve [--flag=value ...]   serve the model repository\n"
                  "       tierserve hwmap                print the hardware map as JSON\n"
                  "       tierserve doctor [--json]      can the requested tier work here? (exit 0 yes, 78 no)\n"
-                 "       tierserve tune MODEL_DIR [--flag=value ...]  measure a model's layouts, print the table\n\n"
+                 "       tierserve tune MODEL_DIR [--flag=value ...]  measure a model's layouts, print the table\n"
+                 "       tierserve quantize IN.onnx OUT.onnx [--bits 8|4] [--block N]  INT8/INT4 weights (--help)\n\n"
                  "settings (flag / environment variable, default):\n");
     for (size_t i = 0; i < N_SETTINGS; i++) {
         const setting_def *d = &k_settings[i];

@@ -34,6 +34,7 @@ what the worker must reproduce, batched or not.
 """
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -45,14 +46,53 @@ import gen_llm_model as spec  # noqa: E402  (sizes only)
 
 
 def load(model_dir):
-    """The weights, and whether the graph takes position_ids (else it derives them)."""
+    """The weights, and whether the graph takes position_ids (else it derives them). A model
+    that `tierserve quantize` rewrote is read back through its MatMulNBits nodes: each B
+    dequantized here (dequantize_nbits), so the reference computes with exactly the weights
+    the quantized file holds."""
     m = onnx.load(os.path.join(model_dir, "model.onnx"))
-    w = {t.name: numpy_helper.to_array(t).astype(np.float32) for t in m.graph.initializer
-         if t.name in _NAMES}
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    w = {k: v.astype(np.float32) for k, v in inits.items() if k in _NAMES}
+    w.update({k: v for k, v in dequantize_nbits(m, inits).items() if k in _NAMES})
     missing = _NAMES - set(w)
     if missing:
         raise SystemExit(f"{model_dir}/model.onnx is not gen_llm_model.py's model: no {sorted(missing)}")
     return w, any(i.name == "position_ids" for i in m.graph.input)
+
+
+def dequantize_nbits(m, inits):
+    """{the original B's name: B [K, N] float32} for every com.microsoft MatMulNBits node, read
+    as ONNX Runtime's ContribOperators.md lays it out: codes uint8 [N, n_blocks, blob], low
+    bits first along K; scales [N * n_blocks]; optional zero points packed per row the same
+    way, else 2^(bits-1); a weight is (code - zero point) * scale. The name is the codes'
+    initializer's without `tierserve quantize`'s "_Q4" / "_Q8" suffix. Written from the
+    documented layout, not from the C code."""
+    out = {}
+    for n in m.graph.node:
+        if n.op_type != "MatMulNBits":
+            continue
+        a = {x.name: x.i for x in n.attribute}
+        K, N, bits, bs = a["K"], a["N"], a["bits"], a["block_size"]
+        codes = inits[n.input[1]].astype(np.int32)
+        nb = codes.shape[1]
+        if bits == 4:
+            q = np.empty((N, nb, bs), np.int32)
+            q[..., 0::2], q[..., 1::2] = codes & 15, codes >> 4
+        else:
+            q = codes
+        if len(n.input) > 3 and n.input[3]:
+            zp = inits[n.input[3]].astype(np.int32).reshape(N, -1)
+            if bits == 4:
+                z = np.empty((N, zp.shape[1] * 2), np.int32)
+                z[:, 0::2], z[:, 1::2] = zp & 15, zp >> 4
+                zp = z
+            zp = zp[:, :nb]
+        else:
+            zp = np.full((N, nb), 1 << (bits - 1), np.int32)
+        scales = inits[n.input[2]].astype(np.float32).reshape(N, nb)
+        wt = ((q - zp[..., None]).astype(np.float32) * scales[..., None]).reshape(N, nb * bs)[:, :K]
+        out[re.sub(r"_Q[48](_[0-9]+)?$", "", n.input[1])] = np.ascontiguousarray(wt.T)
+    return out
 
 
 _NAMES = {"embed", "final_norm", "lm_head", "inv_freq"} | {

@@ -1,4 +1,5 @@
 #include "parity.h"
+#include "parity_llm.h"
 #include "opts.h"
 #include "err.h"
 
@@ -89,6 +90,7 @@ static void usage(FILE *out)
             "  --record FILE            write the inputs and the target's outputs (JSON), compare nothing\n"
             "  --reference FILE         replay a recorded file's inputs against the target, compare to its outputs\n"
             "  --json FILE              the measurements (FILE - : stdout); the table on stdout unless --quiet\n"
+            "LLMs over /v1 (top-1 agreement and logprob error on a corpus): tierbench parity --llm --help\n"
             "exit: 0 pass, 2 a threshold or the outputs' structure broken, 1 a target or file failed, 64 usage\n");
 }
 
@@ -702,6 +704,8 @@ out:
 
 int parity_main(int argc, char **argv)
 {
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--llm")) return parity_llm_main(argc, argv);
     static opts o;
     static tally t;
     char err[1200];
