@@ -262,6 +262,15 @@ def build(fp16=False, position_ids=True, gqa=False):
         h = g.op("Add", [h, g.op("MatMul", [g.op("Mul", [act, up]), p + "w_down"])])
     g.op_to("MatMul", [g.rmsnorm(h, "final_norm"), "lm_head"], "logits")
 
+    if gqa:  # the eager attention's mask and constants feed nothing: leave them out
+        need = {o.name for o in outputs}
+        kept = []
+        for n in reversed(g.nodes):
+            if any(o in need for o in n.output):
+                kept.append(n)
+                need.update(n.input)
+        g.nodes = kept[::-1]
+        g.inits = [t for t in g.inits if t.name in need]
     graph = helper.make_graph(g.nodes, "tiny_llama", inputs, outputs, g.inits)
     opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid("com.microsoft", 1)] if gqa else [])
     model = helper.make_model(graph, opset_imports=opsets, producer_name="tierserve-gen")
