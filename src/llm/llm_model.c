@@ -290,6 +290,7 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
     }
     m->elem = m->sig.kv_fp16 ? 2 : 4;
     m->sig.kv_right = genai_share_buffer(dir);
+    m->step_buf = llm_step_buf_new();
     m->fault_kv_writeback = opt->fault_kv_writeback;
     int64_t ctx = model_positions(dir);
     if (opt->max_context > 0 && (ctx == 0 || opt->max_context < ctx)) ctx = opt->max_context;
@@ -331,6 +332,7 @@ void llm_model_free(llm_model *m)
     free(m->in_names);
     free(m->out_names);
     free(m->names);
+    llm_step_buf_free(m->step_buf);
     free(m);
 }
 

@@ -152,6 +152,36 @@ int llm_step_outputs(const llm_model *m, OrtValue *const *out, size_t n, size_t 
     return 0;
 }
 
+struct llm_step_buf {
+    uint8_t *p;
+    size_t cap;
+};
+
+llm_step_buf *llm_step_buf_new(void) { return calloc(1, sizeof(llm_step_buf)); }
+
+void llm_step_buf_free(llm_step_buf *b)
+{
+    if (!b) return;
+    free(b->p);
+    free(b);
+}
+
+/* bytes of memory for a step: the model's kept buffer (grown to fit), or a block of its own
+ * (*own, freed by the caller) when there is none */
+static uint8_t *step_mem(const llm_model *m, size_t bytes, uint8_t **own)
+{
+    llm_step_buf *b = m->step_buf;
+    *own = NULL;
+    if (!b) return *own = malloc(bytes);
+    if (b->cap < bytes) {
+        free(b->p);
+        b->cap = 0;
+        if (!(b->p = malloc(bytes))) return NULL;
+        b->cap = bytes;
+    }
+    return b->p;
+}
+
 int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_new, float *logits,
                  ts_err *err)
 {
@@ -167,7 +197,7 @@ int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_ne
     size_t kv_in = 2 * sig->layers;
     /* one block: ids, positions, mask, then every past tensor */
     size_t bytes = (2 * n_ids + n_mask) * sizeof(int64_t) + kv_in * past_bytes;
-    uint8_t *block = calloc(1, bytes ? bytes : 1);
+    uint8_t *own = NULL, *block = step_mem(m, bytes ? bytes : 1, &own);
     OrtValue *in[2 + 1 + 2 * LLM_MAX_LAYERS] = {0}, *out[1 + 2 * LLM_MAX_LAYERS] = {0};
     char msg[600] = "";
     int rc = -1;
@@ -184,8 +214,10 @@ int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_ne
         for (size_t l = 0; l < sig->layers; l++)
             for (int v = 0; v < 2; v++)
                 for (size_t h = 0; h < H; h++) {
-                    uint8_t *dst = pasts + (2 * l + (size_t)v) * past_bytes + ((i * H + h) * past + pad) * row;
-                    if (s->n_cached) memcpy(dst, llm_seq_kv_at(m, s, l, v, h, 0), s->n_cached * row);
+                    uint8_t *line = pasts + (2 * l + (size_t)v) * past_bytes + (i * H + h) * past * row;
+                    /* the padding is zero (masked, but a zero times a garbage NaN is not) */
+                    memset(line + (pad ? 0 : s->n_cached) * row, 0, (past - s->n_cached) * row);
+                    if (s->n_cached) memcpy(line + pad * row, llm_seq_kv_at(m, s, l, v, h, 0), s->n_cached * row);
                 }
     }
     int64_t ids_shape[2] = {(int64_t)n, (int64_t)s_new}, mask_shape[2] = {(int64_t)n, (int64_t)total};
@@ -230,6 +262,6 @@ out:
         if (in[i]) g_ort->ReleaseValue(in[i]);
     for (size_t o = 0; o < m->n_out; o++)
         if (out[o]) g_ort->ReleaseValue(out[o]);
-    free(block);
+    free(own);
     return rc;
 }
