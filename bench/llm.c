@@ -22,7 +22,8 @@
  * are recorded (16 each), then a LONG_PROMPT-token prompt arrives and their gaps are recorded
  * until its first token: ITL p50 without, p50/p99/max with, and the long prompt's TTFT, with
  * no step budget (every prefill chunk whole: the behaviour before) and with the auto budget,
- * on both KV paths.
+ * on both KV paths (BENCH_ITL, e.g. "bound-auto,host-auto", picks some of host-none,
+ * host-auto, bound-none, bound-auto).
  * --urgent: issue 25's priority preemption (bound path). An urgent request's TTFT on an idle
  * engine, then with SLOTS batch-priority streams in every slot (it preempts one; 5 times).
  * TIERSERVE_INTRA_OP_THREADS, TIERSERVE_INTRA_OP_SPINNING and TIERSERVE_TUNE set the session's
@@ -371,13 +372,18 @@ static int itl(int n, char **a, llm_model *m, llm_model *mb)
     if (streams < 1 || streams > 64 || long_n < 200 || long_n + 1 >= (size_t)llm_model_max_context(m)) return 64;
     printf("bench_llm --itl: %zu greedy streams decoding, then a %zu-token prompt arrives; prefill chunk 512\n",
            streams, long_n);
-    for (int kv = 0; kv < 2; kv++) {
-        char label[64];
-        snprintf(label, sizeof label, "KV %s, no step budget", kv ? "bound" : "host");
-        itl_run(kv ? mb : m, label, LLM_MAX_STEP_TOKENS, streams, long_n);
-        snprintf(label, sizeof label, "KV %s, budget auto", kv ? "bound" : "host");
-        itl_run(kv ? mb : m, label, 0, streams, long_n);
-    }
+    /* BENCH_ITL=host|bound|bound-auto|host-auto...: only the runs named (a loaded machine
+     * makes the whole set take many minutes) */
+    const char *only = getenv("BENCH_ITL");
+    for (int kv = 0; kv < 2; kv++)
+        for (int b = 0; b < 2; b++) {
+            char label[64];
+            snprintf(label, sizeof label, "KV %s, %s", kv ? "bound" : "host", b ? "budget auto" : "no step budget");
+            char key[32];
+            snprintf(key, sizeof key, "%s%s", kv ? "bound" : "host", b ? "-auto" : "-none");
+            if (only && !strstr(only, key)) continue;
+            itl_run(kv ? mb : m, label, b ? 0 : LLM_MAX_STEP_TOKENS, streams, long_n);
+        }
     return 0;
 }
 

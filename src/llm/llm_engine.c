@@ -612,21 +612,24 @@ static int run_step(llm_engine *e, bool decode, llm_seq **seqs, size_t n, size_t
  * ones, or (auto, 0) to what the measurements say costs LLM_STEP_PREFILL_SHARE of a decode
  * step: c = share x decode step / (prefill time per token). The time per token is measured
  * on the chunks themselves (fixed costs included), so the chunk settles where its whole Run()
- * costs that share (never below LLM_PREFIX_BLOCK tokens). Returns the tokens a turn may prefill beside `n_dec` decoding sequences
- * (SIZE_MAX: none decode, nothing to protect). */
+ * costs that share (never below LLM_STEP_MIN_CHUNK tokens). Returns the tokens a turn may
+ * prefill beside `n_dec` decoding sequences (SIZE_MAX: none decode, nothing to protect). */
 #define LLM_STEP_PREFILL_SHARE 0.5
 #define LLM_EWMA 0.25 /* weight of a new measurement */
+/* The smallest chunk the auto budget gives. A chunk's time is its fixed cost (a Run()'s
+ * overhead, and for a model whose attention copies its past, that copy) plus a cost per token
+ * that grows with the past (the attention over it, the output projection): at a long past on
+ * a CPU even 16 tokens cost several decode steps, so the floor is low; below 4 the fixed cost
+ * would be paid for almost no progress of the prompt (docs/llm.md "Prefill beside decoding"). */
+#define LLM_STEP_MIN_CHUNK 4
 
 static size_t step_prefill_tokens(const llm_engine *e, size_t n_dec)
 {
     if (n_dec == 0) return SIZE_MAX;
     if (e->opt.step_tokens) return e->opt.step_tokens > n_dec ? e->opt.step_tokens - n_dec : 1;
-    if (e->dec_s <= 0 || e->pf_tok_s <= 0) return LLM_PREFIX_BLOCK; /* nothing measured yet */
+    if (e->dec_s <= 0 || e->pf_tok_s <= 0) return LLM_STEP_MIN_CHUNK; /* nothing measured yet */
     double c = LLM_STEP_PREFILL_SHARE * e->dec_s / e->pf_tok_s;
-    /* at least a block: where a Run()'s fixed costs (the past's copies, growing with its
-     * length) outweigh half a decode step, one token costs about as much as 16 and would
-     * starve the prompt; at most a chunk */
-    return c < LLM_PREFIX_BLOCK ? LLM_PREFIX_BLOCK : c > (double)e->opt.prefill_chunk ? e->opt.prefill_chunk : (size_t)c;
+    return c < LLM_STEP_MIN_CHUNK ? LLM_STEP_MIN_CHUNK : c > (double)e->opt.prefill_chunk ? e->opt.prefill_chunk : (size_t)c;
 }
 
 static void ewma(double *avg, double x)
@@ -723,6 +726,7 @@ static void kv_gauge(llm_engine *e)
     pthread_mutex_lock(&e->mu);
     e->st.kv_bytes = e->st.kv_bytes - e->st.kv_batch_bytes + b;
     e->st.kv_batch_bytes = b;
+    e->st.kv_copy_bytes = llm_kv_copied_bytes(e->kv);
     pthread_mutex_unlock(&e->mu);
 }
 

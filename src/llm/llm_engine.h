@@ -151,6 +151,7 @@ typedef struct {
     size_t active, waiting;
     size_t kv_bytes;      /* KV cache held: the active sequences' caches plus kv_batch_bytes */
     size_t kv_batch_bytes; /* of which the bound path's kept batch tensors (0 on the host path) */
+    uint64_t kv_copy_bytes; /* bytes the bound path copied between caches and batch tensors */
     uint64_t steps;       /* batched decode Run()s so far */
     uint64_t prefill_runs;
     uint64_t prefill_tokens; /* prompt tokens those Run()s computed (recomputed ones included) */

@@ -24,6 +24,7 @@ typedef struct {
 struct llm_kv_ctx {
     OrtIoBinding *bind;
     kv_batch dec, pre;
+    uint64_t copied;                     /* bytes build and write_back moved (llm_kv_copied_bytes) */
 };
 
 /* ---- the copy backend: memcpy on the CPU tier, cudart on the GPU tiers ---- */
@@ -173,7 +174,8 @@ static size_t row_bytes(const llm_model *m) { return m->sig.head_dim * m->elem; 
 /* Row r's tokens [n_synced, n_cached) into s's cache (one strided copy per past: the
  * kv_heads rows are T slots apart in the batch, cap slots apart in the cache). The caller
  * waits for the device around it and then moves n_synced. */
-static int write_back(const llm_model *m, const kv_batch *b, size_t r, const llm_seq *s, char *msg, size_t len)
+static int write_back(const llm_model *m, const kv_batch *b, size_t r, const llm_seq *s, uint64_t *copied, char *msg,
+                      size_t len)
 {
     size_t H = m->sig.kv_heads, row = row_bytes(m), from = s->n_synced, cnt = s->n_cached - s->n_synced;
     if (cnt == 0) return 0;
@@ -181,7 +183,8 @@ static int write_back(const llm_model *m, const kv_batch *b, size_t r, const llm
         return ts_fail(msg, len, "sequence %llu holds %zu tokens, its batch row %zu", (unsigned long long)s->id,
                         s->n_cached, b->T);
     if (m->fault_kv_writeback) return 0; /* the test-only fault: rows left out of the cache */
-    size_t slot = b->T - s->n_cached + from;
+    size_t slot = llm_step_row_slot(m, b->T, s->n_cached) + from;
+    *copied += 2 * m->sig.layers * H * cnt * row;
     for (size_t t = 0; t < 2 * m->sig.layers; t++) {
         void *src = NULL;
         if (ort_check(g_ort->GetTensorMutableData(b->kv[t], &src), msg, len)) return -1;
@@ -194,7 +197,8 @@ static int write_back(const llm_model *m, const kv_batch *b, size_t r, const llm
 
 /* A batch of seqs from their caches, each left-padded to the longest with zeros (masked,
  * but a zero times a zero weight must stay zero: garbage could be NaN). */
-static int build(const llm_model *m, kv_batch *b, llm_seq *const *seqs, size_t n, char *msg, size_t len)
+static int build(const llm_model *m, kv_batch *b, llm_seq *const *seqs, size_t n, uint64_t *copied, char *msg,
+                 size_t len)
 {
     size_t H = m->sig.kv_heads, D = m->sig.head_dim, row = row_bytes(m), T = 0;
     bool padded = false;
@@ -222,7 +226,8 @@ static int build(const llm_model *m, kv_batch *b, llm_seq *const *seqs, size_t n
         if (padded && zero(m, dst, n * H * T * row, msg, len)) goto fail;
         for (size_t i = 0; i < n; i++) {
             size_t nc = seqs[i]->n_cached;
-            if (cp2d(m, (uint8_t *)dst + (i * H * T + T - nc) * row, T * row,
+            *copied += H * nc * row;
+            if (cp2d(m, (uint8_t *)dst + (i * H * T + llm_step_row_slot(m, T, nc)) * row, T * row,
                      llm_seq_kv_at(m, seqs[i], t / 2, (int)(t % 2), 0, 0), seqs[i]->cap * row, nc * row, H, msg,
                      len))
                 goto fail;
@@ -264,12 +269,19 @@ void llm_kv_ctx_free(llm_kv_ctx *c)
     free(c);
 }
 
-size_t llm_kv_batch_bytes(const llm_kv_ctx *c) { return c ? c->dec.bytes : 0; }
+size_t llm_kv_batch_bytes(const llm_kv_ctx *c) { return c ? c->dec.bytes + c->pre.bytes : 0; }
+
+uint64_t llm_kv_copied_bytes(const llm_kv_ctx *c) { return c ? c->copied : 0; }
 
 int llm_kv_settle(const llm_model *m, llm_kv_ctx *c, llm_seq *const *live, size_t nlive,
                   llm_seq *const *next, size_t n, ts_err *err)
 {
     kv_batch *b = &c->dec;
+    /* the kept prefill batch lives while its sequence prefills (llm_kv_step) */
+    bool prefilling = false;
+    for (size_t j = 0; c->pre.n && j < nlive; j++)
+        prefilling |= live[j]->id == c->pre.ids[0] && live[j]->state == SEQ_PREFILL;
+    if (c->pre.n && !prefilling) batch_release(&c->pre);
     if (b->n == 0 || batch_holds(b, next, n)) return 0;
     char msg[600] = "";
     llm_seq *rows[LLM_MAX_ACTIVE] = {0}; /* the live sequence of each row, or NULL */
@@ -278,7 +290,7 @@ int llm_kv_settle(const llm_model *m, llm_kv_ctx *c, llm_seq *const *live, size_
             if (live[j]->id == b->ids[r] && (live[j]->state != SEQ_DONE || live[j]->keep_kv)) rows[r] = live[j];
     int rc = settle_device(m, msg, sizeof msg);
     for (size_t r = 0; !rc && r < b->n; r++)
-        if (rows[r]) rc = write_back(m, b, r, rows[r], msg, sizeof msg);
+        if (rows[r]) rc = write_back(m, b, r, rows[r], &c->copied, msg, sizeof msg);
     if (!rc) rc = settle_device(m, msg, sizeof msg);
     for (size_t r = 0; !rc && r < b->n; r++)
         if (rows[r]) rows[r]->n_synced = rows[r]->n_cached;
@@ -299,12 +311,21 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
     int64_t *block = NULL;
     char msg[600] = "";
     int rc = -1;
+    if (!keep && n == 1 && m->sig.kv_right) { /* a chunk in its own cache: no batch at all */
+        batch_release(b);
+        if (settle_device(m, msg, sizeof msg)) goto bad; /* our copies into the cache land first */
+        if (llm_step_inplace(m, m->kv_mi, seqs[0], s_new, logits, err)) return -1;
+        if (!settle_device(m, msg, sizeof msg)) return 0;
+        goto bad;
+    }
     if (keep && b->n && !batch_holds(b, seqs, n)) {
         snprintf(msg, sizeof msg, "the decode batch holds other sequences");
         goto bad;
     }
-    if (!keep) batch_release(b);
-    if (b->n == 0 && build(m, b, seqs, n, msg, sizeof msg)) goto bad;
+    /* a prefill batch is kept across the chunks of one sequence: its presents are the next
+     * chunk's pasts, so a chunk copies none of the past (only its new slots go back) */
+    if (!keep && !(n == 1 && batch_holds(b, seqs, n) && b->T == seqs[0]->n_cached)) batch_release(b);
+    if (b->n == 0 && build(m, b, seqs, n, &c->copied, msg, sizeof msg)) goto bad;
     size_t past = b->T, total = past + s_new, n_ids = n * s_new;
     block = malloc((2 * n_ids + n * total) * sizeof *block);
     if (!block) {
@@ -312,7 +333,7 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
         goto bad;
     }
     int64_t *ids = block, *pos = ids + n_ids, *mask = pos + n_ids;
-    llm_step_inputs(seqs, n, s_new, past, ids, pos, mask);
+    llm_step_inputs(m, seqs, n, s_new, past, ids, pos, mask);
     int64_t ids_shape[2] = {(int64_t)n, (int64_t)s_new}, mask_shape[2] = {(int64_t)n, (int64_t)total};
     const OrtMemoryInfo *cpu = ortenv_cpu_meminfo();
     const ONNXTensorElementDataType i64 = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
@@ -357,7 +378,7 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
         /* a prefill's new slots go into the sequence's cache at once: the batch it will
          * decode in is built from there */
         int wr = settle_device(m, msg, sizeof msg);
-        for (size_t i = 0; !wr && i < n; i++) wr = write_back(m, b, i, seqs[i], msg, sizeof msg);
+        for (size_t i = 0; !wr && i < n; i++) wr = write_back(m, b, i, seqs[i], &c->copied, msg, sizeof msg);
         if (!wr) wr = settle_device(m, msg, sizeof msg);
         if (wr) {
             (void)settle_device(m, NULL, 0); /* earlier copies may still be queued: before the release */
@@ -376,6 +397,6 @@ out:
     for (size_t i = 0; i < k; i++)
         if (in[i]) g_ort->ReleaseValue(in[i]);
     free(block);
-    if (!keep) batch_release(b);
+    if (!keep && (rc || n != 1)) batch_release(b);
     return rc;
 }

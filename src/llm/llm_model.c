@@ -106,6 +106,18 @@ static int64_t model_positions(const char *dir)
     return r;
 }
 
+/* onnxruntime-genai's config beside a GroupQueryAttention decoder: the only place that
+ * says the model's attention reads right-padded pasts in place (its I/O names are Optimum's). */
+static bool genai_share_buffer(const char *dir)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/genai_config.json", dir);
+    json_t *j = json_load_file(path, 0, NULL);
+    bool r = json_is_true(json_object_get(json_object_get(j, "search"), "past_present_share_buffer"));
+    json_decref(j);
+    return r;
+}
+
 static int make_names(llm_model *m, char *err, size_t errlen)
 {
     size_t L = m->sig.layers;
@@ -286,6 +298,8 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
         goto fail;
     }
     m->elem = m->sig.kv_fp16 ? 2 : 4;
+    m->sig.kv_right = genai_share_buffer(dir);
+    m->step_buf = llm_step_buf_new();
     m->fault_kv_writeback = opt->fault_kv_writeback;
     int64_t ctx = model_positions(dir);
     if (opt->max_context > 0 && (ctx == 0 || opt->max_context < ctx)) ctx = opt->max_context;
@@ -329,6 +343,7 @@ void llm_model_free(llm_model *m)
     free(m->in_names);
     free(m->out_names);
     free(m->names);
+    llm_step_buf_free(m->step_buf);
     free(m);
 }
 

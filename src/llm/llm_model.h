@@ -49,6 +49,10 @@ typedef struct {
     bool kv_fp16;         /* past/present are FP16 (else FP32) */
     bool logits_fp16;
     bool position_ids;    /* the model takes position_ids */
+    bool kv_right;        /* its attention is GroupQueryAttention (genai_config.json says
+                             past_present_share_buffer): each row's past is read from slot 0
+                             on (rows right-padded, only the mask's count of ones matters),
+                             and present.* may be the past's own buffer, written in place */
 } llm_sig;
 
 /* Reads an Optimum decoder's signature from its inputs and outputs. Returns 0, or -1 with

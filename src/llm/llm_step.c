@@ -44,7 +44,7 @@ static OrtStatus *tensor(void *data, size_t bytes, const int64_t *shape, size_t 
     return g_ort->CreateTensorWithDataAsOrtValue(ortenv_cpu_meminfo(), data, bytes, shape, nd, t, out);
 }
 
-void llm_step_inputs(llm_seq *const *seqs, size_t n, size_t s_new, size_t past, int64_t *ids,
+void llm_step_inputs(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_new, size_t past, int64_t *ids,
                      int64_t *pos, int64_t *mask)
 {
     size_t total = past + s_new;
@@ -55,8 +55,65 @@ void llm_step_inputs(llm_seq *const *seqs, size_t n, size_t s_new, size_t past, 
             ids[i * s_new + j] = s->tokens[s->n_cached + j];
             pos[i * s_new + j] = (int64_t)(s->n_cached + j);
         }
-        for (size_t j = 0; j < total; j++) mask[i * total + j] = j >= pad;
+        for (size_t j = 0; j < total; j++) mask[i * total + j] = m->sig.kv_right ? j < total - pad : j >= pad;
     }
+}
+
+size_t llm_step_row_slot(const llm_model *m, size_t T, size_t n_cached)
+{
+    return m->sig.kv_right ? 0 : T - n_cached;
+}
+
+int llm_step_inplace(const llm_model *m, const OrtMemoryInfo *mi, llm_seq *s, size_t s_new, float *logits,
+                     ts_err *err)
+{
+    const llm_sig *sig = &m->sig;
+    size_t past = s->n_cached, total = past + s_new, H = sig->kv_heads, D = sig->head_dim;
+    size_t slab = H * s->cap * D * m->elem, kv_in = 2 * sig->layers;
+    int64_t *block = malloc((2 * s_new + total) * sizeof *block);
+    OrtValue *in[2 + 1 + 2 * LLM_MAX_LAYERS] = {0}, *out[1 + 2 * LLM_MAX_LAYERS] = {0};
+    char msg[600] = "";
+    size_t k = 0;
+    int rc = -1;
+    if (!block) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "out of memory for a step");
+        return -1;
+    }
+    int64_t *ids = block, *pos = ids + s_new, *mask = pos + s_new;
+    llm_step_inputs(m, &s, 1, s_new, past, ids, pos, mask);
+    int64_t ids_shape[2] = {1, (int64_t)s_new}, mask_shape[2] = {1, (int64_t)total};
+    int64_t kv_shape[4] = {1, (int64_t)H, (int64_t)s->cap, (int64_t)D};
+    ONNXTensorElementDataType kv_t =
+        sig->kv_fp16 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+    OrtStatus *st = tensor(ids, s_new * sizeof *ids, ids_shape, 2, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, &in[k++]);
+    if (!st) st = tensor(mask, total * sizeof *mask, mask_shape, 2, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, &in[k++]);
+    if (!st && sig->position_ids)
+        st = tensor(pos, s_new * sizeof *pos, ids_shape, 2, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, &in[k++]);
+    /* each past and its present: two values over the same slab of the cache */
+    for (size_t t = 0; !st && t < kv_in; t++) {
+        uint8_t *p = llm_seq_kv_at(m, s, t / 2, (int)(t % 2), 0, 0);
+        st = g_ort->CreateTensorWithDataAsOrtValue(mi, p, slab, kv_shape, 4, kv_t, &in[k + t]);
+        if (!st) st = g_ort->CreateTensorWithDataAsOrtValue(mi, p, slab, kv_shape, 4, kv_t, &out[1 + t]);
+    }
+    if (!st) st = g_ort->Run(m->session, NULL, m->in_names, (const OrtValue *const *)in, m->n_in, m->out_names,
+                             m->n_out, out);
+    if (ort_check(st, msg, sizeof msg)) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "LLM step in place (%zu new token(s), past %zu): %s", s_new, past, msg);
+        goto out;
+    }
+    if (llm_step_outputs(m, out, 1, s_new, s->cap, logits, msg, sizeof msg)) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "LLM step: %s", msg);
+        goto out;
+    }
+    s->n_synced = s->n_cached = total;
+    rc = 0;
+out:
+    for (size_t i = 0; i < k + kv_in; i++)
+        if (in[i]) g_ort->ReleaseValue(in[i]);
+    for (size_t o = 0; o < m->n_out; o++)
+        if (out[o]) g_ort->ReleaseValue(out[o]);
+    free(block);
+    return rc;
 }
 
 int llm_step_outputs(const llm_model *m, OrtValue *const *out, size_t n, size_t s_new, size_t total,
@@ -95,10 +152,42 @@ int llm_step_outputs(const llm_model *m, OrtValue *const *out, size_t n, size_t 
     return 0;
 }
 
+struct llm_step_buf {
+    uint8_t *p;
+    size_t cap;
+};
+
+llm_step_buf *llm_step_buf_new(void) { return calloc(1, sizeof(llm_step_buf)); }
+
+void llm_step_buf_free(llm_step_buf *b)
+{
+    if (!b) return;
+    free(b->p);
+    free(b);
+}
+
+/* bytes of memory for a step: the model's kept buffer (grown to fit), or a block of its own
+ * (*own, freed by the caller) when there is none */
+static uint8_t *step_mem(const llm_model *m, size_t bytes, uint8_t **own)
+{
+    llm_step_buf *b = m->step_buf;
+    *own = NULL;
+    if (!b) return *own = malloc(bytes);
+    if (b->cap < bytes) {
+        free(b->p);
+        b->cap = 0;
+        if (!(b->p = malloc(bytes))) return NULL;
+        b->cap = bytes;
+    }
+    return b->p;
+}
+
 int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_new, float *logits,
                  ts_err *err)
 {
     const llm_sig *sig = &m->sig;
+    /* one sequence of a GroupQueryAttention model: nothing to gather */
+    if (n == 1 && sig->kv_right) return llm_step_inplace(m, ortenv_cpu_meminfo(), seqs[0], s_new, logits, err);
     size_t past = 0;
     for (size_t i = 0; i < n; i++)
         if (seqs[i]->n_cached > past) past = seqs[i]->n_cached;
@@ -108,7 +197,7 @@ int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_ne
     size_t kv_in = 2 * sig->layers;
     /* one block: ids, positions, mask, then every past tensor */
     size_t bytes = (2 * n_ids + n_mask) * sizeof(int64_t) + kv_in * past_bytes;
-    uint8_t *block = calloc(1, bytes ? bytes : 1);
+    uint8_t *own = NULL, *block = step_mem(m, bytes ? bytes : 1, &own);
     OrtValue *in[2 + 1 + 2 * LLM_MAX_LAYERS] = {0}, *out[1 + 2 * LLM_MAX_LAYERS] = {0};
     char msg[600] = "";
     int rc = -1;
@@ -118,15 +207,17 @@ int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_ne
     }
     int64_t *ids = (int64_t *)block, *pos = ids + n_ids, *mask = pos + n_ids;
     uint8_t *pasts = (uint8_t *)(mask + n_mask);
-    llm_step_inputs(seqs, n, s_new, past, ids, pos, mask);
+    llm_step_inputs(m, seqs, n, s_new, past, ids, pos, mask);
     for (size_t i = 0; i < n; i++) {
         const llm_seq *s = seqs[i];
-        size_t pad = past - s->n_cached;
+        size_t pad = llm_step_row_slot(m, past, s->n_cached);
         for (size_t l = 0; l < sig->layers; l++)
             for (int v = 0; v < 2; v++)
                 for (size_t h = 0; h < H; h++) {
-                    uint8_t *dst = pasts + (2 * l + (size_t)v) * past_bytes + ((i * H + h) * past + pad) * row;
-                    if (s->n_cached) memcpy(dst, llm_seq_kv_at(m, s, l, v, h, 0), s->n_cached * row);
+                    uint8_t *line = pasts + (2 * l + (size_t)v) * past_bytes + (i * H + h) * past * row;
+                    /* the padding is zero (masked, but a zero times a garbage NaN is not) */
+                    memset(line + (pad ? 0 : s->n_cached) * row, 0, (past - s->n_cached) * row);
+                    if (s->n_cached) memcpy(line + pad * row, llm_seq_kv_at(m, s, l, v, h, 0), s->n_cached * row);
                 }
     }
     int64_t ids_shape[2] = {(int64_t)n, (int64_t)s_new}, mask_shape[2] = {(int64_t)n, (int64_t)total};
@@ -157,7 +248,9 @@ int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_ne
             for (size_t i = 0; i < n; i++)
                 for (size_t h = 0; h < H; h++)
                     memcpy(llm_seq_kv_at(m, seqs[i], l, v, h, seqs[i]->n_cached),
-                           (uint8_t *)pp + ((i * H + h) * total + past) * row, s_new * row);
+                           (uint8_t *)pp + ((i * H + h) * total + llm_step_row_slot(m, past, seqs[i]->n_cached) +
+                                            seqs[i]->n_cached) * row,
+                           s_new * row);
         }
     for (size_t i = 0; i < n; i++) seqs[i]->n_synced = seqs[i]->n_cached += s_new;
     rc = 0;
@@ -169,6 +262,6 @@ out:
         if (in[i]) g_ort->ReleaseValue(in[i]);
     for (size_t o = 0; o < m->n_out; o++)
         if (out[o]) g_ort->ReleaseValue(out[o]);
-    free(block);
+    free(own);
     return rc;
 }

@@ -67,10 +67,10 @@ void v1_status(const ts_model *m, buf *b)
     buf_printf(b, ",\"tool_call_format\":\"%s\"", toolcall_format_name(chat_tool_format(L->chat)));
     buf_printf(b, ",\"running\":%zu,\"waiting\":%zu,\"kv_cache_bytes\":%zu,\"steps\":%llu,\"max_batch\":%zu"
                ",\"prefill_chunk\":%zu,\"prefill_runs\":%llu,\"prefill_tokens\":%llu,\"preemptions\":%llu"
-               ",\"forked_sequences\":%llu",
+               ",\"forked_sequences\":%llu,\"kv_copy_bytes\":%llu",
                st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch, L->prefill_chunk,
                (unsigned long long)st.prefill_runs, (unsigned long long)st.prefill_tokens,
-               (unsigned long long)st.preemptions, (unsigned long long)st.forked);
+               (unsigned long long)st.preemptions, (unsigned long long)st.forked, (unsigned long long)st.kv_copy_bytes);
     /* the engine's cap on a decode Run() and why it is below max_active (e.g. no position_ids) */
     buf_printf(b, ",\"batch_limit\":%zu,\"batch_note\":", st.batch_limit);
     if (st.batch_note) buf_put_json_str(b, st.batch_note, strlen(st.batch_note));

@@ -11,13 +11,14 @@ LLM_DIR = ROOT / "tests" / "llm"
 MODELS = ROOT / "tests" / "models"
 
 
-def write_tiny_llm(d, context=None):
+def write_tiny_llm(d, context=None, variant=()):
     """Writes the tiny decoder into version folder d (created). context: another
     max_position_embeddings than its 2048 (its rotary embedding is computed, not a table, so
-    any context works; the same weights answer the same)."""
+    any context works; the same weights answer the same). variant: gen_llm_model.py's flags
+    (e.g. ["--gqa"]: the same weights with GroupQueryAttention)."""
     d = pathlib.Path(d)
     d.mkdir(parents=True)
-    r = subprocess.run([sys.executable, str(MODELS / "gen_llm_model.py"), str(d)], capture_output=True,
+    r = subprocess.run([sys.executable, str(MODELS / "gen_llm_model.py"), str(d), *variant], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     cfg = json.loads((d / "tokenizer_config.json").read_text())

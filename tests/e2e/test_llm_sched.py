@@ -4,7 +4,13 @@ the tiny decoder, with two slots:
 - a prompt arriving while a stream decodes is prefilled in chunks of the step budget
   (TIERSERVE_LLM_STEP_TOKENS - the decoding ones), not in one Run(), and its greedy tokens
   and logprobs still equal numpy's one-shot prefill (tests/models/llm_reference.py); with the
-  auto budget it is spread over several Run()s too;
+  auto budget it is spread over several Run()s too; on the bound path the chunks copy no
+  past (the prefill batch is kept across them: /v2/status kv_copy_bytes grows with the
+  tokens, not with tokens x chunks);
+- the same with the GroupQueryAttention variant of the decoder (gen_llm_model.py --gqa, as
+  onnxruntime-genai writes it: same weights, so numpy's logprobs are the same): its chunks
+  run in the sequence's own cache (past and present one buffer), its decode batches are
+  right-padded, and both still equal numpy's;
 - an urgent request arriving while batch-priority streams hold both slots preempts the later
   one (whose blocks, when whole, are reattached from the prefix cache): it gets its first
   token within a bound sized from its TTFT on the idle worker (measured here), the preempted
@@ -130,7 +136,9 @@ BACKGROUND = {"model": "tiny", "prompt": "Hello there", "max_tokens": 1500, "min
               "temperature": 0}
 
 
-def test_prefill_beside_a_stream_is_chunked_and_exact(w, reference):
+def chunked_and_exact(w, reference, bound):
+    """LONG prefilled beside a stream in 4-token chunks: logprobs equal numpy's; on the bound
+    path the bytes copied between caches and batches stay linear in the tokens held."""
     ids, want = reference
     bg = Stream(w, BACKGROUND)
     bg.start()
@@ -139,6 +147,7 @@ def test_prefill_beside_a_stream_is_chunked_and_exact(w, reference):
     a = complete(w, {"model": "tiny", "prompt": LONG, "max_tokens": N, "temperature": 0, "logprobs": K})
     after = llm_status(w)
     assert bg.is_alive() and bg.error is None, "the stream beside it must still decode"
+    bg_tokens = len(bg.times) + 8  # what its cache holds at most by now (its prompt is a few tokens)
     # one decoding stream: 5 - 1 = 4 prompt tokens between two decode steps
     assert a["usage"]["prompt_tokens"] == len(ids) > 100
     assert after["prefill_runs"] - before["prefill_runs"] == math.ceil(len(ids) / 4), (before, after)
@@ -147,7 +156,36 @@ def test_prefill_beside_a_stream_is_chunked_and_exact(w, reference):
     assert len(got) == len(want)
     for i, (g, x) in enumerate(zip(got, want)):
         assert abs(g - x) <= TOL, f"token {i}: logprob {g} vs numpy {x} (one-shot prefill)"
+    if bound:
+        # the chunks' write-backs (the prompt once) and the decode batch rebuilt when the
+        # prompt joins and leaves (both caches, twice): a few times the tokens held. Copying
+        # each chunk's past again would be sum(4k) over the chunks: ~20x the prompt.
+        copied = (after["kv_copy_bytes"] - before["kv_copy_bytes"]) / after["kv_bytes_per_token"]
+        assert copied <= 3 * (len(ids) + N + bg_tokens), (copied, len(ids), bg_tokens)
     bg.stop()
+
+
+def test_prefill_beside_a_stream_is_chunked_and_exact(w, reference, request):
+    chunked_and_exact(w, reference, request.node.callspec.params["w"] == "bound")
+
+
+@pytest.fixture(scope="module", params=["bound"] if SANITIZED else ["host", "bound"])
+def wg(request, tmp_path_factory):
+    r = tmp_path_factory.mktemp("sched-gqa")
+    write_tiny_llm(r / "tiny" / "1", variant=["--gqa"])
+    wk = start_worker(r, tmp_path_factory.mktemp("sched-gqa-w"),
+                      env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_KV": request.param,
+                           "TIERSERVE_LLM_MAX_SEQUENCES": "2", "TIERSERVE_LLM_STEP_TOKENS": "5"})
+    yield wk
+    assert wk.stop() == 0, wk.log_text()[-4000:]
+
+
+def test_gqa_decoder_chunked_in_place_and_exact(wg, reference, request):
+    """The same weights behind GroupQueryAttention: numpy's logprobs for the same prompt."""
+    bound = request.node.callspec.params["wg"] == "bound"
+    if bound:
+        assert "checked at load" in llm_status(wg)["kv_cache_note"]
+    chunked_and_exact(wg, reference, bound)
 
 
 def test_auto_budget_spreads_a_prompt_beside_a_stream(repo, tmp_path_factory):

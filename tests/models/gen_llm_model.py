@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Write a tiny Llama-style decoder in Optimum's text-generation-with-past convention.
 
-Usage:  /usr/bin/python3 tests/models/gen_llm_model.py OUTDIR [--fp16] [--no-position-ids]
+Usage:  /usr/bin/python3 tests/models/gen_llm_model.py OUTDIR [--fp16] [--no-position-ids | --gqa]
                   [--tokenizer DIR] [--size LAYERS,HIDDEN,HEADS,KV_HEADS,FFN,CONTEXT]
 
 --size writes a bigger model of the same design for benchmarks (head_dim = HIDDEN / HEADS;
@@ -29,6 +29,16 @@ graph derives the rotary positions itself as past_sequence_length + arange(seque
 the same for every row, as Hugging Face does when no position_ids are given. Alone, a
 sequence computes exactly what it computes with position_ids; left-padded in a batch, its
 positions shift by its padding (the worker must never batch such a model).
+
+--gqa writes the same model (same weights, same I/O names) with its attention as
+onnxruntime-genai's model builder writes it: one com.microsoft GroupQueryAttention node per
+layer (query [B, S, heads*16], key/value [B, S, kv_heads*16], past_key/past_value,
+seqlens_k = ReduceSum(attention_mask) - 1, total_sequence_length = attention_mask's width;
+rotary applied before it from position_ids), and a genai_config.json beside it saying
+"past_present_share_buffer": true. GroupQueryAttention reads each row's past at slots [0,
+seqlens_k + 1 - S) (right-padded rows; the mask's zeros only shorten that count) and, when
+present.* is bound to the same buffer as past_key_values.* ([B, kv_heads, max, 16]), writes
+the new keys and values into it in place: the past is never copied.
 
 The weights are never committed: tests generate them. tests/models/llm_reference.py runs the
 same model in numpy from the initializers of the written file.
@@ -129,7 +139,7 @@ class G:
         return self.op("Mul", [self.op("Mul", [x, inv]), wname])
 
 
-def build(fp16=False, position_ids=True):
+def build(fp16=False, position_ids=True, gqa=False):
     dt = TensorProto.FLOAT16 if fp16 else TensorProto.FLOAT
     g = G(dt)
     w = make_weights()
@@ -211,20 +221,39 @@ def build(fp16=False, position_ids=True):
         x5 = g.op("Unsqueeze", [x, g.const(np.array([2], np.int64))])
         return g.op("Reshape", [g.op("Expand", [x5, expand_shape]), merged_shape])
 
+    if gqa:  # what the genai builder feeds GroupQueryAttention
+        seqlens_k = g.op("Cast", [g.op("Sub", [g.op("ReduceSum", ["attention_mask", g.const(np.array([1], np.int64))],
+                                                    keepdims=0), one])], to=TensorProto.INT32)
+        total_len = g.op("Cast", [t_len], to=TensorProto.INT32)
+        flat_kv = g.const(np.array([0, 0, KV_HEADS * HEAD_DIM], np.int64))
+
+    def unheads(x, shape):  # [B, h, S, D] -> [B, S, h*D]
+        return g.op("Reshape", [g.op("Transpose", [x], perm=[0, 2, 1, 3]), shape])
+
     h = g.op("Gather", ["embed", "input_ids"], axis=0)
     for i in range(LAYERS):
         p = f"l{i}."
         x = g.rmsnorm(h, p + "in_norm")
         q = rope(heads(g.op("MatMul", [x, p + "wq"])))
         k = rope(heads(g.op("MatMul", [x, p + "wk"])))
-        v = heads(g.op("MatMul", [x, p + "wv"]))
-        k_all = g.op_to("Concat", [f"past_key_values.{i}.key", k], f"present.{i}.key", axis=2)
-        v_all = g.op_to("Concat", [f"past_key_values.{i}.value", v], f"present.{i}.value", axis=2)
-        kt = g.op("Transpose", [repeat_kv(k_all)], perm=[0, 1, 3, 2])
-        scores = g.op("Mul", [g.op("MatMul", [q, kt]), scale])
-        probs = g.op("Softmax", [g.op("Where", [visible, scores, neg])], axis=-1)
-        ctx = g.op("MatMul", [probs, repeat_kv(v_all)])  # [B, H, S, D]
-        ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]), flat_shape])
+        if gqa:
+            node = helper.make_node(
+                "GroupQueryAttention",
+                [unheads(q, flat_shape), unheads(k, flat_kv), g.op("MatMul", [x, p + "wv"]),
+                 f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens_k, total_len],
+                [g.name("attn"), f"present.{i}.key", f"present.{i}.value"], domain="com.microsoft",
+                num_heads=HEADS, kv_num_heads=KV_HEADS, scale=float(1.0 / np.sqrt(HEAD_DIM)))
+            g.nodes.append(node)
+            ctx = node.output[0]
+        else:
+            v = heads(g.op("MatMul", [x, p + "wv"]))
+            k_all = g.op_to("Concat", [f"past_key_values.{i}.key", k], f"present.{i}.key", axis=2)
+            v_all = g.op_to("Concat", [f"past_key_values.{i}.value", v], f"present.{i}.value", axis=2)
+            kt = g.op("Transpose", [repeat_kv(k_all)], perm=[0, 1, 3, 2])
+            scores = g.op("Mul", [g.op("MatMul", [q, kt]), scale])
+            probs = g.op("Softmax", [g.op("Where", [visible, scores, neg])], axis=-1)
+            ctx = g.op("MatMul", [probs, repeat_kv(v_all)])  # [B, H, S, D]
+            ctx = unheads(ctx, flat_shape)
         h = g.op("Add", [h, g.op("MatMul", [ctx, p + "wo"])])
         x = g.rmsnorm(h, p + "post_norm")
         gate = g.op("MatMul", [x, p + "w_gate"])
@@ -233,17 +262,47 @@ def build(fp16=False, position_ids=True):
         h = g.op("Add", [h, g.op("MatMul", [g.op("Mul", [act, up]), p + "w_down"])])
     g.op_to("MatMul", [g.rmsnorm(h, "final_norm"), "lm_head"], "logits")
 
+    if gqa:  # the eager attention's mask and constants feed nothing: leave them out
+        need = {o.name for o in outputs}
+        kept = []
+        for n in reversed(g.nodes):
+            if any(o in need for o in n.output):
+                kept.append(n)
+                need.update(n.input)
+        g.nodes = kept[::-1]
+        g.inits = [t for t in g.inits if t.name in need]
     graph = helper.make_graph(g.nodes, "tiny_llama", inputs, outputs, g.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="tierserve-gen")
+    opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid("com.microsoft", 1)] if gqa else [])
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="tierserve-gen")
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
     return model
 
 
-def write(outdir, fp16=False, tokenizer_dir=TOKENIZER_DIR, position_ids=True):
+def genai_config(fp16):
+    """What onnxruntime-genai's model builder writes beside a GroupQueryAttention decoder (the
+    parts a runtime reads to feed it)."""
+    return {"model": {"type": "llama", "context_length": MAX_POSITIONS, "bos_token_id": BOS, "eos_token_id": EOS,
+                      "pad_token_id": 0, "vocab_size": VOCAB,
+                      "decoder": {"filename": "model.onnx", "head_size": HEAD_DIM, "hidden_size": HIDDEN,
+                                  "num_attention_heads": HEADS, "num_hidden_layers": LAYERS,
+                                  "num_key_value_heads": KV_HEADS, "session_options": {},
+                                  "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask",
+                                             "position_ids": "position_ids",
+                                             "past_key_names": "past_key_values.%d.key",
+                                             "past_value_names": "past_key_values.%d.value"},
+                                  "outputs": {"logits": "logits", "present_key_names": "present.%d.key",
+                                              "present_value_names": "present.%d.value"}}},
+            "search": {"past_present_share_buffer": True, "max_length": MAX_POSITIONS, "do_sample": False,
+                       "num_beams": 1}}
+
+
+def write(outdir, fp16=False, tokenizer_dir=TOKENIZER_DIR, position_ids=True, gqa=False):
     os.makedirs(outdir, exist_ok=True)
-    onnx.save(build(fp16, position_ids), os.path.join(outdir, "model.onnx"))
+    onnx.save(build(fp16, position_ids, gqa), os.path.join(outdir, "model.onnx"))
+    if gqa:
+        with open(os.path.join(outdir, "genai_config.json"), "w") as f:
+            json.dump(genai_config(fp16), f, indent=2)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         src = os.path.join(tokenizer_dir, f)
         if not os.path.exists(src):
@@ -266,6 +325,10 @@ def main(argv):
     args = list(argv[1:])
     fp16 = "--fp16" in args
     position_ids = "--no-position-ids" not in args
+    gqa = "--gqa" in args
+    if gqa and not position_ids:
+        print("--gqa takes position_ids (the rotary embedding is applied before the attention)", file=sys.stderr)
+        return 64
     tok = TOKENIZER_DIR
     if "--tokenizer" in args:
         tok = args[args.index("--tokenizer") + 1]
@@ -276,14 +339,14 @@ def main(argv):
         LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, MAX_POSITIONS = (int(v) for v in args[i + 1].split(","))
         HEAD_DIM = HIDDEN // HEADS
         del args[i:i + 2]
-    args = [a for a in args if a not in ("--fp16", "--no-position-ids")]
+    args = [a for a in args if a not in ("--fp16", "--no-position-ids", "--gqa")]
     if args in (["-h"], ["--help"]):
         print(__doc__)
         return 0
     if len(args) != 1 or args[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 64
-    write(args[0], fp16, tok, position_ids)
+    write(args[0], fp16, tok, position_ids, gqa)
     return 0
 
 

@@ -10,6 +10,8 @@
 #include "llm_sample.h"
 #include "ortenv.h"
 
+typedef struct llm_step_buf llm_step_buf;
+
 struct llm_model {
     OrtSession *session;
     llm_sig sig;
@@ -31,6 +33,7 @@ struct llm_model {
     OrtAllocator *kv_alloc;   /* CreateAllocator(session, kv_mi): caches and batch tensors */
     bool fault_kv_writeback;  /* testing only: write_back copies nothing (llm_model_opts) */
     char kv_note[768];
+    llm_step_buf *step_buf;   /* the host path's step memory, kept between its Run()s (llm_step.c) */
     double check_ms;          /* how long the load-time KV check ran (its runs are the
                                  warm-up), -1 when none ran */
 };
@@ -104,14 +107,22 @@ uint8_t *llm_seq_kv_at(const llm_model *m, const llm_seq *s, size_t layer, int v
  * Returns 0, or -1 with err set (500, ORT's message). */
 int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_new, float *logits,
                  ts_err *err);
+/* The memory llm_step_run gathers into, kept between steps (a fresh block per step costs a
+ * page fault per 4 KiB touched: a quarter of the host path's time, profiled); NULL when out of
+ * memory (llm_step_run then allocates per step). Freed with the model; one generation thread. */
+llm_step_buf *llm_step_buf_new(void);
+void llm_step_buf_free(llm_step_buf *b);
 
 /* ---- the bound path (llm_kv.c) ----
  * A context per generation thread: its OrtIoBinding and two batches of [n, kv_heads, T,
  * head_dim] tensors per past (from kv_alloc): the decode batch, kept across steps while the
  * same sequences decode in the same order (each step's present.* become the next step's
- * pasts: no copy of the cache at all), and a prefill batch that lives for one Run().
+ * pasts: no copy of the cache at all), and a prefill batch of one sequence, kept in the same
+ * way across the chunks of its prompt (a chunk copies only its new slots into the cache, not
+ * the past: chunked prefill costs no copy that grows with the prompt).
  * Sequence i of a batch holds its n_cached tokens at slots [T - n_cached, T) (left padding,
- * zeroed and masked). Copies between caches and batches go through the copy backend:
+ * zeroed and masked), or at [0, n_cached) for a sig.kv_right model, whose prefill chunks need
+ * no batch at all (llm_step_inplace). Copies between caches and batches go through the copy backend:
  * memcpy on the CPU tier, cudart (cudaMemcpy2DAsync + cudaDeviceSynchronize) on GPU tiers. */
 typedef struct llm_kv_ctx llm_kv_ctx;
 
@@ -119,19 +130,23 @@ static inline bool llm_model_kv_bound(const llm_model *m) { return m->kv_bound; 
 
 int llm_kv_ctx_new(const llm_model *m, llm_kv_ctx **out, ts_err *err);
 void llm_kv_ctx_free(llm_kv_ctx *c);
-/* Bytes the kept decode batch's tensors hold. */
+/* Bytes the kept batches' tensors hold. */
 size_t llm_kv_batch_bytes(const llm_kv_ctx *c);
+/* Bytes copied so far between the caches and the batches (builds and write-backs). */
+uint64_t llm_kv_copied_bytes(const llm_kv_ctx *c);
 /* Before a decode step, and after one: unless the decode batch holds exactly next[0..n) in
  * that order, it is dissolved: the rows of the sequences in live[0..nlive) are written back
  * into their caches (only the tokens computed since the batch was built) and the tensors
  * are released. Rows of sequences not in live, or done (unless keep_kv: the prefix cache
- * stores their blocks), are dropped with the tensors (their caches are gone or going).
+ * stores their blocks), are dropped with the tensors (their caches are gone or going). The
+ * kept prefill batch is released unless its sequence is in live and still SEQ_PREFILL.
  * Returns 0, or -1 with err (500, the copy's error). */
 int llm_kv_settle(const llm_model *m, llm_kv_ctx *c, llm_seq *const *live, size_t nlive,
                   llm_seq *const *next, size_t n, ts_err *err);
 /* llm_step_run's contract on the bound path. keep: the decode batch (built from the
  * caches when empty, kept after the Run); else a prefill batch of its own, whose new slots
- * are written back into the caches and which is released before returning. */
+ * are written back into the caches at once; with n == 1 it is kept for that sequence's next
+ * chunk (reused when it still holds exactly its n_cached tokens), else released. */
 int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *seqs, size_t n,
                 size_t s_new, float *logits, ts_err *err);
 
@@ -157,9 +172,19 @@ int llm_kv_block_copy(const llm_model *m, llm_seq *s, size_t t0, size_t B, llm_k
 int llm_kv_seq_copy(const llm_model *m, llm_seq *dst, const llm_seq *src, size_t n, char *msg, size_t len);
 
 /* Shared by both paths (llm_step.c). ids, pos: n x s_new; mask: n x (past + s_new) with
- * pad[i] = past - n_cached[i] zeros first. */
-void llm_step_inputs(llm_seq *const *seqs, size_t n, size_t s_new, size_t past, int64_t *ids,
+ * pad[i] = past - n_cached[i] zeros, first (left-padded rows), or last for a model with
+ * sig.kv_right (right-padded rows). */
+void llm_step_inputs(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_new, size_t past, int64_t *ids,
                      int64_t *pos, int64_t *mask);
+/* The slot where a row of T slots holding n_cached tokens starts: T - n_cached (left-padded),
+ * 0 with sig.kv_right. */
+size_t llm_step_row_slot(const llm_model *m, size_t T, size_t n_cached);
+/* sig.kv_right models only: one Run() for s alone, computed in its own cache: each past is
+ * the cache's [1, kv_heads, cap, head_dim] slab (memory described by mi) and its present the
+ * same memory, so GroupQueryAttention reads the past in place and writes the s_new new slots
+ * into it (nothing copied; n_synced moves with n_cached). 0, or -1 with err (500). */
+int llm_step_inplace(const llm_model *m, const OrtMemoryInfo *mi, llm_seq *s, size_t s_new, float *logits,
+                     ts_err *err);
 /* Checks logits and the presents that came back ([n, s_new, vocab], [n, kv_heads, total,
  * head_dim]) and copies each sequence's last logits row (as FP32) into logits. */
 int llm_step_outputs(const llm_model *m, OrtValue *const *out, size_t n, size_t s_new, size_t total,
