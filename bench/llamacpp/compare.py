@@ -12,6 +12,9 @@ Usage:  /usr/bin/python3 bench/llamacpp/compare.py --onnx DIR --gguf-dir DIR [--
                 name the llama.cpp type the weights compare with (Q8_0 for INT8, Q4_0 for INT4).
 --types         the GGUF types llama.cpp runs (the rows of the table).
 --threads       llama.cpp thread counts tried at c=1 per type; the best one serves c=8 and c=16.
+--perf          perf record (Debian's linux-perf) tierserve during each throughput row and print
+                where its CPU time went (by library, then by symbol); the figures then carry
+                perf's overhead.
 
 Steps, each printed as it goes:
 1. Tokenization: llama.cpp's ids of every text used below against @huggingface/tokenizers' (the
@@ -169,6 +172,27 @@ def tierserve_bench(w, texts, c):
     return {"generated": gen[0], "seconds": s, "tokens_per_s": gen[0] / s}
 
 
+def perf_start(pid, out):
+    p = subprocess.Popen(["perf", "record", "-q", "-F", "499", "-g", "-p", str(pid), "-o", str(out)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # perf attaches before the load starts
+    return p
+
+
+def perf_report(p, data, what):
+    """Where tierserve's CPU time went: by library, then the top symbols (self time)."""
+    p.send_signal(signal.SIGINT)
+    p.wait(60)
+    for sort, n in (("dso", 8), ("dso,sym", 25)):
+        r = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", sort, "--stdio",
+                            "--percent-limit", "0.5"], capture_output=True, text=True, timeout=300)
+        lines = [ln for ln in r.stdout.splitlines() if ln.strip() and not ln.startswith("#") and "%" in ln
+                 and not ln.lstrip().startswith(("|", "-", "--"))]
+        log(f"[llamacpp] perf, {what}, by {sort}:")
+        for ln in lines[:n]:
+            log("    " + ln.strip())
+
+
 # ---------------------------------------------------------------- texts
 
 def one_token_words(onnx_dir, gguf):
@@ -218,6 +242,7 @@ def main():
     ap.add_argument("--types", default="f32,f16,q8_0")
     ap.add_argument("--threads", default=",".join(str(t) for t in sorted({1, os.cpu_count() or 1})))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--perf", action="store_true", help="perf record tierserve during its throughput rows")
     ap.add_argument("--bin", default=str(ROOT / "build" / "bin"))
     a = ap.parse_args()
     types = a.types.split(",")
@@ -274,7 +299,12 @@ def main():
 
         # 3. throughput
         w.complete({"prompt": bench_texts[1][0], "max_tokens": 4, "temperature": 0})  # warm
-        rows["tierserve"] = {c: tierserve_bench(w, bench_texts[c], c) for c in (1, 8, 16)}
+        rows["tierserve"] = {}
+        for c in (1, 8, 16):
+            prof = perf_start(w.proc.pid, tmp / f"perf-c{c}.data") if a.perf else None
+            rows["tierserve"][c] = tierserve_bench(w, bench_texts[c], c)
+            if prof:
+                perf_report(prof, tmp / f"perf-c{c}.data", f"tierserve c={c}")
         log("[llamacpp] tierserve tokens/s: " + ", ".join(f"c={c} {r['tokens_per_s']:.0f}" for c, r in rows["tierserve"].items()))
         best_threads = {}
         for t in types:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tierserve against llama.cpp on the same decoder, in one run (a benchmark, not a test; not in CI).
-#   bench/llamacpp/run.sh [--quick] [--model DIR] [--types f32,f16,q8_0[,q4_0]] [--threads 1,2]
+#   bench/llamacpp/run.sh [--quick] [--model DIR] [--types f32,f16,q8_0[,q4_0]] [--threads 1,2] [--perf]
 # Writes (once, under bench/llamacpp/.work/) the 8-layer decoder of tests/models/gen_llm_model.py
 # (hidden 512, 8 heads over 4 KV heads, FFN 1408, Llama-2 vocabulary) and its GGUF files
 # (onnx2gguf.py), installs npm's node-llama-cpp from the lock with its prebuilt CPU libraries only
@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
     --types) types="$2"; shift 2 ;;
     --model) [ -f "$2/model.onnx" ] || { echo "run.sh: $2/model.onnx not found" >&2; exit 64; }
              args+=(--model "$(cd "$2" && pwd)"); shift 2 ;;
-    --quick) args+=(--quick); shift ;;
+    --quick|--perf) args+=("$1"); shift ;;
     --threads) args+=(--threads "$2"); shift 2 ;;
     -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 64 ;;
@@ -39,7 +39,7 @@ fi
 
 # tierserve: the build tree as bench/run.sh keeps it
 if [ -x "$ROOT/build/bin/tierserve" ]; then
-  cmake --build "$ROOT/build" -j2 >/dev/null
+  cmake --build "$ROOT/build" -j2 --target tierserve >/dev/null
 else
   "$ROOT/scripts/setup.sh"
 fi
