@@ -47,7 +47,7 @@ for rep in $(seq 1 ${REPS:-1}); do
     awk -v c=$c -v r=$rep -v td=$tp_direct -v tn=$tp_nginx -v tb=$tp_router_base -v tr=$tp_router_new \
         -v pd=$p99_direct -v pn=$p99_nginx -v pb=$p99_router_base -v pr=$p99_router_new 'BEGIN {
       printf "round %d c=%d: new/nginx throughput x%.3f, added p99 new %+.0f us vs nginx %+.0f us (x%.2f); new/base throughput x%.3f, added p99 base %+.0f us\n",
-        r, c, tr / tn, pr - pd, pn - pd, (pn - pd) > 0 ? (pr - pd) / (pn - pd) : 0, tr / tb, pb - pd }'
+        r, c, tr / tn, pr - pd, pn - pd, ((pn - pd) > 0 ? (pr - pd) / (pn - pd) : 0), tr / tb, pb - pd }'
   done
 done
 kill $RN $RB $NX $FR; wait 2>/dev/null
