@@ -32,6 +32,15 @@ static _Thread_local uint8_t t_rbuf[H1CLI_READ_BYTES];
 #define H1CLI_IDLE_HEAD 4096
 /* The request head we write: the router's headers are few and short. */
 #define H1CLI_MAX_REQUEST_HEAD (64 * 1024)
+/* A connection reused within this long of its last response byte is not asked again
+ * whether anything arrived while it idled (a recv with MSG_PEEK: one system call in about
+ * six per proxied request under load). What that check guards against needs time the
+ * connection has not had: a backend's keep-alive timeout (seconds) running out, or a
+ * restart. The read event of an idle connection still closes it on any byte or close the
+ * loop sees, and what races a reuse either way (a close, bytes nobody asked for) ends the
+ * request with ECLOSED or a reply the caller can tell is not its own (the router resends
+ * it, or drops the reply: docs/router.md "Retries"). */
+#define H1CLI_FRESH_IDLE_S 0.05
 
 typedef struct conn conn;
 
@@ -58,6 +67,7 @@ struct conn {
     SSL *ssl;
     char detail[300];   /* why the request failed, when there is more to say than the outcome */
     bool eof;           /* the backend closed its side: never reused */
+    double idle_since;  /* mono_now() of the last response byte, while idle (0: adopted) */
     int pending;        /* an outcome to report from the loop (a failure h1cli_send saw) */
     h1cli_req *req;     /* the request it carries, NULL while idle */
     int depth;          /* > 0 while a user callback of its request runs */
@@ -83,13 +93,14 @@ struct h1cli_req {
     conn *c;
     h1cli_callbacks cb;
     void *arg;
-    char *head;
+    char *head; /* inl: one allocation per request */
     size_t head_len;
     const uint8_t *body;
     size_t body_len;
     size_t written; /* of head_len + body_len */
     double timeout_s, last;
     bool paused, cancelled, ended, is_head, reused;
+    char inl[]; /* the head */
 };
 
 static double mono_now(void)
@@ -143,11 +154,7 @@ static void list_push(conn *c, bool idle)
     if (idle) p->n_idle++;
 }
 
-static void req_free(h1cli_req *q)
-{
-    free(q->head);
-    free(q);
-}
+static void req_free(h1cli_req *q) { free(q); }
 
 /* Closes c and frees it, with its request if it has one (no callback runs). */
 static void conn_close(conn *c)
@@ -181,6 +188,7 @@ static void finish(conn *c, h1cli_outcome o)
     event_del(c->timer);
     event_del(c->wev);
     q->ended = true;
+    c->idle_since = q->last;
     c->depth++;
     if (q->cb.on_end) q->cb.on_end(q, o, q->arg);
     c->depth--;
@@ -773,47 +781,44 @@ static void put(char *h, size_t *o, const char *p, size_t n)
     *o += n;
 }
 
-/* The request head: request line, Host, the caller's headers, Content-Length. Written with
- * memcpy into a buffer sized first (it runs once per proxied request). */
-static char *build_head(const h1cli_pool *p, const h1cli_request *rq, size_t *len, char *err, size_t errlen)
+/* The request head: request line, Host, the caller's headers, Content-Length. head_size
+ * counts its bytes (at most; 0 with a message when it would pass H1CLI_MAX_REQUEST_HEAD),
+ * write_head writes it with memcpy into the request's own room (it runs once per proxied
+ * request: one allocation holds the request and its head). */
+static bool with_length(const h1cli_request *rq)
 {
-    bool with_length = rq->body_len > 0 || strcmp(rq->method, "POST") == 0 || strcmp(rq->method, "PUT") == 0 ||
-                       strcmp(rq->method, "PATCH") == 0;
-    size_t ml = strlen(rq->method), tl = strlen(rq->target), hl = strlen(p->hostport);
-    size_t need = ml + tl + hl + 64;
-    size_t nv[2 * 64]; /* the first headers' name and value lengths, not counted twice */
-    for (size_t i = 0; i < rq->nheaders; i++) {
-        size_t a = strlen(rq->headers[i].name), b = strlen(rq->headers[i].value);
-        if (i < 64) {
-            nv[2 * i] = a;
-            nv[2 * i + 1] = b;
-        }
-        need += a + b + 4;
-    }
+    return rq->body_len > 0 || strcmp(rq->method, "POST") == 0 || strcmp(rq->method, "PUT") == 0 ||
+           strcmp(rq->method, "PATCH") == 0;
+}
+
+static size_t head_size(const h1cli_pool *p, const h1cli_request *rq, char *err, size_t errlen)
+{
+    size_t need = strlen(rq->method) + strlen(rq->target) + strlen(p->hostport) + 64;
+    for (size_t i = 0; i < rq->nheaders; i++) need += strlen(rq->headers[i].name) + strlen(rq->headers[i].value) + 4;
     if (need > H1CLI_MAX_REQUEST_HEAD) {
         snprintf(err, errlen, "refused: the request head would be over %d bytes", H1CLI_MAX_REQUEST_HEAD);
-        return NULL;
+        return 0;
     }
-    char *h = malloc(need);
-    if (!h) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
+    return need;
+}
+
+static size_t write_head(const h1cli_pool *p, const h1cli_request *rq, char *h)
+{
     size_t o = 0;
-    put(h, &o, rq->method, ml);
+    put(h, &o, rq->method, strlen(rq->method));
     put(h, &o, " ", 1);
-    put(h, &o, rq->target, tl);
+    put(h, &o, rq->target, strlen(rq->target));
     put(h, &o, " HTTP/1.1\r\nHost: ", 17);
-    put(h, &o, p->hostport, hl);
+    put(h, &o, p->hostport, strlen(p->hostport));
     put(h, &o, "\r\n", 2);
     for (size_t i = 0; i < rq->nheaders; i++) {
         const h1cli_header *x = &rq->headers[i];
-        put(h, &o, x->name, i < 64 ? nv[2 * i] : strlen(x->name));
+        put(h, &o, x->name, strlen(x->name));
         put(h, &o, ": ", 2);
-        put(h, &o, x->value, i < 64 ? nv[2 * i + 1] : strlen(x->value));
+        put(h, &o, x->value, strlen(x->value));
         put(h, &o, "\r\n", 2);
     }
-    if (with_length) {
+    if (with_length(rq)) {
         char tmp[24], *e = tmp + sizeof tmp, *d = e;
         size_t v = rq->body_len;
         do *--d = (char)('0' + v % 10);
@@ -822,9 +827,22 @@ static char *build_head(const h1cli_pool *p, const h1cli_request *rq, size_t *le
         put(h, &o, d, (size_t)(e - d));
         put(h, &o, "\r\n", 2);
     }
-    put(h, &o, "\r\n", 2); /* need kept 64 bytes for this line, the length and the CRLFs */
-    *len = o;
-    return h;
+    put(h, &o, "\r\n", 2); /* head_size kept 64 bytes for this line, the length and the CRLFs */
+    return o;
+}
+
+/* An idle connection to take for a request: the newest one, unless something arrived on it
+ * while it idled (asked of the socket only when it idled longer than H1CLI_FRESH_IDLE_S). */
+static conn *take_idle(h1cli_pool *p, double now)
+{
+    while (p->idle) {
+        conn *c = p->idle;
+        bool fresh = c->idle_since > 0 && now - c->idle_since < H1CLI_FRESH_IDLE_S &&
+                     !(c->ssl && SSL_pending(c->ssl) > 0);
+        if (fresh || !conn_stale(c)) return c;
+        conn_close(c);
+    }
+    return NULL;
 }
 
 int h1cli_send(h1cli_pool *p, const h1cli_request *rq, const h1cli_callbacks *cb, void *arg, h1cli_req **out,
@@ -832,21 +850,16 @@ int h1cli_send(h1cli_pool *p, const h1cli_request *rq, const h1cli_callbacks *cb
 {
     *out = NULL;
     if (check_request(rq, err, errlen)) return -1;
-    h1cli_req *q = calloc(1, sizeof *q);
+    size_t need = head_size(p, rq, err, errlen);
+    if (!need) return -1;
+    h1cli_req *q = malloc(sizeof *q + need);
     if (!q)
         return ts_fail(err, errlen, "out of memory");
-    q->head = build_head(p, rq, &q->head_len, err, errlen);
-    if (!q->head) {
-        free(q);
-        return -1;
-    }
-    conn *c = NULL;
-    while (p->idle) {
-        c = p->idle;
-        if (!conn_stale(c)) break;
-        conn_close(c);
-        c = NULL;
-    }
+    memset(q, 0, sizeof *q);
+    q->head = q->inl;
+    q->head_len = write_head(p, rq, q->inl);
+    double now = mono_now();
+    conn *c = take_idle(p, now);
     if (c) {
         list_remove(c);
         list_push(c, false);
@@ -862,7 +875,7 @@ int h1cli_send(h1cli_pool *p, const h1cli_request *rq, const h1cli_callbacks *cb
     q->body_len = rq->body ? rq->body_len : 0;
     q->timeout_s = rq->timeout_s;
     q->is_head = strcmp(rq->method, "HEAD") == 0;
-    q->last = mono_now();
+    q->last = now;
     c->req = q;
     c->rpos = c->rlen = 0;
     c->msg_done = c->refused = c->too_big = false;

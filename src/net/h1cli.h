@@ -9,9 +9,10 @@
  * de-chunked; h1cli_resp_chunked says how it was framed), then the end with its outcome.
  *
  * A connection is reused only when nothing on it can be doubted: the response was complete,
- * both sides allow keep-alive, no byte followed the response, and, checked again just
- * before reuse, nothing arrived on it while it sat idle (neither bytes nobody asked for nor
- * the peer's close). Anything else closes it. There are no retries here: a request fails
+ * both sides allow keep-alive, no byte followed the response, and nothing arrived on it
+ * while it sat idle (neither bytes nobody asked for nor the peer's close): the loop watches
+ * every idle connection, and one that idled longer than a moment (50 ms) is asked again
+ * just before reuse. Anything else closes it. There are no retries here: a request fails
  * with an outcome naming why, and the caller (the router) decides whether to try again.
  *
  * Loop thread only: every call and every callback happens on the loop's thread.

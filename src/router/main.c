@@ -145,6 +145,23 @@ static size_t backend_fd_reserve(const router_config *cfg)
     return n;
 }
 
+/* Every RT_TRIM_S seconds the heap's free pages go back to the system (malloc_trim: the free
+ * top, and MADV_DONTNEED on whole free pages inside the heap). Measured over a 10-minute soak
+ * (bench/soak.py, bench_mallstat.so): the heap's size (arena, 568 KiB) and the bytes in use
+ * (~480 KiB) stayed flat while RSS crept ~3 KiB a minute, as requests came to use pages of
+ * the fixed heap that no request had touched before. Bounded, but indistinguishable from a
+ * leak to whoever watches RSS; trimmed, RSS follows the bytes in use, so a slope means one.
+ * The heap is small and the call takes microseconds. */
+#define RT_TRIM_S 10
+
+static void on_trim(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    malloc_trim(0);
+}
+
 int main(int argc, char **argv)
 {
     /* Request bodies of megabytes (JSON tensors) pass through here. glibc raises its mmap
@@ -257,6 +274,12 @@ int main(int argc, char **argv)
         log_emit(LOG_ERROR, NULL, "could not set up the probe tick");
         return 1;
     }
+    struct event *trim = event_new(r.base, -1, EV_PERSIST, on_trim, NULL);
+    struct timeval every = {RT_TRIM_S, 0};
+    if (!trim || event_add(trim, &every) != 0) {
+        log_emit(LOG_ERROR, NULL, "out of memory");
+        return 1;
+    }
     r.sigterm = evsignal_new(r.base, SIGTERM, on_signal, &r);
     r.sigint = evsignal_new(r.base, SIGINT, on_signal, &r);
     r.sighup = evsignal_new(r.base, SIGHUP, on_sighup, &r);
@@ -281,6 +304,7 @@ int main(int argc, char **argv)
     rt_pools_free(&r);
     if (r.dns) evdns_base_free(r.dns, 1);
     event_free(r.tick);
+    event_free(trim);
     event_free(r.sigterm);
     event_free(r.sigint);
     event_free(r.sighup);
