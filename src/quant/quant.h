@@ -1,6 +1,6 @@
 /* quant: `tierserve quantize`, weight-only INT8 / INT4 of an FP32 ONNX model into ONNX
  * Runtime's com.microsoft MatMulNBits, read and written as ONNX protobuf (protobuf-c over the
- * vendored third_party/onnx/onnx.proto). No ONNX Runtime here: the file is all it touches.
+ * vendored src/quant/proto/onnx.proto). No ONNX Runtime here: the file is all it touches.
  *
  * Each MatMul whose B is a constant FP32 2-D initializer [K, N] (or a Transpose, perm [1, 0],
  * of a constant [N, K]) becomes one MatMulNBits node with the same A and output: B as codes
