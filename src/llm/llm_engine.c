@@ -648,6 +648,16 @@ static bool prefill_before(const llm_seq *a, const llm_seq *b)
  * loop turn, and in all no more than the step budget allows beside the decoding sequences
  * (step_prefill_tokens), given in (priority, arrival) order. A sequence more urgent than
  * every decoding one is not held back by them (their streams wait for it). */
+static void kv_gauge(llm_engine *e);
+
+/* Bound path: s's prefill is over; its kept prefill batch goes now, and the KV gauge with it. */
+static void prefill_end(llm_engine *e, const llm_seq *s)
+{
+    if (!e->kv) return;
+    llm_kv_prefill_end(e->kv, s->id);
+    kv_gauge(e);
+}
+
 static void prefill(llm_engine *e)
 {
     size_t n = 0, n_dec = 0;
@@ -675,6 +685,7 @@ static void prefill(llm_engine *e)
         ts_err err = {0};
         double t0 = ts_now();
         if (run_step(e, false, &s, 1, c, &err)) {
+            prefill_end(e, s);
             orphan_forks(e, s);
             drop_active(e, s);
             finish(s, -1, LLM_FIN_ERROR, &err);
@@ -688,6 +699,7 @@ static void prefill(llm_engine *e)
         pthread_mutex_unlock(&e->mu);
         if (s->n_cached < fill_to(s)) continue;
         s->state = SEQ_DECODE;
+        prefill_end(e, s); /* before its first token, which may end it (or a fork) */
         pc_store(e, s, fill_to(s)); /* the next turn of a conversation starts with these (once for n forks) */
         llm_seq *forks[LLM_MAX_ACTIVE];
         size_t nf = fork_kv(e, s, forks);

@@ -273,6 +273,11 @@ size_t llm_kv_batch_bytes(const llm_kv_ctx *c) { return c ? c->dec.bytes + c->pr
 
 uint64_t llm_kv_copied_bytes(const llm_kv_ctx *c) { return c ? c->copied : 0; }
 
+void llm_kv_prefill_end(llm_kv_ctx *c, uint64_t id)
+{
+    if (c && c->pre.n && c->pre.ids[0] == id) batch_release(&c->pre);
+}
+
 int llm_kv_settle(const llm_model *m, llm_kv_ctx *c, llm_seq *const *live, size_t nlive,
                   llm_seq *const *next, size_t n, ts_err *err)
 {

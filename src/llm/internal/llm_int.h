@@ -143,6 +143,10 @@ uint64_t llm_kv_copied_bytes(const llm_kv_ctx *c);
  * Returns 0, or -1 with err (500, the copy's error). */
 int llm_kv_settle(const llm_model *m, llm_kv_ctx *c, llm_seq *const *live, size_t nlive,
                   llm_seq *const *next, size_t n, ts_err *err);
+/* The sequence id's prefill is over (its last chunk ran, or it failed): its kept prefill
+ * batch, if it has one, is released now (its cache already holds every slot), so that a
+ * sequence that ends at its prefill's end ends without batch memory counted for it. */
+void llm_kv_prefill_end(llm_kv_ctx *c, uint64_t id);
 /* llm_step_run's contract on the bound path. keep: the decode batch (built from the
  * caches when empty, kept after the Run); else a prefill batch of its own, whose new slots
  * are written back into the caches at once; with n == 1 it is kept for that sequence's next
