@@ -157,7 +157,7 @@ int llm_tune(llm_model *m, const char *dir, const char *path, const llm_model_op
     if (!m->sig.position_ids) B = 1;
     while (B > 1 && B * P * tok > LLM_TUNE_INPUT_BYTES) B /= 2;
     const char *skip = NULL;
-    char why[400] = "";
+    char why[160] = "";
     if (m->gpu) skip = "GPU tier: not searched";
     else if (!opt->tune) skip = "TIERSERVE_TUNE=off";
     else if (opt->no_warmup) skip = "TIERSERVE_WARMUP=0: not searched";
