@@ -451,9 +451,12 @@ static void finish(sim *s, uint32_t i, sim_outcome o, int refusal)
         if (o == SIM_REFUSED) ps[j]->refused[refusal]++;
         if (o == SIM_SERVED) ps[j]->served_by_pool[r->served_pool]++;
     }
-    if (o == SIM_SERVED) s->res->tenant[a->tenant].served++;
-    if (o == SIM_SERVED && s->pfx) simprefix_served(s->pfx, i);
-    else if (!(o == SIM_REFUSED && refusal == SIM_REF_BUDGET)) s->res->tenant[a->tenant].lost++;
+    if (o == SIM_SERVED) {
+        s->res->tenant[a->tenant].served++;
+        if (s->pfx) simprefix_served(s->pfx, i);
+    } else if (!(o == SIM_REFUSED && refusal == SIM_REF_BUDGET)) {
+        s->res->tenant[a->tenant].lost++;
+    }
     sim_tl_row *row = tl_row(s, s->now);
     if (row && o == SIM_SERVED) {
         if (s->pools[r->served_pool].cfg->kind == POOL_GPU) row->served_gpu++;
