@@ -66,8 +66,8 @@ void tenant_budget_check(const tenant_budget *b, const tenant_meter *m, double n
 priority_class tenant_demote(priority_class p);
 
 /* Weighted fair share within one priority (start-time fair queueing over tenants).
- * finish[t]: tenant t's finish tag, vtime: the queue's virtual time (all 0 at start, kept by
- * the caller per priority); weight[t] > 0.
+ * finish[t]: tenant t's finish tag, vtime: the queue's virtual clock, all 0 at start, kept by
+ * the caller per priority; weight[t] > 0.
  * tenant_fair_join: tenant t's sub-queue was empty and gets a request: its tag starts at the
  * virtual time at least, so a tenant cannot bank credit while away.
  * tenant_fair_pick: of the tenants with waiting[t] > 0, the one whose next request finishes
