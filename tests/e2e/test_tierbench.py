@@ -138,10 +138,51 @@ def test_shipped_hybrid_beats_the_guidance_on_the_surge_trace(tmp_path):
     """docs/operate/tuning.md, "The reference table": a policy or routing change that breaks
     one of these three fails here."""
     gpu_rps, gpu_cost, gpu_p95 = surge_figures("ref-gpu-only.conf", tmp_path)
-    rps, cost, p95 = surge_figures("hybrid.conf", tmp_path)
+    rps, cost, p95 = surge_figures("ref-hybrid.conf", tmp_path)
     assert rps >= 0.85 * gpu_rps, (rps, gpu_rps)
     assert cost <= 0.50 * gpu_cost, (cost, gpu_cost)
     assert p95 <= 1.25 * gpu_p95, (p95, gpu_p95)
+
+
+def sim_json(trace, conf, tmp_path, *extra):
+    out = tmp_path / f"{trace}-{conf}.json"
+    rc, _, err = tierbench("sim", "--trace", TRACES / f"{trace}.csv", "--config", CONFIGS / conf, *extra, "--quiet",
+                           "--json", out)
+    assert rc == 0, err
+    return json.loads(out.read_text())
+
+
+# the stage changes the bar allows on each trace: 2 per surge (flap-bait has two, steady none)
+SURGES = {"steady": 0, "surge": 1, "flap-bait": 2}
+
+
+def test_shipped_hybrid_meets_the_bar_on_the_shipped_traces(tmp_path):
+    """docs/operate/tuning.md, "The shipped traces against the bar": hybrid.conf against
+    ref-gpu-one.conf (the GPU-only fleet sized for the traces' 50/s peak) on every shipped trace:
+    every urgent request served, urgent P95 within 1.25x of GPU-only's, at least 99.5 % of normal
+    served, at most half of GPU-only's cost, at most 2 stage changes per surge. On gpu-outage,
+    where GPU-only itself refuses a quarter of the traffic, the urgent P95 bound is 375 ms (1.25x
+    the guidance's CPU-only 300 ms). Checked at two seeds: the margin on normal requests through
+    the outage is a few tenths of a percent."""
+    for seed in ("1", "2"):
+        for trace in ("steady", "surge", "flap-bait", "gpu-outage"):
+            ref = sim_json(trace, "ref-gpu-one.conf", tmp_path, "--seed", seed)
+            hyb = sim_json(trace, "hybrid.conf", tmp_path, "--seed", seed)
+            u, n = hyb["priorities"]["urgent"], hyb["priorities"]["normal"]
+            where = (seed, trace)
+            assert u["served"] == u["arrivals"], (where, u)
+            assert n["served"] >= 0.995 * n["arrivals"], (where, n)
+            # the cost is provisioned backend-hours x price, written to 6 digits
+            assert hyb["cost"]["provisioned"] <= 0.5 * ref["cost"]["provisioned"] * (1 + 1e-5), (where, hyb["cost"])
+            p95 = u["latency_ms"]["p95"]
+            if trace == "gpu-outage":
+                ru = ref["priorities"]["urgent"]
+                assert ru["served"] < 0.8 * ru["arrivals"], ru  # why GPU-only is no reference there
+                assert p95 <= 375, (where, p95)
+            else:
+                assert p95 <= 1.25 * ref["priorities"]["urgent"]["latency_ms"]["p95"], (where, p95)
+                pol = hyb["policy"]
+                assert pol["stage_ups"] + pol["stage_downs"] <= 2 * SURGES[trace], (where, pol["stage_ups"])
 
 
 def test_sweep_prints_the_frontier_and_its_csv(tmp_path):
