@@ -160,10 +160,15 @@ def test_shipped_hybrid_meets_the_bar_on_the_shipped_traces(tmp_path):
     """docs/operate/tuning.md, "The shipped traces against the bar": hybrid.conf against
     ref-gpu-one.conf (the GPU-only fleet sized for the traces' 50/s peak) on every shipped trace:
     every urgent request served, urgent P95 within 1.25x of GPU-only's, at least 99.5 % of normal
-    served, at most half of GPU-only's cost, at most 2 stage changes per surge. On gpu-outage,
-    where GPU-only itself refuses a quarter of the traffic, the urgent P95 bound is 375 ms (1.25x
-    the guidance's CPU-only 300 ms). Checked at two seeds: the margin on normal requests through
-    the outage is a few tenths of a percent."""
+    served, at most half of GPU-only's cost, at most 2 stage changes per surge. The hybrid keeps
+    sensitive data off its GPUs, which a GPU-only fleet cannot: the 1.25x compares the public
+    urgent requests (both fleets serve them on GPUs), and every urgent request, sensitive ones on
+    CPUs included, stays within 375 ms (1.25x the guidance's CPU-only 300 ms). On gpu-outage,
+    where GPU-only itself refuses a quarter of the traffic, that 375 ms is the urgent bound.
+    Checked at two seeds: the margin on normal requests through the outage is a few tenths of a
+    percent."""
+    pools = [l for l in (CONFIGS / "hybrid.conf").read_text().splitlines() if l.startswith("pool ")]
+    assert [p for p in pools if "kind=gpu" in p and "sensitive=1" not in p] == pools[:1], pools  # GPU: public only
     for seed in ("1", "2"):
         for trace in ("steady", "surge", "flap-bait", "gpu-outage"):
             ref = sim_json(trace, "ref-gpu-one.conf", tmp_path, "--seed", seed)
@@ -174,13 +179,15 @@ def test_shipped_hybrid_meets_the_bar_on_the_shipped_traces(tmp_path):
             assert n["served"] >= 0.995 * n["arrivals"], (where, n)
             # the cost is provisioned backend-hours x price, written to 6 digits
             assert hyb["cost"]["provisioned"] <= 0.5 * ref["cost"]["provisioned"] * (1 + 1e-5), (where, hyb["cost"])
-            p95 = u["latency_ms"]["p95"]
+            assert u["latency_ms"]["p95"] <= 375, (where, u["latency_ms"])
+            # the sensitive urgent requests ran on CPUs: the P95 over all of them is not GPU latency
+            assert u["latency_public_ms"]["count"] < u["latency_ms"]["count"], (where, u)
             if trace == "gpu-outage":
                 ru = ref["priorities"]["urgent"]
                 assert ru["served"] < 0.8 * ru["arrivals"], ru  # why GPU-only is no reference there
-                assert p95 <= 375, (where, p95)
             else:
-                assert p95 <= 1.25 * ref["priorities"]["urgent"]["latency_ms"]["p95"], (where, p95)
+                p95 = u["latency_public_ms"]["p95"]
+                assert p95 <= 1.25 * ref["priorities"]["urgent"]["latency_public_ms"]["p95"], (where, p95)
                 pol = hyb["policy"]
                 assert pol["stage_ups"] + pol["stage_downs"] <= 2 * SURGES[trace], (where, pol["stage_ups"])
 
