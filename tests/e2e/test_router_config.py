@@ -161,6 +161,24 @@ def test_sample_states_the_defaults(tmp_path):
     assert cpu["pools[0].min_tier"] == "cpu"
 
 
+def test_sample_pools_are_the_shipped_hybrid(tmp_path):
+    """The sample's pools are tools/tierbench/configs/hybrid.conf, the fleet that meets issue 26's
+    bar on the shipped traces (docs/operate/tuning.md): the same pools in the same order, the
+    same kinds, data classes and in-flight limits, and the policy and admission the plan was
+    simulated with (the defaults; test_sample_states_the_defaults holds those)."""
+    conf = ROOT / "tools" / "tierbench" / "configs" / "hybrid.conf"
+    pools = [dict(kv.split("=", 1) for kv in line.split(None, 1)[1].split(","))
+             for line in conf.read_text().splitlines() if line.startswith("pool ")]
+    assert not [l for l in conf.read_text().splitlines() if l and not l.startswith(("#", "pool "))]
+    sample = effective(tmp_path, SAMPLE.read_text())
+    assert len(pools) == 2 and not any(k.startswith("pools[2]") for k in sample)
+    for i, p in enumerate(pools):
+        assert sample[f"pools[{i}].name"] == p["name"] and sample[f"pools[{i}].kind"] == p["kind"]
+        assert sample[f"pools[{i}].sensitive"] == ("true" if p.get("sensitive") == "1" else "false"), p
+        assert sample[f"pools[{i}].max_in_flight"] == p["max_in_flight"], p
+        assert sample[f"pools[{i}].scale_target"] == p.get("scale_target", "0"), p
+
+
 def test_sample_config_starts_the_router(tmp_path):
     """The sample, unchanged, with the per-pod overrides a test needs: loopback, a free port.
     Its backends need not answer for the router to start."""

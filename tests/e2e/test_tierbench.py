@@ -138,10 +138,58 @@ def test_shipped_hybrid_beats_the_guidance_on_the_surge_trace(tmp_path):
     """docs/operate/tuning.md, "The reference table": a policy or routing change that breaks
     one of these three fails here."""
     gpu_rps, gpu_cost, gpu_p95 = surge_figures("ref-gpu-only.conf", tmp_path)
-    rps, cost, p95 = surge_figures("hybrid.conf", tmp_path)
+    rps, cost, p95 = surge_figures("ref-hybrid.conf", tmp_path)
     assert rps >= 0.85 * gpu_rps, (rps, gpu_rps)
     assert cost <= 0.50 * gpu_cost, (cost, gpu_cost)
     assert p95 <= 1.25 * gpu_p95, (p95, gpu_p95)
+
+
+def sim_json(trace, conf, tmp_path, *extra):
+    out = tmp_path / f"{trace}-{conf}.json"
+    rc, _, err = tierbench("sim", "--trace", TRACES / f"{trace}.csv", "--config", CONFIGS / conf, *extra, "--quiet",
+                           "--json", out)
+    assert rc == 0, err
+    return json.loads(out.read_text())
+
+
+# the stage changes the bar allows on each trace: 2 per surge (flap-bait has two, steady none)
+SURGES = {"steady": 0, "surge": 1, "flap-bait": 2}
+
+
+def test_shipped_hybrid_meets_the_bar_on_the_shipped_traces(tmp_path):
+    """docs/operate/tuning.md, "The shipped traces against the bar": hybrid.conf against
+    ref-gpu-one.conf (the GPU-only fleet sized for the traces' 50/s peak) on every shipped trace:
+    every urgent request served, urgent P95 within 1.25x of GPU-only's, at least 99.5 % of normal
+    served, at most half of GPU-only's cost, at most 2 stage changes per surge. The hybrid keeps
+    sensitive data off its GPUs, which a GPU-only fleet cannot: the 1.25x compares the public
+    urgent requests (both fleets serve them on GPUs), and every urgent request, sensitive ones on
+    CPUs included, stays within 375 ms (1.25x the guidance's CPU-only 300 ms). On gpu-outage,
+    where GPU-only itself refuses a quarter of the traffic, that 375 ms is the urgent bound.
+    Checked at two seeds: the margin on normal requests through the outage is a few tenths of a
+    percent."""
+    pools = [l for l in (CONFIGS / "hybrid.conf").read_text().splitlines() if l.startswith("pool ")]
+    assert [p for p in pools if "kind=gpu" in p and "sensitive=1" not in p] == pools[:1], pools  # GPU: public only
+    for seed in ("1", "2"):
+        for trace in ("steady", "surge", "flap-bait", "gpu-outage"):
+            ref = sim_json(trace, "ref-gpu-one.conf", tmp_path, "--seed", seed)
+            hyb = sim_json(trace, "hybrid.conf", tmp_path, "--seed", seed)
+            u, n = hyb["priorities"]["urgent"], hyb["priorities"]["normal"]
+            where = (seed, trace)
+            assert u["served"] == u["arrivals"], (where, u)
+            assert n["served"] >= 0.995 * n["arrivals"], (where, n)
+            # the cost is provisioned backend-hours x price, written to 6 digits
+            assert hyb["cost"]["provisioned"] <= 0.5 * ref["cost"]["provisioned"] * (1 + 1e-5), (where, hyb["cost"])
+            assert u["latency_ms"]["p95"] <= 375, (where, u["latency_ms"])
+            # the sensitive urgent requests ran on CPUs: the P95 over all of them is not GPU latency
+            assert u["latency_public_ms"]["count"] < u["latency_ms"]["count"], (where, u)
+            if trace == "gpu-outage":
+                ru = ref["priorities"]["urgent"]
+                assert ru["served"] < 0.8 * ru["arrivals"], ru  # why GPU-only is no reference there
+            else:
+                p95 = u["latency_public_ms"]["p95"]
+                assert p95 <= 1.25 * ref["priorities"]["urgent"]["latency_public_ms"]["p95"], (where, p95)
+                pol = hyb["policy"]
+                assert pol["stage_ups"] + pol["stage_downs"] <= 2 * SURGES[trace], (where, pol["stage_ups"])
 
 
 def test_sweep_prints_the_frontier_and_its_csv(tmp_path):

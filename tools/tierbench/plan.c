@@ -37,6 +37,7 @@ typedef struct {
     char name[32];
     slo_kind kind;
     int prio;     /* PRIO_* (PRIO_COUNT: every priority) */
+    bool pub;     /* PRIO.public.*: public requests only (latency) */
     double given; /* as written: a bound, or a multiple/share of the reference's figure */
     double bound; /* the upper bound applied */
 } plan_slo;
@@ -84,7 +85,8 @@ static void usage(FILE *out)
           "--slo (comma-separated, each an upper bound): PRIO.refused=SHARE (share not served),\n"
           "  PRIO.p95_ms=MS, PRIO.p99_ms=MS, cost=UNITS, stage_changes=N; with --ref, PRIO.p95_x=X (P95\n"
           "  within X times the reference's) and cost_x=X (cost within X times the reference's).\n"
-          "  PRIO: urgent, normal, batch or all.\n"
+          "  PRIO: urgent, normal, batch or all. PRIO.public.p95_ms|p99_ms|p95_x: public requests only\n"
+          "  (a fleet that keeps sensitive data off its GPUs against a GPU-only one, which cannot).\n"
           "--out DIR: router.yaml (tierrouter's config), overlay/ (kustomize on --k8s-base, default\n"
           "  deploy/k8s/base, with the pools' HPAs set to the plan), report.md and day.svg.\n"
           "--usd-per-unit: the price of one cost unit (a CPU backend-hour) in the router's cost keys (0.5).\n",
@@ -115,6 +117,12 @@ static int add_slo(plan_cmd *c, const char *k, double v, char *err, size_t errle
     else if (!strcmp(k, "cost_x")) s->kind = SLO_COST_X;
     else if (!strcmp(k, "stage_changes")) s->kind = SLO_STAGES;
     else if (dot && parse_prio(k, (size_t)(dot - k), &s->prio) == 0) {
+        if (!strncmp(dot + 1, "public.", 7)) { /* latency of public requests only */
+            s->pub = true;
+            dot += 7;
+            if (!strcmp(dot + 1, "refused"))
+                return ts_fail(err, errlen, "--slo %.40s: PRIO.public takes p95_ms, p99_ms or p95_x", k);
+        }
         if (!strcmp(dot + 1, "refused")) {
             if (v > 1) return ts_fail(err, errlen, "--slo %.40s: '%g' is not a share in [0, 1]", k, v);
             s->kind = SLO_REFUSED;
@@ -337,15 +345,16 @@ static void values_of(const plan_cmd *c, size_t k, double *values)
 static double measure(const plan_slo *s, const sim_result *r)
 {
     const sim_prio_stats *ps = &r->prio[s->prio];
+    const sim_lat *lat = s->pub ? &ps->lat_public : &ps->lat;
     double cost = 0;
     switch (s->kind) {
     case SLO_REFUSED:
         return ps->arrivals ? 1.0 - (double)ps->outcome[SIM_SERVED] / (double)ps->arrivals : 0;
     case SLO_P95:
     case SLO_P95_X:
-        return ps->lat.count ? ps->lat.p95 * 1e3 : 0;
+        return lat->count ? lat->p95 * 1e3 : 0;
     case SLO_P99:
-        return ps->lat.count ? ps->lat.p99 * 1e3 : 0;
+        return lat->count ? lat->p99 * 1e3 : 0;
     case SLO_COST:
     case SLO_COST_X:
         for (size_t i = 0; i < r->n_pools; i++) cost += r->pool[i].cost;

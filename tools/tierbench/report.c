@@ -221,6 +221,8 @@ void report_json(const sim_config *c, const char *source, const sim_result *r, F
             fprintf(out, "%s\"%s\": %" PRIu64, k ? ", " : "", sim_refusal_name((sim_refusal)k), s->refused[k]);
         fputs("}, \"latency_ms\": ", out);
         jlat(out, &s->lat);
+        fputs(", \"latency_public_ms\": ", out);
+        jlat(out, &s->lat_public);
         fprintf(out, ", \"throughput_rps\": %.6g, \"gpu_share\": %.6g, \"served_by_pool\": {", throughput(r, s),
                 gpu_share(c, s));
         for (size_t i = 0; i < c->n_pools; i++) {

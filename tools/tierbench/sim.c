@@ -1302,6 +1302,12 @@ static int figures(sim *s, char *err, size_t errlen)
             if (s->rq[i].outcome == SIM_SERVED && s->rq[i].state == ST_DONE && (p == PRIO_COUNT || s->tr->a[i].prio == p))
                 x[m++] = s->rq[i].lat;
         lat_of(x, m, &res->prio[p].lat);
+        m = 0;
+        for (size_t i = 0; i < s->n; i++)
+            if (s->rq[i].outcome == SIM_SERVED && s->rq[i].state == ST_DONE && !s->tr->a[i].sensitive &&
+                (p == PRIO_COUNT || s->tr->a[i].prio == p))
+                x[m++] = s->rq[i].lat;
+        lat_of(x, m, &res->prio[p].lat_public);
     }
     for (size_t t = 0; t < res->n_tenants; t++) {
         size_t m = 0;

@@ -154,6 +154,8 @@ typedef struct {
     uint64_t refused[SIM_REFUSALS];
     uint64_t served_by_pool[SIM_MAX_POOLS];
     sim_lat lat; /* served requests */
+    sim_lat lat_public; /* served public requests: what a fleet that keeps sensitive data off its
+                         * GPUs compares with a GPU-only fleet (which must serve it on GPUs) */
 } sim_prio_stats;
 
 typedef struct {
