@@ -233,6 +233,20 @@ def test_a_spot_plan_marks_its_spot_part_in_the_overlay(spot_planned):
         assert k8s.CAPACITY not in peers
 
 
+def test_an_on_demand_plan_above_its_reserved_floor_has_no_spot_objects(day, spot_planned):
+    # the spot fleet with spot=0: the same floor and bounds, the rest on demand
+    rc, out, err = run_tierbench("plan", "--trace", day / "day.trace", "--config", day / "spot.conf",
+                                 "--set", "gpu.spot=0", "--slo", "urgent.refused=0.001", "--axis", "gpu.max=6",
+                                 "--seed", "3", "--k8s-base", K8S_BASE, "--out", day / "ondemand", timeout=600)
+    assert rc == 0, out + err
+    objs = render(day / "ondemand" / "overlay")
+    assert not [o for o in objs if o["metadata"]["name"].endswith("-spot")
+                or k8s.CAPACITY in o["metadata"].get("labels", {})]
+    assert by(objs, "HorizontalPodAutoscaler", "tierserve-gpu")["spec"]["maxReplicas"] == 6
+    doc = yaml.safe_load((day / "ondemand" / "router.yaml").read_text())
+    assert len(doc["pools"][0]["backends"]) == 1
+
+
 def test_the_plans_figures_include_zone_reclaims(day, spot_planned):
     d = spot_planned
     res = sim_json(day, d / "plan.conf")
