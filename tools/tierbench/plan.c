@@ -97,7 +97,7 @@ static void usage(FILE *out)
           "  deploy/k8s/base, with the pools' HPAs set to the plan), report.md and day.svg.\n"
           "--surge-factor X: a surge is where the arrival rate reaches X times the median rate of the 3\n"
           "  hours of the day around it (2; buckets of 1/288 of the trace, it ends below (1 + X)/2 times;\n"
-          "  docs/tierbench.md \"Surges\").\n"
+          "  docs/operate/capacity.md, \"Surges\").\n"
           "--usd-per-unit: the price of one cost unit (a CPU backend-hour) in the router's cost keys (0.5).\n",
           out);
 }

@@ -2,7 +2,7 @@
 #define TIERBENCH_SURGE_H
 
 /* Surges in a trace, and the policy's stage changes per surge (`tierbench plan`'s
- * stage_changes_per_surge SLO, docs/tierbench.md "Surges").
+ * stage_changes_per_surge SLO, docs/operate/capacity.md "Surges").
  *
  * The trace's arrivals are counted in buckets of span/288 (five minutes of a day, at least
  * 1 s); a bucket's rate is the mean of it and its two neighbours. Its baseline is the median
