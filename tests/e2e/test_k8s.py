@@ -47,6 +47,7 @@ PROBE_PATHS = {"/v2/health/live", "/v2/health/ready"}
 # Variables a pod may set that are not the programs' settings.
 OTHER_ENV = {"HOME"}
 GPU = "nvidia.com/gpu"
+CAPACITY = "tierserve.io/capacity"  # spot or reserved: a pool `tierbench plan` split (docs/operate/capacity.md)
 # CoreDNS's default TTL for cluster records: a router may see a pod's address this much
 # after it left the headless Service's endpoints.
 DNS_TTL_S = 5
@@ -602,7 +603,16 @@ def check_autoscaling(objs):
         if "replicas" in d["spec"]:
             out.append(f"Deployment {name(d)}: sets replicas although an HPA owns the count "
                        "(each apply would reset it)")
-        if h.get("minReplicas", 1) < 2:
+        labels = pod_labels(d)
+        if labels.get(CAPACITY) == "spot":
+            # a pool's spot part (`tierbench plan`): its reserved floor is what stays
+            floor = [f for f in workers(objs) if pod_labels(f).get(CAPACITY) == "reserved"
+                     and pod_labels(f).get("tierserve.io/pool") == labels.get("tierserve.io/pool")]
+            if len(floor) != 1:
+                out.append(f"Deployment {name(d)}: a spot part without one reserved floor of its pool")
+            if h.get("minReplicas", 1) < 1:
+                out.append(f"HPA {name(mine[0])}: minReplicas below 1")
+        elif h.get("minReplicas", 1) < 2:
             out.append(f"HPA {name(mine[0])}: minReplicas below 2 leaves nothing during a drain")
         for m in h.get("metrics", []):
             spec = m.get(m["type"][0].lower() + m["type"][1:], {})

@@ -118,3 +118,42 @@ def test_reserved_backends_are_paid_always():
     hours = res["duration_s"] / 3600
     assert abs(cpu["backend_hours"] - 3 * hours) < 1e-6
     assert abs(cpu["cost"] - 3 * hours * 0.5) < 1e-6
+
+
+def zone_pool(zones, extra=""):
+    # 4 spot backends, the pool fixed at 4 (min = max): no independent preemptions, only
+    # whole-zone reclaims, about one every 2 minutes per zone
+    return wave_pools(f",min=4,max=4,backends=4,spot=1,spot_zones={zones},zone_reclaims_per_h=30{extra}")
+
+
+def test_a_zone_reclaim_takes_every_spot_backend_of_the_zone_at_once():
+    common = ("--rate", "20", "--duration", "600", "--seed", "5")
+    one = sim_json(*common, *zone_pool(1, ",notice_s=10"))
+    a = next(p for p in one["pools"] if p["name"] == "cpu")["autoscale"]
+    assert a["zone_reclaims"] >= 1 and a["spot_zones"] == 1, a
+    # one zone: a reclaim takes the whole pool at once, and the scaler brings it back
+    assert a["zone_reclaim_max"] == 4 and a["low_backends"] == 0, a
+    assert a["preempted"] == a["zone_reclaimed"] and a["started"] >= 4, a
+    # with a notice longer than a request, the router drained them all first: nothing cut
+    assert one["retries"] == 0 and one["priorities"]["all"]["failed"] == 0
+    two = sim_json(*common, *zone_pool(2, ",notice_s=10"))
+    b = next(p for p in two["pools"] if p["name"] == "cpu")["autoscale"]
+    # two zones: several backends go together, never one by one
+    assert b["zone_reclaims"] >= 2 and b["zone_reclaim_max"] >= 2, b
+    assert b["preempted"] == b["zone_reclaimed"] >= 2 * b["zone_reclaims"] - 2, b
+    # no notice: the requests on the zone's backends are cut and retried elsewhere
+    cut = sim_json(*common, *zone_pool(2, ",notice_s=0"))
+    assert cut["retries"] > 0
+    # the reserved backends are never reclaimed: 2 of 4 reserved, one zone, a reclaim takes 2
+    res = sim_json(*common, *zone_pool(1, ",notice_s=10,reserved=2"))
+    r = next(p for p in res["pools"] if p["name"] == "cpu")["autoscale"]
+    assert r["zone_reclaims"] >= 1 and r["zone_reclaim_max"] == 2 and r["low_backends"] == 2, r
+
+
+def test_zone_reclaims_are_deterministic_for_a_seed():
+    common = ("--rate", "20", "--duration", "600")
+    a = sim_json(*common, "--seed", "5", *zone_pool(2, ",notice_s=10"))
+    b = sim_json(*common, "--seed", "5", *zone_pool(2, ",notice_s=10"))
+    assert a == b
+    rc, _, err = run_tierbench("sim", *common, *zone_pool(0))
+    assert rc != 0 and "spot_zones" in err

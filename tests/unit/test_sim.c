@@ -14,6 +14,7 @@
 #include "report.h"
 #include "sim.h"
 #include "simsweep.h"
+#include "surge.h"
 #include "trace.h"
 
 #ifndef TS_TRACES_DIR
@@ -426,6 +427,46 @@ static void test_sweep_refuses_bad_axes(void **state)
     assert_non_null(strstr(err, "4096"));
 }
 
+/* Surges (surge.h): a day of 240 s (10 s an hour) with two x4 surges of 15 s finds exactly
+ * those two, the day's ramps none; stage changes count in a surge's window only (from its
+ * start to an hour after its end), and a factor not above 1 is refused. */
+static void test_surges_are_found_and_counted_per_window(void **state)
+{
+    (void)state;
+    trace_gen g;
+    trace_gen_defaults(&g);
+    char err[256];
+    const char *opts[][2] = {{"rate", "150"}, {"duration", "240"}, {"day", "10"}, {"surge", "100:15:4"},
+                             {"surge", "190:15:4"}, {"seed", "7"}};
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+        assert_int_equal(trace_gen_option(&g, opts[i][0], opts[i][1], err, sizeof err), 0);
+    trace t;
+    assert_int_equal(trace_generate(&g, &t, err, sizeof err), 0);
+    surge_set s;
+    assert_int_equal(surge_find(&t, 2, &s), 0);
+    assert_int_equal(s.n, 2);
+    assert_true(fabs(s.w[0].start - 100) <= 3 && fabs(s.w[0].end - 115) <= 3);
+    assert_true(fabs(s.w[1].start - 190) <= 3 && fabs(s.w[1].end - 205) <= 3);
+    assert_true(s.w[0].peak_x > 3 && s.w[1].peak_x > 3);
+    assert_true(fabs(s.baseline_s - 10) < 0.1); /* an hour of the day */
+    assert_true(fabs(s.w[0].until - (s.w[0].end + s.baseline_s)) < 1e-9);
+    /* 3 changes in the first surge's window, 1 in the second's, 2 outside both */
+    sim_event_rec ev[6] = {0};
+    double at[6] = {50, s.w[0].start + 1, s.w[0].end - 1, s.w[0].end + 9, s.w[0].until + 1, s.w[1].start + 2};
+    for (int i = 0; i < 6; i++) {
+        ev[i].t = at[i];
+        ev[i].ev.kind = i % 2 ? EV_STAGE_UP : EV_STAGE_DOWN;
+    }
+    sim_result r = {0};
+    r.events = ev;
+    r.n_events = 6;
+    assert_int_equal(surge_count_changes(&s, &r), 3);
+    assert_int_equal(s.w[0].changes, 3);
+    assert_int_equal(s.w[1].changes, 1);
+    assert_int_equal(surge_find(&t, 1, &s), -1);
+    trace_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -437,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_idle_gpu_outage_fails_over_on_the_probe_answer),
         cmocka_unit_test(test_sweep_frontier_is_non_dominated_and_reproducible),
         cmocka_unit_test(test_sweep_refuses_bad_axes),
+        cmocka_unit_test(test_surges_are_found_and_counted_per_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -158,10 +158,7 @@ out:
     return rc;
 }
 
-/* Starts `sh -c cmd` with no terminal streams (a caller reading our stdout must not wait for
- * the restarted worker's); the command redirects its own log. Only async-signal-safe calls
- * between fork and exec: this runs on the control thread. */
-static pid_t spawn(const char *cmd)
+pid_t drill_spawn(const char *cmd)
 {
     pid_t pid = fork();
     if (pid != 0) return pid;
@@ -246,7 +243,7 @@ static void outage_thread(drill *d)
         if (!s.healthy && d->down_t < 0) d->down_t = t;
         /* restarted only once the router has let go of it: the stop time is measured first */
         if (d->restart[0] && d->restart_t < 0 && d->down_t >= 0 && t >= d->kill_t + d->restart_after) {
-            d->restart_pid = spawn(d->restart);
+            d->restart_pid = drill_spawn(d->restart);
             if (d->restart_pid < 0) {
                 snprintf(d->fail, sizeof d->fail, "--restart: fork: %s", strerror(errno));
                 return;
@@ -309,7 +306,7 @@ static void rolling_thread(drill *d)
             if (!atomic_load(&d->stop)) snprintf(d->fail, sizeof d->fail, "worker %s still answers after the signal", w->match);
             return;
         }
-        w->new_pid = spawn(w->cmd);
+        w->new_pid = drill_spawn(w->cmd);
         if (w->new_pid < 0) {
             snprintf(d->fail, sizeof d->fail, "restart of %s: fork: %s", w->match, strerror(errno));
             return;

@@ -15,9 +15,16 @@
 #ifndef TS_DRILL_H
 #define TS_DRILL_H
 
+#include <sys/types.h>
+
 /* argv[1] is "drill", argv[2] the drill. Exit codes: 0 every goal met, 2 a goal missed (the
  * report says which), 1 the drill could not be run (a kill, the status or a restart failed;
  * the target unreachable), 64 bad arguments. */
 int drill_main(int argc, char **argv);
+
+/* Starts `sh -c cmd` with no terminal streams (a caller reading our stdout must not wait for
+ * the worker's; the command redirects its own log). Only async-signal-safe calls between fork
+ * and exec: safe on a drill's control thread. -1: fork failed. */
+pid_t drill_spawn(const char *cmd);
 
 #endif

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "drill.h"
 #include "drilldayrep.h"
 #include "load.h"
 #include "loadbody.h"
@@ -71,22 +72,6 @@ static void nap(double s)
     struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - floor(s)) * 1e9)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
-}
-
-/* A worker: `sh -c CMD` with no terminal streams (the command redirects its own log). Only
- * async-signal-safe calls between fork and exec: this runs on the control thread. */
-static pid_t spawn(const char *cmd)
-{
-    pid_t pid = fork();
-    if (pid != 0) return pid;
-    int fd = open("/dev/null", O_RDWR);
-    if (fd >= 0) {
-        dup2(fd, 0);
-        dup2(fd, 1);
-        dup2(fd, 2);
-    }
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
 }
 
 static bool ends_with_port(const char *addr, const char *port)
@@ -167,7 +152,7 @@ static void mark(dd *d, double t)
 static int start_slot(dd *d, size_t s, double t)
 {
     dd_slot *w = &d->slot[s];
-    w->pid = spawn(w->cmd);
+    w->pid = drill_spawn(w->cmd);
     if (w->pid < 0) {
         snprintf(d->fail, sizeof d->fail, "worker on port %s: fork: %s", w->port, strerror(errno));
         return -1;
@@ -356,16 +341,6 @@ static int sim_option(void *ctx, const char *key, const char *value, char *err, 
     return simcfg_option(ctx, key, value, err, errlen);
 }
 
-static int number(const char *key, const char *v, double lo, double hi, double *out, char *err, size_t errlen)
-{
-    char *end;
-    double x = v ? strtod(v, &end) : NAN;
-    if (!v || end == v || *end || !(x >= lo && x <= hi))
-        return ts_fail(err, errlen, "--%s: '%.40s' is not a number in [%g, %g]", key, v ? v : "", lo, hi);
-    *out = x;
-    return 0;
-}
-
 static int worker_option(dd *d, const char *v, char *err, size_t errlen)
 {
     const char *eq = v ? strchr(v, '=') : NULL;
@@ -397,13 +372,13 @@ static int option(dd *d, const char *key, const char *v, char *err, size_t errle
     else if (!strcmp(key, "sim-config")) {
         d->sim_path = v;
         return simcfg_file(v, sim_option, &d->cfg, err, errlen) != 0 ? -1 : 0;
-    } else if (!strcmp(key, "time-scale")) return number(key, v, 1e-6, 1e6, &d->time_scale, err, errlen);
-    else if (!strcmp(key, "start-timeout")) return number(key, v, 0.1, 3600, &d->start_timeout_s, err, errlen);
-    else if (!strcmp(key, "served-agree")) return number(key, v, 0, 100, &d->served_pts, err, errlen);
-    else if (!strcmp(key, "p95-agree")) return number(key, v, 0, 10000, &d->p95_pct, err, errlen);
-    else if (!strcmp(key, "p95-floor-ms")) return number(key, v, 0, 1e6, &d->p95_floor_ms, err, errlen);
-    else if (!strcmp(key, "replicas-agree")) return number(key, v, 0, 1e6, &d->replicas_n, err, errlen);
-    else if (!strcmp(key, "cost-agree")) return number(key, v, 0, 1e6, &d->cost_pct, err, errlen);
+    } else if (!strcmp(key, "time-scale")) return dc_number(key, v, 1e-6, 1e6, &d->time_scale, err, errlen);
+    else if (!strcmp(key, "start-timeout")) return dc_number(key, v, 0.1, 3600, &d->start_timeout_s, err, errlen);
+    else if (!strcmp(key, "served-agree")) return dc_number(key, v, 0, 100, &d->served_pts, err, errlen);
+    else if (!strcmp(key, "p95-agree")) return dc_number(key, v, 0, 10000, &d->p95_pct, err, errlen);
+    else if (!strcmp(key, "p95-floor-ms")) return dc_number(key, v, 0, 1e6, &d->p95_floor_ms, err, errlen);
+    else if (!strcmp(key, "replicas-agree")) return dc_number(key, v, 0, 1e6, &d->replicas_n, err, errlen);
+    else if (!strcmp(key, "cost-agree")) return dc_number(key, v, 0, 1e6, &d->cost_pct, err, errlen);
     else return 1;
     return 0;
 }
@@ -507,7 +482,7 @@ int drillday_main(int argc, char **argv)
     }
     ddrep_compare(&d);
     ddrep_text(&d, stdout);
-    rc = d.agree ? 0 : EXIT_GOAL;
+    rc = d.cmp.agree ? 0 : EXIT_GOAL;
     if (d.json && ddrep_json(&d) != 0) rc = 1;
     if (fflush(stdout) != 0) rc = 1;
 out:

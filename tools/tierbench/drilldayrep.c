@@ -14,21 +14,6 @@ static const char *const k_prio[PRIO_COUNT + 1] = {"urgent", "normal", "batch", 
 
 /* ---- the live figures ---------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* P95 (nearest rank, as the simulator's) of v[0..n); sorts v. -1 without samples. */
-static double p95_of(double *v, size_t n)
-{
-    if (!n) return -1;
-    qsort(v, n, sizeof *v, cmp_double);
-    size_t k = (size_t)ceil(0.95 * (double)n);
-    return v[k ? k - 1 : 0];
-}
-
 void ddrep_live(dd *d, const load_result *res)
 {
     double *v = malloc((res->n ? res->n : 1) * sizeof *v);
@@ -45,7 +30,7 @@ void ddrep_live(dd *d, const load_result *res)
         }
         d->live_arrivals[p] = arrivals;
         d->live_served[p] = n;
-        d->live_p95[p] = v ? p95_of(v, n) : -1;
+        d->live_p95[p] = v ? dc_p95(v, n) : -1;
     }
     free(v);
 }
@@ -102,47 +87,24 @@ static void curves(const dd *d, double *sim_mean, double *live_mean, double *dis
 
 /* ---- the comparison ------------------------------------------------------------------ */
 
-static dd_row *row(dd *d, const char *unit, const char *fmt, const char *arg)
-{
-    if (d->n_rows == DD_MAX_ROWS) return NULL;
-    dd_row *r = &d->rows[d->n_rows++];
-    memset(r, 0, sizeof *r);
-    snprintf(r->name, sizeof r->name, fmt, arg);
-    r->unit = unit;
-    r->live = r->sim = NAN;
-    return r;
-}
-
-static void judge(dd_row *r, double tolerance, const char *what)
-{
-    r->judged = true;
-    r->agree = fabs(r->sim - r->live) <= tolerance + 1e-9;
-    snprintf(r->why, sizeof r->why, "%s %.3g %s", r->agree ? "within" : "apart by more than", tolerance, what);
-}
-
-static void info(dd_row *r, double live, double sim, const char *why)
-{
-    if (!r) return;
-    r->live = live, r->sim = sim;
-    snprintf(r->why, sizeof r->why, "not judged: %s", why);
-}
+static dc_row *row(dd *d, const char *unit, const char *fmt, const char *arg) { return dc_add(&d->cmp, unit, fmt, arg); }
 
 static void compare_prio(dd *d)
 {
     const sim_result *s = &d->sim;
     for (int p = 0; p <= DD_ALL; p++) {
         const sim_prio_stats *sp = &s->prio[p];
-        dd_row *r = row(d, "%", "served %s", k_prio[p]);
+        dc_row *r = row(d, "%", "served %s", k_prio[p]);
         if (!r) return;
         if (d->live_arrivals[p]) r->live = 100.0 * (double)d->live_served[p] / (double)d->live_arrivals[p];
         if (sp->arrivals) r->sim = 100.0 * (double)sp->outcome[SIM_SERVED] / (double)sp->arrivals;
         if (d->live_arrivals[p] < DD_MIN_SAMPLES || sp->arrivals < DD_MIN_SAMPLES)
             snprintf(r->why, sizeof r->why, "not judged: fewer than %d arrivals", DD_MIN_SAMPLES);
-        else judge(r, d->served_pts, "points");
+        else dc_judge(r, d->served_pts, "points");
     }
     for (int p = 0; p <= DD_ALL; p++) {
         const sim_lat *sl = &s->prio[p].lat;
-        dd_row *r = row(d, "ms", "p95 %s", k_prio[p]);
+        dc_row *r = row(d, "ms", "p95 %s", k_prio[p]);
         if (!r) return;
         if (d->live_p95[p] >= 0) r->live = d->live_p95[p] * 1e3;
         if (sl->p95 >= 0) r->sim = sl->p95 * 1e3;
@@ -150,7 +112,7 @@ static void compare_prio(dd *d)
             snprintf(r->why, sizeof r->why, "not judged: fewer than %d served on a side", DD_MIN_SAMPLES);
             continue;
         }
-        judge(r, fmax(r->live * d->p95_pct / 100, d->p95_floor_ms), "ms");
+        dc_judge(r, fmax(r->live * d->p95_pct / 100, d->p95_floor_ms), "ms");
     }
 }
 
@@ -160,22 +122,22 @@ void ddrep_compare(dd *d)
     const sim_pool_cfg *pc = &d->cfg.sim.pools[d->pool_i];
     const sim_pool_stats *ps = &s->pool[d->pool_i];
     compare_prio(d);
-    dd_row *r = row(d, "", "replicas peak %s", d->pool);
+    dc_row *r = row(d, "", "replicas peak %s", d->pool);
     if (r) {
         r->live = live_peak(d), r->sim = ps->peak_backends;
-        judge(r, d->replicas_n, "backends");
+        dc_judge(r, d->replicas_n, "backends");
     }
     double sim_mean, live_mean, dist;
     curves(d, &sim_mean, &live_mean, &dist);
     if ((r = row(d, "", "replicas mean %s", d->pool))) {
         r->live = live_mean, r->sim = sim_mean;
         if (isnan(dist)) snprintf(r->why, sizeof r->why, "not judged: no timeline");
-        else judge(r, d->replicas_n / 2, "backends");
+        else dc_judge(r, d->replicas_n / 2, "backends");
     }
     if ((r = row(d, "", "replicas apart %s", d->pool))) {
         r->live = 0, r->sim = dist; /* the curves' mean distance, step by step */
         if (isnan(dist)) snprintf(r->why, sizeof r->why, "not judged: no timeline");
-        else judge(r, d->replicas_n / 2, "backends on average (the curves step by step)");
+        else dc_judge(r, d->replicas_n / 2, "backends on average (the curves step by step)");
     }
     double all, extra;
     live_integral(d, pc->reserved, &all, &extra);
@@ -185,30 +147,22 @@ void ddrep_compare(dd *d)
     if ((r = row(d, "", "cost %s", d->pool))) {
         r->live = live_cost, r->sim = ps->cost;
         if (!(live_cost > 0)) snprintf(r->why, sizeof r->why, "not judged: nothing paid live");
-        else judge(r, live_cost * d->cost_pct / 100, "(the cost-agree share of the live cost)");
+        else dc_judge(r, live_cost * d->cost_pct / 100, "(the cost-agree share of the live cost)");
     }
-    info(row(d, "", "scale ups %s", d->pool), (double)d->starts, (double)ps->scale_ups, "the live count includes "
+    dc_info(row(d, "", "scale ups %s", d->pool), (double)d->starts, (double)ps->scale_ups, "the live count includes "
                                                                                           "none of the initial workers");
-    info(row(d, "", "scale downs %s", d->pool), (double)d->stops, (double)ps->scale_downs, "shown for the record");
+    dc_info(row(d, "", "scale downs %s", d->pool), (double)d->stops, (double)ps->scale_downs, "shown for the record");
     double cold = 0;
     for (size_t i = 0; i < d->n_cold; i++) cold += d->cold[i];
-    info(row(d, "s", "cold start %s", d->pool), d->n_cold ? cold / (double)d->n_cold : NAN, d->sim_cold_s,
+    dc_info(row(d, "s", "cold start %s", d->pool), d->n_cold ? cold / (double)d->n_cold : NAN, d->sim_cold_s,
          "live: the run's starts to healthy; sim: its model");
-    info(row(d, "", "requests lost%s", ""), (double)(d->live_arrivals[DD_ALL] - d->live_served[DD_ALL]),
+    dc_info(row(d, "", "requests lost%s", ""), (double)(d->live_arrivals[DD_ALL] - d->live_served[DD_ALL]),
          (double)(s->prio[DD_ALL].arrivals - s->prio[DD_ALL].outcome[SIM_SERVED]), "shown for the record");
-    info(row(d, "", "workers died%s", ""), (double)d->died, 0, "exited while starting or ready");
-    d->agree = true;
-    for (size_t i = 0; i < d->n_rows; i++)
-        if (d->rows[i].judged && !d->rows[i].agree) d->agree = false;
+    dc_info(row(d, "", "workers died%s", ""), (double)d->died, 0, "exited while starting or ready");
+    dc_verdict(&d->cmp);
 }
 
 /* ---- reports ------------------------------------------------------------------------ */
-
-static void put_fig(FILE *out, double v, const char *unit)
-{
-    if (isnan(v)) fprintf(out, "%12s", "-");
-    else fprintf(out, "%10.2f%-2s", v, unit);
-}
 
 void ddrep_text(const dd *d, FILE *out)
 {
@@ -219,32 +173,15 @@ void ddrep_text(const dd *d, FILE *out)
     fprintf(out, "replicas over time (live):");
     for (size_t i = 0; i < d->n_curve; i++) fprintf(out, " %.1fs:%u", d->curve[i].t, d->curve[i].present);
     fprintf(out, "%s\n", d->curve_truncated ? " ..." : "");
-    fprintf(out, "%-28s %12s %12s  %s\n", "", "live", "sim", "verdict");
-    for (size_t i = 0; i < d->n_rows; i++) {
-        const dd_row *r = &d->rows[i];
-        fprintf(out, "%-28s ", r->name);
-        put_fig(out, r->live, r->unit);
-        fputc(' ', out);
-        put_fig(out, r->sim, r->unit);
-        fprintf(out, "  %s%s\n", r->judged ? (r->agree ? "agree: " : "DISAGREE: ") : "", r->why);
-    }
-    fprintf(out, "verdict: %s\n",
-            d->agree ? "the simulator agrees with the live day on this trace"
-                     : "the simulator DISAGREES with the live day on this trace: calibrate its pools "
-                       "(tierbench calibrate) and its cold start before trusting a plan");
+    dc_text(&d->cmp, 2, "the simulator agrees with the live day on this trace",
+            "the simulator DISAGREES with the live day on this trace: calibrate its pools "
+            "(tierbench calibrate) and its cold start before trusting a plan",
+            out);
 }
-
-static json_t *num_or_null(double v) { return isnan(v) ? json_null() : json_real(v); }
 
 static json_t *report_json(const dd *d)
 {
-    json_t *rows = json_array(), *live = json_array(), *syncs = json_array(), *sim = json_array();
-    for (size_t i = 0; i < d->n_rows; i++) {
-        const dd_row *r = &d->rows[i];
-        json_array_append_new(rows, json_pack("{s:s,s:s,s:o,s:o,s:b,s:b,s:s}", "name", r->name, "unit", r->unit, "live",
-                                              num_or_null(r->live), "sim", num_or_null(r->sim), "judged", r->judged,
-                                              "agree", r->agree, "why", r->why));
-    }
+    json_t *rows = dc_rows_json(&d->cmp), *live = json_array(), *syncs = json_array(), *sim = json_array();
     for (size_t i = 0; i < d->n_curve; i++)
         json_array_append_new(live, json_pack("{s:f,s:i}", "t", d->curve[i].t, "replicas", (int)d->curve[i].present));
     for (size_t i = 0; i < d->n_syncs; i++)
@@ -261,17 +198,7 @@ static json_t *report_json(const dd *d)
                      "up_window_s", d->scaler.up_window_s, "down_window_s", d->scaler.down_window_s, "tolerances",
                      "served_points", d->served_pts, "p95_pct", d->p95_pct, "p95_floor_ms", d->p95_floor_ms,
                      "replicas", d->replicas_n, "cost_pct", d->cost_pct, "rows", rows, "live_replicas", live, "syncs",
-                     syncs, "sim_replicas", sim, "agree", d->agree);
+                     syncs, "sim_replicas", sim, "agree", d->cmp.agree);
 }
 
-int ddrep_json(const dd *d)
-{
-    json_t *o = report_json(d);
-    bool std = !strcmp(d->json, "-");
-    FILE *f = std ? stdout : fopen(d->json, "w");
-    int bad = !f || !o || json_dumpf(o, f, JSON_INDENT(2)) != 0;
-    if (f) bad |= std ? fflush(f) : fclose(f);
-    json_decref(o);
-    if (bad) fprintf(stderr, "tierbench: %s: could not write\n", d->json);
-    return bad ? -1 : 0;
-}
+int ddrep_json(const dd *d) { return dc_write_json(report_json(d), d->json); }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "drillcmp.h"
 #include "load.h"
 #include "scaler.h"
 #include "sim.h"
@@ -21,7 +22,6 @@
 #define DD_MAX_SLOTS 16
 #define DD_MAX_CURVE 4096
 #define DD_MAX_SYNCS 4096
-#define DD_MAX_ROWS 48
 #define DD_CMD_MAX 1024
 
 typedef enum { DD_ABSENT = 0, DD_STARTING, DD_READY, DD_DRAINING } dd_life;
@@ -44,15 +44,6 @@ typedef struct {
     long desired; /* the router's gauge */
     unsigned current, next;
 } dd_sync;
-
-/* One line of the comparison. judged: it counts towards the verdict. */
-typedef struct {
-    char name[96];
-    const char *unit;
-    double live, sim; /* NAN: no figure */
-    bool judged, agree;
-    char why[160];
-} dd_row;
 
 typedef struct dd {
     /* options */
@@ -92,14 +83,12 @@ typedef struct dd {
     sim_result sim;
     bool sim_ok;
     /* the verdict */
-    dd_row rows[DD_MAX_ROWS];
-    size_t n_rows;
-    bool agree;
+    dc_table cmp; /* the comparison (drillcmp.h) */
 } dd;
 
 /* The live figures from the load's records (served and P95 per priority). */
 void ddrep_live(dd *d, const load_result *res);
-/* Fills the rows and d->agree. */
+/* Fills d->cmp and its verdict. */
 void ddrep_compare(dd *d);
 void ddrep_text(const dd *d, FILE *out);
 /* Writes d->json; 0, or -1 (said on stderr). */

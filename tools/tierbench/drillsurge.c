@@ -1,4 +1,5 @@
 #include "drillsurge.h"
+#include "drillcmp.h"
 #include "err.h"
 
 #include <jansson.h>
@@ -21,7 +22,6 @@
 #define DS_METRICS_MAX (16u << 20)
 #define DS_MIN_SAMPLES 20 /* fewer served requests than this on either side: no P95 to judge */
 #define DS_MAX_POOLS LOAD_MAX_POOLS
-#define DS_MAX_ROWS 64
 #define DS_ALL PRIO_COUNT
 
 static const char *const k_prio[PRIO_COUNT + 1] = {"urgent", "normal", "batch", "all"};
@@ -36,15 +36,6 @@ typedef struct {
     ds_pool_metrics p[DS_MAX_POOLS];
     size_t n;
 } ds_metrics;
-
-/* One line of the comparison. judged: it counts towards the verdict. */
-typedef struct {
-    char name[96];
-    const char *unit;
-    double live, sim; /* NAN: no figure */
-    bool judged, agree;
-    char why[160];
-} ds_row;
 
 typedef struct {
     const char *url, *json, *sim_path;
@@ -62,9 +53,7 @@ typedef struct {
     double span_s;
     sim_result sim; /* owned once sim_ok */
     bool sim_ok;
-    ds_row rows[DS_MAX_ROWS];
-    size_t n_rows;
-    bool agree;
+    dc_table cmp; /* the comparison (drillcmp.h) */
 } ds;
 
 static void usage(FILE *out)
@@ -159,21 +148,6 @@ static const ds_pool_metrics *metrics_find(const ds_metrics *m, const char *name
 
 /* ---- the live run, then the simulator on the same arrivals ------------------------------ */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* P95 (nearest rank, as the simulator's) of v[0..n); sorts v. -1 without samples. */
-static double p95_of(double *v, size_t n)
-{
-    if (!n) return -1;
-    qsort(v, n, sizeof *v, cmp_double);
-    size_t k = (size_t)ceil(0.95 * (double)n);
-    return v[k ? k - 1 : 0];
-}
-
 static void live_stats(ds *d, const load_result *res)
 {
     double *v = malloc((res->n ? res->n : 1) * sizeof *v);
@@ -194,7 +168,7 @@ static void live_stats(ds *d, const load_result *res)
             n++;
         }
         d->live_served[p] = n;
-        d->live_p95[p] = v ? p95_of(v, n) : -1;
+        d->live_p95[p] = v ? dc_p95(v, n) : -1;
     }
     free(v);
 }
@@ -210,29 +184,13 @@ static void on_done(void *ctx, const load_result *res)
 
 /* ---- the comparison ------------------------------------------------------------------ */
 
-static ds_row *row(ds *d, const char *unit, const char *fmt, const char *arg)
-{
-    if (d->n_rows == DS_MAX_ROWS) return NULL;
-    ds_row *r = &d->rows[d->n_rows++];
-    memset(r, 0, sizeof *r);
-    snprintf(r->name, sizeof r->name, fmt, arg);
-    r->unit = unit;
-    r->live = r->sim = NAN;
-    return r;
-}
-
-static void judge(ds_row *r, double tolerance, const char *what)
-{
-    r->judged = true;
-    r->agree = fabs(r->sim - r->live) <= tolerance + 1e-9;
-    snprintf(r->why, sizeof r->why, "%s %.3g %s", r->agree ? "within" : "apart by more than", tolerance, what);
-}
+static dc_row *row(ds *d, const char *unit, const char *fmt, const char *arg) { return dc_add(&d->cmp, unit, fmt, arg); }
 
 static void compare(ds *d)
 {
     const sim_result *s = &d->sim;
     for (int p = 0; p <= DS_ALL; p++) {
-        ds_row *r = row(d, "ms", "p95 %s", k_prio[p]);
+        dc_row *r = row(d, "ms", "p95 %s", k_prio[p]);
         if (!r) break;
         const sim_lat *sl = &s->prio[p].lat;
         if (d->live_p95[p] >= 0) r->live = d->live_p95[p] * 1e3;
@@ -242,14 +200,14 @@ static void compare(ds *d)
             continue;
         }
         double tol = fmax(r->live * d->p95_pct / 100, d->p95_floor_ms);
-        judge(r, tol, "ms");
+        dc_judge(r, tol, "ms");
     }
     uint64_t sim_served = 0;
     for (size_t i = 0; i < s->n_pools; i++) sim_served += s->prio[DS_ALL].served_by_pool[i];
     size_t live_served = d->live_served[DS_ALL];
     for (size_t i = 0; i < s->n_pools; i++) {
         const char *name = d->cfg.sim.pools[i].name;
-        ds_row *r = row(d, "%", "share %s", name);
+        dc_row *r = row(d, "%", "share %s", name);
         if (!r) break;
         size_t served = 0;
         for (size_t k = 0; k < d->n_live_pools; k++)
@@ -260,7 +218,7 @@ static void compare(ds *d)
             snprintf(r->why, sizeof r->why, "not judged: nothing served on a side");
             continue;
         }
-        judge(r, d->share_pts, "points");
+        dc_judge(r, d->share_pts, "points");
     }
     /* stage changes, per GPU pool: the simulator counts them over every pool */
     for (size_t i = 0; i < s->n_pools; i++) {
@@ -273,7 +231,7 @@ static void compare(ds *d)
             ups += s->events[k].ev.kind == EV_STAGE_UP;
             downs += s->events[k].ev.kind == EV_STAGE_DOWN;
         }
-        ds_row *ru = row(d, "", "stage ups %s", name), *rd = row(d, "", "stage downs %s", name);
+        dc_row *ru = row(d, "", "stage ups %s", name), *rd = row(d, "", "stage downs %s", name);
         if (!ru || !rd) break;
         ru->sim = (double)ups;
         rd->sim = (double)downs;
@@ -284,11 +242,11 @@ static void compare(ds *d)
         }
         ru->live = a->ups - (b ? b->ups : 0);
         rd->live = a->downs - (b ? b->downs : 0);
-        judge(ru, d->stages_n, "changes");
-        judge(rd, d->stages_n, "changes");
+        dc_judge(ru, d->stages_n, "changes");
+        dc_judge(rd, d->stages_n, "changes");
     }
     /* informational: requests lost, and where the cost went */
-    ds_row *r = row(d, "", "requests lost%s", "");
+    dc_row *r = row(d, "", "requests lost%s", "");
     if (r) {
         r->live = (double)d->lost_live;
         r->sim = (double)(s->prio[DS_ALL].arrivals - s->prio[DS_ALL].outcome[SIM_SERVED]);
@@ -309,66 +267,29 @@ static void compare(ds *d)
         if (sim_cost > 0) r->sim = 100.0 * s->pool[i].usage_cost / sim_cost;
         snprintf(r->why, sizeof r->why, "not judged: the router bills usage, the simulator busy time");
     }
-    d->agree = true;
-    for (size_t i = 0; i < d->n_rows; i++)
-        if (d->rows[i].judged && !d->rows[i].agree) d->agree = false;
+    dc_verdict(&d->cmp);
 }
 
 /* ---- reports ------------------------------------------------------------------------ */
-
-static void put_fig(FILE *out, double v, const char *unit)
-{
-    if (isnan(v)) fprintf(out, "%12s", "-");
-    else fprintf(out, "%10.1f%-2s", v, unit);
-}
 
 static void report_text(const ds *d, FILE *out)
 {
     fprintf(out, "surge drill: %zu requests through %s in %.1f s; simulator config %s\n", d->n, d->url, d->span_s,
             d->sim_path);
-    fprintf(out, "%-28s %12s %12s  %s\n", "", "live", "sim", "verdict");
-    for (size_t i = 0; i < d->n_rows; i++) {
-        const ds_row *r = &d->rows[i];
-        fprintf(out, "%-28s ", r->name);
-        put_fig(out, r->live, r->unit);
-        fputc(' ', out);
-        put_fig(out, r->sim, r->unit);
-        fprintf(out, "  %s%s\n", r->judged ? (r->agree ? "agree: " : "DISAGREE: ") : "", r->why);
-    }
-    fprintf(out, "verdict: %s\n",
-            d->agree ? "the simulator agrees with the live router on this trace"
-                     : "the simulator DISAGREES with the live router on this trace: calibrate its pools "
-                       "(tierbench calibrate) before trusting its marks");
-}
-
-static json_t *num_or_null(double v) { return isnan(v) ? json_null() : json_real(v); }
-
-static json_t *report_json(const ds *d)
-{
-    json_t *rows = json_array();
-    for (size_t i = 0; i < d->n_rows; i++) {
-        const ds_row *r = &d->rows[i];
-        json_array_append_new(rows, json_pack("{s:s,s:s,s:o,s:o,s:b,s:b,s:s}", "name", r->name, "unit", r->unit, "live",
-                                              num_or_null(r->live), "sim", num_or_null(r->sim), "judged", r->judged,
-                                              "agree", r->agree, "why", r->why));
-    }
-    return json_pack("{s:s,s:s,s:I,s:f,s:I,s:{s:f,s:f,s:f,s:f},s:o,s:b}", "url", d->url, "sim_config", d->sim_path,
-                     "requests", (json_int_t)d->n, "span_s", d->span_s, "sim_arrivals",
-                     (json_int_t)d->sim.prio[DS_ALL].arrivals, "tolerances", "p95_pct", d->p95_pct, "p95_floor_ms",
-                     d->p95_floor_ms, "share_points", d->share_pts, "stage_changes", d->stages_n, "rows", rows,
-                     "agree", d->agree);
+    dc_text(&d->cmp, 1, "the simulator agrees with the live router on this trace",
+            "the simulator DISAGREES with the live router on this trace: calibrate its pools "
+            "(tierbench calibrate) before trusting its marks",
+            out);
 }
 
 static int write_json(const ds *d)
 {
-    json_t *o = report_json(d);
-    bool std = !strcmp(d->json, "-");
-    FILE *f = std ? stdout : fopen(d->json, "w");
-    int bad = !f || !o || json_dumpf(o, f, JSON_INDENT(2)) != 0;
-    if (f) bad |= std ? fflush(f) : fclose(f);
-    json_decref(o);
-    if (bad) fprintf(stderr, "tierbench: %s: could not write\n", d->json);
-    return bad ? -1 : 0;
+    json_t *o = json_pack("{s:s,s:s,s:I,s:f,s:I,s:{s:f,s:f,s:f,s:f},s:o,s:b}", "url", d->url, "sim_config", d->sim_path,
+                          "requests", (json_int_t)d->n, "span_s", d->span_s, "sim_arrivals",
+                          (json_int_t)d->sim.prio[DS_ALL].arrivals, "tolerances", "p95_pct", d->p95_pct, "p95_floor_ms",
+                          d->p95_floor_ms, "share_points", d->share_pts, "stage_changes", d->stages_n, "rows",
+                          dc_rows_json(&d->cmp), "agree", d->cmp.agree);
+    return dc_write_json(o, d->json);
 }
 
 /* ---- options ------------------------------------------------------------------------ */
@@ -376,16 +297,6 @@ static int write_json(const ds *d)
 static int sim_option(void *ctx, const char *key, const char *value, char *err, size_t errlen)
 {
     return simcfg_option(ctx, key, value, err, errlen);
-}
-
-static int number(const char *key, const char *v, double lo, double hi, double *out, char *err, size_t errlen)
-{
-    char *end;
-    double x = v ? strtod(v, &end) : NAN;
-    if (!v || end == v || *end || !(x >= lo && x <= hi))
-        return ts_fail(err, errlen, "--%s: '%.40s' is not a number in [%g, %g]", key, v ? v : "", lo, hi);
-    *out = x;
-    return 0;
 }
 
 /* The drill's own options: 0 taken, 1 the load's, -1 bad. */
@@ -402,10 +313,10 @@ static int option(ds *d, const char *key, const char *v, char *err, size_t errle
         if (simcfg_file(v, sim_option, &d->cfg, err, errlen) != 0) return -1;
         return 0;
     }
-    if (!strcmp(key, "p95-agree")) return number(key, v, 0, 10000, &d->p95_pct, err, errlen);
-    if (!strcmp(key, "p95-floor-ms")) return number(key, v, 0, 1e6, &d->p95_floor_ms, err, errlen);
-    if (!strcmp(key, "share-agree")) return number(key, v, 0, 100, &d->share_pts, err, errlen);
-    if (!strcmp(key, "stages-agree")) return number(key, v, 0, 1e6, &d->stages_n, err, errlen);
+    if (!strcmp(key, "p95-agree")) return dc_number(key, v, 0, 10000, &d->p95_pct, err, errlen);
+    if (!strcmp(key, "p95-floor-ms")) return dc_number(key, v, 0, 1e6, &d->p95_floor_ms, err, errlen);
+    if (!strcmp(key, "share-agree")) return dc_number(key, v, 0, 100, &d->share_pts, err, errlen);
+    if (!strcmp(key, "stages-agree")) return dc_number(key, v, 0, 1e6, &d->stages_n, err, errlen);
     return 1;
 bad:
     return ts_fail(err, errlen, "--%s: needs a value (see tierbench drill --help)", key);
@@ -474,7 +385,7 @@ int drillsurge_main(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    rc = d.agree ? 0 : EXIT_GOAL;
+    rc = d.cmp.agree ? 0 : EXIT_GOAL;
     if (fflush(stdout) != 0) rc = 1;
 out:
     if (d.sim_ok) sim_result_free(&d.sim);

@@ -55,7 +55,7 @@ static void usage(FILE *out)
                  "                         C open at once (default 64); the trace gains its conversation column\n"
                  "  --kill T:POOL[:INDEX]  --revive T:POOL[:INDEX]   backend events (every backend without INDEX)\n"
                  "  --seed N               (gen: the arrivals' seed; sim: every draw)\n\n");
-    fputs(simcfg_help(), out);
+    simcfg_help(out);
     fputs(simprefix_help(), out);
     fprintf(out, "\noutputs (sim): the summary goes to stdout unless --quiet\n"
                  "  --json FILE   --csv FILE   --timeline FILE (CSV per step)   --svg FILE   (FILE - : stdout)\n"

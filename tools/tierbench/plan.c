@@ -12,6 +12,7 @@
 #include "opts.h"
 #include "sim.h"
 #include "simcfg.h"
+#include "surge.h"
 #include "trace.h"
 
 #define PLAN_MAX_AXES 8
@@ -24,6 +25,9 @@
 #define PLAN_SVG_W 900
 #define PLAN_SVG_PANEL 110
 #define PLAN_SVG_POINTS 720
+#define PLAN_SPOT_LABEL "tierserve.io/capacity" /* the node and pod label of spot capacity */
+#define PLAN_PRESTOP_S 15 /* deploy/k8s/base's preStop sleep */
+#define PLAN_DRAIN_S 60   /* the bases' TIERSERVE_DRAIN_TIMEOUT_S */
 
 typedef struct {
     char key[TB_OPT_KEY];
@@ -31,7 +35,7 @@ typedef struct {
     double v[PLAN_MAX_VALUES];
 } plan_axis;
 
-typedef enum { SLO_REFUSED = 0, SLO_P95, SLO_P99, SLO_P95_X, SLO_COST, SLO_COST_X, SLO_STAGES } slo_kind;
+typedef enum { SLO_REFUSED = 0, SLO_P95, SLO_P99, SLO_P95_X, SLO_COST, SLO_COST_X, SLO_STAGES, SLO_SURGE_STAGES } slo_kind;
 
 typedef struct {
     char name[32];
@@ -65,12 +69,15 @@ typedef struct {
         const char *value; /* argv's */
     } sim_opts[PLAN_MAX_SIM_OPTS]; /* the sim options as given, for plan.conf */
     size_t n_sim_opts;
+    double surge_factor; /* --surge-factor (surge.h) */
+    surge_set surges;    /* the trace's, found once */
 } plan_cmd;
 
 static void usage(FILE *out)
 {
     fputs("usage: tierbench plan --trace FILE --config FLEET [--ref GPU_ONLY_FLEET] --slo SPEC --axis KEY=V1/V2/...\n"
           "                      [--budget N] [--out DIR] [--k8s-base DIR] [--namespace NS] [--usd-per-unit X]\n"
+          "                      [--surge-factor X]\n"
           "                      [any `tierbench sim` option: --seed, --queue-timeout-ms, --policy ...]\n\n"
           "Runs the trace through every combination of the --axis values (a fixed grid, at most --budget\n"
           "simulations, default 64; a larger grid is refused before anything runs), each through the\n"
@@ -83,12 +90,16 @@ static void usage(FILE *out)
           "  other --pool key of that pool (POOL.max_in_flight ...), policy.KEY (a --policy key: queue.high,\n"
           "  p95_ms.high, cooldown_s ...), or a sim option with a number (queue-timeout-ms, urgent-reserve ...).\n"
           "--slo (comma-separated, each an upper bound): PRIO.refused=SHARE (share not served),\n"
-          "  PRIO.p95_ms=MS, PRIO.p99_ms=MS, cost=UNITS, stage_changes=N; with --ref, PRIO.p95_x=X (P95\n"
+          "  PRIO.p95_ms=MS, PRIO.p99_ms=MS, cost=UNITS, stage_changes=N (the whole trace),\n"
+          "  stage_changes_per_surge=N (the most in one surge of the trace); with --ref, PRIO.p95_x=X (P95\n"
           "  within X times the reference's) and cost_x=X (cost within X times the reference's).\n"
           "  PRIO: urgent, normal, batch or all. PRIO.public.p95_ms|p99_ms|p95_x: public requests only\n"
           "  (a fleet that keeps sensitive data off its GPUs against a GPU-only one, which cannot).\n"
           "--out DIR: router.yaml (tierrouter's config), overlay/ (kustomize on --k8s-base, default\n"
           "  deploy/k8s/base, with the pools' HPAs set to the plan), report.md and day.svg.\n"
+          "--surge-factor X: a surge is where the arrival rate reaches X times the median rate of the 3\n"
+          "  hours of the day around it (2; buckets of 1/288 of the trace, it ends below (1 + X)/2 times;\n"
+          "  docs/operate/capacity.md, \"Surges\").\n"
           "--usd-per-unit: the price of one cost unit (a CPU backend-hour) in the router's cost keys (0.5).\n",
           out);
 }
@@ -116,6 +127,7 @@ static int add_slo(plan_cmd *c, const char *k, double v, char *err, size_t errle
     if (!strcmp(k, "cost")) s->kind = SLO_COST;
     else if (!strcmp(k, "cost_x")) s->kind = SLO_COST_X;
     else if (!strcmp(k, "stage_changes")) s->kind = SLO_STAGES;
+    else if (!strcmp(k, "stage_changes_per_surge")) s->kind = SLO_SURGE_STAGES;
     else if (dot && parse_prio(k, (size_t)(dot - k), &s->prio) == 0) {
         if (!strncmp(dot + 1, "public.", 7)) { /* latency of public requests only */
             s->pub = true;
@@ -131,7 +143,8 @@ static int add_slo(plan_cmd *c, const char *k, double v, char *err, size_t errle
         else if (!strcmp(dot + 1, "p95_x")) s->kind = SLO_P95_X;
         else return ts_fail(err, errlen, "--slo %.40s: not refused, p95_ms, p99_ms or p95_x", k);
     } else {
-        return ts_fail(err, errlen, "--slo %.40s: not PRIO.refused/p95_ms/p99_ms/p95_x, cost, cost_x or stage_changes", k);
+        return ts_fail(err, errlen, "--slo %.40s: not PRIO.refused/p95_ms/p99_ms/p95_x, cost, cost_x, stage_changes or "
+                               "stage_changes_per_surge", k);
     }
     for (size_t i = 0; i < c->n_slos; i++)
         if (!strcmp(c->slos[i].name, s->name)) { /* given twice: the later one */
@@ -227,6 +240,13 @@ static int apply(void *ctx, const char *key, const char *value, char *err, size_
     }
     if (!strcmp(key, "slo")) return each_pair(key, value, slo_pair, c, err, errlen);
     if (!strcmp(key, "axis")) return each_pair(key, value, axis_pair, c, err, errlen);
+    if (!strcmp(key, "surge-factor")) {
+        double d;
+        if (!value || num(value, &d) != 0 || !(d > 1) || d > 1e6)
+            return ts_fail(err, errlen, "--surge-factor: '%.40s' is not a factor > 1", value ? value : "");
+        c->surge_factor = d;
+        return 0;
+    }
     if (!strcmp(key, "budget") || !strcmp(key, "usd-per-unit")) {
         double d;
         if (!value || num(value, &d) != 0 || !(d > 0) || d > (key[0] == 'b' ? PLAN_MAX_BUDGET : 1e6))
@@ -342,8 +362,9 @@ static void values_of(const plan_cmd *c, size_t k, double *values)
     }
 }
 
-static double measure(const plan_slo *s, const sim_result *r)
+static double measure(const plan_cmd *c, const plan_slo *s, const sim_result *r)
 {
+    surge_set tmp;
     const sim_prio_stats *ps = &r->prio[s->prio];
     const sim_lat *lat = s->pub ? &ps->lat_public : &ps->lat;
     double cost = 0;
@@ -361,6 +382,9 @@ static double measure(const plan_slo *s, const sim_result *r)
         return cost;
     case SLO_STAGES:
         return (double)(r->stage_ups + r->stage_downs);
+    case SLO_SURGE_STAGES:
+        tmp = c->surges;
+        return (double)surge_count_changes(&tmp, r);
     }
     return 0;
 }
@@ -388,7 +412,7 @@ static void score(const plan_cmd *c, const sim_result *r, plan_point *pt)
     pt->meets = true;
     pt->worst = 0;
     for (size_t i = 0; i < c->n_slos; i++) {
-        pt->measured[i] = measure(&c->slos[i], r);
+        pt->measured[i] = measure(c, &c->slos[i], r);
         pt->ratio[i] = ratio_of(&c->slos[i], pt->measured[i], r);
         if (pt->measured[i] > c->slos[i].bound) pt->meets = false;
         if (pt->ratio[i] > pt->ratio[pt->worst]) pt->worst = i;
@@ -407,7 +431,7 @@ static void knobs(const plan_cmd *c, const plan_point *pt, FILE *f)
 static void print_figure(const plan_slo *s, double v, FILE *f)
 {
     if (s->kind == SLO_REFUSED) fprintf(f, "%.3f %%", v * 100);
-    else if (s->kind == SLO_STAGES) fprintf(f, "%.0f", v);
+    else if (s->kind == SLO_STAGES || s->kind == SLO_SURGE_STAGES) fprintf(f, "%.0f", v);
     else if (s->kind == SLO_COST || s->kind == SLO_COST_X) fprintf(f, "%.2f", v);
     else fprintf(f, "%.1f ms", v);
 }
@@ -426,7 +450,7 @@ static void frontier_table(const plan_cmd *c, const plan_point *pts, const size_
         char *mp = m, *bp = b;
         size_t ml = sizeof m, bl = sizeof b;
         if (s->kind == SLO_REFUSED) snprintf(mp, ml, "%.3f %%", pt->measured[pt->worst] * 100), snprintf(bp, bl, "%.3f %%", s->bound * 100);
-        else if (s->kind == SLO_STAGES) snprintf(mp, ml, "%.0f", pt->measured[pt->worst]), snprintf(bp, bl, "%.0f", s->bound);
+        else if (s->kind == SLO_STAGES || s->kind == SLO_SURGE_STAGES) snprintf(mp, ml, "%.0f", pt->measured[pt->worst]), snprintf(bp, bl, "%.0f", s->bound);
         else if (s->kind == SLO_COST || s->kind == SLO_COST_X)
             snprintf(mp, ml, "%.2f", pt->measured[pt->worst]), snprintf(bp, bl, "%.2f", s->bound);
         else snprintf(mp, ml, "%.1f ms", pt->measured[pt->worst]), snprintf(bp, bl, "%.1f ms", s->bound);
@@ -464,6 +488,7 @@ static int close_out(FILE *f, const char *path)
 }
 
 static const char *base_of(const sim_pool_cfg *p);
+static bool spot_split(const sim_pool_cfg *p);
 
 /* tierrouter's config for the plan (config/router.sample.yaml's keys). */
 static void write_router(const plan_cmd *c, const sim_config *s, FILE *f)
@@ -504,7 +529,12 @@ static void write_router(const plan_cmd *c, const sim_config *s, FILE *f)
         fprintf(f, "    max_in_flight: %u\n    pool_max_in_flight: %u\n    scale_target: %g\n", p->max_in_flight,
                 p->pool_max_in_flight, p->scale_metric == SCALE_DESIRED ? p->scale_target : 0);
         /* the Service of the deploy/k8s base it runs on (write_overlay) */
-        fprintf(f, "    backends: [\"tierserve-%s.%s.svc.cluster.local:8000\"]\n", base_of(p) ? base_of(p) : p->name, c->ns);
+        const char *b = base_of(p) ? base_of(p) : p->name;
+        if (spot_split(p) && base_of(p) && strcmp(b, "sensitive") != 0) /* the floor's and the spot part's (write_spot) */
+            fprintf(f, "    backends: [\"tierserve-%s.%s.svc.cluster.local:8000\", \"tierserve-%s-spot.%s.svc.cluster.local:8000\"]\n",
+                    b, c->ns, b, c->ns);
+        else
+            fprintf(f, "    backends: [\"tierserve-%s.%s.svc.cluster.local:8000\"]\n", b, c->ns);
         fprintf(f, "    cost: {model: fixed, usd_per_hour: %g}\n", p->cost * c->usd_per_unit);
     }
 }
@@ -541,7 +571,7 @@ static const char *base_of(const sim_pool_cfg *p)
 
 /* deploy/k8s/keda's ScaledObject for the pool's base with the plan's bounds: the KEDA variant
  * of a pool the plan scales on the routers' desired-backends gauge. */
-static int write_keda(const plan_cmd *c, const sim_pool_cfg *p, const char *base, const char *dir)
+static int write_keda(const plan_cmd *c, const sim_pool_cfg *p, const char *base, const char *dir, bool spot)
 {
     char in_path[PATH_MAX], path[PATH_MAX], line[1100];
     snprintf(in_path, sizeof in_path, "%s/../keda/scaledobject-%s.yaml", c->k8s_base, base);
@@ -553,22 +583,192 @@ static int write_keda(const plan_cmd *c, const sim_pool_cfg *p, const char *base
         return 0;
     }
     char name[80];
-    snprintf(name, sizeof name, "scaledobject-%s.yaml", base);
+    snprintf(name, sizeof name, "scaledobject-%s%s.yaml", base, spot ? "-spot" : "");
     FILE *f = open_out(dir, name, path, sizeof path);
+    /* the spot part: the gauge less the reserved floor, within min - reserved..max - reserved */
+    unsigned lo = spot ? (p->min > p->reserved ? p->min - p->reserved : 0) : p->min;
+    unsigned hi = spot ? p->max - p->reserved : p->max;
     if (!f) {
         fclose(in);
         return -1;
     }
-    fprintf(f, "# Written by `tierbench plan` from deploy/k8s/keda/%s with the plan's bounds for pool %s.\n", name, p->name);
+    fprintf(f, "# Written by `tierbench plan` from deploy/k8s/keda/scaledobject-%s.yaml with the plan's bounds for pool "
+               "%s%s.\n",
+            base, p->name, spot ? "'s spot part (the gauge less the reserved floor)" : "");
+    char tname[64];
+    snprintf(tname, sizeof tname, "tierserve-%s", base);
     while (fgets(line, sizeof line, in)) {
         const char *k = line + strspn(line, " ");
         int ind = (int)(k - line);
-        if (!strncmp(k, "minReplicaCount:", 16)) fprintf(f, "%*sminReplicaCount: %u\n", ind, "", p->min);
-        else if (!strncmp(k, "maxReplicaCount:", 16)) fprintf(f, "%*smaxReplicaCount: %u\n", ind, "", p->max);
-        else fputs(line, f);
+        size_t tl = strlen(tname);
+        if (!strncmp(k, "minReplicaCount:", 16)) fprintf(f, "%*sminReplicaCount: %u\n", ind, "", lo);
+        else if (!strncmp(k, "maxReplicaCount:", 16)) fprintf(f, "%*smaxReplicaCount: %u\n", ind, "", hi);
+        else if (spot && !strncmp(k, "name: ", 6) && !strncmp(k + 6, tname, tl) && (k[6 + tl] == '\n' || k[6 + tl] == '\r'))
+            fprintf(f, "%*sname: %s-spot\n", ind, "", tname);
+        else if (spot && !strncmp(k, "tierserve.io/pool:", 18))
+            fprintf(f, "%s%*s" PLAN_SPOT_LABEL ": spot\n", line, ind, "");
+        else if (spot && !strncmp(k, "query: ", 7)) {
+            const char *q = k + 7;
+            size_t ql = strcspn(q, "\r\n");
+            fprintf(f, "%*squery: clamp_min(%.*s - %u, 0)\n", ind, "", (int)ql, q, p->reserved);
+        } else fputs(line, f);
     }
     fclose(in);
     return close_out(f, path);
+}
+
+/* ---- spot capacity in the overlay -------------------------------------------------------
+ * A pool the plan puts partly on spot (spot=1 above `reserved`) becomes two Deployments: the
+ * base's, patched into the reserved floor (on-demand or reserved nodes only, fixed at
+ * `reserved` replicas), and a copy of the base named tierserve-BASE-spot (spot-BASE/, the base
+ * with a name suffix and the label tierserve.io/capacity=spot on its pods and selectors) that
+ * runs on the spot nodes and that the HPA or KEDA scales from min - reserved to max - reserved.
+ * Each has its own Service (the router lists both), PodDisruptionBudget and autoscaler. */
+
+
+static bool spot_split(const sim_pool_cfg *p)
+{
+    unsigned hi = p->max ? p->max : p->backends;
+    return p->spot && hi > p->reserved;
+}
+
+/* 1 when the pool's base can take a spot part (pool-gpu, pool-cpu): the sensitive nodes are
+ * set aside and tolerate one taint only. */
+static bool spot_base_ok(const sim_pool_cfg *p, const char *base)
+{
+    if (!spot_split(p) || strcmp(base, "sensitive") != 0) return true;
+    fprintf(stderr, "tierbench plan: pool '%s' runs on pool-sensitive, whose nodes are set aside: its spot part is "
+                    "not written (the overlay keeps it on those nodes, min..max as planned)\n",
+            p->name);
+    return false;
+}
+
+/* The label tierserve.io/capacity=CAP on the base's objects and in their selectors, as
+ * patches (commonLabels would also put it into the NetworkPolicy's peers, the routers'). The
+ * Deployment's head; its pod spec follows. */
+static void write_capacity(FILE *f, const char *base, const char *cap)
+{
+    fprintf(f, "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: tierserve-%s\n  labels:\n    " PLAN_SPOT_LABEL
+               ": %s\nspec:\n  selector:\n    " PLAN_SPOT_LABEL ": %s\n",
+            base, cap, cap);
+    fprintf(f, "---\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: tierserve-%s\n  labels:\n"
+               "    " PLAN_SPOT_LABEL ": %s\nspec:\n  selector:\n    matchLabels:\n      " PLAN_SPOT_LABEL ": %s\n",
+            base, cap, cap);
+    fprintf(f, "---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: tierserve-%s\n  labels:\n"
+               "    " PLAN_SPOT_LABEL ": %s\nspec:\n  podSelector:\n    matchLabels:\n      " PLAN_SPOT_LABEL ": %s\n",
+            base, cap, cap);
+}
+
+static void write_deployment_head(FILE *f, const char *base, const char *cap)
+{
+    fprintf(f, "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: tierserve-%s\n  labels:\n    " PLAN_SPOT_LABEL
+               ": %s\nspec:\n  selector:\n    matchLabels:\n      " PLAN_SPOT_LABEL ": %s\n  template:\n    metadata:\n"
+               "      labels:\n        " PLAN_SPOT_LABEL ": %s\n    spec:\n",
+            base, cap, cap, cap);
+}
+
+/* floor-BASE/: the base as the reserved floor (its pods, selectors and PodDisruptionBudget
+ * labelled tierserve.io/capacity=reserved, off spot nodes), with the floor's HPA (hpa.yaml,
+ * written by write_overlay). */
+static int write_floor(const plan_cmd *c, const sim_pool_cfg *p, const char *base, const char *dir)
+{
+    char sub[PATH_MAX], rel[PATH_MAX], path[PATH_MAX];
+    if ((size_t)snprintf(sub, sizeof sub, "%s/floor-%s", dir, base) >= sizeof sub || mkdir_p(sub) != 0) return -1;
+    if (relpath(sub, c->k8s_base, rel, sizeof rel) != 0) return -1;
+    FILE *f = open_out(sub, "kustomization.yaml", path, sizeof path);
+    if (!f) return -1;
+    fprintf(f, "# Written by `tierbench plan`: pool %s's reserved floor, %u backends paid always, never on\n"
+               "# spot nodes; ../spot-%s adds the rest on spot capacity. A live Deployment's selector cannot\n"
+               "# change: where the base runs already, delete deployment/tierserve-%s before the first apply.\n"
+               "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nbases:\n  - %s/pool-%s\n"
+               "patchesStrategicMerge:\n  - hpa.yaml\n  - floor.yaml\n",
+            p->name, p->reserved, base, base, rel, base);
+    if (close_out(f, path) != 0) return -1;
+    if (!(f = open_out(sub, "floor.yaml", path, sizeof path))) return -1;
+    write_deployment_head(f, base, "reserved");
+    fputs("      affinity:\n        nodeAffinity:\n"
+               "          # not on a node labelled as spot (a node without the label is on-demand); the\n"
+               "          # clouds' own labels: eks.amazonaws.com/capacityType=SPOT, karpenter.sh/capacity-type=spot,\n"
+               "          # cloud.google.com/gke-spot=true, kubernetes.azure.com/scalesetpriority=spot\n"
+               "          requiredDuringSchedulingIgnoredDuringExecution:\n            nodeSelectorTerms:\n"
+               "              - matchExpressions:\n                  - key: " PLAN_SPOT_LABEL "\n"
+               "                    operator: NotIn\n                    values: [\"spot\"]\n",
+          f);
+    write_capacity(f, base, "reserved");
+    return close_out(f, path);
+}
+
+/* spot-BASE/: the base again, as tierserve-BASE-spot on the spot nodes. */
+static int write_spot(const plan_cmd *c, const sim_pool_cfg *p, const char *base, const char *dir)
+{
+    char sub[PATH_MAX], rel[PATH_MAX], path[PATH_MAX];
+    if ((size_t)snprintf(sub, sizeof sub, "%s/spot-%s", dir, base) >= sizeof sub || mkdir_p(sub) != 0) return -1;
+    if (relpath(sub, c->k8s_base, rel, sizeof rel) != 0) return -1;
+    unsigned lo = p->max ? p->min : p->backends, hi = p->max ? p->max : p->backends;
+    unsigned slo = lo > p->reserved ? lo - p->reserved : 0, shi = hi - p->reserved;
+    bool keda = p->max && p->scale_metric == SCALE_DESIRED;
+    /* the HPA cannot go below 1 (0 needs the HPAScaleToZero gate, and a queue metric needs pods) */
+    unsigned hpa_lo = slo ? slo : 1;
+    FILE *f = open_out(sub, "kustomization.yaml", path, sizeof path);
+    if (!f) return -1;
+    fprintf(f, "# Written by `tierbench plan`: pool %s's spot part, %u..%u backends above its reserved floor of %u.\n"
+               "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nbases:\n  - %s/pool-%s\n"
+               "nameSuffix: -spot\npatchesStrategicMerge:\n  - spot.yaml\n",
+            p->name, slo, shi, p->reserved, rel, base);
+    if (close_out(f, path) != 0) return -1;
+    if (!(f = open_out(sub, "spot.yaml", path, sizeof path))) return -1;
+    /* the provider's notice bounds the drain: SIGTERM comes with it, the node goes at its end */
+    unsigned need = PLAN_PRESTOP_S + PLAN_DRAIN_S + 1, grace = PLAN_PRESTOP_S + PLAN_DRAIN_S + 15;
+    unsigned notice = (unsigned)p->notice_s;
+    if (notice >= need && notice < grace) grace = notice;
+    fprintf(f, "# Pool %s on spot capacity: the plan simulated a %.0f s notice before each reclaim", p->name, p->notice_s);
+    if (p->preempt_per_h > 0) fprintf(f, ", %g per backend-hour", p->preempt_per_h);
+    if (p->zone_reclaims_per_h > 0)
+        fprintf(f, ",\n# and %g whole-zone reclaims per zone-hour over %u zones", p->zone_reclaims_per_h, p->spot_zones);
+    fputs(".\n# The notice is the pod's SIGTERM: preStop (routers stop sending) + the worker's drain\n"
+          "# must end before the node goes, so terminationGracePeriodSeconds fits inside it.\n",
+          f);
+    if (notice < need)
+        fprintf(f, "# NOTE: a %u s notice is shorter than preStop %d s + drain %d s: what still runs when the node\n"
+                   "# goes is cut (the router retries a request that had no byte back; the plan counted the rest).\n",
+                notice, PLAN_PRESTOP_S, PLAN_DRAIN_S);
+    write_deployment_head(f, base, "spot");
+    fprintf(f, "      terminationGracePeriodSeconds: %u\n"
+               "      # Spot nodes carry this label and a NoSchedule taint with the same key; set both in the\n"
+               "      # node pool (or map your cloud's: eks.amazonaws.com/capacityType=SPOT,\n"
+               "      # karpenter.sh/capacity-type=spot, cloud.google.com/gke-spot=true,\n"
+               "      # kubernetes.azure.com/scalesetpriority=spot, which AKS also taints).\n"
+               "      nodeSelector:\n        " PLAN_SPOT_LABEL ": spot\n      tolerations:\n",
+            grace);
+    if (p->kind == POOL_GPU)
+        fputs("        - key: nvidia.com/gpu\n          operator: Exists\n          effect: NoSchedule\n", f);
+    fputs("        - key: " PLAN_SPOT_LABEL "\n          operator: Equal\n          value: spot\n"
+          "          effect: NoSchedule\n      topologySpreadConstraints:\n"
+          "        # spread over the zones: a zone's reclaim takes only its share\n"
+          "        - maxSkew: 1\n          topologyKey: topology.kubernetes.io/zone\n"
+          "          whenUnsatisfiable: ScheduleAnyway\n          labelSelector:\n            matchLabels:\n"
+          "              app.kubernetes.io/name: tierserve\n",
+          f);
+    fprintf(f, "              tierserve.io/pool: %s\n              " PLAN_SPOT_LABEL ": spot\n", base);
+    write_capacity(f, base, "spot");
+    fputs("---\n", f);
+    if (keda)
+        fprintf(f, "# The plan scales the spot part on the routers' desired-backends gauge: use\n"
+                   "# keda/scaledobject-%s-spot.yaml (the gauge less the floor, from %u) instead of this HPA.\n",
+                base, slo);
+    else if (slo == 0)
+        fputs("# The plan lets the spot part go to 0; an HPA stops at 1 (0 needs the HPAScaleToZero gate, and a\n"
+              "# queue metric needs a pod to report it): one spot backend more than the plan at the trough.\n",
+              f);
+    fprintf(f, "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata:\n  name: tierserve-%s\n"
+               "spec:\n  minReplicas: %u\n  maxReplicas: %u\n",
+            base, hpa_lo, shi);
+    if (p->max && p->scale_metric == SCALE_QUEUE)
+        fprintf(f, "  metrics:\n    - type: Pods\n      pods:\n        metric:\n          name: tierserve_queue_depth\n"
+                   "        target:\n          type: AverageValue\n          averageValue: \"%g\"\n",
+                p->scaler.target);
+    if (close_out(f, path) != 0) return -1;
+    return 0;
 }
 
 /* 0 written, 1 not (a pool with no base to run on: said on stderr), -1 failed. */
@@ -600,9 +800,17 @@ static int write_overlay(const plan_cmd *c, const sim_config *s, const char *dir
                "#   kubectl apply -k THIS_FOLDER\n"
                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nbases:\n  - %s/router\n",
             c->ns, rel);
-    for (size_t i = 0; i < s->n_pools; i++) fprintf(f, "  - %s/pool-%s\n", rel, base[i]);
+    bool split[SIM_MAX_POOLS];
+    for (size_t i = 0; i < s->n_pools; i++) split[i] = spot_split(&s->pools[i]) && spot_base_ok(&s->pools[i], base[i]);
+    for (size_t i = 0; i < s->n_pools; i++)
+        if (split[i])
+            fprintf(f, "  - floor-%s  # pool %s's reserved floor\n  - spot-%s   # and the rest on spot capacity\n", base[i],
+                    s->pools[i].name, base[i]);
+        else
+            fprintf(f, "  - %s/pool-%s\n", rel, base[i]);
     fputs("configMapGenerator:\n  - name: tierrouter-config\n    files:\n      - router.yaml\npatchesStrategicMerge:\n", f);
-    for (size_t i = 0; i < s->n_pools; i++) fprintf(f, "  - hpa-%s.yaml\n", base[i]);
+    for (size_t i = 0; i < s->n_pools; i++)
+        if (!split[i]) fprintf(f, "  - hpa-%s.yaml\n", base[i]);
     fputs("images:\n  - name: tierserve\n    newName: registry.example.com/tierserve   # where your build of the image lives\n"
           "    newTag: \"0.1.0\"\n",
           f);
@@ -610,11 +818,18 @@ static int write_overlay(const plan_cmd *c, const sim_config *s, const char *dir
     for (size_t i = 0; i < s->n_pools; i++) {
         const sim_pool_cfg *p = &s->pools[i];
         char name[80];
-        snprintf(name, sizeof name, "hpa-%s.yaml", base[i]);
-        if (!(f = open_out(dir, name, path, sizeof path))) return -1;
+        char sub[PATH_MAX];
+        if (split[i] && write_floor(c, p, base[i], dir) != 0) return -1;
+        snprintf(name, sizeof name, split[i] ? "hpa.yaml" : "hpa-%s.yaml", base[i]);
+        snprintf(sub, sizeof sub, split[i] ? "%s/floor-%s" : "%s", dir, base[i]);
+        if (!(f = open_out(sub, name, path, sizeof path))) return -1;
         unsigned lo = p->max ? p->min : p->backends, hi = p->max ? p->max : p->backends;
-        fprintf(f, "# The plan's bounds for pool %s (the base's behavior: the simulator's scaler).\n", p->name);
-        if (p->max && p->scale_metric == SCALE_DESIRED)
+        if (split[i]) lo = hi = p->reserved;
+        if (split[i])
+            fprintf(f, "# Pool %s's reserved floor: %u backends always (the rest: spot-%s/).\n", p->name, lo, base[i]);
+        else
+            fprintf(f, "# The plan's bounds for pool %s (the base's behavior: the simulator's scaler).\n", p->name);
+        if (!split[i] && p->max && p->scale_metric == SCALE_DESIRED)
             fprintf(f, "# The plan scales it on the routers' desired-backends gauge: use keda/scaledobject-%s.yaml\n"
                        "# instead of this HPA (docs/operate/kubernetes.md, the KEDA variant).\n",
                     base[i]);
@@ -626,6 +841,7 @@ static int write_overlay(const plan_cmd *c, const sim_config *s, const char *dir
                        "        target:\n          type: AverageValue\n          averageValue: \"%g\"\n",
                     p->scaler.target);
         if (close_out(f, path) != 0) return -1;
+        if (split[i] && write_spot(c, p, base[i], dir) != 0) return -1;
     }
     bool keda = false;
     for (size_t i = 0; i < s->n_pools; i++) keda |= s->pools[i].max && s->pools[i].scale_metric == SCALE_DESIRED;
@@ -633,7 +849,7 @@ static int write_overlay(const plan_cmd *c, const sim_config *s, const char *dir
     if ((size_t)snprintf(path, sizeof path, "%s/keda", dir) >= sizeof path || mkdir_p(path) != 0) return -1;
     for (size_t i = 0; i < s->n_pools; i++)
         if (s->pools[i].max && s->pools[i].scale_metric == SCALE_DESIRED &&
-            write_keda(c, &s->pools[i], base[i], path) != 0)
+            write_keda(c, &s->pools[i], base[i], path, split[i]) != 0)
             return -1;
     return 0;
 }
@@ -736,7 +952,7 @@ static void write_report(const plan_cmd *c, const plan_point *pts, const size_t 
         fprintf(f, "%s |", chosen->measured[i] > sl->bound ? " **missed**" : "");
         if (ref) {
             fputs(" ", f);
-            print_figure(sl, measure(sl, ref), f);
+            print_figure(sl, measure(c, sl, ref), f);
             fputs(" |", f);
         }
         fputs("\n", f);
@@ -750,15 +966,18 @@ static void write_report(const plan_cmd *c, const plan_point *pts, const size_t 
     knobs(c, chosen, f);
     fprintf(f, ". Cost %.2f CPU backend-hours", chosen->cost);
     if (ref) fprintf(f, " (the reference: %.2f, %.1f %%)", total_cost(ref), 100 * chosen->cost / total_cost(ref));
-    fputs(".\n\n| pool | backends (min..max, reserved) | the rest | low..peak | scale ups / downs | preempted | cost |\n"
+    fputs(".\n\n| pool | backends (min..max, reserved) | the rest | low..peak | scale ups / downs | preempted (zone reclaims) | cost |\n"
           "|---|---|---|---|---|---|---|\n", f);
     for (size_t i = 0; i < s->n_pools; i++) {
         const sim_pool_cfg *p = &s->pools[i];
         const sim_pool_stats *ps = &r->pool[i];
-        fprintf(f, "| %s | %u..%u, %u | %s | %u..%u | %llu / %llu | %llu | %.2f |\n", p->name, p->max ? p->min : p->backends,
-                p->max ? p->max : p->backends, p->reserved, p->spot ? "spot" : "on demand", ps->low_backends,
-                ps->peak_backends, (unsigned long long)ps->scale_ups, (unsigned long long)ps->scale_downs,
-                (unsigned long long)ps->preemptions, ps->cost);
+        char zones[24] = "";
+        if (p->spot && p->spot_zones > 1) snprintf(zones, sizeof zones, " in %u zones", p->spot_zones);
+        fprintf(f, "| %s | %u..%u, %u | %s%s | %u..%u | %llu / %llu | %llu (%llu, at most %u backends at once) | %.2f |\n",
+                p->name, p->max ? p->min : p->backends, p->max ? p->max : p->backends, p->reserved,
+                p->spot ? "spot" : "on demand", zones, ps->low_backends, ps->peak_backends,
+                (unsigned long long)ps->scale_ups, (unsigned long long)ps->scale_downs,
+                (unsigned long long)ps->preemptions, (unsigned long long)ps->zone_reclaims, ps->zone_reclaim_max, ps->cost);
     }
     fputs("\n| priority | arrivals | served | not served | P95 | P99 |\n|---|---|---|---|---|---|\n", f);
     for (int p = 0; p <= PRIO_COUNT; p++) {
@@ -768,10 +987,23 @@ static void write_report(const plan_cmd *c, const plan_point *pts, const size_t 
                 (unsigned long long)(ps->arrivals - ps->outcome[SIM_SERVED]), ps->lat.count ? ps->lat.p95 * 1e3 : 0,
                 ps->lat.count ? ps->lat.p99 * 1e3 : 0);
     }
-    fprintf(f, "\nStage changes: %llu up, %llu down.\n\n![the day](day.svg)\n\n## Frontier\n\nNo other candidate is both "
-               "cheaper and nearer its binding SLO (the ratio measured/bound of the SLO it misses most or meets most "
-               "narrowly).\n\n",
+    fprintf(f, "\nStage changes: %llu up, %llu down.\n\n![the day](day.svg)\n\n",
             (unsigned long long)r->stage_ups, (unsigned long long)r->stage_downs);
+    surge_set sv = c->surges;
+    unsigned most = surge_count_changes(&sv, r);
+    fprintf(f, "## Surges\n\nWhere the arrival rate reached %gx its baseline, the median rate of the 3 hours of the day either "
+               "side (buckets of %.1f s, an hour of the day %.0f s; a surge's stage changes are counted from its start to "
+               "%.0f s after its end): %zu "
+               "surge%s%s, at most %u stage change%s in one.\n\n",
+            sv.factor, sv.bucket_s, sv.baseline_s, sv.baseline_s, sv.n, sv.n == 1 ? "" : "s",
+            sv.dropped ? " (more not listed)" : "", most, most == 1 ? "" : "s");
+    if (sv.n) fputs("| surge | start | end | peak | stage changes |\n|---|---|---|---|---|\n", f);
+    for (size_t i = 0; i < sv.n; i++)
+        fprintf(f, "| %zu | %.0f s | %.0f s | %.2fx | %u |\n", i + 1, sv.w[i].start, sv.w[i].end, sv.w[i].peak_x,
+                sv.w[i].changes);
+    fputs("\n## Frontier\n\nNo other candidate is both cheaper and nearer its binding SLO (the ratio measured/bound of "
+          "the SLO it misses most or meets most narrowly).\n\n",
+          f);
     frontier_table(c, pts, order, n, true, f);
 }
 
@@ -874,6 +1106,11 @@ static int plan_run(plan_cmd *c)
         fprintf(stderr, "tierbench plan: bad trace: %s\n", err);
         return TB_EXIT_USAGE;
     }
+    if (surge_find(&t, c->surge_factor, &c->surges) != 0) {
+        fprintf(stderr, "tierbench plan: out of memory\n");
+        trace_free(&t);
+        return 1;
+    }
     size_t n = 1;
     for (size_t a = 0; a < c->n_axes; a++) n *= c->axes[a].n;
     if (n > c->budget) {
@@ -913,7 +1150,7 @@ static int plan_run(plan_cmd *c)
             fprintf(stderr, "tierbench plan: --slo %s is relative to a reference fleet: give --ref\n", s->name);
             goto done;
         }
-        s->bound = s->given * measure(s, &ref);
+        s->bound = s->given * measure(c, s, &ref);
     }
     plan_line lines[PLAN_MAX_LINES];
     size_t n_lines;
@@ -999,6 +1236,7 @@ int plan_main(int argc, char **argv)
     c.k8s_base = "deploy/k8s/base";
     c.ns = "tierserve";
     c.usd_per_unit = 0.5;
+    c.surge_factor = SURGE_DEFAULT_FACTOR;
     char err[1200];
     int p = 0;
     for (int i = 2; i < argc && p == 0; i++) {

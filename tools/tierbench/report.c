@@ -123,6 +123,9 @@ void report_text(const sim_config *c, const char *source, const sim_result *r, s
                 p->name, p->min, p->max, p->scale_metric == SCALE_QUEUE ? "the workers' queue" : "the router's desired backends",
                 s->peak_backends, s->low_backends, s->scale_ups, s->scale_downs, s->preemptions, p->reserved,
                 p->spot ? ", the rest spot" : ", the rest on demand");
+        if (s->zone_reclaims)
+            fprintf(out, "  zone reclaims (%u zones): %" PRIu64 ", taking %" PRIu64 " backends (at most %u at once)\n",
+                    p->spot_zones, s->zone_reclaims, s->zone_reclaimed, s->zone_reclaim_max);
     }
     if (r->n_tenants > 1 || c->n_tenants) {
         fprintf(out, "\n%-12s %8s %8s %8s %8s %8s %9s %9s %10s %10s %10s  (admission: %s)\n", "tenant", "arrivals",
@@ -266,10 +269,12 @@ void report_json(const sim_config *c, const char *source, const sim_result *r, F
             fprintf(out, ", \"autoscale\": {\"min\": %u, \"max\": %u, \"metric\": \"%s\", \"target\": %.6g, "
                          "\"tolerance\": %.6g, \"up_window_s\": %.6g, \"down_window_s\": %.6g, \"sync_s\": %.6g, "
                          "\"cold_start_s\": %.6g, \"peak_backends\": %u, \"low_backends\": %u, \"started\": %" PRIu64
-                         ", \"removed\": %" PRIu64 ", \"preempted\": %" PRIu64,
+                         ", \"removed\": %" PRIu64 ", \"preempted\": %" PRIu64 ", \"spot_zones\": %u"
+                         ", \"zone_reclaims\": %" PRIu64 ", \"zone_reclaimed\": %" PRIu64 ", \"zone_reclaim_max\": %u",
                     p->min, p->max, p->scale_metric == SCALE_QUEUE ? "queue" : "desired", sc->target, sc->tolerance,
                     sc->up_window_s, sc->down_window_s, sc->sync_s, p->provision_s + p->pull_s + p->load_s + p->warmup_s,
-                    s->peak_backends, s->low_backends, s->scale_ups, s->scale_downs, s->preemptions);
+                    s->peak_backends, s->low_backends, s->scale_ups, s->scale_downs, s->preemptions, p->spot_zones,
+                    s->zone_reclaims, s->zone_reclaimed, s->zone_reclaim_max);
             for (int d = 0; d < 2; d++) {
                 const scaler_rate *rt = d ? sc->down : sc->up;
                 size_t n = d ? sc->n_down : sc->n_up;

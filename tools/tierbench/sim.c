@@ -57,6 +57,7 @@ void sim_pool_defaults(sim_pool_cfg *p, pool_kind kind)
     p->reserved_cost = -1; /* < 0: 0.6 x cost, a reservation's usual discount */
     p->spot_cost = -1;     /* < 0: 0.35 x cost */
     p->notice_s = 120;
+    p->spot_zones = 1;
 }
 
 void sim_config_defaults(sim_config *c)
@@ -122,6 +123,10 @@ static int pool_check(const sim_pool_cfg *p, char *err, size_t errlen)
     if (isnan(p->reserved_cost) || isnan(p->spot_cost) || !(p->preempt_per_h >= 0) || p->preempt_per_h > 3600 ||
         !(p->notice_s >= 0) || !(p->scale_target >= 0))
         return ts_fail(err, errlen, "pool %s: notice_s and scale_target must be >= 0 and preempt_per_h in [0, 3600]", n);
+    if (p->spot_zones < 1 || p->spot_zones > SIM_MAX_ZONES || !(p->zone_reclaims_per_h >= 0) ||
+        p->zone_reclaims_per_h > 3600)
+        return ts_fail(err, errlen, "pool %s: spot_zones must be 1..%d and zone_reclaims_per_h in [0, 3600]", n,
+                       SIM_MAX_ZONES);
     if (p->mem_base >= 0 && (p->mem_base > 1 || !(p->mem_per_job >= 0) || p->mem_per_job > 1))
         return ts_fail(err, errlen, "pool %s: mem_base must be in [0, 1] (or < 0: unknown) and mem_per_job in [0, 1]", n);
     return 0;
@@ -173,7 +178,7 @@ const char *sim_refusal_name(sim_refusal r) { return k_refusal[r]; }
 /* ---- the simulation's state ------------------------------------------------------------ */
 
 enum { K_TICK = 0, K_PROBE, K_DONE, K_FAIL, K_TRY_TIMEOUT, K_QUEUE_TIMEOUT, K_TRACE_EVENT, K_SCALE, K_READY, K_NOTICE,
-       K_PREEMPT };
+       K_PREEMPT, K_ZONE_NOTICE, K_ZONE_RECLAIM };
 
 typedef struct {
     double t;
@@ -205,6 +210,7 @@ enum { B_ABSENT = 0, B_STARTING, B_READY, B_DRAINING };
 typedef struct {
     bool alive, seen_live;
     uint8_t life;          /* B_* */
+    uint8_t zone;          /* a spot backend's zone (spot_zones) */
     uint32_t life_epoch;   /* bumped when it leaves: its pending K_READY/K_NOTICE/K_PREEMPT are void */
     double ejected_until;
     unsigned ejections, consec_fail, in_flight, running, waiting;
@@ -232,6 +238,8 @@ typedef struct {
     unsigned alive;
     double t_dead;
     long open_failover; /* index into failovers, -1: none */
+    int zone_out;       /* the zone under a reclaim notice (-1: none): no new backend goes there */
+    double zone_at;     /* when that reclaim (or the next one drawn) takes the zone */
 } spool;
 
 typedef struct {
@@ -923,6 +931,35 @@ static void spot_schedule(sim *s, uint32_t pi, uint32_t k)
     push(s, at, K_PREEMPT, 0, pi, k, ep);
 }
 
+/* The pool's next zone reclaim (Poisson, zone_reclaims_per_h per zone, the zone drawn
+ * uniformly) after `from`, and its notice. One at a time: the next is drawn at the reclaim. */
+static void zone_schedule(sim *s, uint32_t pi, double from)
+{
+    spool *p = &s->pools[pi];
+    const sim_pool_cfg *c = p->cfg;
+    if (!c->spot || !(c->zone_reclaims_per_h > 0)) return;
+    double at = from + draw_exp(s, c->zone_reclaims_per_h * c->spot_zones / 3600);
+    uint32_t zone = (uint32_t)(route_rng_uniform(&s->rng_svc) * c->spot_zones);
+    if (zone >= c->spot_zones) zone = c->spot_zones - 1;
+    if (at > s->end_at) return; /* nothing after the trace's end: the clock must stop */
+    p->zone_at = at;
+    push(s, at - c->notice_s > s->now ? at - c->notice_s : s->now, K_ZONE_NOTICE, zone, pi, 0, 0);
+    push(s, at, K_ZONE_RECLAIM, zone, pi, 0, 0);
+}
+
+/* The zone a new spot backend goes to: the one with the fewest spot backends present, never
+ * the one under a reclaim notice (ties: the lowest). */
+static uint8_t zone_pick(const spool *p)
+{
+    unsigned n[SIM_MAX_ZONES] = {0};
+    for (unsigned k = p->cfg->reserved; k < p->nb; k++)
+        if (p->b[k].life != B_ABSENT) n[p->b[k].zone]++;
+    int best = -1;
+    for (unsigned z = 0; z < p->cfg->spot_zones; z++)
+        if ((int)z != p->zone_out && (best < 0 || n[z] < n[best])) best = (int)z;
+    return (uint8_t)(best < 0 ? 0 : best);
+}
+
 /* Ready: it answers probes from now on; a spot one may be preempted. */
 static void on_ready(sim *s, const sev *e)
 {
@@ -957,6 +994,48 @@ static void on_notice(sim *s, const sev *e)
     gone_if_drained(s, e->pool, e->back);
 }
 
+/* A zone's reclaim notice: every spot backend present in it drains at once (a starting one
+ * never becomes ready: it goes now) and leaves at the reclaim; the ReplicaSet starts as many
+ * replacements, which go to the other zones. */
+static void on_zone_notice(sim *s, const sev *e)
+{
+    spool *p = &s->pools[e->pool];
+    sim_pool_stats *ps = &s->res->pool[e->pool];
+    p->zone_out = (int)e->id;
+    unsigned taken = 0;
+    for (unsigned k = p->cfg->reserved; k < p->nb; k++) {
+        sback *b = &p->b[k];
+        if (b->zone != e->id || (b->life != B_READY && b->life != B_STARTING)) continue;
+        taken++;
+        if (b->life == B_STARTING) {
+            backend_leave(s, e->pool, k);
+            continue;
+        }
+        b->life = B_DRAINING;
+        push(s, p->zone_at, K_PREEMPT, 0, e->pool, k, b->life_epoch);
+    }
+    ps->zone_reclaims++;
+    ps->zone_reclaimed += taken;
+    ps->preemptions += taken;
+    if (taken > ps->zone_reclaim_max) ps->zone_reclaim_max = taken;
+    for (unsigned k = 0, started = 0; k < p->nb && started < taken; k++)
+        if (p->b[k].life == B_ABSENT && k >= p->cfg->reserved) {
+            start_backend(s, e->pool, k);
+            started++;
+        }
+    for (unsigned k = p->cfg->reserved; k < p->nb; k++)
+        if (p->b[k].zone == e->id) gone_if_drained(s, e->pool, k);
+}
+
+/* The reclaim itself: what is still on the zone's backends is lost (K_PREEMPT, scheduled at
+ * the notice, does that); the zone takes new backends again, and the next reclaim is drawn. */
+static void on_zone_reclaim(sim *s, const sev *e)
+{
+    spool *p = &s->pools[e->pool];
+    if (p->zone_out == (int)e->id) p->zone_out = -1;
+    zone_schedule(s, e->pool, s->now);
+}
+
 static void on_preempt(sim *s, const sev *e)
 {
     sback *b = &s->pools[e->pool].b[e->back];
@@ -971,6 +1050,7 @@ static void start_backend(sim *s, uint32_t pi, uint32_t k)
     const sim_pool_cfg *c = p->cfg;
     sback *b = &p->b[k];
     b->life = B_STARTING;
+    if (c->spot && k >= c->reserved) b->zone = zone_pick(p);
     b->alive = b->seen_live = false;
     b->in_flight = b->running = b->waiting = 0;
     push(s, s->now + c->provision_s + c->pull_s + c->load_s + c->warmup_s, K_READY, 0, pi, k, b->life_epoch);
@@ -1222,6 +1302,10 @@ static int setup(sim *s, const sim_config *c, const trace *t, sim_result *res, c
         for (unsigned k = p->cfg->backends; k < p->nb; k++) p->b[k].qhead = p->b[k].qtail = NONE; /* absent */
         p->present = p->cfg->backends;
         for (unsigned k = 0; k < p->cfg->backends; k++) spot_schedule(s, (uint32_t)i, k);
+        p->zone_out = -1;
+        for (unsigned k = p->cfg->reserved; k < p->cfg->backends; k++)
+            p->b[k].zone = (uint8_t)((k - p->cfg->reserved) % p->cfg->spot_zones); /* spread evenly */
+        zone_schedule(s, (uint32_t)i, 0);
         res->pool[i].peak_backends = res->pool[i].low_backends = p->present;
         if (p->cfg->kind == POOL_GPU && !(p->pol = policy_create(&pc))) return ts_fail(err, errlen, "out of memory");
         /* a router that has been up a while: every backend probed, healthy, idle */
@@ -1397,6 +1481,8 @@ int sim_run(const sim_config *c, const trace *t, sim_result *res, char *err, siz
             case K_READY: on_ready(&s, &e); break;
             case K_NOTICE: on_notice(&s, &e); break;
             case K_PREEMPT: on_preempt(&s, &e); break;
+            case K_ZONE_NOTICE: on_zone_notice(&s, &e); break;
+            case K_ZONE_RECLAIM: on_zone_reclaim(&s, &e); break;
             default: break;
             }
         }

@@ -34,6 +34,7 @@
 
 #define SIM_MAX_POOLS ROUTE_MAX_POOLS
 #define SIM_MAX_BACKENDS 256       /* per pool */
+#define SIM_MAX_ZONES 16           /* spot_zones per pool */
 #define SIM_MAX_POOL_MODELS 8
 #define SIM_MAX_EVENT_RECORDS 65536 /* policy events kept for the report (the rest counted) */
 #define SIM_MAX_FAILOVERS 256
@@ -73,6 +74,13 @@ typedef struct {
     double reserved_cost, spot_cost;
     bool spot;
     double preempt_per_h, notice_s; /* spot: preemptions per backend-hour, the notice before one */
+    /* spot: correlated reclaims. The pool's spot backends spread over spot_zones zones (a new
+     * one goes to the zone with the fewest, as a zone topology spread places pods); each zone
+     * is reclaimed zone_reclaims_per_h times an hour, every spot backend in it at once after
+     * the same notice_s (the router drains them all; their replacements start in the other
+     * zones at once). Independent of preempt_per_h, which draws each backend on its own. */
+    unsigned spot_zones;            /* 1..SIM_MAX_ZONES */
+    double zone_reclaims_per_h;     /* per zone; 0: none */
 } sim_pool_cfg;
 
 /* A tenant's fair-share weight and budgets (the router's tenants[].weight and .budget), in
@@ -165,7 +173,9 @@ typedef struct {
     double backend_h;   /* backend-hours provisioned: backends x duration */
     double cost, usage_cost; /* what the backends cost (reserved + on-demand/spot); busy hours (per slot) x cost */
     unsigned peak_backends, low_backends; /* present (ready, starting or draining) */
-    uint64_t scale_ups, scale_downs, preemptions; /* backends added, removed, preempted */
+    uint64_t scale_ups, scale_downs, preemptions; /* backends added, removed, preempted (zone reclaims included) */
+    uint64_t zone_reclaims, zone_reclaimed;        /* zone reclaim events, and the backends they took */
+    unsigned zone_reclaim_max;                     /* the most backends one zone reclaim took at once */
     sim_lat lat;
 } sim_pool_stats;
 

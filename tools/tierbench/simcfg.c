@@ -116,9 +116,9 @@ static int pool_scale_kv(sim_pool_cfg *p, const char *k, const char *v, char *er
             return 0;
         }
     static const char *const nums[] = {"scale_target", "tolerance", "reserved_cost", "spot_cost", "preempt_per_h",
-                                       "target"};
+                                       "target", "zone_reclaims_per_h"};
     double *const num_dst[] = {&p->scale_target, &p->scaler.tolerance, &p->reserved_cost, &p->spot_cost,
-                               &p->preempt_per_h, &p->scaler.target};
+                               &p->preempt_per_h, &p->scaler.target, &p->zone_reclaims_per_h};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
         if (!strcmp(k, nums[i])) {
             if (num(v, &d) != 0 || d < 0) return ts_fail(err, errlen, "%s: '%.40s' is not a number >= 0", k, v);
@@ -128,6 +128,11 @@ static int pool_scale_kv(sim_pool_cfg *p, const char *k, const char *v, char *er
     if (!strcmp(k, "min") || !strcmp(k, "max") || !strcmp(k, "reserved")) {
         unsigned *dst = k[1] == 'i' ? &p->min : k[1] == 'a' ? &p->max : &p->reserved;
         if (uint_of(v, SIM_MAX_BACKENDS, dst) != 0) return ts_fail(err, errlen, "%s: '%.40s' is not 0..%d", k, v, SIM_MAX_BACKENDS);
+        return 0;
+    }
+    if (!strcmp(k, "spot_zones")) {
+        if (uint_of(v, SIM_MAX_ZONES, &p->spot_zones) != 0 || p->spot_zones == 0)
+            return ts_fail(err, errlen, "spot_zones: '%.40s' is not 1..%d", v, SIM_MAX_ZONES);
         return 0;
     }
     if (!strcmp(k, "spot")) return bool_of(v, &p->spot) ? ts_fail(err, errlen, "spot: '%.40s' is not 0 or 1", v) : 0;
@@ -192,7 +197,7 @@ static int pool_kv(void *ctx, const char *k, const char *v, char *err, size_t er
                                  "mem_per_job, models; autoscaling: min, max, target, scale_metric, scale_target, "
                                  "up, down, up_window_s, down_window_s, sync_s, tolerance, provision_s, pull_s, "
                                  "load_s, warmup_s; prices: reserved, reserved_cost, spot, spot_cost, preempt_per_h, "
-                                 "notice_s)", k);
+                                 "notice_s, spot_zones, zone_reclaims_per_h)", k);
     }
     return 0;
 }
@@ -474,9 +479,9 @@ int simcfg_file(const char *path, int (*apply)(void *, const char *, const char 
     return rc;
 }
 
-const char *simcfg_help(void)
+void simcfg_help(FILE *out)
 {
-    return "model (defaults are tierrouter's: config/router.sample.yaml):\n"
+    fputs("model (defaults are tierrouter's: config/router.sample.yaml):\n"
            "  --pool SPEC            a pool; the first --pool replaces the default two. SPEC is\n"
            "                         kind=gpu|cpu[,name=N][,backends=N][,max_in_flight=N][,slots=N]\n"
            "                         [,pool_max_in_flight=N][,sensitive=0|1][,dist=exp|lognormal]\n"
@@ -496,8 +501,11 @@ const char *simcfg_help(void)
            "                         cpu 30+15+2+1); prices: reserved=N (paid always at\n"
            "                         reserved_cost, default 0.6 x cost), the rest on demand at\n"
            "                         cost, or spot=1 at spot_cost (0.35 x cost), preempted\n"
-           "                         preempt_per_h times per backend-hour after notice_s (120)\n"
-           "  --set POOL.K=V,...     one --pool key of the pool named POOL (after its --pool)\n"
+           "                         preempt_per_h times per backend-hour after notice_s (120);\n"
+           "                         spot_zones=N (1) zones, each reclaimed whole (every spot\n"
+           "                         backend in it, same notice) zone_reclaims_per_h times an hour\n"
+           , out);
+    fputs("  --set POOL.K=V,...     one --pool key of the pool named POOL (after its --pool)\n"
            "  --tenant NAME:weight=W,soft_per_hour=X,hard_per_hour=X,soft_per_day=X,hard_per_day=X\n"
            "                         a trace tenant's fair-share weight (1) and budgets (0: none) in\n"
            "                         cost units (pool cost x seconds served / 3600); the clock starts at\n"
@@ -528,5 +536,6 @@ const char *simcfg_help(void)
            "                         at most 4096 combinations). Prints the frontier of usage cost x\n"
            "                         normal p95 x stage changes\n"
            "  --sweep-all            every point in the table, the frontier's marked *\n"
-           "  --sweep-csv FILE       every point as CSV, with a frontier column (- : stdout)\n";
+           "  --sweep-csv FILE       every point as CSV, with a frontier column (- : stdout)\n",
+          out);
 }

@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "sim.h"
 #include "simsweep.h"
@@ -35,6 +36,6 @@ int simcfg_option(simcfg *c, const char *key, const char *value, char *err, size
 int simcfg_file(const char *path, int (*apply)(void *ctx, const char *key, const char *value, char *err, size_t errlen),
                 void *ctx, char *err, size_t errlen);
 /* The options' help text. */
-const char *simcfg_help(void);
+void simcfg_help(FILE *out);
 
 #endif
