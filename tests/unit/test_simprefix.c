@@ -129,8 +129,11 @@ static void test_json_and_csv_carry_the_prefix_figures(void **state)
     render(&c.sim, &r, &out);
     snprintf(want, sizeof want,
              "\"prefix\": {\"capacity\": 32, \"prefill_share\": 0.6, \"affinity\": true, \"load_factor\": 2, "
+             "\"placed\": {\"hit\": %llu, \"miss\": %llu, \"overflow\": %llu}, "
              "\"later_turns\": %llu, \"hits\": %llu, \"hit_rate\": %.6g, ",
-             (unsigned long long)p->turns, (unsigned long long)p->hits, (double)p->hits / (double)p->turns);
+             (unsigned long long)p->affinity[AFF_HIT], (unsigned long long)p->affinity[AFF_MISS],
+             (unsigned long long)p->affinity[AFF_OVERFLOW], (unsigned long long)p->turns,
+             (unsigned long long)p->hits, (double)p->hits / (double)p->turns);
     if (!strstr(out, want)) fail_msg("no %s in\n%s", want, out);
     snprintf(want, sizeof want, "\"later_turns_ttft_ms\": {\"count\": %llu, \"mean\": %.6g, \"p50\": %.6g, ",
              (unsigned long long)p->ttft_later.count, p->ttft_later.mean * 1e3, p->ttft_later.p50 * 1e3);
@@ -153,7 +156,25 @@ static void test_json_and_csv_carry_the_prefix_figures(void **state)
         }
     }
     assert_true(lines >= 4);
+    assert_null(strstr(out, "without_affinity"));
     free(out);
+    /* --affinity compare: the run without affinity beside it, in both */
+    c.sim.prefix.compare = true;
+    char err[256];
+    assert_int_equal(simprefix_compare(&c.sim, &t, &r, err, sizeof err), 0);
+    const sim_prefix_stats *o = &r.prefix_off.prefix;
+    assert_true(r.prefix_off.done && o->turns == p->turns && o->hits < p->hits);
+    render(&c.sim, &r, &out);
+    snprintf(want, sizeof want, "\"without_affinity\": {\"later_turns\": %llu, \"hits\": %llu, \"hit_rate\": %.6g, ",
+             (unsigned long long)o->turns, (unsigned long long)o->hits, (double)o->hits / (double)o->turns);
+    if (!strstr(out, want)) fail_msg("no %s in\n%s", want, out);
+    snprintf(want, sizeof want, "\"later_turns_ttft_p50_ratio\": %.6g}", o->ttft_later.p50 / p->ttft_later.p50);
+    if (!strstr(out, want)) fail_msg("no %s in\n%s", want, out);
+    snprintf(want, sizeof want, "\nprefix_without_affinity,later_turns,%llu,%llu,", (unsigned long long)o->turns,
+             (unsigned long long)o->hits);
+    if (!strstr(out, want)) fail_msg("no %s in\n%s", want, out);
+    free(out);
+    c.sim.prefix.compare = false;
     sim_result_free(&r);
     c.sim.prefix.capacity = 0;
     run(&c.sim, &t, &r);

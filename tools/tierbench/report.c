@@ -213,19 +213,36 @@ static double prefix_hit_rate(const sim_prefix_stats *p)
 
 /* The prefix block (--prefix-cache): the figures the text's prefix table prints, for this run
  * (with or without affinity, as configured). Nothing when prefixes are not modelled. */
+static void jprefix_figures(const sim_prefix_stats *p, FILE *out)
+{
+    fprintf(out, "\"later_turns\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"hit_rate\": %.6g, \"saved_s\": %.6g, "
+                 "\"ttft_ms\": ",
+            p->turns, p->hits, prefix_hit_rate(p), p->saved_s);
+    jlat(out, &p->ttft);
+    fputs(", \"later_turns_ttft_ms\": ", out);
+    jlat(out, &p->ttft_later);
+}
+
 static void jprefix(const sim_config *c, const sim_result *r, FILE *out)
 {
     const sim_prefix_cfg *k = &c->prefix;
     const sim_prefix_stats *p = &r->prefix;
     if (!k->capacity) return;
     fprintf(out, " \"prefix\": {\"capacity\": %u, \"prefill_share\": %.6g, \"affinity\": %s, \"load_factor\": %.6g, "
-                 "\"later_turns\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"hit_rate\": %.6g, \"saved_s\": %.6g, "
-                 "\"placed\": {\"hit\": %" PRIu64 ", \"miss\": %" PRIu64 ", \"overflow\": %" PRIu64 "}, \"ttft_ms\": ",
-            k->capacity, k->prefill_share, k->affinity ? "true" : "false", k->load_factor, p->turns, p->hits,
-            prefix_hit_rate(p), p->saved_s, p->affinity[AFF_HIT], p->affinity[AFF_MISS], p->affinity[AFF_OVERFLOW]);
-    jlat(out, &p->ttft);
-    fputs(", \"later_turns_ttft_ms\": ", out);
-    jlat(out, &p->ttft_later);
+                 "\"placed\": {\"hit\": %" PRIu64 ", \"miss\": %" PRIu64 ", \"overflow\": %" PRIu64 "}, ",
+            k->capacity, k->prefill_share, k->affinity ? "true" : "false", k->load_factor, p->affinity[AFF_HIT],
+            p->affinity[AFF_MISS], p->affinity[AFF_OVERFLOW]);
+    jprefix_figures(p, out);
+    const sim_prefix_baseline *off = &r->prefix_off;
+    if (off->done) { /* --affinity compare: the same trace without affinity */
+        fputs(",\n  \"without_affinity\": {", out);
+        jprefix_figures(&off->prefix, out);
+        fputs(", \"latency_ms\": ", out);
+        jlat(out, &off->lat);
+        fputs("}, \"later_turns_ttft_p50_ratio\": ", out);
+        double m0 = off->prefix.ttft_later.p50, m1 = p->ttft_later.p50;
+        jnum(out, m0 > 0 && m1 > 0 ? m0 / m1 : -1);
+    }
     fputs("},\n", out);
 }
 
@@ -382,6 +399,27 @@ void report_row(const sim_config *c, const sim_result *r, const char *label, boo
             lost[PRIO_BATCH], r->stage_ups + r->stage_downs, total_cost(r, false));
 }
 
+/* --prefix-cache: time to first token of every served request (<scope>,all) and of later
+ * turns (<scope>,later_turns: arrivals the later turns served, served those that hit, and
+ * their hit rate) in the latency columns */
+static void cprefix(FILE *out, const char *scope, const sim_prefix_stats *x)
+{
+    for (int k = 0; k < 2; k++) {
+        const sim_lat *l = k ? &x->ttft_later : &x->ttft;
+        if (k) fprintf(out, "%s,later_turns,%" PRIu64 ",%" PRIu64 ",,,,", scope, x->turns, x->hits);
+        else fprintf(out, "%s,all,%" PRIu64 ",%" PRIu64 ",,,,", scope, l->count, l->count);
+        cnum(out, ms(l->mean));
+        cnum(out, ms(l->p50));
+        cnum(out, ms(l->p95));
+        cnum(out, ms(l->p99));
+        cnum(out, ms(l->max));
+        fputs(",,,,,,,,,", out); /* throughput_rps .. usage_cost */
+        if (k) fprintf(out, ",%.6g", prefix_hit_rate(x));
+        else fputc(',', out);
+        fputc('\n', out);
+    }
+}
+
 void report_csv(const sim_config *c, const sim_result *r, FILE *out)
 {
     const sim_prio_stats *all = &r->prio[PRIO_COUNT];
@@ -414,21 +452,8 @@ void report_csv(const sim_config *c, const sim_result *r, FILE *out)
     /* --prefix-cache: time to first token of every served request (prefix,all) and of later
      * turns (prefix,later_turns: arrivals the later turns served, served those that hit, and
      * their hit rate) in the latency columns */
-    const sim_prefix_stats *x = &r->prefix;
-    for (int k = 0; c->prefix.capacity && k < 2; k++) {
-        const sim_lat *l = k ? &x->ttft_later : &x->ttft;
-        if (k) fprintf(out, "prefix,later_turns,%" PRIu64 ",%" PRIu64 ",,,,", x->turns, x->hits);
-        else fprintf(out, "prefix,all,%" PRIu64 ",%" PRIu64 ",,,,", l->count, l->count);
-        cnum(out, ms(l->mean));
-        cnum(out, ms(l->p50));
-        cnum(out, ms(l->p95));
-        cnum(out, ms(l->p99));
-        cnum(out, ms(l->max));
-        fputs(",,,,,,,,,", out); /* throughput_rps .. usage_cost */
-        if (k) fprintf(out, ",%.6g", prefix_hit_rate(x));
-        else fputc(',', out);
-        fputc('\n', out);
-    }
+    if (c->prefix.capacity) cprefix(out, "prefix", &r->prefix);
+    if (c->prefix.capacity && r->prefix_off.done) cprefix(out, "prefix_without_affinity", &r->prefix_off.prefix);
 }
 
 void report_timeline_csv(const sim_result *r, FILE *out)
