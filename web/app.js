@@ -436,6 +436,22 @@ function llmStreamsBlock(p) {
     el('p', { class: 'muted small' }, 'p95 since the router started; cost: the pool\'s whole spend (its KServe requests too) over its tokens.'));
 }
 
+// Prefix affinity: how the router placed the tries it keyed by prefix (against the key's home
+// backend), and what the workers' prefix caches really gave: the cached share of the prompt
+// tokens of the /v1 replies whose worker reported it. Shown once the pool has either.
+function affinityBlock(p) {
+  const a = p.affinity || { hit: 0, miss: 0, overflow: 0 };
+  const x = p.prefix || { prompt_tokens: 0, cached_tokens: 0, hit_rate: 0 };
+  if (!(a.hit + a.miss + a.overflow) && !x.prompt_tokens) return null;
+  return el('div', { class: 'affinity', 'data-testid': 'affinity' },
+    el('h4', {}, 'Prefix affinity'),
+    kv([
+      ['Placed by prefix', 'hit ' + a.hit + ' · miss ' + a.miss + ' · overflow ' + a.overflow, 'affinity-placed'],
+      ['Prompt tokens cached', x.cached_tokens + ' of ' + x.prompt_tokens + ' (' + pct(x.hit_rate) + ')', 'affinity-cached'],
+    ]),
+    el('p', { class: 'muted small' }, 'hit: the key\'s home backend; miss: the home was unhealthy or avoided; overflow: the home was over its load bound. Cached: what the workers\' prefix caches gave, as they reported it.'));
+}
+
 function poolCard(p) {
   const total = p.backends.length;
   const ejected = p.backends.filter((b) => b.ejected_for_ms > 0).length;
@@ -454,6 +470,7 @@ function poolCard(p) {
       ['Cost', p.cost.model === 'none' ? '—' : '$' + fmt(p.cost.usd_per_request * 1000, 4) + ' per 1000 requests'],
     ]),
     llmStreamsBlock(p),
+    affinityBlock(p),
     p.policy ? policyBlock(p.policy) : null);
 }
 

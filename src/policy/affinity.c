@@ -1,4 +1,5 @@
 #include "affinity.h"
+#include "jscan.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -76,42 +77,7 @@ static uint64_t feed_span(uint64_t h, const char *s, size_t n)
 uint64_t affinity_id(const char *addr) { return mix(feed(FNV_BASIS, addr, strlen(addr))); }
 
 /* ---- the prefix keys ----------------------------------------------------------------------
- * A scan over JSON that jcheck has passed: well-formed, so only bounds are checked. */
-
-static size_t skip_ws(const char *s, size_t n, size_t i)
-{
-    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
-    return i;
-}
-
-static size_t skip_string(const char *s, size_t n, size_t i) /* s[i] is its opening quote */
-{
-    for (i++; i < n && s[i] != '"'; i++)
-        if (s[i] == '\\') i++;
-    return i < n ? i + 1 : n;
-}
-
-static size_t skip_value(const char *s, size_t n, size_t i)
-{
-    if (i >= n) return n;
-    if (s[i] == '"') return skip_string(s, n, i);
-    if (s[i] == '{' || s[i] == '[') {
-        for (size_t depth = 0; i < n;) {
-            if (s[i] == '"') {
-                i = skip_string(s, n, i);
-                continue;
-            }
-            if (s[i] == '{' || s[i] == '[') depth++;
-            else if ((s[i] == '}' || s[i] == ']') && --depth == 0) return i + 1;
-            i++;
-        }
-        return n;
-    }
-    while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\t' && s[i] != '\n' &&
-           s[i] != '\r')
-        i++;
-    return i;
-}
+ * A scan over JSON that jcheck has passed: well-formed, so only bounds are checked (jscan.h). */
 
 static bool raw_is(const char *s, size_t a, size_t b, const char *word)
 {
@@ -123,16 +89,16 @@ static bool raw_is(const char *s, size_t a, size_t b, const char *word)
 static bool is_user_message(const char *s, size_t i, size_t end)
 {
     if (i >= end || s[i] != '{') return false;
-    for (i = skip_ws(s, end, i + 1); i < end && s[i] == '"';) {
+    for (i = jscan_ws(s, end, i + 1); i < end && s[i] == '"';) {
         size_t k = i;
-        i = skip_string(s, end, i);
+        i = jscan_string(s, end, i);
         bool role = raw_is(s, k, i, "\"role\"");
-        i = skip_ws(s, end, skip_ws(s, end, i) + 1); /* past the ':' */
+        i = jscan_ws(s, end, jscan_ws(s, end, i) + 1); /* past the ':' */
         size_t v = i;
-        i = skip_value(s, end, i);
+        i = jscan_value(s, end, i);
         if (role) return raw_is(s, v, i, "\"user\"");
-        i = skip_ws(s, end, i);
-        if (i < end && s[i] == ',') i = skip_ws(s, end, i + 1);
+        i = jscan_ws(s, end, i);
+        if (i < end && s[i] == ',') i = jscan_ws(s, end, i + 1);
     }
     return false;
 }
@@ -146,19 +112,19 @@ static uint64_t key_head(const char *kind, const char *model, const char *tenant
 
 bool affinity_key_chat(const char *messages, size_t n, const char *model, const char *tenant, uint64_t *key)
 {
-    size_t i = skip_ws(messages, n, 0);
+    size_t i = jscan_ws(messages, n, 0);
     if (i >= n || messages[i] != '[') return false;
     size_t start = i, end = n, count = 0;
-    for (i = skip_ws(messages, n, i + 1); i < n && messages[i] != ']';) {
+    for (i = jscan_ws(messages, n, i + 1); i < n && messages[i] != ']';) {
         size_t e = i;
-        i = skip_value(messages, n, i);
+        i = jscan_value(messages, n, i);
         count++;
         if (is_user_message(messages, e, i)) {
             end = i;
             break;
         }
-        i = skip_ws(messages, n, i);
-        if (i < n && messages[i] == ',') i = skip_ws(messages, n, i + 1);
+        i = jscan_ws(messages, n, i);
+        if (i < n && messages[i] == ',') i = jscan_ws(messages, n, i + 1);
     }
     if (!count) return false;
     *key = mix(feed_span(key_head("chat", model, tenant), messages + start, end - start));
@@ -168,9 +134,9 @@ bool affinity_key_chat(const char *messages, size_t n, const char *model, const 
 bool affinity_key_prompt(const char *prompt, size_t n, size_t prompt_bytes, const char *model, const char *tenant,
                          uint64_t *key)
 {
-    size_t i = skip_ws(prompt, n, 0);
+    size_t i = jscan_ws(prompt, n, 0);
     if (i >= n || (prompt[i] != '"' && prompt[i] != '[') || prompt_bytes == 0) return false;
-    size_t end = skip_value(prompt, n, i);
+    size_t end = jscan_value(prompt, n, i);
     if (end - i <= 2) return false; /* "" or []: nothing to share */
     *key = mix(feed_canonical(key_head("prompt", model, tenant), prompt + i, end - i, prompt_bytes));
     return true;

@@ -107,6 +107,8 @@ struct rt_pool {
     size_t cursor;                       /* its round robin (route_pick_backend) */
     affinity_ring *ring;                 /* prefix affinity over its backends (rt_pool_pick) */
     uint64_t affinity[AFF_RESULTS];      /* tries placed by prefix key: hit, miss, overflow */
+    uint64_t prefix_prompt, prefix_cached; /* /v1 prompt tokens whose worker reported cached_tokens, and
+                                            * those (rt_v1_account): the prefix cache's real hits */
     route_backend view[RT_MAX_BACKENDS]; /* scratch: its backends as the policy sees them */
     /* GPU pools only: the pressure policy of this pool, its state and last signals */
     policy *pol;

@@ -243,6 +243,10 @@ void rt_status_json(router *r, buf *b)
         buf_printf(b, ",\"affinity\":{\"hit\":%llu,\"miss\":%llu,\"overflow\":%llu}",
                    (unsigned long long)p->affinity[AFF_HIT], (unsigned long long)p->affinity[AFF_MISS],
                    (unsigned long long)p->affinity[AFF_OVERFLOW]);
+        /* what the workers said their prefix caches gave (cached_tokens): the real hits */
+        buf_printf(b, ",\"prefix\":{\"prompt_tokens\":%llu,\"cached_tokens\":%llu,\"hit_rate\":%.6f}",
+                   (unsigned long long)p->prefix_prompt, (unsigned long long)p->prefix_cached,
+                   p->prefix_prompt ? (double)p->prefix_cached / (double)p->prefix_prompt : 0.0);
         if (p->pol) {
             buf_puts(b, ",\"policy\":{");
             policy_json(b, &pc, &p->st, &p->sig);
@@ -385,6 +389,17 @@ void rt_metrics(router *r, buf *b)
             buf_printf(b, "tierrouter_affinity_requests_total{pool=\"%s\",result=\"%s\"} %llu\n",
                        r->pools[i].cfg->name, affinity_result_name((affinity_result)a),
                        (unsigned long long)r->pools[i].affinity[a]);
+    prom_family(b, "tierrouter_prefix_prompt_tokens_total", "counter",
+                "/v1 prompt tokens of the replies whose worker reported how many its prefix cache gave, by pool "
+                "(the denominator of the prefix hit rate)");
+    for (size_t i = 0; i < r->n_pools; i++)
+        buf_printf(b, "tierrouter_prefix_prompt_tokens_total{pool=\"%s\"} %llu\n", r->pools[i].cfg->name,
+                   (unsigned long long)r->pools[i].prefix_prompt);
+    prom_family(b, "tierrouter_prefix_cached_tokens_total", "counter",
+                "/v1 prompt tokens whose KV the worker's prefix cache gave (its cached_tokens), by pool");
+    for (size_t i = 0; i < r->n_pools; i++)
+        buf_printf(b, "tierrouter_prefix_cached_tokens_total{pool=\"%s\"} %llu\n", r->pools[i].cfg->name,
+                   (unsigned long long)r->pools[i].prefix_cached);
     prom_family(b, "tierrouter_pool_desired_backends", "gauge",
                 "Backends the pool needs for the load the router sees on it now (in flight, queued in its "
                 "workers, its share of the admission queue) at its scale_target per backend: for KEDA/HPA");

@@ -9,6 +9,7 @@
 
 #include "clock.h"
 #include "jcheck.h"
+#include "jscan.h"
 #include "proxy_int.h"
 #include "zcodec.h"
 
@@ -21,46 +22,11 @@ static bool fail(ts_err *e, const char **param, const char *which, const char *t
     return false;
 }
 
-/* A scan over JSON that jcheck_syntax() has passed: well-formed, so it needs no error paths,
- * only bounds. */
+/* A scan over JSON that jcheck_syntax() has passed (common/jscan.h): well-formed, so it
+ * needs no error paths, only bounds. */
 typedef struct {
     size_t start, end; /* [start, end) in the body; end 0: absent */
 } span;
-
-static size_t skip_ws(const char *s, size_t n, size_t i)
-{
-    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
-    return i;
-}
-
-static size_t skip_string(const char *s, size_t n, size_t i) /* s[i] is its opening quote */
-{
-    for (i++; i < n && s[i] != '"'; i++)
-        if (s[i] == '\\') i++;
-    return i < n ? i + 1 : n;
-}
-
-static size_t skip_value(const char *s, size_t n, size_t i)
-{
-    if (i >= n) return n;
-    if (s[i] == '"') return skip_string(s, n, i);
-    if (s[i] == '{' || s[i] == '[') {
-        for (size_t depth = 0; i < n;) {
-            if (s[i] == '"') {
-                i = skip_string(s, n, i);
-                continue;
-            }
-            if (s[i] == '{' || s[i] == '[') depth++;
-            else if ((s[i] == '}' || s[i] == ']') && --depth == 0) return i + 1;
-            i++;
-        }
-        return n;
-    }
-    while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\t' && s[i] != '\n' &&
-           s[i] != '\r')
-        i++; /* a number, true, false, null */
-    return i;
-}
 
 /* A top-level key decoded (escapes and all, by jansson), when it is short enough to be one
  * the router reads ("model", "stream"); else NULL. Kept in a static: one key at a time. */
@@ -108,17 +74,17 @@ bool rt_v1_parse(proxy_req *pr, ts_err *e, const char **param)
         ts_err_set(e, TS_BAD_REQUEST, "the request body is not valid JSON: %s", jerr_text);
         return false;
     }
-    size_t i = skip_ws(s, n, 0);
+    size_t i = jscan_ws(s, n, 0);
     if (i >= n || s[i] != '{') return fail(e, param, NULL, "the request body must be a JSON object");
     span model = {0, 0}, stream = {0, 0}, messages = {0, 0}, prompt = {0, 0};
-    for (i = skip_ws(s, n, i + 1); i < n && s[i] == '"';) {
+    for (i = jscan_ws(s, n, i + 1); i < n && s[i] == '"';) {
         size_t k = i;
-        i = skip_string(s, n, i);
+        i = jscan_string(s, n, i);
         const char *key = key_name(s + k, i - k);
-        i = skip_ws(s, n, i) + 1; /* the ':' */
-        i = skip_ws(s, n, i);
+        i = jscan_ws(s, n, i) + 1; /* the ':' */
+        i = jscan_ws(s, n, i);
         size_t v = i;
-        i = skip_value(s, n, i);
+        i = jscan_value(s, n, i);
         span *which = key && strcmp(key, "model") == 0 ? &model : key && strcmp(key, "stream") == 0 ? &stream : NULL;
         if (which && which->end) { /* the router and the worker must read the same one */
             ts_err_set(e, TS_BAD_REQUEST, "%s is given more than once (a duplicate key)", key);
@@ -130,8 +96,8 @@ bool rt_v1_parse(proxy_req *pr, ts_err *e, const char **param)
          * duplicates in the worker */
         if (key && strcmp(key, "messages") == 0) messages = (span){v, i};
         if (key && strcmp(key, "prompt") == 0) prompt = (span){v, i};
-        i = skip_ws(s, n, i);
-        if (i < n && s[i] == ',') i = skip_ws(s, n, i + 1);
+        i = jscan_ws(s, n, i);
+        if (i < n && s[i] == ',') i = jscan_ws(s, n, i + 1);
     }
     if (!model.end) return fail(e, param, "model", "you must provide a model parameter");
     if (s[model.start] != '"') return fail(e, param, "model", "model must be a string");
@@ -220,7 +186,8 @@ void rt_v1_try_start(proxy_req *pr)
     buf_free(&v->reply);
     buf_init(&v->reply, RT_V1_REPLY_MAX);
     v->sse = v->line_over = v->have_usage = v->have_acct = false;
-    v->tokens = v->prompt = v->completion = 0;
+    v->tokens = v->prompt = v->completion = v->cached = v->acct_cached = 0;
+    v->have_cached = v->acct_has_cached = false;
     v->last_token = 0;
     v->line_fate = RT_V1_LINE_OPEN;
     v->n_hold = 0;
@@ -275,6 +242,10 @@ static void read_usage(rt_v1 *v, json_t *o)
     v->have_usage = true;
     v->prompt = rt_v1_cap_tokens((uint64_t)json_integer_value(p));
     v->completion = embed ? 0 : rt_v1_cap_tokens((uint64_t)json_integer_value(c));
+    json_t *k = json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens");
+    v->have_cached = json_is_integer(k) && json_integer_value(k) >= 0;
+    uint64_t cached = v->have_cached ? rt_v1_cap_tokens((uint64_t)json_integer_value(k)) : 0;
+    v->cached = cached < v->prompt ? cached : v->prompt;
 }
 
 /* One "data:" line: [DONE], or a chunk. A chunk that is not JSON (or too long to read)
@@ -317,6 +288,8 @@ static void on_acct(rt_v1 *v, const char *s, size_t n)
     v->acct_prompt = u.prompt;
     v->acct_completion = u.completion;
     v->acct_compute_ms = u.compute_ms;
+    v->acct_has_cached = u.has_cached;
+    v->acct_cached = u.cached;
 }
 
 /* A complete SSE line (no line end). Each "data:" line is taken as one event: OpenAI-style
@@ -443,6 +416,12 @@ void rt_v1_account(proxy_req *pr)
     router *r = pr->r;
     uint64_t prompt, completion;
     rt_v1_seen(pr, &prompt, &completion);
+    rt_v1 *v = &pr->v1;
+    rt_pool *p = pr->pool;
+    if (v->have_acct ? v->acct_has_cached : v->have_usage && v->have_cached) {
+        p->prefix_prompt += prompt;
+        p->prefix_cached += v->have_acct ? v->acct_cached : v->cached;
+    }
     cost_tokens(r->cost, rt_pool_index(pr->pool), cost_tenant_index(r->cfg, pr->tenant), pr->prio, prompt,
                 completion, ts_now());
 }

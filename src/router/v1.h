@@ -69,6 +69,8 @@ typedef struct {
     double last_token;        /* when the last of them arrived (0: none yet) */
     bool have_usage;          /* the reply named its usage (a final chunk, or the JSON's "usage") */
     uint64_t prompt, completion;
+    bool have_cached;         /* ... and its prompt_tokens_details.cached_tokens */
+    uint64_t cached;
     /* SSE: the current line, as far as passing it on goes */
     enum { RT_V1_LINE_OPEN, RT_V1_LINE_PASS, RT_V1_LINE_DROP } line_fate;
     uint8_t hold[RT_V1_ACCT_PREFIX_LEN]; /* its first bytes while they match the prefix */
@@ -77,6 +79,8 @@ typedef struct {
     bool have_acct;
     uint64_t acct_prompt, acct_completion;
     double acct_compute_ms;
+    bool acct_has_cached;
+    uint64_t acct_cached;
     char key[RT_V1_KEY_MAX]; /* the current try's Tierserve-Accounting-Key */
 } rt_v1;
 
@@ -120,7 +124,11 @@ bool rt_v1_reported(const struct proxy_req *pr);
  * cost) are counted: the worker's report, else the reply's usage, else one per chunk with
  * content. */
 void rt_v1_account(struct proxy_req *pr);
-/* The counts rt_v1_account bills, without billing them. */
+/* rt_v1_account also counts, per pool, the prompt tokens of the replies whose worker said how
+ * many of them its prefix cache gave (cached_tokens in its report, else the usage's
+ * prompt_tokens_details) and those cached tokens: the prefix cache's real hit rate as the
+ * router's traffic got it (tierrouter_prefix_*_tokens_total, /admin/status pools[].prefix).
+ * The counts rt_v1_account bills, without billing them. */
 void rt_v1_seen(struct proxy_req *pr, uint64_t *prompt, uint64_t *completion);
 
 /* v1ask.c. The try of a /v1 request whose client left was closed before the worker's

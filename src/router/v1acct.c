@@ -36,8 +36,8 @@ bool rt_v1_read_ms(const char *s, size_t n, double *out)
 
 bool rt_v1_usage_line(const char *s, size_t n, rt_v1_usage *out)
 {
-    bool got_p = false, got_c = false, got_ms = false;
-    uint64_t p = 0, c = 0;
+    bool got_p = false, got_c = false, got_ms = false, got_k = false;
+    uint64_t p = 0, c = 0, k = 0;
     double ms = 0;
     for (size_t i = 0; i < n;) {
         size_t w = i;
@@ -49,11 +49,12 @@ bool rt_v1_usage_line(const char *s, size_t n, rt_v1_usage *out)
             if (klen == 13 && memcmp(s + i, "prompt_tokens", 13) == 0) got_p = read_count(val, vlen, &p);
             else if (klen == 17 && memcmp(s + i, "completion_tokens", 17) == 0) got_c = read_count(val, vlen, &c);
             else if (klen == 10 && memcmp(s + i, "compute_ms", 10) == 0) got_ms = rt_v1_read_ms(val, vlen, &ms);
+            else if (klen == 13 && memcmp(s + i, "cached_tokens", 13) == 0) got_k = read_count(val, vlen, &k);
         }
         i = w + 1;
     }
     if (!got_p || !got_c || !got_ms) return false;
-    *out = (rt_v1_usage){p, c, ms};
+    *out = (rt_v1_usage){p, c, ms, got_k, got_k && k < p ? k : got_k ? p : 0};
     return true;
 }
 
@@ -67,7 +68,7 @@ bool rt_v1_usage_report(const char *json, size_t n, rt_v1_usage *out)
               json_number_value(t) >= 0 && json_number_value(t) <= 86400e3;
     if (ok)
         *out = (rt_v1_usage){rt_v1_cap_tokens((uint64_t)json_integer_value(p)),
-                             rt_v1_cap_tokens((uint64_t)json_integer_value(c)), json_number_value(t)};
+                             rt_v1_cap_tokens((uint64_t)json_integer_value(c)), json_number_value(t), false, 0};
     json_decref(doc);
     return ok;
 }

@@ -14,6 +14,8 @@
 typedef struct {
     uint64_t prompt, completion; /* capped at RT_V1_TOKENS_CAP */
     double compute_ms;
+    bool has_cached; /* the report named cached_tokens (a worker before it does not) */
+    uint64_t cached; /* prompt tokens whose KV the worker's prefix cache gave: at most prompt */
 } rt_v1_usage;
 
 static inline uint64_t rt_v1_cap_tokens(uint64_t n) { return n < RT_V1_TOKENS_CAP ? n : RT_V1_TOKENS_CAP; }
@@ -25,7 +27,9 @@ bool rt_v1_read_ms(const char *s, size_t n, double *out);
 /* The words of a Tierserve-Usage header or of the stream's accounting line after its prefix,
  * s[0..n): space-separated key=value pairs, of which prompt_tokens and completion_tokens
  * (decimal, at most 18 digits) and compute_ms (rt_v1_read_ms) must each be there and
- * well-formed; other keys are skipped, for workers that report more. False: ignore it. */
+ * well-formed; cached_tokens (decimal) may be (has_cached; a count over prompt_tokens is cut
+ * to it, a malformed one is left out); other keys are skipped, for workers that report more.
+ * False: ignore it. */
 bool rt_v1_usage_line(const char *s, size_t n, rt_v1_usage *out);
 /* A worker's 200 answer to GET /v1/accounting/{key}: {"state":"done", "prompt_tokens",
  * "completion_tokens" (non-negative integers), "compute_ms" (a number, 0 to a day)}. False:

@@ -97,7 +97,7 @@ static void on_end(h1cli_req *q, h1cli_outcome o, void *arg)
     int code = o == H1CLI_COMPLETE ? h1cli_resp_status(q) : 0;
     if (code == 200) {
         /* the worker's 200: a done report with counts and a time it may claim */
-        rt_v1_usage u = {0, 0, 0};
+        rt_v1_usage u = {0, 0, 0, false, 0};
         bool ok = !buf_failed(&a->body) && rt_v1_usage_report((const char *)a->body.data, a->body.len, &u);
         settle(a, ok, u.prompt, u.completion, u.compute_ms);
         return;

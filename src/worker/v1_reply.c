@@ -366,12 +366,14 @@ static void stream_end(lreq *r)
 
 /* Did the router ask for this request's accounting (Tierserve-Accounting: 1)? Then a
  * non-stream reply carries Tierserve-Compute-Ms (as KServe replies do) and
- *   Tierserve-Usage: prompt_tokens=N completion_tokens=M compute_ms=X
+ *   Tierserve-Usage: prompt_tokens=N completion_tokens=M compute_ms=X cached_tokens=C
  * in its head, and a stream the same words in one SSE comment line before data: [DONE]
  * (SSE clients skip comments; the router takes it out):
- *   : tierserve-usage prompt_tokens=N completion_tokens=M compute_ms=X
+ *   : tierserve-usage prompt_tokens=N completion_tokens=M compute_ms=X cached_tokens=C
  * A request the router also gave a Tierserve-Accounting-Key is reported, once it is over, at
  * GET /v1/accounting/{key} (llm_acct.h): what the router asks after it cancelled it.
+ * C is the usage's prompt_tokens_details.cached_tokens (what the router counts per pool as
+ * the prefix cache's real hits, whether or not the client asked for a stream's usage).
  * N and M are the usage's own counts (the end-of-sequence token and tokens whose text was
  * held back or cut at a stop string included), X the sequence's share of the Run()s it took
  * part in: its own prefill chunks whole, each decode step divided by the sequences in it
@@ -451,7 +453,8 @@ void v1_finish_reply(lreq *c, const char *reason)
             int n = 0;
             if (acct)
                 n = snprintf(end, sizeof end, ": tierserve-usage prompt_tokens=%zu completion_tokens=%zu "
-                             "compute_ms=%.3f\n", r->n_prompt, gen, v1_compute_ms(r));
+                             "compute_ms=%.3f cached_tokens=%llu\n", r->n_prompt, gen, v1_compute_ms(r),
+                             (unsigned long long)atomic_load(&r->cached));
             if (n < 0 || (size_t)n >= sizeof end / 2) n = 0; /* cannot happen: counts are bounded */
             n += snprintf(end + n, sizeof end - (size_t)n, "data: [DONE]\n\n");
             if (r->outq.len) buf_put(&r->outq, end, (size_t)n);
@@ -474,11 +477,11 @@ void v1_finish_reply(lreq *c, const char *reason)
         if (acct) {
             /* the compute time as KServe replies carry it, and the whole report in the
              * stream line's words: the router bills from the head, never from the body */
-            char cms[32], usage[160];
+            char cms[32], usage[192];
             snprintf(cms, sizeof cms, "%.3f", v1_compute_ms(r));
             h1req_add_header(r->http, "Tierserve-Compute-Ms", cms);
-            snprintf(usage, sizeof usage, "prompt_tokens=%zu completion_tokens=%zu compute_ms=%s", r->n_prompt,
-                     gen, cms);
+            snprintf(usage, sizeof usage, "prompt_tokens=%zu completion_tokens=%zu compute_ms=%s cached_tokens=%llu",
+                     r->n_prompt, gen, cms, (unsigned long long)atomic_load(&r->cached));
             h1req_add_header(r->http, "Tierserve-Usage", usage);
         }
         h1req_reply(r->http, 200, "application/json", &b);

@@ -60,7 +60,9 @@ async function snapshot(page) {
       })),
       pools: q('[data-testid=pool-card]').map((c) => {
         const b = c.querySelector('[data-testid=llm-streams]');
+        const a = c.querySelector('[data-testid=affinity]');
         return {
+          affinity: a ? fields(a) : null,
           pool: c.getAttribute('data-pool'),
           policy: text(c.querySelector('[data-testid=policy-state]')),
           text: c.innerText,

@@ -334,8 +334,9 @@ def test_dashboard_shows_llm_serving(tmp_path):
         rp = Page(f"http://127.0.0.1:{r.port}/dashboard", shots / "dashboard-router-llm.png")
         pages.append(rp)
         snap = rp.send(login=ADMIN_TOKEN)
-        # before any /v1: no LLM streams block, but each backend's LLM as its probe saw it
+        # before any /v1: no LLM streams block, no affinity block, but each backend's LLM as its probe saw it
         assert [p["llm"] for p in snap["pools"]] == [None, None], snap["pools"]
+        assert [p["affinity"] for p in snap["pools"]] == [None, None], snap["pools"]
         cards = {c["backend"]: c for c in snap["cards"]}
         row = cards[f"127.0.0.1:{w.port}"]["llm"]
         assert [(x["model"], x["backend-llm-running"], x["backend-llm-waiting"]) for x in row] == [("chat", "0", "0")], row
@@ -454,6 +455,33 @@ def test_dashboard_shows_llm_serving(tmp_path):
         assert re.fullmatch(rf"{NUM} / {NUM} \(last 10 s\)", f["llm-tokens-rate"]), f
         cost = re.fullmatch(rf"\$({NUM}) \(last 10 s\)", f["llm-cost"])
         assert cost and float(cost.group(1)) >= TOKEN_PRICE * 0.999, f
+        check_no_leaks(snap)
+
+        # prefix affinity: one conversation opening sent twice (the second reuses the first's
+        # prompt blocks); each pool's block reads exactly what /admin/status says: the tries
+        # placed by prefix, and the workers' cached tokens of the prompt tokens
+        opening = "Tell me about " + " ".join(["parcels", "refunds", "couriers", "invoices"] * 12)
+        body = json.dumps({"model": "chat", "messages": [{"role": "user", "content": opening}], "max_tokens": 4,
+                           "temperature": 0}).encode()
+        cached = 0
+        for _ in range(2):
+            code, h, reply = request(r.port, "POST", "/v1/chat/completions", {"Content-Type": "application/json"},
+                                     body, timeout=60)
+            assert code == 200 and h["x-tierrouter-pool"] == "gpu", (code, h, reply)
+            cached += json.loads(reply)["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert cached > 0
+        st = r.status()
+        want = {}
+        for p in st["pools"]:
+            a, x = p["affinity"], p["prefix"]
+            share = math.floor(x["hit_rate"] * 1000 + 0.5) / 10
+            want[p["name"]] = {"affinity-placed": f"hit {a['hit']} · miss {a['miss']} · overflow {a['overflow']}",
+                               "affinity-cached": f"{x['cached_tokens']} of {x['prompt_tokens']} ({share:g}%)"}
+        assert st["pools"][0]["prefix"]["cached_tokens"] >= cached, st["pools"][0]
+        snap = rp.send(wait_css="[data-pool=gpu] [data-testid=affinity-cached]", text=want["gpu"]["affinity-cached"],
+                       timeout_ms=10000)
+        assert snap["found"], (want, snap["pools"])
+        assert {p["pool"]: p["affinity"] for p in snap["pools"]} == want, snap["pools"]
         check_no_leaks(snap)
         rp.send(shot="")
         print(f"screenshots: {rp.png} {wp.png}")

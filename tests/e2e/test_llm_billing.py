@@ -134,7 +134,8 @@ def test_the_accounting_endpoint_takes_the_worker_token_and_answers_by_key(fleet
     usage = json.loads(body)["usage"]
     ms = h["Tierserve-Compute-Ms"]
     assert h["Tierserve-Usage"] == (f"prompt_tokens={usage['prompt_tokens']} "
-                                    f"completion_tokens={usage['completion_tokens']} compute_ms={ms}")
+                                    f"completion_tokens={usage['completion_tokens']} compute_ms={ms} "
+                                    f"cached_tokens={usage['prompt_tokens_details']['cached_tokens']}")
     code, _, body = w.http("GET", "/v1/accounting/direct-key_1.x", headers=auth)
     assert code == 200, body
     assert json.loads(body) == {"key": "direct-key_1.x", "state": "done", "prompt_tokens": usage["prompt_tokens"],

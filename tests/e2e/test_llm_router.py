@@ -258,9 +258,11 @@ def test_worker_accounting_line_only_when_asked(acct):
     assert b"tierserve-usage" not in plain
     s = raw_request(w, "/v1/completions", body, b"Connection: close\r\nTierserve-Accounting: 1\r\n")
     payload = dechunk(read_to_close(s).partition(b"\r\n\r\n")[2])
-    m = re.search(rb"\n\n: tierserve-usage prompt_tokens=(\d+) completion_tokens=(\d+) compute_ms=(\d+\.\d{3})\n"
+    m = re.search(rb"\n\n: tierserve-usage prompt_tokens=(\d+) completion_tokens=(\d+) compute_ms=(\d+\.\d{3}) "
+                  rb"cached_tokens=(\d+)\n"
                   rb"data: \[DONE\]\n\n$", payload)
     assert m, payload[-300:]
     usage = sse_events(payload.replace(m.group(0)[2:], b"data: [DONE]\n\n"))[-1]["usage"]
     assert (int(m.group(1)), int(m.group(2))) == (usage["prompt_tokens"], usage["completion_tokens"])
+    assert int(m.group(4)) == usage["prompt_tokens_details"]["cached_tokens"]
     assert float(m.group(3)) > 0

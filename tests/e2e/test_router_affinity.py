@@ -12,8 +12,12 @@ What is held:
   `usage.prompt_tokens_details.cached_tokens` covers its whole blocks), every turn of a conversation goes to
   one backend, the conversations spread over more than one, and the router counts each try
   an affinity `hit` (status and metrics);
+- the router counts the workers' real reuse: per pool, the prompt tokens and the
+  `cached_tokens` the workers reported (a non-stream reply's Tierserve-Usage head, a stream's
+  accounting line: half the conversations stream), equal to the sums of what the clients got;
 - without it, the same kind of traffic reuses its previous turn far less often (the pool's
-  least-loaded choice spreads the turns), and nothing is counted;
+  least-loaded choice spreads the turns), and nothing is counted as placed by key (the real
+  cached tokens are still counted: fewer);
 - a sensitive conversation still goes to the CPU pool, turn after turn: the policy's pin comes
   before affinity.
 """
@@ -24,7 +28,7 @@ import time
 import pytest
 
 from conftest import start_worker
-from helpers import Router, metric, post_json, wait_until
+from helpers import Router, metric, post, post_json, sse_events, wait_until
 from llm_fixture import write_tiny_llm
 from test_router import pools_config
 
@@ -65,8 +69,8 @@ def opening(rng, tag):
 
 def run_conversations(router, tag, seed, headers=None):
     """CONVS conversations of TURNS turns, interleaved one request at a time in a shuffled
-    order of conversations per round. Returns per conversation its turns as (prompt_tokens,
-    cached_tokens, pool, backend)."""
+    order of conversations per round; the odd ones stream (with the usage chunk asked for).
+    Returns per conversation its turns as (prompt_tokens, cached_tokens, pool, backend)."""
     rng = random.Random(seed)
     convs = [[{"role": "user", "content": opening(rng, f"{tag} {c}")}] for c in range(CONVS)]
     seen = [[] for _ in range(CONVS)]
@@ -75,8 +79,16 @@ def run_conversations(router, tag, seed, headers=None):
         rng.shuffle(order)
         for c in order:
             body = {"model": "tiny", "messages": convs[c], "max_tokens": 6, "temperature": 0}
-            code, h, a = post_json(router, "/v1/chat/completions", body, headers)
-            assert code == 200, a
+            if c % 2:
+                body.update(stream=True, stream_options={"include_usage": True})
+                code, h, raw = post(router, "/v1/chat/completions", body, headers)
+                assert code == 200, raw
+                evs = sse_events(raw)
+                text = "".join(ch["delta"].get("content") or "" for e in evs for ch in e["choices"])
+                a = {"usage": evs[-1]["usage"], "choices": [{"message": {"content": text}}]}
+            else:
+                code, h, a = post_json(router, "/v1/chat/completions", body, headers)
+                assert code == 200, a
             u = a["usage"]
             seen[c].append((u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"],
                             h["X-Tierrouter-Pool"], h["X-Tierrouter-Backend"]))
@@ -119,6 +131,20 @@ def test_turns_land_where_their_history_is_cached(fleet):
     assert metric(on, "tierrouter_affinity_requests_total", pool="gpu", result="hit") == CONVS * TURNS
     assert {p["name"]: p["affinity"]["hit"] for p in off.status()["pools"]} == {"gpu": 0, "cpu": 0}
     assert off.status()["affinity"]["enabled"] is False
+    # the real reuse, as the workers reported it to each router: the sums the clients saw
+    cached = {}
+    for r, seen in ((on, with_aff), (off, without)):
+        want_p = sum(p for turns in seen for p, _, _, _ in turns)
+        want_c = sum(c for turns in seen for _, c, _, _ in turns)
+        got = {p["name"]: p["prefix"] for p in r.status()["pools"]}
+        assert got["gpu"]["prompt_tokens"] == want_p and got["gpu"]["cached_tokens"] == want_c, (got, want_p, want_c)
+        assert got["gpu"]["hit_rate"] == pytest.approx(want_c / want_p, abs=1e-6)
+        assert got["cpu"] == {"prompt_tokens": 0, "cached_tokens": 0, "hit_rate": 0}, got
+        assert metric(r, "tierrouter_prefix_cached_tokens_total", pool="gpu") == want_c
+        assert metric(r, "tierrouter_prefix_prompt_tokens_total", pool="gpu") == want_p
+        cached[r] = want_c
+    print(f"cached prompt tokens: with affinity {cached[on]}, without {cached[off]}")
+    assert cached[on] > 0 and cached[off] < 0.8 * cached[on], cached
 
 
 def test_a_sensitive_conversation_stays_on_the_cpu_pool(fleet):

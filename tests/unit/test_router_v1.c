@@ -153,6 +153,17 @@ static void test_usage_line(void **state)
     /* any order, unknown keys skipped */
     assert_true(rt_v1_usage_line(LINE("compute_ms=0 cached=3 completion_tokens=0 prompt_tokens=1")));
     assert_int_equal(u.prompt, 1);
+    assert_false(u.has_cached);
+    /* cached_tokens: optional; over prompt_tokens it is cut to it; malformed, it is left out */
+    assert_true(rt_v1_usage_line(LINE("prompt_tokens=40 completion_tokens=2 compute_ms=1 cached_tokens=32")));
+    assert_true(u.has_cached);
+    assert_int_equal(u.cached, 32);
+    assert_true(rt_v1_usage_line(LINE("cached_tokens=900 prompt_tokens=40 completion_tokens=2 compute_ms=1")));
+    assert_true(u.has_cached);
+    assert_int_equal(u.cached, 40);
+    assert_true(rt_v1_usage_line(LINE("prompt_tokens=40 completion_tokens=2 compute_ms=1 cached_tokens=-3")));
+    assert_false(u.has_cached);
+    assert_int_equal(u.cached, 0);
     /* a claim past the cap is capped, not wrapped */
     assert_true(rt_v1_usage_line(LINE("prompt_tokens=999999999999999999 completion_tokens=1 compute_ms=1")));
     assert_int_equal(u.prompt, RT_V1_TOKENS_CAP);

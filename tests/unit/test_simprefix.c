@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "affinity.h"
+#include "report.h"
 #include "sim.h"
 #include "simcfg.h"
 #include "simprefix.h"
@@ -99,6 +100,92 @@ static void test_affinity_keeps_conversations_where_they_are_cached(void **state
 
 /* A cache of one conversation per backend: the four conversations each backend owns with
  * affinity take turns evicting each other, so affinity cannot buy much; without it, less. */
+/* The JSON and CSV summaries of r, into one buffer (*buf, freed by the caller). */
+static void render(const sim_config *c, const sim_result *r, char **buf)
+{
+    size_t len = 0;
+    *buf = NULL;
+    FILE *f = open_memstream(buf, &len);
+    assert_non_null(f);
+    report_json(c, "test", r, f);
+    report_csv(c, r, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* The JSON and CSV summaries carry the prefix figures the text prints: hit rate and later
+ * turns' TTFT, exactly the run's; a run without --prefix-cache has neither. */
+static void test_json_and_csv_carry_the_prefix_figures(void **state)
+{
+    (void)state;
+    trace t;
+    gen(&t, "4", "24");
+    simcfg c;
+    config(&c, "on");
+    sim_result r;
+    run(&c.sim, &t, &r);
+    const sim_prefix_stats *p = &r.prefix;
+    assert_true(p->turns > 0 && p->hits > 0);
+    char *out, want[512];
+    render(&c.sim, &r, &out);
+    snprintf(want, sizeof want,
+             "\"prefix\": {\"capacity\": 32, \"prefill_share\": 0.6, \"affinity\": true, \"load_factor\": 2, "
+             "\"placed\": {\"hit\": %llu, \"miss\": %llu, \"overflow\": %llu}, "
+             "\"later_turns\": %llu, \"hits\": %llu, \"hit_rate\": %.6g, ",
+             (unsigned long long)p->affinity[AFF_HIT], (unsigned long long)p->affinity[AFF_MISS],
+             (unsigned long long)p->affinity[AFF_OVERFLOW], (unsigned long long)p->turns,
+             (unsigned long long)p->hits, (double)p->hits / (double)p->turns);
+    if (!strstr(out, want)) fail_msg("no %s in\n%s", want, out);
+    snprintf(want, sizeof want, "\"later_turns_ttft_ms\": {\"count\": %llu, \"mean\": %.6g, \"p50\": %.6g, ",
+             (unsigned long long)p->ttft_later.count, p->ttft_later.mean * 1e3, p->ttft_later.p50 * 1e3);
+    if (!strstr(out, want)) fail_msg("no %s in\n%s", want, out);
+    snprintf(want, sizeof want, "\nprefix,later_turns,%llu,%llu,,,,,%.6g,%.6g,%.6g,%.6g,%.6g,,,,,,,,,,%.6g\n",
+             (unsigned long long)p->turns, (unsigned long long)p->hits, p->ttft_later.mean * 1e3,
+             p->ttft_later.p50 * 1e3, p->ttft_later.p95 * 1e3, p->ttft_later.p99 * 1e3, p->ttft_later.max * 1e3,
+             (double)p->hits / (double)p->turns);
+    if (!strstr(out, want)) fail_msg("no %s in\n%s", want, out);
+    /* every CSV line has the header's fields */
+    const char *csv = strstr(out, "scope,name,");
+    assert_non_null(csv);
+    size_t fields = 0, lines = 0;
+    for (const char *q = csv; *q; q++) {
+        if (*q == ',') fields++;
+        if (*q == '\n') {
+            assert_int_equal(fields, 22);
+            fields = 0;
+            lines++;
+        }
+    }
+    assert_true(lines >= 4);
+    assert_null(strstr(out, "without_affinity"));
+    free(out);
+    /* --affinity compare: the run without affinity beside it, in both */
+    c.sim.prefix.compare = true;
+    char err[256];
+    assert_int_equal(simprefix_compare(&c.sim, &t, &r, err, sizeof err), 0);
+    const sim_prefix_stats *o = &r.prefix_off.prefix;
+    assert_true(r.prefix_off.done && o->turns == p->turns && o->hits < p->hits);
+    render(&c.sim, &r, &out);
+    snprintf(want, sizeof want, "\"without_affinity\": {\"later_turns\": %llu, \"hits\": %llu, \"hit_rate\": %.6g, ",
+             (unsigned long long)o->turns, (unsigned long long)o->hits, (double)o->hits / (double)o->turns);
+    if (!strstr(out, want)) fail_msg("no %s in\n%s", want, out);
+    snprintf(want, sizeof want, "\"later_turns_ttft_p50_ratio\": %.6g}", o->ttft_later.p50 / p->ttft_later.p50);
+    if (!strstr(out, want)) fail_msg("no %s in\n%s", want, out);
+    snprintf(want, sizeof want, "\nprefix_without_affinity,later_turns,%llu,%llu,", (unsigned long long)o->turns,
+             (unsigned long long)o->hits);
+    if (!strstr(out, want)) fail_msg("no %s in\n%s", want, out);
+    free(out);
+    c.sim.prefix.compare = false;
+    sim_result_free(&r);
+    c.sim.prefix.capacity = 0;
+    run(&c.sim, &t, &r);
+    render(&c.sim, &r, &out);
+    assert_null(strstr(out, "\"prefix\""));
+    assert_null(strstr(out, "\nprefix,"));
+    free(out);
+    sim_result_free(&r);
+    trace_free(&t);
+}
+
 static void test_a_cache_too_small_hits_rarely(void **state)
 {
     (void)state;
@@ -162,6 +249,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_affinity_keeps_conversations_where_they_are_cached),
         cmocka_unit_test(test_a_cache_too_small_hits_rarely),
+        cmocka_unit_test(test_json_and_csv_carry_the_prefix_figures),
         cmocka_unit_test(test_the_conversation_column_round_trips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

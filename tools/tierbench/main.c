@@ -225,6 +225,13 @@ static int cmd_sim(cmd *c)
         trace_free(&t);
         return EXIT_USAGE;
     }
+    /* --affinity compare: the run without affinity, for the text, JSON and CSV alike */
+    if (simprefix_compare(&c->cfg.sim, &t, &r, err, sizeof err) != 0) {
+        fprintf(stderr, "tierbench: %s\n", err);
+        sim_result_free(&r);
+        trace_free(&t);
+        return EXIT_USAGE;
+    }
     if (!c->quiet) report_text(&c->cfg.sim, g_source, &r, c->max_events, stdout);
     if (!c->quiet && simprefix_report(&c->cfg.sim, &t, &r, stdout, err, sizeof err) != 0) {
         fprintf(stderr, "tierbench: %s\n", err);

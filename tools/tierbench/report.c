@@ -1,5 +1,7 @@
 #include "report.h"
 
+#include "affinity.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
@@ -207,6 +209,46 @@ static void jlat(FILE *out, const sim_lat *l)
     fputs("}", out);
 }
 
+static double prefix_hit_rate(const sim_prefix_stats *p)
+{
+    return p->turns ? (double)p->hits / (double)p->turns : 0.0;
+}
+
+/* The prefix block (--prefix-cache): the figures the text's prefix table prints, for this run
+ * (with or without affinity, as configured). Nothing when prefixes are not modelled. */
+static void jprefix_figures(const sim_prefix_stats *p, FILE *out)
+{
+    fprintf(out, "\"later_turns\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"hit_rate\": %.6g, \"saved_s\": %.6g, "
+                 "\"ttft_ms\": ",
+            p->turns, p->hits, prefix_hit_rate(p), p->saved_s);
+    jlat(out, &p->ttft);
+    fputs(", \"later_turns_ttft_ms\": ", out);
+    jlat(out, &p->ttft_later);
+}
+
+static void jprefix(const sim_config *c, const sim_result *r, FILE *out)
+{
+    const sim_prefix_cfg *k = &c->prefix;
+    const sim_prefix_stats *p = &r->prefix;
+    if (!k->capacity) return;
+    fprintf(out, " \"prefix\": {\"capacity\": %u, \"prefill_share\": %.6g, \"affinity\": %s, \"load_factor\": %.6g, "
+                 "\"placed\": {\"hit\": %" PRIu64 ", \"miss\": %" PRIu64 ", \"overflow\": %" PRIu64 "}, ",
+            k->capacity, k->prefill_share, k->affinity ? "true" : "false", k->load_factor, p->affinity[AFF_HIT],
+            p->affinity[AFF_MISS], p->affinity[AFF_OVERFLOW]);
+    jprefix_figures(p, out);
+    const sim_prefix_baseline *off = &r->prefix_off;
+    if (off->done) { /* --affinity compare: the same trace without affinity */
+        fputs(",\n  \"without_affinity\": {", out);
+        jprefix_figures(&off->prefix, out);
+        fputs(", \"latency_ms\": ", out);
+        jlat(out, &off->lat);
+        fputs("}, \"later_turns_ttft_p50_ratio\": ", out);
+        double m0 = off->prefix.ttft_later.p50, m1 = p->ttft_later.p50;
+        jnum(out, m0 > 0 && m1 > 0 ? m0 / m1 : -1);
+    }
+    fputs("},\n", out);
+}
+
 void report_json(const sim_config *c, const char *source, const sim_result *r, FILE *out)
 {
     const sim_prio_stats *all = &r->prio[PRIO_COUNT];
@@ -328,7 +370,9 @@ void report_json(const sim_config *c, const char *source, const sim_result *r, F
         jnum(out, f->t_recovered);
         fputs("}", out);
     }
-    fprintf(out, "],\n \"retries\": %" PRIu64 ", \"retries_denied\": %" PRIu64 ", \"ejections\": %" PRIu64
+    fputs("],\n", out);
+    jprefix(c, r, out);
+    fprintf(out, " \"retries\": %" PRIu64 ", \"retries_denied\": %" PRIu64 ", \"ejections\": %" PRIu64
                  ", \"queue_peak\": %u}\n",
             r->retries, r->retries_denied, r->ejections, r->queue_peak);
 }
@@ -362,11 +406,32 @@ void report_row(const sim_config *c, const sim_result *r, const char *label, boo
             lost[PRIO_BATCH], r->stage_ups + r->stage_downs, total_cost(r, false));
 }
 
+/* --prefix-cache: time to first token of every served request (<scope>,all) and of later
+ * turns (<scope>,later_turns: arrivals the later turns served, served those that hit, and
+ * their hit rate) in the latency columns */
+static void cprefix(FILE *out, const char *scope, const sim_prefix_stats *x)
+{
+    for (int k = 0; k < 2; k++) {
+        const sim_lat *l = k ? &x->ttft_later : &x->ttft;
+        if (k) fprintf(out, "%s,later_turns,%" PRIu64 ",%" PRIu64 ",,,,", scope, x->turns, x->hits);
+        else fprintf(out, "%s,all,%" PRIu64 ",%" PRIu64 ",,,,", scope, l->count, l->count);
+        cnum(out, ms(l->mean));
+        cnum(out, ms(l->p50));
+        cnum(out, ms(l->p95));
+        cnum(out, ms(l->p99));
+        cnum(out, ms(l->max));
+        fputs(",,,,,,,,,", out); /* throughput_rps .. usage_cost */
+        if (k) fprintf(out, ",%.6g", prefix_hit_rate(x));
+        else fputc(',', out);
+        fputc('\n', out);
+    }
+}
+
 void report_csv(const sim_config *c, const sim_result *r, FILE *out)
 {
     const sim_prio_stats *all = &r->prio[PRIO_COUNT];
     fputs("scope,name,arrivals,served,refused,queue_timeout,deadline,failed,mean_ms,p50_ms,p95_ms,p99_ms,max_ms,"
-          "throughput_rps,gpu_share,pool_share,tries,dead_tries,busy_fraction,backend_hours,cost,usage_cost\n",
+          "throughput_rps,gpu_share,pool_share,tries,dead_tries,busy_fraction,backend_hours,cost,usage_cost,hit_rate\n",
           out);
     for (int p = 0; p <= PRIO_COUNT; p++) {
         const sim_prio_stats *s = &r->prio[p];
@@ -377,7 +442,7 @@ void report_csv(const sim_config *c, const sim_result *r, FILE *out)
         cnum(out, ms(s->lat.p95));
         cnum(out, ms(s->lat.p99));
         cnum(out, ms(s->lat.max));
-        fprintf(out, ",%.6g,%.6g,,,,,,,\n", throughput(r, s), gpu_share(c, s));
+        fprintf(out, ",%.6g,%.6g,,,,,,,,\n", throughput(r, s), gpu_share(c, s));
     }
     for (size_t i = 0; i < c->n_pools; i++) {
         const sim_pool_stats *s = &r->pool[i];
@@ -387,10 +452,15 @@ void report_csv(const sim_config *c, const sim_result *r, FILE *out)
         cnum(out, ms(s->lat.p95));
         cnum(out, ms(s->lat.p99));
         cnum(out, ms(s->lat.max));
-        fprintf(out, ",,,%.6g,%" PRIu64 ",%" PRIu64 ",%.6g,%.6g,%.6g,%.6g\n",
+        fprintf(out, ",,,%.6g,%" PRIu64 ",%" PRIu64 ",%.6g,%.6g,%.6g,%.6g,\n",
                 served(all) ? (double)s->served / (double)served(all) : 0, s->tries, s->dead_tries,
                 busy_fraction(c, r, i), s->backend_h, s->cost, s->usage_cost);
     }
+    /* --prefix-cache: time to first token of every served request (prefix,all) and of later
+     * turns (prefix,later_turns: arrivals the later turns served, served those that hit, and
+     * their hit rate) in the latency columns */
+    if (c->prefix.capacity) cprefix(out, "prefix", &r->prefix);
+    if (c->prefix.capacity && r->prefix_off.done) cprefix(out, "prefix_without_affinity", &r->prefix_off.prefix);
 }
 
 void report_timeline_csv(const sim_result *r, FILE *out)

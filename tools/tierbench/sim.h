@@ -219,9 +219,18 @@ typedef struct {
     sim_lat ttft, ttft_later; /* every served request; later turns only */
 } sim_prefix_stats;
 
+/* `--affinity compare`: the same trace run without affinity (simprefix_compare), for the
+ * summaries to print beside the run's own figures. */
+typedef struct {
+    bool done;
+    sim_prefix_stats prefix;
+    sim_lat lat; /* every served request's latency */
+} sim_prefix_baseline;
+
 typedef struct {
     sim_prio_stats prio[PRIO_COUNT + 1]; /* [PRIO_COUNT]: every priority */
     sim_prefix_stats prefix;
+    sim_prefix_baseline prefix_off; /* filled by simprefix_compare only */
     sim_tenant_stats tenant[TRACE_MAX_NAMES]; /* by the trace's tenant index */
     size_t n_tenants;
     sim_pool_stats pool[SIM_MAX_POOLS];

@@ -231,10 +231,8 @@ int simprefix_figures(simprefix *x, sim_prefix_stats *out)
     return 0;
 }
 
-static void row(FILE *out, const char *name, const sim_result *r)
+static void row(FILE *out, const char *name, const sim_prefix_stats *p, const sim_lat *l)
 {
-    const sim_prefix_stats *p = &r->prefix;
-    const sim_lat *l = &r->prio[PRIO_COUNT].lat;
     fprintf(out, "  %-18s %6.1f %%   %8.1f %8.1f %8.1f   %8.1f %8.1f %8.1f   %8.1f %8.1f %8.1f\n", name,
             p->turns ? 100.0 * (double)p->hits / (double)p->turns : 0.0, p->ttft.p50 * 1e3, p->ttft.p95 * 1e3,
             p->ttft.p99 * 1e3, p->ttft_later.p50 * 1e3, p->ttft_later.p95 * 1e3, p->ttft_later.p99 * 1e3,
@@ -251,16 +249,16 @@ int simprefix_report(const sim_config *c, const trace *t, const sim_result *r, F
             c->prefix.capacity, c->prefix.prefill_share * 100, convs, t->n);
     fprintf(out, "  %-18s %8s   %-26s   %-26s   %-26s\n", "", "hit rate", "TTFT p50/p95/p99 ms",
             "later turns' TTFT ms", "latency p50/p95/p99 ms");
-    sim_result off;
+    sim_prefix_baseline off = r->prefix_off;
     bool compare = c->prefix.compare;
-    if (compare) {
-        sim_config c2 = *c;
-        c2.prefix.affinity = false;
-        c2.prefix.compare = false;
-        if (sim_run(&c2, t, &off, err, errlen) != 0) return -1;
-        row(out, "without affinity", &off);
+    if (compare && !off.done) {
+        sim_result tmp = {0};
+        tmp.prefix = r->prefix;
+        if (simprefix_compare(c, t, &tmp, err, errlen) != 0) return -1;
+        off = tmp.prefix_off;
     }
-    row(out, c->prefix.affinity ? "with affinity" : "without affinity", r);
+    if (compare) row(out, "without affinity", &off.prefix, &off.lat);
+    row(out, c->prefix.affinity ? "with affinity" : "without affinity", &r->prefix, &r->prio[PRIO_COUNT].lat);
     const uint64_t *a = r->prefix.affinity;
     if (c->prefix.affinity)
         fprintf(out, "  affinity (load factor %.2f): %llu hit, %llu miss, %llu overflow\n", c->prefix.load_factor,
@@ -268,7 +266,19 @@ int simprefix_report(const sim_config *c, const trace *t, const sim_result *r, F
     if (compare) {
         double m0 = off.prefix.ttft_later.p50, m1 = r->prefix.ttft_later.p50;
         if (m0 > 0 && m1 > 0) fprintf(out, "  later turns' TTFT p50: %.2fx better with affinity\n", m0 / m1);
-        sim_result_free(&off);
     }
+    return 0;
+}
+
+int simprefix_compare(const sim_config *c, const trace *t, sim_result *r, char *err, size_t errlen)
+{
+    if (!c->prefix.capacity || !c->prefix.compare) return 0;
+    sim_config c2 = *c;
+    c2.prefix.affinity = false;
+    c2.prefix.compare = false;
+    sim_result off;
+    if (sim_run(&c2, t, &off, err, errlen) != 0) return -1;
+    r->prefix_off = (sim_prefix_baseline){true, off.prefix, off.prio[PRIO_COUNT].lat};
+    sim_result_free(&off);
     return 0;
 }

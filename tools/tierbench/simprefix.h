@@ -45,8 +45,13 @@ void simprefix_served(simprefix *x, uint32_t i);
 /* The run's figures into out; -1 out of memory. */
 int simprefix_figures(simprefix *x, sim_prefix_stats *out);
 
-/* The prefix block of `tierbench sim`'s summary for r (a run of c on t); with compare, the
- * trace runs once more without affinity and both are printed. 0, or -1 with a message. */
+/* With c->prefix.compare (and prefixes modelled): runs t once more without affinity into
+ * r->prefix_off, which the summaries print beside r's own figures. 0 (nothing to do
+ * included), or -1 with a message. */
+int simprefix_compare(const sim_config *c, const trace *t, sim_result *r, char *err, size_t errlen);
+/* The prefix block of `tierbench sim`'s summary for r (a run of c on t); with compare, both
+ * runs are printed (the one without affinity is r->prefix_off when simprefix_compare filled
+ * it, else run here). 0, or -1 with a message. */
 int simprefix_report(const sim_config *c, const trace *t, const sim_result *r, FILE *out, char *err, size_t errlen);
 
 #endif
