@@ -211,6 +211,8 @@ typedef struct {
     bool alive, seen_live;
     uint8_t life;          /* B_* */
     uint8_t zone;          /* a spot backend's zone (spot_zones) */
+    bool replace;          /* preempted with no free slot for its replacement (a fixed pool, or
+                            * one at its max): the ReplicaSet starts one as it leaves */
     uint32_t life_epoch;   /* bumped when it leaves: its pending K_READY/K_NOTICE/K_PREEMPT are void */
     double ejected_until;
     unsigned ejections, consec_fail, in_flight, running, waiting;
@@ -896,6 +898,8 @@ static void present_changed(sim *s, size_t pi, int delta)
 
 /* A backend leaves the pool: what it still holds is lost (a preemption), or nothing is (a
  * finished drain). */
+static void start_backend(sim *s, uint32_t pi, uint32_t k);
+
 static void backend_leave(sim *s, uint32_t pi, uint32_t k)
 {
     spool *p = &s->pools[pi];
@@ -907,6 +911,10 @@ static void backend_leave(sim *s, uint32_t pi, uint32_t k)
     b->seen_live = false;
     b->ejected_until = 0, b->ejections = 0, b->consec_fail = 0;
     present_changed(s, pi, -1);
+    if (b->replace) {
+        b->replace = false;
+        start_backend(s, pi, k);
+    }
 }
 
 /* A draining backend leaves once nothing is on it (drain.c: no new tries, the last one ends). */
@@ -975,8 +983,6 @@ static void on_ready(sim *s, const sev *e)
     spot_schedule(s, e->pool, e->back);
 }
 
-static void start_backend(sim *s, uint32_t pi, uint32_t k);
-
 /* The provider's notice: the router drains it (no new tries) until the preemption, and the
  * Deployment's ReplicaSet starts its replacement at once (the replicas wanted do not change). */
 static void on_notice(sim *s, const sev *e)
@@ -986,9 +992,11 @@ static void on_notice(sim *s, const sev *e)
     if (e->epoch != b->life_epoch || b->life != B_READY) return;
     s->res->pool[e->pool].preemptions++;
     b->life = B_DRAINING;
+    b->replace = true;
     for (unsigned k = 0; k < p->nb; k++)
         if (p->b[k].life == B_ABSENT) {
             start_backend(s, e->pool, k);
+            b->replace = false;
             break;
         }
     gone_if_drained(s, e->pool, e->back);
@@ -1018,9 +1026,15 @@ static void on_zone_notice(sim *s, const sev *e)
     ps->zone_reclaimed += taken;
     ps->preemptions += taken;
     if (taken > ps->zone_reclaim_max) ps->zone_reclaim_max = taken;
-    for (unsigned k = 0, started = 0; k < p->nb && started < taken; k++)
+    unsigned started = 0;
+    for (unsigned k = 0; k < p->nb && started < taken; k++)
         if (p->b[k].life == B_ABSENT && k >= p->cfg->reserved) {
             start_backend(s, e->pool, k);
+            started++;
+        }
+    for (unsigned k = p->cfg->reserved; k < p->nb && started < taken; k++)
+        if (p->b[k].zone == e->id && p->b[k].life == B_DRAINING && !p->b[k].replace) {
+            p->b[k].replace = true; /* no free slot: replaced as it leaves */
             started++;
         }
     for (unsigned k = p->cfg->reserved; k < p->nb; k++)
