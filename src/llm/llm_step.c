@@ -146,17 +146,21 @@ void llm_step_buf_free(llm_step_buf *b)
 }
 
 /* bytes of memory for a step: the model's kept buffer (grown to fit), or a block of its own
- * (*own, freed by the caller) when there is none */
+ * (*own, freed by the caller) when there is none. It grows by half again at least: a prompt's
+ * chunks each need a little more than the last (its past grows), and a block grown to fit
+ * exactly was a fresh one every chunk, its pages faulted in and zeroed by the kernel again
+ * (over 32 MiB glibc maps and unmaps it each time). */
 static uint8_t *step_mem(const llm_model *m, size_t bytes, uint8_t **own)
 {
     llm_step_buf *b = m->step_buf;
     *own = NULL;
     if (!b) return *own = malloc(bytes);
     if (b->cap < bytes) {
+        size_t want = b->cap + b->cap / 2 > bytes ? b->cap + b->cap / 2 : bytes;
         free(b->p);
         b->cap = 0;
-        if (!(b->p = malloc(bytes))) return NULL;
-        b->cap = bytes;
+        if (!(b->p = malloc(want)) && !(b->p = malloc(want = bytes))) return NULL;
+        b->cap = want;
     }
     return b->p;
 }
