@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from conftest import start_worker
+from conftest import BIN, start_worker
 from helpers import llm_status, metric, post_json, wait_until
 from llm_fixture import MODELS, node_encode, node_encode_all, write_tiny_llm
 from test_llm_sched import Stream, wait_tokens
@@ -199,3 +199,10 @@ def test_the_budget_admits_twice_the_sequences(repo, tmp_path_factory, dtype, ad
         for s in streams:
             s.stop()
         assert wk.stop() == 0, wk.log_text()[-4000:]
+
+
+def test_bad_dtype_refused(repo):
+    r = subprocess.run([BIN, f"--model-repository={repo}", "--llm-kv-dtype=bf16"], capture_output=True, text=True,
+                       timeout=30)
+    msg = [json.loads(line)["msg"] for line in r.stderr.splitlines() if line.startswith("{")]
+    assert r.returncode == 64 and 'TIERSERVE_LLM_KV_DTYPE: "bf16" is not one of fp32|fp16' in " ".join(msg), r.stderr
