@@ -28,7 +28,8 @@
  * engine, then with SLOTS batch-priority streams in every slot (it preempts one; 5 times).
  * TIERSERVE_INTRA_OP_THREADS, TIERSERVE_INTRA_OP_SPINNING and TIERSERVE_TUNE set the session's
  * layout as they set the worker's (unset: measured at open as the worker does, at a batch of
- * 16; TIERSERVE_TUNE=0: the usable cores of the hardware map, not ORT's CPUID count). The
+ * 16; TIERSERVE_TUNE=0: the usable cores of the hardware map, not ORT's CPUID count);
+ * TIERSERVE_LLM_KV_DTYPE=fp16 stores both paths' KV caches as FP16 as it does the worker's. The
  * bound path's session is opened (and measured) first; the host path's takes its layout.
  *   bench_llm --layout MODELDIR [REQUESTS [NEW_TOKENS [PROMPT_TOKENS]]]
  * prints the layout (and the table measured for it), then the bound path at c=1 and c=16
@@ -607,6 +608,9 @@ int main(int argc, char **argv)
                          .intra_op_threads = threads ? atoi(threads) : 0,
                          .spinning = switch_env("TIERSERVE_INTRA_OP_SPINNING"),
                          .tune = switch_env("TIERSERVE_TUNE") != SWITCH_OFF, .tune_batch = 16};
+    /* the worker's setting: fp16 stores the caches of both paths as FP16 */
+    const char *kv_dtype = getenv("TIERSERVE_LLM_KV_DTYPE");
+    mo.kv_fp16 = kv_dtype && strcmp(kv_dtype, "fp16") == 0;
     if (mo.intra_op_threads < 0 || mo.intra_op_threads > 1024) return 64;
     llm_model *m = NULL, *mb = NULL;
     ts_err err = {0};

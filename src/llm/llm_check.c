@@ -175,7 +175,7 @@ int llm_kv_check(llm_model *m, llm_kv_check_result *res, ts_err *err)
     m->kv_bound = bound;
     if (hr) goto out;
     rc = 0;
-    res->tolerance = m->sig.kv_fp16 || m->sig.logits_fp16 ? LLM_KV_CHECK_TOL_FP16 : LLM_KV_CHECK_TOL_FP32;
+    res->tolerance = m->sig.kv_fp16 || m->kv_half || m->sig.logits_fp16 ? LLM_KV_CHECK_TOL_FP16 : LLM_KV_CHECK_TOL_FP32;
     if (bound_run(m, ref, ref + ROWS * V, &c, &be)) {
         res->failed = true;
         snprintf(res->why, sizeof res->why, "%.390s", be.msg);

@@ -5,13 +5,16 @@
  * GPU tiers) as the next step's batch: nothing of the cache is copied by us, and only the
  * ids, mask and positions go up and the logits come down. When the composition changes,
  * the batch is dissolved (the tokens computed since it was built are written back into each
- * surviving sequence's cache) and the next step builds a new one from the caches. */
+ * surviving sequence's cache) and the next step builds a new one from the caches. An FP16
+ * cache for an FP32 model (m->kv_half, CPU tier only) is converted in those two copies: the
+ * batch is the model's FP32, rounded to FP16 only when its rows go back into the caches. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cudart.h"
 #include "err.h"
+#include "llm_half.h"
 #include "llm_int.h"
 
 typedef struct {
@@ -35,6 +38,21 @@ static int cp2d(const llm_model *m, void *dst, size_t dpitch, const void *src, s
     if (m->kv_cuda) return cudart_copy2d(m->device, dst, dpitch, src, spitch, width, height, msg, len);
     for (size_t i = 0; i < height; i++)
         memcpy((uint8_t *)dst + i * dpitch, (const uint8_t *)src + i * spitch, width);
+    return 0;
+}
+
+/* Rows between a cache (its stored dtype) and a batch (the model's): cp2d when they are the same,
+ * else converted on the CPU (kv_half: never a device cache). elems: per row. */
+static int cp_rows(const llm_model *m, bool to_batch, void *dst, size_t dpitch, const void *src, size_t spitch,
+                   size_t elems, size_t height, char *msg, size_t len)
+{
+    if (!m->kv_half) return cp2d(m, dst, dpitch, src, spitch, elems * m->elem, height, msg, len);
+    for (size_t i = 0; i < height; i++) {
+        void *d = (uint8_t *)dst + i * dpitch;
+        const void *s = (const uint8_t *)src + i * spitch;
+        if (to_batch) llm_half_to_f32_row(d, s, elems);
+        else llm_half_from_f32_row(d, s, elems);
+    }
     return 0;
 }
 
@@ -169,7 +187,8 @@ static bool batch_holds(const kv_batch *b, llm_seq *const *seqs, size_t n)
     return true;
 }
 
-static size_t row_bytes(const llm_model *m) { return m->sig.head_dim * m->elem; }
+static size_t row_bytes(const llm_model *m) { return m->sig.head_dim * m->elem; }    /* a cache's */
+static size_t io_row_bytes(const llm_model *m) { return m->sig.head_dim * m->io_elem; } /* a batch's */
 
 /* Row r's tokens [n_synced, n_cached) into s's cache (one strided copy per past: the
  * kv_heads rows are T slots apart in the batch, cap slots apart in the cache). The caller
@@ -177,7 +196,8 @@ static size_t row_bytes(const llm_model *m) { return m->sig.head_dim * m->elem; 
 static int write_back(const llm_model *m, const kv_batch *b, size_t r, const llm_seq *s, uint64_t *copied, char *msg,
                       size_t len)
 {
-    size_t H = m->sig.kv_heads, row = row_bytes(m), from = s->n_synced, cnt = s->n_cached - s->n_synced;
+    size_t H = m->sig.kv_heads, row = row_bytes(m), brow = io_row_bytes(m), from = s->n_synced;
+    size_t cnt = s->n_cached - s->n_synced;
     if (cnt == 0) return 0;
     if (s->n_cached > b->T || s->n_cached > s->cap)
         return ts_fail(msg, len, "sequence %llu holds %zu tokens, its batch row %zu", (unsigned long long)s->id,
@@ -188,8 +208,8 @@ static int write_back(const llm_model *m, const kv_batch *b, size_t r, const llm
     for (size_t t = 0; t < 2 * m->sig.layers; t++) {
         void *src = NULL;
         if (ort_check(g_ort->GetTensorMutableData(b->kv[t], &src), msg, len)) return -1;
-        if (cp2d(m, llm_seq_kv_at(m, s, t / 2, (int)(t % 2), 0, from), s->cap * row,
-                 (uint8_t *)src + ((r * H) * b->T + slot) * row, b->T * row, cnt * row, H, msg, len))
+        if (cp_rows(m, false, llm_seq_kv_at(m, s, t / 2, (int)(t % 2), 0, from), s->cap * row,
+                    (uint8_t *)src + ((r * H) * b->T + slot) * brow, b->T * brow, cnt * m->sig.head_dim, H, msg, len))
             return -1;
     }
     return 0;
@@ -200,7 +220,7 @@ static int write_back(const llm_model *m, const kv_batch *b, size_t r, const llm
 static int build(const llm_model *m, kv_batch *b, llm_seq *const *seqs, size_t n, uint64_t *copied, char *msg,
                  size_t len)
 {
-    size_t H = m->sig.kv_heads, D = m->sig.head_dim, row = row_bytes(m), T = 0;
+    size_t H = m->sig.kv_heads, D = m->sig.head_dim, row = row_bytes(m), brow = io_row_bytes(m), T = 0;
     bool padded = false;
     for (size_t i = 0; i < n; i++) {
         if (seqs[i]->n_synced != seqs[i]->n_cached)
@@ -218,18 +238,18 @@ static int build(const llm_model *m, kv_batch *b, llm_seq *const *seqs, size_t n
     for (size_t t = 0; t < 2 * m->sig.layers; t++)
         if (ort_check(g_ort->CreateTensorAsOrtValue(m->kv_alloc, shape, 4, kv_t, &b->kv[t]), msg, len))
             goto fail;
-    b->bytes = 2 * m->sig.layers * n * H * T * row;
+    b->bytes = 2 * m->sig.layers * n * H * T * brow;
     if (T == 0) return 0; /* the first prefill chunk: empty pasts */
     for (size_t t = 0; t < 2 * m->sig.layers; t++) {
         void *dst = NULL;
         if (ort_check(g_ort->GetTensorMutableData(b->kv[t], &dst), msg, len)) goto fail;
-        if (padded && zero(m, dst, n * H * T * row, msg, len)) goto fail;
+        if (padded && zero(m, dst, n * H * T * brow, msg, len)) goto fail;
         for (size_t i = 0; i < n; i++) {
             size_t nc = seqs[i]->n_cached;
             *copied += H * nc * row;
-            if (cp2d(m, (uint8_t *)dst + (i * H * T + llm_step_row_slot(m, T, nc)) * row, T * row,
-                     llm_seq_kv_at(m, seqs[i], t / 2, (int)(t % 2), 0, 0), seqs[i]->cap * row, nc * row, H, msg,
-                     len))
+            if (cp_rows(m, true, (uint8_t *)dst + (i * H * T + llm_step_row_slot(m, T, nc)) * brow, T * brow,
+                        llm_seq_kv_at(m, seqs[i], t / 2, (int)(t % 2), 0, 0), seqs[i]->cap * row, nc * D, H, msg,
+                        len))
                 goto fail;
         }
     }
@@ -305,6 +325,31 @@ int llm_kv_settle(const llm_model *m, llm_kv_ctx *c, llm_seq *const *live, size_
     return rc;
 }
 
+/* An FP16 cache: the new slots of a kept batch rounded to FP16 where they are, so the next step
+ * reads what the host path's gather would (the same values whatever the batch's composition
+ * and whenever it is dissolved: the cache's rounding, not the batch's lifetime, decides). */
+static int round_new_slots(const llm_model *m, const kv_batch *b, llm_seq *const *seqs, size_t n, size_t s_new,
+                           char *msg, size_t len)
+{
+    size_t H = m->sig.kv_heads, D = m->sig.head_dim;
+    uint16_t tmp[256];
+    for (size_t t = 0; t < 2 * m->sig.layers; t++) {
+        void *p = NULL;
+        if (ort_check(g_ort->GetTensorMutableData(b->kv[t], &p), msg, len)) return -1;
+        for (size_t i = 0; i < n; i++)
+            for (size_t h = 0; h < H; h++) {
+                float *x = (float *)p + ((i * H + h) * b->T + llm_step_row_slot(m, b->T, seqs[i]->n_cached + s_new) +
+                                         seqs[i]->n_cached) * D;
+                for (size_t k = 0; k < s_new * D; k += sizeof tmp / sizeof *tmp) {
+                    size_t c = s_new * D - k < sizeof tmp / sizeof *tmp ? s_new * D - k : sizeof tmp / sizeof *tmp;
+                    llm_half_from_f32_row(tmp, x + k, c);
+                    llm_half_to_f32_row(x + k, tmp, c);
+                }
+            }
+    }
+    return 0;
+}
+
 int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *seqs, size_t n,
                 size_t s_new, float *logits, ts_err *err)
 {
@@ -316,7 +361,7 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
     int64_t *block = NULL;
     char msg[600] = "";
     int rc = -1;
-    if (!keep && n == 1 && m->sig.kv_right) { /* a chunk in its own cache: no batch at all */
+    if (!keep && n == 1 && m->sig.kv_right && !m->kv_half) { /* a chunk in its own cache: no batch at all */
         batch_release(b);
         if (settle_device(m, msg, sizeof msg)) goto bad; /* our copies into the cache land first */
         if (llm_step_inplace(m, m->kv_mi, seqs[0], s_new, logits, err)) return -1;
@@ -377,7 +422,8 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
         vals[1 + t] = NULL;
     }
     b->T = total;
-    b->bytes = 2 * m->sig.layers * n * m->sig.kv_heads * total * row_bytes(m);
+    b->bytes = 2 * m->sig.layers * n * m->sig.kv_heads * total * io_row_bytes(m);
+    if (m->kv_half && round_new_slots(m, b, seqs, n, s_new, msg, sizeof msg)) goto bad;
     for (size_t i = 0; i < n; i++) seqs[i]->n_cached += s_new;
     if (!keep) {
         /* a prefill's new slots go into the sequence's cache at once: the batch it will

@@ -207,6 +207,37 @@ static int kv_setup(llm_model *m, const llm_model_opts *opt, char *msg, size_t m
     return 0;
 }
 
+/* TIERSERVE_LLM_KV_DTYPE=fp16: the caches and prefix blocks hold FP16, converted to the
+ * model's FP32 where a batch is gathered or built and back where the new slots are stored
+ * (llm_half.c, on the CPU). A device cache has no such conversion (it would need a kernel):
+ * the option is refused there, loudly, and the cache stays FP32. After kv_setup (it says
+ * where the cache lives), before kv_verify (the check runs the caches as they will be). */
+static void kv_dtype_setup(llm_model *m, const llm_model_opts *opt)
+{
+    if (!opt->kv_fp16 || m->sig.kv_fp16) return;
+    if (m->kv_cuda) {
+        LOG_WARN_(LOGF({"component", "llm"}), "LLM KV cache: TIERSERVE_LLM_KV_DTYPE=fp16 refused: the cache "
+                  "lives in CUDA memory on device %d and FP16<->FP32 conversion runs on the CPU only; the "
+                  "cache stays FP32", m->device);
+        return;
+    }
+    m->elem = 2;
+    m->kv_half = true;
+}
+
+/* The dtype's part of kv_note, once kv_verify has written its own. */
+static void kv_dtype_note(llm_model *m, const llm_model_opts *opt)
+{
+    size_t len = strlen(m->kv_note);
+    if (!opt->kv_fp16) return;
+    snprintf(m->kv_note + len, sizeof m->kv_note - len, "%s",
+             m->sig.kv_fp16 ? "; FP16 (the model's own pasts)"
+             : m->kv_half   ? "; stored as FP16 for the model's FP32 pasts, converted at every gather and "
+                              "store (TIERSERVE_LLM_KV_DTYPE=fp16: half the bytes)"
+                            : "; FP32 (TIERSERVE_LLM_KV_DTYPE=fp16 refused: a device cache is converted on "
+                              "the CPU only)");
+}
+
 /* The bound path proves itself against the host path (llm_check.c). If it errs or disagrees,
  * an explicit bound fails the load; auto serves from the host path and says why. Returns 0,
  * or -1 with msg (the load fails). */
@@ -297,7 +328,7 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
         ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);
         goto fail;
     }
-    m->elem = m->sig.kv_fp16 ? 2 : 4;
+    m->elem = m->io_elem = m->sig.kv_fp16 ? 2 : 4;
     m->sig.kv_right = genai_share_buffer(dir);
     m->step_buf = llm_step_buf_new();
     m->fault_kv_writeback = opt->fault_kv_writeback;
@@ -309,15 +340,19 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
         ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);
         goto fail;
     }
-    if (kv_setup(m, opt, msg, sizeof msg) || (m->kv_bound && kv_verify(m, opt, msg, sizeof msg))) {
+    int kr = kv_setup(m, opt, msg, sizeof msg);
+    if (!kr) kv_dtype_setup(m, opt);
+    if (kr || (m->kv_bound && kv_verify(m, opt, msg, sizeof msg))) {
         ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);
         goto fail;
     }
+    kv_dtype_note(m, opt);
     free_io(ins, in_names, nin);
     free_io(outs, out_names, nout);
     LOG_INFO_(LOGF({"model_dir", dir}),
-              "LLM: %zu layers, %zu KV heads x %zu, %s KV cache, vocab %zu, context %lld%s; KV cache %s",
-              m->sig.layers, m->sig.kv_heads, m->sig.head_dim, m->sig.kv_fp16 ? "FP16" : "FP32", m->sig.vocab,
+              "LLM: %zu layers, %zu KV heads x %zu, %s KV cache (%zu bytes a token), vocab %zu, context %lld%s; "
+              "KV cache %s", m->sig.layers, m->sig.kv_heads, m->sig.head_dim, llm_model_kv_dtype(m),
+              llm_model_kv_bytes_per_token(m), m->sig.vocab,
               (long long)m->max_context, m->sig.position_ids ? "" : ", no position_ids", m->kv_note);
     *out = m;
     return LLM_OPEN_OK;
@@ -355,6 +390,7 @@ size_t llm_model_kv_bytes_per_token(const llm_model *m)
 {
     return 2 * m->sig.layers * m->sig.kv_heads * m->sig.head_dim * m->elem;
 }
+const char *llm_model_kv_dtype(const llm_model *m) { return m->elem == 2 ? "FP16" : "FP32"; }
 const char *llm_model_kv_where(const llm_model *m)
 {
     return !m->kv_bound ? "host" : m->kv_cuda ? "device" : "host-bound";

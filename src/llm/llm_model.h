@@ -92,6 +92,10 @@ typedef struct {
                                 to HOST and says why in the log and llm_model_kv_note; either
                                 way the bound path is checked against the host path at load
                                 (llm_check.h) and treated as failed if it disagrees */
+    bool kv_fp16;            /* keep the KV cache (active caches, prefix-cache blocks) as FP16 when
+                                the model's pasts are FP32 (TIERSERVE_LLM_KV_DTYPE=fp16): half the
+                                bytes, converted at the batch's edge; refused (logged, FP32 kept) on a
+                                GPU tier's device cache, a no-op for an FP16 model */
     bool fault_kv_writeback; /* testing only: the bound path's write-back copies nothing, so
                                 its caches miss rows (TIERSERVE_FAULT_INJECT_KV_WRITEBACK) */
 } llm_model_opts;
@@ -118,6 +122,9 @@ const gen_config *llm_model_gen(const llm_model *m);
 int64_t llm_model_max_context(const llm_model *m);
 /* Bytes of KV cache one token takes (all layers, keys and values). */
 size_t llm_model_kv_bytes_per_token(const llm_model *m);
+/* "FP16" or "FP32": how the cache is stored (TIERSERVE_LLM_KV_DTYPE), which may differ from the
+ * model's pasts (llm_sig.kv_fp16); llm_model_kv_bytes_per_token counts what is stored. */
+const char *llm_model_kv_dtype(const llm_model *m);
 /* "device" (bound, in CUDA memory), "host-bound" (bound, CPU tier) or "host" (the host path). */
 const char *llm_model_kv_where(const llm_model *m);
 /* How long the load-time check of the bound KV path ran, in ms (its Run()s are the LLM's

@@ -6,37 +6,16 @@
  * and masks the padding with attention_mask 0. Position ids are each sequence's own, so the
  * padding changes nothing in what a sequence computes. Only the new slots of the presents
  * are copied back. This is the host path (TIERSERVE_LLM_KV=host); llm_kv.c is the bound
- * path, which keeps the batch's cache in ORT values across steps (docs/llm.md). */
+ * path, which keeps the batch's cache in ORT values across steps (docs/llm.md). With an FP16
+ * cache for an FP32 model (m->kv_half) the gather converts each row up and the scatter rounds
+ * the new slots down (llm_half.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "llm_int.h"
 #include "err.h"
-
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise */
-            int e = -1;
-            do {
-                e++;
-                man <<= 1;
-            } while (!(man & 0x400));
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
+#include "llm_half.h"
+#include "llm_int.h"
 
 static OrtStatus *tensor(void *data, size_t bytes, const int64_t *shape, size_t nd,
                          ONNXTensorElementDataType t, OrtValue **out)
@@ -144,7 +123,7 @@ int llm_step_outputs(const llm_model *m, OrtValue *const *out, size_t n, size_t 
         float *dst = logits + i * sig->vocab;
         if (sig->logits_fp16) {
             const uint16_t *src = (const uint16_t *)lp + off;
-            for (size_t v = 0; v < sig->vocab; v++) dst[v] = half_to_float(src[v]);
+            for (size_t v = 0; v < sig->vocab; v++) dst[v] = llm_half_to_f32(src[v]);
         } else {
             memcpy(dst, (const float *)lp + off, sig->vocab * sizeof *dst);
         }
@@ -167,17 +146,21 @@ void llm_step_buf_free(llm_step_buf *b)
 }
 
 /* bytes of memory for a step: the model's kept buffer (grown to fit), or a block of its own
- * (*own, freed by the caller) when there is none */
+ * (*own, freed by the caller) when there is none. It grows by half again at least: a prompt's
+ * chunks each need a little more than the last (its past grows), and a block grown to fit
+ * exactly was a fresh one every chunk, its pages faulted in and zeroed by the kernel again
+ * (over 32 MiB glibc maps and unmaps it each time). */
 static uint8_t *step_mem(const llm_model *m, size_t bytes, uint8_t **own)
 {
     llm_step_buf *b = m->step_buf;
     *own = NULL;
     if (!b) return *own = malloc(bytes);
     if (b->cap < bytes) {
+        size_t want = b->cap + b->cap / 2 > bytes ? b->cap + b->cap / 2 : bytes;
         free(b->p);
         b->cap = 0;
-        if (!(b->p = malloc(bytes))) return NULL;
-        b->cap = bytes;
+        if (!(b->p = malloc(want)) && !(b->p = malloc(want = bytes))) return NULL;
+        b->cap = want;
     }
     return b->p;
 }
@@ -187,12 +170,12 @@ int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_ne
 {
     const llm_sig *sig = &m->sig;
     /* one sequence of a GroupQueryAttention model: nothing to gather */
-    if (n == 1 && sig->kv_right) return llm_step_inplace(m, ortenv_cpu_meminfo(), seqs[0], s_new, logits, err);
+    if (n == 1 && sig->kv_right && !m->kv_half) return llm_step_inplace(m, ortenv_cpu_meminfo(), seqs[0], s_new, logits, err);
     size_t past = 0;
     for (size_t i = 0; i < n; i++)
         if (seqs[i]->n_cached > past) past = seqs[i]->n_cached;
-    size_t total = past + s_new, H = sig->kv_heads, D = sig->head_dim, esz = m->elem;
-    size_t row = D * esz, past_bytes = n * H * past * row;
+    size_t total = past + s_new, H = sig->kv_heads, D = sig->head_dim;
+    size_t row = D * m->io_elem, past_bytes = n * H * past * row; /* the model's rows */
     size_t n_ids = n * s_new, n_mask = n * total;
     size_t kv_in = 2 * sig->layers;
     /* one block: ids, positions, mask, then every past tensor */
@@ -217,7 +200,13 @@ int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_ne
                     uint8_t *line = pasts + (2 * l + (size_t)v) * past_bytes + (i * H + h) * past * row;
                     /* the padding is zero (masked, but a zero times a garbage NaN is not) */
                     memset(line + (pad ? 0 : s->n_cached) * row, 0, (past - s->n_cached) * row);
-                    if (s->n_cached) memcpy(line + pad * row, llm_seq_kv_at(m, s, l, v, h, 0), s->n_cached * row);
+                    const uint8_t *kv = llm_seq_kv_at(m, s, l, v, h, 0);
+                    if (!s->n_cached) continue;
+                    if (m->kv_half)
+                        llm_half_to_f32_row((float *)(void *)(line + pad * row), (const uint16_t *)(const void *)kv,
+                                            s->n_cached * D);
+                    else
+                        memcpy(line + pad * row, kv, s->n_cached * row);
                 }
     }
     int64_t ids_shape[2] = {(int64_t)n, (int64_t)s_new}, mask_shape[2] = {(int64_t)n, (int64_t)total};
@@ -246,11 +235,16 @@ int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_ne
             if (ort_check(g_ort->GetTensorMutableData(out[1 + 2 * l + (size_t)v], &pp), msg, sizeof msg))
                 goto bad;
             for (size_t i = 0; i < n; i++)
-                for (size_t h = 0; h < H; h++)
-                    memcpy(llm_seq_kv_at(m, seqs[i], l, v, h, seqs[i]->n_cached),
-                           (uint8_t *)pp + ((i * H + h) * total + llm_step_row_slot(m, past, seqs[i]->n_cached) +
-                                            seqs[i]->n_cached) * row,
-                           s_new * row);
+                for (size_t h = 0; h < H; h++) {
+                    uint8_t *dst = llm_seq_kv_at(m, seqs[i], l, v, h, seqs[i]->n_cached);
+                    const uint8_t *src = (uint8_t *)pp + ((i * H + h) * total +
+                                                          llm_step_row_slot(m, past, seqs[i]->n_cached) +
+                                                          seqs[i]->n_cached) * row;
+                    if (m->kv_half)
+                        llm_half_from_f32_row((uint16_t *)(void *)dst, (const float *)(const void *)src, s_new * D);
+                    else
+                        memcpy(dst, src, s_new * row);
+                }
         }
     for (size_t i = 0; i < n; i++) seqs[i]->n_synced = seqs[i]->n_cached += s_new;
     rc = 0;

@@ -57,7 +57,7 @@ typedef struct {
 static int make_inputs(tune_io *io, const llm_model *m, size_t B, size_t P, char *msg, size_t len)
 {
     const llm_sig *s = &m->sig;
-    size_t row = s->kv_heads * P * s->head_dim * m->elem, past_bytes = B * row;
+    size_t row = s->kv_heads * P * s->head_dim * m->io_elem, past_bytes = B * row;
     size_t total = P + 1, n_mask = B * total;
     size_t bytes = (2 * B + n_mask) * sizeof(int64_t) + 2 * s->layers * past_bytes;
     io->block = calloc(1, bytes);

@@ -126,6 +126,11 @@ static const setting_def k_settings[] = {
      "present.* fed back as the next step's pasts through IoBinding, in device memory on the GPU "
      "tiers (a model fails to load if that cannot be set up); host: per-sequence host caches "
      "gathered and scattered every step; auto: bound, else host with the reason logged"},
+    {"TIERSERVE_LLM_KV_DTYPE", "llm-kv-dtype", ST_STR, OFF(llm_kv_dtype), SZ(llm_kv_dtype), "fp32", 0, 0,
+     "fp32|fp16: how an FP32 LLM's KV cache (running sequences and prefix-cache blocks) is stored. fp16: "
+     "half the bytes, so the same KV budget holds twice the tokens; rounded to nearest even when stored, "
+     "converted back to FP32 for every Run() (on the CPU: refused, logged, for a cache in CUDA memory). "
+     "An FP16 model's cache is FP16 either way"},
     {"TIERSERVE_LLM_PREFILL_CHUNK", "llm-prefill-chunk", ST_INT, OFF(llm_prefill_chunk), 0, "0", 0, 8192,
      "per LLM: prompt tokens per prefill Run(); ORT materialises the chunk's whole [chunk, vocab] "
      "logits (0: auto, the largest chunk up to 512 whose logits fit 64 MiB, at least 16)"},
@@ -292,6 +297,10 @@ int settings_load(ts_settings *s, int argc, char **argv, int first, char *err, s
     }
     if (strcmp(s->llm_kv, "auto") != 0 && strcmp(s->llm_kv, "host") != 0 && strcmp(s->llm_kv, "bound") != 0) {
         snprintf(err, errlen, "TIERSERVE_LLM_KV: \"%s\" is not one of auto|host|bound", s->llm_kv);
+        return -1;
+    }
+    if (strcmp(s->llm_kv_dtype, "fp32") != 0 && strcmp(s->llm_kv_dtype, "fp16") != 0) {
+        snprintf(err, errlen, "TIERSERVE_LLM_KV_DTYPE: \"%s\" is not one of fp32|fp16", s->llm_kv_dtype);
         return -1;
     }
     if (strcmp(s->llm_prefix_scope, "tenant") != 0 && strcmp(s->llm_prefix_scope, "shared") != 0 &&

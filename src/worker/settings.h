@@ -55,6 +55,7 @@ typedef struct {
     int64_t llm_max_sequences; /* an LLM's sequences generating at once (KV caches held) */
     int64_t llm_queue_size;    /* an LLM's sequences waiting for a slot (503 past it) */
     char llm_kv[8];            /* auto|host|bound: where an LLM's KV cache lives between steps */
+    char llm_kv_dtype[8];      /* fp32|fp16: how an FP32 LLM's KV cache is stored (CPU caches only) */
     int64_t llm_prefill_chunk; /* prompt tokens per prefill Run() (0: by the vocabulary's logits size) */
     int64_t llm_step_tokens;   /* the step budget beside decoding sequences (0: auto, measured) */
     int64_t llm_kv_budget;     /* per LLM: KV bytes its sequences and prefix cache may hold (0: auto) */

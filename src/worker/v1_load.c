@@ -162,7 +162,8 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
     llm_model_opts mo = {.ep_cfg = cfg, .ep = ep, .intra_op_threads = (int)srv->set->intra_op_threads,
                          .spinning = srv->set->intra_op_spinning, .tune = srv->set->tune,
                          .no_warmup = !srv->set->warmup, .tune_batch = (size_t)srv->set->llm_max_sequences,
-                         .fault_kv_writeback = srv->set->fault_inject_kv_writeback};
+                         .fault_kv_writeback = srv->set->fault_inject_kv_writeback,
+                         .kv_fp16 = strcmp(srv->set->llm_kv_dtype, "fp16") == 0};
     (void)llm_kv_mode_parse(srv->set->llm_kv, &mo.kv); /* settings_load checked it */
     llm_open_result res = llm_model_try_open(dir, &mo, &L->model, &e);
     if (res != LLM_OPEN_OK) {

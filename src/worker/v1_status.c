@@ -53,9 +53,9 @@ void v1_status(const ts_model *m, buf *b)
     llm_engine_stats_get(L->engine, &st);
     const llm_sig *s = llm_model_sig(L->model);
     buf_printf(b, ",\"llm\":{\"context\":%lld,\"layers\":%zu,\"kv_heads\":%zu,\"head_dim\":%zu,\"vocab\":%zu,"
-               "\"kv_dtype\":\"%s\",\"kv_bytes_per_token\":%zu,\"chat_template\":",
-               (long long)L->context, s->layers, s->kv_heads, s->head_dim, s->vocab, s->kv_fp16 ? "FP16" : "FP32",
-               llm_model_kv_bytes_per_token(L->model));
+               "\"kv_dtype\":\"%s\",\"kv_model_dtype\":\"%s\",\"kv_bytes_per_token\":%zu,\"chat_template\":",
+               (long long)L->context, s->layers, s->kv_heads, s->head_dim, s->vocab, llm_model_kv_dtype(L->model),
+               s->kv_fp16 ? "FP16" : "FP32", llm_model_kv_bytes_per_token(L->model));
     if (L->chat) buf_printf(b, "\"%s\"", chat_variant(L->chat));
     else buf_puts(b, "null");
     /* why a template the model ships is not served (chat refused, completions served) */

@@ -18,7 +18,11 @@ struct llm_model {
     gen_config gen;
     int64_t max_context;
     bool gpu;
-    size_t elem;              /* bytes per KV element */
+    size_t elem;              /* bytes per KV element as stored: caches, blocks */
+    size_t io_elem;           /* bytes per element of the model's pasts and presents */
+    bool kv_half;             /* caches FP16, pasts FP32: converted where the batch meets the
+                                 caches (llm_step_run's gather and scatter, llm_kv.c's build and
+                                 write-back); no in-place steps (llm_step_inplace) */
     model_layout layout;      /* the session's intra-op threads and spinning (llm_tune.c) */
     size_t n_in, n_out;
     const char **in_names;    /* input_ids, attention_mask, [position_ids], past.{l}.key/value */
