@@ -13,6 +13,8 @@ void llm_budget_prefill(llm_budget *b, size_t tokens, double secs)
     b->sy = FORGET * b->sy + secs;
     b->sxx = FORGET * b->sxx + x * x;
     b->sxy = FORGET * b->sxy + x * secs;
+    if (tokens >= LLM_BUDGET_PROBE)
+        b->big_tok_s = b->big_tok_s > 0 ? b->big_tok_s + EWMA * (secs / x - b->big_tok_s) : secs / x;
 }
 
 void llm_budget_decode(llm_budget *b, double secs)
@@ -29,7 +31,9 @@ bool llm_budget_fit(const llm_budget *b, double *fixed_s, double *token_s)
     double vx = b->sxx / b->s0 - mx * mx, cxy = b->sxy / b->s0 - mx * my;
     /* sizes within ~10 % of each other cannot separate the fixed cost from the per-token one */
     if (vx < 0.01 * mx * mx) return false;
-    double k = cxy / vx, a = my - k * mx;
+    double k = cxy / vx;
+    if (b->big_tok_s > 0 && k > b->big_tok_s) k = b->big_tok_s;
+    double a = my - k * mx; /* through the mean: the least-squares a for that b */
     if (k <= 0) { /* noise, or no cost per token to see: all of it fixed */
         k = 1e-9;
         a = my;

@@ -25,6 +25,20 @@ static void test_fit(void **st)
     assert_true(fabs(k - 0.00025) < 1e-9);
 }
 
+/* Small chunks with one slow Run() among them (a lost time slice) would fit a steep b; the
+ * large chunks' time per token caps it. */
+static void test_cap(void **st)
+{
+    (void)st;
+    llm_budget b = {0};
+    double a, k;
+    llm_budget_prefill(&b, 512, 0.020 + 0.0002 * 512); /* 0.239 ms a token, fixed share included */
+    for (int i = 0; i < 200; i++) llm_budget_prefill(&b, i % 2 ? 2 : 4, 0.020 + (i % 2 ? 0.0004 : 0.0104));
+    assert_true(llm_budget_fit(&b, &a, &k));
+    assert_true(fabs(k - (0.020 + 0.0002 * 512) / 512) < 1e-9);
+    assert_true(a > 0.015); /* through the mean of the fit's chunks */
+}
+
 /* The chunk a turn gets beside running streams is what LLM_BUDGET_SHARE of a decode step pays
  * for at the fitted costs; where the fixed cost alone is over it, the chunk at which the
  * fixed cost is half the Run(); a second sequence gets what is left, or nothing. */
@@ -98,6 +112,7 @@ int main(void)
         cmocka_unit_test(test_fit),
         cmocka_unit_test(test_chunk),
         cmocka_unit_test(test_probe),
+        cmocka_unit_test(test_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,8 @@
 typedef struct {
     double s0, sx, sy, sxx, sxy; /* exponentially weighted sums over chunks (x tokens, y s) */
     double dec_s;                /* a decode step (moving average; 0: none yet) */
+    double big_tok_s;            /* seconds per token of chunks of LLM_BUDGET_PROBE or more (moving
+                                    average; 0: none yet): b is at most this */
     unsigned long runs;          /* chunks chosen by llm_budget_chunk: every LLM_BUDGET_DITHER-th is halved */
 } llm_budget;
 
@@ -20,7 +22,10 @@ void llm_budget_prefill(llm_budget *b, size_t tokens, double secs);
 /* A decode step took `secs`. */
 void llm_budget_decode(llm_budget *b, double secs);
 /* The fitted a (seconds) and b (seconds per token). false (both 0) while the chunks seen do
- * not tell them apart (too few, or all of about one size). */
+ * not tell them apart (too few, or all of about one size). b is capped at the time per token
+ * of the large chunks (which includes a share of a, so it is an upper bound on b): a fit over
+ * small chunks alone has a short lever, and a time slice lost to another process in one of
+ * them would raise b, shrinking the chunks and with them the lever. */
 bool llm_budget_fit(const llm_budget *b, double *fixed_s, double *token_s);
 /* The seconds of prefill a loop turn may add beside running streams: LLM_BUDGET_SHARE x a
  * decode step (0 before one is measured). */
