@@ -484,8 +484,10 @@ static int shape_member(jc *c, const jpath *jp)
     for (size_t j = 0; more == 1; j++) {
         const unsigned char *v = c->p;
         if (value(c, 4)) return -1;
-        if (!nonneg_int(v, c->p) && (io_path(path, sizeof path, jp), 1))
+        if (!nonneg_int(v, c->p)) {
+            io_path(path, sizeof path, jp);
             shape_err(c, "%s.shape[%zu] must be a non-negative integer (byte %zu)", path, j, off(c, v));
+        }
         more = step(c, ']');
     }
     return more;
@@ -529,8 +531,10 @@ static int io_object(jc *c, const char *list, size_t i)
     }
     if (more < 0) return -1;
     const char *missing = !name ? "name" : !input ? NULL : !datatype ? "datatype" : !shape ? "shape" : NULL;
-    if (missing) io_path(path, sizeof path, &jp);
-    if (missing) shape_err(c, "%s: missing \"%s\" (object at byte %zu)", path, missing, off(c, start));
+    if (missing) {
+        io_path(path, sizeof path, &jp);
+        shape_err(c, "%s: missing \"%s\" (object at byte %zu)", path, missing, off(c, start));
+    }
     return 0;
 }
 
