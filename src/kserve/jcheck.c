@@ -417,32 +417,45 @@ static bool at(const jc *c, unsigned char b)
 }
 
 /* "inputs[2].name", or "\"id\"" at the top level. */
-static void member_path(char *out, size_t n, const char *path, const char *name)
+/* Where a member is, for a message: inputs[i] / outputs[i] (list set), or the top level
+ * (list NULL). Written out only when there is a message to write: a router checks every
+ * request's body with this, and a valid one should cost no formatting. */
+typedef struct {
+    const char *list;
+    size_t i;
+} jpath;
+
+static void io_path(char *out, size_t n, const jpath *jp) { snprintf(out, n, "%s[%zu]", jp->list, jp->i); }
+
+static void member_path(char *out, size_t n, const jpath *jp, const char *name)
 {
-    if (*path) snprintf(out, n, "%s.%s", path, name);
+    if (jp->list) snprintf(out, n, "%s[%zu].%s", jp->list, jp->i, name);
     else snprintf(out, n, "\"%s\"", name);
 }
 
-static int string_member(jc *c, unsigned depth, const char *path, const char *name)
+static int string_member(jc *c, unsigned depth, const jpath *jp, const char *name)
 {
     char what[64];
     const unsigned char *start = c->p;
-    member_path(what, sizeof what, path, name);
     if (!at(c, '"')) {
+        member_path(what, sizeof what, jp, name);
         shape_err(c, "%s must be a string (byte %zu)", what, off(c, start));
         return value(c, depth);
     }
     bool nul = false;
     if (!(c->p = string(c, c->p, &nul))) return -1;
-    if (nul) shape_err(c, "%s must not contain \\u0000 (byte %zu)", what, off(c, start));
+    if (nul) {
+        member_path(what, sizeof what, jp, name);
+        shape_err(c, "%s must not contain \\u0000 (byte %zu)", what, off(c, start));
+    }
     return 0;
 }
 
-static int object_member(jc *c, unsigned depth, const char *path, const char *name)
+static int object_member(jc *c, unsigned depth, const jpath *jp, const char *name)
 {
     if (!at(c, '{')) {
         char what[64];
-        member_path(what, sizeof what, path, name);
+        member_path(what, sizeof what, jp, name);
         shape_err(c, "%s must be an object (byte %zu)", what, off(c, c->p));
     }
     return value(c, depth);
@@ -458,10 +471,12 @@ static bool nonneg_int(const unsigned char *p, const unsigned char *end)
     return n > 0 && (n < 19 || (n == 19 && memcmp(p, "9223372036854775807", 19) <= 0));
 }
 
-static int shape_member(jc *c, const char *path)
+static int shape_member(jc *c, const jpath *jp)
 {
+    char path[48];
     const unsigned char *start = c->p;
     if (!at(c, '[')) {
+        io_path(path, sizeof path, jp);
         shape_err(c, "%s.shape must be an array of non-negative integers (byte %zu)", path, off(c, start));
         return value(c, 3);
     }
@@ -469,8 +484,10 @@ static int shape_member(jc *c, const char *path)
     for (size_t j = 0; more == 1; j++) {
         const unsigned char *v = c->p;
         if (value(c, 4)) return -1;
-        if (!nonneg_int(v, c->p))
+        if (!nonneg_int(v, c->p)) {
+            io_path(path, sizeof path, jp);
             shape_err(c, "%s.shape[%zu] must be a non-negative integer (byte %zu)", path, j, off(c, v));
+        }
         more = step(c, ']');
     }
     return more;
@@ -480,10 +497,11 @@ static int shape_member(jc *c, const char *path)
 static int io_object(jc *c, const char *list, size_t i)
 {
     bool input = list[0] == 'i';
+    const jpath jp = {list, i};
     char path[48];
-    snprintf(path, sizeof path, "%s[%zu]", list, i);
     const unsigned char *start = c->p;
     if (!at(c, '{')) {
+        io_path(path, sizeof path, &jp);
         shape_err(c, "%s must be an object (byte %zu)", path, off(c, start));
         return value(c, 2);
     }
@@ -496,15 +514,15 @@ static int io_object(jc *c, const char *list, size_t i)
         int rc;
         if (key_is(k, kn, "name")) {
             name = true;
-            rc = string_member(c, 3, path, "name");
+            rc = string_member(c, 3, &jp, "name");
         } else if (input && key_is(k, kn, "datatype")) {
             datatype = true;
-            rc = string_member(c, 3, path, "datatype");
+            rc = string_member(c, 3, &jp, "datatype");
         } else if (input && key_is(k, kn, "shape")) {
             shape = true;
-            rc = shape_member(c, path);
+            rc = shape_member(c, &jp);
         } else if (key_is(k, kn, "parameters")) {
-            rc = object_member(c, 3, path, "parameters");
+            rc = object_member(c, 3, &jp, "parameters");
         } else {
             rc = value(c, 3);
         }
@@ -513,7 +531,10 @@ static int io_object(jc *c, const char *list, size_t i)
     }
     if (more < 0) return -1;
     const char *missing = !name ? "name" : !input ? NULL : !datatype ? "datatype" : !shape ? "shape" : NULL;
-    if (missing) shape_err(c, "%s: missing \"%s\" (object at byte %zu)", path, missing, off(c, start));
+    if (missing) {
+        io_path(path, sizeof path, &jp);
+        shape_err(c, "%s: missing \"%s\" (object at byte %zu)", path, missing, off(c, start));
+    }
     return 0;
 }
 
@@ -538,6 +559,7 @@ static int io_list(jc *c, const char *list)
 
 static int request(jc *c)
 {
+    const jpath top = {NULL, 0};
     const unsigned char *start = c->p;
     bool inputs = false;
     int more = enter(c, '}');
@@ -552,9 +574,9 @@ static int request(jc *c)
         } else if (key_is(k, kn, "outputs")) {
             rc = io_list(c, "outputs");
         } else if (key_is(k, kn, "id")) {
-            rc = string_member(c, 1, "", "id");
+            rc = string_member(c, 1, &top, "id");
         } else if (key_is(k, kn, "parameters")) {
-            rc = object_member(c, 1, "", "parameters");
+            rc = object_member(c, 1, &top, "parameters");
         } else {
             rc = value(c, 1);
         }

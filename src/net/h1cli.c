@@ -957,7 +957,8 @@ const char *h1cli_resp_header(const h1cli_req *q, const char *name)
 {
     const conn *c = q->c;
     for (size_t i = 0; i < h1cli_resp_nheaders(q); i++)
-        if (strcasecmp(c->hbuf + c->hoff[i][0], name) == 0) return c->hbuf + c->hoff[i][1];
+        if ((c->hbuf[c->hoff[i][0]] | 0x20) == (name[0] | 0x20) && strcasecmp(c->hbuf + c->hoff[i][0], name) == 0)
+            return c->hbuf + c->hoff[i][1]; /* the first letters first: most fields differ there */
     return NULL;
 }
 

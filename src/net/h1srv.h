@@ -139,7 +139,9 @@ const char *h1req_path(const h1req *r);  /* the target up to '?', still percent-
 const char *h1req_query(const h1req *r); /* after the '?', or NULL */
 /* The first field with this name (case-insensitive), or NULL. */
 const char *h1req_header(const h1req *r, const char *name);
-size_t h1req_header_count(const h1req *r, const char *name); /* fields with this name */
+/* The fields with this name; the first one's value in *first (NULL if none) when first is
+ * not NULL: one pass for a lookup that must also see a second copy. */
+size_t h1req_header_count(const h1req *r, const char *name, const char **first);
 size_t h1req_nheaders(const h1req *r);
 /* The whole body (chunked bodies already joined); len 0 and a non-NULL pointer if none. */
 const uint8_t *h1req_body(const h1req *r, size_t *len);

@@ -48,9 +48,10 @@ static void front_error(h1req *req, int code, const char *msg)
  * is how a value gets past a proxy that checked the other one. */
 static int single_header(const h1req *req, const char *name, const char **out)
 {
-    *out = NULL;
-    if (h1req_header_count(req, name) > 1) return -1;
-    *out = h1req_header(req, name);
+    if (h1req_header_count(req, name, out) > 1) {
+        *out = NULL;
+        return -1;
+    }
     return 0;
 }
 
@@ -216,10 +217,18 @@ static bool front_gate(router *r, h1req *req, endpoint_kind ep, const rc_tenant 
     return true;
 }
 
+/* s, cut to fit, into out (len > 0): snprintf's "%s" without its formatter, per request. */
+static void copy_str(char *out, size_t len, const char *s)
+{
+    size_t n = strnlen(s, len - 1);
+    memcpy(out, s, n);
+    out[n] = '\0';
+}
+
 static void copy_header(const h1req *req, const char *name, char *out, size_t len)
 {
     const char *v = h1req_header(req, name);
-    snprintf(out, len, "%s", v ? v : "");
+    copy_str(out, len, v ? v : "");
 }
 
 /* Checks an inference body the way a worker would read it, so that a malformed request is
@@ -256,6 +265,29 @@ static bool check_infer_body(const proxy_req *pr, ts_err *err)
     return ok;
 }
 
+/* Appends v in decimal at out + o (bounded by cap); returns the new length. */
+static size_t put_u64(char *out, size_t o, size_t cap, unsigned long long v)
+{
+    char d[20];
+    size_t n = 0;
+    do d[n++] = (char)('0' + v % 10);
+    while ((v /= 10) && n < sizeof d);
+    while (n && o + 1 < cap) out[o++] = d[--n];
+    return o;
+}
+
+/* A generated id, "tr-PORT-SEQ" (what snprintf("tr-%d-%llu") wrote: once per request
+ * without an id of its own, so without the formatter). */
+static void gen_id(char *out, size_t cap, int port, unsigned long long seq)
+{
+    size_t o = 0;
+    for (const char *p = "tr-"; *p && o + 1 < cap; p++) out[o++] = *p;
+    o = put_u64(out, o, cap, (unsigned long long)(port < 0 ? 0 : port));
+    if (o + 1 < cap) out[o++] = '-';
+    o = put_u64(out, o, cap, seq);
+    out[o] = '\0';
+}
+
 /* The client's request id when it is one header of visible ASCII (0x21-0x7e) that fits,
  * else a generated one: the id is echoed to the client, forwarded to a worker and written
  * into logs, so a control character in it could split a header or forge a log line. A
@@ -273,7 +305,7 @@ static void request_id(router *r, const h1req *req, char *out, size_t cap)
         memcpy(out, rid, n + 1);
         return;
     }
-    snprintf(out, cap, "tr-%d-%llu", r->port, (unsigned long long)++r->seq);
+    gen_id(out, cap, r->port, ++r->seq);
     if (!rid) return;
     double now = ts_now();
     if (now - last_warned < 1.0) {
@@ -326,7 +358,7 @@ static proxy_req *classify(router *r, h1req *req, const char *version, const rc_
     pr->sensitive = cl.sensitive;
     pr->t0 = ts_now();
     pr->deadline = pr->t0 + cl.deadline_ms / 1e3;
-    snprintf(pr->tenant, sizeof pr->tenant, "%s", cl.tenant ? cl.tenant->name : "unknown");
+    copy_str(pr->tenant, sizeof pr->tenant, cl.tenant ? cl.tenant->name : "unknown");
     request_id(r, req, pr->request_id, sizeof pr->request_id);
     copy_header(req, "Content-Type", pr->ctype, sizeof pr->ctype);
     copy_header(req, "Inference-Header-Content-Length", pr->ihcl, sizeof pr->ihcl);
@@ -353,9 +385,9 @@ static void handle_model(router *r, h1req *req, const char *model, const char *v
 {
     proxy_req *pr = classify(r, req, version, keyed);
     if (!pr) return;
-    snprintf(pr->logical, sizeof pr->logical, "%s", model);
-    snprintf(pr->version, sizeof pr->version, "%.31s", version ? version : "");
-    snprintf(pr->verb, sizeof pr->verb, "%s", verb);
+    copy_str(pr->logical, sizeof pr->logical, model);
+    copy_str(pr->version, sizeof pr->version, version ? version : "");
+    copy_str(pr->verb, sizeof pr->verb, verb);
     pr->method = method;
     pr->is_infer = strcmp(verb, "infer") == 0;
     rt_proxy_begin(pr);

@@ -252,10 +252,17 @@ static void account(proxy_req *pr, int code);
 static const char *const k_hop_by_hop[] = {"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding",
                                            "TE", "Trailer", "Upgrade", "Content-Length", "Date", "Server"};
 
+/* A field name compared case-insensitively, its first letter first: a reply's fields meet a
+ * dozen names each here, and most differ there (no strcasecmp call per pair). */
+static bool name_is(const char *k, const char *name)
+{
+    return (k[0] | 0x20) == (name[0] | 0x20) && strcasecmp(k, name) == 0;
+}
+
 static bool hop_by_hop(const char *k)
 {
     for (size_t i = 0; i < sizeof k_hop_by_hop / sizeof k_hop_by_hop[0]; i++)
-        if (strcasecmp(k, k_hop_by_hop[i]) == 0) return true;
+        if (name_is(k, k_hop_by_hop[i])) return true;
     return false;
 }
 
@@ -394,8 +401,8 @@ static void copy_reply_headers(proxy_req *pr, h1cli_req *q)
         h1cli_resp_header_at(q, i, &k, &v);
         if (named_by_connection(connection, k)) continue;
         /* the id and the X-Tierrouter-* fields are the router's to write, once each */
-        if (strcasecmp(k, RT_BACKEND_ID_HEADER) == 0 || strcasecmp(k, pr->r->cfg->request_id_header) == 0 ||
-            strncasecmp(k, "X-Tierrouter-", 13) == 0)
+        if (name_is(k, RT_BACKEND_ID_HEADER) || name_is(k, pr->r->cfg->request_id_header) ||
+            ((k[0] | 0x20) == 'x' && strncasecmp(k, "X-Tierrouter-", 13) == 0))
             continue;
         /* the framing (Content-Length, chunked) is h1srv's to write, from the reply's own */
         if (!hop_by_hop(k)) h1req_add_header(out, k, v);
@@ -563,8 +570,11 @@ static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o)
         return;
     }
     int code = ok ? h1cli_resp_status(q) : 0;
-    char why[420];
-    if (pr->mismatch) snprintf(why, sizeof why, "its reply did not carry the request's id");
+    /* why: for a failure only (a success's reason is read by nobody: no snprintf per request) */
+    char why[420] = "";
+    if (!pr->mismatch && code > 0 && code < 500) {
+        /* answered: nothing to explain */
+    } else if (pr->mismatch) snprintf(why, sizeof why, "its reply did not carry the request's id");
     else if (!q && code == 0) snprintf(why, sizeof why, "its 5xx reply was over %zu bytes", pr->held.limit);
     else if (code == 0 && q && h1cli_detail(q)[0]) /* a TLS handshake's reason */
         snprintf(why, sizeof why, "%s: %s", h1cli_outcome_name(o), h1cli_detail(q));
@@ -625,6 +635,21 @@ static int uri_encode(const char *s, char *out, size_t len)
     return 0;
 }
 
+/* Joins the NULL-ended parts into out (a request target built once per proxied request:
+ * memcpy, not snprintf). Returns the length, or -1 when it does not fit. */
+static int uri_join(char *out, size_t len, const char *const *parts)
+{
+    size_t o = 0;
+    for (; *parts; parts++) {
+        size_t n = strlen(*parts);
+        if (n >= len - o) return -1;
+        memcpy(out + o, *parts, n);
+        o += n;
+    }
+    out[o] = '\0';
+    return (int)o;
+}
+
 /* The request target for the backend. Every segment is percent-encoded again, whatever the
  * front door already checked: nothing decoded from a client goes into a request line raw. */
 static int backend_uri(const proxy_req *pr, char *uri, size_t len)
@@ -633,9 +658,9 @@ static int backend_uri(const proxy_req *pr, char *uri, size_t len)
     int n = -1;
     if (uri_encode(rt_pool_physical(pr->pool, pr->logical), model, sizeof model) == 0 &&
         uri_encode(pr->version, version, sizeof version) == 0)
-        n = snprintf(uri, len, "/v2/models/%s%s%s%s%s", model, pr->version[0] ? "/versions/" : "", version,
-                     pr->verb[0] ? "/" : "", pr->verb);
-    if (n < 0 || (size_t)n >= len) {
+        n = uri_join(uri, len, (const char *const[]){"/v2/models/", model, pr->version[0] ? "/versions/" : "", version,
+                                                      pr->verb[0] ? "/" : "", pr->verb, NULL});
+    if (n < 0) {
         uri[0] = '\0';
         return -1;
     }

@@ -55,10 +55,20 @@ static const char *name_of(const rt_tenants *t, size_t i)
     return i < t->cfg->tenants_count ? t->cfg->tenants[i].name : "unknown";
 }
 
+static bool has_budget(const tenant_budget *b)
+{
+    for (int w = 0; w < TENANT_WINDOWS; w++)
+        if (b->soft[w] > 0 || b->hard[w] > 0) return true;
+    return false;
+}
+
 void rt_tenants_check(const rt_tenants *t, const cost_book *b, size_t tenant, tenant_verdict *v)
 {
     const tenant_meter *m = cost_tenant_meter(b, tenant);
-    if (!m || tenant >= t->n) {
+    /* a tenant without a budget is never over one: its windows are not summed per request
+     * (tenant_budget_check's verdict for all-zero limits, without its two passes over the
+     * meter's buckets) */
+    if (!m || tenant >= t->n || !has_budget(&t->budget[tenant])) {
         *v = (tenant_verdict){TENANT_OK, TENANT_HOUR, 0, 0, 0};
         return;
     }
@@ -69,13 +79,6 @@ void rt_tenants_describe(const rt_tenants *t, size_t tenant, const tenant_verdic
 {
     snprintf(out, len, "tenant budget '%s' %s %s budget %.2f spent", name_of(t, tenant),
              v->state == TENANT_HARD ? "hard" : "soft", k_window_per[v->window], v->limit);
-}
-
-static bool has_budget(const tenant_budget *b)
-{
-    for (int w = 0; w < TENANT_WINDOWS; w++)
-        if (b->soft[w] > 0 || b->hard[w] > 0) return true;
-    return false;
 }
 
 /* One counter family, a series per tenant with a budget (the only ones it can move). */

@@ -352,6 +352,24 @@ def test_cost_window_valid(fakes, router, query, window):
     assert rep.json()["window_s"] == window
 
 
+# ---- the backend's request line ------------------------------------------------------------
+
+def test_backend_target_is_rebuilt_with_version_and_verb(fakes, router):
+    """The target a worker gets is rebuilt from the decoded segments, each percent-encoded
+    again: model, then /versions/V when the client named one, then the verb (none for the
+    metadata)."""
+    r = router(two_pools(fakes))
+    wait_healthy(r, 2)
+    for method, path, line in [("POST", "/v2/models/demo/infer", b"POST /v2/models/demo/infer "),
+                               ("POST", "/v2/models/demo/versions/1/infer", b"POST /v2/models/demo/versions/1/infer "),
+                               ("GET", "/v2/models/demo/versions/7/ready", b"GET /v2/models/demo/versions/7/ready "),
+                               ("GET", "/v2/models/demo", b"GET /v2/models/demo "),
+                               ("POST", "/v2/models/a%2Bb/versions/1/infer", b"POST /v2/models/a%2Bb/versions/1/infer ")]:
+        rep = raw(r.port, method, path, (), BODY if method == "POST" else None)
+        assert rep.status == 200, (path, rep.status, rep.body)
+        assert fakes[0].recorded(probes=False)[-1].startswith(line), (path, fakes[0].recorded(probes=False)[-1])
+
+
 # ---- 405 ---------------------------------------------------------------------------------
 
 def test_every_405_says_what_is_allowed(fakes, router):
