@@ -237,9 +237,9 @@ def main():
             return env
         wlog = tmp / "worker.log"
         w = subprocess.Popen([str(bin_ / "tierserve"), f"--model-repository={repo}"], stderr=open(wlog, "wb"),
-                             env=dict(os.environ, EXECUTION_MODE="cpu", TIERSERVE_HTTP_ADDRESS="127.0.0.1",
-                                      TIERSERVE_HTTP_PORT="0", TIERSERVE_LOG_LEVEL="info", **heap_env("worker"),
-                                      **dict(kv.split("=", 1) for kv in a.worker_env)))
+                             env={**os.environ, "EXECUTION_MODE": "cpu", "TIERSERVE_HTTP_ADDRESS": "127.0.0.1",
+                                  "TIERSERVE_HTTP_PORT": "0", "TIERSERVE_LOG_LEVEL": "info", **heap_env("worker"),
+                                  **dict(kv.split("=", 1) for kv in a.worker_env)})  # the last one given wins
         procs.append(w)
         wport = wait_port(wlog, lambda m: int(m.rsplit(":", 1)[1]) if m.startswith("listening on ") else None,
                           w, "tierserve")
@@ -256,8 +256,8 @@ def main():
                         f"pools:\n{pools}")
         rlog = tmp / "router.log"
         r = subprocess.Popen([str(bin_ / "tierrouter"), "--config", str(rcfg)], stderr=open(rlog, "wb"),
-                             env=dict(os.environ, TIERROUTER_LOG_LEVEL="info", **heap_env("router"),
-                                      **dict(kv.split("=", 1) for kv in a.router_env)))
+                             env={**os.environ, "TIERROUTER_LOG_LEVEL": "info", **heap_env("router"),
+                                  **dict(kv.split("=", 1) for kv in a.router_env)})
         procs.append(r)
         rport = wait_port(rlog, lambda m: int(m.split(":")[-1].split()[0]) if "listening on" in m else None,
                           r, "tierrouter")
