@@ -25,8 +25,9 @@ fragmentation of each thread's arena), a fill that slows down and stops: a slope
 warm-up that the last half no longer shows is that fill; one the last half still shows is
 growth. --heaptrack runs both programs under heaptrack's preload and prints, at the end,
 the live heap by allocation site at the end of warm-up and near the end (bench/htdiff.py):
-a leak or a table without a bound is a site that grows; the worker's trace takes minutes
-to read.
+a leak or a table without a bound is a site that grows. Its raw traces take disk (here
+about 0.1 GB a minute for the router, 0.8 GB a minute for the worker, until the end,
+when each is read and compressed) and the worker's takes minutes to read.
 
   bench/soak.sh [--seconds 1800] [--warmup 120] [--concurrency 8] [--bin build/bin] [--heaptrack]
 """
