@@ -19,8 +19,17 @@ unbounded table shows); the rest of RSS is the program's and its libraries' file
 read in as code paths first run (a rare error path, the dashboard), bounded by their size.
 With bench_mallstat.so built (bench/mallstat.c, LD_PRELOAD), also each program's glibc heap:
 arena and bytes in use after warm-up and at the end, and the slope of the bytes in use.
+Each slope is printed twice: after --warmup (the issue's figure) and over the run's last
+half. glibc's heap reaches its size by steps (the most memory requests held at once, the
+fragmentation of each thread's arena), a fill that slows down and stops: a slope after
+warm-up that the last half no longer shows is that fill; one the last half still shows is
+growth. --heaptrack runs both programs under heaptrack's preload and prints, at the end,
+the live heap by allocation site at the end of warm-up and near the end (bench/htdiff.py):
+a leak or a table without a bound is a site that grows. Its raw traces take disk (here
+about 0.1 GB a minute for the router, 0.8 GB a minute for the worker, until the end,
+when each is read and compressed) and the worker's takes minutes to read.
 
-  bench/soak.sh [--seconds 1800] [--warmup 120] [--concurrency 8] [--bin build/bin]
+  bench/soak.sh [--seconds 1800] [--warmup 120] [--concurrency 8] [--bin build/bin] [--heaptrack]
 """
 import argparse
 import http.client
@@ -144,6 +153,29 @@ def poller(rport, wport, stop, stats):
         stop.wait(0.5)
 
 
+def heaptrack_report(r, w, tmp, started, t0, warmup, end, interp):
+    """Stops both programs (heaptrack writes its last records at exit), reads their traces
+    and prints each one's live heap by allocation site at the end of warm-up and 10 s before
+    the end of the load (bench/htdiff.py; seconds on the program's own clock)."""
+    for pr in (r, w):
+        pr.terminate()
+        pr.wait(timeout=60)
+    for name in ("router", "worker"):
+        raw = tmp / f"heaptrack-{name}.raw"
+        if not raw.exists():
+            continue
+        zst = tmp / f"heaptrack-{name}.zst"
+        with open(raw, "rb") as src, open(zst, "wb") as dst:
+            it = subprocess.Popen([str(interp)], stdin=src, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            subprocess.run(["zstd", "-q", "-1"], stdin=it.stdout, stdout=dst, check=True)
+            it.wait()
+        raw.unlink()
+        lead = t0 - started[name]  # the program started this long before the load's clock
+        print(f"\n{name}: live heap by allocation site (heaptrack, {zst}):", flush=True)
+        subprocess.run(["/usr/bin/python3", str(ROOT / "bench" / "htdiff.py"), str(zst), f"{warmup + lead:.0f}",
+                        f"{end - 10 + lead:.0f}", "--top", "8"])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=1800)
@@ -159,6 +191,8 @@ def main():
                     help="an environment variable for tierrouter alone (e.g. LD_PRELOAD=... for a heap profile)")
     ap.add_argument("--worker-env", action="append", default=[], metavar="K=V", help="the same for tierserve")
     ap.add_argument("--no-heap", action="store_true", help="without bench_mallstat.so (no heap figures)")
+    ap.add_argument("--heaptrack", action="store_true",
+                    help="run both under heaptrack and print the live heap's growth by allocation site")
     a = ap.parse_args()
     bin_ = pathlib.Path(a.bin).resolve()
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="tierserve-soak-"))
@@ -184,15 +218,29 @@ def main():
                      if (d / "bench_mallstat.so").exists()), None)
         heap = {"router": tmp / "heap-router.txt", "worker": tmp / "heap-worker.txt"}
 
+        htlib = pathlib.Path("/usr/lib/heaptrack/libheaptrack_preload.so")
+        htinterp = htlib.parent / "libexec" / "heaptrack_interpret"
+        if a.heaptrack and not (htlib.exists() and htinterp.exists()):
+            sys.exit(f"--heaptrack: {htlib} or {htinterp} missing (the Debian package heaptrack)")
+        started = {}
+
         def heap_env(name):
-            if a.no_heap or not shim:
-                return {}
-            return {"LD_PRELOAD": str(shim), "MALLSTAT_OUT": str(heap[name]), "MALLSTAT_S": str(int(a.sample))}
+            env, pre = {}, []
+            if a.heaptrack:
+                pre.append(str(htlib))
+                env["DUMP_HEAPTRACK_OUTPUT"] = str(tmp / f"heaptrack-{name}.raw")
+            if not a.no_heap and shim:
+                pre.append(str(shim))
+                env.update(MALLSTAT_OUT=str(heap[name]), MALLSTAT_S=str(int(a.sample)))
+            if pre:
+                env["LD_PRELOAD"] = ":".join(pre)
+            started[name] = time.monotonic()
+            return env
         wlog = tmp / "worker.log"
         w = subprocess.Popen([str(bin_ / "tierserve"), f"--model-repository={repo}"], stderr=open(wlog, "wb"),
-                             env=dict(os.environ, EXECUTION_MODE="cpu", TIERSERVE_HTTP_ADDRESS="127.0.0.1",
-                                      TIERSERVE_HTTP_PORT="0", TIERSERVE_LOG_LEVEL="info", **heap_env("worker"),
-                                      **dict(kv.split("=", 1) for kv in a.worker_env)))
+                             env={**os.environ, "EXECUTION_MODE": "cpu", "TIERSERVE_HTTP_ADDRESS": "127.0.0.1",
+                                  "TIERSERVE_HTTP_PORT": "0", "TIERSERVE_LOG_LEVEL": "info", **heap_env("worker"),
+                                  **dict(kv.split("=", 1) for kv in a.worker_env)})  # the last one given wins
         procs.append(w)
         wport = wait_port(wlog, lambda m: int(m.rsplit(":", 1)[1]) if m.startswith("listening on ") else None,
                           w, "tierserve")
@@ -209,8 +257,8 @@ def main():
                         f"pools:\n{pools}")
         rlog = tmp / "router.log"
         r = subprocess.Popen([str(bin_ / "tierrouter"), "--config", str(rcfg)], stderr=open(rlog, "wb"),
-                             env=dict(os.environ, TIERROUTER_LOG_LEVEL="info", **heap_env("router"),
-                                      **dict(kv.split("=", 1) for kv in a.router_env)))
+                             env={**os.environ, "TIERROUTER_LOG_LEVEL": "info", **heap_env("router"),
+                                  **dict(kv.split("=", 1) for kv in a.router_env)})
         procs.append(r)
         rport = wait_port(rlog, lambda m: int(m.split(":")[-1].split()[0]) if "listening on" in m else None,
                           r, "tierrouter")
@@ -265,13 +313,17 @@ def main():
         for t in threads + [st]:
             t.join(timeout=60)
         print("\nrequests:", ", ".join(f"{k}: {v}" for k, v in sorted(stats.counts.items())))
-        print(f"\nRSS after warm-up ({a.warmup:.0f} s), least-squares over the samples every {a.sample:.0f} s:")
+        end = samples["router"][-1][0]
+        late = max(a.warmup, end / 2)
+        print(f"\nRSS after warm-up ({a.warmup:.0f} s), least-squares over the samples every {a.sample:.0f} s, "
+              f"and over the last half (from {late:.0f} s):")
         for name in ("router", "router anon", "worker", "worker anon"):
             s = samples[name]
             at_w = next((kb for t, kb in s if t >= a.warmup), s[-1][1])
             print(f"  {name:11} start {s[0][1] / 1024:7.2f} MB  after warm-up {at_w / 1024:7.2f} MB  "
                   f"end {s[-1][1] / 1024:7.2f} MB  max {max(kb for _, kb in s) / 1024:7.2f} MB  "
-                  f"slope {slope_kb_min(s, a.warmup):+8.2f} KB/min (target < 1)")
+                  f"slope {slope_kb_min(s, a.warmup):+8.2f} KB/min (target < 1), last half "
+                  f"{slope_kb_min(s, late):+8.2f} KB/min")
         for name, path in heap.items():
             if not path.exists():
                 continue
@@ -281,9 +333,12 @@ def main():
             at_w = next((r for r in rows if r[0] >= a.warmup), rows[-1])
             print(f"  {name} heap (glibc, all arenas): arena {at_w[1] / 1024:.0f} -> {rows[-1][1] / 1024:.0f} KB, "
                   f"in use {at_w[2] / 1024:.0f} -> {rows[-1][2] / 1024:.0f} KB (slope "
-                  f"{slope_kb_min([(r[0], r[2] / 1024) for r in rows], a.warmup):+.2f} KB/min), mmapped "
+                  f"{slope_kb_min([(r[0], r[2] / 1024) for r in rows], a.warmup):+.2f} KB/min, last half "
+                  f"{slope_kb_min([(r[0], r[2] / 1024) for r in rows], late):+.2f}), mmapped "
                   f"{rows[-1][4] / 1024:.0f} KB")
         (tmp / "samples.json").write_text(json.dumps(samples))
+        if a.heaptrack:
+            heaptrack_report(r, w, tmp, started, t0, a.warmup, end, htinterp)
     finally:
         for pr in reversed(procs):
             if pr.poll() is None:
