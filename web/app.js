@@ -228,14 +228,13 @@ function placementBar(np) {
 function layoutText(lay) {
   if (!lay) return '—';
   return lay.threads + ' intra-op thread' + (lay.threads === 1 ? '' : 's') +
-    (lay.instances > 1 ? ' × ' + lay.instances + ' instances' : '') +
-    (lay.wide_threads ? ' + ' + lay.wide_threads + ' threads for a lone Run()' : '') + ', spinning ' + (lay.spinning ? 'on' : 'off') +
+    (lay.instances > 1 ? ' × ' + lay.instances + ' instances' : '') + ', spinning ' + (lay.spinning ? 'on' : 'off') +
     (lay.pinned ? ', pinned' : '') + ' (' + lay.source + ')';
 }
 function layoutFigures(lay) {
   if (!lay || !lay.measured || !lay.measured.length) return lay ? 'not measured: ' + lay.note : '';
   return lay.measured.map((c) => (c.chosen ? '▶ ' : '') + c.threads + 't' + (c.instances > 1 ? '×' + c.instances : '') +
-    (c.wide_threads ? ' + wide ' + c.wide_threads + 't' : '') + (c.spinning ? '' : ' nospin') + ': ' + (c.batch
+    (c.spinning ? '' : ' nospin') + ': ' + (c.batch
     ? 'step ' + fmt(c.run_us / 1e3, 2, ' ms') + ' at batch 1, ' + fmt(c.batch_us / 1e3, 2, ' ms') + ' at ' + c.batch +
       ' = ' + fmt(c.runs_per_s, 0) + ' tokens/s'
     : 'Run() ' + fmt(c.run_us, 0, ' µs') + ', ' + fmt(c.runs_per_s, 0) + '/s')).join(' · ') +

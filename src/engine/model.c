@@ -593,7 +593,6 @@ void model_repo_destroy(model_repo *r)
             g_ort->ReleaseSession(m->session);
         }
         free(m->sessions);
-        if (m->wide) g_ort->ReleaseSession(m->wide);
         free(m->places);
         free(m->sig.inputs);
         free(m->sig.outputs);

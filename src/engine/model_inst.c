@@ -217,21 +217,12 @@ void model_pin_runner(size_t runner, void *arg)
 }
 
 
-/* A lone Run() (nothing queued, nothing else running) takes the wide session, every usable
- * core; concurrent ones their instance's (tune.h). Two runners cannot both see themselves
- * alone: each counts the other's batch as busy until it ends. */
-static bool runs_alone(const ts_model *m)
-{
-    return m->wide && m->s && sched_depth(m->s) == 0 && sched_busy(m->s) <= 1;
-}
-
 void model_target(const ts_model *m, size_t runner, infer_target *out)
 {
     const instance_rt *in = m->n_inst ? &m->inst[runner % m->n_inst] : NULL;
-    bool wide = runs_alone(m);
-    out->session = wide ? m->wide : model_session_for(m, runner);
-    out->binding = m->io_binding && in && !wide ? in->binding : NULL;
-    out->out_mem = in && in->pinned && !wide ? in->pinned : ortenv_cpu_meminfo();
+    out->session = model_session_for(m, runner);
+    out->binding = m->io_binding && in ? in->binding : NULL;
+    out->out_mem = in && in->pinned ? in->pinned : ortenv_cpu_meminfo();
 }
 size_t model_instance_count(const ts_model *m, const char **note)
 {

@@ -130,7 +130,6 @@ static int measure(model_repo *r, ts_model *m, const infer_request *req, double 
     model_layout saved = m->layout;
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
-        if (c[i].wide) continue; /* derived from two others (tune_derive_wide) */
         rt[i].sessions = calloc((size_t)c[i].instances, sizeof *rt[i].sessions);
         if (!rt[i].sessions) {
             rc = -1;
@@ -234,23 +233,13 @@ int model_tune(model_repo *r, ts_model *m, char *err, size_t errlen)
         if (L->chosen >= 0) {
             const tune_cand *c = &L->cands[L->chosen];
             bool same = c->threads == L->threads && c->spin == L->spin;
-            if (c->wide && ret == 0) { /* the lone Run()s' session, warmed like the others */
-                L->threads = c->wide;
-                L->spin = c->spin;
-                ret = model_create_session(r, m, NULL, -1, &m->wide, err, errlen);
-                infer_target wt = {.session = m->wide, .binding = NULL, .out_mem = ortenv_cpu_meminfo()};
-                infer_result res;
-                if (ret == 0 && infer_run(&wt, NULL, &m->sig, &req, &res, &e) == 0) infer_result_free(&res);
-                else if (ret == 0) ret = ts_fail(err, errlen, "the wide session's warm-up Run() failed: %.200s", e.msg);
-            }
             L->threads = c->threads;
             L->spin = c->spin;
-            L->wide = c->wide;
             L->instances = c->instances;
             snprintf(L->source, sizeof L->source, "measured");
             snprintf(L->note, sizeof L->note, "%zu candidate(s), %d usable core(s) of %d (%d CPUs, quota %.2g); "
                      "rule: the most Run()s/s within %.0f %% of the best single-instance latency, the simplest "
-                     "(barrier-free first) within %.0f %%; set:%s", L->n_cands, hw->usable, hw->cores, hw->pus, hw->quota,
+                     "within %.0f %%; set:%s", L->n_cands, hw->usable, hw->cores, hw->pus, hw->quota,
                      TUNE_LATENCY_SLACK * 100, TUNE_TOLERANCE * 100, fixed);
             if (!same) {
                 OrtSession *s = NULL;

@@ -119,25 +119,19 @@ const tune_hw *tune_hw_get(void)
     return &g_hw;
 }
 
-/* concurrent Run()s wait on no barrier across the cores: one thread each (tune.h) */
-static bool barrier_free(const tune_cand *c) { return c->threads <= 1; }
-
-/* simpler first: barrier-free, fewer instances, fewer threads, spinning (ORT's default), no
- * wide session */
+/* simpler first: fewer instances, fewer threads, spinning (ORT's default) */
 static bool simpler(const tune_cand *a, const tune_cand *b)
 {
-    if (barrier_free(a) != barrier_free(b)) return barrier_free(a);
     if (a->instances != b->instances) return a->instances < b->instances;
     if (a->threads != b->threads) return a->threads < b->threads;
-    if (a->spin != b->spin) return a->spin;
-    return a->wide < b->wide;
+    return a->spin && !b->spin;
 }
 
 int tune_choose(const tune_cand *c, size_t n, double latency_slack, double tolerance)
 {
     double best_lat = 0;
     for (size_t i = 0; i < n; i++)
-        if (c[i].ok && c[i].instances == 1 && !c[i].wide && c[i].run_us > 0 && (best_lat == 0 || c[i].run_us < best_lat))
+        if (c[i].ok && c[i].instances == 1 && c[i].run_us > 0 && (best_lat == 0 || c[i].run_us < best_lat))
             best_lat = c[i].run_us;
     if (best_lat == 0) /* no single-instance figure: the fastest of any */
         for (size_t i = 0; i < n; i++)

@@ -50,22 +50,14 @@ typedef struct {
     double rps;       /* Run()s per second, all instances together (LLM: tokens/s at batch) */
     int batch;        /* LLM: the batch of the throughput figure; 0 for a KServe model */
     double batch_us;  /* LLM: median decode step at that batch */
-    int wide;         /* > 0: a lone Run() takes an extra session of this many threads, concurrent
-                       * ones the instances' own (see tune_derive_wide); 0: none */
     bool ok;          /* measured (false: failed or skipped) */
 } tune_cand;
 
 /* The rule: the model's latency is the best single-instance median (L). Candidates whose
  * median is within latency_slack of it (run_us <= L * (1 + slack)) are eligible; among
  * those, the highest throughput wins, except that the simplest candidate within tolerance
- * of the best throughput is preferred. Simplest: first a layout whose concurrent Run()s need
- * no barrier across all the cores (one thread per instance, or a wide candidate, whose
- * concurrent Run()s are its one-thread instances'): a single instance's pool finishes each
- * parallel section only when every one of its threads got a core, and a serving worker's
- * loop thread and clients (and neighbours) take cores away mid-Run(); at c=4 such a layout
- * lost half to two thirds of its throughput where one-thread instances held (docs/operate/
- * tuning.md). Then fewer instances, fewer threads, spinning (ORT's default), no wide session.
- * Returns the index chosen, or -1 when none was measured. Pure. */
+ * of the best throughput is preferred (fewer instances, then fewer threads, then spinning
+ * as ORT's default). Returns the index chosen, or -1 when none was measured. Pure. */
 int tune_choose(const tune_cand *c, size_t n, double latency_slack, double tolerance);
 
 #define TUNE_LATENCY_SLACK 0.25
@@ -82,7 +74,6 @@ typedef struct {
     int threads;              /* intra-op threads per session (0: ORT's default, GPU tiers) */
     int instances;
     bool spin;                /* session.intra_op.allow_spinning */
-    int wide;                 /* > 0: threads of the extra session a lone Run() takes (tune_cand) */
     bool pinned;              /* instances pinned to their own cores (placement) */
     bool threads_set, instances_set, spin_set; /* a setting fixed it: not searched */
     char source[24];          /* "measured", "settings", "hardware" */
@@ -98,18 +89,9 @@ typedef struct {
 /* The candidates for L's free knobs: threads 1, 2, 4, ... and the usable cores (per
  * instance), spinning as set (on when not set); spinning off at the most threads; and, when
  * instances are free and own_sessions, 2 and 4 instances sharing the cores (while
- * model_bytes times that stays under 1 GiB), and when threads are free too, one wide
- * candidate: the most instances planned plus a session of the usable cores for lone Run()s
- * (its weights counted too). A fixed knob has its one value.
- * c[0] is L's own layout. Returns how many (<= TUNE_MAX_CANDS). Pure. */
+ * model_bytes times that stays under 1 GiB). A fixed knob has its one value. c[0] is L's
+ * own layout. Returns how many (<= TUNE_MAX_CANDS). Pure. */
 size_t tune_plan(const model_layout *L, int usable, double model_bytes, bool own_sessions, tune_cand *c);
-
-/* A wide candidate (wide > 0, threads x instances) is not measured: a lone Run() takes the
- * extra session, so its latency is the (wide threads x 1 instance) candidate's, and
- * concurrent Run()s take the instances, so its throughput is the (threads x instances)
- * candidate's; both with the same spinning. Fills each wide candidate's run_us and rps from
- * those (ok when both were measured). Pure. */
-void tune_derive_wide(tune_cand *c, size_t n);
 
 /* What one round of one candidate measured. */
 typedef struct {
@@ -117,7 +99,7 @@ typedef struct {
 } tune_fig;
 
 /* Runs `runs` timed repetitions of candidate `cand` and fills fig; 0, or -1 (the search
- * stops: a candidate failed). Never called for a wide candidate (derived afterwards). */
+ * stops: a candidate failed). */
 typedef int tune_round_fn(void *ctx, size_t cand, int runs, tune_fig *fig);
 
 /* The measurement: one untimed run per candidate (a first run allocates), then up to

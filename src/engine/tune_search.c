@@ -26,36 +26,12 @@ double tune_median(double *v, size_t n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static void add_wide(tune_cand *c, size_t *n, int threads, int instances, bool spin, int wide)
-{
-    for (size_t i = 0; i < *n; i++)
-        if (c[i].threads == threads && c[i].instances == instances && c[i].spin == spin && c[i].wide == wide)
-            return;
-    if (*n == TUNE_MAX_CANDS) return;
-    c[(*n)++] = (tune_cand){.threads = threads, .instances = instances, .spin = spin, .wide = wide};
-}
-
 static void add_cand(tune_cand *c, size_t *n, int threads, int instances, bool spin)
 {
-    add_wide(c, n, threads, instances, spin, 0);
-}
-
-static int find(const tune_cand *c, size_t n, int threads, int instances, bool spin)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!c[i].wide && c[i].threads == threads && c[i].instances == instances && c[i].spin == spin) return (int)i;
-    return -1;
-}
-
-void tune_derive_wide(tune_cand *c, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (!c[i].wide) continue;
-        int alone = find(c, n, c[i].wide, 1, c[i].spin), conc = find(c, n, c[i].threads, c[i].instances, c[i].spin);
-        c[i].ok = alone >= 0 && conc >= 0 && c[alone].ok && c[conc].ok;
-        c[i].run_us = c[i].ok ? c[alone].run_us : 0;
-        c[i].rps = c[i].ok ? c[conc].rps : 0;
-    }
+    for (size_t i = 0; i < *n; i++)
+        if (c[i].threads == threads && c[i].instances == instances && c[i].spin == spin) return;
+    if (*n == TUNE_MAX_CANDS) return;
+    c[(*n)++] = (tune_cand){.threads = threads, .instances = instances, .spin = spin};
 }
 
 size_t tune_plan(const model_layout *L, int usable, double model_bytes, bool own_sessions, tune_cand *c)
@@ -73,20 +49,12 @@ size_t tune_plan(const model_layout *L, int usable, double model_bytes, bool own
     }
     /* instances are measured as sessions of their own: without placement they would share
      * one session and its pool, which is not what was measured */
-    int most_i = 0, most_t = 0; /* the most instances measured, and their threads */
     if (!L->instances_set && own_sessions)
         for (int i = 2; i <= 4 && i <= usable; i *= 2) {
             int t = L->threads_set ? L->threads : usable / i;
             if (model_bytes * i > TUNE_MAX_SESSION_BYTES) break;
             add_cand(c, &n, t > 0 ? t : 1, i, L->spin);
-            most_i = i;
-            most_t = t > 0 ? t : 1;
         }
-    /* wide: the most instances for concurrent Run()s, a session of every usable core for a
-     * lone one; both measured above (the usable cores x 1 is the thread sweep's last) */
-    if (!L->threads_set && most_i > 1 && usable > 1 && L->instances == 1 &&
-        model_bytes * (most_i + 1) <= TUNE_MAX_SESSION_BYTES)
-        add_wide(c, &n, most_t, most_i, L->spin, usable);
     return n;
 }
 
@@ -106,7 +74,7 @@ int tune_search(tune_cand *c, size_t n, double probe_us, double budget_us, tune_
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) { /* untimed: a first run allocates */
         tune_fig f;
-        if (!c[i].wide) rc = measure(ctx, i, 1, &f);
+        rc = measure(ctx, i, 1, &f);
     }
     double start = ts_now();
     int rounds = 0;
@@ -116,7 +84,6 @@ int tune_search(tune_cand *c, size_t n, double probe_us, double budget_us, tune_
             /* interleaved, and each round in another order, so drift hits all alike */
             size_t i = (k + (size_t)r) % n;
             tune_fig f = {0};
-            if (c[i].wide) continue; /* derived below */
             rc = measure(ctx, i, runs, &f);
             figs[i][r][0] = f.run_us;
             figs[i][r][1] = f.rps;
@@ -136,21 +103,10 @@ int tune_search(tune_cand *c, size_t n, double probe_us, double budget_us, tune_
             for (int r = 0; r < rounds; r++) v[r] = figs[i][r][f];
             *out[f] = tune_median(v, (size_t)rounds);
         }
-        c[i].ok = !c[i].wide;
+        c[i].ok = true;
     }
-    if (rc == 0) tune_derive_wide(c, n);
     free(figs);
     return rc;
-}
-
-/* " + wide Nt": the extra session a lone Run() takes; "" without one. One static buffer a
- * thread: each use is consumed by the snprintf that called it. */
-static const char *wide_tag(int wide)
-{
-    static _Thread_local char tag[32];
-    tag[0] = '\0';
-    if (wide > 0) snprintf(tag, sizeof tag, " + wide %dt", wide);
-    return tag;
 }
 
 void tune_log_layout(const model_layout *L, const char *model, const char *version)
@@ -164,16 +120,15 @@ void tune_log_layout(const model_layout *L, const char *model, const char *versi
                                   "batch %d = %.0f tokens/s%s", i ? "; " : "", c->threads, c->spin ? "" : " nospin",
                                   c->run_us, c->batch_us, c->batch, c->rps, (int)i == L->chosen ? " (chosen)" : "");
         else
-            o += (size_t)snprintf(table + o, sizeof table - o, "%s%dt x%d%s%s %.0f us %.0f/s%s", i ? "; " : "",
-                                  c->threads, c->instances, c->spin ? "" : " nospin", wide_tag(c->wide),
-                                  c->run_us, c->rps, (int)i == L->chosen ? " (chosen)" : "");
+            o += (size_t)snprintf(table + o, sizeof table - o, "%s%dt x%d%s %.0f us %.0f/s%s", i ? "; " : "",
+                                  c->threads, c->instances, c->spin ? "" : " nospin", c->run_us, c->rps,
+                                  (int)i == L->chosen ? " (chosen)" : "");
     }
     char threads[16], inst[16];
     snprintf(threads, sizeof threads, "%d", L->threads);
     snprintf(inst, sizeof inst, "%d", L->instances);
     LOG_INFO_(LOGF({"model", model}, {"version", version}, {"threads", threads}, {"instances", inst},
                    {"spinning", L->spin ? "true" : "false"}, {"layout_source", L->source}),
-              "layout: %d intra-op thread(s) x %d instance(s)%s, spinning %s (%s: %s)%s%s", L->threads,
-              L->instances, wide_tag(L->wide), L->spin ? "on" : "off", L->source, L->note,
-              o ? "; measured: " : "", table);
+              "layout: %d intra-op thread(s) x %d instance(s), spinning %s (%s: %s)%s%s", L->threads,
+              L->instances, L->spin ? "on" : "off", L->source, L->note, o ? "; measured: " : "", table);
 }

@@ -298,7 +298,6 @@ def layout_text(lay):
     """What app.js layoutText() shows for /v2/status models[].layout."""
     t = lay["threads"]
     return (f"{t} intra-op thread{'' if t == 1 else 's'}" + (f" × {lay['instances']} instances" if lay["instances"] > 1 else "")
-            + (f" + {lay['wide_threads']} threads for a lone Run()" if lay.get("wide_threads") else "")
             + f", spinning {'on' if lay['spinning'] else 'off'}" + (", pinned" if lay["pinned"] else "")
             + f" ({lay['source']})")
 

@@ -51,23 +51,9 @@ def test_defaults_measure_and_report(repo, tmp_path):
     else:
         assert all(c["threads"] == 1 and c["instances"] == 1 for c in table), table
     pick = next(c for c in table if c["chosen"])
-    assert (pick["threads"], pick["instances"], pick["spinning"], pick["wide_threads"]) == \
-        (lay["threads"], lay["instances"], lay["spinning"], lay["wide_threads"]), lay
+    assert (pick["threads"], pick["instances"], pick["spinning"]) == \
+        (lay["threads"], lay["instances"], lay["spinning"]), lay
     assert all(c["run_us"] > 0 and c["runs_per_s"] > 0 for c in table), table
-    # the wide candidate (instances for concurrent Run()s, every usable core for a lone one):
-    # not measured, its figures those of the layouts it is made of
-    wide = [c for c in table if c["wide_threads"]]
-    if usable >= 2:
-        assert len(wide) == 1 and wide[0]["wide_threads"] == usable, table
-        wc = wide[0]
-
-        def row(t, i):
-            return next(c for c in table if not c["wide_threads"] and (c["threads"], c["instances"],
-                                                                        c["spinning"]) == (t, i, wc["spinning"]))
-        assert wc["run_us"] == row(usable, 1)["run_us"], table
-        assert wc["runs_per_s"] == row(wc["threads"], wc["instances"])["runs_per_s"], table
-    else:
-        assert wide == [], table
     logs = [ln for ln in w.log_lines() if ln.get("msg", "").startswith("layout:") and ln.get("model") == "mlp"]
     assert len(logs) == 1 and "(chosen)" in logs[0]["msg"], logs
     # the layout serves

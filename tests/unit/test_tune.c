@@ -138,56 +138,6 @@ static void test_plan(void **state)
     assert_int_equal(tune_plan(&L, 1, 1e6, false, c), 1);
 }
 
-static int wide_at(const tune_cand *c, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (c[i].wide) return (int)i;
-    return -1;
-}
-
-/* The wide candidate on two cores: planned when threads and instances are free, its figures
- * the two-thread single instance's latency and the one-thread instances' throughput, and
- * chosen over the two-thread single instance (the same latency alone) when its concurrent
- * throughput is within tolerance: its concurrent Run()s wait on no barrier across the cores
- * (the c=4 collapse of issue 24). */
-static void test_wide(void **state)
-{
-    (void)state;
-    tune_cand c[TUNE_MAX_CANDS];
-    model_layout L = {.threads = 2, .instances = 1, .spin = true};
-    size_t n = tune_plan(&L, 2, 36e6, true, c);
-    int w = wide_at(c, n);
-    assert_true(w >= 0);
-    assert_true(c[w].threads == 1 && c[w].instances == 2 && c[w].wide == 2 && c[w].spin);
-    assert_true(has(c, n, 2, 1, true) && has(c, n, 1, 2, true)); /* what it is derived from */
-    /* not planned: without sessions of its own, threads set, instances set, or weights too big */
-    assert_int_equal(wide_at(c, tune_plan(&L, 2, 36e6, false, c)), -1);
-    assert_int_equal(wide_at(c, tune_plan(&L, 2, 400e6, true, c)), -1);
-    model_layout T = L;
-    T.threads_set = true;
-    assert_int_equal(wide_at(c, tune_plan(&T, 2, 36e6, true, c)), -1);
-    T = L;
-    T.instances_set = true;
-    assert_int_equal(wide_at(c, tune_plan(&T, 2, 36e6, true, c)), -1);
-    /* derived, then chosen: 2t x1 460 us alone, 1t x2 900 us each at c=2 */
-    tune_cand d[] = {C(2, 1, true, 460, 2170), C(1, 1, true, 900, 1111), C(1, 2, true, 900, 2222),
-                     {.threads = 1, .instances = 2, .spin = true, .wide = 2}};
-    tune_derive_wide(d, 4);
-    assert_true(d[3].ok);
-    assert_true(d[3].run_us == 460 && d[3].rps == 2222);
-    assert_int_equal(choose(d, 4), 3);
-    /* one-thread instances well below the pool's throughput: the single instance stays */
-    d[2].rps = 1500;
-    tune_derive_wide(d, 4);
-    assert_int_equal(choose(d, 4), 0);
-    /* a source not measured: the wide candidate is not either, and never wins */
-    d[2].rps = 2222;
-    d[2].ok = false;
-    tune_derive_wide(d, 4);
-    assert_false(d[3].ok);
-    assert_int_equal(choose(d, 4), 0);
-}
-
 /* a fake measurement: candidate i's figures are (i + 1) x 100 plus a per-round wobble, and
  * every run sleeps run_ns */
 typedef struct {
@@ -258,7 +208,6 @@ int main(void)
         cmocka_unit_test(test_quota),
         cmocka_unit_test(test_llm_rule),
         cmocka_unit_test(test_plan),
-        cmocka_unit_test(test_wide),
         cmocka_unit_test(test_search_medians_and_failure),
         cmocka_unit_test(test_search_is_bounded),
     };

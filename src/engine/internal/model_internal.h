@@ -27,7 +27,6 @@ struct ts_model {
     OrtSession *session;      /* instance 0's; the only one without placement */
     OrtSession **sessions;    /* one per instance when placed on cores or on listed gpus */
     size_t n_sessions;
-    OrtSession *wide;         /* layout.wide threads, unpinned: a lone Run()'s (NULL: none) */
     instance_place *places;   /* per instance, when placed */
     instance_rt *inst;        /* the instance plan */
     size_t n_inst;
