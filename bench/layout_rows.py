@@ -5,6 +5,9 @@ onnxruntime-node peer, at c=1 and c=4, in one run (interleaved rounds, medians).
 
 - `mlp_pool`: 4 layers of 1024x1024 (16 MB), a Run() of about 250 us on two threads;
 - `mlp_1ms`: 4 layers of 1536x1536 (36 MB), about 1-2 ms.
+Rows: the defaults, the best thread count as one instance, one-thread instances on every
+usable core, each with its ratio to the in-process best of the same round; the defaults'
+per-round ratios show the spread (on this 2-core VM it is as large as the gaps).
 Both are generated here (fixed seeds) and never committed. --old DIR also serves them from
 DIR/tierserve with its defaults (the build before the change) in the same rounds.
 
@@ -58,6 +61,9 @@ def layout_rows(bench, targets, tmp, secs, quick, old=None):
         servers = {"defaults": bench.Worker(repo, tmp),
                    f"explicit {best_t}t": bench.Worker(repo, tmp, env={"TIERSERVE_INTRA_OP_THREADS": str(best_t),
                                                                       "TIERSERVE_INSTANCES": "1"})}
+        if usable > 1:  # one-thread instances on every usable core
+            servers[f"explicit 1t x{usable}"] = bench.Worker(repo, tmp, env={"TIERSERVE_INTRA_OP_THREADS": "1",
+                                                                            "TIERSERVE_INSTANCES": str(usable)})
         if old:
             servers["defaults, old build"] = bench.Worker(repo, tmp, binary=old / "tierserve")
         lay = status_layout(servers["defaults"], name) or {}
@@ -92,16 +98,23 @@ def layout_rows(bench, targets, tmp, secs, quick, old=None):
                     tp, p50 = med(res[k], "throughput"), med(res[k], "p50_us")
                     lines.append(f"    {k:22} {tp:8.0f}/s p50 {p50:7.0f} us: x{tp / ip:.2f} in-process, added p50 "
                                  f"{p50 - ip_p50:+.0f} us; defaults x{dflt / tp:.2f} this")
+                    # each round's ratio to that round's in-process best: the spread a loaded machine gives
+                    if k.startswith("defaults"):
+                        lines.append(f"    {'':22} per round x" + ", x".join(
+                            f"{r['throughput'] / b['throughput']:.2f}" for r, b in zip(res[k], res["in-process"])) +
+                            (f" (target at c={c}: >= 0.80x)" if c > 1 else " (target at c=1: >= 0.85x, +60 us)"))
         finally:
             if peer:
                 peer.close()
             for w in servers.values():
                 w.stop()
-        table = "; ".join(f"{c['threads']}t x{c['instances']}{'' if c['spinning'] else ' nospin'} "
+        table = "; ".join(f"{c['threads']}t x{c['instances']}{'' if c['spinning'] else ' nospin'}"
+                          f"{' + wide %dt' % c['wide_threads'] if c.get('wide_threads') else ''} "
                           f"{c['run_us']:.0f} us {c['runs_per_s']:.0f}/s{' (chosen)' if c['chosen'] else ''}"
                           for c in lay.get("measured", []))
         lines.append(f"  {name}: in-process sweep at c=1 " +
                      ", ".join(f"{t}t {r['throughput']:.0f}/s" for t, r in sweep.items()) +
-                     f"; the worker's defaults chose {lay.get('threads')}t x{lay.get('instances')} "
+                     f"; the worker's defaults chose {lay.get('threads')}t x{lay.get('instances')}"
+                     f"{' + wide %dt' % lay['wide_threads'] if lay.get('wide_threads') else ''} "
                      f"spinning {lay.get('spinning')} ({lay.get('source')}: {table or lay.get('note')})")
     return lines
