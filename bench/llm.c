@@ -111,10 +111,7 @@ static double pct(double *v, size_t n, double p)
 static double run(llm_model *m, const char *label, size_t slots, size_t conc, size_t nreq, int64_t new_tokens,
                 const int32_t *prompt, size_t plen)
 {
-    /* BENCH_STEP_TOKENS: the engine's step_tokens (TIERSERVE_LLM_STEP_TOKENS; default 0, auto) */
-    const char *stv = getenv("BENCH_STEP_TOKENS");
-    llm_engine_opts o = {.max_active = slots, .max_waiting = MAX_REQ, .prefill_chunk = 64,
-                         .step_tokens = stv ? (size_t)atol(stv) : 0};
+    llm_engine_opts o = {.max_active = slots, .max_waiting = MAX_REQ, .prefill_chunk = 64};
     llm_engine *e = NULL;
     ts_err err = {0};
     if (llm_engine_new(m, &o, &e, &err)) {
@@ -358,12 +355,10 @@ static void itl_run(llm_model *m, const char *label, size_t step_tokens, size_t 
     llm_engine_free(e);
     double p50 = pct(g_gaps[0], g_n_gaps[0], 0.5), p99 = pct(g_gaps[1], g_n_gaps[1], 0.99);
     printf("%-24s %zu streams: ITL p50 %6.2f ms without | while a %zu-token prompt arrives: ITL p50 %6.2f p99 %7.2f "
-           "max %7.2f ms (%zu gaps) = p99 %.2fx the p50 without | its TTFT %7.1f ms, %llu prefill Run()s"
-           " | fit: Run() %.2f ms + %.4f ms/token, decode step %.2f ms\n",
+           "max %7.2f ms (%zu gaps) = p99 %.2fx the p50 without | its TTFT %7.1f ms, %llu prefill Run()s\n",
            label, streams, 1e3 * p50, long_n, 1e3 * pct(g_gaps[1], g_n_gaps[1], 0.5), 1e3 * p99,
            1e3 * pct(g_gaps[1], g_n_gaps[1], 1.0), g_n_gaps[1], p99 / p50,
-           1e3 * (r[streams].t_first - r[streams].t_add), (unsigned long long)st.prefill_runs,
-           1e3 * st.step_fixed_s, 1e3 * st.step_token_s, 1e3 * st.decode_step_s);
+           1e3 * (r[streams].t_first - r[streams].t_add), (unsigned long long)st.prefill_runs);
     fflush(stdout);
     for (int p = 0; p < 2; p++) free(g_gaps[p]);
     free(r);
@@ -498,34 +493,6 @@ static void print_layout(const llm_model *m)
                L->cands[i].rps, (int)i == L->chosen ? "  <- chosen" : "");
 }
 
-/* ORT's environment and the execution provider EXECUTION_MODE asks for (CPU by default).
- * Returns 0, or the exit status: 1 (ORT), 64 (a bad mode), 78 (the tier refused). */
-static int bench_env(ep_config *epc, ep_result *epr)
-{
-    char msg[1024];
-    if (ortenv_init(LOG_ERROR, msg, sizeof msg)) {
-        fprintf(stderr, "%s\n", msg);
-        return 1;
-    }
-    log_set_level(LOG_WARN);
-    *epc = (ep_config){.mode = EXEC_CPU};
-    const char *mode = getenv("EXECUTION_MODE");
-    if (mode && tier_mode_parse(mode, &epc->mode)) return 64;
-    ep_resolve(epc, epr);
-    return epr->decision.refuse ? 78 : 0;
-}
-
-/* The benchmark prompt: BOS then plen - 1 tokens of the fixed sequence (fill, seed 12345). */
-static int32_t *bench_prompt(size_t plen, size_t vocab)
-{
-    int32_t *prompt = calloc(plen, sizeof *prompt);
-    if (!prompt) abort();
-    uint64_t x = 12345;
-    prompt[0] = 1;
-    fill(prompt + 1, plen - 1, &x, vocab);
-    return prompt;
-}
-
 /* ---- --variants ---- */
 
 #define VAR_MAX 8
@@ -539,10 +506,18 @@ static int variants(int argc, char **argv)
     size_t nm = (size_t)argc - 4;
     if (nreq < 1 || nreq > MAX_REQ || new_tokens < 1 || plen < 1 || plen > 1024 || rounds < 1 || rounds > VAR_ROUNDS)
         return 64;
-    ep_config epc;
+    char msg[1024];
+    if (ortenv_init(LOG_ERROR, msg, sizeof msg)) {
+        fprintf(stderr, "%s\n", msg);
+        return 1;
+    }
+    log_set_level(LOG_WARN);
+    ep_config epc = {.mode = EXEC_CPU};
+    const char *mode = getenv("EXECUTION_MODE");
+    if (mode && tier_mode_parse(mode, &epc.mode)) return 64;
     ep_result epr;
-    int erc = bench_env(&epc, &epr);
-    if (erc) return erc;
+    ep_resolve(&epc, &epr);
+    if (epr.decision.refuse) return 78;
     const char *threads = getenv("TIERSERVE_INTRA_OP_THREADS");
     llm_model_opts mo = {.ep_cfg = &epc, .ep = &epr, .kv = LLM_KV_BOUND, .intra_op_threads = threads ? atoi(threads) : 0};
     llm_model *m[VAR_MAX] = {0};
@@ -552,7 +527,13 @@ static int variants(int argc, char **argv)
             fprintf(stderr, "%s: %s\n", argv[4 + i], err.msg);
             return 1;
         }
-    int32_t *prompt = bench_prompt(plen, llm_model_sig(m[0])->vocab);
+    int32_t *prompt = calloc(plen, sizeof *prompt);
+    uint64_t x = 12345;
+    prompt[0] = 1;
+    for (size_t i = 1; i < plen; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        prompt[i] = (int32_t)(3 + (x >> 33) % (llm_model_sig(m[0])->vocab - 3));
+    }
     printf("bench_llm --variants: %zu requests x %lld new tokens, prompt %zu tokens, KV bound, tier %s, %zu rounds, "
            "intra-op threads %d (0: the usable cores, %d here)\n", nreq, (long long)new_tokens, plen,
            tier_name(epr.decision.tier), rounds, mo.intra_op_threads, tune_hw_get()->usable);
@@ -608,10 +589,18 @@ int main(int argc, char **argv)
     int64_t new_tokens = argc > 3 && !mt ? atoll(argv[3]) : 64;
     size_t plen = argc > 4 && !mt ? (size_t)atol(argv[4]) : 32;
     if (nreq < 1 || nreq > MAX_REQ || new_tokens < 1 || plen < 1 || plen > 1024) return 64;
-    ep_config epc;
+    char msg[1024];
+    if (ortenv_init(LOG_ERROR, msg, sizeof msg)) {
+        fprintf(stderr, "%s\n", msg);
+        return 1;
+    }
+    log_set_level(LOG_WARN);
+    ep_config epc = {.mode = EXEC_CPU};
+    const char *mode = getenv("EXECUTION_MODE");
+    if (mode && tier_mode_parse(mode, &epc.mode)) return 64;
     ep_result epr;
-    int erc = bench_env(&epc, &epr);
-    if (erc) return erc;
+    ep_resolve(&epc, &epr);
+    if (epr.decision.refuse) return 78;
     /* the same file opened twice: one session per path, so neither warms the other's */
     /* the worker's thread setting, so its figures are the worker's (0: the usable cores) */
     const char *threads = getenv("TIERSERVE_INTRA_OP_THREADS");
@@ -663,7 +652,13 @@ int main(int argc, char **argv)
                               "       bench_llm --urgent MODELDIR [SLOTS [PROMPT]]\n");
         return rc;
     }
-    int32_t *prompt = bench_prompt(plen, llm_model_sig(m)->vocab);
+    int32_t *prompt = calloc(plen, sizeof *prompt);
+    uint64_t x = 12345;
+    prompt[0] = 1;
+    for (size_t i = 1; i < plen; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        prompt[i] = (int32_t)(3 + (x >> 33) % (llm_model_sig(m)->vocab - 3));
+    }
     printf("bench_llm: %zu requests x %lld new tokens, prompt %zu tokens, tier %s, intra-op threads %d "
            "(TIERSERVE_INTRA_OP_THREADS; 0: the usable cores, %d here)\n", nreq, (long long)new_tokens, plen,
            tier_name(epr.decision.tier), mo.intra_op_threads, tune_hw_get()->usable);

@@ -123,9 +123,8 @@ typedef struct {
     size_t max_waiting;   /* queued before 503 (0..LLM_MAX_WAITING) */
     size_t prefill_chunk; /* prompt tokens per Run() (1..LLM_MAX_PREFILL_CHUNK) */
     /* The step budget while sequences decode: decoding tokens plus the prompt tokens
-     * prefilled between two decode steps (0..LLM_MAX_STEP_TOKENS). 0: auto, the prefill
-     * of a turn kept to about one measured decode step by a fitted cost a + b x tokens per
-     * Run() (src/llm/internal/llm_budget.h).
+     * prefilled between two decode steps (0..LLM_MAX_STEP_TOKENS). 0: auto, a prefill
+     * Run() kept to about half a measured decode step (llm_engine.c step_prefill_tokens).
      * Only a value of prefill_chunk + max_active or more lets every joining sequence run a
      * whole chunk per step (the behaviour before the budget). */
     size_t step_tokens;
@@ -156,9 +155,6 @@ typedef struct {
     uint64_t steps;       /* batched decode Run()s so far */
     uint64_t prefill_runs;
     uint64_t prefill_tokens; /* prompt tokens those Run()s computed (recomputed ones included) */
-    /* the auto step budget's cost model (seconds; 0: not fitted yet): a prefill Run() of c
-       tokens costs step_fixed_s + step_token_s x c; a decode step decode_step_s */
-    double step_fixed_s, step_token_s, decode_step_s;
     uint64_t preemptions;  /* running sequences sent back to wait for a more urgent one */
     uint64_t forked;       /* sequences that started from a copy of another's prompt KV
                               (llm_engine_add_n) instead of a prefill of their own */

@@ -136,8 +136,8 @@ static const setting_def k_settings[] = {
      "logits (0: auto, the largest chunk up to 512 whose logits fit 64 MiB, at least 16)"},
     {"TIERSERVE_LLM_STEP_TOKENS", "llm-step-tokens", ST_INT, OFF(llm_step_tokens), 0, "0", 0, 16384,
      "per LLM: while sequences decode, decoding plus prompt tokens computed between two decode steps, "
-     "so a long prompt arriving does not stall the running streams (0: auto, the prefill of a step kept to "
-     "about one measured decode step by a fitted cost per Run(): fixed plus per token)"},
+     "so a long prompt arriving does not stall the running streams (0: auto, a prefill Run() of about "
+     "half a measured decode step)"},
     {"TIERSERVE_LLM_KV_BUDGET_BYTES", "llm-kv-budget-bytes", ST_INT, OFF(llm_kv_budget), 0, "0", 0,
      INT64_C(1) << 50, "per LLM: KV memory its running sequences (each prompt + max_tokens) and its prefix "
      "cache may hold; a sequence waits until its cache fits (0: auto, half of MemAvailable, or 3/4 of "

@@ -71,9 +71,6 @@ void v1_status(const ts_model *m, buf *b)
                st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch, L->prefill_chunk,
                (unsigned long long)st.prefill_runs, (unsigned long long)st.prefill_tokens,
                (unsigned long long)st.preemptions, (unsigned long long)st.forked, (unsigned long long)st.kv_copy_bytes);
-    /* the auto step budget's fitted costs (docs/llm.md "Prefill beside decoding") */
-    buf_printf(b, ",\"step_budget\":{\"fixed_ms\":%.3f,\"per_token_ms\":%.4f,\"decode_step_ms\":%.3f}",
-               st.step_fixed_s * 1e3, st.step_token_s * 1e3, st.decode_step_s * 1e3);
     /* the engine's cap on a decode Run() and why it is below max_active (e.g. no position_ids) */
     buf_printf(b, ",\"batch_limit\":%zu,\"batch_note\":", st.batch_limit);
     if (st.batch_note) buf_put_json_str(b, st.batch_note, strlen(st.batch_note));

@@ -121,13 +121,7 @@ static bool wait_for(collect *c, size_t n)
 
 static llm_engine *engine(llm_model *m, size_t active, size_t waiting, size_t chunk)
 {
-    /* no step budget: every joining prompt a whole chunk each step, as the checks here need
-     * prompts to join while others decode; the auto budget holds a step's prefill to about
-     * one decode step, on this decoder (32000 logits a token) a token or two, and short
-     * sequences would end before the next one joined (the budget is e2e_llm_sched's and
-     * unit_llm_budget's) */
-    llm_engine_opts o = {.max_active = active, .max_waiting = waiting, .prefill_chunk = chunk,
-                         .step_tokens = LLM_MAX_STEP_TOKENS};
+    llm_engine_opts o = {.max_active = active, .max_waiting = waiting, .prefill_chunk = chunk};
     llm_engine *e = NULL;
     ts_err err = {0};
     if (llm_engine_new(m, &o, &e, &err)) {
