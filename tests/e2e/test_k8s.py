@@ -1112,20 +1112,24 @@ def test_keda_scaledobjects_match_the_hpas_and_what_the_router_exports(tmp_path)
     tierrouter exports for a pool of that name in the overlay's router config; AverageValue 1
     (replicas = the gauge)."""
     from helpers import Router, metrics_text
-    objs = render("hybrid")
-    hpas = {h["spec"]["scaleTargetRef"]["name"]: h["spec"] for h in kind(objs, "HorizontalPodAutoscaler")}
-    deployments = {name(d) for d in workers(objs)}
-    cfg = router_config(objs, routers(objs)[0])["doc"]
-    pool_names = [p["name"] for p in cfg["pools"]]
-    # what a router with these pools exports (backends that answer nothing: the series exist)
-    r = Router("address: 127.0.0.1\npools:\n" + "".join(
-        f"  - name: {p['name']}\n    kind: {p['kind']}\n    backends: [\"127.0.0.1:9\"]\n" for p in cfg["pools"]), tmp_path)
-    try:
-        exported = metrics_text(r)
-    finally:
-        assert r.stop() == 0
+    # the hybrid overlay has the gpu and cpu pools, hybrid-sensitive adds the sensitive one
+    hpas, deployments, pool_names, exported = {}, set(), [], ""
+    for overlay in ("hybrid", "hybrid-sensitive"):
+        objs = render(overlay)
+        hpas.update({h["spec"]["scaleTargetRef"]["name"]: h["spec"] for h in kind(objs, "HorizontalPodAutoscaler")})
+        deployments |= {name(d) for d in workers(objs)}
+        cfg = router_config(objs, routers(objs)[0])["doc"]
+        pool_names += [p["name"] for p in cfg["pools"] if p["name"] not in pool_names]
+        # what a router with these pools exports (backends that answer nothing: the series exist)
+        r = Router("address: 127.0.0.1\npools:\n" + "".join(
+            f"  - name: {p['name']}\n    kind: {p['kind']}\n    backends: [\"127.0.0.1:9\"]\n" for p in cfg["pools"]),
+            tmp_path)
+        try:
+            exported += metrics_text(r)
+        finally:
+            assert r.stop() == 0
     sos = [yaml.safe_load(p.read_text()) for p in sorted(KEDA.glob("*.yaml"))]
-    assert len(sos) >= 2
+    assert len(sos) >= 3
     for so in sos:
         assert so["apiVersion"] == "keda.sh/v1alpha1" and so["kind"] == "ScaledObject"
         spec = so["spec"]

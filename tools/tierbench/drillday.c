@@ -2,7 +2,6 @@
 #include "err.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
