@@ -4,6 +4,7 @@
 #   BASE=/path/to/baseline/build/bin [NEW=build/bin] [SECS=5] [REPS=1] bench/proxy_compare.sh
 # nginx: Debian nginx-light, one worker, upstream keepalive; everything on loopback.
 set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
 NEW=${NEW:-$PWD/build/bin}; BASE=${BASE:?set BASE to a baseline build bin folder}; T=$(mktemp -d); SECS=${SECS:-5}
 cd $T
 echo '{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1.0]}]}' > body.json
@@ -15,21 +16,8 @@ for v in new base; do
 done
 $NEW/tierrouter --config router-new.yaml 2> router-new.log & RN=$!
 $BASE/tierrouter --config router-base.yaml 2> router-base.log & RB=$!
-mkdir -p nginx/tmp
-cat > nginx/nginx.conf <<NG
-daemon off; master_process off; worker_processes 1; pid $T/nginx/nginx.pid;
-error_log $T/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $T/nginx/tmp; proxy_temp_path $T/nginx/tmp; fastcgi_temp_path $T/nginx/tmp;
-  uwsgi_temp_path $T/nginx/tmp; scgi_temp_path $T/nginx/tmp;
-  upstream be { server 127.0.0.1:18801; keepalive 64; keepalive_requests 10000000; }
-  keepalive_requests 10000000;
-  server { listen 127.0.0.1:18804; keepalive_requests 10000000;
-    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; } }
-}
-NG
+. "$HERE/nginx_conf.sh"
+nginx_conf $T 18801 18804
 /usr/sbin/nginx -c $T/nginx/nginx.conf -p $T/nginx & NX=$!
 sleep 1.5
 # REPS rounds, each one interleaved (direct, nginx, base, new at c=1 then c=16), so drift on a

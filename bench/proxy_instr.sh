@@ -8,26 +8,14 @@
 # Not a test.
 #   [BASE=/path/to/baseline/build/bin] [NEW=build/bin] [C=16] [SECS=4] bench/proxy_instr.sh
 set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
 NEW=${NEW:-$PWD/build/bin}; SECS=${SECS:-4}; C=${C:-16}
 command -v valgrind >/dev/null || { echo "proxy_instr: valgrind is needed" >&2; exit 2; }
 T=$(mktemp -d); cd $T
 echo '{"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1.0]}]}' > body.json
 $NEW/bench_fixedreply 18871 '{"live":true,"ready":true,"tier":"cpu","queue_depth":0,"models":[]}' & FR=$!
-mkdir -p nginx/tmp
-cat > nginx/nginx.conf <<NG
-daemon off; master_process off; worker_processes 1; pid $T/nginx/nginx.pid;
-error_log $T/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $T/nginx/tmp; proxy_temp_path $T/nginx/tmp; fastcgi_temp_path $T/nginx/tmp;
-  uwsgi_temp_path $T/nginx/tmp; scgi_temp_path $T/nginx/tmp;
-  upstream be { server 127.0.0.1:18871; keepalive 64; keepalive_requests 10000000; }
-  keepalive_requests 10000000;
-  server { listen 127.0.0.1:18872; keepalive_requests 10000000;
-    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; } }
-}
-NG
+. "$HERE/nginx_conf.sh"
+nginx_conf $T 18871 18872
 printf 'address: 127.0.0.1\nport: 18872\nprobe_interval_ms: 250\npools:\n  - name: cpu\n    kind: cpu\n    min_tier: cpu\n    max_in_flight: 256\n    backends: ["127.0.0.1:18871"]\n' > router.yaml
 # count WHO CMD...: prints the instructions per request of the proxy CMD starts on port 18872
 count() {

@@ -9,6 +9,7 @@
 # (40x: every timing inside it, kept-alive connections' idle times included, stretches):
 # read its counts for the calls made, and perf's for how many per request at full speed.
 set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${BIN:-$PWD/build/bin}; C=${C:-16}; SECS=${SECS:-4}; WHO=${WHO:-router nginx}
 T=$(mktemp -d)
 cd $T
@@ -21,21 +22,8 @@ if [ -n "${BASE:-}" ]; then
   sed 's/port: 18812/port: 18813/' router.yaml > router-base.yaml
   $BASE/tierrouter --config router-base.yaml 2> router-base.log & RB=$!
 fi
-mkdir -p nginx/tmp
-cat > nginx/nginx.conf <<NG
-daemon off; master_process off; worker_processes 1; pid $T/nginx/nginx.pid;
-error_log $T/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $T/nginx/tmp; proxy_temp_path $T/nginx/tmp; fastcgi_temp_path $T/nginx/tmp;
-  uwsgi_temp_path $T/nginx/tmp; scgi_temp_path $T/nginx/tmp;
-  upstream be { server 127.0.0.1:18811; keepalive 64; keepalive_requests 10000000; }
-  keepalive_requests 10000000;
-  server { listen 127.0.0.1:18814; keepalive_requests 10000000;
-    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; } }
-}
-NG
+. "$HERE/nginx_conf.sh"
+nginx_conf $T 18811 18814
 /usr/sbin/nginx -c $T/nginx/nginx.conf -p $T/nginx & NX=$!
 sleep 1.5
 # warm both (pooled connections open)
