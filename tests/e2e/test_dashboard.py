@@ -359,12 +359,15 @@ def test_dashboard_shows_llm_serving(tmp_path):
         st = get_json(w.port, "/v2/status", bearer(WORKER_TOKEN))
         lays = {m["name"]: m["layout"] for m in st["models"]}
         lay = lays["chat"]
-        assert lay["source"] == "measured" and lay["measured"], lay
         assert card["fields"]["llm-layout"] == layout_text(lay), card["fields"]
-        figs = card["fields"]["llm-layout-figures"]
-        assert figs.count("tokens/s") == len(lay["measured"]) and figs.count("▶ ") == 1, figs
-        pick = next(c for c in lay["measured"] if c["chosen"])
-        assert f"▶ {pick['threads']}t" in figs and f"at {pick['batch']} = {math.floor(pick['runs_per_s'] + 0.5)} tokens/s" in figs, figs
+        if len(os.sched_getaffinity(0)) >= 2:
+            assert lay["source"] == "measured" and lay["measured"], lay
+            figs = card["fields"]["llm-layout-figures"]
+            assert figs.count("tokens/s") == len(lay["measured"]) and figs.count("▶ ") == 1, figs
+            pick = next(c for c in lay["measured"] if c["chosen"])
+            assert f"▶ {pick['threads']}t" in figs and f"at {pick['batch']} = {math.floor(pick['runs_per_s'] + 0.5)} tokens/s" in figs, figs
+        else:  # one usable core: one layout, nothing to search, and the status says so
+            assert not lay["measured"] and "1 usable core" in lay["note"], lay
         (inf,) = snap["cards"]
         assert layout_text(lays["demo"]) in inf["text"] and layout_text(lay) in inf["text"], inf["text"]
 
