@@ -42,13 +42,16 @@ def test_saturation_refuses_batch_and_serves_urgent(tmp_path, test_repo):
     # an urgent request waits in the worker behind at most `slots` others: its deadline covers
     # that many times the measured service time, with room for a loaded machine
     deadline_ms = int(max(5000, 40 * slots * service * 1000))
+    # the router takes queue timeouts up to 600,000 ms; on a slow or loaded machine 4x the
+    # deadline can pass that, and 600 s is still far more than any normal request waits here
+    queue_ms = min(deadline_ms * 4, 600000)
     r = Router(f"""
 address: 127.0.0.1
 probe_interval_ms: 100
 deadline_ms: {{urgent: {deadline_ms}, normal: {deadline_ms * 4}, batch: {deadline_ms}}}
 admission:
   queue_size: 64
-  queue_timeout_ms: {deadline_ms * 4}
+  queue_timeout_ms: {queue_ms}
   urgent_reserve: 0.2
   normal_reserve: 0.1
 pools:
@@ -137,7 +140,8 @@ def test_full_queue_gives_a_normal_place_to_urgent(tmp_path, test_repo):
     # each request holds its slot for about 1.5 s (sized from the measured service), so the two
     # in flight are still running when the test looks at the queue after the displacement
     hdr, body = slow_request(int(min(8192, ROWS * max(1.0, 1.5 / service))))
-    wait_ms = int(max(20000, 200 * service * 1000))  # nobody times out while the test looks
+    # nobody times out while the test looks (600,000 ms is the most the router takes)
+    wait_ms = int(min(600000, max(20000, 200 * service * 1000)))
     r = Router(f"""
 address: 127.0.0.1
 probe_interval_ms: 100
