@@ -146,8 +146,8 @@ static size_t token_len(const char *s)
 
 int h1req_add_header(h1req *r, const char *name, const char *value)
 {
-    size_t nl = token_len(name);
-    if (!nl || strpbrk(value, "\r\n")) return -1;
+    size_t nl = token_len(name), vl = strlen(value);
+    if (!nl || memchr(value, '\r', vl) || memchr(value, '\n', vl)) return -1;
     /* the framing headers are the layer's (each starts with c, t or d: the rest skip the compares) */
     char first = (char)(name[0] | 0x20);
     if (first == 'c' || first == 't' || first == 'd') {
@@ -159,11 +159,20 @@ int h1req_add_header(h1req *r, const char *name, const char *value)
             return 0;
         }
     }
-    size_t before = r->rh.len, vl = strlen(value);
-    buf_put(&r->rh, name, nl);
-    buf_put(&r->rh, ": ", 2);
-    buf_put(&r->rh, value, vl);
-    buf_put(&r->rh, "\r\n", 2);
+    size_t before = r->rh.len;
+    char line[256]; /* the usual field in one append; a longer one in four */
+    if (nl + vl + 4 <= sizeof line) {
+        memcpy(line, name, nl);
+        memcpy(line + nl, ": ", 2);
+        memcpy(line + nl + 2, value, vl);
+        memcpy(line + nl + 2 + vl, "\r\n", 2);
+        buf_put(&r->rh, line, nl + vl + 4);
+    } else {
+        buf_put(&r->rh, name, nl);
+        buf_put(&r->rh, ": ", 2);
+        buf_put(&r->rh, value, vl);
+        buf_put(&r->rh, "\r\n", 2);
+    }
     if (buf_failed(&r->rh)) {
         r->rh.failed = false;
         r->rh.len = before;

@@ -4,7 +4,17 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Whether path matches pattern; its parameters go to params. */
+/* The length of the segment s starts: up to the next '/' or the end. */
+static size_t seg_len(const char *s)
+{
+    size_t n = 0;
+    while (s[n] && s[n] != '/') n++;
+    return n;
+}
+
+/* Whether path matches pattern; its parameters go to params. A literal segment is compared
+ * as it is walked (one pass over both strings, and a row whose first letters differ costs a
+ * compare or two). */
 static bool match(const char *pat, const char *path, h1route_param *params, size_t *np)
 {
     size_t n = 0;
@@ -12,24 +22,26 @@ static bool match(const char *pat, const char *path, h1route_param *params, size
         if (*pat != '/' || *path != '/') return *pat == '\0' && *path == '\0';
         pat++;
         path++;
-        const char *pend = strchr(pat, '/');
-        size_t plen = pend ? (size_t)(pend - pat) : strlen(pat);
-        if (plen == 1 && pat[0] == '*' && !pend) { /* the rest, whatever it is */
+        if (pat[0] == '*' && pat[1] == '\0') { /* the rest, whatever it is */
             if (n == H1ROUTE_MAX_PARAMS) return false;
             params[n++] = (h1route_param){path, strlen(path)};
             *np = n;
             return true;
         }
-        const char *send = strchr(path, '/');
-        size_t slen = send ? (size_t)(send - path) : strlen(path);
-        if (plen == 2 && pat[0] == '{' && pat[1] == '}') {
+        if (pat[0] == '{' && pat[1] == '}' && (pat[2] == '/' || pat[2] == '\0')) {
+            size_t slen = seg_len(path);
             if (slen == 0 || n == H1ROUTE_MAX_PARAMS) return false;
             params[n++] = (h1route_param){path, slen};
-        } else if (plen != slen || memcmp(pat, path, slen) != 0) {
-            return false;
+            pat += 2;
+            path += slen;
+        } else {
+            while (*pat && *pat != '/') {
+                if (*path != *pat) return false;
+                pat++;
+                path++;
+            }
+            if (*path && *path != '/') return false; /* the path's segment is longer */
         }
-        pat += plen;
-        path += slen;
         if (*pat == '\0' && *path == '\0') {
             *np = n;
             return true;

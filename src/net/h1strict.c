@@ -5,6 +5,8 @@
  * request than this server does, so they are refused (400), as nginx refuses them. */
 #include "h1srv_internal.h"
 
+#include <string.h>
+
 enum { ST_SIZE0, ST_SIZE, ST_EXT, ST_SIZE_LF, ST_DATA, ST_DATA_CR, ST_DATA_LF, ST_TRAILER, ST_TRAILER_LF, ST_DONE };
 
 void h1strict_reset(h1strict *s) { *s = (h1strict){.in_head = true, .line_start = true}; }
@@ -16,29 +18,46 @@ static bool is_ext_byte(uint8_t b) { return b == '\t' || (b >= 0x20 && b != 0x7f
 
 const char *h1strict_head(h1strict *s, const uint8_t *p, size_t n, size_t *head_end)
 {
+    /* the state in locals (p may alias *s as far as the compiler knows), and the bytes inside
+     * a line skipped with memchr: only CR and LF move the state */
+    bool cr = s->cr, line_start = s->line_start, any_line = s->any_line;
+    const char *why = NULL;
     *head_end = n;
     for (size_t i = 0; i < n; i++) {
         uint8_t b = p[i];
-        if (s->cr && b != '\n') return "a CR not followed by LF in the request head";
+        if (cr && b != '\n') {
+            why = "a CR not followed by LF in the request head";
+            break;
+        }
         if (b == '\r') {
-            s->cr = true;
+            cr = true;
             continue;
         }
         if (b != '\n') {
-            s->line_start = false;
-            s->any_line = true;
+            line_start = false;
+            any_line = true;
+            const uint8_t *cr_at = memchr(p + i + 1, '\r', n - i - 1);
+            size_t stop = cr_at ? (size_t)(cr_at - p) : n;
+            const uint8_t *lf_at = memchr(p + i + 1, '\n', stop - i - 1);
+            i = (lf_at ? (size_t)(lf_at - p) : stop) - 1; /* the loop's i++ lands on the CR or LF */
             continue;
         }
-        if (!s->cr) return "a line of the request head ends in a bare LF (HTTP/1.1 lines end in CRLF)";
-        s->cr = false;
-        if (s->line_start && s->any_line) { /* the empty line: the head ends here */
+        if (!cr) {
+            why = "a line of the request head ends in a bare LF (HTTP/1.1 lines end in CRLF)";
+            break;
+        }
+        cr = false;
+        if (line_start && any_line) { /* the empty line: the head ends here */
             s->in_head = false;
             *head_end = i + 1;
-            return NULL;
+            break;
         }
-        s->line_start = true; /* empty lines before the request line are skipped, as allowed */
+        line_start = true; /* empty lines before the request line are skipped, as allowed */
     }
-    return NULL;
+    s->cr = cr;
+    s->line_start = line_start;
+    s->any_line = any_line;
+    return why;
 }
 
 const char *h1strict_chunks(h1strict *s, const uint8_t *p, size_t n)

@@ -2,6 +2,7 @@
 #include "err.h"
 #include "h1srv.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -66,6 +67,19 @@ static void segment_quote(const char *raw, size_t len, char *out, size_t outlen)
     out[o] = '\0';
 }
 
+/* What a byte of a raw segment asks of httppath_split: nothing (B_PLAIN), the end of the
+ * segment ('/' or the string's NUL), or the slow path ('%', and what segment_unsafe refuses:
+ * controls, space, DEL). */
+enum { B_PLAIN, B_END, B_SLOW };
+#define SLOW8(a) [a] = B_SLOW, [a + 1] = B_SLOW, [a + 2] = B_SLOW, [a + 3] = B_SLOW, [a + 4] = B_SLOW, \
+                 [a + 5] = B_SLOW, [a + 6] = B_SLOW, [a + 7] = B_SLOW
+static const unsigned char k_byte[256] = {
+    ['\0'] = B_END, [0x01] = B_SLOW, [0x02] = B_SLOW, [0x03] = B_SLOW, [0x04] = B_SLOW, [0x05] = B_SLOW,
+    [0x06] = B_SLOW, [0x07] = B_SLOW, SLOW8(0x08), SLOW8(0x10), SLOW8(0x18), [' '] = B_SLOW, ['%'] = B_SLOW, [0x7f] = B_SLOW,
+    ['/'] = B_END,
+};
+#undef SLOW8
+
 int httppath_split(const char *path, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX], char *msg, size_t msglen)
 {
     size_t n = 0;
@@ -73,12 +87,23 @@ int httppath_split(const char *path, char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_M
     while (*p) {
         while (*p == '/') p++;
         if (!*p) break;
-        const char *e = strchr(p, '/');
-        size_t l = e ? (size_t)(e - p) : strlen(p);
+        /* one scan finds the segment's end and whether it needs the slow path: a '%' to
+         * decode, or a byte segment_unsafe refuses */
+        size_t l = 0;
+        bool plain = true;
+        for (unsigned char k; (k = k_byte[(unsigned char)p[l]]) != B_END; l++)
+            if (k == B_SLOW) plain = false;
         if (n == HTTPPATH_MAX_SEGS)
             return ts_fail(msg, msglen, "request path has more than %d segments", HTTPPATH_MAX_SEGS);
         if (l >= HTTPPATH_SEG_MAX)
             return ts_fail(msg, msglen, "request path segment %zu is longer than %d bytes", n + 1, HTTPPATH_SEG_MAX - 1);
+        if (plain) { /* decodes to itself, and holds nothing segment_unsafe refuses */
+            memcpy(segs[n], p, l);
+            segs[n][l] = '\0';
+            n++;
+            p += l;
+            continue;
+        }
         size_t dl = percent_decode(p, l, segs[n]);
         const char *why = segment_unsafe(segs[n], dl);
         if (why) {

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "httppath.h"
@@ -72,6 +73,25 @@ static void test_unsafe_decodings_refused(void **state)
     assert_non_null(strstr(msg, "(\"a\\x01z\")"));
 }
 
+/* Every raw byte in a segment, as the fast path (no '%') sees it: refused exactly where
+ * its decoded form would be (controls, space, DEL), kept as sent otherwise, high bytes too. */
+static void test_raw_bytes(void **state)
+{
+    (void)state;
+    for (int b = 1; b < 256; b++) {
+        if (b == '/' || b == '%') continue;
+        char path[] = {'/', 'a', (char)b, 'z', '/', 'e', '\0'};
+        bool unsafe = b < 0x20 || b == 0x7f || b == ' ';
+        int n = split(path);
+        if (unsafe) {
+            if (n != -1 || !strstr(msg, "request path segment 1 (")) fail_msg("byte 0x%02x: %d, %s", b, n, msg);
+        } else {
+            char want[] = {'a', (char)b, 'z', '\0'};
+            if (n != 2 || strcmp(segs[0], want) != 0 || strcmp(segs[1], "e") != 0) fail_msg("byte 0x%02x: %d", b, n);
+        }
+    }
+}
+
 static void test_bounds(void **state)
 {
     (void)state;
@@ -119,6 +139,7 @@ int main(void)
         cmocka_unit_test(test_segments_and_escapes),
         cmocka_unit_test(test_bad_escapes_kept),
         cmocka_unit_test(test_unsafe_decodings_refused),
+        cmocka_unit_test(test_raw_bytes),
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_join),
     };
