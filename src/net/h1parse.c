@@ -204,7 +204,9 @@ static int on_headers_complete(http_parser *p)
     size_t announced = r->chunked ? SIZE_MAX : has_len ? (size_t)p->content_length : 0;
     if (announced == 0) return 0;
     if (s->admit) {
-        ts_err refusal = {.http = TS_BAD_REQUEST, .msg = ""};
+        ts_err refusal; /* not zeroed whole: 512 bytes per request for an empty message */
+        refusal.http = TS_BAD_REQUEST;
+        refusal.msg[0] = '\0';
         c->busy++;
         bool ok = s->admit(r, announced, &refusal, s->admit_arg);
         c->busy--;

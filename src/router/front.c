@@ -708,14 +708,17 @@ static bool has_credentials(const router_config *c)
     return c->admin_token || c->metrics_token || rconfig_tenant_keys(c);
 }
 
-bool rt_front_admit(h1req *req, size_t len, ts_err *refusal, void *arg)
+/* The checks of a request's head before its body is read: its path, the endpoint's
+ * credentials, a 405, a body an endpoint takes none of. Without credentials configured none
+ * of them can refuse (front_gate passes every endpoint, and the rest ask for credentials),
+ * so such a router skips the path's split and match here: the handler does them once. */
+static bool admit_head(router *r, h1req *req, ts_err *refusal)
 {
-    router *r = arg;
+    if (!has_credentials(r->cfg)) return true;
     char segs[HTTPPATH_MAX_SEGS][HTTPPATH_SEG_MAX];
     int n = httppath_request_h1(req, segs, refusal->msg, sizeof refusal->msg);
-    /* a malformed path is no endpoint: with credentials configured its body is not read (the
-     * handler's 400, from the head); without, the handler answers it as before */
-    if (n < 0 && has_credentials(r->cfg)) {
+    /* a malformed path is no endpoint: its body is not read (the handler's 400, from the head) */
+    if (n < 0) {
         refusal->http = TS_BAD_REQUEST;
         return false;
     }
@@ -724,22 +727,29 @@ bool rt_front_admit(h1req *req, size_t len, ts_err *refusal, void *arg)
     h1route_param params[H1ROUTE_MAX_PARAMS];
     size_t np = 0;
     front_path path;
-    if (n >= 0) front_route(req, segs, (size_t)n, path, &ep, params, &np, allow, sizeof allow);
+    front_route(req, segs, (size_t)n, path, &ep, params, &np, allow, sizeof allow);
     const rc_tenant *tenant = NULL;
     if (!front_gate(r, req, ep, &tenant, refusal)) return false;
-    if (ep == EP_OPEN && allow[0] && has_credentials(r->cfg)) { /* the handler's 405, from the head */
+    if (ep == EP_OPEN && allow[0]) { /* the handler's 405, from the head */
         h1req_add_header(req, "Allow", allow);
         ts_err_set(refusal, TS_METHOD_NOT_ALLOWED, "%s",
                    strcmp(segs[0], "dashboard") == 0 ? "method not allowed for this endpoint: the dashboard takes GET"
                                                      : "method not allowed for this endpoint");
         return false;
     }
-    if (ep == EP_OPEN && has_credentials(r->cfg)) {
+    if (ep == EP_OPEN) {
         ts_err_set(refusal, TS_PAYLOAD_TOO_LARGE,
                    "refusing the request body unread: %s %.60s takes none (bodies are read only for endpoints that "
                    "take one, once the request's credentials pass)", h1req_method_name(req), h1req_path(req));
         return false;
     }
+    return true;
+}
+
+bool rt_front_admit(h1req *req, size_t len, ts_err *refusal, void *arg)
+{
+    router *r = arg;
+    if (!admit_head(r, req, refusal)) return false;
     size_t want = len == SIZE_MAX ? (size_t)r->cfg->max_body_bytes : len;
     if (!budget_take(r->bodies, want)) {
         budget_note_refusal(r->bodies);

@@ -571,7 +571,8 @@ static void try_ended(proxy_req *pr, h1cli_req *q, h1cli_outcome o)
     }
     int code = ok ? h1cli_resp_status(q) : 0;
     /* why: for a failure only (a success's reason is read by nobody: no snprintf per request) */
-    char why[420] = "";
+    char why[420]; /* not zeroed whole: 420 bytes per request for an empty reason */
+    why[0] = '\0';
     if (!pr->mismatch && code > 0 && code < 500) {
         /* answered: nothing to explain */
     } else if (pr->mismatch) snprintf(why, sizeof why, "its reply did not carry the request's id");
