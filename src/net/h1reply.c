@@ -148,13 +148,14 @@ int h1req_add_header(h1req *r, const char *name, const char *value)
 {
     size_t nl = token_len(name), vl = strlen(value);
     if (!nl || memchr(value, '\r', vl) || memchr(value, '\n', vl)) return -1;
-    /* the framing headers are the layer's (each starts with c, t or d: the rest skip the compares) */
+    /* the framing headers are the layer's (each starts with c, t or d, and each compare asks
+     * its length first: the rest skip the compares) */
     char first = (char)(name[0] | 0x20);
     if (first == 'c' || first == 't' || first == 'd') {
-        if (strcasecmp(name, "Content-Length") == 0 || strcasecmp(name, "Transfer-Encoding") == 0 ||
-            strcasecmp(name, "Date") == 0)
+        if ((nl == 14 && strcasecmp(name, "Content-Length") == 0) ||
+            (nl == 17 && strcasecmp(name, "Transfer-Encoding") == 0) || (nl == 4 && strcasecmp(name, "Date") == 0))
             return -1;
-        if (strcasecmp(name, "Connection") == 0) { /* the layer writes it; close is honoured */
+        if (nl == 10 && strcasecmp(name, "Connection") == 0) { /* the layer writes it; close is honoured */
             if (strcasecmp(value, "close") == 0) r->close_after = true;
             return 0;
         }

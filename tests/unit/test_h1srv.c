@@ -33,7 +33,7 @@ typedef struct {
     int admits, admit_status;
     bool admit_header;     /* the admission adds a reply header (refusing or not) */
     size_t admitted_len, released;
-    int inject_rc[3];
+    int inject_rc[11];
     int drained;
     size_t big_sent;
 } fx;
@@ -538,6 +538,17 @@ static void inject(h1req *r, void *arg)
     f->inject_rc[0] = h1req_add_header(r, "X-Ok", "fine");
     f->inject_rc[1] = h1req_add_header(r, "X-Bad", "a\r\nSet-Cookie: evil=1");
     f->inject_rc[2] = h1req_add_header(r, "Bad Name", "v");
+    /* the framing is the layer's, whatever the case; the rest goes out as given */
+    f->inject_rc[3] = h1req_add_header(r, "content-length", "99");
+    f->inject_rc[4] = h1req_add_header(r, "TRANSFER-ENCODING", "chunked");
+    f->inject_rc[5] = h1req_add_header(r, "date", "Thu, 01 Jan 1970 00:00:00 GMT");
+    f->inject_rc[6] = h1req_add_header(r, "Content-Type", "a/b");
+    f->inject_rc[7] = h1req_add_header(r, "connection", "close");
+    static char longv[400]; /* past the one-piece append */
+    memset(longv, 'v', sizeof longv - 1);
+    f->inject_rc[8] = h1req_add_header(r, "X-Long", longv);
+    f->inject_rc[9] = h1req_add_header(r, "X-Lf", "a\nb");
+    f->inject_rc[10] = h1req_add_header(r, "X-Cr", "a\rb");
     h1req_reply(r, 204, NULL, NULL);
 }
 
@@ -560,6 +571,16 @@ static void test_header_injection_refused(void **state)
     assert_string_equal(hdr(&R, "X-Ok"), "fine");
     assert_null(strstr(R.head, "evil"));
     assert_null(strstr(R.head, "Bad Name"));
+    static const int want[] = {-1, -1, -1, 0, 0, 0, -1, -1};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) assert_int_equal(f->inject_rc[3 + i], want[i]);
+    assert_null(strstr(R.head, "99"));
+    assert_null(strstr(R.head, "chunked"));
+    assert_null(strstr(R.head, "1970"));
+    assert_string_equal(hdr(&R, "Content-Type"), "a/b");
+    assert_string_equal(hdr(&R, "Connection"), "close"); /* honoured, written once by the layer */
+    assert_int_equal(strlen(hdr(&R, "X-Long")), 399);
+    assert_null(hdr(&R, "X-Lf"));
+    assert_null(hdr(&R, "X-Cr"));
     cclose(c);
     fx_free(f);
 }
