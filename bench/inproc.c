@@ -4,6 +4,9 @@
  *
  *   bench_inproc MODEL.onnx ROWS CONCURRENCY SECONDS [INTRA_OP_THREADS]
  * The input is the model's first input, FP32, shape [ROWS, rest of its dims].
+ * BENCH_ORT_CONFIG="key=value;key=value" adds session config entries (ORT's levers, e.g.
+ * session.intra_op.allow_spinning=0, session.dynamic_block_base=4); BENCH_BUSY=N starts N
+ * threads that spin for the whole run (a competing load on the same cores).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -26,6 +29,16 @@ static _Atomic long total;
 #define MAX_SAMPLES 2000000
 static double *lat;
 static _Atomic long n_lat;
+
+static _Atomic int busy_stop;
+
+static void *busy(void *arg)
+{
+    (void)arg;
+    volatile unsigned long x = 0;
+    while (!atomic_load_explicit(&busy_stop, memory_order_relaxed)) x++;
+    return NULL;
+}
 
 static double now(void)
 {
@@ -108,6 +121,17 @@ int main(int argc, char **argv)
     OrtSessionOptions *so;
     check(ort->CreateSessionOptions(&so));
     if (intra > 0) check(ort->SetIntraOpNumThreads(so, intra));
+    const char *cfg = getenv("BENCH_ORT_CONFIG");
+    if (cfg) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", cfg);
+        for (char *save = NULL, *kv = strtok_r(buf, ";", &save); kv; kv = strtok_r(NULL, ";", &save)) {
+            char *eq = strchr(kv, '=');
+            if (!eq) continue;
+            *eq = '\0';
+            check(ort->AddSessionConfigEntry(so, kv, eq + 1));
+        }
+    }
     check(ort->CreateSession(env, argv[1], so, &session));
     OrtAllocator *alloc;
     check(ort->GetAllocatorWithDefaultOptions(&alloc));
@@ -138,10 +162,15 @@ int main(int argc, char **argv)
     atomic_store(&total, 0);
     double c0 = cpu_s(), t0 = now();
     stop_at = t0 + secs;
-    pthread_t th[256];
+    pthread_t th[256], bth[16];
     if (conc > 256) conc = 256;
+    int nbusy = getenv("BENCH_BUSY") ? atoi(getenv("BENCH_BUSY")) : 0;
+    if (nbusy > 16) nbusy = 16;
+    for (int i = 0; i < nbusy; i++) pthread_create(&bth[i], NULL, busy, NULL);
     for (int i = 0; i < conc; i++) pthread_create(&th[i], NULL, worker, NULL);
     for (int i = 0; i < conc; i++) pthread_join(th[i], NULL);
+    atomic_store(&busy_stop, 1);
+    for (int i = 0; i < nbusy; i++) pthread_join(bth[i], NULL);
     double wall = now() - t0, cpu = cpu_s() - c0;
     long k = atomic_load(&n_lat) < MAX_SAMPLES ? atomic_load(&n_lat) : MAX_SAMPLES;
     qsort(lat, (size_t)k, sizeof *lat, cmp);

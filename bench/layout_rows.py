@@ -64,6 +64,10 @@ def layout_rows(bench, targets, tmp, secs, quick, old=None):
         if usable > 1:  # one-thread instances on every usable core
             servers[f"explicit 1t x{usable}"] = bench.Worker(repo, tmp, env={"TIERSERVE_INTRA_OP_THREADS": "1",
                                                                             "TIERSERVE_INSTANCES": str(usable)})
+        if usable > 1:  # runners sharing one session of every core, spinning off (the shared layout)
+            servers[f"explicit {usable}t x{usable} shared"] = bench.Worker(repo, tmp, env={
+                "TIERSERVE_INTRA_OP_THREADS": str(usable), "TIERSERVE_INSTANCES": str(usable),
+                "TIERSERVE_CPU_PLACEMENT": "0", "TIERSERVE_INTRA_OP_SPINNING": "off"})
         if old:
             servers["defaults, old build"] = bench.Worker(repo, tmp, binary=old / "tierserve")
         lay = status_layout(servers["defaults"], name) or {}
@@ -108,13 +112,16 @@ def layout_rows(bench, targets, tmp, secs, quick, old=None):
                 peer.close()
             for w in servers.values():
                 w.stop()
-        table = "; ".join(f"{c['threads']}t x{c['instances']}{'' if c['spinning'] else ' nospin'}"
+        table = "; ".join(f"{c['threads']}t x{c['instances']}{' shared' if c.get('shared') else ''}{'' if c['spinning'] else ' nospin'}"
                           f"{' + wide %dt' % c['wide_threads'] if c.get('wide_threads') else ''} "
-                          f"{c['run_us']:.0f} us {c['runs_per_s']:.0f}/s{' (chosen)' if c['chosen'] else ''}"
+                          f"{c['run_us']:.0f} us {c['runs_per_s']:.0f}/s"
+                          f"{', contended %.0f/s' % c['contended_runs_per_s'] if c.get('contended_runs_per_s') else ''}"
+                          f"{' (chosen)' if c['chosen'] else ''}"
                           for c in lay.get("measured", []))
         lines.append(f"  {name}: in-process sweep at c=1 " +
                      ", ".join(f"{t}t {r['throughput']:.0f}/s" for t, r in sweep.items()) +
                      f"; the worker's defaults chose {lay.get('threads')}t x{lay.get('instances')}"
+                     f"{' shared' if lay.get('shared') else ''}"
                      f"{' + wide %dt' % lay['wide_threads'] if lay.get('wide_threads') else ''} "
                      f"spinning {lay.get('spinning')} ({lay.get('source')}: {table or lay.get('note')})")
     return lines

@@ -44,7 +44,8 @@ int model_create_session(model_repo *r, ts_model *m, const instance_place *place
 /* CPU tiers with several instances: give each its own session on its own cores. */
 int model_place_instances(model_repo *r, ts_model *m, int64_t inst, char *err, size_t errlen)
 {
-    if (!r->opt.place_instances || inst < 2) return 0;
+    /* a shared layout's runners share the one session of every usable core (tune.h) */
+    if (!r->opt.place_instances || inst < 2 || m->layout.shared) return 0;
     topo_pu pus[PLACEMENT_MAX_PUS];
     size_t npu = placement_topology(pus, PLACEMENT_MAX_PUS);
     if (npu == 0) return 0;

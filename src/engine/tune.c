@@ -127,6 +127,8 @@ static bool simpler(const tune_cand *a, const tune_cand *b)
     return a->spin && !b->spin;
 }
 
+static double score(const tune_cand *c, bool contended) { return contended ? c->crps : c->rps; }
+
 int tune_choose(const tune_cand *c, size_t n, double latency_slack, double tolerance)
 {
     double best_lat = 0;
@@ -138,11 +140,15 @@ int tune_choose(const tune_cand *c, size_t n, double latency_slack, double toler
             if (c[i].ok && c[i].run_us > 0 && (best_lat == 0 || c[i].run_us < best_lat)) best_lat = c[i].run_us;
     if (best_lat == 0) return -1;
     double bound = best_lat * (1 + latency_slack), best_rps = 0;
+    bool contended = true; /* every eligible candidate has a contended figure: rank by it */
     for (size_t i = 0; i < n; i++)
-        if (c[i].ok && c[i].run_us <= bound && c[i].rps > best_rps) best_rps = c[i].rps;
+        if (c[i].ok && c[i].run_us <= bound && !(c[i].crps > 0)) contended = false;
+    for (size_t i = 0; i < n; i++)
+        if (c[i].ok && c[i].run_us <= bound && score(&c[i], contended) > best_rps)
+            best_rps = score(&c[i], contended);
     int pick = -1;
     for (size_t i = 0; i < n; i++) {
-        if (!c[i].ok || c[i].run_us > bound || c[i].rps < best_rps * (1 - tolerance)) continue;
+        if (!c[i].ok || c[i].run_us > bound || score(&c[i], contended) < best_rps * (1 - tolerance)) continue;
         if (pick < 0 || simpler(&c[i], &c[pick])) pick = (int)i;
     }
     return pick;

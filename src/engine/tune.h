@@ -46,8 +46,11 @@ typedef struct {
     int threads;      /* intra-op threads per session */
     int instances;    /* sessions run concurrently, each by its own runner */
     bool spin;        /* session.intra_op.allow_spinning */
-    double run_us;    /* median Run() latency (LLM: decode step at batch 1) */
+    bool shared;      /* the instances are runners sharing one session (its pool), unpinned */
+    double run_us;    /* median Run() latency (LLM: decode step at batch 1); a shared layout's
+                       * is a lone Run()'s (what c=1 sees: the other runners idle) */
     double rps;       /* Run()s per second, all instances together (LLM: tokens/s at batch) */
+    double crps;      /* the same with a competing thread on the cores (0: not measured) */
     int batch;        /* LLM: the batch of the throughput figure; 0 for a KServe model */
     double batch_us;  /* LLM: median decode step at that batch */
     bool ok;          /* measured (false: failed or skipped) */
@@ -57,7 +60,10 @@ typedef struct {
  * median is within latency_slack of it (run_us <= L * (1 + slack)) are eligible; among
  * those, the highest throughput wins, except that the simplest candidate within tolerance
  * of the best throughput is preferred (fewer instances, then fewer threads, then spinning
- * as ORT's default). Returns the index chosen, or -1 when none was measured. Pure. */
+ * as ORT's default). The throughput is the contended one (crps) when every eligible
+ * candidate has it: a server's cores are never the model's alone (the HTTP loop, clients,
+ * neighbours), and a pool that needs every core at once collapses when one is taken
+ * mid-Run. Returns the index chosen, or -1 when none was measured. Pure. */
 int tune_choose(const tune_cand *c, size_t n, double latency_slack, double tolerance);
 
 #define TUNE_LATENCY_SLACK 0.25
@@ -75,6 +81,7 @@ typedef struct {
     int instances;
     bool spin;                /* session.intra_op.allow_spinning */
     bool pinned;              /* instances pinned to their own cores (placement) */
+    bool shared;              /* instances are runners sharing one session of `threads` */
     bool threads_set, instances_set, spin_set; /* a setting fixed it: not searched */
     char source[24];          /* "measured", "settings", "hardware" */
     char note[320];           /* why (not) searched, in words */
@@ -89,13 +96,17 @@ typedef struct {
 /* The candidates for L's free knobs: threads 1, 2, 4, ... and the usable cores (per
  * instance), spinning as set (on when not set); spinning off at the most threads; and, when
  * instances are free and own_sessions, 2 and 4 instances sharing the cores (while
- * model_bytes times that stays under 1 GiB). A fixed knob has its one value. c[0] is L's
- * own layout. Returns how many (<= TUNE_MAX_CANDS). Pure. */
+ * model_bytes times that stays under 1 GiB), and, when instances are free and a session
+ * has more than one thread and own_sessions (a KServe model), `usable` runners sharing one
+ * session of every usable core (the threads if set),
+ * spinning as set (off when not set: a spinning pool keeps the cores its own runners and
+ * the loop thread need). A fixed knob has its one value. c[0] is L's own layout. Returns
+ * how many (<= TUNE_MAX_CANDS). Pure. */
 size_t tune_plan(const model_layout *L, int usable, double model_bytes, bool own_sessions, tune_cand *c);
 
 /* What one round of one candidate measured. */
 typedef struct {
-    double run_us, rps, batch_us;
+    double run_us, rps, batch_us, crps;
 } tune_fig;
 
 /* Runs `runs` timed repetitions of candidate `cand` and fills fig; 0, or -1 (the search

@@ -26,12 +26,18 @@ double tune_median(double *v, size_t n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static void add_cand(tune_cand *c, size_t *n, int threads, int instances, bool spin)
+static void add_cand_s(tune_cand *c, size_t *n, int threads, int instances, bool spin, bool shared)
 {
     for (size_t i = 0; i < *n; i++)
-        if (c[i].threads == threads && c[i].instances == instances && c[i].spin == spin) return;
+        if (c[i].threads == threads && c[i].instances == instances && c[i].spin == spin && c[i].shared == shared)
+            return;
     if (*n == TUNE_MAX_CANDS) return;
-    c[(*n)++] = (tune_cand){.threads = threads, .instances = instances, .spin = spin};
+    c[(*n)++] = (tune_cand){.threads = threads, .instances = instances, .spin = spin, .shared = shared};
+}
+
+static void add_cand(tune_cand *c, size_t *n, int threads, int instances, bool spin)
+{
+    add_cand_s(c, n, threads, instances, spin, false);
 }
 
 size_t tune_plan(const model_layout *L, int usable, double model_bytes, bool own_sessions, tune_cand *c)
@@ -55,6 +61,12 @@ size_t tune_plan(const model_layout *L, int usable, double model_bytes, bool own
             if (model_bytes * i > TUNE_MAX_SESSION_BYTES) break;
             add_cand(c, &n, t > 0 ? t : 1, i, L->spin);
         }
+    /* runners sharing one pool: a lone Run() has every thread, concurrent ones split them
+     * (ORT's callers take back the blocks no pool thread started), so one taken core slows
+     * a Run() instead of stalling it */
+    int wide = L->threads_set ? L->threads : usable;
+    if (!L->instances_set && own_sessions && wide > 1 && usable > 1 && L->instances == 1)
+        add_cand_s(c, &n, wide, usable, L->spin_set ? L->spin : false, true);
     return n;
 }
 
@@ -68,8 +80,8 @@ int tune_search(tune_cand *c, size_t n, double probe_us, double budget_us, tune_
      * most threads; one thread is slower, hence the 2) */
     double slot_us = budget_us / (TUNE_ROUNDS * (double)n);
     int runs = clamp_runs(slot_us / ((probe_us > 0 ? probe_us : 1) * 2));
-    static const size_t nf = 3;
-    double (*figs)[TUNE_ROUNDS][3] = calloc(n, sizeof *figs);
+    static const size_t nf = 4;
+    double (*figs)[TUNE_ROUNDS][4] = calloc(n, sizeof *figs);
     if (!figs) return -1;
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) { /* untimed: a first run allocates */
@@ -88,6 +100,7 @@ int tune_search(tune_cand *c, size_t n, double probe_us, double budget_us, tune_
             figs[i][r][0] = f.run_us;
             figs[i][r][1] = f.rps;
             figs[i][r][2] = f.batch_us;
+            figs[i][r][3] = f.crps;
         }
         rounds += rc == 0;
         /* a busy machine stretches every run: resize the next rounds to the budget, and stop
@@ -98,7 +111,7 @@ int tune_search(tune_cand *c, size_t n, double probe_us, double budget_us, tune_
     }
     for (size_t i = 0; i < n && rc == 0; i++) {
         double v[TUNE_ROUNDS];
-        double *out[3] = {&c[i].run_us, &c[i].rps, &c[i].batch_us};
+        double *out[4] = {&c[i].run_us, &c[i].rps, &c[i].batch_us, &c[i].crps};
         for (size_t f = 0; f < nf; f++) {
             for (int r = 0; r < rounds; r++) v[r] = figs[i][r][f];
             *out[f] = tune_median(v, (size_t)rounds);
@@ -120,8 +133,9 @@ void tune_log_layout(const model_layout *L, const char *model, const char *versi
                                   "batch %d = %.0f tokens/s%s", i ? "; " : "", c->threads, c->spin ? "" : " nospin",
                                   c->run_us, c->batch_us, c->batch, c->rps, (int)i == L->chosen ? " (chosen)" : "");
         else
-            o += (size_t)snprintf(table + o, sizeof table - o, "%s%dt x%d%s %.0f us %.0f/s%s", i ? "; " : "",
-                                  c->threads, c->instances, c->spin ? "" : " nospin", c->run_us, c->rps,
+            o += (size_t)snprintf(table + o, sizeof table - o, "%s%dt x%d%s%s %.0f us %.0f/s, contended %.0f/s%s",
+                                  i ? "; " : "", c->threads, c->instances, c->shared ? " shared" : "",
+                                  c->spin ? "" : " nospin", c->run_us, c->rps, c->crps,
                                   (int)i == L->chosen ? " (chosen)" : "");
     }
     char threads[16], inst[16];
@@ -129,6 +143,7 @@ void tune_log_layout(const model_layout *L, const char *model, const char *versi
     snprintf(inst, sizeof inst, "%d", L->instances);
     LOG_INFO_(LOGF({"model", model}, {"version", version}, {"threads", threads}, {"instances", inst},
                    {"spinning", L->spin ? "true" : "false"}, {"layout_source", L->source}),
-              "layout: %d intra-op thread(s) x %d instance(s), spinning %s (%s: %s)%s%s", L->threads,
-              L->instances, L->spin ? "on" : "off", L->source, L->note, o ? "; measured: " : "", table);
+              "layout: %d intra-op thread(s) x %d instance(s)%s, spinning %s (%s: %s)%s%s", L->threads,
+              L->instances, L->shared ? " sharing one session" : "", L->spin ? "on" : "off", L->source, L->note,
+              o ? "; measured: " : "", table);
 }

@@ -40,8 +40,9 @@ static void put_device(buf *b, int device)
 /* The execution layout (model.h) and the table measured for it (tune.h). */
 static void put_layout(buf *b, const model_layout *L)
 {
-    buf_printf(b, ",\"layout\":{\"threads\":%d,\"instances\":%d,\"spinning\":%s,\"pinned\":%s,\"source\":",
-               L->threads, L->instances, L->spin ? "true" : "false", L->pinned ? "true" : "false");
+    buf_printf(b, ",\"layout\":{\"threads\":%d,\"instances\":%d,\"shared\":%s,\"spinning\":%s,\"pinned\":%s,"
+               "\"source\":", L->threads, L->instances, L->shared ? "true" : "false", L->spin ? "true" : "false",
+               L->pinned ? "true" : "false");
     put_str(b, L->source);
     buf_printf(b, ",\"set\":{\"threads\":%s,\"instances\":%s,\"spinning\":%s},\"note\":",
                L->threads_set ? "true" : "false", L->instances_set ? "true" : "false", L->spin_set ? "true" : "false");
@@ -49,9 +50,12 @@ static void put_layout(buf *b, const model_layout *L)
     buf_printf(b, ",\"search_ms\":%.1f,\"measured\":[", L->search_ms);
     for (size_t i = 0; i < L->n_cands; i++) {
         const tune_cand *c = &L->cands[i];
-        buf_printf(b, "%s{\"threads\":%d,\"instances\":%d,\"spinning\":%s,\"run_us\":%.1f,\"runs_per_s\":%.1f,"
-                   "\"chosen\":%s", i ? "," : "", c->threads, c->instances, c->spin ? "true" : "false", c->run_us,
-                   c->rps, (int)i == L->chosen ? "true" : "false");
+        buf_printf(b, "%s{\"threads\":%d,\"instances\":%d,\"shared\":%s,\"spinning\":%s,\"run_us\":%.1f,"
+                   "\"runs_per_s\":%.1f,\"chosen\":%s", i ? "," : "", c->threads, c->instances,
+                   c->shared ? "true" : "false", c->spin ? "true" : "false", c->run_us, c->rps,
+                   (int)i == L->chosen ? "true" : "false");
+        /* a KServe model's Run()s/s with a competing thread (tune.h), what the rule ranks by */
+        if (c->crps > 0) buf_printf(b, ",\"contended_runs_per_s\":%.1f", c->crps);
         /* an LLM's: run_us is the decode step at batch 1, runs_per_s the tokens/s at batch */
         if (c->batch > 0) buf_printf(b, ",\"batch\":%d,\"batch_us\":%.1f", c->batch, c->batch_us);
         buf_putc(b, '}');

@@ -62,7 +62,8 @@ static void print_layout(const ts_model *m, const model_layout *L, FILE *out)
         if (llm) /* decode steps: one sequence (c=1's latency) and the slots (throughput) */
             fprintf(out, "%8s %9s %16s %16s %14s\n", "threads", "spinning", "step b1 p50 us", bh, th);
         else
-            fprintf(out, "%8s %10s %9s %12s %12s\n", "threads", "instances", "spinning", "Run() p50 us", "Run()s/s");
+            fprintf(out, "%8s %10s %7s %9s %12s %12s %12s\n", "threads", "instances", "shared", "spinning",
+                    "Run() p50 us", "Run()s/s", "contended/s");
         for (size_t i = 0; i < L->n_cands && llm; i++) {
             const tune_cand *c = &L->cands[i];
             fprintf(out, "%8d %9s %16.0f %16.0f %14.1f%s\n", c->threads, c->spin ? "on" : "off", c->run_us,
@@ -70,12 +71,13 @@ static void print_layout(const ts_model *m, const model_layout *L, FILE *out)
         }
         for (size_t i = 0; i < L->n_cands && !llm; i++) {
             const tune_cand *c = &L->cands[i];
-            fprintf(out, "%8d %10d %9s %12.0f %12.0f%s\n", c->threads, c->instances, c->spin ? "on" : "off",
-                    c->run_us, c->rps, (int)i == L->chosen ? "   <- chosen" : "");
+            fprintf(out, "%8d %10d %7s %9s %12.0f %12.0f %12.0f%s\n", c->threads, c->instances,
+                    c->shared ? "yes" : "no", c->spin ? "on" : "off", c->run_us, c->rps, c->crps,
+                    (int)i == L->chosen ? "   <- chosen" : "");
         }
     }
-    fprintf(out, "layout: %d intra-op thread(s) x %d instance(s), spinning %s, %s (%s: %s; %.0f ms)\n", L->threads,
-            L->instances, L->spin ? "on" : "off", L->pinned ? "pinned" : "not pinned", L->source, L->note,
+    fprintf(out, "layout: %d intra-op thread(s) x %d instance(s)%s, spinning %s, %s (%s: %s; %.0f ms)\n",
+            L->threads, L->instances, L->shared ? " sharing one session" : "", L->spin ? "on" : "off", L->pinned ? "pinned" : "not pinned", L->source, L->note,
             L->search_ms);
 }
 

@@ -50,10 +50,16 @@ def test_defaults_measure_and_report(repo, tmp_path):
         assert len({c["threads"] for c in table} | {c["instances"] for c in table}) >= 2, table  # a real search
     else:
         assert all(c["threads"] == 1 and c["instances"] == 1 for c in table), table
+    if usable >= 2:  # runners sharing one session of every usable core, spinning off
+        assert any(c["shared"] and c["threads"] == usable and c["instances"] == usable and not c["spinning"]
+                   for c in table), table
     pick = next(c for c in table if c["chosen"])
-    assert (pick["threads"], pick["instances"], pick["spinning"]) == \
-        (lay["threads"], lay["instances"], lay["spinning"]), lay
+    assert (pick["threads"], pick["instances"], pick["spinning"], pick["shared"]) == \
+        (lay["threads"], lay["instances"], lay["spinning"], lay["shared"]), lay
+    assert not (lay["shared"] and lay["pinned"]), lay  # shared runners are never placed
     assert all(c["run_us"] > 0 and c["runs_per_s"] > 0 for c in table), table
+    # each candidate timed with a competing thread too: the figure the rule ranks by
+    assert all(c["contended_runs_per_s"] > 0 for c in table), table
     logs = [ln for ln in w.log_lines() if ln.get("msg", "").startswith("layout:") and ln.get("model") == "mlp"]
     assert len(logs) == 1 and "(chosen)" in logs[0]["msg"], logs
     # the layout serves

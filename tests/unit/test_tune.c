@@ -109,8 +109,41 @@ static void test_llm_rule(void **state)
 static bool has(const tune_cand *c, size_t n, int threads, int inst, bool spin)
 {
     for (size_t i = 0; i < n; i++)
-        if (c[i].threads == threads && c[i].instances == inst && c[i].spin == spin) return true;
+        if (c[i].threads == threads && c[i].instances == inst && c[i].spin == spin && !c[i].shared) return true;
     return false;
+}
+
+static bool has_shared(const tune_cand *c, size_t n, int threads, int inst, bool spin)
+{
+    for (size_t i = 0; i < n; i++)
+        if (c[i].threads == threads && c[i].instances == inst && c[i].spin == spin && c[i].shared) return true;
+    return false;
+}
+
+/* the issue's collapse: alone on the machine one 2-thread session is as fast as anything and
+ * simplest, but with a competitor taking half a core its Run()s wait for the pool thread;
+ * runners sharing the session hold. The contended figure decides when every eligible
+ * candidate has one; without (an LLM's table) the quiet one does, as before. */
+#define CC(t, i, s, sh, us, r, cr) \
+    {.threads = t, .instances = i, .spin = s, .shared = sh, .run_us = us, .rps = r, .crps = cr, .ok = true}
+static void test_contended_figure_decides(void **state)
+{
+    (void)state;
+    tune_cand c[] = {CC(2, 1, true, false, 460, 2170, 480), CC(1, 1, true, false, 900, 1110, 1000),
+                     CC(2, 1, false, false, 470, 2120, 900), CC(1, 2, true, false, 920, 2170, 1500),
+                     CC(2, 2, false, true, 470, 2300, 1400)};
+    assert_int_equal(choose(c, 5), 4);
+    /* within 10 % of the best contended figure the simpler one still wins */
+    c[2].crps = 1300;
+    assert_int_equal(choose(c, 5), 2);
+    /* an eligible candidate without the contended figure: the quiet one ranks, simplest first */
+    c[2].crps = 900;
+    c[0].crps = 0;
+    assert_int_equal(choose(c, 5), 0);
+    /* an ineligible one (latency) without it does not matter */
+    c[0].crps = 480;
+    c[1].crps = 0;
+    assert_int_equal(choose(c, 5), 4);
 }
 
 static void test_plan(void **state)
@@ -126,6 +159,20 @@ static void test_plan(void **state)
     /* a KServe model with placement: instances too */
     n = tune_plan(&L, 8, 1e6, true, c);
     assert_true(has(c, n, 4, 2, true) && has(c, n, 2, 4, true));
+    /* and runners sharing one session of every core, spinning off when not set */
+    assert_true(has_shared(c, n, 8, 8, false));
+    L.spin_set = true;
+    n = tune_plan(&L, 8, 1e6, true, c);
+    assert_true(has_shared(c, n, 8, 8, true) && !has_shared(c, n, 8, 8, false));
+    L.spin_set = false;
+    /* instances set: no shared candidate; one usable core: none either */
+    L.instances_set = true;
+    n = tune_plan(&L, 8, 1e6, true, c);
+    for (size_t i = 0; i < n; i++) assert_false(c[i].shared);
+    L = (model_layout){.threads = 1, .instances = 1, .spin = true};
+    n = tune_plan(&L, 1, 1e6, true, c);
+    for (size_t i = 0; i < n; i++) assert_false(c[i].shared);
+    L = (model_layout){.threads = 8, .instances = 1, .spin = true};
     /* threads set: only spinning is searched; both set: one candidate */
     L = (model_layout){.threads = 2, .instances = 1, .spin = true, .threads_set = true};
     n = tune_plan(&L, 8, 1e6, false, c);
@@ -157,6 +204,7 @@ static int fake_round(void *ctx, size_t cand, int runs, tune_fig *fig)
     fig->run_us = 100.0 * (double)(cand + 1) + wobble;
     fig->batch_us = 1000.0 * (double)(cand + 1);
     fig->rps = 1e6 / fig->run_us;
+    fig->crps = fig->rps / 2 + wobble;
     return 0;
 }
 
@@ -170,6 +218,8 @@ static void test_search_medians_and_failure(void **state)
         assert_true(c[i].ok);
         assert_true(c[i].run_us >= 100.0 * (i + 1) - 1 && c[i].run_us <= 100.0 * (i + 1) + 1);
         assert_true(c[i].batch_us == 1000.0 * (i + 1));
+        double half = 1e6 / (100.0 * (i + 1)) / 2; /* the contended figure: its own median */
+        assert_true(c[i].crps > half - 30 && c[i].crps < half + 30);
     }
     assert_int_equal(f.calls, 3 + 5 * 3); /* one untimed call each, then 5 rounds */
     tune_cand d[2] = {{.threads = 1}, {.threads = 2}};
@@ -208,6 +258,7 @@ int main(void)
         cmocka_unit_test(test_quota),
         cmocka_unit_test(test_llm_rule),
         cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_contended_figure_decides),
         cmocka_unit_test(test_search_medians_and_failure),
         cmocka_unit_test(test_search_is_bounded),
     };
