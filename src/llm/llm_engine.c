@@ -591,14 +591,17 @@ static void reshuffle(llm_engine *e)
 /* llm_step_run behind the error hook. */
 /* decode: the bound path keeps this batch's presents for the next step (a prefill chunk
  * writes its slots back at once). */
-static int run_step(llm_engine *e, bool decode, llm_seq **seqs, size_t n, size_t n_new, ts_err *err)
+/* logits: e->logits, or NULL for a prefill chunk before the last (nobody reads its logits: the
+ * model's trunk session runs when it has one, docs/llm.md "Prefill without the LM head"). */
+static int run_step(llm_engine *e, bool decode, llm_seq **seqs, size_t n, size_t n_new, float *logits,
+                    ts_err *err)
 {
     const llm_engine_hooks *h = &e->opt.hooks;
     int rc = -1;
     double t0 = ts_now();
     if (!(h->before_run && h->before_run(h->ctx, err)))
-        rc = e->kv ? llm_kv_step(e->m, e->kv, decode, seqs, n, n_new, e->logits, err)
-                   : llm_step_run(e->m, seqs, n, n_new, e->logits, err);
+        rc = e->kv ? llm_kv_step(e->m, e->kv, decode, seqs, n, n_new, logits, err)
+                   : llm_step_run(e->m, seqs, n, n_new, logits, err);
     if (rc && h->on_run_error) h->on_run_error(h->ctx, err);
     uint64_t share = rc ? 0 : (uint64_t)((ts_now() - t0) * 1e9 / (double)n); /* llm_gen_params.compute_ns */
     for (size_t i = 0; share && i < n; i++)
@@ -687,7 +690,8 @@ static void prefill(llm_engine *e)
         if (!urgent && c > budget) c = budget;
         ts_err err = {0};
         double t0 = ts_now();
-        if (run_step(e, false, &s, 1, c, &err)) {
+        bool last = s->n_cached + c >= fill_to(s);
+        if (run_step(e, false, &s, 1, c, last ? e->logits : NULL, &err)) {
             prefill_end(e, s);
             orphan_forks(e, s);
             drop_active(e, s);
@@ -699,6 +703,7 @@ static void prefill(llm_engine *e)
         pthread_mutex_lock(&e->mu);
         e->st.prefill_runs++;
         e->st.prefill_tokens += c;
+        if (!last && llm_model_prefill_trunk(e->m)) e->st.prefill_trunk_runs++;
         pthread_mutex_unlock(&e->mu);
         if (s->n_cached < fill_to(s)) continue;
         s->state = SEQ_DECODE;
@@ -772,7 +777,7 @@ static void decode(llm_engine *e)
     if (settle(e, n) || n == 0) return;
     ts_err err = {0};
     double t0 = ts_now();
-    int rc = run_step(e, true, e->batch, n, 1, &err);
+    int rc = run_step(e, true, e->batch, n, 1, e->logits, &err);
     if (!rc) ewma(&e->dec_s, ts_now() - t0);
     e->turn++;
     kv_gauge(e);
