@@ -603,6 +603,11 @@ static int run_step(llm_engine *e, bool decode, llm_seq **seqs, size_t n, size_t
         rc = e->kv ? llm_kv_step(e->m, e->kv, decode, seqs, n, n_new, logits, err)
                    : llm_step_run(e->m, seqs, n, n_new, logits, err);
     if (rc && h->on_run_error) h->on_run_error(h->ctx, err);
+    if (!rc && !logits && llm_model_prefill_trunk(e->m)) { /* llm_step_run ran the trunk */
+        pthread_mutex_lock(&e->mu);
+        e->st.prefill_trunk_runs++;
+        pthread_mutex_unlock(&e->mu);
+    }
     uint64_t share = rc ? 0 : (uint64_t)((ts_now() - t0) * 1e9 / (double)n); /* llm_gen_params.compute_ns */
     for (size_t i = 0; share && i < n; i++)
         if (seqs[i]->params.compute_ns) atomic_fetch_add(seqs[i]->params.compute_ns, share);
@@ -703,7 +708,6 @@ static void prefill(llm_engine *e)
         pthread_mutex_lock(&e->mu);
         e->st.prefill_runs++;
         e->st.prefill_tokens += c;
-        if (!last && llm_model_prefill_trunk(e->m)) e->st.prefill_trunk_runs++;
         pthread_mutex_unlock(&e->mu);
         if (s->n_cached < fill_to(s)) continue;
         s->state = SEQ_DECODE;

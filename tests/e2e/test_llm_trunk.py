@@ -13,6 +13,7 @@ the whole model. On the tiny decoder, eager and GroupQueryAttention exports, bot
 http.client, no retries."""
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -73,6 +74,9 @@ def test_status_and_log_say_it(w):
     st = llm_status(w)
     assert st["prefill_trunk"] is w.trunk, st
     assert st["prefill_trunk_note"].startswith("on: " if w.trunk else "off"), st["prefill_trunk_note"]
+    if w.trunk:  # the LM head and what only it reads are gone from the trunk
+        m = re.match(r"on: (\d+) of (\d+) nodes and (\d+) MiB of weights dropped", st["prefill_trunk_note"])
+        assert m and int(m.group(1)) > 0 and int(m.group(3)) > 0, st["prefill_trunk_note"]
     want = "prefill trunk on: " if w.trunk else "prefill trunk off"
     assert any(want in l.get("msg", "") for l in w.log_lines()), [l.get("msg") for l in w.log_lines()][:20]
 
