@@ -591,15 +591,23 @@ static void reshuffle(llm_engine *e)
 /* llm_step_run behind the error hook. */
 /* decode: the bound path keeps this batch's presents for the next step (a prefill chunk
  * writes its slots back at once). */
-static int run_step(llm_engine *e, bool decode, llm_seq **seqs, size_t n, size_t n_new, ts_err *err)
+/* logits: e->logits, or NULL for a prefill chunk before the last (nobody reads its logits: the
+ * model's trunk session runs when it has one, docs/llm.md "Prefill without the LM head"). */
+static int run_step(llm_engine *e, bool decode, llm_seq **seqs, size_t n, size_t n_new, float *logits,
+                    ts_err *err)
 {
     const llm_engine_hooks *h = &e->opt.hooks;
     int rc = -1;
     double t0 = ts_now();
     if (!(h->before_run && h->before_run(h->ctx, err)))
-        rc = e->kv ? llm_kv_step(e->m, e->kv, decode, seqs, n, n_new, e->logits, err)
-                   : llm_step_run(e->m, seqs, n, n_new, e->logits, err);
+        rc = e->kv ? llm_kv_step(e->m, e->kv, decode, seqs, n, n_new, logits, err)
+                   : llm_step_run(e->m, seqs, n, n_new, logits, err);
     if (rc && h->on_run_error) h->on_run_error(h->ctx, err);
+    if (!rc && !logits && llm_model_prefill_trunk(e->m)) { /* llm_step_run ran the trunk */
+        pthread_mutex_lock(&e->mu);
+        e->st.prefill_trunk_runs++;
+        pthread_mutex_unlock(&e->mu);
+    }
     uint64_t share = rc ? 0 : (uint64_t)((ts_now() - t0) * 1e9 / (double)n); /* llm_gen_params.compute_ns */
     for (size_t i = 0; share && i < n; i++)
         if (seqs[i]->params.compute_ns) atomic_fetch_add(seqs[i]->params.compute_ns, share);
@@ -687,7 +695,8 @@ static void prefill(llm_engine *e)
         if (!urgent && c > budget) c = budget;
         ts_err err = {0};
         double t0 = ts_now();
-        if (run_step(e, false, &s, 1, c, &err)) {
+        bool last = s->n_cached + c >= fill_to(s);
+        if (run_step(e, false, &s, 1, c, last ? e->logits : NULL, &err)) {
             prefill_end(e, s);
             orphan_forks(e, s);
             drop_active(e, s);
@@ -772,7 +781,7 @@ static void decode(llm_engine *e)
     if (settle(e, n) || n == 0) return;
     ts_err err = {0};
     double t0 = ts_now();
-    int rc = run_step(e, true, e->batch, n, 1, &err);
+    int rc = run_step(e, true, e->batch, n, 1, e->logits, &err);
     if (!rc) ewma(&e->dec_s, ts_now() - t0);
     e->turn++;
     kv_gauge(e);

@@ -26,6 +26,7 @@ typedef struct {
 
 struct llm_kv_ctx {
     OrtIoBinding *bind;
+    OrtIoBinding *bind_trunk; /* on the model's trunk session (NULL: it has none) */
     kv_batch dec, pre;
     uint64_t copied;                     /* bytes build and write_back moved (llm_kv_copied_bytes) */
 };
@@ -276,6 +277,12 @@ int llm_kv_ctx_new(const llm_model *m, llm_kv_ctx **out, ts_err *err)
         free(c);
         return -1;
     }
+    if (m->trunk && ort_check(g_ort->CreateIoBinding(m->trunk, &c->bind_trunk), msg, sizeof msg)) {
+        ts_err_set(err, TS_INTERNAL_ERROR, "LLM KV cache: CreateIoBinding (trunk): %s", msg);
+        g_ort->ReleaseIoBinding(c->bind);
+        free(c);
+        return -1;
+    }
     *out = c;
     return 0;
 }
@@ -286,6 +293,7 @@ void llm_kv_ctx_free(llm_kv_ctx *c)
     batch_release(&c->dec);
     batch_release(&c->pre);
     if (c->bind) g_ort->ReleaseIoBinding(c->bind);
+    if (c->bind_trunk) g_ort->ReleaseIoBinding(c->bind_trunk);
     free(c);
 }
 
@@ -354,7 +362,8 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
                 size_t s_new, float *logits, ts_err *err)
 {
     kv_batch *b = keep ? &c->dec : &c->pre;
-    OrtIoBinding *bd = c->bind;
+    size_t o0 = !logits && c->bind_trunk; /* no logits wanted: the trunk binds presents only */
+    OrtIoBinding *bd = o0 ? c->bind_trunk : c->bind;
     OrtValue *in[3] = {0}, **vals = NULL;
     OrtAllocator *alloc = NULL;
     size_t nv = 0, k = 0;
@@ -395,10 +404,10 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
      * are; presents bound to kv_mi, logits to CPU memory */
     for (size_t i = 0; !st && i < k; i++) st = g_ort->BindInput(bd, m->in_names[i], in[i]);
     for (size_t t = 0; !st && t < 2 * m->sig.layers; t++) st = g_ort->BindInput(bd, m->in_names[k + t], b->kv[t]);
-    if (!st) st = g_ort->BindOutputToDevice(bd, m->out_names[0], cpu);
+    if (!st && !o0) st = g_ort->BindOutputToDevice(bd, m->out_names[0], cpu);
     for (size_t t = 0; !st && t < 2 * m->sig.layers; t++)
         st = g_ort->BindOutputToDevice(bd, m->out_names[1 + t], m->kv_mi);
-    if (!st) st = g_ort->RunWithBinding(m->session, NULL, bd);
+    if (!st) st = g_ort->RunWithBinding(o0 ? m->trunk : m->session, NULL, bd);
     if (!st) st = g_ort->SynchronizeBoundOutputs(bd);
     if (!st) st = g_ort->GetAllocatorWithDefaultOptions(&alloc);
     if (!st) st = g_ort->GetBoundOutputValues(bd, alloc, &vals, &nv);
@@ -410,16 +419,19 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
                    n, s_new, past, msg);
         goto out;
     }
-    if (nv != m->n_out) {
-        snprintf(msg, sizeof msg, "%zu outputs bound, %zu returned", m->n_out, nv);
+    if (nv != m->n_out - o0) {
+        snprintf(msg, sizeof msg, "%zu outputs bound, %zu returned", m->n_out - o0, nv);
         goto bad;
     }
-    if (llm_step_outputs(m, vals, n, s_new, total, logits, msg, sizeof msg)) goto bad;
+    /* out[0] the logits (NULL from the trunk), then the presents */
+    OrtValue *outv[1 + 2 * LLM_MAX_LAYERS] = {0};
+    for (size_t i = 0; i < nv; i++) outv[o0 + i] = vals[i];
+    if (llm_step_outputs(m, outv, n, s_new, total, logits, msg, sizeof msg)) goto bad;
     /* the presents are the batch from now on */
     for (size_t t = 0; t < 2 * m->sig.layers; t++) {
         g_ort->ReleaseValue(b->kv[t]);
-        b->kv[t] = vals[1 + t];
-        vals[1 + t] = NULL;
+        b->kv[t] = vals[1 + t - o0];
+        vals[1 + t - o0] = NULL;
     }
     b->T = total;
     b->bytes = 2 * m->sig.layers * n * m->sig.kv_heads * total * io_row_bytes(m);

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
@@ -11,6 +12,7 @@
 #include "llm_int.h"
 #include "llm_tune.h"
 #include "log.h"
+#include "quant.h"
 
 static llm_elem elem_of(ONNXTensorElementDataType t)
 {
@@ -73,8 +75,9 @@ static int read_io(OrtSession *s, bool inputs, llm_io **out, char ***names, size
     return 0;
 }
 
-int llm_session_new(const char *path, const llm_model_opts *opt, int threads, bool spin, OrtSession **out,
-                    char *msg, size_t len)
+/* A session of the file at path, or (bytes) of a model in memory, with the worker's providers. */
+static int session_new(const char *path, const void *bytes, size_t n, const llm_model_opts *opt, int threads,
+                       bool spin, OrtSession **out, char *msg, size_t len)
 {
     OrtSessionOptions *so = NULL;
     *out = NULL;
@@ -82,9 +85,61 @@ int llm_session_new(const char *path, const llm_model_opts *opt, int threads, bo
     int rc = threads > 0 ? ort_check(g_ort->SetIntraOpNumThreads(so, threads), msg, len) : 0;
     if (!rc && !spin) rc = ort_check(g_ort->AddSessionConfigEntry(so, "session.intra_op.allow_spinning", "0"), msg, len);
     if (!rc) rc = ep_apply(opt->ep_cfg, opt->ep, so, msg, len);
-    if (!rc) rc = ort_check(g_ort->CreateSession(ortenv_env(), path, so, out), msg, len);
+    if (!rc) rc = ort_check(bytes ? g_ort->CreateSessionFromArray(ortenv_env(), bytes, n, so, out)
+                                  : g_ort->CreateSession(ortenv_env(), path, so, out), msg, len);
     g_ort->ReleaseSessionOptions(so);
     return rc;
+}
+
+int llm_session_new(const char *path, const llm_model_opts *opt, int threads, bool spin, OrtSession **out,
+                    char *msg, size_t len)
+{
+    return session_new(path, NULL, 0, opt, threads, spin, out, msg, len);
+}
+
+int llm_trunk_mode_parse(const char *s, llm_trunk_mode *out)
+{
+    static const char *const k[] = {"auto", "on", "off"};
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++)
+        if (!strcmp(s, k[i])) {
+            *out = (llm_trunk_mode)i;
+            return 0;
+        }
+    return -1;
+}
+
+/* The trunk session (llm_int.h): the model without 'logits', with the main session's layout.
+ * Without one every chunk computes its logits, as before; the note says why. ORT keeps the
+ * trunk's weights apart from the main session's (a shared prepacked-weights container shares
+ * nothing for these MatMuls: measured), so AUTO holds it to models up to LLM_TRUNK_AUTO_MAX. */
+static void trunk_setup(llm_model *m, const char *path, const llm_model_opts *opt)
+{
+    struct stat st;
+    long long size = stat(path, &st) == 0 ? (long long)st.st_size : -1;
+    char msg[400] = "";
+    if (opt->trunk == LLM_TRUNK_OFF) {
+        snprintf(m->trunk_note, sizeof m->trunk_note, "off (TIERSERVE_LLM_PREFILL_TRUNK=off)");
+        return;
+    }
+    if (opt->trunk == LLM_TRUNK_AUTO && (size < 0 || size > LLM_TRUNK_AUTO_MAX)) {
+        snprintf(m->trunk_note, sizeof m->trunk_note, "off: the model file (%lld MiB) is over auto's %lld MiB "
+                 "(the trunk would hold its own copy of the weights; TIERSERVE_LLM_PREFILL_TRUNK=on)",
+                 size >> 20, LLM_TRUNK_AUTO_MAX >> 20);
+        return;
+    }
+    uint8_t *bytes = NULL;
+    size_t n = 0;
+    quant_trunk_report r;
+    double t0 = ts_now();
+    if (quant_trunk(path, "logits", &bytes, &n, &r, msg, sizeof msg) ||
+        session_new(path, bytes, n, opt, m->layout.threads, m->layout.spin, &m->trunk, msg, sizeof msg)) {
+        snprintf(m->trunk_note, sizeof m->trunk_note, "off: %s", msg);
+        LOG_WARN_(LOGF({"component", "llm"}), "LLM prefill trunk %s", m->trunk_note);
+    } else {
+        snprintf(m->trunk_note, sizeof m->trunk_note, "on: %zu of %zu nodes and %zu MiB of weights dropped (%.0f ms)",
+                 r.nodes_dropped, r.nodes_dropped + r.nodes_kept, r.bytes_dropped >> 20, (ts_now() - t0) * 1e3);
+    }
+    free(bytes);
 }
 
 static void free_io(llm_io *ios, char **names, size_t n)
@@ -340,6 +395,7 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
         ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);
         goto fail;
     }
+    trunk_setup(m, path, opt);
     int kr = kv_setup(m, opt, msg, sizeof msg);
     if (!kr) kv_dtype_setup(m, opt);
     if (kr || (m->kv_bound && kv_verify(m, opt, msg, sizeof msg))) {
@@ -351,9 +407,9 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
     free_io(outs, out_names, nout);
     LOG_INFO_(LOGF({"model_dir", dir}),
               "LLM: %zu layers, %zu KV heads x %zu, %s KV cache (%zu bytes a token), vocab %zu, context %lld%s; "
-              "KV cache %s", m->sig.layers, m->sig.kv_heads, m->sig.head_dim, llm_model_kv_dtype(m),
+              "KV cache %s; prefill trunk %s", m->sig.layers, m->sig.kv_heads, m->sig.head_dim, llm_model_kv_dtype(m),
               llm_model_kv_bytes_per_token(m), m->sig.vocab,
-              (long long)m->max_context, m->sig.position_ids ? "" : ", no position_ids", m->kv_note);
+              (long long)m->max_context, m->sig.position_ids ? "" : ", no position_ids", m->kv_note, m->trunk_note);
     *out = m;
     return LLM_OPEN_OK;
 fail:
@@ -375,6 +431,7 @@ void llm_model_free(llm_model *m)
     if (m->kv_alloc) g_ort->ReleaseAllocator(m->kv_alloc);
     if (m->kv_mi_own) g_ort->ReleaseMemoryInfo(m->kv_mi_own);
     if (m->session) g_ort->ReleaseSession(m->session);
+    if (m->trunk) g_ort->ReleaseSession(m->trunk);
     free(m->in_names);
     free(m->out_names);
     free(m->names);
@@ -396,4 +453,6 @@ const char *llm_model_kv_where(const llm_model *m)
     return !m->kv_bound ? "host" : m->kv_cuda ? "device" : "host-bound";
 }
 const char *llm_model_kv_note(const llm_model *m) { return m->kv_note; }
+bool llm_model_prefill_trunk(const llm_model *m) { return m->trunk != NULL; }
+const char *llm_model_trunk_note(const llm_model *m) { return m->trunk_note; }
 double llm_model_check_ms(const llm_model *m) { return m->check_ms; }

@@ -76,6 +76,13 @@ typedef enum { LLM_KV_AUTO = 0, LLM_KV_HOST, LLM_KV_BOUND } llm_kv_mode;
 /* "auto", "host", "bound"; -1 for anything else. */
 int llm_kv_mode_parse(const char *s, llm_kv_mode *out);
 
+/* TIERSERVE_LLM_PREFILL_TRUNK: AUTO: on for a model file up to LLM_TRUNK_AUTO_MAX bytes (the
+ * trunk session holds its own copy of the weights it keeps); ON: whatever the size; OFF. */
+typedef enum { LLM_TRUNK_AUTO = 0, LLM_TRUNK_ON, LLM_TRUNK_OFF } llm_trunk_mode;
+#define LLM_TRUNK_AUTO_MAX ((long long)1 << 30)
+/* "auto", "on", "off"; -1 for anything else. */
+int llm_trunk_mode_parse(const char *s, llm_trunk_mode *out);
+
 typedef struct {
     const ep_config *ep_cfg; /* the worker's settings (EXECUTION_MODE, STRICT_EP, device) */
     const ep_result *ep;     /* ep_resolve's decision: the providers every session gets */
@@ -96,6 +103,8 @@ typedef struct {
                                 the model's pasts are FP32 (TIERSERVE_LLM_KV_DTYPE=fp16): half the
                                 bytes, converted at the batch's edge; refused (logged, FP32 kept) on a
                                 GPU tier's device cache, a no-op for an FP16 model */
+    llm_trunk_mode trunk;    /* a second session without the LM head for the prefill chunks whose
+                                logits nobody reads (TIERSERVE_LLM_PREFILL_TRUNK, docs/llm.md) */
     bool fault_kv_writeback; /* testing only: the bound path's write-back copies nothing, so
                                 its caches miss rows (TIERSERVE_FAULT_INJECT_KV_WRITEBACK) */
 } llm_model_opts;
@@ -134,6 +143,10 @@ double llm_model_check_ms(const llm_model *m);
 const model_layout *llm_model_layout(const llm_model *m);
 /* One line: where the cache lives, why, and on a fallback what failed (never empty). */
 const char *llm_model_kv_note(const llm_model *m);
+/* Whether non-final prefill chunks run without the LM head (a trunk session), and the note
+ * that says what it dropped or why there is none. */
+bool llm_model_prefill_trunk(const llm_model *m);
+const char *llm_model_trunk_note(const llm_model *m);
 /* The default KV budget (docs/llm.md "KV memory"), from the memory the KV cache lives in,
  * measured now: 3/4 of the device's free memory (cudaMemGetInfo) when the caches are CUDA
  * memory, else half of /proc/meminfo's MemAvailable. how: one line saying which (for the

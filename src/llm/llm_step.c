@@ -74,8 +74,9 @@ int llm_step_inplace(const llm_model *m, const OrtMemoryInfo *mi, llm_seq *s, si
         st = g_ort->CreateTensorWithDataAsOrtValue(mi, p, slab, kv_shape, 4, kv_t, &in[k + t]);
         if (!st) st = g_ort->CreateTensorWithDataAsOrtValue(mi, p, slab, kv_shape, 4, kv_t, &out[1 + t]);
     }
-    if (!st) st = g_ort->Run(m->session, NULL, m->in_names, (const OrtValue *const *)in, m->n_in, m->out_names,
-                             m->n_out, out);
+    size_t o0 = !logits && m->trunk; /* no logits wanted: the trunk, presents only */
+    if (!st) st = g_ort->Run(o0 ? m->trunk : m->session, NULL, m->in_names, (const OrtValue *const *)in, m->n_in,
+                             m->out_names + o0, m->n_out - o0, out + o0);
     if (ort_check(st, msg, sizeof msg)) {
         ts_err_set(err, TS_INTERNAL_ERROR, "LLM step in place (%zu new token(s), past %zu): %s", s_new, past, msg);
         goto out;
@@ -102,6 +103,7 @@ int llm_step_outputs(const llm_model *m, OrtValue *const *out, size_t n, size_t 
     /* check what came back before reading it: a model that lied about its shapes must not
      * make us read out of bounds */
     for (size_t o = 0; o < m->n_out; o++) {
+        if (!o && !out[0]) continue; /* a trunk Run(): no logits */
         OrtTensorTypeAndShapeInfo *info = NULL;
         int64_t dims[4] = {0};
         size_t nd = 0;
@@ -117,6 +119,7 @@ int llm_step_outputs(const llm_model *m, OrtValue *const *out, size_t n, size_t 
             return ts_fail(msg, msglen, "output '%s' has an unexpected shape", m->out_names[o]);
     }
     void *lp = NULL;
+    if (!logits) return 0; /* nobody reads this step's logits */
     if (ort_check(g_ort->GetTensorMutableData(out[0], &lp), msg, msglen)) return -1;
     for (size_t i = 0; i < n; i++) {
         size_t off = (i * s_new + s_new - 1) * sig->vocab;
@@ -221,8 +224,9 @@ int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_ne
     /* a zero-length past still needs a valid pointer: the block's start will do */
     for (size_t t = 0; !st && t < kv_in; t++)
         st = tensor(past_bytes ? pasts + t * past_bytes : block, past_bytes, kv_shape, 4, kv_t, &in[k++]);
-    if (!st) st = g_ort->Run(m->session, NULL, m->in_names, (const OrtValue *const *)in, m->n_in,
-                             m->out_names, m->n_out, out);
+    size_t o0 = !logits && m->trunk; /* no logits wanted: the trunk, presents only */
+    if (!st) st = g_ort->Run(o0 ? m->trunk : m->session, NULL, m->in_names, (const OrtValue *const *)in, m->n_in,
+                             m->out_names + o0, m->n_out - o0, out + o0);
     if (ort_check(st, msg, sizeof msg)) {
         ts_err_set(err, TS_INTERNAL_ERROR, "LLM step (%zu sequence(s), %zu new token(s), past %zu): %s",
                    n, s_new, past, msg);

@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum { QUANT_EXT_AUTO, QUANT_EXT_NEVER, QUANT_EXT_ALWAYS } quant_ext;
 
@@ -43,5 +44,19 @@ typedef struct {
  * rename; with a side file `out`.data). Returns 0, or -1 with err naming the problem. A model
  * with nothing to quantize is not an error: the report says so. */
 int quant_model_file(const char *in, const char *out, const quant_opts *o, quant_report *r, char *err, size_t errlen);
+
+/* What quant_trunk took away. */
+typedef struct {
+    size_t nodes_kept, nodes_dropped;
+    size_t bytes_dropped; /* the initializers only the dropped nodes read */
+} quant_trunk_report;
+
+/* The model at path without its output `drop` and every node and initializer that only it
+ * needs, serialized into *out (malloc'd, *out_len bytes) for CreateSessionFromArray. The
+ * other inputs and outputs are as they were. An LLM's prefill chunks fetch only the presents:
+ * dropping 'logits' drops the LM head (and the last layer's attention output and MLP).
+ * Refused (-1, err) for a model whose weights are external data or that holds subgraphs. */
+int quant_trunk(const char *path, const char *drop, uint8_t **out, size_t *out_len, quant_trunk_report *r,
+                char *err, size_t errlen);
 
 #endif

@@ -3,6 +3,7 @@
  * onnx__model_proto__free_unpacked frees old and new parts alike. */
 #include "quant.h"
 #include "quant_block.h"
+#include "quant_io.h"
 #include "err.h"
 
 #include <errno.h>
@@ -486,7 +487,7 @@ static void import_ms_opset(Onnx__ModelProto *m)
 
 /* ---- files -------------------------------------------------------------------------- */
 
-static uint8_t *read_file(const char *path, size_t *len, char *err, size_t errlen)
+uint8_t *quant_read_file(const char *path, size_t *len, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     struct stat st;
@@ -630,7 +631,7 @@ int quant_model_file(const char *in, const char *out, const quant_opts *o, quant
     snprintf(c.dir, sizeof c.dir, "%s", dirname(d));
     free(d);
     size_t len;
-    uint8_t *buf = read_file(in, &len, err, errlen);
+    uint8_t *buf = quant_read_file(in, &len, err, errlen);
     if (!buf) return -1;
     c.m = onnx__model_proto__unpack(NULL, len, buf);
     free(buf);

@@ -126,6 +126,11 @@ static const setting_def k_settings[] = {
      "present.* fed back as the next step's pasts through IoBinding, in device memory on the GPU "
      "tiers (a model fails to load if that cannot be set up); host: per-sequence host caches "
      "gathered and scattered every step; auto: bound, else host with the reason logged"},
+    {"TIERSERVE_LLM_PREFILL_TRUNK", "llm-prefill-trunk", ST_STR, OFF(llm_prefill_trunk), SZ(llm_prefill_trunk),
+     "auto", 0, 0,
+     "auto|on|off: a second session of an LLM without its LM head, for the prefill chunks before a "
+     "prompt's last (their logits are never read). It holds its own copy of the weights it keeps: "
+     "auto turns it on for a model file up to 1 GiB"},
     {"TIERSERVE_LLM_KV_DTYPE", "llm-kv-dtype", ST_STR, OFF(llm_kv_dtype), SZ(llm_kv_dtype), "fp32", 0, 0,
      "fp32|fp16: how an FP32 LLM's KV cache (running sequences and prefix-cache blocks) is stored. fp16: "
      "half the bytes, so the same KV budget holds twice the tokens; rounded to nearest even when stored, "
@@ -297,6 +302,11 @@ int settings_load(ts_settings *s, int argc, char **argv, int first, char *err, s
     }
     if (strcmp(s->llm_kv, "auto") != 0 && strcmp(s->llm_kv, "host") != 0 && strcmp(s->llm_kv, "bound") != 0) {
         snprintf(err, errlen, "TIERSERVE_LLM_KV: \"%s\" is not one of auto|host|bound", s->llm_kv);
+        return -1;
+    }
+    if (strcmp(s->llm_prefill_trunk, "auto") != 0 && strcmp(s->llm_prefill_trunk, "on") != 0 &&
+        strcmp(s->llm_prefill_trunk, "off") != 0) {
+        snprintf(err, errlen, "TIERSERVE_LLM_PREFILL_TRUNK: \"%s\" is not one of auto|on|off", s->llm_prefill_trunk);
         return -1;
     }
     if (strcmp(s->llm_kv_dtype, "fp32") != 0 && strcmp(s->llm_kv_dtype, "fp16") != 0) {

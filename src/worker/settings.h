@@ -54,6 +54,7 @@ typedef struct {
     char tls_ciphers[SETTINGS_STR_MAX];        /* TLS 1.2 suites, an OpenSSL cipher string */
     int64_t llm_max_sequences; /* an LLM's sequences generating at once (KV caches held) */
     int64_t llm_queue_size;    /* an LLM's sequences waiting for a slot (503 past it) */
+    char llm_prefill_trunk[8]; /* auto|on|off: non-final prefill chunks without the LM head */
     char llm_kv[8];            /* auto|host|bound: where an LLM's KV cache lives between steps */
     char llm_kv_dtype[8];      /* fp32|fp16: how an FP32 LLM's KV cache is stored (CPU caches only) */
     int64_t llm_prefill_chunk; /* prompt tokens per prefill Run() (0: by the vocabulary's logits size) */

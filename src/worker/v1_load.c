@@ -165,6 +165,7 @@ static int llm_open(void *ctx, const char *dir, const char *name, const ep_confi
                          .fault_kv_writeback = srv->set->fault_inject_kv_writeback,
                          .kv_fp16 = strcmp(srv->set->llm_kv_dtype, "fp16") == 0};
     (void)llm_kv_mode_parse(srv->set->llm_kv, &mo.kv); /* settings_load checked it */
+    (void)llm_trunk_mode_parse(srv->set->llm_prefill_trunk, &mo.trunk);
     llm_open_result res = llm_model_try_open(dir, &mo, &L->model, &e);
     if (res != LLM_OPEN_OK) {
         snprintf(err, errlen, "%s", e.msg);

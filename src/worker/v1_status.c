@@ -71,6 +71,10 @@ void v1_status(const ts_model *m, buf *b)
                st.active, st.waiting, st.kv_bytes, (unsigned long long)st.steps, st.max_batch, L->prefill_chunk,
                (unsigned long long)st.prefill_runs, (unsigned long long)st.prefill_tokens,
                (unsigned long long)st.preemptions, (unsigned long long)st.forked, (unsigned long long)st.kv_copy_bytes);
+    /* prefill chunks before a prompt's last without the LM head (a trunk session), and why not */
+    buf_printf(b, ",\"prefill_trunk\":%s,\"prefill_trunk_runs\":%llu,\"prefill_trunk_note\":",
+               llm_model_prefill_trunk(L->model) ? "true" : "false", (unsigned long long)st.prefill_trunk_runs);
+    buf_put_json_str(b, llm_model_trunk_note(L->model), strlen(llm_model_trunk_note(L->model)));
     /* the engine's cap on a decode Run() and why it is below max_active (e.g. no position_ids) */
     buf_printf(b, ",\"batch_limit\":%zu,\"batch_note\":", st.batch_limit);
     if (st.batch_note) buf_put_json_str(b, st.batch_note, strlen(st.batch_note));

@@ -14,6 +14,10 @@ typedef struct llm_step_buf llm_step_buf;
 
 struct llm_model {
     OrtSession *session;
+    OrtSession *trunk;        /* the same model without 'logits' (quant_trunk): a prefill chunk
+                                 whose logits nobody reads runs it; NULL: every Run() computes
+                                 them (TIERSERVE_LLM_PREFILL_TRUNK, llm_model.c) */
+    char trunk_note[200];     /* why there is none, or what it dropped */
     llm_sig sig;
     gen_config gen;
     int64_t max_context;
@@ -107,8 +111,9 @@ uint8_t *llm_seq_kv_at(const llm_model *m, const llm_seq *s, size_t layer, int v
 /* One Run() over n sequences, each feeding its next s_new uncached tokens (tokens
  * [n_cached, n_cached + s_new)): pasts left-padded to the longest with attention_mask 0 over
  * the padding, position_ids per sequence. The new keys and values are appended to each
- * sequence's cache; logits (n x vocab, FP32) receives each sequence's last row only.
- * Returns 0, or -1 with err set (500, ORT's message). */
+ * sequence's cache; logits (n x vocab, FP32) receives each sequence's last row only; NULL:
+ * nobody reads them (a prefill chunk before the last), and the model's trunk session runs
+ * when it has one (no LM head computed). Returns 0, or -1 with err set (500, ORT's message). */
 int llm_step_run(const llm_model *m, llm_seq *const *seqs, size_t n, size_t s_new, float *logits,
                  ts_err *err);
 /* The memory llm_step_run gathers into, kept between steps (a fresh block per step costs a
@@ -194,7 +199,8 @@ size_t llm_step_row_slot(const llm_model *m, size_t T, size_t n_cached);
 int llm_step_inplace(const llm_model *m, const OrtMemoryInfo *mi, llm_seq *s, size_t s_new, float *logits,
                      ts_err *err);
 /* Checks logits and the presents that came back ([n, s_new, vocab], [n, kv_heads, total,
- * head_dim]) and copies each sequence's last logits row (as FP32) into logits. */
+ * head_dim]) and copies each sequence's last logits row (as FP32) into logits (none when
+ * logits is NULL; out[0] NULL: a trunk Run(), no logits came back). */
 int llm_step_outputs(const llm_model *m, OrtValue *const *out, size_t n, size_t s_new, size_t total,
                      float *logits, char *msg, size_t msglen);
 

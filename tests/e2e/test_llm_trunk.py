@@ -1,0 +1,109 @@
+"""Prefill chunks before a prompt's last run without the LM head (docs/llm.md "Prefill without
+the LM head", TIERSERVE_LLM_PREFILL_TRUNK): the worker keeps a second session of the model
+without its 'logits' output (ORT then computes neither the LM head nor the last layer's
+attention output and MLP), and only the last chunk, whose logits give the first token, runs
+the whole model. On the tiny decoder, eager and GroupQueryAttention exports, both KV paths:
+
+- /v2/status's llm object says `prefill_trunk` (true, or false with TIERSERVE_LLM_PREFILL_TRUNK=off)
+  with a note, and the load log line says "prefill trunk on: ..." / "off ...";
+- a prompt prefilled in chunks of 7 takes ceil(n/7) prefill Run()s of which all but the last
+  ran the trunk (`prefill_trunk_runs`; none when off), and its greedy tokens and logprobs still
+  equal numpy's one-shot prefill (tests/models/llm_reference.py);
+- a value other than auto|on|off is refused at start (exit 64, naming the setting).
+http.client, no retries."""
+import json
+import math
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BIN, SANITIZED, sanitizer_env, start_worker
+from helpers import llm_status, post_json
+from llm_fixture import MODELS, node_encode, write_tiny_llm
+
+LONG = ("The quick brown fox jumps over the lazy dog near the river bank, and then it rests. " * 3).strip()
+K = 2
+N = 8
+TOL = 1e-4
+CHUNK = 7
+
+CASES = [("eager", "host", "on"), ("eager", "bound", "on"), ("gqa", "host", "on"), ("gqa", "bound", "on"),
+         ("eager", "bound", "off")]
+if SANITIZED:
+    CASES = [("eager", "bound", "on"), ("gqa", "bound", "on")]
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory):
+    r = {}
+    for v in ("eager", "gqa"):
+        d = tmp_path_factory.mktemp("trunk-" + v)
+        write_tiny_llm(d / "tiny" / "1", variant=["--gqa"] if v == "gqa" else [])
+        r[v] = d
+    return r
+
+
+@pytest.fixture(scope="module")
+def reference(repos):
+    """LONG's ids and numpy's greedy tokens and logprobs (one-shot prefill; same weights in both exports)."""
+    ids = node_encode(LONG, True)
+    pj = repos["eager"] / "trunk_prompt.json"
+    pj.write_text(json.dumps([ids]))
+    r = subprocess.run([sys.executable, str(MODELS / "llm_reference.py"), "--logprobs", str(K),
+                        str(repos["eager"] / "tiny" / "1"), str(pj), str(N)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    return ids, out["tokens"][0], [e["logprob"] for e in out["logprobs"][0]]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=["-".join(c) for c in CASES])
+def w(request, repos, tmp_path_factory):
+    variant, kv, trunk = request.param
+    wk = start_worker(repos[variant], tmp_path_factory.mktemp("trunk-w"),
+                      env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_KV": kv, "TIERSERVE_LLM_PREFILL_CHUNK": str(CHUNK),
+                           "TIERSERVE_LLM_PREFILL_TRUNK": trunk})
+    wk.trunk = trunk == "on"
+    yield wk
+    assert wk.stop() == 0, wk.log_text()[-4000:]
+
+
+def test_status_and_log_say_it(w):
+    st = llm_status(w)
+    assert st["prefill_trunk"] is w.trunk, st
+    assert st["prefill_trunk_note"].startswith("on: " if w.trunk else "off"), st["prefill_trunk_note"]
+    if w.trunk:  # the LM head and what only it reads are gone from the trunk
+        m = re.match(r"on: (\d+) of (\d+) nodes and (\d+) MiB of weights dropped", st["prefill_trunk_note"])
+        assert m and int(m.group(1)) > 0 and int(m.group(3)) > 0, st["prefill_trunk_note"]
+    want = "prefill trunk on: " if w.trunk else "prefill trunk off"
+    assert any(want in l.get("msg", "") for l in w.log_lines()), [l.get("msg") for l in w.log_lines()][:20]
+
+
+def test_chunks_before_the_last_skip_logits_and_stay_exact(w, reference):
+    ids, tokens, want = reference
+    before = llm_status(w)
+    r = post_json(w, "/v1/completions", {"model": "tiny", "prompt": LONG, "max_tokens": N, "temperature": 0,
+                                         "logprobs": K})
+    assert r.status == 200, r.body
+    after = llm_status(w)
+    a = r.body
+    assert a["usage"]["prompt_tokens"] == len(ids) > 4 * CHUNK
+    runs = math.ceil(len(ids) / CHUNK)
+    assert after["prefill_runs"] - before["prefill_runs"] == runs, (before, after)
+    assert after["prefill_trunk_runs"] - before["prefill_trunk_runs"] == (runs - 1 if w.trunk else 0), (before, after)
+    got = a["choices"][0]["logprobs"]["token_logprobs"]
+    assert len(got) == len(want) == N
+    for i, (g, x) in enumerate(zip(got, want)):
+        assert abs(g - x) <= TOL, f"token {i}: logprob {g} vs numpy {x} (one-shot prefill)"
+    top = a["choices"][0]["logprobs"]["top_logprobs"]
+    assert len(top) == N
+
+
+def test_bad_value_refused():
+    p = subprocess.run([BIN, "--model-repository=/nonexistent"], capture_output=True, text=True, timeout=30,
+                       env={**sanitizer_env(), "TIERSERVE_LLM_PREFILL_TRUNK": "x", "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 64, p.stderr
+    msg = json.loads(p.stderr.strip().splitlines()[-1])["msg"]
+    assert msg == 'bad settings: TIERSERVE_LLM_PREFILL_TRUNK: "x" is not one of auto|on|off'
