@@ -14,6 +14,7 @@
 
 #include "doneq.h"
 #include "health.h"
+#include "heapres.h"
 #include "hwmap.h"
 #include "log.h"
 #include "ortenv.h"
@@ -514,6 +515,9 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
         LOG_ERROR_(NULL, "TLS reload failed: %s; keeping the certificate loaded before", err);
 }
 
+/* glibc heap made resident at ready (main.c sets one arena for all threads) */
+#define WK_HEAP_TOUCH (2u * 1024u * 1024u)
+
 static void on_loaded(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -526,6 +530,9 @@ static void on_loaded(evutil_socket_t fd, short what, void *arg)
         event_base_loopexit(srv->base, NULL);
         return;
     }
+    /* the heap's free pages made resident now that the models are in (heapres.h): RSS then
+     * stays flat while the heap's layout settles under requests */
+    heap_touch(WK_HEAP_TOUCH);
     char ready_ms[32];
     snprintf(ready_ms, sizeof ready_ms, "%.1f", (ts_now() - srv->t_created) * 1e3);
     LOG_INFO_(LOGF({"time_to_ready_ms", ready_ms}),
