@@ -29,6 +29,10 @@ a leak or a table without a bound is a site that grows. Its raw traces take disk
 about 0.1 GB a minute for the router, 0.8 GB a minute for the worker, until the end,
 when each is read and compressed) and the worker's takes minutes to read.
 
+The load starts after start-up (a minute with the LLM), so a limit on the whole command
+needs that on top of --seconds. A signal (SIGTERM, SIGHUP, SIGINT) ends the load early: the
+report follows over the samples taken until then, marked CUT SHORT, and both programs stop.
+
   bench/soak.sh [--seconds 1800] [--warmup 120] [--concurrency 8] [--bin build/bin] [--heaptrack]
 """
 import argparse
