@@ -1,5 +1,4 @@
 /* tierserve: the inference worker. See docs/ and ../shared/DESIGN.md for the names. */
-#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -91,11 +90,6 @@ int main(int argc, char **argv)
     /* A client that hangs up turns our next write on its socket into SIGPIPE, whose default
      * action kills the whole worker; the write's EPIPE is all we need (the router does the same). */
     signal(SIGPIPE, SIG_IGN);
-    /* One glibc arena for every thread (each keeps its own cache of small blocks): the heap
-     * made resident at ready (server.c, src/common/heapres.h) then covers them all. With an
-     * arena per thread, a soak's RSS crept a page at a time in each (docs/benchmarks.md
-     * "Soak"). MALLOC_ARENA_MAX, when set, is left to decide. */
-    if (!getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 1);
     /* before anything allocates through jansson: its allocations carry our header */
     budget_hook_jansson();
     if (argc > 1 && strcmp(argv[1], "hwmap") == 0) return cmd_hwmap();

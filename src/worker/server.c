@@ -515,7 +515,10 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
         LOG_ERROR_(NULL, "TLS reload failed: %s; keeping the certificate loaded before", err);
 }
 
-/* glibc heap made resident at ready (main.c sets one arena for all threads) */
+/* glibc's main heap made resident at ready (heapres.h). It covers the event loop's arena;
+ * the other threads' arenas are covered only with MALLOC_ARENA_MAX=1 in the environment
+ * (one arena for all: RSS flat over a 30-minute soak), which is not the default: it cost
+ * KServe throughput at high rates (docs/benchmarks.md "Soak"). */
 #define WK_HEAP_TOUCH (2u * 1024u * 1024u)
 
 static void on_loaded(evutil_socket_t fd, short what, void *arg)
