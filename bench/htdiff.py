@@ -15,7 +15,12 @@ moments of a long run, which is what a soak asks.
 With --every S it samples the live bytes of every site each S seconds between T1 and T2
 and ranks the sites by the least-squares slope of those samples (KB/min): the requests in
 flight at two single moments (a few KB either way) average out, and a growth of a byte a
-thousand requests still shows."""
+thousand requests still shows.
+
+With --modules it counts instead the allocations made between T1 and T2 (malloc traffic,
+not live bytes) by the library that asked: the module of each call stack's first frame
+outside the C and C++ runtimes (libc, libstdc++, libgcc, ld.so, heaptrack's preload). The
+worker's question: how much of its malloc traffic is ONNX Runtime's own."""
 import argparse
 import collections
 import subprocess
@@ -58,6 +63,7 @@ def main():
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--frames", type=int, default=8)
     ap.add_argument("--every", type=float, default=0, help="seconds between samples: rank sites by slope")
+    ap.add_argument("--modules", action="store_true", help="allocations between T1 and T2 by the library asking")
     a = ap.parse_args()
     t1, t2 = a.t1 * 1000, a.t2 * 1000
     cat = "zstdcat" if a.trace.endswith(".zst") else "zcat" if a.trace.endswith(".gz") else "cat"
@@ -71,11 +77,14 @@ def main():
     every = a.every * 1000
     snap1 = snap2 = None
     now = 0
+    calls = collections.Counter()  # kind -> allocations between T1 and T2 (--modules)
     for line in p.stdout:
         c = line[:1]
         if c == "+":
             k = int(line[2:], 16)
             live[k] += 1
+            if a.modules and t1 <= now <= t2:
+                calls[k] += 1
             if every:
                 site[kinds[k][1]] += kinds[k][0]
         elif c == "-":
@@ -122,6 +131,31 @@ def main():
 
     if every:
         by_slope(samples, stack, a.top)
+        return
+    if a.modules:
+        runtime = ("libc.so", "libstdc++", "libgcc", "ld-linux", "libheaptrack", "libm.so")
+
+        def asker(ti):
+            while ti:
+                ip, parent = traces[ti]
+                mod = ips[ip][1]
+                name = strings[mod].rsplit("/", 1)[-1] if mod else "?"
+                if not name.startswith(runtime):
+                    return name
+                ti = parent
+            return "?"
+        by_mod = collections.defaultdict(lambda: [0, 0])
+        for k, n in calls.items():
+            m = by_mod[asker(kinds[k][1])]
+            m[0] += n
+            m[1] += n * kinds[k][0]
+        total_n = sum(v[0] for v in by_mod.values()) or 1
+        total_b = sum(v[1] for v in by_mod.values()) or 1
+        print(f"allocations from {t1 / 1000:.0f} to {min(t2, now) / 1000:.0f} s: {total_n}, "
+              f"{total_b / 1048576:.1f} MiB, by the library asking:")
+        for name, (n, b) in sorted(by_mod.items(), key=lambda kv: -kv[1][0]):
+            print(f"  {name:32} {n:10d} calls ({100 * n / total_n:5.1f} %)  {b / 1048576:9.1f} MiB "
+                  f"({100 * b / total_b:5.1f} %)")
         return
     by = collections.defaultdict(lambda: [0, 0])
     tot1 = tot2 = 0

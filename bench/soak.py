@@ -29,6 +29,10 @@ a leak or a table without a bound is a site that grows. Its raw traces take disk
 about 0.1 GB a minute for the router, 0.8 GB a minute for the worker, until the end,
 when each is read and compressed) and the worker's takes minutes to read.
 
+The load starts after start-up (a minute with the LLM), so a limit on the whole command
+needs that on top of --seconds. A signal (SIGTERM, SIGHUP, SIGINT) ends the load early: the
+report follows over the samples taken until then, marked CUT SHORT, and both programs stop.
+
   bench/soak.sh [--seconds 1800] [--warmup 120] [--concurrency 8] [--bin build/bin] [--heaptrack]
 """
 import argparse
@@ -38,6 +42,7 @@ import os
 import pathlib
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -153,6 +158,15 @@ def poller(rport, wport, stop, stats):
         stop.wait(0.5)
 
 
+class Cut(Exception):
+    """A signal (SIGTERM from a `timeout` or a tool's time limit, SIGHUP, SIGINT) stopped the
+    load early: the report is printed over the samples taken so far."""
+
+
+def on_signal(signum, frame):
+    raise Cut(signal.Signals(signum).name)
+
+
 def heaptrack_report(r, w, tmp, started, t0, warmup, end, interp):
     """Stops both programs (heaptrack writes its last records at exit), reads their traces
     and prints each one's live heap by allocation site at the end of warm-up and 10 s before
@@ -197,6 +211,11 @@ def main():
     bin_ = pathlib.Path(a.bin).resolve()
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="tierserve-soak-"))
     procs = []
+    # Killed by a signal's default action, Python runs no finally: the report was lost and both
+    # programs went on running. A 10-minute soak under a 600-s limit (start-up comes on top of
+    # --seconds) printed nothing that way. Now a signal ends the load and the report follows.
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, on_signal)
     try:
         repo = tmp / "models"
         repo.mkdir()
@@ -276,8 +295,10 @@ def main():
         def sampler():
             while not stop.is_set():
                 t = time.monotonic() - t0
-                for name, pid in (("router", r.pid), ("worker", w.pid)):
-                    rss, anon = rss_kb(pid)
+                for name, pr in (("router", r), ("worker", w)):
+                    if pr.poll() is not None:
+                        continue
+                    rss, anon = rss_kb(pr.pid)
                     samples[name].append((t, rss))
                     samples[name + " anon"].append((t, anon))
                 stop.wait(a.sample)
@@ -285,33 +306,46 @@ def main():
         st.start()
         print(f"soak: {a.seconds:.0f} s, warm-up {a.warmup:.0f} s, KServe c={a.concurrency} in {a.cycle:.0f}-s "
               f"cycles{f', {a.llm_streams} LLM clients' if llm else ''}, admin polls; router :{rport}, "
-              f"worker :{wport}", flush=True)
+              f"worker :{wport}; the load ends at {time.strftime('%H:%M:%S', time.localtime(time.time() + a.seconds))} "
+              "(a limit on the whole command must leave the start-up, a minute, on top)", flush=True)
         last_print = 0.0
-        while time.monotonic() - t0 < a.seconds:
-            secs = min(a.cycle, a.seconds - (time.monotonic() - t0))
-            if secs < 1:
-                break
-            p = subprocess.run([str(bin_ / "bench_loadgen"), "127.0.0.1", str(rport), "/v2/models/demo/infer",
-                                str(bpath), str(hl), str(a.concurrency), f"{secs:.1f}"],
-                               capture_output=True, text=True)
-            try:
-                res = json.loads(p.stdout)
-                stats.add("kserve requests", res["requests"])
-                stats.add("kserve errors", res.get("errors", 0))
-            except ValueError:
-                stats.add("kserve loadgen failures")
-            now = time.monotonic() - t0
-            if now - last_print >= 60 or now >= a.seconds - 1:
-                last_print = now
-                rr, ww = samples["router"][-1][1], samples["worker"][-1][1]
-                print(f"  {now / 60:5.1f} min  router {rr / 1024:7.2f} MB  worker {ww / 1024:7.2f} MB  "
-                      f"kserve {stats.counts.get('kserve requests', 0)}", flush=True)
-            for pr, name in ((r, "tierrouter"), (w, "tierserve")):
-                if pr.poll() is not None:
-                    sys.exit(f"{name} exited during the soak (code {pr.returncode}); logs in {tmp}")
+        cut = None
+        try:
+            while time.monotonic() - t0 < a.seconds:
+                secs = min(a.cycle, a.seconds - (time.monotonic() - t0))
+                if secs < 1:
+                    break
+                try:  # a load generator that hangs (a connection the router never answers) ends the cycle
+                    p = subprocess.run([str(bin_ / "bench_loadgen"), "127.0.0.1", str(rport),
+                                        "/v2/models/demo/infer", str(bpath), str(hl), str(a.concurrency),
+                                        f"{secs:.1f}"], capture_output=True, text=True, timeout=secs + 60)
+                    res = json.loads(p.stdout)
+                    stats.add("kserve requests", res["requests"])
+                    stats.add("kserve errors", res.get("errors", 0))
+                except subprocess.TimeoutExpired:
+                    stats.add("kserve loadgen timeouts")
+                except ValueError:
+                    stats.add("kserve loadgen failures")
+                now = time.monotonic() - t0
+                if now - last_print >= 60 or now >= a.seconds - 1:
+                    last_print = now
+                    rr, ww = samples["router"][-1][1], samples["worker"][-1][1]
+                    print(f"  {now / 60:5.1f} min  router {rr / 1024:7.2f} MB  worker {ww / 1024:7.2f} MB  "
+                          f"kserve {stats.counts.get('kserve requests', 0)}", flush=True)
+                for pr, name in ((r, "tierrouter"), (w, "tierserve")):
+                    if pr.poll() is not None:
+                        raise Cut(f"{name} exited (code {pr.returncode}; logs in {tmp})")
+        except Cut as e:
+            cut = str(e)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # the report is short: let it finish
+            signal.signal(sig, signal.SIG_IGN)
         stop.set()
+        join_by = time.monotonic() + 40  # the clients' calls time out after 30 s
         for t in threads + [st]:
-            t.join(timeout=60)
+            t.join(timeout=max(0.1, join_by - time.monotonic()))
+        if cut:
+            print(f"\nCUT SHORT at {time.monotonic() - t0:.0f} s of {a.seconds:.0f}: {cut}; the figures below are "
+                  "over the samples taken until then", flush=True)
         print("\nrequests:", ", ".join(f"{k}: {v}" for k, v in sorted(stats.counts.items())))
         end = samples["router"][-1][0]
         late = max(a.warmup, end / 2)
@@ -327,7 +361,8 @@ def main():
         for name, path in heap.items():
             if not path.exists():
                 continue
-            rows = [tuple(float(x) for x in line.split()) for line in path.read_text().splitlines() if line.strip()]
+            rows = [tuple(float(x) for x in line.split()) for line in path.read_text().splitlines()
+                    if len(line.split()) == 5]  # a line cut by the program's end is left out
             if len(rows) < 3:
                 continue
             at_w = next((r for r in rows if r[0] >= a.warmup), rows[-1])

@@ -17,6 +17,7 @@
 #include "clock.h"
 #include "drain.h"
 #include "front.h"
+#include "heapres.h"
 #include "router.h"
 #include "tick.h"
 #include "v1.h"
@@ -145,22 +146,11 @@ static size_t backend_fd_reserve(const router_config *cfg)
     return n;
 }
 
-/* Every RT_TRIM_S seconds the heap's free pages go back to the system (malloc_trim: the free
- * top, and MADV_DONTNEED on whole free pages inside the heap). Measured over a 10-minute soak
- * (bench/soak.py, bench_mallstat.so): the heap's size (arena, 568 KiB) and the bytes in use
- * (~480 KiB) stayed flat while RSS crept ~3 KiB a minute, as requests came to use pages of
- * the fixed heap that no request had touched before. Bounded, but indistinguishable from a
- * leak to whoever watches RSS; trimmed, RSS follows the bytes in use, so a slope means one.
- * The heap is small and the call takes microseconds. */
-#define RT_TRIM_S 10
-
-static void on_trim(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    (void)arg;
-    malloc_trim(0);
-}
+/* The heap made resident up front (src/common/heapres.h): a soak's router holds ~550 KiB
+ * live and its heap's top reaches ~710 KiB as the layout settles (bench/soak.py). Before,
+ * a malloc_trim every 10 s gave free pages back and requests touched them again: RSS crept
+ * 2.5-5 KiB a minute around a flat live heap, and moved by 200 KiB between samples. */
+#define RT_HEAP_RESERVE (1024u * 1024u)
 
 int main(int argc, char **argv)
 {
@@ -170,6 +160,7 @@ int main(int argc, char **argv)
      * after a mixed run (bench/targets.py's RSS row). A fixed threshold keeps every block
      * over 256 KiB in its own mapping, given back to the system when freed. */
     mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+    heap_reserve(RT_HEAP_RESERVE);
     const char *path = getenv("TIERROUTER_CONFIG");
     bool check = false;
     int a = parse_args(argc, argv, &path, &check);
@@ -274,12 +265,6 @@ int main(int argc, char **argv)
         log_emit(LOG_ERROR, NULL, "could not set up the probe tick");
         return 1;
     }
-    struct event *trim = event_new(r.base, -1, EV_PERSIST, on_trim, NULL);
-    struct timeval every = {RT_TRIM_S, 0};
-    if (!trim || event_add(trim, &every) != 0) {
-        log_emit(LOG_ERROR, NULL, "out of memory");
-        return 1;
-    }
     r.sigterm = evsignal_new(r.base, SIGTERM, on_signal, &r);
     r.sigint = evsignal_new(r.base, SIGINT, on_signal, &r);
     r.sighup = evsignal_new(r.base, SIGHUP, on_sighup, &r);
@@ -304,7 +289,6 @@ int main(int argc, char **argv)
     rt_pools_free(&r);
     if (r.dns) evdns_base_free(r.dns, 1);
     event_free(r.tick);
-    event_free(trim);
     event_free(r.sigterm);
     event_free(r.sigint);
     event_free(r.sighup);

@@ -14,6 +14,7 @@
 
 #include "doneq.h"
 #include "health.h"
+#include "heapres.h"
 #include "hwmap.h"
 #include "log.h"
 #include "ortenv.h"
@@ -514,6 +515,12 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
         LOG_ERROR_(NULL, "TLS reload failed: %s; keeping the certificate loaded before", err);
 }
 
+/* glibc's main heap made resident at ready (heapres.h). It covers the event loop's arena;
+ * the other threads' arenas are covered only with MALLOC_ARENA_MAX=1 in the environment
+ * (one arena for all: RSS flat over a 30-minute soak), which is not the default: it cost
+ * KServe throughput at high rates (docs/benchmarks.md "Soak"). */
+#define WK_HEAP_TOUCH (2u * 1024u * 1024u)
+
 static void on_loaded(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -526,6 +533,9 @@ static void on_loaded(evutil_socket_t fd, short what, void *arg)
         event_base_loopexit(srv->base, NULL);
         return;
     }
+    /* the heap's free pages made resident now that the models are in (heapres.h): RSS then
+     * stays flat while the heap's layout settles under requests */
+    heap_touch(WK_HEAP_TOUCH);
     char ready_ms[32];
     snprintf(ready_ms, sizeof ready_ms, "%.1f", (ts_now() - srv->t_created) * 1e3);
     LOG_INFO_(LOGF({"time_to_ready_ms", ready_ms}),

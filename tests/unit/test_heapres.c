@@ -1,0 +1,91 @@
+/* heapres: the heap made resident up front stays resident under malloc/free churn. Reads
+ * the [heap] mapping's Rss from /proc/self/smaps (glibc's main arena: this test's single
+ * thread allocates there). Under ASan the allocator is ASan's: nothing to measure. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "heapres.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define HEAPRES_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HEAPRES_ASAN 1
+#endif
+#endif
+
+#define RESERVE (1024u * 1024u)
+
+#ifndef HEAPRES_ASAN
+/* KiB of the [heap] mapping resident now (0: none found) */
+static long heap_rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    assert_non_null(f);
+    char line[512];
+    int in_heap = 0;
+    long kb = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strchr(line, '-') && strstr(line, " rw") && strchr(line, ':')) in_heap = strstr(line, "[heap]") != NULL;
+        if (in_heap && strncmp(line, "Rss:", 4) == 0) {
+            kb = strtol(line + 4, NULL, 10);
+            in_heap = 0;
+        }
+    }
+    fclose(f);
+    return kb;
+}
+#endif
+
+static void test_reserve_stays(void **state)
+{
+    (void)state;
+#ifdef HEAPRES_ASAN
+    skip();
+#else
+    assert_int_equal(heap_reserve(RESERVE), RESERVE);
+    long after = heap_rss_kb();
+    assert_true(after >= (long)(RESERVE / 1024));
+    /* churn: blocks of every size up to 120 KiB (under the 128 KiB mmap threshold, over the
+     * 64 KiB at which a free looks at trimming the heap's top), held a few at a time */
+    void *held[8] = {0};
+    unsigned seed = 1;
+    for (int i = 0; i < 20000; i++) {
+        seed = seed * 1103515245u + 12345u;
+        size_t k = (seed >> 8) % 8;
+        free(held[k]);
+        size_t n = 16 + (seed >> 12) % (120 * 1024);
+        held[k] = malloc(n);
+        assert_non_null(held[k]);
+        memset(held[k], 1, n < 256 ? n : 256);
+    }
+    for (size_t k = 0; k < 8; k++) free(held[k]);
+    /* free pages at the top were not given back (within a page or two of what was resident) */
+    assert_true(heap_rss_kb() >= after - 8);
+#endif
+}
+
+static void test_touch_sizes(void **state)
+{
+    (void)state;
+    assert_int_equal(heap_touch(0), 0);
+    assert_int_equal(heap_touch(1), HEAPRES_BLOCK); /* whole blocks */
+    assert_int_equal(heap_touch(HEAPRES_BLOCK + 1), 2 * HEAPRES_BLOCK);
+    assert_int_equal(heap_touch((size_t)1 << 40), 256 * (size_t)HEAPRES_BLOCK); /* bounded: 16 MiB */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reserve_stays),
+        cmocka_unit_test(test_touch_sizes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
