@@ -99,7 +99,7 @@ int llm_session_new(const char *path, const llm_model_opts *opt, int threads, bo
 
 int llm_trunk_mode_parse(const char *s, llm_trunk_mode *out)
 {
-    static const char *const k[] = {"auto", "on", "off"};
+    static const char *const k[] = {"off", "auto", "on"}; /* in llm_trunk_mode order */
     for (size_t i = 0; i < sizeof k / sizeof *k; i++)
         if (!strcmp(s, k[i])) {
             *out = (llm_trunk_mode)i;

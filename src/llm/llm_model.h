@@ -76,9 +76,11 @@ typedef enum { LLM_KV_AUTO = 0, LLM_KV_HOST, LLM_KV_BOUND } llm_kv_mode;
 /* "auto", "host", "bound"; -1 for anything else. */
 int llm_kv_mode_parse(const char *s, llm_kv_mode *out);
 
-/* TIERSERVE_LLM_PREFILL_TRUNK: AUTO: on for a model file up to LLM_TRUNK_AUTO_MAX bytes (the
- * trunk session holds its own copy of the weights it keeps); ON: whatever the size; OFF. */
-typedef enum { LLM_TRUNK_AUTO = 0, LLM_TRUNK_ON, LLM_TRUNK_OFF } llm_trunk_mode;
+/* TIERSERVE_LLM_PREFILL_TRUNK: OFF (the default: on a quiet 2-core host the second session made
+ * prefill slower in wall-clock time, docs/llm.md); AUTO: on for a model file up to
+ * LLM_TRUNK_AUTO_MAX bytes (the trunk session holds its own copy of the weights it keeps); ON:
+ * whatever the size. */
+typedef enum { LLM_TRUNK_OFF = 0, LLM_TRUNK_AUTO, LLM_TRUNK_ON } llm_trunk_mode;
 #define LLM_TRUNK_AUTO_MAX ((long long)1 << 30)
 /* "auto", "on", "off"; -1 for anything else. */
 int llm_trunk_mode_parse(const char *s, llm_trunk_mode *out);
