@@ -133,7 +133,7 @@ static void trunk_setup(llm_model *m, const char *path, const llm_model_opts *op
     double t0 = ts_now();
     if (quant_trunk(path, "logits", &bytes, &n, &r, msg, sizeof msg) ||
         session_new(path, bytes, n, opt, m->layout.threads, m->layout.spin, &m->trunk, msg, sizeof msg)) {
-        snprintf(m->trunk_note, sizeof m->trunk_note, "off: %s", msg);
+        snprintf(m->trunk_note, sizeof m->trunk_note, "off: %.180s", msg);
         LOG_WARN_(LOGF({"component", "llm"}), "LLM prefill trunk %s", m->trunk_note);
     } else {
         snprintf(m->trunk_note, sizeof m->trunk_note, "on: %zu of %zu nodes and %zu MiB of weights dropped (%.0f ms)",

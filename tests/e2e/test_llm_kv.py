@@ -123,11 +123,15 @@ def test_join_and_leave_mid_batch(worker):
     mid-stream; each text equals the same request run alone."""
     alone = [complete(worker, p, n) for p, n in zip(PROMPTS, LENS)]
     cut = Stream(worker, PROMPTS[1], 400).read(3)
+    # a second long stream decodes until every short one has joined, so at least three run
+    # together however fast the machine finishes the short ones
+    hold = Stream(worker, PROMPTS[3], 400).read(3)
     streams = []
     for i, (p, n) in enumerate(zip(PROMPTS, LENS)):
         streams.append(Stream(worker, p, n).read(1 + i % 2))
         if i == 1:
             cut.cut()  # a disconnect cancels it between two steps of the others
+    hold.cut()
     for s, want in zip(streams, alone):
         assert s.read().text == want
     s = wait_idle(worker)
