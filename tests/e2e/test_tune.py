@@ -13,7 +13,7 @@ import time
 import onnx
 import pytest
 
-from conftest import BIN, start_worker
+from conftest import BIN, sanitizer_env, start_worker
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
 from bench import mlp_model  # noqa: E402  (the benchmark's MLP: its MatMuls use the intra-op pool)
@@ -85,14 +85,18 @@ def test_tune_off_uses_the_hardware(repo, tmp_path):
     assert "TIERSERVE_TUNE=off" in lay["note"] and lay["threads"] >= 1, lay
 
 
+# the ASan build's leak suppressions (ONNX Runtime's bytes kept at exit) for `tierserve tune`
+TUNE_ENV = {**os.environ, **sanitizer_env()}
+
+
 def test_tune_command_prints_the_table(repo):
     # threads fixed: a two-row table (one or two instances), the cheapest real search
     p = subprocess.run([BIN, "tune", str(repo / "mlp"), "--execution-mode=cpu", "--intra-op-threads=1"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, env=TUNE_ENV)
     assert p.returncode == 0, p.stderr
     assert "Run() p50 us" in p.stdout and "<- chosen" in p.stdout, p.stdout
     assert "layout:" in p.stdout and "(measured:" in p.stdout, p.stdout
-    p = subprocess.run([BIN, "tune", str(repo / "nosuch")], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([BIN, "tune", str(repo / "nosuch")], capture_output=True, text=True, timeout=60, env=TUNE_ENV)
     assert p.returncode != 0
 
 
@@ -186,7 +190,7 @@ def test_llm_tune_off_and_every_knob_set(llm_repo, tmp_path):
 
 def test_tune_command_on_an_llm(llm_repo):
     p = subprocess.run([BIN, "tune", str(llm_repo / "chat"), "--execution-mode=cpu", "--llm-max-sequences=4"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, env=TUNE_ENV)
     assert p.returncode == 0, p.stderr
     assert "step b1 p50 us" in p.stdout and "tokens/s b4" in p.stdout, p.stdout
     assert "layout:" in p.stdout and "<- chosen" in p.stdout and "(measured:" in p.stdout, p.stdout
