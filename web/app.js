@@ -222,19 +222,21 @@ function placementBar(np) {
   return el('div', {}, bar, el('div', { class: 'muted small' }, legend.join(' · ')));
 }
 
-// A model's execution layout (/v2/status models[].layout): what runs, where it came from, and
+// A model's execution layout (/v2/status models[].layout): what runs (instances of their own, or
+// runners sharing one session: layout.shared), where it came from, and
 // the figures the load-time measurement chose it from (an LLM's: decode steps at batch 1 and
 // at its slots' batch, tokens/s at that batch).
 function layoutText(lay) {
   if (!lay) return '—';
   return lay.threads + ' intra-op thread' + (lay.threads === 1 ? '' : 's') +
-    (lay.instances > 1 ? ' × ' + lay.instances + ' instances' : '') + ', spinning ' + (lay.spinning ? 'on' : 'off') +
+    (lay.instances > 1 ? ' × ' + lay.instances + (lay.shared ? ' runners sharing one session' : ' instances') : '') +
+    ', spinning ' + (lay.spinning ? 'on' : 'off') +
     (lay.pinned ? ', pinned' : '') + ' (' + lay.source + ')';
 }
 function layoutFigures(lay) {
   if (!lay || !lay.measured || !lay.measured.length) return lay ? 'not measured: ' + lay.note : '';
   return lay.measured.map((c) => (c.chosen ? '▶ ' : '') + c.threads + 't' + (c.instances > 1 ? '×' + c.instances : '') +
-    (c.spinning ? '' : ' nospin') + ': ' + (c.batch
+    (c.shared ? ' shared' : '') + (c.spinning ? '' : ' nospin') + ': ' + (c.batch
     ? 'step ' + fmt(c.run_us / 1e3, 2, ' ms') + ' at batch 1, ' + fmt(c.batch_us / 1e3, 2, ' ms') + ' at ' + c.batch +
       ' = ' + fmt(c.runs_per_s, 0) + ' tokens/s'
     : 'Run() ' + fmt(c.run_us, 0, ' µs') + ', ' + fmt(c.runs_per_s, 0) + '/s')).join(' · ') +

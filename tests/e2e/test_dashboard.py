@@ -297,7 +297,8 @@ class LongStream:
 def layout_text(lay):
     """What app.js layoutText() shows for /v2/status models[].layout."""
     t = lay["threads"]
-    return (f"{t} intra-op thread{'' if t == 1 else 's'}" + (f" × {lay['instances']} instances" if lay["instances"] > 1 else "")
+    return (f"{t} intra-op thread{'' if t == 1 else 's'}" + (f" × {lay['instances']} " + ("runners sharing one session" if lay.get("shared") else "instances")
+               if lay["instances"] > 1 else "")
             + f", spinning {'on' if lay['spinning'] else 'off'}" + (", pinned" if lay["pinned"] else "")
             + f" ({lay['source']})")
 
