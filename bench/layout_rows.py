@@ -32,12 +32,23 @@ def inproc(bindir, model, c, threads, secs):
     return json.loads(p.stdout)
 
 
-def status_layout(w, name):
+def status(w):
     import urllib.request
     with urllib.request.urlopen(f"http://127.0.0.1:{w.port}/v2/status", timeout=10) as r:
-        st = json.loads(r.read())
-    m = next((m for m in st["models"] if m["name"] == name), {})
+        return json.loads(r.read())
+
+
+def status_layout(w, name):
+    m = next((m for m in status(w)["models"] if m["name"] == name), {})
     return m.get("layout")
+
+
+def inline_runs(w):
+    """Requests the worker ran on its loop thread (TIERSERVE_INLINE_MAX_US), or None."""
+    try:
+        return status(w).get("inline_runs")
+    except OSError:
+        return None
 
 
 def layout_rows(bench, targets, tmp, secs, quick, old=None):
@@ -107,6 +118,10 @@ def layout_rows(bench, targets, tmp, secs, quick, old=None):
                         lines.append(f"    {'':22} per round x" + ", x".join(
                             f"{r['throughput'] / b['throughput']:.2f}" for r, b in zip(res[k], res["in-process"])) +
                             (f" (target at c={c}: >= 0.80x)" if c > 1 else " (target at c=1: >= 0.85x, +60 us)"))
+            # whether the loop ran any request itself: the inline path is what c=1 should take
+            # when TIERSERVE_INLINE_MAX_US covers the typical Run() (the env reaches every worker)
+            lines.append(f"  {name}: inline runs (all rounds) " +
+                         ", ".join(f"{k} {inline_runs(w)}" for k, w in servers.items()))
         finally:
             if peer:
                 peer.close()

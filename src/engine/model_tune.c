@@ -151,16 +151,23 @@ typedef struct {
     double probe_us;
 } measure_ctx;
 
-/* A round: the candidate's instances at once, alone on the machine (latency, Run()s/s),
- * then with the competitor (contended Run()s/s), busy for that median Run() and asleep as
- * long; a shared candidate's latency from one runner alone, what a lone request gets. */
+/* A round: after an untimed Run() per session, the candidate's instances at once, alone on
+ * the machine (latency, Run()s/s), then with the competitor (contended Run()s/s), busy for
+ * that median Run() and asleep as long; a shared candidate's latency from one runner alone,
+ * what a lone request gets. */
 static int measure_round(void *ctx, size_t cand, int runs, tune_fig *fig)
 {
     measure_ctx *mc = ctx;
     cand_rt *rt = &mc->rt[cand];
     int h = runs > 1 ? runs / 2 : 1;
     double lat, ignored;
-    int rc = run_round(mc->m, rt, mc->req, h, rt->n_sessions, 0, &lat, &fig->rps);
+    /* untimed: one Run() on each of its sessions first. The candidate before this one ran
+     * other sessions: their weights evicted this one's from the cache and a spinning pool of
+     * theirs may still hold a core; a served model's session has run alone (tune_order).
+     * Only where the parts have several runs each (at most a twelfth more time): a slow
+     * model's round is a run or two per part, and its Run() dwarfs a pool's spinning tail */
+    int rc = h >= 4 ? run_round(mc->m, rt, mc->req, 1, rt->n_sessions, 0, &lat, &ignored) : 0;
+    if (rc == 0) rc = run_round(mc->m, rt, mc->req, h, rt->n_sessions, 0, &lat, &fig->rps);
     fig->run_us = lat;
     if (rc == 0 && rt->shared) rc = run_round(mc->m, rt, mc->req, h, 1, 0, &fig->run_us, &ignored);
     /* the competitor's pace: this candidate's own Run() of this round (the probe before the

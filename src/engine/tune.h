@@ -121,6 +121,14 @@ typedef int tune_round_fn(void *ctx, size_t cand, int runs, tune_fig *fig);
  * rounds (ok set). Returns 0, or -1 when a round failed (no figure is set). */
 int tune_search(tune_cand *c, size_t n, double probe_us, double budget_us, tune_round_fn *measure, void *ctx);
 
+/* Which candidate is k-th in round r of n: even rounds a rotation (r, r+1, ...), odd rounds
+ * that rotation reversed, so each candidate follows one neighbour in some rounds and the
+ * other in the rest. What a candidate is timed after matters: a spinning pool keeps its
+ * cores for a while after its Run() returns and another session's weights evict this one's
+ * from the cache, so with one fixed order a candidate carried the same neighbour's tail in
+ * every round, a bias the medians never averaged out. Pure; a permutation of 0..n-1 in k. */
+size_t tune_order(size_t n, int round, size_t k);
+
 /* The median of v[0..n) (sorts v); 0 when n is 0. */
 double tune_median(double *v, size_t n);
 

@@ -70,6 +70,13 @@ size_t tune_plan(const model_layout *L, int usable, double model_bytes, bool own
     return n;
 }
 
+size_t tune_order(size_t n, int round, size_t k)
+{
+    if (n == 0) return 0;
+    size_t r = (size_t)(round > 0 ? round : 0) % n;
+    return round % 2 ? (r + n - 1 - k % n) % n : (k + r) % n;
+}
+
 /* at least one run a round: a slow model's rounds are one run each, the median over rounds */
 static int clamp_runs(double r) { return r < 1 ? 1 : r > TUNE_MAX_RUNS ? TUNE_MAX_RUNS : (int)r; }
 
@@ -93,8 +100,9 @@ int tune_search(tune_cand *c, size_t n, double probe_us, double budget_us, tune_
     for (int r = 0; r < TUNE_ROUNDS && rc == 0; r++) {
         double r0 = ts_now();
         for (size_t k = 0; k < n && rc == 0; k++) {
-            /* interleaved, and each round in another order, so drift hits all alike */
-            size_t i = (k + (size_t)r) % n;
+            /* interleaved, and each round in another order, so drift hits all alike and no
+             * candidate always follows the same one */
+            size_t i = tune_order(n, r, k);
             tune_fig f = {0};
             rc = measure(ctx, i, runs, &f);
             figs[i][r][0] = f.run_us;

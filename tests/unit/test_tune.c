@@ -248,6 +248,30 @@ static void test_search_is_bounded(void **state)
     assert_true(took < 24 * one);
 }
 
+/* each round a permutation, and over the rounds no candidate always follows the same one */
+static void test_order_varies_neighbours(void **state)
+{
+    (void)state;
+    for (size_t n = 1; n <= 6; n++) {
+        size_t before[6][6] = {{0}}; /* before[i][j]: rounds in which j ran right before i */
+        for (int r = 0; r < 5; r++) {
+            bool seen[6] = {false};
+            for (size_t k = 0; k < n; k++) {
+                size_t i = tune_order(n, r, k);
+                assert_true(i < n);
+                assert_false(seen[i]);
+                seen[i] = true;
+                if (k) before[i][tune_order(n, r, k - 1)]++;
+            }
+        }
+        for (size_t i = 0; n >= 3 && i < n; i++) {
+            size_t distinct = 0;
+            for (size_t j = 0; j < n; j++) distinct += before[i][j] > 0;
+            assert_true(distinct >= 2);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -261,6 +285,7 @@ int main(void)
         cmocka_unit_test(test_contended_figure_decides),
         cmocka_unit_test(test_search_medians_and_failure),
         cmocka_unit_test(test_search_is_bounded),
+        cmocka_unit_test(test_order_varies_neighbours),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
