@@ -67,6 +67,12 @@ const char *h1req_path(const h1req *r) { return r->hdr.data ? (const char *)r->h
 const char *h1req_query(const h1req *r) { return r->query_off ? (const char *)r->hdr.data + r->query_off : NULL; }
 size_t h1req_nheaders(const h1req *r) { return r->headers_done ? r->nfields : 0; }
 
+void h1req_header_at(const h1req *r, size_t i, const char **name, const char **value)
+{
+    *name = (const char *)r->hdr.data + r->fields[i][0];
+    *value = (const char *)r->hdr.data + r->fields[i][1];
+}
+
 /* Is field i called name (case-insensitive)? The first letters first: a request's dozen
  * lookups over its fields are most of its strcasecmp calls, and most differ there. */
 static bool field_is(const h1req *r, size_t i, const char *name)

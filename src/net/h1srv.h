@@ -143,6 +143,8 @@ const char *h1req_header(const h1req *r, const char *name);
  * not NULL: one pass for a lookup that must also see a second copy. */
 size_t h1req_header_count(const h1req *r, const char *name, const char **first);
 size_t h1req_nheaders(const h1req *r);
+/* Field i (< h1req_nheaders) as it came: its name in *name, its value in *value. */
+void h1req_header_at(const h1req *r, size_t i, const char **name, const char **value);
 /* The whole body (chunked bodies already joined); len 0 and a non-NULL pointer if none. */
 const uint8_t *h1req_body(const h1req *r, size_t *len);
 /* Takes the body over: the caller frees it with free(); the request's body is empty after. */

@@ -287,6 +287,7 @@ int main(int argc, char **argv)
     event_base_loop(r.base, EVLOOP_NONBLOCK); /* the cancelled lookups' callbacks */
     rt_v1_asks_end(&r); /* before the backends they ask go */
     rt_pools_free(&r);
+    rt_proxy_spares_free(&r);
     if (r.dns) evdns_base_free(r.dns, 1);
     event_free(r.tick);
     event_free(r.sigterm);

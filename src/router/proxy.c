@@ -90,6 +90,42 @@ static h1req *detach_client(proxy_req *pr)
 
 static void on_client_end(h1req *req, bool completed, void *arg);
 
+/* Kept proxy_reqs: enough for the requests one loop turn ends at the usual concurrency; a
+ * burst past it frees the rest. */
+#define RT_SPARE_PREQS 64
+
+proxy_req *rt_proxy_new(router *r)
+{
+    proxy_req *pr = r->spare_preqs;
+    if (!pr) return calloc(1, sizeof *pr);
+    r->spare_preqs = pr->live_next;
+    r->n_spare_preqs--;
+    memset(pr, 0, sizeof *pr);
+    return pr;
+}
+
+void rt_proxy_discard(proxy_req *pr)
+{
+    router *r = pr->r;
+    if (!r || r->n_spare_preqs >= RT_SPARE_PREQS) {
+        free(pr);
+        return;
+    }
+    pr->live_next = r->spare_preqs;
+    r->spare_preqs = pr;
+    r->n_spare_preqs++;
+}
+
+void rt_proxy_spares_free(router *r)
+{
+    while (r->spare_preqs) {
+        proxy_req *pr = r->spare_preqs;
+        r->spare_preqs = pr->live_next;
+        free(pr);
+    }
+    r->n_spare_preqs = 0;
+}
+
 void rt_proxy_begin(proxy_req *pr)
 {
     router *r = pr->r;
@@ -114,7 +150,7 @@ static void proxy_release(proxy_req *pr)
     rt_v1_free(pr);
     free(pr->body);
     budget_give(r->bodies, pr->body_held);
-    free(pr);
+    rt_proxy_discard(pr);
 }
 
 static void proxy_free(proxy_req *pr)

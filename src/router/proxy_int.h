@@ -58,6 +58,10 @@ typedef struct proxy_req {
 } proxy_req;
 
 /* Counts pr in flight (r->active) and in router.live until it is freed. */
+/* A zeroed proxy_req for r (a kept one when there is one), or NULL without memory; ended by
+ * the proxy, or given back unbegun with rt_proxy_discard. */
+proxy_req *rt_proxy_new(router *r);
+void rt_proxy_discard(proxy_req *pr);
 void rt_proxy_begin(proxy_req *pr);
 /* Takes a classified request (body, headers and deadline filled in, r->active counted) to a
  * pool and a backend, or answers it. Owns pr from here on. */

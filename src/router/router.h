@@ -75,6 +75,11 @@ typedef struct router {
                          * end (cfg->max_inflight_body_bytes; docs/router.md "Bodies") */
     struct proxy_req *admq[PRIO_COUNT]; /* admission queue heads: urgent, normal, batch (proxy.c) */
     size_t admq_n[PRIO_COUNT];          /* how many wait in each */
+    /* proxy_reqs ended and kept for the next requests (proxy.c rt_proxy_new): one is ~1 KiB,
+     * past malloc's per-thread cache, so each request paid a full malloc and free for it;
+     * bounded by RT_SPARE_PREQS, freed at exit (rt_proxy_spares_free) */
+    struct proxy_req *spare_preqs;
+    unsigned n_spare_preqs;
     struct proxy_req *live;    /* every proxy_req from rt_proxy_begin to its end (a list), so a
                                 * drain that times out can cut and free what is left */
     /* shutdown (docs/router.md "Shutdown"): from SIGTERM/SIGINT on, no new connection is
@@ -101,5 +106,8 @@ typedef struct router {
 
 /* Where p stands in router.pools (metrics, cost and event tables are indexed by it). */
 static inline size_t rt_pool_index(const rt_pool *p) { return (size_t)(p - p->r->pools); }
+
+/* Frees the proxy_reqs kept for reuse (router.spare_preqs), at exit (proxy.c). */
+void rt_proxy_spares_free(router *r);
 
 #endif

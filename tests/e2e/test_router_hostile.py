@@ -329,6 +329,12 @@ def test_request_id_visible_ascii_passes_once(fakes, router):
     heads = fakes[0].recorded(probes=False)
     assert head_values(heads[0], b"X-Request-Id") == [good.encode()]
     assert head_values(heads[1], b"X-Request-Id") == [rep.header("X-Request-Id").encode()]
+    # the second copy is named in the warning, with the id used instead
+    deadline = time.time() + 5
+    while "sent more than once" not in (log := r.log.read_text(errors="replace")) and time.time() < deadline:
+        time.sleep(0.05)
+    line = next(ln for ln in log.splitlines() if "sent more than once" in ln)
+    assert json.loads(line)["request_id"] == rep.header("X-Request-Id")
 
 
 # ---- 10: /admin/cost?window= -------------------------------------------------------------
