@@ -81,11 +81,10 @@ size_t heap_thread_reserve(size_t bytes)
     (void)bytes;
     return 0;
 #else
-    void *keep = NULL;
+    void *keep = NULL; /* when set, allocated for the process's life (a few bytes) */
     size_t touched = touch_blocks(bytes, &keep);
-    if (!keep) return 0; /* nothing held above the run: it went back with the trim */
-    atomic_fetch_add(&g_threads, 1);
-    return touched; /* keep stays allocated for the process's life (a few bytes) */
+    if (touched) atomic_fetch_add(&g_threads, 1);
+    return touched;
 #endif
 }
 

@@ -43,7 +43,8 @@ size_t heap_touch(size_t bytes);
  * of RSS per thread and one small block, kept. Returns the bytes touched (0 under ASan,
  * whose allocator has no arenas: nothing to do). */
 size_t heap_thread_reserve(size_t bytes);
-/* threads that ran heap_thread_reserve so far (a status figure and the tests' check) */
+/* threads whose heap_thread_reserve touched its blocks so far, kept or not (the metric
+ * tierserve_heap_thread_reserves and the tests' check) */
 size_t heap_thread_count(void);
 
 #define HEAPRES_THREAD (512u * 1024u) /* per worker thread (docs/benchmarks.md "Soak") */
