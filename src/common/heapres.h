@@ -26,5 +26,27 @@ size_t heap_reserve(size_t bytes);
  * large blocks are freed; a set threshold would stop that): the pages touched stay while
  * the heap's free top is under the trim threshold. From any thread: its arena's pages. */
 size_t heap_touch(size_t bytes);
+/* heap_touch for a thread's own glibc arena, made to last: the calling thread takes its
+ * blocks, then a small block above them (from its arena's top while the arena is fresh),
+ * then frees the blocks but keeps the small one for good. The freed run is then a hole
+ * below a block in use, never the arena's top, so glibc's heap_trim (which gives back only
+ * a free top over the trim threshold: 128 KiB until glibc raises it) leaves its pages
+ * resident whatever the thresholds are; the thread's later blocks are cut from it, so the
+ * arena's RSS moves only when the thread's own heap outgrows it. The small block is kept
+ * only when the arena is fresh (the blocks start at its bottom): in an arena that glibc
+ * reused from a thread that ended, blocks come from its free holes and a kept block above
+ * them could pin a large free region that glibc would have trimmed; there the blocks are
+ * touched and freed only, as heap_touch does. Call it in a long-lived thread at its first
+ * work item, not at its start: a thread that takes its arena while the models load takes a
+ * fresh one where it would have had the loader's, and the load's own threads then leave
+ * theirs resident (the worker's RSS at ready was 2 to 38 MB higher that way). Costs bytes
+ * of RSS per thread and one small block, kept. Returns the bytes touched (0 under ASan,
+ * whose allocator has no arenas: nothing to do). */
+size_t heap_thread_reserve(size_t bytes);
+/* threads whose heap_thread_reserve touched its blocks so far, kept or not (the metric
+ * tierserve_heap_thread_reserves and the tests' check) */
+size_t heap_thread_count(void);
+
+#define HEAPRES_THREAD (512u * 1024u) /* per worker thread (docs/benchmarks.md "Soak") */
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "heapres.h"
 #include "log.h"
 
 typedef struct {
@@ -97,6 +98,7 @@ static void *runner_main(void *arg)
     free(a);
     if (s->cfg.thread_init) s->cfg.thread_init(runner, s->cfg.thread_init_arg);
     size_t max_items = s->cfg.max_batch > 1 ? (size_t)s->cfg.max_batch : 1;
+    bool reserved = false;
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (s->depth == 0 && !s->closed) pthread_cond_wait(&s->cv, &s->mu);
@@ -133,6 +135,10 @@ static void *runner_main(void *arg)
         s->depth -= n;
         s->busy += n;
         pthread_mutex_unlock(&s->mu);
+        if (!reserved) { /* this runner's arena resident, at its first batch (heapres.h) */
+            heap_thread_reserve(HEAPRES_THREAD);
+            reserved = true;
+        }
         s->run(batch, n, runner, s->ctx);
         pthread_mutex_lock(&s->mu);
         s->busy -= n;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "heapres.h"
 #include "clock.h"
 #include "llm_int.h"
 #include "llm_prefix.h"
@@ -823,12 +824,17 @@ static void decode(llm_engine *e)
 static void *gen_thread(void *arg)
 {
     llm_engine *e = arg;
+    bool reserved = false;
     for (;;) {
         pthread_mutex_lock(&e->mu);
         while (!e->stop && e->n_active == 0 && e->w_n == 0) pthread_cond_wait(&e->cv, &e->mu);
         bool stop = e->stop;
         pthread_mutex_unlock(&e->mu);
         if (stop) break;
+        if (!reserved) { /* the step thread's arena resident, at its first work (heapres.h) */
+            heap_thread_reserve(HEAPRES_THREAD);
+            reserved = true;
+        }
         reshuffle(e);
         prefill(e);
         decode(e);

@@ -4,6 +4,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "heapres.h"
+
 struct workpool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -22,6 +24,7 @@ struct workpool {
 static void *pool_main(void *arg)
 {
     workpool *p = arg;
+    bool reserved = false;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (p->count == 0 && !p->stopping) pthread_cond_wait(&p->cv, &p->mu);
@@ -30,6 +33,10 @@ static void *pool_main(void *arg)
         p->head = (p->head + 1) % p->cap;
         p->count--;
         pthread_mutex_unlock(&p->mu);
+        if (!reserved) { /* this thread's arena resident, at its first item (heapres.h) */
+            heap_thread_reserve(HEAPRES_THREAD);
+            reserved = true;
+        }
         sl.fn(sl.item, p->ctx);
         pthread_mutex_lock(&p->mu);
     }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "health.h"
+#include "heapres.h"
 #include "nvml.h"
 #include "prom.h"
 #include "v1.h"
@@ -353,6 +354,9 @@ void status_metrics(const status_view *v, buf *b)
     buf_printf(b, "tierserve_cpu_iowait_ratio %.4f\n", iowait);
     prom_family(b, "tierserve_process_resident_memory_bytes", "gauge", "Worker resident set size");
     buf_printf(b, "tierserve_process_resident_memory_bytes %llu\n", rss_bytes());
+    prom_family(b, "tierserve_heap_thread_reserves", "gauge",
+                "Worker threads whose own glibc arena was made resident and kept (heapres.h)");
+    buf_printf(b, "tierserve_heap_thread_reserves %zu\n", heap_thread_count());
 
     nvml_gpu g[NVML_MAX_GPUS];
     size_t ng = nvml_read(g, NVML_MAX_GPUS, NULL, 0);

@@ -17,6 +17,7 @@ import gen_test_models
 import tritonlike
 from exactjson import decode_data, exact_json, nearest_float  # noqa: F401  (others import them from here)
 from promtext import parse_strict
+from conftest import SANITIZED
 from helpers import request
 
 MODELS = gen_test_models.MODELS
@@ -374,7 +375,7 @@ METRIC_NAMES = [
     "tierserve_queue_duration_seconds", "tierserve_compute_duration_seconds",
     "tierserve_batch_size", "tierserve_queue_depth", "tierserve_in_flight",
     "tierserve_cpu_utilization_ratio", "tierserve_cpu_iowait_ratio",
-    "tierserve_process_resident_memory_bytes",
+    "tierserve_process_resident_memory_bytes", "tierserve_heap_thread_reserves",
 ]
 HISTOGRAMS = {"tierserve_request_duration_seconds", "tierserve_queue_duration_seconds",
               "tierserve_compute_duration_seconds", "tierserve_batch_size"}
@@ -406,7 +407,12 @@ def metric_sum(samples_, name, **labels):
 
 
 def test_metrics_names_and_values(server):
+    assert infer(server, "demo", [tensor("input", "FP32", DEMO_X, True)]).status == 200
     samples_, types = scrape(server)
+    # the runner that ran it (and any other thread that has worked) reserved its arena at its
+    # first item (heapres.h); the ASan build's allocator has no arenas: nothing reserved
+    reserves = metric_sum(samples_, "tierserve_heap_thread_reserves")
+    assert reserves == 0 if SANITIZED else reserves >= 1
     names = {n for n, _, _ in samples_}
     for name in METRIC_NAMES:
         if name in HISTOGRAMS:

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,53 @@ static void test_reserve_stays(void **state)
 #endif
 }
 
+/* A thread's reserve stays in its arena: bigger than the trim threshold that heap_reserve
+ * sets in this process (2 MiB), so that a run left at the arena's top would be trimmed */
+#define THREAD_RESERVE (4u * 1024u * 1024u)
+
+#ifndef HEAPRES_ASAN
+static void *reserve_thread(void *arg)
+{
+    size_t *out = arg;
+    size_t before = mallinfo2().arena; /* every arena's system bytes */
+    out[0] = heap_thread_reserve(THREAD_RESERVE);
+    out[1] = mallinfo2().arena - before;
+    /* churn in this thread's arena: blocks cut from the reserved run and freed again */
+    void *held[8] = {0};
+    unsigned seed = 7;
+    for (int i = 0; i < 20000; i++) {
+        seed = seed * 1103515245u + 12345u;
+        size_t k = (seed >> 8) % 8;
+        free(held[k]);
+        held[k] = malloc(16 + (seed >> 12) % (120 * 1024));
+        if (held[k]) memset(held[k], 1, 16);
+    }
+    for (size_t k = 0; k < 8; k++) free(held[k]);
+    out[2] = mallinfo2().arena - before;
+    return NULL;
+}
+#endif
+
+static void test_thread_reserve_stays(void **state)
+{
+    (void)state;
+#ifdef HEAPRES_ASAN
+    assert_int_equal(heap_thread_reserve(THREAD_RESERVE), 0); /* ASan's allocator: nothing done */
+    skip();
+#else
+    size_t n0 = heap_thread_count();
+    size_t out[3] = {0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, reserve_thread, out), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(out[0], THREAD_RESERVE);
+    assert_int_equal(heap_thread_count(), n0 + 1);
+    /* the freed run was not trimmed at once, nor by the churn after it */
+    assert_true(out[1] >= THREAD_RESERVE);
+    assert_true(out[2] >= THREAD_RESERVE);
+#endif
+}
+
 static void test_touch_sizes(void **state)
 {
     (void)state;
@@ -84,6 +132,7 @@ static void test_touch_sizes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_thread_reserve_stays), /* first: before heap_reserve sets thresholds */
         cmocka_unit_test(test_reserve_stays),
         cmocka_unit_test(test_touch_sizes),
     };
