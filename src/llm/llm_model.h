@@ -82,6 +82,8 @@ int llm_kv_mode_parse(const char *s, llm_kv_mode *out);
  * whatever the size. */
 typedef enum { LLM_TRUNK_OFF = 0, LLM_TRUNK_AUTO, LLM_TRUNK_ON } llm_trunk_mode;
 #define LLM_TRUNK_AUTO_MAX ((long long)1 << 30)
+/* Initializers under this many bytes are left to each session's own load (llm_model.c share_setup). */
+#define LLM_TRUNK_SHARE_MIN ((size_t)4096)
 /* "auto", "on", "off"; -1 for anything else. */
 int llm_trunk_mode_parse(const char *s, llm_trunk_mode *out);
 
