@@ -88,7 +88,8 @@ static bool trunk_wanted(const char *path, const llm_model_opts *opt, long long 
 {
     struct stat st;
     *size = path && stat(path, &st) == 0 ? (long long)st.st_size : -1;
-    if (opt->trunk == LLM_TRUNK_AUTO) return *size >= 0 && *size <= LLM_TRUNK_AUTO_MAX;
+    if (opt->trunk == LLM_TRUNK_AUTO)
+        return opt->ep->decision.active == PROV_CPU && *size >= 0 && *size <= LLM_TRUNK_AUTO_MAX;
     return opt->trunk == LLM_TRUNK_ON;
 }
 
@@ -195,8 +196,18 @@ static void trunk_setup(llm_model *m, const char *path, const llm_model_opts *op
         return;
     }
     if (!trunk_wanted(path, opt, &size)) {
-        snprintf(m->trunk_note, sizeof m->trunk_note, "off: the model file (%lld MiB) is over auto's %lld MiB "
-                 "(TIERSERVE_LLM_PREFILL_TRUNK=on)", size >> 20, LLM_TRUNK_AUTO_MAX >> 20);
+        if (opt->ep->decision.active != PROV_CPU)
+            snprintf(m->trunk_note, sizeof m->trunk_note, "off: auto is off on the %.20s tier (each session would "
+                     "hold its own device copy of the weights; TIERSERVE_LLM_PREFILL_TRUNK=on)",
+                     tier_name(opt->ep->decision.tier));
+        else
+            snprintf(m->trunk_note, sizeof m->trunk_note, "off: the model file (%lld MiB) is over auto's %lld MiB "
+                     "(TIERSERVE_LLM_PREFILL_TRUNK=on)", size >> 20, LLM_TRUNK_AUTO_MAX >> 20);
+        return;
+    }
+    if (opt->trunk == LLM_TRUNK_AUTO && !m->trunk_pack) {
+        snprintf(m->trunk_note, sizeof m->trunk_note, "off: auto needs the weights shared, and they could not be "
+                 "(logged; TIERSERVE_LLM_PREFILL_TRUNK=on loads a second copy)");
         return;
     }
     uint8_t *bytes = NULL;
