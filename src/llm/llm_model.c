@@ -1,4 +1,5 @@
 /* llm_model: opening an Optimum decoder as a session on the worker's tier. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "llm_tune.h"
 #include "log.h"
 #include "quant.h"
+#include "quant_weights.h"
 
 static llm_elem elem_of(ONNXTensorElementDataType t)
 {
@@ -86,13 +88,16 @@ static bool trunk_wanted(const char *path, const llm_model_opts *opt, long long 
 {
     struct stat st;
     *size = path && stat(path, &st) == 0 ? (long long)st.st_size : -1;
-    if (opt->trunk == LLM_TRUNK_AUTO) return *size >= 0 && *size <= LLM_TRUNK_AUTO_MAX;
+    if (opt->trunk == LLM_TRUNK_AUTO)
+        return opt->ep->decision.active == PROV_CPU && *size >= 0 && *size <= LLM_TRUNK_AUTO_MAX;
     return opt->trunk == LLM_TRUNK_ON;
 }
 
-/* A session of the file at path, or (bytes) of a model in memory, with the worker's providers. */
+/* A session of the file at path, or (bytes) of a model in memory, with the worker's providers;
+ * with share (trunk_setup), its initializers are share's OrtValues and its packed weights go
+ * to / come from share's container. */
 static int session_new(const char *path, const void *bytes, size_t n, const llm_model_opts *opt, int threads,
-                       bool spin, OrtSession **out, char *msg, size_t len)
+                       bool spin, const llm_model *share, OrtSession **out, char *msg, size_t len)
 {
     OrtSessionOptions *so = NULL;
     long long size;
@@ -102,9 +107,19 @@ static int session_new(const char *path, const void *bytes, size_t n, const llm_
     if (!rc && !spin) rc = ort_check(g_ort->AddSessionConfigEntry(so, "session.intra_op.allow_spinning", "0"), msg, len);
     if (!rc && spin && trunk_wanted(path, opt, &size))
         rc = ort_check(g_ort->AddSessionConfigEntry(so, "session.force_spinning_stop", "1"), msg, len);
+    for (size_t i = 0; !rc && share && i < share->trunk_nv; i++)
+        rc = ort_check(g_ort->AddInitializer(so, quant_weights_at(share->trunk_w, i)->name, share->trunk_v[i]),
+                       msg, len);
     if (!rc) rc = ep_apply(opt->ep_cfg, opt->ep, so, msg, len);
-    if (!rc) rc = ort_check(bytes ? g_ort->CreateSessionFromArray(ortenv_env(), bytes, n, so, out)
-                                  : g_ort->CreateSession(ortenv_env(), path, so, out), msg, len);
+    if (!rc && share)
+        rc = ort_check(bytes ? g_ort->CreateSessionFromArrayWithPrepackedWeightsContainer(ortenv_env(), bytes, n, so,
+                                                                                          share->trunk_pack, out)
+                             : g_ort->CreateSessionWithPrepackedWeightsContainer(ortenv_env(), path, so,
+                                                                                 share->trunk_pack, out),
+                       msg, len);
+    else if (!rc)
+        rc = ort_check(bytes ? g_ort->CreateSessionFromArray(ortenv_env(), bytes, n, so, out)
+                             : g_ort->CreateSession(ortenv_env(), path, so, out), msg, len);
     g_ort->ReleaseSessionOptions(so);
     return rc;
 }
@@ -112,7 +127,7 @@ static int session_new(const char *path, const void *bytes, size_t n, const llm_
 int llm_session_new(const char *path, const llm_model_opts *opt, int threads, bool spin, OrtSession **out,
                     char *msg, size_t len)
 {
-    return session_new(path, NULL, 0, opt, threads, spin, out, msg, len);
+    return session_new(path, NULL, 0, opt, threads, spin, NULL, out, msg, len);
 }
 
 int llm_trunk_mode_parse(const char *s, llm_trunk_mode *out)
@@ -126,10 +141,52 @@ int llm_trunk_mode_parse(const char *s, llm_trunk_mode *out)
     return -1;
 }
 
+/* The weights both sessions share: the model file mapped read-only, an OrtValue over each
+ * initializer in it of at least LLM_TRUNK_SHARE_MIN bytes, and one prepacked-weights container.
+ * ORT shares packed weights between sessions only for initializers given by AddInitializer. */
+static int share_setup(llm_model *m, const char *path, char *msg, size_t len)
+{
+    OrtMemoryInfo *mi = NULL;
+    if (quant_weights_map(path, LLM_TRUNK_SHARE_MIN, &m->trunk_w, msg, len) ||
+        ort_check(g_ort->CreateCpuMemoryInfo(OrtDeviceAllocator, OrtMemTypeDefault, &mi), msg, len) ||
+        ort_check(g_ort->CreatePrepackedWeightsContainer(&m->trunk_pack), msg, len))
+        goto fail;
+    size_t n = quant_weights_count(m->trunk_w);
+    if (!(m->trunk_v = calloc(n ? n : 1, sizeof *m->trunk_v))) {
+        ts_fail(msg, len, "out of memory");
+        goto fail;
+    }
+    for (; m->trunk_nv < n; m->trunk_nv++) {
+        const quant_weight *q = quant_weights_at(m->trunk_w, m->trunk_nv);
+        if (ort_check(g_ort->CreateTensorWithDataAsOrtValue(mi, (void *)(uintptr_t)q->data, q->bytes, q->dims, q->ndim,
+                                                            (ONNXTensorElementDataType)q->data_type,
+                                                            &m->trunk_v[m->trunk_nv]), msg, len))
+            goto fail;
+    }
+    g_ort->ReleaseMemoryInfo(mi);
+    return 0;
+fail:
+    if (mi) g_ort->ReleaseMemoryInfo(mi);
+    return -1;
+}
+
+/* What share_setup holds; after every session that uses it. */
+static void share_free(llm_model *m)
+{
+    for (size_t i = 0; i < m->trunk_nv; i++) g_ort->ReleaseValue(m->trunk_v[i]);
+    free(m->trunk_v);
+    m->trunk_v = NULL;
+    m->trunk_nv = 0;
+    if (m->trunk_pack) g_ort->ReleasePrepackedWeightsContainer(m->trunk_pack);
+    m->trunk_pack = NULL;
+    quant_weights_free(m->trunk_w);
+    m->trunk_w = NULL;
+}
+
 /* The trunk session (llm_int.h): the model without 'logits', with the main session's layout.
- * Without one every chunk computes its logits, as before; the note says why. ORT keeps the
- * trunk's weights apart from the main session's (a shared prepacked-weights container shares
- * nothing for these MatMuls: measured), so AUTO holds it to models up to LLM_TRUNK_AUTO_MAX. */
+ * Without one every chunk computes its logits, as before; the note says why. The two sessions
+ * share one copy of the weights (share_setup): the main session is opened again over them, and
+ * the file's pages both read at load are dropped once both hold their packed forms. */
 static void trunk_setup(llm_model *m, const char *path, const llm_model_opts *opt)
 {
     long long size;
@@ -139,24 +196,57 @@ static void trunk_setup(llm_model *m, const char *path, const llm_model_opts *op
         return;
     }
     if (!trunk_wanted(path, opt, &size)) {
-        snprintf(m->trunk_note, sizeof m->trunk_note, "off: the model file (%lld MiB) is over auto's %lld MiB "
-                 "(the trunk would hold its own copy of the weights; TIERSERVE_LLM_PREFILL_TRUNK=on)",
-                 size >> 20, LLM_TRUNK_AUTO_MAX >> 20);
+        if (opt->ep->decision.active != PROV_CPU)
+            snprintf(m->trunk_note, sizeof m->trunk_note, "off: auto is off on the %.20s tier (each session would "
+                     "hold its own device copy of the weights; TIERSERVE_LLM_PREFILL_TRUNK=on)",
+                     tier_name(opt->ep->decision.tier));
+        else
+            snprintf(m->trunk_note, sizeof m->trunk_note, "off: the model file (%lld MiB) is over auto's %lld MiB "
+                     "(TIERSERVE_LLM_PREFILL_TRUNK=on)", size >> 20, LLM_TRUNK_AUTO_MAX >> 20);
+        return;
+    }
+    if (opt->trunk == LLM_TRUNK_AUTO && !m->trunk_pack) {
+        snprintf(m->trunk_note, sizeof m->trunk_note, "off: auto needs the weights shared, and they could not be "
+                 "(logged; TIERSERVE_LLM_PREFILL_TRUNK=on loads a second copy)");
         return;
     }
     uint8_t *bytes = NULL;
     size_t n = 0;
     quant_trunk_report r;
+    OrtSession *main = NULL;
     double t0 = ts_now();
-    if (quant_trunk(path, "logits", &bytes, &n, &r, msg, sizeof msg) ||
-        session_new(path, bytes, n, opt, m->layout.threads, m->layout.spin, &m->trunk, msg, sizeof msg)) {
+    bool reopen = m->trunk_pack && m->session != m->shared_main; /* llm_tune chose a session of its own */
+    if ((reopen && session_new(path, NULL, 0, opt, m->layout.threads, m->layout.spin, m, &main, msg, sizeof msg)) ||
+        quant_trunk(path, "logits", &bytes, &n, &r, msg, sizeof msg) ||
+        session_new(path, bytes, n, opt, m->layout.threads, m->layout.spin, m->trunk_pack ? m : NULL, &m->trunk,
+                    msg, sizeof msg)) {
+        if (main) g_ort->ReleaseSession(main);
         snprintf(m->trunk_note, sizeof m->trunk_note, "off: %.180s", msg);
         LOG_WARN_(LOGF({"component", "llm"}), "LLM prefill trunk %s", m->trunk_note);
     } else {
-        snprintf(m->trunk_note, sizeof m->trunk_note, "on: %zu of %zu nodes and %zu MiB of weights dropped (%.0f ms)",
-                 r.nodes_dropped, r.nodes_dropped + r.nodes_kept, r.bytes_dropped >> 20, (ts_now() - t0) * 1e3);
+        if (main) {
+            g_ort->ReleaseSession(m->session);
+            m->session = m->shared_main = main;
+        }
+        if (m->trunk_w) quant_weights_drop_pages(m->trunk_w);
+        snprintf(m->trunk_note, sizeof m->trunk_note, "on: %zu of %zu nodes and %zu MiB of weights dropped, "
+                 "%zu MiB shared with the main session (%.0f ms)", r.nodes_dropped, r.nodes_dropped + r.nodes_kept,
+                 r.bytes_dropped >> 20, m->trunk_w ? quant_weights_bytes(m->trunk_w) >> 20 : 0,
+                 (ts_now() - t0) * 1e3);
     }
     free(bytes);
+}
+
+/* Before the main session opens: when the model will get a trunk, the weights both will share
+ * (without them, as it was: the trunk loads its own, and the note says why). */
+static void share_open(llm_model *m, const char *path, const llm_model_opts *opt)
+{
+    long long size;
+    char msg[300] = "";
+    if (opt->trunk == LLM_TRUNK_OFF || !trunk_wanted(path, opt, &size) || !share_setup(m, path, msg, sizeof msg))
+        return;
+    share_free(m);
+    LOG_WARN_(LOGF({"component", "llm"}), "LLM prefill trunk: the sessions will not share weights: %s", msg);
 }
 
 static void free_io(llm_io *ios, char **names, size_t n)
@@ -375,10 +465,13 @@ llm_open_result llm_model_try_open(const char *dir, const llm_model_opts *opt, l
      * CPU tier the thread count is never ORT's default, which counts cores from CPUID and can
      * see one core where the kernel gives two (tune.h): the usable cores, then measured */
     llm_layout_init(&m->layout, opt);
-    if (llm_session_new(path, opt, m->layout.threads, m->layout.spin, &m->session, msg, sizeof msg)) {
+    share_open(m, path, opt);
+    if (session_new(path, NULL, 0, opt, m->layout.threads, m->layout.spin, m->trunk_pack ? m : NULL, &m->session,
+                    msg, sizeof msg)) {
         ts_err_set(err, TS_INTERNAL_ERROR, "%s: %s", path, msg);
         goto fail;
     }
+    m->shared_main = m->session;
     m->gpu = opt->ep->decision.active != PROV_CPU;
     if (read_io(m->session, true, &ins, &in_names, &nin, msg, sizeof msg) ||
         read_io(m->session, false, &outs, &out_names, &nout, msg, sizeof msg)) {
@@ -449,6 +542,7 @@ void llm_model_free(llm_model *m)
     if (m->kv_mi_own) g_ort->ReleaseMemoryInfo(m->kv_mi_own);
     if (m->session) g_ort->ReleaseSession(m->session);
     if (m->trunk) g_ort->ReleaseSession(m->trunk);
+    share_free(m); /* after both sessions */
     free(m->in_names);
     free(m->out_names);
     free(m->names);

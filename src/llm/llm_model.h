@@ -76,12 +76,14 @@ typedef enum { LLM_KV_AUTO = 0, LLM_KV_HOST, LLM_KV_BOUND } llm_kv_mode;
 /* "auto", "host", "bound"; -1 for anything else. */
 int llm_kv_mode_parse(const char *s, llm_kv_mode *out);
 
-/* TIERSERVE_LLM_PREFILL_TRUNK: OFF (the default: on a quiet 2-core host the second session made
- * prefill slower in wall-clock time, docs/llm.md); AUTO: on for a model file up to
- * LLM_TRUNK_AUTO_MAX bytes (the trunk session holds its own copy of the weights it keeps); ON:
- * whatever the size. */
+/* TIERSERVE_LLM_PREFILL_TRUNK: AUTO (the default): on, on the CPU tier, for a model file up to
+ * LLM_TRUNK_AUTO_MAX bytes whose weights both sessions can share (one mapping of the file, one set
+ * of packed weights: llm_model.c share_setup); ON: whatever the tier and size, sharing when it can;
+ * OFF: no trunk. */
 typedef enum { LLM_TRUNK_OFF = 0, LLM_TRUNK_AUTO, LLM_TRUNK_ON } llm_trunk_mode;
-#define LLM_TRUNK_AUTO_MAX ((long long)1 << 30)
+#define LLM_TRUNK_AUTO_MAX (((long long)2 << 30) - 1) /* protobuf's limit: larger models keep external data */
+/* Initializers under this many bytes are left to each session's own load (llm_model.c share_setup). */
+#define LLM_TRUNK_SHARE_MIN ((size_t)4096)
 /* "auto", "on", "off"; -1 for anything else. */
 int llm_trunk_mode_parse(const char *s, llm_trunk_mode *out);
 

@@ -127,11 +127,11 @@ static const setting_def k_settings[] = {
      "tiers (a model fails to load if that cannot be set up); host: per-sequence host caches "
      "gathered and scattered every step; auto: bound, else host with the reason logged"},
     {"TIERSERVE_LLM_PREFILL_TRUNK", "llm-prefill-trunk", ST_STR, OFF(llm_prefill_trunk), SZ(llm_prefill_trunk),
-     "off", 0, 0,
+     "auto", 0, 0,
      "auto|on|off: a second session of an LLM without its LM head, for the prefill chunks before a "
-     "prompt's last (their logits are never read). It holds its own copy of the weights it keeps: "
-     "auto turns it on for a model file up to 1 GiB. Off by default: on a quiet 2-core host it made "
-     "prefill slower in wall-clock time (its own ORT thread pool beside the main session's)"},
+     "prompt's last (their logits are never read). Both sessions share one copy of the weights (the "
+     "model file mapped once, one set of packed weights). auto: on on the CPU tier when the weights "
+     "can be shared; on: on any tier (on a GPU tier each session holds its own device copy)"},
     {"TIERSERVE_LLM_KV_DTYPE", "llm-kv-dtype", ST_STR, OFF(llm_kv_dtype), SZ(llm_kv_dtype), "fp32", 0, 0,
      "fp32|fp16: how an FP32 LLM's KV cache (running sequences and prefix-cache blocks) is stored. fp16: "
      "half the bytes, so the same KV budget holds twice the tokens; rounded to nearest even when stored, "

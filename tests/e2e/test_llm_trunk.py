@@ -9,6 +9,10 @@ the whole model. On the tiny decoder, eager and GroupQueryAttention exports, bot
 - a prompt prefilled in chunks of 7 takes ceil(n/7) prefill Run()s of which all but the last
   ran the trunk (`prefill_trunk_runs`; none when off), and its greedy tokens and logprobs still
   equal numpy's one-shot prefill (tests/models/llm_reference.py);
+- unset, the setting is auto, which on the CPU tier is on;
+- the trunk shares the main session's weights: its note says how many MiB (not 0); the resident
+  memory it saves is measured in docs/llm.md, not here (on this 16 MB model the sessions' fixed
+  costs swamp it: +13-15 MB with or without sharing);
 - a value other than auto|on|off is refused at start (exit 64, naming the setting).
 http.client, no retries."""
 import json
@@ -30,9 +34,9 @@ TOL = 1e-4
 CHUNK = 7
 
 CASES = [("eager", "host", "on"), ("eager", "bound", "on"), ("gqa", "host", "on"), ("gqa", "bound", "on"),
-         ("eager", "bound", "off")]
+         ("eager", "bound", "off"), ("gqa", "bound", None)]  # None: unset, the default (auto: on on the CPU tier)
 if SANITIZED:
-    CASES = [("eager", "bound", "on"), ("gqa", "bound", "on")]
+    CASES = [("eager", "bound", "on"), ("gqa", "bound", None)]
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +63,14 @@ def reference(repos):
     return ids, out["tokens"][0], [e["logprob"] for e in out["logprobs"][0]]
 
 
-@pytest.fixture(scope="module", params=CASES, ids=["-".join(c) for c in CASES])
+@pytest.fixture(scope="module", params=CASES, ids=["-".join(x or "default" for x in c) for c in CASES])
 def w(request, repos, tmp_path_factory):
     variant, kv, trunk = request.param
-    wk = start_worker(repos[variant], tmp_path_factory.mktemp("trunk-w"),
-                      env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_KV": kv, "TIERSERVE_LLM_PREFILL_CHUNK": str(CHUNK),
-                           "TIERSERVE_LLM_PREFILL_TRUNK": trunk})
-    wk.trunk = trunk == "on"
+    env = {"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_KV": kv, "TIERSERVE_LLM_PREFILL_CHUNK": str(CHUNK)}
+    if trunk:
+        env["TIERSERVE_LLM_PREFILL_TRUNK"] = trunk
+    wk = start_worker(repos[variant], tmp_path_factory.mktemp("trunk-w"), env=env)
+    wk.trunk = trunk != "off"
     yield wk
     assert wk.stop() == 0, wk.log_text()[-4000:]
 
@@ -75,8 +80,9 @@ def test_status_and_log_say_it(w):
     assert st["prefill_trunk"] is w.trunk, st
     assert st["prefill_trunk_note"].startswith("on: " if w.trunk else "off"), st["prefill_trunk_note"]
     if w.trunk:  # the LM head and what only it reads are gone from the trunk
-        m = re.match(r"on: (\d+) of (\d+) nodes and (\d+) MiB of weights dropped", st["prefill_trunk_note"])
-        assert m and int(m.group(1)) > 0 and int(m.group(3)) > 0, st["prefill_trunk_note"]
+        m = re.match(r"on: (\d+) of (\d+) nodes and (\d+) MiB of weights dropped, (\d+) MiB shared with the main "
+                     r"session", st["prefill_trunk_note"])
+        assert m and int(m.group(1)) > 0 and int(m.group(3)) > 0 and int(m.group(4)) > 0, st["prefill_trunk_note"]
     want = "prefill trunk on: " if w.trunk else "prefill trunk off"
     assert any(want in l.get("msg", "") for l in w.log_lines()), [l.get("msg") for l in w.log_lines()][:20]
 

@@ -13,6 +13,7 @@
 
 #include "quant.h"
 #include "quant_block.h"
+#include "quant_weights.h"
 #include "test_util.h"
 
 static uint64_t g_x = 88172645463325252ULL;
@@ -196,12 +197,74 @@ static void test_model_refusals(void **state)
     rmdir(dir);
 }
 
+/* quant_weights: a ModelProto written by hand in protobuf's wire format. Graph (field 7) with
+ * three initializers (field 5): "w" float [2, 3] as raw_data (24 bytes), "tiny" float [1]
+ * (4 bytes, under min_bytes), "bad" float [4] whose raw_data holds 8 bytes (not its dims). */
+static size_t put_tensor(uint8_t *p, const char *name, const int *dims, int nd, const uint8_t *raw, size_t rawlen)
+{
+    uint8_t t[128];
+    size_t n = 0, nl = strlen(name);
+    for (int i = 0; i < nd; i++) { t[n++] = 0x08; t[n++] = (uint8_t)dims[i]; } /* dims: field 1, varint */
+    t[n++] = 0x10; t[n++] = 1;                                                   /* data_type: FLOAT */
+    t[n++] = 0x42; t[n++] = (uint8_t)nl; memcpy(t + n, name, nl); n += nl;       /* name: field 8 */
+    t[n++] = 0x4a; t[n++] = (uint8_t)rawlen; memcpy(t + n, raw, rawlen); n += rawlen; /* raw_data: field 9 */
+    p[0] = 0x2a; /* initializer: field 5, length-delimited */
+    p[1] = (uint8_t)n;
+    memcpy(p + 2, t, n);
+    return n + 2;
+}
+
+static void test_weights_walk(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_quant_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    uint8_t raw[24], g[512], m[600];
+    for (size_t i = 0; i < sizeof raw; i++) raw[i] = (uint8_t)(i * 7 + 1);
+    size_t gn = 0;
+    gn += put_tensor(g + gn, "w", (const int[]){2, 3}, 2, raw, 24);
+    gn += put_tensor(g + gn, "tiny", (const int[]){1}, 1, raw, 4);
+    gn += put_tensor(g + gn, "bad", (const int[]){4}, 1, raw, 8);
+    size_t mn = 0;
+    m[mn++] = 0x08; m[mn++] = 8;    /* ir_version */
+    m[mn++] = 0x3a; m[mn++] = 0x80 | (gn & 0x7f); m[mn++] = (uint8_t)(gn >> 7); /* graph: field 7 */
+    memcpy(m + mn, g, gn);
+    mn += gn;
+    const char *path = test_write_file(dir, "m.onnx", m, mn);
+    quant_weights *w = NULL;
+    char err[300];
+    assert_int_equal(quant_weights_map(path, 8, &w, err, sizeof err), 0);
+    assert_int_equal(quant_weights_count(w), 1);
+    const quant_weight *q = quant_weights_at(w, 0);
+    assert_string_equal(q->name, "w");
+    assert_int_equal(q->ndim, 2);
+    assert_int_equal(q->dims[0], 2);
+    assert_int_equal(q->dims[1], 3);
+    assert_int_equal(q->data_type, 1);
+    assert_int_equal(q->bytes, 24);
+    assert_memory_equal(q->data, raw, 24);
+    assert_null(quant_weights_at(w, 1));
+    quant_weights_drop_pages(w);
+    assert_memory_equal(q->data, raw, 24); /* file pages: read back after the drop */
+    quant_weights_free(w);
+    /* every cut of the file: refused or walked, never read past its end (the ASan build) */
+    for (size_t cut = 1; cut < mn; cut++) {
+        path = test_write_file(dir, "m.onnx", m, cut);
+        w = NULL;
+        if (quant_weights_map(path, 1, &w, err, sizeof err) == 0) quant_weights_free(w);
+        else assert_null(w);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_matches_naive), cmocka_unit_test(test_int4_packing_order),
         cmocka_unit_test(test_odd_k_padding),            cmocka_unit_test(test_zero_points),
         cmocka_unit_test(test_valid_pairs),              cmocka_unit_test(test_model_refusals),
+        cmocka_unit_test(test_weights_walk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

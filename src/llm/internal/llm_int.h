@@ -18,6 +18,11 @@ struct llm_model {
                                  whose logits nobody reads runs it; NULL: every Run() computes
                                  them (TIERSERVE_LLM_PREFILL_TRUNK, llm_model.c) */
     char trunk_note[200];     /* why there is none, or what it dropped */
+    struct quant_weights *trunk_w; /* with a trunk: the model file's weights, mapped once */
+    OrtValue **trunk_v;       /* over trunk_w, given to both sessions (AddInitializer) */
+    size_t trunk_nv;
+    OrtPrepackedWeightsContainer *trunk_pack; /* their packed forms, built once for both */
+    OrtSession *shared_main;  /* the main session opened over them (llm_tune may replace it) */
     llm_sig sig;
     gen_config gen;
     int64_t max_context;
