@@ -611,7 +611,8 @@ int main(int argc, char **argv)
     /* the worker's setting: fp16 stores the caches of both paths as FP16 */
     const char *kv_dtype = getenv("TIERSERVE_LLM_KV_DTYPE");
     mo.kv_fp16 = kv_dtype && strcmp(kv_dtype, "fp16") == 0;
-    /* the worker's setting: off runs every prefill chunk through the whole model */
+    /* the worker's setting and default (auto); off runs every prefill chunk through the whole model */
+    mo.trunk = LLM_TRUNK_AUTO;
     const char *trunk = getenv("TIERSERVE_LLM_PREFILL_TRUNK");
     if (trunk && llm_trunk_mode_parse(trunk, &mo.trunk)) return 64;
     if (mo.intra_op_threads < 0 || mo.intra_op_threads > 1024) return 64;
