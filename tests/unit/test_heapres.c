@@ -45,19 +45,13 @@ static long heap_rss_kb(void)
 }
 #endif
 
-static void test_reserve_stays(void **state)
+#ifndef HEAPRES_ASAN
+/* 20,000 mallocs and frees in the calling thread's arena: blocks of every size up to 120 KiB
+ * (under the 128 KiB mmap threshold, over the 64 KiB at which a free looks at trimming the
+ * heap's top), held a few at a time */
+static void churn(unsigned seed)
 {
-    (void)state;
-#ifdef HEAPRES_ASAN
-    skip();
-#else
-    assert_int_equal(heap_reserve(RESERVE), RESERVE);
-    long after = heap_rss_kb();
-    assert_true(after >= (long)(RESERVE / 1024));
-    /* churn: blocks of every size up to 120 KiB (under the 128 KiB mmap threshold, over the
-     * 64 KiB at which a free looks at trimming the heap's top), held a few at a time */
     void *held[8] = {0};
-    unsigned seed = 1;
     for (int i = 0; i < 20000; i++) {
         seed = seed * 1103515245u + 12345u;
         size_t k = (seed >> 8) % 8;
@@ -68,6 +62,19 @@ static void test_reserve_stays(void **state)
         memset(held[k], 1, n < 256 ? n : 256);
     }
     for (size_t k = 0; k < 8; k++) free(held[k]);
+}
+#endif
+
+static void test_reserve_stays(void **state)
+{
+    (void)state;
+#ifdef HEAPRES_ASAN
+    skip();
+#else
+    assert_int_equal(heap_reserve(RESERVE), RESERVE);
+    long after = heap_rss_kb();
+    assert_true(after >= (long)(RESERVE / 1024));
+    churn(1);
     /* free pages at the top were not given back (within a page or two of what was resident) */
     assert_true(heap_rss_kb() >= after - 8);
 #endif
@@ -84,17 +91,7 @@ static void *reserve_thread(void *arg)
     size_t before = mallinfo2().arena; /* every arena's system bytes */
     out[0] = heap_thread_reserve(THREAD_RESERVE);
     out[1] = mallinfo2().arena - before;
-    /* churn in this thread's arena: blocks cut from the reserved run and freed again */
-    void *held[8] = {0};
-    unsigned seed = 7;
-    for (int i = 0; i < 20000; i++) {
-        seed = seed * 1103515245u + 12345u;
-        size_t k = (seed >> 8) % 8;
-        free(held[k]);
-        held[k] = malloc(16 + (seed >> 12) % (120 * 1024));
-        if (held[k]) memset(held[k], 1, 16);
-    }
-    for (size_t k = 0; k < 8; k++) free(held[k]);
+    churn(7); /* in this thread's arena: blocks cut from the reserved run and freed again */
     out[2] = mallinfo2().arena - before;
     return NULL;
 }
