@@ -222,13 +222,18 @@ static void check_batching(llm_model *m, tok_ids *prompts, size_t np, int64_t n,
 static void check_join_leave(llm_model *m, tok_ids *prompts, size_t np, const collect *single)
 {
     static const int64_t lens[MAX_PROMPTS] = {5, 16, 9, 16, 3, 12, 16, 7};
-    static collect c[MAX_PROMPTS], x;
-    llm_engine *e = engine(m, MAX_PROMPTS + 1, MAX_PROMPTS, 3);
+    static collect c[MAX_PROMPTS], x, y;
+    llm_engine *e = engine(m, MAX_PROMPTS + 2, MAX_PROMPTS, 3);
     llm_gen_params gx = greedy(300);
     gx.ignore_eos = true;
     collect_init(&x);
     uint64_t ix = add(e, &prompts[np - 1], &gx, &x);
-    CHECK(wait_for(&x, 2), "join/leave: X never ran");
+    /* a second long one, Y, decodes until every prompt is done: each prompt joins a batch of two
+     * however slowly this thread wakes (with X alone, a loaded machine let a short prompt finish
+     * before the next joined, and no step held three) */
+    collect_init(&y);
+    uint64_t iy = add(e, &prompts[0], &gx, &y);
+    CHECK(wait_for(&x, 2) && wait_for(&y, 2), "join/leave: X or Y never ran");
     for (size_t i = 0; i < np; i++) {
         llm_gen_params gp = greedy(lens[i]);
         collect_init(&c[i]);
@@ -250,6 +255,8 @@ static void check_join_leave(llm_model *m, tok_ids *prompts, size_t np, const co
     }
     CHECK(wait_for(&x, 0) && x.fin == LLM_FIN_CANCELLED && x.n < 300, "join/leave: X not cancelled (%zu, %s)",
           x.n, llm_finish_name(x.fin));
+    llm_engine_cancel(e, iy);
+    CHECK(wait_for(&y, 0) && y.fin != LLM_FIN_ERROR, "join/leave: Y failed (%s)", y.err);
     llm_engine_stats st;
     llm_engine_stats_get(e, &st);
     CHECK(st.active == 0 && st.kv_bytes == 0 && st.kv_batch_bytes == 0,
