@@ -7,6 +7,11 @@ the worker's voluntary context switches (sleeping threads woken) and CPU time pe
 
   /usr/bin/python3 bench/inline_ab.py BIN_DIR C [--width 1024] [--seconds 1.5] [--rounds 6]
                                        [--bounds default,100,0]
+
+The workers take the caller's environment: each measures its own layout at load, and on a loaded
+machine two workers can pick different ones (seen: 1t x2 and 1t x1 at c=4, a 2x gap that had
+nothing to do with the inline bound), so pin it for an A/B of the bound alone:
+  TIERSERVE_INTRA_OP_THREADS=2 TIERSERVE_INSTANCES=1 /usr/bin/python3 bench/inline_ab.py build/bin 1
 """
 import argparse
 import glob
@@ -50,6 +55,8 @@ def main():
     (bpath, hl), _ = bench.request_bodies("x", [1, a.width], tmp)
     url = "/v2/models/mlp/infer"
     bounds = a.bounds.split(",")
+    if len(set(bounds)) != len(bounds):
+        sys.exit("--bounds: each bound once")
     ws = {b: bench.Worker(tmp / "repo", tmp, binary=bindir / "tierserve",
                           env={} if b == "default" else {"TIERSERVE_INLINE_MAX_US": b}) for b in bounds}
     res, ips = {b: [] for b in bounds}, []
@@ -61,7 +68,8 @@ def main():
                 n0, v0, cpu0 = layout_rows.inline_runs(w), ctx_switches(w.proc.pid), w.cpu_s()
                 r = bench.loadgen(w.port, url, bpath, hl, a.c, a.seconds)
                 n = max(r["requests"], 1)
-                r.update(inline=(layout_rows.inline_runs(w) - n0) / n, vcs=(ctx_switches(w.proc.pid) - v0) / n,
+                inl = layout_rows.inline_runs(w) - n0
+                r.update(inl_n=inl, inline=inl / n, vcs=(ctx_switches(w.proc.pid) - v0) / n,
                          cpu_us=(w.cpu_s() - cpu0) / n * 1e6, ratio=r["throughput"] / ip["throughput"],
                          added=r["p50_us"] - ip["p50_us"])
                 res[b].append(r)
@@ -70,9 +78,11 @@ def main():
         for b in bounds:
             def m(k):
                 return statistics.median(r[k] for r in res[b])
+            lay = layout_rows.status_layout(ws[b], "mlp") or {}
             print(f"  inline bound {b:8} x{m('ratio'):.2f} in-process, added p50 {m('added'):+.0f} us "
-                  f"(rounds {[round(r['added']) for r in res[b]]}), on the loop {m('inline'):.2f}, "
-                  f"woken {m('vcs'):.2f}/req, CPU {m('cpu_us'):.0f} us/req")
+                  f"(rounds {[round(r['added']) for r in res[b]]}), on the loop {sum(r['inl_n'] for r in res[b])} "
+                  f"of {sum(r['requests'] for r in res[b])}, woken {m('vcs'):.2f}/req, CPU {m('cpu_us'):.0f} us/req; "
+                  f"layout {lay.get('threads')}t x{lay.get('instances')}{'' if lay.get('spinning') else ' nospin'}")
     finally:
         for w in ws.values():
             w.stop()
