@@ -44,6 +44,7 @@ typedef struct {
     _Atomic uint64_t outcomes[OUT_COUNT];
     hist request, queue, compute, batch;
     _Atomic uint64_t run_typical_ns; /* streaming median of recent Run() times (0: none yet) */
+    _Atomic uint64_t run_typical_bytes; /* the same runs' input tensor bytes, tracked alike */
 } model_stats;
 
 #define MODEL_MAX_PLACEMENT 4

@@ -249,6 +249,14 @@ static uint64_t run_time_step(uint64_t est, uint64_t ns)
     return ns > est - est / 16 ? ns : est - est / 16;
 }
 
+/* A request's input tensor bytes: what its Run() scales with, whatever the body's encoding. */
+static uint64_t request_bytes(const infer_request *r)
+{
+    uint64_t b = 0;
+    for (size_t i = 0; i < r->n_inputs; i++) b += r->inputs[i].nbytes;
+    return b;
+}
+
 static void run_jobs(server *srv, sched_item **items, size_t n, size_t runner, job_done_fn done)
 {
     job **run = calloc(n, sizeof *run);
@@ -307,6 +315,11 @@ static void run_jobs(server *srv, sched_item **items, size_t n, size_t runner, j
      * (relaxed: a lost update between runners only delays the estimate) */
     uint64_t ns = (uint64_t)((t1 - t0) * 1e9), old = atomic_load_explicit(&st->run_typical_ns, memory_order_relaxed);
     atomic_store_explicit(&st->run_typical_ns, run_time_step(old, ns), memory_order_relaxed);
+    /* and what those runs were fed: a request far larger than that is not the typical run */
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < m; i++) bytes += request_bytes(reqs[i]);
+    old = atomic_load_explicit(&st->run_typical_bytes, memory_order_relaxed);
+    atomic_store_explicit(&st->run_typical_bytes, run_time_step(old, bytes), memory_order_relaxed);
     for (size_t i = 0; i < m; i++) {
         job *j = run[i];
         j->t_end = t1;
@@ -448,9 +461,12 @@ static int plan_job(server *srv, job *j, ts_err *err)
  * before it each found nothing else in flight (one busy moment resets the streak, so under
  * concurrent load every request takes the runners and the loop stays free for I/O). And only
  * when it would not batch, the model runs without IO binding (bindings belong to runner
- * threads), and its typical recent Run() (run_time_step) took at most inline_max_us: the loop
- * is blocked for about that long, which is also why such a run needs no deadline timer. */
+ * threads), its typical recent Run() (run_time_step) took at most inline_max_us, and this
+ * request's inputs are at most INLINE_SIZE_FACTOR times the typical run's: the loop is blocked
+ * for about that long (the bound on what another connection waits), which is also why such a
+ * run needs no deadline timer. */
 #define INLINE_IDLE_STREAK 8
+#define INLINE_SIZE_FACTOR 2
 
 static bool run_inline_ok(server *srv, const job *j)
 {
@@ -461,8 +477,14 @@ static bool run_inline_ok(server *srv, const job *j)
     srv->idle_streak = busy ? 0 : srv->idle_streak < INLINE_IDLE_STREAK ? srv->idle_streak + 1 : INLINE_IDLE_STREAK;
     if (srv->set->inline_max_us <= 0 || srv->idle_streak < INLINE_IDLE_STREAK || j->key != 0) return false;
     if (model_io_binding(j->model, NULL)) return false;
-    uint64_t typical = atomic_load_explicit(&model_stats_of(j->model)->run_typical_ns, memory_order_relaxed);
-    return typical > 0 && typical <= (uint64_t)srv->set->inline_max_us * 1000;
+    const model_stats *st = model_stats_of(j->model);
+    uint64_t typical = atomic_load_explicit(&st->run_typical_ns, memory_order_relaxed);
+    if (typical == 0 || typical > (uint64_t)srv->set->inline_max_us * 1000) return false;
+    /* the typical time holds for a typical request only: one that feeds the model more than
+     * INLINE_SIZE_FACTOR times the typical input bytes takes a runner, so one large request
+     * cannot hold the loop (and every other connection) for as long as it runs */
+    uint64_t bytes = atomic_load_explicit(&st->run_typical_bytes, memory_order_relaxed);
+    return request_bytes(&j->req) <= bytes * INLINE_SIZE_FACTOR;
 }
 
 /* ---- the body: held, inflated, parsed --------------------------------------------- */

@@ -58,8 +58,8 @@ static const setting_def k_settings[] = {
      "(auto: on for the cuda/tensorrt tiers, off on CPU; on: every tier)"},
     {"TIERSERVE_INLINE_MAX_US", "inline-max-us", ST_INT, OFF(inline_max_us), 0, "100", 0, 100000,
      "an idle worker (the last 8 requests each found nothing else in flight) runs a lone request "
-     "on its event loop thread when the model's recent Run() took at most this long, skipping two "
-     "thread handoffs (0: never)"},
+     "on its event loop thread when the model's recent Run() took at most this long and the request "
+     "is at most twice the typical run's input bytes, skipping two thread handoffs (0: never)"},
     {"TIERSERVE_REQUEST_TIMEOUT_MS", "request-timeout-ms", ST_INT, OFF(request_timeout_ms), 0,
      "30000", 1, 3600000, "per-request deadline of KServe requests, queue plus compute (504 when passed)"},
     {"TIERSERVE_LLM_REQUEST_TIMEOUT_MS", "llm-request-timeout-ms", ST_INT, OFF(llm_request_timeout_ms), 0,

@@ -5,6 +5,7 @@ never bypass the batcher, and never run a slow model on the loop."""
 import concurrent.futures as cf
 import json
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -33,6 +34,18 @@ def infer(w, model, x=X):
     code, _, text = w.http("POST", f"/v2/models/{model}/infer", body)
     assert code == 200, text
     return json.loads(text)
+
+
+def slow_binary(w, rows):
+    """`slow` with its rows as binary data: the JSON part stays small, so however many rows
+    the request is decoded on the loop and may be considered for running there (a JSON body
+    over 64 KiB goes to the decode pool, which always hands off)."""
+    x = np.full((rows, 512), 0.5, dtype=np.float32).tobytes()
+    hdr = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 512],
+                                  "parameters": {"binary_data_size": len(x)}}]}).encode()
+    code, _, text = w.http("POST", "/v2/models/slow/infer", hdr + x,
+                           headers={"Inference-Header-Content-Length": str(len(hdr))}, timeout=120)
+    assert code == 200, text
 
 
 def inline_runs(w):
@@ -95,7 +108,8 @@ def test_one_long_run_does_not_push_a_fast_model_off_the_loop(repo, tmp_path):
     # The inline bound compares the model's typical Run(), not its mean: on a shared machine
     # a preempted run costs 10-100x the usual one, and a mean kept a 60 us model off the loop
     # for dozens of requests after each such outlier. One request of 2048 rows stands in for
-    # the outlier here (about 1 s of Run() against some 3 ms for one row).
+    # the outlier here (about 1 s of Run() against some 3 ms for one row); being 2048 times
+    # the typical input it runs on a runner, and its time still reaches the estimate.
     w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INLINE_MAX_US": "20000"})
     try:
         def slow(rows):
@@ -108,12 +122,45 @@ def test_one_long_run_does_not_push_a_fast_model_off_the_loop(repo, tmp_path):
         n0 = inline_runs(w)
         slow(1)
         assert inline_runs(w) == n0 + 1  # one row of `slow` is well inside 20 ms: inline
-        slow(2048)
+        slow_binary(w, 2048)  # binary: small enough a JSON part to be considered for the loop
         n1 = inline_runs(w)
+        assert n1 == n0 + 1  # 2048 rows are far past the typical input: a runner's, not the loop's
         for _ in range(12):
             slow(1)
         ran_inline = inline_runs(w) - n1
         print(f"one-row requests run inline after the long one: {ran_inline} of 12")
         assert ran_inline >= 10, ran_inline
+    finally:
+        w.stop()
+
+
+def test_a_large_request_does_not_hold_the_loop_from_other_connections(repo, tmp_path):
+    # The loop may run a fast model's typical request, so another connection waits at most
+    # about one typical Run(). A request far larger than the typical one must not run there:
+    # while 2048 rows of `slow` run (seconds against milliseconds for one row), a second
+    # connection's request is answered in a fraction of that time.
+    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INLINE_MAX_US": "20000"})
+    try:
+        def slow(rows):
+            slow_binary(w, rows)
+        for _ in range(12):
+            slow(1)  # the typical request: one row, inline from here on
+        t = time.monotonic()
+        slow(2048)
+        long_s = time.monotonic() - t  # this machine's time for the large one
+        for _ in range(12):
+            slow(1)  # the streak and the estimates back to one row
+        assert inline_runs(w) >= 10
+        n0 = inline_runs(w)
+        with cf.ThreadPoolExecutor(1) as ex:
+            fut = ex.submit(slow, 2048)
+            time.sleep(long_s / 4)  # the large request is running by now
+            t = time.monotonic()
+            infer(w, "demo")
+            waited = time.monotonic() - t
+            fut.result()
+        print(f"2048 rows took {long_s * 1e3:.0f} ms; a second connection waited {waited * 1e3:.0f} ms")
+        assert waited < long_s / 2, (waited, long_s)
+        assert inline_runs(w) == n0  # neither ran inline: one is large, the other was not alone
     finally:
         w.stop()
