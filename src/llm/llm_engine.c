@@ -676,10 +676,11 @@ static void prefill_end(llm_engine *e, const llm_seq *s)
  * the trunk and its last token alone on the whole model, so the LM head computes one row
  * instead of c (docs/llm.md "Prefill without the LM head"). The two Run()s are two chunks to
  * both KV paths (the bound path keeps its prefill batch between them, so the one-row Run()
- * copies no past). Below LLM_HEAD_SPLIT_MIN tokens the second Run()'s fixed cost is more
- * than the rows it saves (measured: docs/llm.md). */
+ * copies no past). The second Run() reads the trunk's weights again for one row: below
+ * LLM_HEAD_SPLIT_MIN tokens that costs more than the LM head's rows it saves (measured, one
+ * intra-op thread, interleaved: 2-8 tokens slower, 32-128 faster, 16 even; docs/llm.md). */
 #ifndef LLM_HEAD_SPLIT_MIN
-#define LLM_HEAD_SPLIT_MIN 2
+#define LLM_HEAD_SPLIT_MIN 16
 #endif
 static int prefill_run(llm_engine *e, llm_seq *s, size_t c, bool last, ts_err *err)
 {
