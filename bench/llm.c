@@ -520,6 +520,10 @@ static int variants(int argc, char **argv)
     if (epr.decision.refuse) return 78;
     const char *threads = getenv("TIERSERVE_INTRA_OP_THREADS");
     llm_model_opts mo = {.ep_cfg = &epc, .ep = &epr, .kv = LLM_KV_BOUND, .intra_op_threads = threads ? atoi(threads) : 0};
+    /* the worker's prefill trunk setting and default (auto), as the other modes have it */
+    mo.trunk = LLM_TRUNK_AUTO;
+    const char *trunk = getenv("TIERSERVE_LLM_PREFILL_TRUNK");
+    if (trunk && llm_trunk_mode_parse(trunk, &mo.trunk)) return 64;
     llm_model *m[VAR_MAX] = {0};
     ts_err err = {0};
     for (size_t i = 0; i < nm; i++)

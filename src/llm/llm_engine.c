@@ -670,6 +670,26 @@ static void prefill_end(llm_engine *e, const llm_seq *s)
     kv_gauge(e);
 }
 
+/* A prompt's last chunk: only its last row's logits are read (the first token's; nothing
+ * else reads a prefill's logits: llm_step_outputs keeps the last row only, and there is no
+ * prompt echo or prompt logprobs). With a trunk session the chunk's first c-1 tokens run on
+ * the trunk and its last token alone on the whole model, so the LM head computes one row
+ * instead of c (docs/llm.md "Prefill without the LM head"). The two Run()s are two chunks to
+ * both KV paths (the bound path keeps its prefill batch between them, so the one-row Run()
+ * copies no past). The second Run() reads the trunk's weights again for one row: below
+ * LLM_HEAD_SPLIT_MIN tokens that costs more than the LM head's rows it saves (measured, one
+ * intra-op thread, interleaved: 2-8 tokens slower, 32-128 faster, 16 even; docs/llm.md). */
+#ifndef LLM_HEAD_SPLIT_MIN
+#define LLM_HEAD_SPLIT_MIN 16
+#endif
+static int prefill_run(llm_engine *e, llm_seq *s, size_t c, bool last, ts_err *err)
+{
+    if (!last) return run_step(e, false, &s, 1, c, NULL, err);
+    if (c < LLM_HEAD_SPLIT_MIN || !llm_model_prefill_trunk(e->m)) return run_step(e, false, &s, 1, c, e->logits, err);
+    if (run_step(e, false, &s, 1, c - 1, NULL, err)) return -1;
+    return run_step(e, false, &s, 1, 1, e->logits, err);
+}
+
 static void prefill(llm_engine *e)
 {
     size_t n = 0, n_dec = 0;
@@ -697,7 +717,7 @@ static void prefill(llm_engine *e)
         ts_err err = {0};
         double t0 = ts_now();
         bool last = s->n_cached + c >= fill_to(s);
-        if (run_step(e, false, &s, 1, c, last ? e->logits : NULL, &err)) {
+        if (prefill_run(e, s, c, last, &err)) {
             prefill_end(e, s);
             orphan_forks(e, s);
             drop_active(e, s);

@@ -156,7 +156,9 @@ typedef struct {
     uint64_t prefill_runs;
     uint64_t prefill_tokens; /* prompt tokens those Run()s computed (recomputed ones included) */
     uint64_t prefill_trunk_runs; /* of prefill_runs, those that ran the model's trunk session: a
-                                    chunk before a prompt's last, no logits computed */
+                                    chunk before a prompt's last, no logits computed, or a last
+                                    chunk's tokens but its last (whose one row then runs the
+                                    whole model: a second Run() not in prefill_runs) */
     uint64_t preemptions;  /* running sequences sent back to wait for a more urgent one */
     uint64_t forked;       /* sequences that started from a copy of another's prompt KV
                               (llm_engine_add_n) instead of a prefill of their own */

@@ -6,9 +6,13 @@ the whole model. On the tiny decoder, eager and GroupQueryAttention exports, bot
 
 - /v2/status's llm object says `prefill_trunk` (true, or false with TIERSERVE_LLM_PREFILL_TRUNK=off)
   with a note, and the load log line says "prefill trunk on: ..." / "off ...";
-- a prompt prefilled in chunks of 7 takes ceil(n/7) prefill Run()s of which all but the last
-  ran the trunk (`prefill_trunk_runs`; none when off), and its greedy tokens and logprobs still
-  equal numpy's one-shot prefill (tests/models/llm_reference.py);
+- a prompt prefilled in chunks of 19 takes ceil(n/19) prefill chunks (`prefill_runs`), all but
+  the last on the trunk (`prefill_trunk_runs`; none when off), and a last chunk of at least
+  SPLIT_MIN (llm_engine.c LLM_HEAD_SPLIT_MIN) tokens too: its tokens but its last on the trunk,
+  its last token alone on the whole model (the LM head computes one row, not 16); a prompt
+  shorter than a chunk the same (MID: one trunk Run(); SHORT, under SPLIT_MIN: none); and the
+  greedy tokens and logprobs still equal numpy's one-shot prefill (tests/models/llm_reference.py),
+  for n = 2 too (each choice from the one row the leader's whole-model Run() gave);
 - unset, the setting is auto, which on the CPU tier is on;
 - the trunk shares the main session's weights: its note says how many MiB (not 0); the resident
   memory it saves is measured in docs/llm.md, not here (on this 16 MB model the sessions' fixed
@@ -27,11 +31,14 @@ from conftest import BIN, SANITIZED, sanitizer_env, start_worker
 from helpers import llm_status, post_json
 from llm_fixture import MODELS, node_encode, write_tiny_llm
 
-LONG = ("The quick brown fox jumps over the lazy dog near the river bank, and then it rests. " * 3).strip()
+LONG = ("The quick brown fox jumps over the lazy dog near the river bank, and then it rests. " * 5).strip()
+MID = "The quick brown fox jumps over the lazy dog near the river bank."  # one chunk, >= SPLIT_MIN tokens
+SHORT = "The quick brown fox"  # one chunk, under SPLIT_MIN: the whole model on all its rows
 K = 2
 N = 8
 TOL = 1e-4
-CHUNK = 7
+CHUNK = 19  # LONG's last chunk is then SPLIT_MIN tokens: the edge
+SPLIT_MIN = 16  # llm_engine.c LLM_HEAD_SPLIT_MIN
 
 CASES = [("eager", "host", "on"), ("eager", "bound", "on"), ("gqa", "host", "on"), ("gqa", "bound", "on"),
          ("eager", "bound", "off"), ("gqa", "bound", None)]  # None: unset, the default (auto: on on the CPU tier)
@@ -51,22 +58,26 @@ def repos(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(repos):
-    """LONG's ids and numpy's greedy tokens and logprobs (one-shot prefill; same weights in both exports)."""
-    ids = node_encode(LONG, True)
+    """{prompt: (ids, numpy's greedy tokens, their logprobs)} for LONG, MID and SHORT (one-shot prefill; same
+    weights in both exports)."""
+    ids = [node_encode(LONG, True), node_encode(MID, True), node_encode(SHORT, True)]
     pj = repos["eager"] / "trunk_prompt.json"
-    pj.write_text(json.dumps([ids]))
+    pj.write_text(json.dumps(ids))
     r = subprocess.run([sys.executable, str(MODELS / "llm_reference.py"), "--logprobs", str(K),
                         str(repos["eager"] / "tiny" / "1"), str(pj), str(N)], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    return ids, out["tokens"][0], [e["logprob"] for e in out["logprobs"][0]]
+    return {p: (ids[i], out["tokens"][i], [e["logprob"] for e in out["logprobs"][i]])
+            for i, p in enumerate((LONG, MID, SHORT))}
 
 
 @pytest.fixture(scope="module", params=CASES, ids=["-".join(x or "default" for x in c) for c in CASES])
 def w(request, repos, tmp_path_factory):
     variant, kv, trunk = request.param
-    env = {"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_KV": kv, "TIERSERVE_LLM_PREFILL_CHUNK": str(CHUNK)}
+    # no prefix cache: every request prefills its whole prompt (LONG is sent twice)
+    env = {"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_KV": kv, "TIERSERVE_LLM_PREFILL_CHUNK": str(CHUNK),
+           "TIERSERVE_LLM_PREFIX_CACHE_SCOPE": "off"}
     if trunk:
         env["TIERSERVE_LLM_PREFILL_TRUNK"] = trunk
     wk = start_worker(repos[variant], tmp_path_factory.mktemp("trunk-w"), env=env)
@@ -87,24 +98,31 @@ def test_status_and_log_say_it(w):
     assert any(want in l.get("msg", "") for l in w.log_lines()), [l.get("msg") for l in w.log_lines()][:20]
 
 
-def test_chunks_before_the_last_skip_logits_and_stay_exact(w, reference):
-    ids, tokens, want = reference
+@pytest.mark.parametrize("prompt,n", [(LONG, 1), (MID, 1), (SHORT, 1), (LONG, 2)],
+                         ids=["long", "mid", "short", "long-n2"])
+def test_only_the_last_token_runs_the_lm_head_and_stays_exact(w, reference, prompt, n):
+    ids, tokens, want = reference[prompt]
     before = llm_status(w)
-    r = post_json(w, "/v1/completions", {"model": "tiny", "prompt": LONG, "max_tokens": N, "temperature": 0,
-                                         "logprobs": K})
+    r = post_json(w, "/v1/completions", {"model": "tiny", "prompt": prompt, "max_tokens": N, "temperature": 0,
+                                         "logprobs": K, "n": n})
     assert r.status == 200, r.body
     after = llm_status(w)
     a = r.body
-    assert a["usage"]["prompt_tokens"] == len(ids) > 4 * CHUNK
+    assert a["usage"]["prompt_tokens"] == len(ids)
+    assert len(ids) > 4 * CHUNK if prompt == LONG else len(ids) < CHUNK
     runs = math.ceil(len(ids) / CHUNK)
+    last = len(ids) - (runs - 1) * CHUNK
+    split = last >= SPLIT_MIN  # the last chunk's tokens but its last ran on the trunk
+    assert split == (prompt != SHORT), (prompt, len(ids), last)
+    assert len(a["choices"]) == n
+    for c in a["choices"]:
+        got = c["logprobs"]["token_logprobs"]
+        assert len(got) == len(want) == N
+        for i, (g, x) in enumerate(zip(got, want)):
+            assert abs(g - x) <= TOL, f"choice {c['index']} token {i}: logprob {g} vs numpy {x} (one-shot prefill)"
+        assert len(c["logprobs"]["top_logprobs"]) == N
     assert after["prefill_runs"] - before["prefill_runs"] == runs, (before, after)
-    assert after["prefill_trunk_runs"] - before["prefill_trunk_runs"] == (runs - 1 if w.trunk else 0), (before, after)
-    got = a["choices"][0]["logprobs"]["token_logprobs"]
-    assert len(got) == len(want) == N
-    for i, (g, x) in enumerate(zip(got, want)):
-        assert abs(g - x) <= TOL, f"token {i}: logprob {g} vs numpy {x} (one-shot prefill)"
-    top = a["choices"][0]["logprobs"]["top_logprobs"]
-    assert len(top) == N
+    assert after["prefill_trunk_runs"] - before["prefill_trunk_runs"] == (runs - 1 + split if w.trunk else 0), (before, after)
 
 
 def test_bad_value_refused():
