@@ -57,6 +57,26 @@ const char *llm_finish_name(llm_finish f)
 
 /* ---- helpers on the generation thread ---- */
 
+/* The trace hook (llm_engine_hooks.on_trace): off, the loop takes no time stamp for it. */
+static bool tracing(const llm_engine *e)
+{
+    return e->opt.hooks.on_trace != NULL;
+}
+
+static double trace_t0(const llm_engine *e)
+{
+    return tracing(e) ? ts_now() : 0;
+}
+
+static void trace(const llm_engine *e, llm_trace_kind k, size_t n, size_t tokens, size_t past, size_t budget,
+                  double t0)
+{
+    if (!tracing(e)) return;
+    llm_trace_ev ev = {.kind = k, .n = n, .tokens = tokens, .past = past, .budget = budget, .t0 = t0,
+                       .t1 = ts_now()};
+    e->opt.hooks.on_trace(e->opt.hooks.ctx, &ev);
+}
+
 /* Into the wait queue (under mu, room checked by the caller), kept in (priority, id) order:
  * a new sequence goes behind every waiting one of the same or a lower priority value, ahead
  * of the rest; a preempted one (an older id) goes back ahead of the later arrivals of its
@@ -705,12 +725,15 @@ static void prefill(llm_engine *e)
             continue;
         }
         ewma(&e->pf_tok_s, (ts_now() - t0) / (double)c);
+        trace(e, !last && llm_model_prefill_trunk(e->m) ? LLM_TR_TRUNK : LLM_TR_PREFILL, 1, c, s->n_cached - c,
+              urgent ? SIZE_MAX : budget, t0);
         if (!urgent && budget != SIZE_MAX) budget -= c;
         pthread_mutex_lock(&e->mu);
         e->st.prefill_runs++;
         e->st.prefill_tokens += c;
         pthread_mutex_unlock(&e->mu);
         if (s->n_cached < fill_to(s)) continue;
+        double te = trace_t0(e);
         s->state = SEQ_DECODE;
         prefill_end(e, s); /* before its first token, which may end it (or a fork) */
         pc_store(e, s, fill_to(s)); /* the next turn of a conversation starts with these (once for n forks) */
@@ -721,6 +744,7 @@ static void prefill(llm_engine *e)
             memcpy(e->logits, e->fork_row, e->m->sig.vocab * sizeof *e->logits);
             take_token(e, forks[k], e->logits, NULL);
         }
+        trace(e, LLM_TR_PROMPT_END, 1 + nf, 0, fill_to(s), SIZE_MAX, te);
     }
 }
 
@@ -762,8 +786,10 @@ static int settle(llm_engine *e, size_t n)
 {
     if (!e->kv) return 0;
     ts_err err = {0};
+    double t0 = trace_t0(e);
     int rc = llm_kv_settle(e->m, e->kv, e->active, e->n_active, e->batch, n, &err);
     kv_gauge(e);
+    trace(e, LLM_TR_SETTLE, n, 0, 0, SIZE_MAX, t0);
     if (!rc) return 0;
     /* a failed device copy is as much a GPU fault as a failed Run() */
     if (e->opt.hooks.on_run_error) e->opt.hooks.on_run_error(e->opt.hooks.ctx, &err);
@@ -781,9 +807,13 @@ static void decode(llm_engine *e)
     size_t n = decode_set(e);
     if (settle(e, n) || n == 0) return;
     ts_err err = {0};
+    size_t past = 0;
+    for (size_t i = 0; tracing(e) && i < n; i++)
+        if (e->batch[i]->n_cached > past) past = e->batch[i]->n_cached;
     double t0 = ts_now();
     int rc = run_step(e, true, e->batch, n, 1, e->logits, &err);
     if (!rc) ewma(&e->dec_s, ts_now() - t0);
+    if (!rc) trace(e, LLM_TR_DECODE, n, 1, past, SIZE_MAX, t0);
     e->turn++;
     kv_gauge(e);
     pthread_mutex_lock(&e->mu);
@@ -804,8 +834,10 @@ static void decode(llm_engine *e)
         return;
     }
     size_t n_ended = 0;
+    double ts = trace_t0(e);
     for (size_t i = 0; i < n; i++)
         if (take_token(e, e->batch[i], e->logits + i * e->m->sig.vocab, &e->ended[n_ended])) n_ended++;
+    trace(e, LLM_TR_SAMPLE, n, 1, 0, SIZE_MAX, ts);
     /* a finished sequence's rows leave the batch before it leaves its slot: once the
      * running gauge has dropped, the KV gauge counts none of its memory */
     if (n_ended && settle(e, decode_set(e))) {
@@ -835,7 +867,9 @@ static void *gen_thread(void *arg)
             heap_thread_reserve(HEAPRES_THREAD);
             reserved = true;
         }
+        double t0 = trace_t0(e);
         reshuffle(e);
+        trace(e, LLM_TR_JOIN, 0, 0, 0, SIZE_MAX, t0);
         prefill(e);
         decode(e);
     }
