@@ -6,6 +6,7 @@
 
 #include "heapres.h"
 #include "clock.h"
+#include "llm_budget.h"
 #include "llm_int.h"
 #include "llm_prefix.h"
 #include "log.h"
@@ -42,6 +43,7 @@ struct llm_engine {
     /* the step budget's measurements (seconds, moving averages; 0: none yet): a decode step,
        and a prefill chunk's time per token (prefill_tokens) */
     double dec_s, pf_tok_s;
+    llm_budget_fit fit;       /* a prefill chunk's cost (llm_budget.h, step_prefill_tokens) */
     char *model_id;
 };
 
@@ -655,13 +657,18 @@ static int run_step(llm_engine *e, bool decode, llm_seq **seqs, size_t n, size_t
  * decoding", quiet-machine table). */
 #define LLM_STEP_MIN_CHUNK 64
 
-static size_t step_prefill_tokens(const llm_engine *e, size_t n_dec)
+static size_t step_prefill_tokens(const llm_engine *e, size_t n_dec, size_t past)
 {
     if (n_dec == 0) return SIZE_MAX;
     if (e->opt.step_tokens) return e->opt.step_tokens > n_dec ? e->opt.step_tokens - n_dec : 1;
     if (e->dec_s <= 0 || e->pf_tok_s <= 0) return LLM_STEP_MIN_CHUNK; /* nothing measured yet */
-    double c = LLM_STEP_PREFILL_SHARE * e->dec_s / e->pf_tok_s;
-    return c < LLM_STEP_MIN_CHUNK ? LLM_STEP_MIN_CHUNK : c > (double)e->opt.prefill_chunk ? e->opt.prefill_chunk : (size_t)c;
+    double share = e->opt.step_share > 0 ? e->opt.step_share : LLM_STEP_PREFILL_SHARE;
+    double c = e->opt.step_fit ? llm_budget_chunk(&e->fit, past, 1e3 * share * e->dec_s, LLM_STEP_MIN_CHUNK) : -1;
+    if (c < 0) { /* the time per token (or the fit is not usable yet) */
+        c = share * e->dec_s / e->pf_tok_s;
+        if (c < LLM_STEP_MIN_CHUNK) c = LLM_STEP_MIN_CHUNK;
+    }
+    return c > (double)e->opt.prefill_chunk ? e->opt.prefill_chunk : (size_t)c;
 }
 
 static void ewma(double *avg, double x)
@@ -706,7 +713,7 @@ static void prefill(llm_engine *e)
         e->batch[at] = a;
     }
     if (e->one_per_run && n_dec > 1) n_dec = 1; /* one decodes per Run() (decode_set) */
-    size_t budget = step_prefill_tokens(e, n_dec);
+    size_t budget = step_prefill_tokens(e, n_dec, n ? e->batch[0]->n_cached : 0);
     for (size_t i = 0; i < n; i++) {
         llm_seq *s = e->batch[i];
         bool urgent = n_dec && s->params.priority < dec_prio;
@@ -725,6 +732,7 @@ static void prefill(llm_engine *e)
             continue;
         }
         ewma(&e->pf_tok_s, (ts_now() - t0) / (double)c);
+        if (e->opt.step_fit) llm_budget_fit_add(&e->fit, c, s->n_cached - c, 1e3 * (ts_now() - t0));
         trace(e, !last && llm_model_prefill_trunk(e->m) ? LLM_TR_TRUNK : LLM_TR_PREFILL, 1, c, s->n_cached - c,
               urgent ? SIZE_MAX : budget, t0);
         if (!urgent && budget != SIZE_MAX) budget -= c;
@@ -880,9 +888,10 @@ int llm_engine_new(llm_model *m, const llm_engine_opts *opt, llm_engine **out, t
 {
     *out = NULL;
     if (opt->max_active < 1 || opt->max_active > LLM_MAX_ACTIVE || opt->max_waiting > LLM_MAX_WAITING ||
-        opt->prefill_chunk < 1 || opt->prefill_chunk > LLM_MAX_PREFILL_CHUNK || opt->step_tokens > LLM_MAX_STEP_TOKENS) {
+        opt->prefill_chunk < 1 || opt->prefill_chunk > LLM_MAX_PREFILL_CHUNK || opt->step_tokens > LLM_MAX_STEP_TOKENS ||
+        !(opt->step_share >= 0 && opt->step_share <= 4)) {
         ts_err_set(err, TS_INTERNAL_ERROR, "LLM engine: max_active must be 1..%d, max_waiting "
-                   "0..%d, prefill_chunk 1..%d and step_tokens 0..%d", LLM_MAX_ACTIVE, LLM_MAX_WAITING,
+                   "0..%d, prefill_chunk 1..%d, step_tokens 0..%d and step_share 0..4", LLM_MAX_ACTIVE, LLM_MAX_WAITING,
                    LLM_MAX_PREFILL_CHUNK, LLM_MAX_STEP_TOKENS);
         return -1;
     }

@@ -153,6 +153,13 @@ typedef struct {
      * Only a value of prefill_chunk + max_active or more lets every joining sequence run a
      * whole chunk per step (the behaviour before the budget). */
     size_t step_tokens;
+    /* The auto budget's target for a prefill Run() beside decoding, as a share of a decode
+     * step (0: LLM_STEP_PREFILL_SHARE, 0.5; at most 4), and its rule: false, the chunk's time
+     * per token (a moving average, at least 64 tokens); true, a fitted cost model of fixed
+     * cost, per-token work and attention over the past (llm_budget.h; bench_llm --itl's
+     * BENCH_ITL_FIT). */
+    double step_share;
+    bool step_fit;
     llm_engine_hooks hooks;
     /* KV memory as the admission unit: a waiting sequence joins only when its cache (prompt
      * plus max_new_tokens) fits in kv_budget beside the active ones' (the prefix cache's
