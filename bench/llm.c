@@ -362,6 +362,22 @@ static void trace_print(size_t worst, double t_arrive)
     window *done = calloc(worst ? worst : 1, sizeof *done);
     for (size_t i = 0; i < n; i++) ix[i] = i;
     qsort(ix, n, sizeof *ix, cmp_gap_desc);
+    /* the chunks run beside decoding since the prompt arrived: their sizes, and any over the
+     * budget the rule gave it (the engine must never run one) */
+    size_t nc = 0, over = 0, cmin = SIZE_MAX, cmax = 0;
+    double tmax = 0;
+    for (size_t i = 0; i < g_n_ev; i++) {
+        const llm_trace_ev *ev = &g_ev[i];
+        if ((ev->kind != LLM_TR_PREFILL && ev->kind != LLM_TR_TRUNK) || ev->budget == SIZE_MAX || ev->t0 < t_arrive)
+            continue;
+        nc++;
+        over += ev->tokens > ev->budget;
+        if (ev->tokens < cmin) cmin = ev->tokens;
+        if (ev->tokens > cmax) cmax = ev->tokens;
+        if (ev->t1 - ev->t0 > tmax) tmax = ev->t1 - ev->t0;
+    }
+    printf("  %zu budgeted chunks: %zu..%zu tokens, longest %.2f ms, %zu over their budget\n", nc, nc ? cmin : 0, cmax,
+           1e3 * tmax, over);
     for (size_t k = 0; k < n && shown < worst; k++) {
         window w = g_win[ix[k]];
         bool dup = false;
