@@ -27,9 +27,10 @@
  * the prompt arrives, each with what the generation loop did inside it (the engine's trace
  * hook: decode and prefill Run()s with their tokens, past and budget, the bound path's
  * write-backs, sampling, joins, the prompt's end; work under 0.1 ms summed as "small", the
- * rest of the gap "untraced"), one line per gap. BENCH_ITL_SHARE=S sets the auto budget's
- * target (S x a decode step for a prefill Run(); default 0.5) and BENCH_ITL_FIT=1 its fitted
- * cost model instead of the time per token (llm_engine_opts.step_share, step_fit).
+ * rest of the gap "untraced"), one line per gap.
+ * BENCH_STEP_SHARE=S sets the auto budget's target (S x a decode step for a prefill Run();
+ * default 0.5) and BENCH_STEP_FIT=1 its fitted cost model instead of the time per token
+ * (llm_engine_opts.step_share, step_fit), for every mode (--variants' c=16 included).
  * --urgent: issue 25's priority preemption (bound path). An urgent request's TTFT on an idle
  * engine, then with SLOTS batch-priority streams in every slot (it preempts one; 5 times).
  * TIERSERVE_INTRA_OP_THREADS, TIERSERVE_INTRA_OP_SPINNING and TIERSERVE_TUNE set the session's
@@ -64,6 +65,15 @@
 #include "ortenv.h"
 
 #define MAX_REQ 4096
+
+/* BENCH_STEP_SHARE=S, BENCH_STEP_FIT=1: the auto step budget's target and rule
+ * (llm_engine_opts.step_share, step_fit) for every engine the bench opens. */
+static void step_opts(llm_engine_opts *o)
+{
+    const char *share = getenv("BENCH_STEP_SHARE"), *fit = getenv("BENCH_STEP_FIT");
+    if (share) o->step_share = atof(share);
+    o->step_fit = fit && strcmp(fit, "1") == 0;
+}
 
 typedef struct {
     double t_add, t_first, t_last;
@@ -118,6 +128,7 @@ static double run(llm_model *m, const char *label, size_t slots, size_t conc, si
                 const int32_t *prompt, size_t plen)
 {
     llm_engine_opts o = {.max_active = slots, .max_waiting = MAX_REQ, .prefill_chunk = 64};
+    step_opts(&o);
     llm_engine *e = NULL;
     ts_err err = {0};
     if (llm_engine_new(m, &o, &e, &err)) {
@@ -308,9 +319,7 @@ static llm_engine *sched_engine(llm_model *m, size_t slots, size_t step_tokens)
 {
     llm_engine_opts o = {.max_active = slots, .max_waiting = 64, .prefill_chunk = 512, .step_tokens = step_tokens};
     if (g_ev) o.hooks.on_trace = on_trace;
-    const char *share = getenv("BENCH_ITL_SHARE"), *fit = getenv("BENCH_ITL_FIT");
-    if (share) o.step_share = atof(share);
-    o.step_fit = fit && strcmp(fit, "1") == 0;
+    step_opts(&o);
     llm_engine *e = NULL;
     ts_err err = {0};
     if (llm_engine_new(m, &o, &e, &err)) {
@@ -479,7 +488,7 @@ static int itl(int n, char **a, llm_model *m, llm_model *mb)
 {
     size_t streams = n > 0 ? (size_t)atol(a[0]) : 8, long_n = n > 1 ? (size_t)atol(a[1]) : 2000;
     if (streams < 1 || streams > 64 || long_n < 200 || long_n + 1 >= (size_t)llm_model_max_context(m)) return 64;
-    const char *share = getenv("BENCH_ITL_SHARE"), *fit = getenv("BENCH_ITL_FIT");
+    const char *share = getenv("BENCH_STEP_SHARE"), *fit = getenv("BENCH_STEP_FIT");
     printf("bench_llm --itl: %zu greedy streams decoding, then a %zu-token prompt arrives; prefill chunk 512; "
            "auto budget: share %s, %s\n", streams, long_n, share ? share : "default",
            fit && strcmp(fit, "1") == 0 ? "fitted cost model" : "time per token");

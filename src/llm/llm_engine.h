@@ -157,7 +157,7 @@ typedef struct {
      * step (0: LLM_STEP_PREFILL_SHARE, 0.5; at most 4), and its rule: false, the chunk's time
      * per token (a moving average, at least 64 tokens); true, a fitted cost model of fixed
      * cost, per-token work and attention over the past (llm_budget.h; bench_llm --itl's
-     * BENCH_ITL_FIT). */
+     * BENCH_STEP_FIT). */
     double step_share;
     bool step_fit;
     llm_engine_hooks hooks;
