@@ -387,6 +387,20 @@ static void trace_print(size_t worst, double t_arrive)
     }
     printf("  %zu budgeted chunks: %zu..%zu tokens, longest %.2f ms, %zu over their budget\n", nc, nc ? cmin : 0, cmax,
            1e3 * tmax, over);
+    /* the decode Run()s themselves, before the prompt and beside its chunks: a step that
+     * slows down beside prefill (another session's threads, caches) widens every gap */
+    double *dr[2] = {calloc(g_n_ev + 1, sizeof **dr), calloc(g_n_ev + 1, sizeof **dr)};
+    size_t nd[2] = {0, 0};
+    for (size_t i = 0; dr[0] && dr[1] && i < g_n_ev; i++)
+        if (g_ev[i].kind == LLM_TR_DECODE) {
+            int ph = g_ev[i].t0 >= t_arrive;
+            dr[ph][nd[ph]++] = g_ev[i].t1 - g_ev[i].t0;
+        }
+    printf("  decode Run()s: p50 %.2f p90 %.2f ms before the prompt (%zu), p50 %.2f p90 %.2f ms while (%zu)\n",
+           1e3 * pct(dr[0], nd[0], 0.5), 1e3 * pct(dr[0], nd[0], 0.9), nd[0], 1e3 * pct(dr[1], nd[1], 0.5),
+           1e3 * pct(dr[1], nd[1], 0.9), nd[1]);
+    free(dr[0]);
+    free(dr[1]);
     for (size_t k = 0; k < n && shown < worst; k++) {
         window w = g_win[ix[k]];
         bool dup = false;
