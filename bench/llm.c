@@ -23,7 +23,14 @@
  * until its first token: ITL p50 without, p50/p99/max with, and the long prompt's TTFT, with
  * no step budget (every prefill chunk whole: the behaviour before) and with the auto budget,
  * on both KV paths (BENCH_ITL, e.g. "bound-auto,host-auto", picks some of host-none,
- * host-auto, bound-none, bound-auto).
+ * host-auto, bound-none, bound-auto). BENCH_ITL_TRACE=N also prints the N worst gaps while
+ * the prompt arrives, each with what the generation loop did inside it (the engine's trace
+ * hook: decode and prefill Run()s with their tokens, past and budget, the bound path's
+ * write-backs, sampling, joins, the prompt's end; work under 0.1 ms summed as "small", the
+ * rest of the gap "untraced"), one line per gap.
+ * BENCH_STEP_SHARE=S sets the auto budget's target (S x a decode step for a prefill Run();
+ * default 0.5) and BENCH_STEP_FIT=1 its fitted cost model instead of the time per token
+ * (llm_engine_opts.step_share, step_fit), for every mode (--variants' c=16 included).
  * --urgent: issue 25's priority preemption (bound path). An urgent request's TTFT on an idle
  * engine, then with SLOTS batch-priority streams in every slot (it preempts one; 5 times).
  * TIERSERVE_INTRA_OP_THREADS, TIERSERVE_INTRA_OP_SPINNING and TIERSERVE_TUNE set the session's
@@ -58,6 +65,15 @@
 #include "ortenv.h"
 
 #define MAX_REQ 4096
+
+/* BENCH_STEP_SHARE=S, BENCH_STEP_FIT=1: the auto step budget's target and rule
+ * (llm_engine_opts.step_share, step_fit) for every engine the bench opens. */
+static void step_opts(llm_engine_opts *o)
+{
+    const char *share = getenv("BENCH_STEP_SHARE"), *fit = getenv("BENCH_STEP_FIT");
+    if (share) o->step_share = atof(share);
+    o->step_fit = fit && strcmp(fit, "1") == 0;
+}
 
 typedef struct {
     double t_add, t_first, t_last;
@@ -112,6 +128,7 @@ static double run(llm_model *m, const char *label, size_t slots, size_t conc, si
                 const int32_t *prompt, size_t plen)
 {
     llm_engine_opts o = {.max_active = slots, .max_waiting = MAX_REQ, .prefill_chunk = 64};
+    step_opts(&o);
     llm_engine *e = NULL;
     ts_err err = {0};
     if (llm_engine_new(m, &o, &e, &err)) {
@@ -262,6 +279,21 @@ static double *g_gaps[2];      /* the running streams' inter-token gaps: [0] bef
 static size_t g_n_gaps[2], g_cap_gaps;
 static int g_phase = -1;       /* under g_mu; -1: not recording */
 
+/* BENCH_ITL_TRACE=N: the engine's trace (llm_engine_hooks.on_trace) while recording, and each
+ * gap's window of phase 1, to print the N worst gaps' composition. */
+typedef struct { double a, b; } window;
+static llm_trace_ev *g_ev;
+static size_t g_n_ev, g_cap_ev;
+static window *g_win;          /* [i]: g_gaps[1][i]'s window */
+
+static void on_trace(void *ctx, const llm_trace_ev *ev)
+{
+    (void)ctx;
+    pthread_mutex_lock(&g_mu);
+    if (g_phase >= 0 && g_n_ev < g_cap_ev) g_ev[g_n_ev++] = *ev;
+    pthread_mutex_unlock(&g_mu);
+}
+
 static void on_stream(void *ud, uint64_t id, int32_t tok, llm_finish fin, const ts_err *err)
 {
     (void)id;
@@ -271,7 +303,10 @@ static void on_stream(void *ud, uint64_t id, int32_t tok, llm_finish fin, const 
     if (fin == LLM_FIN_ERROR) fprintf(stderr, "error: %s\n", err ? err->msg : "?");
     if (tok >= 0) {
         if (r->n == 0) r->t_first = now;
-        else if (g_phase >= 0 && g_n_gaps[g_phase] < g_cap_gaps) g_gaps[g_phase][g_n_gaps[g_phase]++] = now - r->t_last;
+        else if (g_phase >= 0 && g_n_gaps[g_phase] < g_cap_gaps) {
+            if (g_phase == 1 && g_win) g_win[g_n_gaps[1]] = (window){r->t_last, now};
+            g_gaps[g_phase][g_n_gaps[g_phase]++] = now - r->t_last;
+        }
         r->t_last = now;
         r->n++;
     }
@@ -283,6 +318,8 @@ static void on_stream(void *ud, uint64_t id, int32_t tok, llm_finish fin, const 
 static llm_engine *sched_engine(llm_model *m, size_t slots, size_t step_tokens)
 {
     llm_engine_opts o = {.max_active = slots, .max_waiting = 64, .prefill_chunk = 512, .step_tokens = step_tokens};
+    if (g_ev) o.hooks.on_trace = on_trace;
+    step_opts(&o);
     llm_engine *e = NULL;
     ts_err err = {0};
     if (llm_engine_new(m, &o, &e, &err)) {
@@ -318,6 +355,85 @@ static void wait_tokens(stream *r, size_t n, size_t tokens)
     }
 }
 
+static int cmp_gap_desc(const void *a, const void *b)
+{
+    const window *u = &g_win[*(const size_t *)a], *v = &g_win[*(const size_t *)b]; /* g_gaps[1] is sorted by now */
+    double x = u->b - u->a, y = v->b - v->a;
+    return (x < y) - (x > y);
+}
+
+/* The `worst` longest gaps of phase 1 (one per window: the streams of a decode step share
+ * theirs), each with the loop's work that ended inside it; work under 0.1 ms is summed. */
+static void trace_print(size_t worst, double t_arrive)
+{
+    static const char *const kname[] = {"decode", "prefill", "trunk", "settle", "sample", "join", "prompt-end"};
+    size_t n = g_n_gaps[1], *ix = calloc(n ? n : 1, sizeof *ix), shown = 0;
+    window *done = calloc(worst ? worst : 1, sizeof *done);
+    for (size_t i = 0; i < n; i++) ix[i] = i;
+    qsort(ix, n, sizeof *ix, cmp_gap_desc);
+    /* the chunks run beside decoding since the prompt arrived: their sizes, and any over the
+     * budget the rule gave it (the engine must never run one) */
+    size_t nc = 0, over = 0, cmin = SIZE_MAX, cmax = 0;
+    double tmax = 0;
+    for (size_t i = 0; i < g_n_ev; i++) {
+        const llm_trace_ev *ev = &g_ev[i];
+        if ((ev->kind != LLM_TR_PREFILL && ev->kind != LLM_TR_TRUNK) || ev->budget == SIZE_MAX || ev->t0 < t_arrive)
+            continue;
+        nc++;
+        over += ev->tokens > ev->budget;
+        if (ev->tokens < cmin) cmin = ev->tokens;
+        if (ev->tokens > cmax) cmax = ev->tokens;
+        if (ev->t1 - ev->t0 > tmax) tmax = ev->t1 - ev->t0;
+    }
+    printf("  %zu budgeted chunks: %zu..%zu tokens, longest %.2f ms, %zu over their budget\n", nc, nc ? cmin : 0, cmax,
+           1e3 * tmax, over);
+    /* the decode Run()s themselves, before the prompt and beside its chunks: a step that
+     * slows down beside prefill (another session's threads, caches) widens every gap */
+    double *dr[2] = {calloc(g_n_ev + 1, sizeof **dr), calloc(g_n_ev + 1, sizeof **dr)};
+    size_t nd[2] = {0, 0};
+    for (size_t i = 0; dr[0] && dr[1] && i < g_n_ev; i++)
+        if (g_ev[i].kind == LLM_TR_DECODE) {
+            int ph = g_ev[i].t0 >= t_arrive;
+            dr[ph][nd[ph]++] = g_ev[i].t1 - g_ev[i].t0;
+        }
+    printf("  decode Run()s: p50 %.2f p90 %.2f ms before the prompt (%zu), p50 %.2f p90 %.2f ms while (%zu)\n",
+           1e3 * pct(dr[0], nd[0], 0.5), 1e3 * pct(dr[0], nd[0], 0.9), nd[0], 1e3 * pct(dr[1], nd[1], 0.5),
+           1e3 * pct(dr[1], nd[1], 0.9), nd[1]);
+    free(dr[0]);
+    free(dr[1]);
+    for (size_t k = 0; k < n && shown < worst; k++) {
+        window w = g_win[ix[k]];
+        bool dup = false;
+        for (size_t j = 0; j < shown && !dup; j++) /* overlaps a shown one by half or more */
+            dup = (w.b < done[j].b ? w.b : done[j].b) - (w.a > done[j].a ? w.a : done[j].a) >= 0.5 * (w.b - w.a);
+        if (dup) continue;
+        done[shown++] = w;
+        printf("  gap %7.2f ms at +%7.1f ms:", 1e3 * (w.b - w.a), 1e3 * (w.a - t_arrive));
+        double small = 0, covered = 0;
+        for (size_t i = 0; i < g_n_ev; i++) {
+            const llm_trace_ev *ev = &g_ev[i];
+            if (ev->t1 <= w.a || ev->t0 >= w.b) continue;
+            double lo = ev->t0 > w.a ? ev->t0 : w.a, hi = ev->t1 < w.b ? ev->t1 : w.b, d = hi - lo;
+            covered += d;
+            if (ev->t1 - ev->t0 < 1e-4) {
+                small += d;
+                continue;
+            }
+            printf(" | %s", kname[ev->kind]);
+            if (ev->kind == LLM_TR_DECODE) printf(" %zux1 past %zu", ev->n, ev->past);
+            if (ev->kind == LLM_TR_PREFILL || ev->kind == LLM_TR_TRUNK) {
+                printf(" %zu tok past %zu", ev->tokens, ev->past);
+                if (ev->budget != SIZE_MAX) printf(" (budget %zu)", ev->budget);
+            }
+            printf(" %.2f", 1e3 * (ev->t1 - ev->t0));
+            if (d < ev->t1 - ev->t0 - 1e-6) printf(" (%.2f inside)", 1e3 * d);
+        }
+        printf(" | small %.2f | untraced %.2f\n", 1e3 * small, 1e3 * (w.b - w.a - covered));
+    }
+    free(ix);
+    free(done);
+}
+
 /* One --itl run: `streams` decoding streams of a 128-token prompt; their ITL over 16 tokens
  * each, then a `long_n`-token prompt arrives and their ITL until its first token. */
 static void itl_run(llm_model *m, const char *label, size_t step_tokens, size_t streams, size_t long_n)
@@ -328,7 +444,6 @@ static void itl_run(llm_model *m, const char *label, size_t step_tokens, size_t 
     uint64_t x = 4242;
     prompt[0] = 1;
     fill(prompt + 1, long_n - 1, &x, vocab);
-    llm_engine *e = sched_engine(m, streams + 1, step_tokens);
     stream *r = calloc(streams + 1, sizeof *r);
     uint64_t *ids = calloc(streams, sizeof *ids);
     g_cap_gaps = 1 << 16;
@@ -336,6 +451,15 @@ static void itl_run(llm_model *m, const char *label, size_t step_tokens, size_t 
         g_gaps[p] = calloc(g_cap_gaps, sizeof *g_gaps[p]);
         g_n_gaps[p] = 0;
     }
+    const char *tr = getenv("BENCH_ITL_TRACE");
+    size_t worst = tr ? (size_t)atol(tr) : 0;
+    if (worst) {
+        g_cap_ev = 1 << 18;
+        g_ev = calloc(g_cap_ev, sizeof *g_ev);
+        g_win = calloc(g_cap_gaps, sizeof *g_win);
+        g_n_ev = 0;
+    }
+    llm_engine *e = sched_engine(m, streams + 1, step_tokens);
     for (size_t i = 0; i < streams; i++) /* distinct prompts: the tail differs */
         ids[i] = add_stream(e, prompt + i, plen, ctx - (int64_t)plen - 1, 2, &r[i]);
     pthread_mutex_lock(&g_mu);
@@ -359,6 +483,13 @@ static void itl_run(llm_model *m, const char *label, size_t step_tokens, size_t 
            label, streams, 1e3 * p50, long_n, 1e3 * pct(g_gaps[1], g_n_gaps[1], 0.5), 1e3 * p99,
            1e3 * pct(g_gaps[1], g_n_gaps[1], 1.0), g_n_gaps[1], p99 / p50,
            1e3 * (r[streams].t_first - r[streams].t_add), (unsigned long long)st.prefill_runs);
+    if (worst) {
+        trace_print(worst, r[streams].t_add);
+        free(g_ev);
+        free(g_win);
+        g_ev = NULL;
+        g_win = NULL;
+    }
     fflush(stdout);
     for (int p = 0; p < 2; p++) free(g_gaps[p]);
     free(r);
@@ -371,8 +502,10 @@ static int itl(int n, char **a, llm_model *m, llm_model *mb)
 {
     size_t streams = n > 0 ? (size_t)atol(a[0]) : 8, long_n = n > 1 ? (size_t)atol(a[1]) : 2000;
     if (streams < 1 || streams > 64 || long_n < 200 || long_n + 1 >= (size_t)llm_model_max_context(m)) return 64;
-    printf("bench_llm --itl: %zu greedy streams decoding, then a %zu-token prompt arrives; prefill chunk 512\n",
-           streams, long_n);
+    const char *share = getenv("BENCH_STEP_SHARE"), *fit = getenv("BENCH_STEP_FIT");
+    printf("bench_llm --itl: %zu greedy streams decoding, then a %zu-token prompt arrives; prefill chunk 512; "
+           "auto budget: share %s, %s\n", streams, long_n, share ? share : "default",
+           fit && strcmp(fit, "1") == 0 ? "fitted cost model" : "time per token");
     /* BENCH_ITL=host|bound|bound-auto|host-auto...: only the runs named (a loaded machine
      * makes the whole set take many minutes) */
     const char *only = getenv("BENCH_ITL");

@@ -6,6 +6,7 @@
 
 #include "heapres.h"
 #include "clock.h"
+#include "llm_budget.h"
 #include "llm_int.h"
 #include "llm_prefix.h"
 #include "log.h"
@@ -42,6 +43,7 @@ struct llm_engine {
     /* the step budget's measurements (seconds, moving averages; 0: none yet): a decode step,
        and a prefill chunk's time per token (prefill_tokens) */
     double dec_s, pf_tok_s;
+    llm_budget_fit fit;       /* a prefill chunk's cost (llm_budget.h, step_prefill_tokens) */
     char *model_id;
 };
 
@@ -56,6 +58,26 @@ const char *llm_finish_name(llm_finish f)
 }
 
 /* ---- helpers on the generation thread ---- */
+
+/* The trace hook (llm_engine_hooks.on_trace): off, the loop takes no time stamp for it. */
+static bool tracing(const llm_engine *e)
+{
+    return e->opt.hooks.on_trace != NULL;
+}
+
+static double trace_t0(const llm_engine *e)
+{
+    return tracing(e) ? ts_now() : 0;
+}
+
+static void trace(const llm_engine *e, llm_trace_kind k, size_t n, size_t tokens, size_t past, size_t budget,
+                  double t0)
+{
+    if (!tracing(e)) return;
+    llm_trace_ev ev = {.kind = k, .n = n, .tokens = tokens, .past = past, .budget = budget, .t0 = t0,
+                       .t1 = ts_now()};
+    e->opt.hooks.on_trace(e->opt.hooks.ctx, &ev);
+}
 
 /* Into the wait queue (under mu, room checked by the caller), kept in (priority, id) order:
  * a new sequence goes behind every waiting one of the same or a lower priority value, ahead
@@ -635,13 +657,18 @@ static int run_step(llm_engine *e, bool decode, llm_seq **seqs, size_t n, size_t
  * decoding", quiet-machine table). */
 #define LLM_STEP_MIN_CHUNK 64
 
-static size_t step_prefill_tokens(const llm_engine *e, size_t n_dec)
+static size_t step_prefill_tokens(const llm_engine *e, size_t n_dec, size_t past)
 {
     if (n_dec == 0) return SIZE_MAX;
     if (e->opt.step_tokens) return e->opt.step_tokens > n_dec ? e->opt.step_tokens - n_dec : 1;
     if (e->dec_s <= 0 || e->pf_tok_s <= 0) return LLM_STEP_MIN_CHUNK; /* nothing measured yet */
-    double c = LLM_STEP_PREFILL_SHARE * e->dec_s / e->pf_tok_s;
-    return c < LLM_STEP_MIN_CHUNK ? LLM_STEP_MIN_CHUNK : c > (double)e->opt.prefill_chunk ? e->opt.prefill_chunk : (size_t)c;
+    double share = e->opt.step_share > 0 ? e->opt.step_share : LLM_STEP_PREFILL_SHARE;
+    double c = e->opt.step_fit ? llm_budget_chunk(&e->fit, past, 1e3 * share * e->dec_s, LLM_STEP_MIN_CHUNK) : -1;
+    if (c < 0) { /* the time per token (or the fit is not usable yet) */
+        c = share * e->dec_s / e->pf_tok_s;
+        if (c < LLM_STEP_MIN_CHUNK) c = LLM_STEP_MIN_CHUNK;
+    }
+    return c > (double)e->opt.prefill_chunk ? e->opt.prefill_chunk : (size_t)c;
 }
 
 static void ewma(double *avg, double x)
@@ -706,7 +733,7 @@ static void prefill(llm_engine *e)
         e->batch[at] = a;
     }
     if (e->one_per_run && n_dec > 1) n_dec = 1; /* one decodes per Run() (decode_set) */
-    size_t budget = step_prefill_tokens(e, n_dec);
+    size_t budget = step_prefill_tokens(e, n_dec, n ? e->batch[0]->n_cached : 0);
     for (size_t i = 0; i < n; i++) {
         llm_seq *s = e->batch[i];
         bool urgent = n_dec && s->params.priority < dec_prio;
@@ -725,12 +752,16 @@ static void prefill(llm_engine *e)
             continue;
         }
         ewma(&e->pf_tok_s, (ts_now() - t0) / (double)c);
+        if (e->opt.step_fit) llm_budget_fit_add(&e->fit, c, s->n_cached - c, 1e3 * (ts_now() - t0));
+        trace(e, !last && llm_model_prefill_trunk(e->m) ? LLM_TR_TRUNK : LLM_TR_PREFILL, 1, c, s->n_cached - c,
+              urgent ? SIZE_MAX : budget, t0);
         if (!urgent && budget != SIZE_MAX) budget -= c;
         pthread_mutex_lock(&e->mu);
         e->st.prefill_runs++;
         e->st.prefill_tokens += c;
         pthread_mutex_unlock(&e->mu);
         if (s->n_cached < fill_to(s)) continue;
+        double te = trace_t0(e);
         s->state = SEQ_DECODE;
         prefill_end(e, s); /* before its first token, which may end it (or a fork) */
         pc_store(e, s, fill_to(s)); /* the next turn of a conversation starts with these (once for n forks) */
@@ -741,6 +772,7 @@ static void prefill(llm_engine *e)
             memcpy(e->logits, e->fork_row, e->m->sig.vocab * sizeof *e->logits);
             take_token(e, forks[k], e->logits, NULL);
         }
+        trace(e, LLM_TR_PROMPT_END, 1 + nf, 0, fill_to(s), SIZE_MAX, te);
     }
 }
 
@@ -782,8 +814,10 @@ static int settle(llm_engine *e, size_t n)
 {
     if (!e->kv) return 0;
     ts_err err = {0};
+    double t0 = trace_t0(e);
     int rc = llm_kv_settle(e->m, e->kv, e->active, e->n_active, e->batch, n, &err);
     kv_gauge(e);
+    trace(e, LLM_TR_SETTLE, n, 0, 0, SIZE_MAX, t0);
     if (!rc) return 0;
     /* a failed device copy is as much a GPU fault as a failed Run() */
     if (e->opt.hooks.on_run_error) e->opt.hooks.on_run_error(e->opt.hooks.ctx, &err);
@@ -801,9 +835,13 @@ static void decode(llm_engine *e)
     size_t n = decode_set(e);
     if (settle(e, n) || n == 0) return;
     ts_err err = {0};
+    size_t past = 0;
+    for (size_t i = 0; tracing(e) && i < n; i++)
+        if (e->batch[i]->n_cached > past) past = e->batch[i]->n_cached;
     double t0 = ts_now();
     int rc = run_step(e, true, e->batch, n, 1, e->logits, &err);
     if (!rc) ewma(&e->dec_s, ts_now() - t0);
+    if (!rc) trace(e, LLM_TR_DECODE, n, 1, past, SIZE_MAX, t0);
     e->turn++;
     kv_gauge(e);
     pthread_mutex_lock(&e->mu);
@@ -824,8 +862,10 @@ static void decode(llm_engine *e)
         return;
     }
     size_t n_ended = 0;
+    double ts = trace_t0(e);
     for (size_t i = 0; i < n; i++)
         if (take_token(e, e->batch[i], e->logits + i * e->m->sig.vocab, &e->ended[n_ended])) n_ended++;
+    trace(e, LLM_TR_SAMPLE, n, 1, 0, SIZE_MAX, ts);
     /* a finished sequence's rows leave the batch before it leaves its slot: once the
      * running gauge has dropped, the KV gauge counts none of its memory */
     if (n_ended && settle(e, decode_set(e))) {
@@ -855,7 +895,9 @@ static void *gen_thread(void *arg)
             heap_thread_reserve(HEAPRES_THREAD);
             reserved = true;
         }
+        double t0 = trace_t0(e);
         reshuffle(e);
+        trace(e, LLM_TR_JOIN, 0, 0, 0, SIZE_MAX, t0);
         prefill(e);
         decode(e);
     }
@@ -866,9 +908,10 @@ int llm_engine_new(llm_model *m, const llm_engine_opts *opt, llm_engine **out, t
 {
     *out = NULL;
     if (opt->max_active < 1 || opt->max_active > LLM_MAX_ACTIVE || opt->max_waiting > LLM_MAX_WAITING ||
-        opt->prefill_chunk < 1 || opt->prefill_chunk > LLM_MAX_PREFILL_CHUNK || opt->step_tokens > LLM_MAX_STEP_TOKENS) {
+        opt->prefill_chunk < 1 || opt->prefill_chunk > LLM_MAX_PREFILL_CHUNK || opt->step_tokens > LLM_MAX_STEP_TOKENS ||
+        !(opt->step_share >= 0 && opt->step_share <= 4)) {
         ts_err_set(err, TS_INTERNAL_ERROR, "LLM engine: max_active must be 1..%d, max_waiting "
-                   "0..%d, prefill_chunk 1..%d and step_tokens 0..%d", LLM_MAX_ACTIVE, LLM_MAX_WAITING,
+                   "0..%d, prefill_chunk 1..%d, step_tokens 0..%d and step_share 0..4", LLM_MAX_ACTIVE, LLM_MAX_WAITING,
                    LLM_MAX_PREFILL_CHUNK, LLM_MAX_STEP_TOKENS);
         return -1;
     }

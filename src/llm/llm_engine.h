@@ -112,9 +112,34 @@ typedef struct {
  * running it (the worker's test-only fault injection). on_run_error (optional): a Run()
  * failed with err; called before its sequences end with LLM_FIN_ERROR, so what it latches
  * (the worker's GPU-fault check) holds by the time their clients hear of it. */
+/* What the generation loop did, for a trace (bench_llm --itl's BENCH_ITL_TRACE): each piece
+ * of work between two tokens, with its start and end (ts_now()). */
+typedef enum {
+    LLM_TR_DECODE,     /* a decode Run(): n sequences, past = the longest's */
+    LLM_TR_PREFILL,    /* a prefill chunk's Run() through the whole model (the prompt's last) */
+    LLM_TR_TRUNK,      /* a prefill chunk's Run() through the trunk (no LM head) */
+    LLM_TR_SETTLE,     /* the bound path's batch written back or released (llm_kv_settle) */
+    LLM_TR_SAMPLE,     /* the draws of a decode step's n sequences (callbacks included) */
+    LLM_TR_JOIN,       /* reshuffle: sequences left or joined (caches allocated, prefix blocks) */
+    LLM_TR_PROMPT_END, /* a prompt's end: its batch released, prefix cache store, forks, first draw */
+    LLM_TR_KINDS
+} llm_trace_kind;
+
+typedef struct {
+    llm_trace_kind kind;
+    size_t n;      /* sequences */
+    size_t tokens; /* new tokens per sequence (a chunk's length; 1 for a decode step) */
+    size_t past;   /* the cached tokens before it (the longest of a batch) */
+    size_t budget; /* a prefill chunk's: the step budget it was given (SIZE_MAX: none) */
+    double t0, t1;
+} llm_trace_ev;
+
 typedef struct {
     int (*before_run)(void *ctx, ts_err *err);
     void (*on_run_error)(void *ctx, const ts_err *err);
+    /* Optional, on the generation thread after each piece of the loop's work (NULL: the
+     * loop takes no time stamps for it). */
+    void (*on_trace)(void *ctx, const llm_trace_ev *ev);
     void *ctx;
 } llm_engine_hooks;
 
@@ -128,6 +153,13 @@ typedef struct {
      * Only a value of prefill_chunk + max_active or more lets every joining sequence run a
      * whole chunk per step (the behaviour before the budget). */
     size_t step_tokens;
+    /* The auto budget's target for a prefill Run() beside decoding, as a share of a decode
+     * step (0: LLM_STEP_PREFILL_SHARE, 0.5; at most 4), and its rule: false, the chunk's time
+     * per token (a moving average, at least 64 tokens); true, a fitted cost model of fixed
+     * cost, per-token work and attention over the past (llm_budget.h; bench_llm --itl's
+     * BENCH_STEP_FIT). */
+    double step_share;
+    bool step_fit;
     llm_engine_hooks hooks;
     /* KV memory as the admission unit: a waiting sequence joins only when its cache (prompt
      * plus max_new_tokens) fits in kv_budget beside the active ones' (the prefix cache's

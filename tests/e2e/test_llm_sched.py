@@ -188,7 +188,10 @@ def test_gqa_decoder_chunked_in_place_and_exact(wg, reference, request):
     chunked_and_exact(wg, reference, bound)
 
 
-def test_auto_budget_spreads_a_prompt_beside_a_stream(repo, tmp_path_factory):
+def test_auto_budget_spreads_a_prompt_beside_a_stream(repo, tmp_path_factory, reference):
+    """The auto budget (measured decode step, chunks sized from it) splits the prompt, and
+    the prompt's greedy logprobs still equal numpy's one-shot prefill."""
+    ids, want = reference
     wk = start_worker(repo, tmp_path_factory.mktemp("sched-auto"),
                       env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_MAX_SEQUENCES": "2"})
     try:
@@ -196,11 +199,16 @@ def test_auto_budget_spreads_a_prompt_beside_a_stream(repo, tmp_path_factory):
         bg.start()
         wait_tokens(bg, 20)  # the decode step is measured
         before = llm_status(wk)
-        complete(wk, {"model": "tiny", "prompt": LONG, "max_tokens": 1, "temperature": 0})
+        a = complete(wk, {"model": "tiny", "prompt": LONG, "max_tokens": N, "temperature": 0, "logprobs": K})
         after = llm_status(wk)
         assert bg.is_alive(), "the stream beside it must still decode"
         # alone it is one Run() (the chunk is 512)
         assert after["prefill_runs"] - before["prefill_runs"] > 1, (before, after)
+        assert after["prefill_tokens"] - before["prefill_tokens"] == len(ids)
+        got = a["choices"][0]["logprobs"]["token_logprobs"]
+        assert len(got) == len(want)
+        for i, (g, x) in enumerate(zip(got, want)):
+            assert abs(g - x) <= TOL, f"token {i}: logprob {g} vs numpy {x} (one-shot prefill)"
         bg.stop()
     finally:
         assert wk.stop() == 0, wk.log_text()[-4000:]
