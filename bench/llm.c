@@ -631,6 +631,15 @@ static void print_layout(const llm_model *m)
 #define VAR_MAX 8
 #define VAR_ROUNDS 16
 
+/* The worker's prefill trunk setting and its default (auto): off runs every prefill chunk
+ * through the whole model. Non-zero: the setting is not off|auto|on. */
+static int trunk_env(llm_trunk_mode *mode)
+{
+    *mode = LLM_TRUNK_AUTO;
+    const char *v = getenv("TIERSERVE_LLM_PREFILL_TRUNK");
+    return v ? llm_trunk_mode_parse(v, mode) : 0;
+}
+
 static int variants(int argc, char **argv)
 {
     if (argc < 5 || argc - 4 > VAR_MAX) return 64;
@@ -653,10 +662,7 @@ static int variants(int argc, char **argv)
     if (epr.decision.refuse) return 78;
     const char *threads = getenv("TIERSERVE_INTRA_OP_THREADS");
     llm_model_opts mo = {.ep_cfg = &epc, .ep = &epr, .kv = LLM_KV_BOUND, .intra_op_threads = threads ? atoi(threads) : 0};
-    /* the worker's prefill trunk setting and default (auto), as the other modes have it */
-    mo.trunk = LLM_TRUNK_AUTO;
-    const char *trunk = getenv("TIERSERVE_LLM_PREFILL_TRUNK");
-    if (trunk && llm_trunk_mode_parse(trunk, &mo.trunk)) return 64;
+    if (trunk_env(&mo.trunk)) return 64;
     llm_model *m[VAR_MAX] = {0};
     ts_err err = {0};
     for (size_t i = 0; i < nm; i++)
@@ -748,10 +754,7 @@ int main(int argc, char **argv)
     /* the worker's setting: fp16 stores the caches of both paths as FP16 */
     const char *kv_dtype = getenv("TIERSERVE_LLM_KV_DTYPE");
     mo.kv_fp16 = kv_dtype && strcmp(kv_dtype, "fp16") == 0;
-    /* the worker's setting and default (auto); off runs every prefill chunk through the whole model */
-    mo.trunk = LLM_TRUNK_AUTO;
-    const char *trunk = getenv("TIERSERVE_LLM_PREFILL_TRUNK");
-    if (trunk && llm_trunk_mode_parse(trunk, &mo.trunk)) return 64;
+    if (trunk_env(&mo.trunk)) return 64;
     if (mo.intra_op_threads < 0 || mo.intra_op_threads > 1024) return 64;
     llm_model *m = NULL, *mb = NULL;
     ts_err err = {0};
