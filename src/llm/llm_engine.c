@@ -762,6 +762,7 @@ static void prefill(llm_engine *e)
         pthread_mutex_unlock(&e->mu);
         if (s->n_cached < fill_to(s)) continue;
         double te = trace_t0(e);
+        size_t end = fill_to(s); /* s may be freed by its first token (take_token) */
         s->state = SEQ_DECODE;
         prefill_end(e, s); /* before its first token, which may end it (or a fork) */
         pc_store(e, s, fill_to(s)); /* the next turn of a conversation starts with these (once for n forks) */
@@ -772,7 +773,7 @@ static void prefill(llm_engine *e)
             memcpy(e->logits, e->fork_row, e->m->sig.vocab * sizeof *e->logits);
             take_token(e, forks[k], e->logits, NULL);
         }
-        trace(e, LLM_TR_PROMPT_END, 1 + nf, 0, fill_to(s), SIZE_MAX, te);
+        trace(e, LLM_TR_PROMPT_END, 1 + nf, 0, end, SIZE_MAX, te);
     }
 }
 
