@@ -9,14 +9,6 @@
 
 #define HEAPRES_MAX_BLOCKS 256 /* 16 MiB at most */
 
-#if defined(__SANITIZE_ADDRESS__)
-#define HEAPRES_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define HEAPRES_ASAN 1
-#endif
-#endif
-
 /* threads that reserved (heap_thread_count): a counter, no other state */
 static atomic_size_t g_threads;
 

@@ -20,6 +20,16 @@
 
 #define HEAPRES_BLOCK (64u * 1024u) /* below glibc's mmap threshold: the blocks come from the heap */
 
+/* Defined under AddressSanitizer, whose allocator is not glibc's: heap_thread_reserve does nothing
+ * there (and the tests that read the heap's pages skip). */
+#if defined(__SANITIZE_ADDRESS__)
+#define HEAPRES_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HEAPRES_ASAN 1
+#endif
+#endif
+
 /* Returns the bytes touched (less than asked when malloc failed on the way; at most 16 MiB). */
 size_t heap_reserve(size_t bytes);
 /* The blocks alone, glibc's thresholds left as they are (the worker's: glibc raises them as

@@ -14,14 +14,6 @@
 
 #include "heapres.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define HEAPRES_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define HEAPRES_ASAN 1
-#endif
-#endif
-
 #define RESERVE (1024u * 1024u)
 
 #ifndef HEAPRES_ASAN
