@@ -71,6 +71,25 @@ def test_idle_worker_runs_fast_requests_inline_with_the_same_answers(repo, tmp_p
         w.stop()
 
 
+def slow_rtt_us(w, n=12, rows=1):
+    """The fastest of n round trips of `slow` with `rows` rows: an upper bound on its Run()
+    (the workers the tests start measure no layout), mostly Run() (about 1.5 ms for a row
+    here, the rest some 0.2 ms)."""
+    best = float("inf")
+    for _ in range(n):
+        t = time.perf_counter()
+        assert slow_json(w, rows=rows)[0] == 200
+        best = min(best, time.perf_counter() - t)
+    return best * 1e6
+
+
+def slow_json(w, parameters=None, rows=1):
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 512], "data": [1.0] * (512 * rows)}]}
+    if parameters:
+        body["parameters"] = parameters
+    return w.http("POST", "/v2/models/slow/infer", json.dumps(body).encode())
+
+
 def test_never_inline_under_concurrency_for_batching_or_slow_models(repo, tmp_path):
     w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu"})
     try:
@@ -85,11 +104,39 @@ def test_never_inline_under_concurrency_for_batching_or_slow_models(repo, tmp_pa
         n1 = inline_runs(w)
         for _ in range(30):
             infer(w, "demo_batched")  # the batcher decides, always
-        for _ in range(12):
-            w.http("POST", "/v2/models/slow/infer", json.dumps(
-                {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 512],
-                             "data": [1.0] * 512}]}).encode())
         assert inline_runs(w) == n1
+        slow_us = slow_rtt_us(w)
+    finally:
+        w.stop()
+    # `slow` (about 1.5 ms a row here) is under the default bound on a fast machine: a bound
+    # a quarter of its own measured round trip keeps it a slow model on any machine
+    bound = max(1, int(slow_us / 4))
+    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INLINE_MAX_US": str(bound)})
+    try:
+        for _ in range(12):
+            assert slow_json(w)[0] == 200
+        assert inline_runs(w) == 0, (slow_us, bound)
+    finally:
+        w.stop()
+
+
+def test_a_request_due_before_two_runs_takes_a_runner(repo, tmp_path):
+    # A run on the loop has no deadline timer: a request whose timeout is shorter than the
+    # model's typical Run() must go to a runner, whose timer ends it with a 504, not run to a
+    # 200. 16 rows of `slow` (some 7 ms here, a JSON part under the 64 KiB that sends a body to
+    # the decode pool and so to a runner) keep the run well past the loop's timers'
+    # millisecond grain.
+    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INLINE_MAX_US": "100000"})
+    try:
+        rtt = slow_rtt_us(w, rows=16)  # seeds the estimate and the idle streak
+        n0 = inline_runs(w)
+        assert slow_json(w, rows=16)[0] == 200
+        assert inline_runs(w) == n0 + 1  # eligible: the loop runs `slow`
+        due_us = max(1, int(rtt / 4))
+        for _ in range(3):
+            code, _, text = slow_json(w, {"timeout": due_us}, rows=16)
+            assert code == 504, (due_us, code, text[:200])
+        assert inline_runs(w) == n0 + 1
     finally:
         w.stop()
 
