@@ -108,7 +108,7 @@ def test_never_inline_under_concurrency_for_batching_or_slow_models(repo, tmp_pa
         slow_us = slow_rtt_us(w)
     finally:
         w.stop()
-    # `slow` (about 1.5 ms a row here) is under the default bound on a fast machine: a bound
+    # `slow` (about 1.5 ms a row here) is under the default bound on a machine twice as fast: a bound
     # a quarter of its own measured round trip keeps it a slow model on any machine
     bound = max(1, int(slow_us / 4))
     w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INLINE_MAX_US": str(bound)})
