@@ -8,6 +8,9 @@ onnxruntime-node peer, at c=1 and c=4, in one run (interleaved rounds, medians).
 Rows: the defaults, the best thread count as one instance, one-thread instances on every
 usable core, each with its ratio to the in-process best of the same round; the defaults'
 per-round ratios show the spread (on this 2-core VM it is as large as the gaps).
+At c=4 the defaults' row also says how much CPU the load generator took (it shares this
+machine's cores with the server, the in-process baseline has them all) and the ratio a
+CPU-bound server would reach with those cores back: an estimate, never the target.
 Both are generated here (fixed seeds) and never committed. --old DIR also serves them from
 DIR/tierserve with its defaults (the build before the change) in the same rounds.
 
@@ -113,6 +116,15 @@ def layout_rows(bench, targets, tmp, secs, quick, old=None):
                     tp, p50 = med(res[k], "throughput"), med(res[k], "p50_us")
                     lines.append(f"    {k:22} {tp:8.0f}/s p50 {p50:7.0f} us: x{tp / ip:.2f} in-process, added p50 "
                                  f"{p50 - ip_p50:+.0f} us; defaults x{dflt / tp:.2f} this")
+                    if c > 1 and k == "defaults":
+                        # the load generator runs on the same cores: what it took is what a
+                        # CPU-bound server lost. An estimate with the client on another machine
+                        # (throughput scaled by the cores the server had back), never a target.
+                        f = med(res[k], "client_cpu_s") / secs
+                        if 0 < f < usable:
+                            lines.append(f"    {'':22} the client took {f:.2f} of {usable} CPUs "
+                                         f"({f / tp * 1e6:.0f} us a request); with it elsewhere about "
+                                         f"x{tp * usable / (usable - f) / ip:.2f} in-process (estimate)")
                     # each round's ratio to that round's in-process best: the spread a loaded machine gives
                     if k.startswith("defaults"):
                         lines.append(f"    {'':22} per round x" + ", x".join(

@@ -19,7 +19,9 @@ typedef struct {
 struct sched {
     sched_config cfg;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;      /* idle runners: one is signalled per item queued */
+    pthread_cond_t fill_cv; /* runners waiting for their batch to fill: all are told of any change */
+    size_t filling;         /* runners waiting on fill_cv */
     fifo q[SCHED_MAX_LEVELS];
     size_t depth, busy;
     bool closed;
@@ -121,7 +123,9 @@ static void *runner_main(void *arg)
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000L;
             }
-            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+            s->filling++;
+            pthread_cond_timedwait(&s->fill_cv, &s->mu, &ts);
+            s->filling--;
             /* items may have been taken out or demoted meanwhile: start over */
             first = oldest_first(s);
             if (!first) break;
@@ -163,6 +167,7 @@ sched *sched_create(const sched_config *cfg, sched_run_fn run, sched_compat_fn c
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->cv, &ca);
+    pthread_cond_init(&s->fill_cv, &ca);
     pthread_condattr_destroy(&ca);
     s->threads = calloc(cfg->threads, sizeof *s->threads);
     if (!s->threads) {
@@ -210,8 +215,11 @@ int sched_submit(sched *s, sched_item *it)
         it->queued = true;
         fifo_push(f, it);
         s->depth++;
-        /* wake everyone: a runner waiting to fill a batch may want this item */
-        pthread_cond_broadcast(&s->cv);
+        /* one idle runner: waking them all cost every other one a wake-up and a sleep per
+         * item (futex calls and context switches, dear on a VM); and every runner filling a
+         * batch, which may want this item */
+        pthread_cond_signal(&s->cv);
+        if (s->filling) pthread_cond_broadcast(&s->fill_cv);
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -225,7 +233,7 @@ bool sched_remove(sched *s, sched_item *it)
         fifo_unlink(&s->q[it->level - 1], it);
         it->queued = false;
         s->depth--;
-        pthread_cond_broadcast(&s->cv);
+        if (s->filling) pthread_cond_broadcast(&s->fill_cv); /* a batch being filled may hold it */
     }
     pthread_mutex_unlock(&s->mu);
     return was;
@@ -239,7 +247,7 @@ bool sched_demote(sched *s, sched_item *it)
         fifo_unlink(&s->q[it->level - 1], it);
         it->level = (int)s->cfg.levels;
         fifo_push(&s->q[it->level - 1], it);
-        pthread_cond_broadcast(&s->cv);
+        if (s->filling) pthread_cond_broadcast(&s->fill_cv);
     }
     pthread_mutex_unlock(&s->mu);
     return was;
@@ -273,9 +281,11 @@ void sched_destroy(sched *s)
     pthread_mutex_lock(&s->mu);
     s->closed = true;
     pthread_cond_broadcast(&s->cv);
+    pthread_cond_broadcast(&s->fill_cv);
     pthread_mutex_unlock(&s->mu);
     for (size_t i = 0; i < s->n_threads; i++) pthread_join(s->threads[i], NULL);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->fill_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->threads);
     free(s);

@@ -463,8 +463,9 @@ static int plan_job(server *srv, job *j, ts_err *err)
  * when it would not batch, the model runs without IO binding (bindings belong to runner
  * threads), its typical recent Run() (run_time_step) took at most inline_max_us, and this
  * request's inputs are at most INLINE_SIZE_FACTOR times the typical run's: the loop is blocked
- * for about that long (the bound on what another connection waits), which is also why such a
- * run needs no deadline timer. */
+ * for about that long (the bound on what another connection waits). Such a run has no
+ * deadline timer, so a request whose deadline (or queue timeout) is within INLINE_SIZE_FACTOR
+ * typical runs of now takes a runner, where the timer can end it. */
 #define INLINE_IDLE_STREAK 8
 #define INLINE_SIZE_FACTOR 2
 
@@ -484,7 +485,9 @@ static bool run_inline_ok(server *srv, const job *j)
      * INLINE_SIZE_FACTOR times the typical input bytes takes a runner, so one large request
      * cannot hold the loop (and every other connection) for as long as it runs */
     uint64_t bytes = atomic_load_explicit(&st->run_typical_bytes, memory_order_relaxed);
-    return request_bytes(&j->req) <= bytes * INLINE_SIZE_FACTOR;
+    if (request_bytes(&j->req) > bytes * INLINE_SIZE_FACTOR) return false;
+    double due = j->queue_deadline > 0 && j->queue_deadline < j->deadline ? j->queue_deadline : j->deadline;
+    return due - ts_now() > (double)typical * INLINE_SIZE_FACTOR / 1e9;
 }
 
 /* ---- the body: held, inflated, parsed --------------------------------------------- */

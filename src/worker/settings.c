@@ -56,7 +56,7 @@ static const setting_def k_settings[] = {
     {"TIERSERVE_IO_BINDING", "io-binding", ST_SWITCH, OFF(io_binding), 0, "auto", 0, 0,
      "auto|on|off: run through ORT IoBinding, outputs written once into pinned host memory "
      "(auto: on for the cuda/tensorrt tiers, off on CPU; on: every tier)"},
-    {"TIERSERVE_INLINE_MAX_US", "inline-max-us", ST_INT, OFF(inline_max_us), 0, "100", 0, 100000,
+    {"TIERSERVE_INLINE_MAX_US", "inline-max-us", ST_INT, OFF(inline_max_us), 0, "1000", 0, 100000,
      "an idle worker (the last 8 requests each found nothing else in flight) runs a lone request "
      "on its event loop thread when the model's recent Run() took at most this long and the request "
      "is at most twice the typical run's input bytes, skipping two thread handoffs (0: never)"},

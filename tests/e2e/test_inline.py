@@ -36,16 +36,19 @@ def infer(w, model, x=X):
     return json.loads(text)
 
 
-def slow_binary(w, rows):
+def slow_binary(w, rows, parameters=None, expect=200):
     """`slow` with its rows as binary data: the JSON part stays small, so however many rows
     the request is decoded on the loop and may be considered for running there (a JSON body
     over 64 KiB goes to the decode pool, which always hands off)."""
     x = np.full((rows, 512), 0.5, dtype=np.float32).tobytes()
-    hdr = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 512],
-                                  "parameters": {"binary_data_size": len(x)}}]}).encode()
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 512],
+                        "parameters": {"binary_data_size": len(x)}}]}
+    if parameters:
+        body["parameters"] = parameters
+    hdr = json.dumps(body).encode()
     code, _, text = w.http("POST", "/v2/models/slow/infer", hdr + x,
                            headers={"Inference-Header-Content-Length": str(len(hdr))}, timeout=120)
-    assert code == 200, text
+    assert code == expect, (parameters, code, text[:200])
 
 
 def inline_runs(w):
@@ -71,6 +74,28 @@ def test_idle_worker_runs_fast_requests_inline_with_the_same_answers(repo, tmp_p
         w.stop()
 
 
+def slow_rtt_us(w, n=12, rows=None):
+    """The fastest of n round trips of `slow` (one row as JSON, or `rows` rows as binary
+    data): an upper bound on its Run() (the workers the tests start measure no layout),
+    mostly Run() (about 1.5 ms for a row here, the rest some 0.2 ms)."""
+    best = float("inf")
+    for _ in range(n):
+        t = time.perf_counter()
+        if rows:
+            slow_binary(w, rows)
+        else:
+            assert slow_json(w)[0] == 200
+        best = min(best, time.perf_counter() - t)
+    return best * 1e6
+
+
+def slow_json(w, parameters=None):
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 512], "data": [1.0] * 512}]}
+    if parameters:
+        body["parameters"] = parameters
+    return w.http("POST", "/v2/models/slow/infer", json.dumps(body).encode())
+
+
 def test_never_inline_under_concurrency_for_batching_or_slow_models(repo, tmp_path):
     w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu"})
     try:
@@ -85,11 +110,37 @@ def test_never_inline_under_concurrency_for_batching_or_slow_models(repo, tmp_pa
         n1 = inline_runs(w)
         for _ in range(30):
             infer(w, "demo_batched")  # the batcher decides, always
-        for _ in range(12):
-            w.http("POST", "/v2/models/slow/infer", json.dumps(
-                {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 512],
-                             "data": [1.0] * 512}]}).encode())
         assert inline_runs(w) == n1
+        slow_us = slow_rtt_us(w)
+    finally:
+        w.stop()
+    # `slow` (about 1.5 ms a row here) is under the default bound on a machine twice as fast: a bound
+    # a quarter of its own measured round trip keeps it a slow model on any machine
+    bound = max(1, int(slow_us / 4))
+    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INLINE_MAX_US": str(bound)})
+    try:
+        for _ in range(12):
+            assert slow_json(w)[0] == 200
+        assert inline_runs(w) == 0, (slow_us, bound)
+    finally:
+        w.stop()
+
+
+def test_a_request_due_before_two_runs_takes_a_runner(repo, tmp_path):
+    # A run on the loop has no deadline timer: a request whose timeout is shorter than the
+    # model's typical Run() must go to a runner, whose timer ends it with a 504, not run to a
+    # 200. 64 rows of `slow` (some 28 ms here) against a timeout of a quarter of that: the
+    # loop's timers fire a few ms late when the model's threads hold both cores.
+    w = start_worker(repo, tmp_path, env={"EXECUTION_MODE": "cpu", "TIERSERVE_INLINE_MAX_US": "100000"})
+    try:
+        rtt = slow_rtt_us(w, rows=64)  # seeds the estimate and the idle streak
+        n0 = inline_runs(w)
+        slow_binary(w, 64)
+        assert inline_runs(w) == n0 + 1  # eligible: the loop runs `slow`
+        due_us = max(1, int(rtt / 4))
+        for _ in range(3):
+            slow_binary(w, 64, {"timeout": due_us}, expect=504)
+        assert inline_runs(w) == n0 + 1
     finally:
         w.stop()
 
