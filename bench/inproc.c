@@ -115,6 +115,7 @@ int main(int argc, char **argv)
     int rows = atoi(argv[2]), conc = atoi(argv[3]);
     double secs = atof(argv[4]);
     int intra = argc > 5 ? atoi(argv[5]) : 0;
+    setenv("ORT_DISABLE_TELEMETRY", "1", 0); /* as the worker (src/engine/ortenv.c) */
     ort = OrtGetApiBase()->GetApi(ORT_API_VERSION);
     OrtEnv *env;
     check(ort->CreateEnv(ORT_LOGGING_LEVEL_WARNING, "bench", &env));

@@ -177,8 +177,12 @@ class OrtNodePeer:
             for m in want:
                 t.extract(m, d, filter="data") if hasattr(tarfile, "data_filter") else t.extract(m, d)
         log = tmp / "ortnode.log"
+        # the same ONNX Runtime 1.29 as the worker: its telemetry off as the worker turns it off
+        # (its uploader's threads would also run beside the peer's requests)
+        env = {**os.environ, "ORT_DISABLE_TELEMETRY": os.environ.get("ORT_DISABLE_TELEMETRY", "1")}
         self.proc = subprocess.Popen([node, str(ROOT / "bench" / "ortnode" / "server.js"), str(d / want[0]),
-                                      str(model)], stdout=subprocess.PIPE, stderr=open(log, "wb"), text=True)
+                                      str(model)], stdout=subprocess.PIPE, stderr=open(log, "wb"), text=True,
+                                     env=env)
         line = self.proc.stdout.readline().strip()
         if not line.startswith("listening on "):
             self.why = "the Node server did not start: " + log.read_text()[-300:].strip().replace("\n", " ")

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const OrtApi *g_ort;
@@ -59,8 +60,24 @@ int ort_check(OrtStatus *st, char *out, size_t outlen)
     return -1;
 }
 
+/* ONNX Runtime 1.29 added telemetry on Linux, on by default in its release builds: each
+ * process keeps a device id and an event store (model file and graph names, producer, the
+ * executable's path, session and load events) under ~/.cache/Microsoft/DeveloperTools/
+ * .onnxruntime, and every ~30 s starts threads that resolve and try to reach Microsoft's
+ * collector. A worker that serves sensitive data sends nothing anywhere nobody asked it to,
+ * so it is off
+ * unless the operator set ORT_DISABLE_TELEMETRY themselves. ORT reads the variable once, when
+ * its first environment is created: set before that. Returns the value in force (never NULL). */
+static const char *telemetry_off(void)
+{
+    if (!getenv(ORTENV_TELEMETRY_VAR)) (void)setenv(ORTENV_TELEMETRY_VAR, "1", 0);
+    const char *v = getenv(ORTENV_TELEMETRY_VAR);
+    return v ? v : "(not set: out of memory)";
+}
+
 int ortenv_init(log_level ort_min_level, char *err, size_t errlen)
 {
+    const char *tel = telemetry_off();
     const OrtApiBase *base = OrtGetApiBase();
     g_ort = base->GetApi(ORT_API_VERSION);
     if (!g_ort)
@@ -70,6 +87,16 @@ int ortenv_init(log_level ort_min_level, char *err, size_t errlen)
                                                    "tierserve", &g_env),
                   err, errlen))
         return -1;
+    if (strcmp(tel, "1") == 0) {
+        OrtStatus *st = g_ort->DisableTelemetryEvents(g_env); /* (the runtime's own switch too) */
+        if (st) g_ort->ReleaseStatus(st);
+    } else {
+        LOG_WARN_(LOGF({"source", "onnxruntime"}),
+                  "%s=%s from the environment: ONNX Runtime's telemetry is not turned off (1.29 and later keep a "
+                  "device id and an event store under ~/.cache/Microsoft and send model and session events to "
+                  "Microsoft)",
+                  ORTENV_TELEMETRY_VAR, tel);
+    }
     return ort_check(g_ort->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &g_cpu_mi),
                      err, errlen);
 }

@@ -18,7 +18,12 @@
 
 extern const OrtApi *g_ort;
 
-/* Creates the API table and the env. Returns 0, or -1 with a message in err. */
+/* ONNX Runtime's own switch for its telemetry (1: off). ortenv_init sets it to 1 unless the
+ * environment already has it (the operator's choice wins, and is logged when not 1). */
+#define ORTENV_TELEMETRY_VAR "ORT_DISABLE_TELEMETRY"
+
+/* Creates the API table and the env, ONNX Runtime's telemetry off (ORTENV_TELEMETRY_VAR).
+ * Returns 0, or -1 with a message in err. */
 int ortenv_init(log_level ort_min_level, char *err, size_t errlen);
 OrtEnv *ortenv_env(void);
 /* CPU memory info for tensors that wrap our own buffers (created by ortenv_init). */
