@@ -65,9 +65,9 @@ int ort_check(OrtStatus *st, char *out, size_t outlen)
  * executable's path, session and load events) under ~/.cache/Microsoft/DeveloperTools/
  * .onnxruntime, and every ~30 s starts threads that resolve and try to reach Microsoft's
  * collector. A worker that serves sensitive data sends nothing anywhere nobody asked it to,
- * so it is off
- * unless the operator set ORT_DISABLE_TELEMETRY themselves. ORT reads the variable once, when
- * its first environment is created: set before that. Returns the value in force (never NULL). */
+ * so it is off unless the operator set ORT_DISABLE_TELEMETRY themselves. ORT reads the
+ * variable once, when its first environment is created: set before that. Returns the value
+ * in force (never NULL). */
 static const char *telemetry_off(void)
 {
     if (!getenv(ORTENV_TELEMETRY_VAR)) (void)setenv(ORTENV_TELEMETRY_VAR, "1", 0);
