@@ -18,10 +18,20 @@
 #include "llm_int.h"
 
 typedef struct {
-    size_t n, T;                         /* rows (sequences), slots per row */
+    size_t n, T;                         /* rows (sequences), slots in use per row (the longest) */
+    size_t cap;                          /* slots per row in the tensors: T, or more for a batch
+                                            decoded in place (kv_right: inplace_cap) */
     uint64_t ids[LLM_MAX_ACTIVE];        /* the sequences of the rows, in order */
-    OrtValue *kv[2 * LLM_MAX_LAYERS];    /* [n, kv_heads, T, head_dim] per past, kv_alloc's */
-    size_t bytes;
+    OrtValue *kv[2 * LLM_MAX_LAYERS];    /* [n, kv_heads, cap, head_dim] per past: kv_alloc's, or
+                                            views of mem */
+    size_t bytes;                        /* the tensors' */
+    /* A batch decoded in place keeps its memory from one build to the next (kv_alloc's, grown
+     * by half again when a build needs more; freed when nothing decodes): a build then
+     * allocates nothing and touches no fresh page (profiled at c=16: a tenth of the generation
+     * thread's time went to zeroing new tensors, half of it in page faults). */
+    uint8_t *mem;
+    OrtValue *mem_val;
+    size_t mem_bytes;
 } kv_batch;
 
 struct llm_kv_ctx {
@@ -177,8 +187,19 @@ static void batch_release(kv_batch *b)
             g_ort->ReleaseValue(b->kv[i]);
             b->kv[i] = NULL;
         }
-    b->n = b->T = b->bytes = 0;
+    b->n = b->T = b->cap = b->bytes = 0;
 }
+
+static void batch_free_mem(kv_batch *b)
+{
+    llm_kv_mem_free(b->mem, b->mem_val);
+    b->mem = NULL;
+    b->mem_val = NULL;
+    b->mem_bytes = 0;
+}
+
+/* What the batch holds: its kept memory, or its tensors. */
+static size_t batch_held(const kv_batch *b) { return b->mem_bytes ? b->mem_bytes : b->bytes; }
 
 static bool batch_holds(const kv_batch *b, llm_seq *const *seqs, size_t n)
 {
@@ -204,22 +225,60 @@ static int write_back(const llm_model *m, const kv_batch *b, size_t r, const llm
         return ts_fail(msg, len, "sequence %llu holds %zu tokens, its batch row %zu", (unsigned long long)s->id,
                         s->n_cached, b->T);
     if (m->fault_kv_writeback) return 0; /* the test-only fault: rows left out of the cache */
-    size_t slot = llm_step_row_slot(m, b->T, s->n_cached) + from;
+    size_t slot = llm_step_row_slot(m, b->cap, s->n_cached) + from;
     *copied += 2 * m->sig.layers * H * cnt * row;
     for (size_t t = 0; t < 2 * m->sig.layers; t++) {
         void *src = NULL;
         if (ort_check(g_ort->GetTensorMutableData(b->kv[t], &src), msg, len)) return -1;
         if (cp_rows(m, false, llm_seq_kv_at(m, s, t / 2, (int)(t % 2), 0, from), s->cap * row,
-                    (uint8_t *)src + ((r * H) * b->T + slot) * brow, b->T * brow, cnt * m->sig.head_dim, H, msg, len))
+                    (uint8_t *)src + ((r * H) * b->cap + slot) * brow, b->cap * brow, cnt * m->sig.head_dim, H, msg, len))
             return -1;
     }
     return 0;
 }
 
+/* The slots per row of a batch decoded in place (kv_right): the longest row's tokens and
+ * s_new more, plus LLM_KV_HEADROOM for the steps to come (each step writes its tokens into
+ * the batch where they stay; the batch is built again only when its composition changes or
+ * a row reaches the end), never more than the longest row's cache holds. */
+#define LLM_KV_HEADROOM 64
+static size_t inplace_cap(llm_seq *const *seqs, size_t n, size_t s_new)
+{
+    size_t T = 0, most = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (seqs[i]->n_cached > T) T = seqs[i]->n_cached;
+        if (seqs[i]->cap > most) most = seqs[i]->cap;
+    }
+    size_t cap = T + s_new + LLM_KV_HEADROOM;
+    return cap > most && most >= T + s_new ? most : cap;
+}
+
+/* Zeroes what a batch's rows do not hold: the whole tensor on a device (one call), on the CPU
+ * each row's slots past its tokens (kv_right) or before them (left padding), so that a row's
+ * tokens are written once. */
+static int zero_padding(const llm_model *m, uint8_t *dst, llm_seq *const *seqs, size_t n, size_t cap, char *msg,
+                        size_t len)
+{
+    size_t H = m->sig.kv_heads, brow = io_row_bytes(m);
+    if (m->kv_cuda) return zero(m, dst, n * H * cap * brow, msg, len);
+    for (size_t i = 0; i < n; i++) {
+        size_t nc = seqs[i]->n_cached, pad = cap - nc;
+        if (pad == 0) continue;
+        for (size_t h = 0; h < H; h++) {
+            uint8_t *line = dst + (i * H + h) * cap * brow;
+            memset(line + (m->sig.kv_right ? nc : 0) * brow, 0, pad * brow);
+        }
+    }
+    return 0;
+}
+
 /* A batch of seqs from their caches, each left-padded to the longest with zeros (masked,
- * but a zero times a zero weight must stay zero: garbage could be NaN). */
-static int build(const llm_model *m, kv_batch *b, llm_seq *const *seqs, size_t n, uint64_t *copied, char *msg,
-                 size_t len)
+ * but a zero times a zero weight must stay zero: garbage could be NaN), or for a kv_right
+ * model right-padded. cap: the slots per row (0: the longest row's tokens; more only for a
+ * kv_right model, whose rows start at slot 0). own: the tensors are views of b->mem (grown
+ * when too small), not tensors of their own. */
+static int build(const llm_model *m, kv_batch *b, llm_seq *const *seqs, size_t n, size_t cap, bool own,
+                 uint64_t *copied, char *msg, size_t len)
 {
     size_t H = m->sig.kv_heads, D = m->sig.head_dim, row = row_bytes(m), brow = io_row_bytes(m), T = 0;
     bool padded = false;
@@ -229,26 +288,40 @@ static int build(const llm_model *m, kv_batch *b, llm_seq *const *seqs, size_t n
                             (unsigned long long)seqs[i]->id, seqs[i]->n_cached - seqs[i]->n_synced);
         if (seqs[i]->n_cached > T) T = seqs[i]->n_cached;
     }
-    for (size_t i = 0; i < n; i++) padded |= seqs[i]->n_cached != T;
-    int64_t shape[4] = {(int64_t)n, (int64_t)H, (int64_t)T, (int64_t)D};
+    if (cap < T || !m->sig.kv_right) cap = T;
+    for (size_t i = 0; i < n; i++) padded |= seqs[i]->n_cached != cap;
+    int64_t shape[4] = {(int64_t)n, (int64_t)H, (int64_t)cap, (int64_t)D};
     ONNXTensorElementDataType kv_t =
         m->sig.kv_fp16 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+    size_t per = n * H * cap * brow; /* one tensor's bytes */
+    if (own && b->mem_bytes < 2 * m->sig.layers * per) {
+        size_t want = 2 * m->sig.layers * per, grown = b->mem_bytes + b->mem_bytes / 2;
+        ts_err e = {0};
+        batch_free_mem(b);
+        if (llm_kv_mem_new(m, grown > want ? grown : want, &b->mem, &b->mem_val, &e))
+            return ts_fail(msg, len, "%s", e.msg);
+        b->mem_bytes = grown > want ? grown : want;
+    }
     b->n = n;
     b->T = T;
+    b->cap = cap;
     for (size_t i = 0; i < n; i++) b->ids[i] = seqs[i]->id;
     for (size_t t = 0; t < 2 * m->sig.layers; t++)
-        if (ort_check(g_ort->CreateTensorAsOrtValue(m->kv_alloc, shape, 4, kv_t, &b->kv[t]), msg, len))
+        if (ort_check(own ? g_ort->CreateTensorWithDataAsOrtValue(m->kv_mi, b->mem + t * per, per, shape, 4, kv_t,
+                                                                  &b->kv[t])
+                          : g_ort->CreateTensorAsOrtValue(m->kv_alloc, shape, 4, kv_t, &b->kv[t]),
+                      msg, len))
             goto fail;
-    b->bytes = 2 * m->sig.layers * n * H * T * brow;
-    if (T == 0) return 0; /* the first prefill chunk: empty pasts */
+    b->bytes = 2 * m->sig.layers * per;
+    if (cap == 0) return 0; /* the first prefill chunk: empty pasts */
     for (size_t t = 0; t < 2 * m->sig.layers; t++) {
         void *dst = NULL;
         if (ort_check(g_ort->GetTensorMutableData(b->kv[t], &dst), msg, len)) goto fail;
-        if (padded && zero(m, dst, n * H * T * brow, msg, len)) goto fail;
+        if (padded && zero_padding(m, dst, seqs, n, cap, msg, len)) goto fail;
         for (size_t i = 0; i < n; i++) {
             size_t nc = seqs[i]->n_cached;
             *copied += H * nc * row;
-            if (cp_rows(m, true, (uint8_t *)dst + (i * H * T + llm_step_row_slot(m, T, nc)) * brow, T * brow,
+            if (cp_rows(m, true, (uint8_t *)dst + (i * H * cap + llm_step_row_slot(m, cap, nc)) * brow, cap * brow,
                         llm_seq_kv_at(m, seqs[i], t / 2, (int)(t % 2), 0, 0), seqs[i]->cap * row, nc * D, H, msg,
                         len))
                 goto fail;
@@ -292,12 +365,13 @@ void llm_kv_ctx_free(llm_kv_ctx *c)
     if (!c) return;
     batch_release(&c->dec);
     batch_release(&c->pre);
+    batch_free_mem(&c->dec);
     if (c->bind) g_ort->ReleaseIoBinding(c->bind);
     if (c->bind_trunk) g_ort->ReleaseIoBinding(c->bind_trunk);
     free(c);
 }
 
-size_t llm_kv_batch_bytes(const llm_kv_ctx *c) { return c ? c->dec.bytes + c->pre.bytes : 0; }
+size_t llm_kv_batch_bytes(const llm_kv_ctx *c) { return c ? batch_held(&c->dec) + c->pre.bytes : 0; }
 
 uint64_t llm_kv_copied_bytes(const llm_kv_ctx *c) { return c ? c->copied : 0; }
 
@@ -315,6 +389,7 @@ int llm_kv_settle(const llm_model *m, llm_kv_ctx *c, llm_seq *const *live, size_
     for (size_t j = 0; c->pre.n && j < nlive; j++)
         prefilling |= live[j]->id == c->pre.ids[0] && live[j]->state == SEQ_PREFILL;
     if (c->pre.n && !prefilling) batch_release(&c->pre);
+    if (n == 0 && b->n == 0) batch_free_mem(b); /* nothing decodes: the kept memory goes */
     if (b->n == 0 || batch_holds(b, next, n)) return 0;
     char msg[600] = "";
     llm_seq *rows[LLM_MAX_ACTIVE] = {0}; /* the live sequence of each row, or NULL */
@@ -329,6 +404,7 @@ int llm_kv_settle(const llm_model *m, llm_kv_ctx *c, llm_seq *const *live, size_
         if (rows[r]) rows[r]->n_synced = rows[r]->n_cached;
     if (rc) (void)settle_device(m, NULL, 0); /* a failed copy may leave earlier ones queued */
     batch_release(b);
+    if (n == 0) batch_free_mem(b);
     if (rc) ts_err_set(err, TS_INTERNAL_ERROR, "LLM KV cache: writing the batch back: %s", msg);
     return rc;
 }
@@ -346,7 +422,7 @@ static int round_new_slots(const llm_model *m, const kv_batch *b, llm_seq *const
         if (ort_check(g_ort->GetTensorMutableData(b->kv[t], &p), msg, len)) return -1;
         for (size_t i = 0; i < n; i++)
             for (size_t h = 0; h < H; h++) {
-                float *x = (float *)p + ((i * H + h) * b->T + llm_step_row_slot(m, b->T, seqs[i]->n_cached + s_new) +
+                float *x = (float *)p + ((i * H + h) * b->cap + llm_step_row_slot(m, b->cap, seqs[i]->n_cached + s_new) +
                                          seqs[i]->n_cached) * D;
                 for (size_t k = 0; k < s_new * D; k += sizeof tmp / sizeof *tmp) {
                     size_t c = s_new * D - k < sizeof tmp / sizeof *tmp ? s_new * D - k : sizeof tmp / sizeof *tmp;
@@ -364,7 +440,7 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
     kv_batch *b = keep ? &c->dec : &c->pre;
     size_t o0 = !logits && c->bind_trunk; /* no logits wanted: the trunk binds presents only */
     OrtIoBinding *bd = o0 ? c->bind_trunk : c->bind;
-    OrtValue *in[3] = {0}, **vals = NULL;
+    OrtValue *in[3] = {0}, **vals = NULL, *pres[2 * LLM_MAX_LAYERS] = {0};
     OrtAllocator *alloc = NULL;
     size_t nv = 0, k = 0;
     int64_t *block = NULL;
@@ -384,7 +460,25 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
     /* a prefill batch is kept across the chunks of one sequence: its presents are the next
      * chunk's pasts, so a chunk copies none of the past (only its new slots go back) */
     if (!keep && !(n == 1 && batch_holds(b, seqs, n) && b->T == seqs[0]->n_cached)) batch_release(b);
-    if (b->n == 0 && build(m, b, seqs, n, &c->copied, msg, sizeof msg)) goto bad;
+    /* a kv_right model's decode batch is decoded in place: each past is bound as its own
+     * present (the attention writes the new slots into it and reads the past where it is),
+     * so a step neither allocates nor copies the batch; the batch has room for the steps to
+     * come (inplace_cap) and is built again when a row would pass its end */
+    bool inplace = keep && m->sig.kv_right;
+    if (inplace && b->n && b->T + s_new > b->cap) {
+        int wr = settle_device(m, msg, sizeof msg);
+        for (size_t i = 0; !wr && i < n; i++) wr = write_back(m, b, i, seqs[i], &c->copied, msg, sizeof msg);
+        if (!wr) wr = settle_device(m, msg, sizeof msg);
+        if (wr) {
+            (void)settle_device(m, NULL, 0);
+            goto bad;
+        }
+        for (size_t i = 0; i < n; i++) seqs[i]->n_synced = seqs[i]->n_cached;
+        batch_release(b);
+    }
+    if (b->n == 0 &&
+        build(m, b, seqs, n, inplace ? inplace_cap(seqs, n, s_new) : 0, inplace, &c->copied, msg, sizeof msg))
+        goto bad;
     size_t past = b->T, total = past + s_new, n_ids = n * s_new;
     block = malloc((2 * n_ids + n * total) * sizeof *block);
     if (!block) {
@@ -405,8 +499,22 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
     for (size_t i = 0; !st && i < k; i++) st = g_ort->BindInput(bd, m->in_names[i], in[i]);
     for (size_t t = 0; !st && t < 2 * m->sig.layers; t++) st = g_ort->BindInput(bd, m->in_names[k + t], b->kv[t]);
     if (!st && !o0) st = g_ort->BindOutputToDevice(bd, m->out_names[0], cpu);
-    for (size_t t = 0; !st && t < 2 * m->sig.layers; t++)
-        st = g_ort->BindOutputToDevice(bd, m->out_names[1 + t], m->kv_mi);
+    for (size_t t = 0; !st && t < 2 * m->sig.layers; t++) {
+        if (!inplace) {
+            st = g_ort->BindOutputToDevice(bd, m->out_names[1 + t], m->kv_mi);
+            continue;
+        }
+        /* the present: a second value over the past's own memory */
+        void *p = NULL;
+        int64_t shape[4] = {(int64_t)n, (int64_t)m->sig.kv_heads, (int64_t)b->cap, (int64_t)m->sig.head_dim};
+        st = g_ort->GetTensorMutableData(b->kv[t], &p);
+        if (!st)
+            st = g_ort->CreateTensorWithDataAsOrtValue(m->kv_mi, p, b->bytes / (2 * m->sig.layers), shape, 4,
+                                                       m->sig.kv_fp16 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16
+                                                                      : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
+                                                       &pres[t]);
+        if (!st) st = g_ort->BindOutput(bd, m->out_names[1 + t], pres[t]);
+    }
     if (!st) st = g_ort->RunWithBinding(o0 ? m->trunk : m->session, NULL, bd);
     if (!st) st = g_ort->SynchronizeBoundOutputs(bd);
     if (!st) st = g_ort->GetAllocatorWithDefaultOptions(&alloc);
@@ -426,15 +534,16 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
     /* out[0] the logits (NULL from the trunk), then the presents */
     OrtValue *outv[1 + 2 * LLM_MAX_LAYERS] = {0};
     for (size_t i = 0; i < nv; i++) outv[o0 + i] = vals[i];
-    if (llm_step_outputs(m, outv, n, s_new, total, logits, msg, sizeof msg)) goto bad;
-    /* the presents are the batch from now on */
-    for (size_t t = 0; t < 2 * m->sig.layers; t++) {
+    if (llm_step_outputs(m, outv, n, s_new, inplace ? b->cap : total, logits, msg, sizeof msg)) goto bad;
+    /* the presents are the batch from now on (in place: they are its own memory) */
+    for (size_t t = 0; !inplace && t < 2 * m->sig.layers; t++) {
         g_ort->ReleaseValue(b->kv[t]);
         b->kv[t] = vals[1 + t - o0];
         vals[1 + t - o0] = NULL;
     }
     b->T = total;
-    b->bytes = 2 * m->sig.layers * n * m->sig.kv_heads * total * io_row_bytes(m);
+    if (!inplace) b->cap = total;
+    b->bytes = 2 * m->sig.layers * n * m->sig.kv_heads * b->cap * io_row_bytes(m);
     if (m->kv_half && round_new_slots(m, b, seqs, n, s_new, msg, sizeof msg)) goto bad;
     for (size_t i = 0; i < n; i++) seqs[i]->n_cached += s_new;
     if (!keep) {
@@ -459,6 +568,8 @@ out:
     if (vals) alloc->Free(alloc, vals);
     for (size_t i = 0; i < k; i++)
         if (in[i]) g_ort->ReleaseValue(in[i]);
+    for (size_t t = 0; t < 2 * LLM_MAX_LAYERS; t++)
+        if (pres[t]) g_ort->ReleaseValue(pres[t]);
     free(block);
     if (!keep && (rc || n != 1)) batch_release(b);
     return rc;

@@ -169,11 +169,16 @@ def test_prefill_beside_a_stream_is_chunked_and_exact(w, reference, request):
     chunked_and_exact(w, reference, request.node.callspec.params["w"] == "bound")
 
 
-@pytest.fixture(scope="module", params=["bound"] if SANITIZED else ["host", "bound"])
-def wg(request, tmp_path_factory):
+@pytest.fixture(scope="module")
+def gqa_repo(tmp_path_factory):
     r = tmp_path_factory.mktemp("sched-gqa")
     write_tiny_llm(r / "tiny" / "1", variant=["--gqa"])
-    wk = start_worker(r, tmp_path_factory.mktemp("sched-gqa-w"),
+    return r
+
+
+@pytest.fixture(scope="module", params=["bound"] if SANITIZED else ["host", "bound"])
+def wg(request, gqa_repo, tmp_path_factory):
+    wk = start_worker(gqa_repo, tmp_path_factory.mktemp("sched-gqa-w"),
                       env={"EXECUTION_MODE": "cpu", "TIERSERVE_LLM_KV": request.param,
                            "TIERSERVE_LLM_MAX_SEQUENCES": "2", "TIERSERVE_LLM_STEP_TOKENS": "5"})
     yield wk
@@ -186,6 +191,45 @@ def test_gqa_decoder_chunked_in_place_and_exact(wg, reference, request):
     if bound:
         assert "checked at load" in llm_status(wg)["kv_cache_note"]
     chunked_and_exact(wg, reference, bound)
+
+
+TOGETHER = ["The quick brown fox", "Once upon a time, in a land far away"]  # no EOS in 200 greedy tokens
+TOGETHER_N = 200
+
+
+def test_gqa_batch_decoded_in_place_past_its_room(wg, gqa_repo):
+    """Two greedy streams decode side by side for 200 tokens. On the bound path a
+    GroupQueryAttention decoder's batch is decoded in place (each past bound as its own
+    present) with 64 slots of room, so the batch runs out of room and is built again at least
+    twice while both rows live, the tokens decoded since first moved into the caches: every
+    logprob of both still equals numpy's for its prompt alone. Idle again, the worker holds no
+    KV memory (the batch's kept memory included)."""
+    prompts = [node_encode(t, True) for t in TOGETHER]
+    pj = gqa_repo / "together.json"
+    pj.write_text(json.dumps(prompts))
+    r = subprocess.run([sys.executable, str(MODELS / "llm_reference.py"), "--logprobs", "1",
+                        str(gqa_repo / "tiny" / "1"), str(pj), str(TOGETHER_N)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    ref = json.loads(r.stdout)
+    # the best and second-best logits never closer than the error allowed: no choice can flip
+    assert ref["min_margin"] > 1e-4, ref["min_margin"]
+    streams = [Stream(wg, {"model": "tiny", "prompt": t, "max_tokens": TOGETHER_N, "min_tokens": TOGETHER_N,
+                           "temperature": 0, "logprobs": 1}) for t in TOGETHER]
+    for s in streams:
+        s.start()
+    for s in streams:
+        s.finish()
+    for k, s in enumerate(streams):
+        want = [e["logprob"] for e in ref["logprobs"][k]]
+        assert len(s.lp) == len(want) == TOGETHER_N, (len(s.lp), len(want))
+        for i, (g, x) in enumerate(zip(s.lp, want)):
+            assert abs(g - x) <= TOL, f"stream {k} token {i}: logprob {g} vs numpy {x}"
+    # the memory the batch kept between its builds goes when nothing decodes
+    end = time.monotonic() + 10
+    while (st := llm_status(wg))["kv_cache_bytes"] and time.monotonic() < end:
+        time.sleep(0.05)
+    assert st["running"] == 0 and st["kv_cache_bytes"] == 0, st
 
 
 def test_auto_budget_spreads_a_prompt_beside_a_stream(repo, tmp_path_factory, reference):

@@ -136,7 +136,9 @@ void llm_step_buf_free(llm_step_buf *b);
  * the past: chunked prefill costs no copy that grows with the prompt).
  * Sequence i of a batch holds its n_cached tokens at slots [T - n_cached, T) (left padding,
  * zeroed and masked), or at [0, n_cached) for a sig.kv_right model, whose prefill chunks need
- * no batch at all (llm_step_inplace). Copies between caches and batches go through the copy backend:
+ * no batch at all (llm_step_inplace) and whose decode batch has room past T (cap slots per
+ * row) and is decoded in place: each past bound as its own present, in memory the batch
+ * keeps from one build to the next. Copies between caches and batches go through the copy backend:
  * memcpy on the CPU tier, cudart (cudaMemcpy2DAsync + cudaDeviceSynchronize) on GPU tiers. */
 typedef struct llm_kv_ctx llm_kv_ctx;
 
