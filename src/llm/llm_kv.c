@@ -238,9 +238,13 @@ static int write_back(const llm_model *m, const kv_batch *b, size_t r, const llm
 }
 
 /* The slots per row of a batch decoded in place (kv_right): the longest row's tokens and
- * s_new more, plus LLM_KV_HEADROOM for the steps to come (each step writes its tokens into
- * the batch where they stay; the batch is built again only when its composition changes or
- * a row reaches the end), never more than the longest row's cache holds. */
+ * s_new more, plus room for the steps to come (each step writes its tokens into the batch
+ * where they stay; the batch is built again when its composition changes or a row would pass
+ * its end): half the longest row again, at least LLM_KV_HEADROOM, so that a long-lived batch
+ * is rebuilt for room a logarithmic number of times (each rebuild copies every row: one in
+ * bench_llm --itl made its decode step 177 ms against 7),
+ * and never more than the longest row's cache holds (its prompt and max_tokens: a batch of
+ * short requests is built once at its final size). */
 #define LLM_KV_HEADROOM 64
 static size_t inplace_cap(llm_seq *const *seqs, size_t n, size_t s_new)
 {
@@ -249,7 +253,7 @@ static size_t inplace_cap(llm_seq *const *seqs, size_t n, size_t s_new)
         if (seqs[i]->n_cached > T) T = seqs[i]->n_cached;
         if (seqs[i]->cap > most) most = seqs[i]->cap;
     }
-    size_t cap = T + s_new + LLM_KV_HEADROOM;
+    size_t cap = T + s_new + (T / 2 > LLM_KV_HEADROOM ? T / 2 : LLM_KV_HEADROOM);
     return cap > most && most >= T + s_new ? most : cap;
 }
 

@@ -200,8 +200,9 @@ TOGETHER_N = 200
 def test_gqa_batch_decoded_in_place_past_its_room(wg, gqa_repo):
     """Two greedy streams decode side by side for 200 tokens. On the bound path a
     GroupQueryAttention decoder's batch is decoded in place (each past bound as its own
-    present) with 64 slots of room, so the batch runs out of room and is built again at least
-    twice while both rows live, the tokens decoded since first moved into the caches: every
+    present) with room for max(64, half its longest row) more slots, so with rows of 5 and 11
+    prompt tokens it runs out of room and is built again twice while both rows live (at 76
+    and 141 slots), the tokens decoded since first moved into the caches: every
     logprob of both still equals numpy's for its prompt alone. Idle again, the worker holds no
     KV memory (the batch's kept memory included)."""
     prompts = [node_encode(t, True) for t in TOGETHER]
