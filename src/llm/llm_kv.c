@@ -24,6 +24,8 @@ typedef struct {
     uint64_t ids[LLM_MAX_ACTIVE];        /* the sequences of the rows, in order */
     OrtValue *kv[2 * LLM_MAX_LAYERS];    /* [n, kv_heads, cap, head_dim] per past: kv_alloc's, or
                                             views of mem */
+    OrtValue *pres[2 * LLM_MAX_LAYERS];  /* decoded in place: a second view of each past's memory,
+                                            bound as its present (made with the batch) */
     size_t bytes;                        /* the tensors' */
     /* A batch decoded in place keeps its memory from one build to the next (kv_alloc's, grown
      * by half again when a build needs more; freed when nothing decodes): a build then
@@ -182,11 +184,11 @@ int llm_kv_seq_copy(const llm_model *m, llm_seq *dst, const llm_seq *src, size_t
 
 static void batch_release(kv_batch *b)
 {
-    for (size_t i = 0; i < 2 * LLM_MAX_LAYERS; i++)
-        if (b->kv[i]) {
-            g_ort->ReleaseValue(b->kv[i]);
-            b->kv[i] = NULL;
-        }
+    for (size_t i = 0; i < 2 * LLM_MAX_LAYERS; i++) {
+        if (b->kv[i]) g_ort->ReleaseValue(b->kv[i]);
+        if (b->pres[i]) g_ort->ReleaseValue(b->pres[i]);
+        b->kv[i] = b->pres[i] = NULL;
+    }
     b->n = b->T = b->cap = b->bytes = 0;
 }
 
@@ -234,6 +236,22 @@ static int write_back(const llm_model *m, const kv_batch *b, size_t r, const llm
                     (uint8_t *)src + ((r * H) * b->cap + slot) * brow, b->cap * brow, cnt * m->sig.head_dim, H, msg, len))
             return -1;
     }
+    return 0;
+}
+
+/* Every row of b into its sequence's cache (seqs[r] is row r), then n_synced moves; the
+ * device waited for around it. */
+static int write_back_rows(const llm_model *m, const kv_batch *b, llm_seq *const *seqs, size_t n, uint64_t *copied,
+                           char *msg, size_t len)
+{
+    int wr = settle_device(m, msg, len);
+    for (size_t i = 0; !wr && i < n; i++) wr = write_back(m, b, i, seqs[i], copied, msg, len);
+    if (!wr) wr = settle_device(m, msg, len);
+    if (wr) {
+        (void)settle_device(m, NULL, 0); /* earlier copies may still be queued: before any release */
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) seqs[i]->n_synced = seqs[i]->n_cached;
     return 0;
 }
 
@@ -314,7 +332,10 @@ static int build(const llm_model *m, kv_batch *b, llm_seq *const *seqs, size_t n
         if (ort_check(own ? g_ort->CreateTensorWithDataAsOrtValue(m->kv_mi, b->mem + t * per, per, shape, 4, kv_t,
                                                                   &b->kv[t])
                           : g_ort->CreateTensorAsOrtValue(m->kv_alloc, shape, 4, kv_t, &b->kv[t]),
-                      msg, len))
+                      msg, len) ||
+            (own && ort_check(g_ort->CreateTensorWithDataAsOrtValue(m->kv_mi, b->mem + t * per, per, shape, 4, kv_t,
+                                                                    &b->pres[t]),
+                              msg, len)))
             goto fail;
     b->bytes = 2 * m->sig.layers * per;
     if (cap == 0) return 0; /* the first prefill chunk: empty pasts */
@@ -444,7 +465,7 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
     kv_batch *b = keep ? &c->dec : &c->pre;
     size_t o0 = !logits && c->bind_trunk; /* no logits wanted: the trunk binds presents only */
     OrtIoBinding *bd = o0 ? c->bind_trunk : c->bind;
-    OrtValue *in[3] = {0}, **vals = NULL, *pres[2 * LLM_MAX_LAYERS] = {0};
+    OrtValue *in[3] = {0}, **vals = NULL;
     OrtAllocator *alloc = NULL;
     size_t nv = 0, k = 0;
     int64_t *block = NULL;
@@ -470,14 +491,7 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
      * come (inplace_cap) and is built again when a row would pass its end */
     bool inplace = keep && m->sig.kv_right;
     if (inplace && b->n && b->T + s_new > b->cap) {
-        int wr = settle_device(m, msg, sizeof msg);
-        for (size_t i = 0; !wr && i < n; i++) wr = write_back(m, b, i, seqs[i], &c->copied, msg, sizeof msg);
-        if (!wr) wr = settle_device(m, msg, sizeof msg);
-        if (wr) {
-            (void)settle_device(m, NULL, 0);
-            goto bad;
-        }
-        for (size_t i = 0; i < n; i++) seqs[i]->n_synced = seqs[i]->n_cached;
+        if (write_back_rows(m, b, seqs, n, &c->copied, msg, sizeof msg)) goto bad;
         batch_release(b);
     }
     if (b->n == 0 &&
@@ -503,22 +517,9 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
     for (size_t i = 0; !st && i < k; i++) st = g_ort->BindInput(bd, m->in_names[i], in[i]);
     for (size_t t = 0; !st && t < 2 * m->sig.layers; t++) st = g_ort->BindInput(bd, m->in_names[k + t], b->kv[t]);
     if (!st && !o0) st = g_ort->BindOutputToDevice(bd, m->out_names[0], cpu);
-    for (size_t t = 0; !st && t < 2 * m->sig.layers; t++) {
-        if (!inplace) {
-            st = g_ort->BindOutputToDevice(bd, m->out_names[1 + t], m->kv_mi);
-            continue;
-        }
-        /* the present: a second value over the past's own memory */
-        void *p = NULL;
-        int64_t shape[4] = {(int64_t)n, (int64_t)m->sig.kv_heads, (int64_t)b->cap, (int64_t)m->sig.head_dim};
-        st = g_ort->GetTensorMutableData(b->kv[t], &p);
-        if (!st)
-            st = g_ort->CreateTensorWithDataAsOrtValue(m->kv_mi, p, b->bytes / (2 * m->sig.layers), shape, 4,
-                                                       m->sig.kv_fp16 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16
-                                                                      : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
-                                                       &pres[t]);
-        if (!st) st = g_ort->BindOutput(bd, m->out_names[1 + t], pres[t]);
-    }
+    for (size_t t = 0; !st && t < 2 * m->sig.layers; t++)
+        st = inplace ? g_ort->BindOutput(bd, m->out_names[1 + t], b->pres[t])
+                     : g_ort->BindOutputToDevice(bd, m->out_names[1 + t], m->kv_mi);
     if (!st) st = g_ort->RunWithBinding(o0 ? m->trunk : m->session, NULL, bd);
     if (!st) st = g_ort->SynchronizeBoundOutputs(bd);
     if (!st) st = g_ort->GetAllocatorWithDefaultOptions(&alloc);
@@ -553,14 +554,7 @@ int llm_kv_step(const llm_model *m, llm_kv_ctx *c, bool keep, llm_seq *const *se
     if (!keep) {
         /* a prefill's new slots go into the sequence's cache at once: the batch it will
          * decode in is built from there */
-        int wr = settle_device(m, msg, sizeof msg);
-        for (size_t i = 0; !wr && i < n; i++) wr = write_back(m, b, i, seqs[i], &c->copied, msg, sizeof msg);
-        if (!wr) wr = settle_device(m, msg, sizeof msg);
-        if (wr) {
-            (void)settle_device(m, NULL, 0); /* earlier copies may still be queued: before the release */
-            goto bad;
-        }
-        for (size_t i = 0; i < n; i++) seqs[i]->n_synced = seqs[i]->n_cached;
+        if (write_back_rows(m, b, seqs, n, &c->copied, msg, sizeof msg)) goto bad;
     }
     rc = 0;
     goto out;
@@ -572,8 +566,6 @@ out:
     if (vals) alloc->Free(alloc, vals);
     for (size_t i = 0; i < k; i++)
         if (in[i]) g_ort->ReleaseValue(in[i]);
-    for (size_t t = 0; t < 2 * LLM_MAX_LAYERS; t++)
-        if (pres[t]) g_ort->ReleaseValue(pres[t]);
     free(block);
     if (!keep && (rc || n != 1)) batch_release(b);
     return rc;
